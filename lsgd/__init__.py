@@ -1,0 +1,41 @@
+"""lsgd: communication-efficient distributed training for PyTorch.
+
+Leader SGD (single- and multi-leader) and its baselines (EASGD, local SGD,
+all-reduce data parallel, independent SGD, the LARS optimizer), running on
+torch.distributed (gloo or NCCL, launched with torchrun) or in an in-process
+simulator with the same strategy code.
+"""
+
+from lsgd.comm import (
+    CommStats,
+    Communicator,
+    SimulationError,
+    WorkerInfo,
+    get_communicator,
+    simulate,
+    worker_info,
+)
+from lsgd.launch import launch
+from lsgd.optim import LARS, lars_param_groups
+from lsgd.strategies import EASGD, LSGD, AllReduce, Independent, LocalSGD, Strategy
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AllReduce",
+    "CommStats",
+    "Communicator",
+    "EASGD",
+    "Independent",
+    "LARS",
+    "LSGD",
+    "LocalSGD",
+    "SimulationError",
+    "Strategy",
+    "WorkerInfo",
+    "get_communicator",
+    "lars_param_groups",
+    "launch",
+    "simulate",
+    "worker_info",
+]

@@ -1,0 +1,53 @@
+"""Checks for user-supplied hyperparameters.
+
+Every check raises ``ValueError`` whose message names the owner, the parameter,
+the offending value and what would be accepted, so a typo in a config reads as
+a sentence rather than a traceback into the update rule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+
+def fraction(owner: str, name: str, value: Any) -> float:
+    """``value`` as a float in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{owner}: {name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def positive_int(owner: str, name: str, value: Any) -> int:
+    """``value`` as an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
+    return value
+
+
+def non_negative(owner: str, name: str, value: Any) -> float:
+    """``value`` as a finite float >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+        math.isfinite(value) and value >= 0
+    ):
+        raise ValueError(f"{owner}: {name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def choice(owner: str, name: str, value: Any, allowed: Iterable[Any]) -> Any:
+    """``value`` if it is one of ``allowed``."""
+    allowed = tuple(allowed)
+    if value not in allowed:
+        options = ", ".join(repr(a) for a in allowed)
+        raise ValueError(f"{owner}: {name} must be one of {options}, got {value!r}")
+    return value
+
+
+def multiple_of(owner: str, name: str, value: int, base_name: str, base: int) -> int:
+    """``value`` if it is a multiple of ``base``."""
+    if value % base != 0:
+        raise ValueError(
+            f"{owner}: {name} must be a multiple of {base_name}={base}, got {name}={value}"
+        )
+    return value

@@ -1,0 +1,61 @@
+"""Communication between workers: the interface and how to find one."""
+
+from __future__ import annotations
+
+import os
+
+from lsgd.comm.base import CommStats, Communicator, LocalCommunicator, WorkerInfo
+from lsgd.comm.simulator import SimulationError, WorkerAborted, current_simulated, simulate
+
+__all__ = [
+    "CommStats",
+    "Communicator",
+    "LocalCommunicator",
+    "SimulationError",
+    "WorkerAborted",
+    "WorkerInfo",
+    "get_communicator",
+    "simulate",
+    "worker_info",
+]
+
+_dist_cache: dict[int | None, Communicator] = {}
+
+
+def get_communicator(groups: int | None = None) -> Communicator:
+    """This worker's communicator, found from the environment.
+
+    Inside :func:`simulate`: the simulated worker's. Under ``torchrun`` (or once
+    ``torch.distributed`` is initialized): a
+    :class:`~lsgd.comm.distributed.DistCommunicator` on the world group, created
+    once (initializing the process group from the environment if needed).
+    Otherwise: a single worker. ``groups`` overrides the number of groups for the
+    torch.distributed case (default: the number of nodes); the simulator's
+    layout is fixed by ``simulate``.
+    """
+    simulated = current_simulated()
+    if simulated is not None:
+        if groups is not None and groups != simulated.groups:
+            raise ValueError(
+                f"groups={groups} conflicts with the simulation's groups={simulated.groups}; "
+                "set groups in lsgd.simulate(...)"
+            )
+        return simulated
+    import torch.distributed as dist
+
+    from lsgd.comm import distributed
+
+    if dist.is_available() and (dist.is_initialized() or "TORCHELASTIC_RUN_ID" in os.environ
+                                or ("RANK" in os.environ and "WORLD_SIZE" in os.environ)):
+        if groups not in _dist_cache:
+            distributed.init_from_env()
+            _dist_cache[groups] = distributed.DistCommunicator(groups=groups)
+        return _dist_cache[groups]
+    if groups not in (None, 1):
+        raise ValueError(f"groups={groups} needs several workers, but this is a single worker")
+    return LocalCommunicator()
+
+
+def worker_info() -> WorkerInfo:
+    """Rank, world size and groups of the calling worker."""
+    return get_communicator().info

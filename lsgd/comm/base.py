@@ -1,0 +1,248 @@
+"""The Communicator interface: the only way strategies move tensors.
+
+Two implementations share it: :class:`~lsgd.comm.distributed.DistCommunicator`
+(torch.distributed, gloo or NCCL) and
+:class:`~lsgd.comm.simulator.SimCommunicator` (workers as threads of one
+process). A third, :class:`LocalCommunicator`, is the trivial single worker.
+
+Workers are numbered ``0 .. W-1`` and split into ``groups`` groups of
+``group_size`` consecutive ranks (a group is a node under torchrun). Every
+collective takes ``scope="world"`` (all workers) or ``scope="group"`` (the
+caller's group); ranks passed as ``src`` are always global ranks.
+
+Traffic accounting
+------------------
+Both implementations count the bytes that the algorithm moves on the wire,
+using the standard cost model of each collective for ``n`` participants and a
+payload of ``B`` bytes per worker, so the numbers are the same under gloo,
+NCCL and the simulator:
+
+* ``all_reduce``: ring all-reduce, each worker sends and receives
+  ``2 (n - 1) / n * B``;
+* ``broadcast``: the source sends ``B`` once, every other worker receives ``B``;
+* ``all_gather``: each worker sends and receives ``(n - 1) * B``.
+
+Traffic is counted per *category* (``"train"`` by default): evaluation
+traffic such as computing the center for a test goes under ``"eval"`` so it
+does not inflate the method's cost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Literal
+
+import torch
+
+from lsgd.functional import ring_allreduce_bytes
+
+Scope = Literal["world", "group"]
+ReduceOp = Literal["sum", "mean"]
+
+
+@dataclasses.dataclass
+class CommStats:
+    """What one worker moved in one category."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    seconds: float = 0.0
+    calls: int = 0
+
+    def add(self, sent: int, received: int, seconds: float) -> None:
+        self.bytes_sent += int(sent)
+        self.bytes_received += int(received)
+        self.seconds += seconds
+        self.calls += 1
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """Where a worker sits: its rank, the world size and its group."""
+
+    rank: int
+    world_size: int
+    groups: int
+
+    @property
+    def group_size(self) -> int:
+        return self.world_size // self.groups
+
+    @property
+    def group(self) -> int:
+        """Index of this worker's group (its node)."""
+        return self.rank // self.group_size
+
+    @property
+    def group_rank(self) -> int:
+        """Position of this worker inside its group (its local rank)."""
+        return self.rank % self.group_size
+
+    def group_members(self, group: int | None = None) -> list[int]:
+        """Global ranks of ``group`` (default: this worker's group)."""
+        g = self.group if group is None else group
+        return list(range(g * self.group_size, (g + 1) * self.group_size))
+
+
+def check_layout(world_size: int, groups: int) -> None:
+    """Raise ``ValueError`` unless ``groups`` splits ``world_size`` evenly."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"groups must be a positive integer, got {groups!r}")
+    if world_size % groups != 0:
+        raise ValueError(
+            f"groups={groups} must divide the number of workers world_size={world_size}; "
+            f"use a divisor such as 1 or {world_size}"
+        )
+
+
+class Communicator(ABC):
+    """Collectives among workers, with traffic and time accounting.
+
+    Subclasses implement the ``_all_reduce``, ``_broadcast`` and
+    ``_all_gather`` primitives on a single contiguous tensor and report the
+    seconds they spent; this class validates arguments, applies the cost model
+    above and keeps the statistics.
+    """
+
+    def __init__(self, info: WorkerInfo) -> None:
+        check_layout(info.world_size, info.groups)
+        self.info = info
+        self._stats: dict[str, CommStats] = {}
+        self._category = "train"
+
+    # -- layout ---------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return self.info.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.info.world_size
+
+    @property
+    def groups(self) -> int:
+        return self.info.groups
+
+    def scope_size(self, scope: Scope) -> int:
+        return self.info.world_size if scope == "world" else self.info.group_size
+
+    def scope_members(self, scope: Scope) -> list[int]:
+        """Global ranks taking part in a collective of ``scope`` from this worker."""
+        return list(range(self.world_size)) if scope == "world" else self.info.group_members()
+
+    # -- statistics -----------------------------------------------------
+    def stats(self, category: str = "train") -> CommStats:
+        """Counters of ``category`` (a copy)."""
+        return dataclasses.replace(self._stats.get(category, CommStats()))
+
+    def categories(self) -> list[str]:
+        return sorted(self._stats)
+
+    @contextlib.contextmanager
+    def category(self, name: str) -> Iterator[None]:
+        """Count the traffic inside the ``with`` block under ``name``."""
+        previous, self._category = self._category, name
+        try:
+            yield
+        finally:
+            self._category = previous
+
+    def record(self, sent: int, received: int, seconds: float) -> None:
+        """Count traffic moved outside this communicator (DistributedDataParallel's)."""
+        self._stats.setdefault(self._category, CommStats()).add(sent, received, seconds)
+
+    def stats_state(self) -> dict[str, dict[str, float]]:
+        return {k: dataclasses.asdict(v) for k, v in self._stats.items()}
+
+    def load_stats_state(self, state: dict[str, dict[str, float]]) -> None:
+        self._stats = {k: CommStats(**v) for k, v in state.items()}
+
+    # -- collectives ----------------------------------------------------
+    def all_reduce_(
+        self, tensor: torch.Tensor, op: ReduceOp = "mean", scope: Scope = "world"
+    ) -> torch.Tensor:
+        """Sum or average ``tensor`` across ``scope`` in place; returns it."""
+        self._check(tensor, scope)
+        if op not in ("sum", "mean"):
+            raise ValueError(f"all_reduce_: op must be 'sum' or 'mean', got {op!r}")
+        n = self.scope_size(scope)
+        if n > 1:
+            seconds = self._all_reduce(tensor, op, scope)
+            volume = ring_allreduce_bytes(_nbytes(tensor), n)
+            self.record(volume, volume, seconds)
+        return tensor
+
+    def broadcast_(self, tensor: torch.Tensor, src: int, scope: Scope = "world") -> torch.Tensor:
+        """Overwrite ``tensor`` with the one of global rank ``src``; returns it."""
+        self._check(tensor, scope)
+        members = self.scope_members(scope)
+        if src not in members:
+            raise ValueError(
+                f"broadcast_: src={src} is not a member of this {scope} (ranks {members})"
+            )
+        if len(members) > 1:
+            seconds = self._broadcast(tensor, src, scope)
+            nbytes = _nbytes(tensor)
+            if self.rank == src:
+                self.record(nbytes, 0, seconds)
+            else:
+                self.record(0, nbytes, seconds)
+        return tensor
+
+    def all_gather(self, tensor: torch.Tensor, scope: Scope = "world") -> torch.Tensor:
+        """Stack every member's ``tensor`` (in rank order) into a new tensor ``[n, ...]``."""
+        self._check(tensor, scope)
+        n = self.scope_size(scope)
+        if n == 1:
+            return tensor.detach().clone().unsqueeze(0)
+        out, seconds = self._all_gather(tensor.contiguous(), scope)
+        volume = (n - 1) * _nbytes(tensor)
+        self.record(volume, volume, seconds)
+        return out
+
+    def barrier(self) -> None:
+        """Wait until every worker reaches this point."""
+        if self.world_size > 1:
+            self._barrier()
+
+    # -- primitives -----------------------------------------------------
+    @abstractmethod
+    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, scope: Scope) -> float: ...
+
+    @abstractmethod
+    def _broadcast(self, tensor: torch.Tensor, src: int, scope: Scope) -> float: ...
+
+    @abstractmethod
+    def _all_gather(self, tensor: torch.Tensor, scope: Scope) -> tuple[torch.Tensor, float]: ...
+
+    @abstractmethod
+    def _barrier(self) -> None: ...
+
+    def _check(self, tensor: torch.Tensor, scope: Scope) -> None:
+        if scope not in ("world", "group"):
+            raise ValueError(f"scope must be 'world' or 'group', got {scope!r}")
+        assert tensor.is_contiguous() or tensor.dim() == 0, "collectives need contiguous tensors"
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+class LocalCommunicator(Communicator):
+    """A world of one worker: every collective is the identity and costs nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(WorkerInfo(rank=0, world_size=1, groups=1))
+
+    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, scope: Scope) -> float:
+        raise AssertionError("unreachable: a single worker never communicates")
+
+    _broadcast = _all_gather = _all_reduce  # type: ignore[assignment]
+
+    def _barrier(self) -> None:
+        pass

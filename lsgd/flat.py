@@ -1,0 +1,50 @@
+"""Flat buffers that hold a whole model state for one-call collectives.
+
+A :class:`FlatBuffer` packs a list of tensors into one contiguous buffer per
+``(dtype, device)`` (usually exactly one) and exposes ``views`` shaped like the
+original tensors, so math can run per tensor with ``torch._foreach_*`` while a
+collective moves the whole state in a single call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+class FlatBuffer:
+    """Contiguous storage shaped like ``like`` (a list of tensors)."""
+
+    def __init__(self, like: Sequence[torch.Tensor]) -> None:
+        order: dict[tuple[torch.dtype, torch.device], list[int]] = {}
+        for i, t in enumerate(like):
+            order.setdefault((t.dtype, t.device), []).append(i)
+        self.buffers: list[torch.Tensor] = []
+        views: list[torch.Tensor | None] = [None] * len(like)
+        for (dtype, device), indices in order.items():
+            total = sum(like[i].numel() for i in indices)
+            buffer = torch.zeros(total, dtype=dtype, device=device)
+            offset = 0
+            for i in indices:
+                n = like[i].numel()
+                views[i] = buffer[offset : offset + n].view_as(like[i])
+                offset += n
+            self.buffers.append(buffer)
+        self.views: list[torch.Tensor] = [v for v in views if v is not None]
+        assert len(self.views) == len(like)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self.buffers)
+
+    def copy_from(self, tensors: Sequence[torch.Tensor]) -> FlatBuffer:
+        """Fill the buffer from ``tensors`` (same shapes); returns self."""
+        if self.views:
+            torch._foreach_copy_(self.views, list(tensors))
+        return self
+
+    def copy_to(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Write the buffer's contents into ``tensors``."""
+        if self.views:
+            torch._foreach_copy_(list(tensors), self.views)

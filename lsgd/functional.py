@@ -1,0 +1,86 @@
+"""Pure update math on lists of tensors: pulls, elastic updates, leader election.
+
+Nothing here communicates; the strategies gather what these functions need
+through a :class:`~lsgd.comm.Communicator` and then call them. All updates are
+in place and use ``torch._foreach_*`` so one call covers a whole model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+Tensors = Sequence[torch.Tensor]
+
+
+def pull_(xs: Tensors, targets: Tensors, weight: float) -> None:
+    """Move every ``x`` ``weight`` of the way toward its target.
+
+    ``x <- x - weight * (x - target)``. A zero weight leaves ``x`` untouched
+    bit for bit (no arithmetic is done), which keeps ``pull=0`` runs identical to
+    runs without communication.
+    """
+    if weight == 0.0 or not xs:
+        return
+    torch._foreach_lerp_(list(xs), list(targets), weight)
+
+
+def pull_two_(
+    xs: Tensors, first: Tensors, first_weight: float, second: Tensors, second_weight: float
+) -> None:
+    """Simultaneous pull toward two targets.
+
+    ``x <- x - a * (x - first) - b * (x - second) = (1 - a - b) x + a first + b second``.
+    Both differences use the same ``x`` (two successive lerps would not: they
+    differ by an ``a*b`` cross term), which is LSGD's every-step scope pull
+    toward the local and the global leader.
+    """
+    if first_weight == 0.0:
+        pull_(xs, second, second_weight)
+        return
+    if second_weight == 0.0:
+        pull_(xs, first, first_weight)
+        return
+    xs = list(xs)
+    torch._foreach_mul_(xs, 1.0 - first_weight - second_weight)
+    torch._foreach_add_(xs, list(first), alpha=first_weight)
+    torch._foreach_add_(xs, list(second), alpha=second_weight)
+
+
+def elastic_step_(
+    xs: Tensors, center: Tensors, mean: Tensors, alpha: float, beta: float
+) -> None:
+    """One EASGD round given the workers' mean ``x_bar``.
+
+    ``x <- x - alpha * (x - c)`` with the center before its update, then
+    ``c <- c + beta * (x_bar - c)``. With ``alpha = beta / W`` the center update
+    equals ``c + alpha * sum_i (x_i - c)``, the elastic force summed over
+    workers, so one all-reduce of ``x`` replaces EASGD's parameter server.
+    """
+    pull_(xs, center, alpha)
+    pull_(center, mean, beta)
+
+
+def elect(scores: torch.Tensor) -> int | None:
+    """Index of the lowest finite score; ties go to the lowest index.
+
+    NaN and infinite scores never win. Returns ``None`` when no score is
+    finite (then nobody leads and no pull should happen).
+    """
+    values = scores.detach().to("cpu", torch.float64).reshape(-1).tolist()
+    best: int | None = None
+    for i, value in enumerate(values):
+        if math.isfinite(value) and (best is None or value < values[best]):
+            best = i
+    return best
+
+
+def ring_allreduce_bytes(nbytes: int, n: int) -> int:
+    """Bytes one worker sends (and receives) in a ring all-reduce of ``nbytes``.
+
+    Reduce-scatter then all-gather, each ``n - 1`` chunks of ``nbytes / n``:
+    ``2 * (n - 1) / n * nbytes``.
+    """
+    return 0 if n <= 1 else (2 * (n - 1) * nbytes) // n

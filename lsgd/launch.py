@@ -1,0 +1,89 @@
+"""Run a function as W local worker processes over torch.distributed.
+
+``launch(fn, world_size=W, groups=n)`` is the process counterpart of
+:func:`lsgd.simulate`: it starts W processes with torch's own elastic launcher
+(the machinery behind ``torchrun --standalone``), each initializes the default
+process group from the environment (gloo on CPU, NCCL plus gloo with CUDA) and
+runs ``fn(info, *args)``; the results come back by rank. ``fn`` and ``args``
+must be picklable (``fn`` defined at module level).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from lsgd.comm.base import WorkerInfo, check_layout
+
+T = TypeVar("T")
+
+
+class LaunchError(RuntimeError):
+    """A worker process failed; the message carries its rank and error."""
+
+
+def _worker(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[Any]) -> Any:
+    import torch.distributed as dist
+
+    from lsgd.comm import get_communicator
+    from lsgd.comm.distributed import init_from_env
+
+    os.environ["LSGD_GROUPS"] = str(groups)
+    init_from_env(datetime.timedelta(seconds=timeout_s))
+    try:
+        info: WorkerInfo = get_communicator().info
+        return fn(info, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(
+    fn: Callable[..., T],
+    world_size: int,
+    groups: int = 1,
+    *,
+    args: Sequence[Any] = (),
+    timeout: float = 300.0,
+    threads_per_worker: int | None = None,
+) -> list[T]:
+    """Run ``fn(info, *args)`` in ``world_size`` local processes; results by rank.
+
+    ``groups`` splits the workers into groups of consecutive ranks as if they
+    were on separate nodes. ``timeout`` (seconds) bounds every collective: a
+    worker that dies or stops communicating makes the others fail after it.
+    ``threads_per_worker`` sets ``OMP_NUM_THREADS`` (default: cores / workers).
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    check_layout(world_size, groups)
+    threads = threads_per_worker or max(1, (os.cpu_count() or 1) // world_size)
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=world_size,
+        run_id=f"lsgd-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",
+        max_restarts=0,
+        monitor_interval=0.05,
+        start_method="spawn",
+    )
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        results = elastic_launch(config, _worker)(fn, groups, timeout, tuple(args))
+    except ChildFailedError as error:
+        lines = [
+            f"rank {rank}: {failure.message}" for rank, failure in sorted(error.failures.items())
+        ]
+        raise LaunchError("worker processes failed:\n" + "\n".join(lines)) from error
+    finally:
+        if saved is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved
+    return [results[r] for r in range(world_size)]

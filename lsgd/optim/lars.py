@@ -1,0 +1,190 @@
+"""LARS: Layer-wise Adaptive Rate Scaling (You, Gitman & Ginsburg, 2017)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+__all__ = ["LARS", "lars_param_groups"]
+
+ParamsT = Iterable[torch.Tensor] | Iterable[dict[str, Any]]
+
+
+def _is_real_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_lr(value: object) -> None:
+    if not _is_real_number(value) or value <= 0:  # type: ignore[operator]
+        raise ValueError(f"LARS: lr must be a positive number, got {value!r}")
+
+
+def _check_momentum(value: object) -> None:
+    if not _is_real_number(value) or not 0.0 <= value < 1.0:  # type: ignore[operator]
+        raise ValueError(f"LARS: momentum must be a number in [0, 1), got {value!r}")
+
+
+def _check_weight_decay(value: object) -> None:
+    if not _is_real_number(value) or value < 0:  # type: ignore[operator]
+        raise ValueError(f"LARS: weight_decay must be a number >= 0, got {value!r}")
+
+
+def _check_eta(value: object) -> None:
+    if not _is_real_number(value) or value <= 0:  # type: ignore[operator]
+        raise ValueError(f"LARS: eta must be a positive number, got {value!r}")
+
+
+class LARS(Optimizer):
+    r"""Layer-wise Adaptive Rate Scaling (LARS) with heavy-ball momentum.
+
+    Implements the optimizer of Y. You, I. Gitman and B. Ginsburg,
+    "Large Batch Training of Convolutional Networks", arXiv:1708.03888 (2017).
+
+    For every parameter tensor ``w`` with gradient ``g`` (each tensor is one
+    "layer" in the paper's sense), weight decay ``wd``, trust coefficient
+    ``eta``, momentum ``m`` and global learning rate ``lr``::
+
+        local_lr = eta * ||w|| / (||g|| + wd * ||w||)
+        v <- m * v + lr * local_lr * (g + wd * w)
+        w <- w - v
+
+    where ``||.||`` is the Euclidean (Frobenius) norm of the whole tensor.
+    ``local_lr`` is taken to be 1 when ``||w|| == 0`` or ``||g|| == 0``.
+    The momentum buffer ``v`` starts at zero, so the first step uses
+    ``v = lr * local_lr * (g + wd * w)``.  It is stored in
+    ``self.state[p]["momentum_buffer"]`` (only when ``momentum > 0``).
+
+    Param groups may set ``adapt`` (default ``True``); where it is ``False``
+    the trust ratio is disabled (``local_lr = 1``) while the group's weight
+    decay still applies.  With ``exclude_bias_and_norm=True`` every parameter
+    with ``ndim <= 1`` (biases, normalization weights) is treated as
+    ``adapt=False``.  Both keys may also be given per param group.
+    Parameters whose ``grad`` is ``None`` are skipped.
+
+    Args:
+        params: iterable of parameters or of param-group dicts.
+        lr: global learning rate, > 0.
+        momentum: momentum factor ``m``, in [0, 1).
+        weight_decay: L2 weight decay ``wd``, >= 0.
+        eta: trust coefficient, > 0.
+        exclude_bias_and_norm: treat parameters with ``ndim <= 1`` as
+            ``adapt=False``.
+    """
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float,
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        eta: float = 0.001,
+        exclude_bias_and_norm: bool = False,
+    ) -> None:
+        _check_lr(lr)
+        _check_momentum(momentum)
+        _check_weight_decay(weight_decay)
+        _check_eta(eta)
+        defaults: dict[str, Any] = {
+            "lr": lr,
+            "momentum": momentum,
+            "weight_decay": weight_decay,
+            "eta": eta,
+            "exclude_bias_and_norm": bool(exclude_bias_and_norm),
+            "adapt": True,
+        }
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a param group, validating its hyperparameters."""
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        _check_lr(group["lr"])
+        _check_momentum(group["momentum"])
+        _check_weight_decay(group["weight_decay"])
+        _check_eta(group["eta"])
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """Perform a single optimization step.
+
+        Args:
+            closure: optional callable that re-evaluates the model and returns
+                the loss (run with gradients enabled).
+
+        Returns:
+            The loss returned by ``closure``, or ``None``.
+        """
+        loss: float | None = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+
+        for group in self.param_groups:
+            lr: float = group["lr"]
+            momentum: float = group["momentum"]
+            weight_decay: float = group["weight_decay"]
+            eta: float = group["eta"]
+            group_adapt: bool = group.get("adapt", True)
+            exclude: bool = group.get("exclude_bias_and_norm", False)
+
+            for p in group["params"]:
+                grad = p.grad
+                if grad is None:
+                    continue
+                if grad.is_sparse:
+                    raise RuntimeError("LARS does not support sparse gradients")
+
+                update = grad.add(p, alpha=weight_decay) if weight_decay != 0 else grad.clone()
+
+                adapt = group_adapt and not (exclude and p.ndim <= 1)
+                if adapt:
+                    w_norm = torch.linalg.vector_norm(p)
+                    g_norm = torch.linalg.vector_norm(grad)
+                    trust = eta * w_norm / (g_norm + weight_decay * w_norm)
+                    local_lr = torch.where(
+                        (w_norm > 0) & (g_norm > 0), trust, torch.ones_like(trust)
+                    )
+                    update.mul_(local_lr * lr)
+                else:
+                    update.mul_(lr)
+
+                if momentum != 0:
+                    state = self.state[p]
+                    buf = state.get("momentum_buffer")
+                    if buf is None:
+                        buf = update
+                        state["momentum_buffer"] = buf
+                    else:
+                        buf.mul_(momentum).add_(update)
+                    p.sub_(buf)
+                else:
+                    p.sub_(update)
+
+        return loss
+
+
+def lars_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Split ``model``'s trainable parameters into the usual two LARS groups.
+
+    Returns ``[weights, others]`` where ``weights`` holds the tensors with
+    ``ndim > 1`` (``adapt=True``, the given ``weight_decay``) and ``others``
+    the ones with ``ndim <= 1`` such as biases and normalization weights
+    (``adapt=False``, ``weight_decay=0.0``).  Parameters with
+    ``requires_grad=False`` are left out.
+    """
+    _check_weight_decay(weight_decay)
+    adapted: list[nn.Parameter] = []
+    plain: list[nn.Parameter] = []
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        (adapted if p.ndim > 1 else plain).append(p)
+    return [
+        {"params": adapted, "weight_decay": weight_decay, "adapt": True},
+        {"params": plain, "weight_decay": 0.0, "adapt": False},
+    ]

@@ -1,0 +1,121 @@
+"""All-reduce data parallel (the papers' "DataParallel" baseline).
+
+Gradients are averaged across all workers every step, so all workers keep
+identical states. Under torch.distributed this is
+:class:`torch.nn.parallel.DistributedDataParallel` itself: call
+``strategy.model`` in the forward pass (DDP must see it) and ``strategy.step``
+after ``backward``. A DDP communication hook counts the gradient traffic
+(ring all-reduce, ``2 (W - 1) / W`` of the gradient bytes per worker per step).
+
+In the simulator (and for a single worker) ``step`` all-reduces the flattened
+gradients itself and, like DDP's ``broadcast_buffers``, copies rank 0's
+buffers to every worker after the step, so the next forward sees the same
+buffers DDP would give it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from lsgd.comm import Communicator
+from lsgd.comm.distributed import DistCommunicator
+from lsgd.flat import FlatBuffer
+from lsgd.functional import ring_allreduce_bytes
+from lsgd.strategies.base import Strategy
+
+
+class AllReduce(Strategy):
+    """Synchronous data parallel: one gradient all-reduce per step.
+
+    Args:
+        comm: see :class:`~lsgd.strategies.base.Strategy`.
+        sync_buffers: keep buffers equal to rank 0's (DDP's ``broadcast_buffers``).
+        ddp_kwargs: extra keyword arguments for ``DistributedDataParallel``.
+
+    Workers always start from rank 0's state (data parallelism needs identical
+    replicas), so there is no ``init`` argument.
+    """
+
+    name = "allreduce"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        comm: Communicator | None = None,
+        sync_buffers: bool = True,
+        ddp_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(model, optimizer, comm=comm, init="broadcast", sync_buffers=sync_buffers)
+        self._ddp: nn.parallel.DistributedDataParallel | None = None
+        self._grads: FlatBuffer | None = None
+        self._buffers = list(model.buffers()) if sync_buffers else []
+        if isinstance(self.comm, DistCommunicator) and self.world_size > 1:
+            self._ddp = self._wrap(model, ddp_kwargs or {})
+
+    def _wrap(self, model: nn.Module, kwargs: dict[str, Any]) -> nn.parallel.DistributedDataParallel:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        device = next(model.parameters()).device
+        options: dict[str, Any] = {"broadcast_buffers": self.sync_buffers}
+        if device.type == "cuda":
+            options["device_ids"] = [device]
+        options.update(kwargs)
+        ddp = nn.parallel.DistributedDataParallel(
+            model, process_group=self.comm.process_group, **options  # type: ignore[attr-defined]
+        )
+        comm, world = self.comm, self.world_size
+
+        def counting_allreduce(pg: Any, bucket: Any) -> torch.futures.Future:
+            buffer = bucket.buffer()
+            volume = ring_allreduce_bytes(buffer.numel() * buffer.element_size(), world)
+            start = time.perf_counter()
+
+            def done(fut: torch.futures.Future) -> torch.Tensor:
+                comm.record(volume, volume, time.perf_counter() - start)
+                return fut.value()[0] if isinstance(fut.value(), list) else fut.value()
+
+            return default_hooks.allreduce_hook(pg, bucket).then(done)
+
+        ddp.register_comm_hook(self.comm.process_group, counting_allreduce)  # type: ignore[attr-defined]
+        return ddp
+
+    @property
+    def model(self) -> nn.Module:
+        return self._ddp if self._ddp is not None else self._module
+
+    def step(self, loss: torch.Tensor | float | None = None) -> None:
+        """Average gradients (unless DDP already did), then the optimizer step."""
+        if self._ddp is None and self.world_size > 1:
+            self._average_gradients()
+        self.optimizer.step()
+        self.steps += 1
+        self.rounds += 1
+        if self._ddp is None and self.world_size > 1 and self._buffers:
+            with torch.no_grad():
+                for buffer in self._buffers:
+                    self.comm.broadcast_(buffer, src=0)
+
+    def _average_gradients(self) -> None:
+        params = [p for p in self._module.parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in params]
+        if self._grads is None:
+            self._grads = FlatBuffer(grads)
+        self._grads.copy_from(grads)
+        for buffer in self._grads.buffers:
+            self.comm.all_reduce_(buffer, op="mean")
+        self._grads.copy_to(grads)
+
+    def center(self) -> nn.Module:
+        """A copy of the model: every replica already holds the average."""
+        import copy
+
+        return copy.deepcopy(self._module)

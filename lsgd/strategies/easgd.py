@@ -1,0 +1,91 @@
+"""Elastic Averaging SGD (Zhang, Choromanska, LeCun, "Deep learning with Elastic
+Averaging SGD", NeurIPS 2015), synchronous, without a parameter server.
+
+Every worker holds an identical copy of the center ``c``, which starts as the
+average of the workers' initial states. Every ``period`` steps, with
+``x_bar`` the mean of the workers' states (one all-reduce) and
+``alpha = moving_rate / W``::
+
+    x <- x - alpha (x - c)          (c before its update)
+    c <- c + moving_rate (x_bar - c)   (= c + alpha * sum_i (x_i - c))
+
+Every worker applies the same center update to the same ``x_bar``, so the
+copies of ``c`` stay identical. Communicated per round: one all-reduce of the
+state. Elastic Averaging GD (EAGD) is this with ``period=1`` and full gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from lsgd import _validate
+from lsgd.comm import Communicator
+from lsgd.flat import FlatBuffer
+from lsgd.functional import elastic_step_
+from lsgd.strategies.base import Strategy, state_tensors
+
+
+class EASGD(Strategy):
+    """Synchronous EASGD with the center held identically by every worker.
+
+    Args:
+        moving_rate: beta in [0, 1] (default 0.43, the value the LSGD paper took
+            from EASGD); the elastic pull of each worker is ``alpha = beta / W``.
+        period: tau, local steps between rounds.
+        comm, init, sync_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+
+    ``center()`` returns the center variable ``c`` (no communication).
+    """
+
+    name = "easgd"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        moving_rate: float = 0.43,
+        period: int = 16,
+        comm: Communicator | None = None,
+        init: str = "broadcast",
+        sync_buffers: bool = True,
+    ) -> None:
+        self.moving_rate = _validate.fraction("EASGD", "moving_rate", moving_rate)
+        self.period = _validate.positive_int("EASGD", "period", period)
+        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers)
+        self.alpha = self.moving_rate / self.world_size
+        self.center_state = FlatBuffer(self.x).copy_from(self.x)
+        self._mean = FlatBuffer(self.x)
+        if self.init == "independent":
+            with torch.no_grad(), self.comm.category("init"):
+                for buffer in self.center_state.buffers:
+                    self.comm.all_reduce_(buffer, op="mean")
+
+    def _after_step(self, loss: torch.Tensor | float | None) -> None:
+        if self.steps % self.period == 0:
+            self._average_into(self._mean)
+            elastic_step_(self.x, self.center_state.views, self._mean.views,
+                          self.alpha, self.moving_rate)
+            self.rounds += 1
+
+    def center(self) -> nn.Module:
+        """A copy of the model holding the center variable ``c``."""
+        import copy
+
+        replica = copy.deepcopy(self._module)
+        self.center_state.copy_to(state_tensors(replica, self.sync_buffers))
+        return replica
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["center"] = [b.clone() for b in self.center_state.buffers]
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        for buffer, value in zip(self.center_state.buffers, state["center"]):
+            buffer.copy_(value)

@@ -1,0 +1,255 @@
+"""Leader SGD (Teng et al., "Leader Stochastic Gradient Descent for Distributed
+Training of Deep Learning Models", NeurIPS 2019), synchronous.
+
+Each worker runs its own optimizer. Workers are pulled toward the best
+performer (the *leader*, lowest recent training loss), never toward an average:
+
+1. every local step, after the optimizer step, a small pull toward the leaders
+   elected at the last communication (stale leaders are fine, Theorem 2)::
+
+       x <- x - (scope / period) (x - leader_local) - (scope_global / global_period) (x - leader_global)
+
+2. every ``period`` steps (a local round): elect the leader of each group,
+   broadcast its state inside the group, ``x <- x - pull (x - leader_local)``;
+3. every ``global_period`` steps (a global round): elect the leader of all
+   workers, broadcast its state to everyone, ``x <- x - pull_global (x - leader_global)``.
+
+When both rounds fall on one step the local round goes first. A leader's own
+pull terms are zero: it takes a plain optimizer step. Before the first round
+the pull targets come from an election on the first batch's losses (no pull
+then; skipped at a level whose ``scope`` is 0, where targets are never used).
+
+Single-leader LSGD is ``groups=1``: only the global level exists, set by
+``pull``, ``scope`` and ``period`` (the ``*_global`` spellings are accepted too).
+With several groups, ``pull``/``scope``/``period`` set the local level and
+``pull_global``/``scope_global``/``global_period`` the global one.
+
+Communicated per round: one all-gather of the scores (``W`` floats for a global
+round, ``W / groups`` for a local one; one all-gather serves both when both are
+due) and one broadcast of the leader's state. Nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from lsgd import _validate
+from lsgd.comm import Communicator
+from lsgd.flat import FlatBuffer
+from lsgd.functional import elect, pull_, pull_two_
+from lsgd.leader import Scorer
+from lsgd.strategies.base import Strategy, as_loss_tensor
+
+
+@dataclasses.dataclass
+class _Level:
+    """One level of leadership: the local one (a group) or the global one (all)."""
+
+    name: str  # "local" | "global"
+    comm_scope: str  # "group" | "world"
+    members: list[int]
+    pull: float
+    scope: float
+    period: int
+    snapshot: FlatBuffer
+    leader: int | None = None
+    rounds: int = 0
+    switches: int = 0
+
+    @property
+    def scope_weight(self) -> float:
+        return self.scope / self.period
+
+
+class LSGD(Strategy):
+    """Leader SGD, single-leader (``groups=1``) or multi-leader (several groups).
+
+    Args:
+        pull: lambda, fraction of the way to the leader moved at a round, in [0, 1].
+        scope: gamma, the every-step pull is ``gamma / period`` of the way, in [0, 1].
+        period: tau, local steps between rounds.
+        pull_global, scope_global, global_period: lambda_G, gamma_G, tau_G of the
+            global level when there are several groups (default: ``pull``,
+            ``scope`` and ``4 * period``); ``global_period`` must be a multiple
+            of ``period``.
+        leader_window: k, the score is the mean of the last k training losses.
+        leader_metric: ``"train"`` (the window) or ``"eval"`` (the loss on
+            ``eval_batch`` under ``eval_loss``, default cross-entropy, at election time).
+        comm, init, sync_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+    """
+
+    name = "lsgd"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        pull: float = 0.1,
+        scope: float = 0.01,
+        period: int = 16,
+        pull_global: float | None = None,
+        scope_global: float | None = None,
+        global_period: int | None = None,
+        leader_window: int = 10,
+        leader_metric: str = "train",
+        eval_batch: tuple[torch.Tensor, torch.Tensor] | None = None,
+        eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        comm: Communicator | None = None,
+        init: str = "broadcast",
+        sync_buffers: bool = True,
+    ) -> None:
+        owner = "LSGD"
+        pull = _validate.fraction(owner, "pull", pull)
+        scope = _validate.fraction(owner, "scope", scope)
+        period = _validate.positive_int(owner, "period", period)
+        if pull_global is not None:
+            pull_global = _validate.fraction(owner, "pull_global", pull_global)
+        if scope_global is not None:
+            scope_global = _validate.fraction(owner, "scope_global", scope_global)
+        if global_period is not None:
+            global_period = _validate.positive_int(owner, "global_period", global_period)
+        self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
+        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers)
+        info = self.comm.info
+        self.levels: list[_Level] = []
+        if info.groups == 1:
+            # Single leader: the one level may be spelled either way, not both differently.
+            g_pull = _one_spelling(owner, "pull", pull, pull_global)
+            g_scope = _one_spelling(owner, "scope", scope, scope_global)
+            g_period = _one_spelling(owner, "period", period, global_period)
+        else:
+            g_pull = pull if pull_global is None else pull_global
+            g_scope = scope if scope_global is None else scope_global
+            g_period = 4 * period if global_period is None else global_period
+            _validate.multiple_of(owner, "global_period", g_period, "period", period)
+            if info.group_size > 1:
+                self.levels.append(
+                    _Level("local", "group", info.group_members(), pull, scope, period,
+                           FlatBuffer(self.x))
+                )
+        self.levels.append(
+            _Level("global", "world", list(range(info.world_size)), g_pull, g_scope, g_period,
+                   FlatBuffer(self.x))
+        )
+        self.device = self.x[0].device if self.x else torch.device("cpu")
+        self.leader_history: list[tuple[int, str, int | None]] = []
+
+    # -- public views ----------------------------------------------------
+    @property
+    def leader_rank(self) -> int | None:
+        """The global leader elected at the last communication (None before any)."""
+        return self.levels[-1].leader
+
+    @property
+    def local_leader_rank(self) -> int | None:
+        """This worker's group leader (the global leader when there is one group)."""
+        return self.levels[0].leader
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        stats = super().stats
+        for level in self.levels:
+            stats[f"{level.name}_rounds"] = level.rounds
+            stats[f"{level.name}_leader_switches"] = level.switches
+        stats["leader_rank"] = self.leader_rank
+        stats["local_leader_rank"] = self.local_leader_rank
+        stats["leader_switches"] = self.levels[-1].switches
+        return stats
+
+    # -- the rule ----------------------------------------------------------
+    def _after_step(self, loss: torch.Tensor | float | None) -> None:
+        self.scorer.record(None if loss is None else as_loss_tensor(loss, "LSGD"), "LSGD")
+        if self.steps == 1:
+            initial = [lv for lv in self.levels if lv.scope > 0 and lv.period > 1]
+            if initial:
+                self._communicate(initial, pull=False)
+        self._scope_pull()
+        due = [lv for lv in self.levels if self.steps % lv.period == 0]
+        if due:
+            self._communicate(due, pull=True)
+
+    def _scope_pull(self) -> None:
+        """Every-step pull toward the (stale) leaders of the last communication."""
+        active = [
+            lv for lv in self.levels
+            if lv.scope > 0 and lv.leader is not None and lv.leader != self.rank
+        ]
+        if len(active) == 1:
+            pull_(self.x, active[0].snapshot.views, active[0].scope_weight)
+        elif len(active) == 2:
+            a, b = active
+            pull_two_(self.x, a.snapshot.views, a.scope_weight, b.snapshot.views, b.scope_weight)
+
+    def _communicate(self, levels: list[_Level], pull: bool) -> None:
+        """Elect the leader of each level, broadcast its state, pull (local first)."""
+        score = self.scorer.score(self._module, self.device)
+        world = any(lv.comm_scope == "world" for lv in levels)
+        scores = self.comm.all_gather(score.reshape(1), scope="world" if world else "group")
+        scores = scores.reshape(-1)
+        for level in levels:  # self.levels order: local before global
+            if world and level.comm_scope == "group":
+                level_scores = scores[level.members[0] : level.members[-1] + 1]
+            else:
+                level_scores = scores
+            winner = elect(level_scores)
+            if winner is None:  # no finite score anywhere: keep the old leader, no pull
+                continue
+            leader = level.members[winner]
+            if self.rank == leader:
+                level.snapshot.copy_from(self.x)
+            for buffer in level.snapshot.buffers:
+                self.comm.broadcast_(buffer, src=leader, scope=level.comm_scope)  # type: ignore[arg-type]
+            if pull and self.rank != leader:
+                pull_(self.x, level.snapshot.views, level.pull)
+            if level.leader is not None and level.leader != leader:
+                level.switches += 1
+            level.leader = leader
+            self.leader_history.append((self.steps, level.name, leader))
+            if pull:
+                level.rounds += 1
+                self.rounds += 1
+
+    # -- checkpointing -----------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["scorer"] = self.scorer.state()
+        state["levels"] = {
+            lv.name: {
+                "leader": lv.leader,
+                "rounds": lv.rounds,
+                "switches": lv.switches,
+                "snapshot": [b.clone() for b in lv.snapshot.buffers],
+            }
+            for lv in self.levels
+        }
+        state["leader_history"] = list(self.leader_history)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.scorer.load(state["scorer"])
+        for lv in self.levels:
+            saved = state["levels"][lv.name]
+            lv.leader, lv.rounds, lv.switches = saved["leader"], saved["rounds"], saved["switches"]
+            for buffer, value in zip(lv.snapshot.buffers, saved["snapshot"]):
+                buffer.copy_(value)
+        self.leader_history = [tuple(h) for h in state["leader_history"]]  # type: ignore[misc]
+
+
+def _one_spelling(owner: str, name: str, plain: Any, global_: Any) -> Any:
+    """With one group, ``name`` and ``name_global`` are the same knob."""
+    if global_ is None or global_ == plain:
+        return plain
+    defaults = {"pull": 0.1, "scope": 0.01, "period": 16}
+    if plain == defaults[name]:
+        return global_
+    raise ValueError(
+        f"{owner}: with groups=1 there is a single leader set by {name}; got both "
+        f"{name}={plain!r} and {name}_global={global_!r}; pass one of them"
+    )
