@@ -58,6 +58,15 @@ class CommStats:
         self.seconds += seconds
         self.calls += 1
 
+    def minus(self, other: CommStats) -> CommStats:
+        """The counts accumulated since ``other`` was taken."""
+        return CommStats(
+            self.bytes_sent - other.bytes_sent,
+            self.bytes_received - other.bytes_received,
+            self.seconds - other.seconds,
+            self.calls - other.calls,
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkerInfo:
@@ -155,12 +164,6 @@ class Communicator(ABC):
     def record(self, sent: int, received: int, seconds: float) -> None:
         """Count traffic moved outside this communicator (DistributedDataParallel's)."""
         self._stats.setdefault(self._category, CommStats()).add(sent, received, seconds)
-
-    def stats_state(self) -> dict[str, dict[str, float]]:
-        return {k: dataclasses.asdict(v) for k, v in self._stats.items()}
-
-    def load_stats_state(self, state: dict[str, dict[str, float]]) -> None:
-        self._stats = {k: CommStats(**v) for k, v in state.items()}
 
     # -- collectives ----------------------------------------------------
     def all_reduce_(

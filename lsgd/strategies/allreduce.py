@@ -7,10 +7,9 @@ identical states. Under torch.distributed this is
 after ``backward``. A DDP communication hook counts the gradient traffic
 (ring all-reduce, ``2 (W - 1) / W`` of the gradient bytes per worker per step).
 
-In the simulator (and for a single worker) ``step`` all-reduces the flattened
-gradients itself and, like DDP's ``broadcast_buffers``, copies rank 0's
-buffers to every worker after the step, so the next forward sees the same
-buffers DDP would give it.
+In the simulator ``step`` all-reduces the flattened gradients itself, and
+``strategy.model`` is a thin wrapper that, like DDP's ``broadcast_buffers``,
+copies rank 0's buffers to every worker before each forward pass.
 """
 
 from __future__ import annotations
@@ -55,8 +54,13 @@ class AllReduce(Strategy):
         self._ddp: nn.parallel.DistributedDataParallel | None = None
         self._grads: FlatBuffer | None = None
         self._buffers = list(model.buffers()) if sync_buffers else []
+        self._buffer_bytes = sum(b.numel() * b.element_size() for b in self._buffers)
+        self._wrapper: nn.Module = model
         if isinstance(self.comm, DistCommunicator) and self.world_size > 1:
             self._ddp = self._wrap(model, ddp_kwargs or {})
+            self._wrapper = self._ddp
+        elif self.world_size > 1 and self._buffers:
+            self._wrapper = _BufferBroadcast(model, self)
 
     def _wrap(self, model: nn.Module, kwargs: dict[str, Any]) -> nn.parallel.DistributedDataParallel:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -71,7 +75,9 @@ class AllReduce(Strategy):
         )
         comm, world = self.comm, self.world_size
 
-        def counting_allreduce(pg: Any, bucket: Any) -> torch.futures.Future:
+        # DDP checks a hook's annotations against real classes, which postponed
+        # annotations would turn into strings: leave bucket and return unannotated.
+        def counting_allreduce(pg: Any, bucket):  # type: ignore[no-untyped-def]
             buffer = bucket.buffer()
             volume = ring_allreduce_bytes(buffer.numel() * buffer.element_size(), world)
             start = time.perf_counter()
@@ -87,7 +93,7 @@ class AllReduce(Strategy):
 
     @property
     def model(self) -> nn.Module:
-        return self._ddp if self._ddp is not None else self._module
+        return self._wrapper
 
     def step(self, loss: torch.Tensor | float | None = None) -> None:
         """Average gradients (unless DDP already did), then the optimizer step."""
@@ -96,10 +102,15 @@ class AllReduce(Strategy):
         self.optimizer.step()
         self.steps += 1
         self.rounds += 1
-        if self._ddp is None and self.world_size > 1 and self._buffers:
-            with torch.no_grad():
-                for buffer in self._buffers:
-                    self.comm.broadcast_(buffer, src=0)
+        if self._ddp is not None and self._buffers:
+            # DDP broadcast rank 0's buffers in the forward; count it as a broadcast.
+            first = self.rank == 0
+            self.comm.record(self._buffer_bytes if first else 0, 0 if first else self._buffer_bytes, 0.0)
+
+    def _broadcast_buffers(self) -> None:
+        with torch.no_grad():
+            for buffer in self._buffers:
+                self.comm.broadcast_(buffer, src=0)
 
     def _average_gradients(self) -> None:
         params = [p for p in self._module.parameters() if p.requires_grad]
@@ -119,3 +130,16 @@ class AllReduce(Strategy):
         import copy
 
         return copy.deepcopy(self._module)
+
+
+class _BufferBroadcast(nn.Module):
+    """Simulator stand-in for DDP's forward: rank 0's buffers, then the module."""
+
+    def __init__(self, module: nn.Module, strategy: AllReduce) -> None:
+        super().__init__()
+        self.module = module
+        self._strategy = [strategy]  # a list, so the strategy is not a submodule
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self._strategy[0]._broadcast_buffers()
+        return self.module(*args, **kwargs)

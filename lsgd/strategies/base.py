@@ -15,6 +15,7 @@ variance). Integer buffers (``num_batches_tracked``) are never communicated.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,10 +23,11 @@ import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.comm import Communicator, get_communicator
+from lsgd.comm import CommStats, Communicator, get_communicator
 from lsgd.flat import FlatBuffer
 
 INITS = ("broadcast", "independent")
+TRAFFIC = ("train", "eval")
 
 
 def state_tensors(model: nn.Module, sync_buffers: bool = True) -> list[torch.Tensor]:
@@ -86,6 +88,8 @@ class Strategy:
         self.rounds = 0
         if self.init == "broadcast":
             self._broadcast_initial_state()
+        # The communicator may outlive several strategies: count from here.
+        self._baseline = {c: self.comm.stats(c) for c in TRAFFIC}
 
     # -- the user-facing surface ----------------------------------------
     @property
@@ -135,7 +139,7 @@ class Strategy:
     @property
     def stats(self) -> dict[str, Any]:
         """Steps, rounds and traffic of this worker (``eval_*``: evaluation traffic)."""
-        train, evaluation = self.comm.stats("train"), self.comm.stats("eval")
+        train, evaluation = self.traffic("train"), self.traffic("eval")
         return {
             "method": self.name,
             "rank": self.rank,
@@ -151,13 +155,17 @@ class Strategy:
             "eval_bytes_received": evaluation.bytes_received,
         }
 
+    def traffic(self, category: str = "train") -> CommStats:
+        """What this strategy moved in ``category`` (``"train"`` or ``"eval"``)."""
+        return self.comm.stats(category).minus(self._baseline.get(category, CommStats()))
+
     def state_dict(self) -> dict[str, Any]:
         """Everything of the strategy's own needed to resume (not model or optimizer)."""
         return {
             "name": self.name,
             "steps": self.steps,
             "rounds": self.rounds,
-            "comm_stats": self.comm.stats_state(),
+            "traffic": {c: dataclasses.asdict(self.traffic(c)) for c in TRAFFIC},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -167,7 +175,9 @@ class Strategy:
             )
         self.steps = int(state["steps"])
         self.rounds = int(state["rounds"])
-        self.comm.load_stats_state(state["comm_stats"])
+        for c in TRAFFIC:
+            saved = CommStats(**state["traffic"][c])
+            self._baseline[c] = self.comm.stats(c).minus(saved)
 
     # -- helpers for subclasses -----------------------------------------
     def _broadcast_initial_state(self) -> None:

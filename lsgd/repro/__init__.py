@@ -1,0 +1,268 @@
+"""Reproductions of the LSGD paper's own small experiments.
+
+Two experiments from Teng et al., "Leader Stochastic Gradient Descent for
+Distributed Training of Deep Learning Models" (NeurIPS 2019), that run on a
+laptop in a minute or so (setups in ALGORITHMS.md, "The papers' own small
+experiments"):
+
+* :mod:`lsgd.repro.toy`: a 2-D landscape, 4 workers, LGD against EAGD
+  (``lsgd repro toy``);
+* :mod:`lsgd.repro.matrix`: low-rank matrix factorization, 8 workers, LGD
+  against EAGD (``lsgd repro matrix-completion``).
+
+Both run the library's own strategies (:class:`~lsgd.LSGD`,
+:class:`~lsgd.EASGD`, ...) on the in-process simulator with full-batch
+"losses", so they double as an end-to-end check of the library. This module
+holds what the two share: the one-parameter model, the description of a method
+as a strategy, the full-batch worker loop on the simulator, a progress line,
+and the lazy matplotlib import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import IO, Any
+
+import torch
+from torch import nn
+
+import lsgd
+from lsgd.strategies.base import Strategy
+
+PLOT_HINT = "note: matplotlib is not installed, skipping the PNGs (pip install 'lsgd[plot]')"
+
+#: ``value_and_grad(x) -> (F(x), grad F(x))`` for one worker's point ``x``.
+ValueAndGrad = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+_STRATEGIES: dict[str, type[Strategy]] = {
+    "lsgd": lsgd.LSGD,
+    "easgd": lsgd.EASGD,
+    "local-sgd": lsgd.LocalSGD,
+    "independent": lsgd.Independent,
+}
+
+
+class Point(nn.Module):
+    """A "model" that is one point ``x`` of the search space (one parameter)."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        super().__init__()
+        self.x = nn.Parameter(x.detach().clone())
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """One method of a comparison: a label and the strategy that implements it.
+
+    ``kind`` is one of ``"lsgd"``, ``"easgd"``, ``"local-sgd"``,
+    ``"independent"``; ``options`` are the strategy's keyword arguments
+    (``pull``, ``scope``, ``period``, ``moving_rate``, ...). Every worker
+    keeps its own start (``init="independent"``).
+    """
+
+    label: str
+    kind: str
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def build(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Strategy:
+        if self.kind not in _STRATEGIES:
+            raise ValueError(
+                f"Method {self.label!r}: kind must be one of {sorted(_STRATEGIES)}, "
+                f"got {self.kind!r}"
+            )
+        return _STRATEGIES[self.kind](model, optimizer, init="independent", **self.options)
+
+    def describe(self) -> str:
+        """``"LSGD(pull=0.1, scope=0.0, period=1)"``: the strategy as constructed."""
+        args = ", ".join(f"{k}={v}" for k, v in self.options.items())
+        return f"{_STRATEGIES[self.kind].__name__}({args})"
+
+
+def lgd(pull: float) -> Method:
+    """Leader GD: LSGD with a pull toward the leader every step and no scope pull.
+
+    ``leader_window=1`` makes the score the objective at the current point.
+    """
+    return Method("LGD", "lsgd", {"pull": pull, "scope": 0.0, "period": 1, "leader_window": 1})
+
+
+def eagd(moving_rate: float) -> Method:
+    """Elastic averaging GD: EASGD with a round every step (``alpha = beta / W``)."""
+    return Method("EAGD", "easgd", {"moving_rate": moving_rate, "period": 1})
+
+
+@dataclasses.dataclass
+class FullBatchRun:
+    """What :func:`run_full_batch` records.
+
+    ``losses[t, i]`` is F at worker ``i``'s point after ``t`` steps (row 0: the
+    starts); ``positions[t, i]`` that point, when recorded; ``leaders[t]`` the
+    leader elected at step ``t + 1`` (LSGD only, else empty).
+    """
+
+    method: Method
+    losses: torch.Tensor
+    positions: torch.Tensor | None
+    leaders: list[int | None]
+    steps: int
+    stopped: bool
+    seconds: float
+
+
+def run_full_batch(
+    method: Method,
+    value_and_grad: ValueAndGrad,
+    starts: torch.Tensor,
+    lr: float,
+    max_steps: int,
+    *,
+    stop_tol: float | None = None,
+    check_every: int = 10,
+    record_positions: bool = True,
+    progress: Progress | None = None,
+) -> FullBatchRun:
+    """Full-batch gradient descent with ``method`` on the simulator, one worker per start.
+
+    Worker ``i`` starts at ``starts[i]`` and runs plain ``torch.optim.SGD(lr)``
+    under ``method``'s strategy. Each step it evaluates ``F`` and ``grad F`` at
+    its current point, sets the gradient and calls ``strategy.step(F)``, so the
+    leader of LSGD is elected on the objective *before* the step and pulled
+    toward *after* it.
+
+    With ``stop_tol``, every ``check_every`` steps the workers all-gather the
+    largest coordinate any of them moved in one step during those steps
+    (counted as ``"repro"`` traffic, not training traffic) and all stop when it
+    is below ``stop_tol``: they have stopped moving. Otherwise, or if they keep
+    moving, they stop after ``max_steps``.
+    """
+    world = int(starts.shape[0])
+
+    def worker(info: lsgd.WorkerInfo) -> tuple[torch.Tensor, torch.Tensor | None, list, bool]:
+        model = Point(starts[info.rank])
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        strategy = method.build(model, optimizer)
+        comm = lsgd.get_communicator()
+        x = model.x
+        losses: list[torch.Tensor] = []
+        positions: list[torch.Tensor] = []
+        moved = torch.zeros((), dtype=torch.float64)
+        stopped = False
+        for step in range(1, max_steps + 1):
+            loss, grad = value_and_grad(x.detach())
+            losses.append(loss.detach().reshape(()))
+            if record_positions:
+                positions.append(x.detach().clone())
+            before = x.detach().clone() if stop_tol is not None else None
+            x.grad = grad
+            strategy.step(loss)
+            if before is not None:
+                moved = torch.maximum(moved, (x.detach() - before).abs().max().to(torch.float64))
+                if step % check_every == 0:
+                    with comm.category("repro"):
+                        largest = comm.all_gather(moved.reshape(1)).max()
+                    moved.zero_()
+                    if bool(largest < stop_tol):
+                        stopped = True
+            if progress is not None and info.rank == 0:
+                progress.update(step)
+            if stopped:
+                break
+        final, _ = value_and_grad(x.detach())
+        losses.append(final.detach().reshape(()))
+        if record_positions:
+            positions.append(x.detach().clone())
+        leaders = [h[2] for h in getattr(strategy, "leader_history", [])]
+        stacked = torch.stack(positions) if record_positions else None
+        return torch.stack(losses), stacked, leaders, stopped
+
+    start = time.perf_counter()
+    results = lsgd.simulate(worker, world_size=world, seed=0)
+    seconds = time.perf_counter() - start
+    losses = torch.stack([r[0] for r in results], dim=1)
+    positions = torch.stack([r[1] for r in results], dim=1) if record_positions else None
+    return FullBatchRun(
+        method=method,
+        losses=losses,
+        positions=positions,
+        leaders=results[0][2],
+        steps=losses.shape[0] - 1,
+        stopped=results[0][3],
+        seconds=seconds,
+    )
+
+
+class Progress:
+    """A one-line progress indicator on stderr (``\\r``-updated on a terminal).
+
+    Silent when ``enabled`` is false. Redraws at most every 0.2 s on a
+    terminal, every 5 s otherwise (logs stay short).
+    """
+
+    def __init__(self, enabled: bool = True, stream: IO[str] | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.label = ""
+        self.total = 0
+        self._start = time.perf_counter()
+        self._last = 0.0
+        self._shown = False
+
+    def start(self, label: str, total: int) -> None:
+        """Begin a task of ``total`` units called ``label``."""
+        self.label, self.total = label, total
+        self._last = 0.0
+        self.update(0, force=True)
+
+    def update(self, done: int, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if not force and now - self._last < (0.2 if self.tty else 5.0) and done < self.total:
+            return
+        self._last = now
+        pct = 100.0 * done / self.total if self.total else 100.0
+        text = f"{self.label} {done}/{self.total} ({pct:.0f}%) [{now - self._start:.0f}s]"
+        if self.tty:
+            self.stream.write("\r\033[K" + text)
+            self._shown = True
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the line (call once at the end of the run)."""
+        if self.enabled and self.tty and self._shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._shown = False
+
+
+def pyplot() -> Any | None:
+    """``matplotlib.pyplot`` on the Agg backend, or None (with a note) if not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        print(PLOT_HINT, file=sys.stderr)
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+__all__ = [
+    "FullBatchRun",
+    "Method",
+    "PLOT_HINT",
+    "Point",
+    "Progress",
+    "ValueAndGrad",
+    "eagd",
+    "lgd",
+    "pyplot",
+    "run_full_batch",
+]

@@ -1,0 +1,235 @@
+"""The LSGD paper's 2-D toy landscape: LGD reaches a better optimum than EAGD.
+
+Setup (ALGORITHMS.md, "The papers' own small experiments")::
+
+    L(x, y) = sin(pi r) / (pi r),   r = sqrt(x^2 + y^2)    (L(0, 0) = 1)
+
+a radial "sinc" whose minima are rings: the deepest at r ~ 1.430
+(L ~ -0.2172), then r ~ 3.471 (-0.0913), r ~ 5.478 (-0.0580), r ~ 7.483
+(-0.0425), ... each ring shallower than the one inside it. Four workers start
+at (-6, -4), (-15, -18), (20, 11), (17, 8) and take full gradient steps with
+learning rate 0.1, communicating every step:
+
+* LGD: LSGD with ``pull = 0.1``, ``scope = 0``, ``period = 1``: each step the
+  worker with the lowest L (before the step) leads, and every other worker
+  moves 0.1 of the way to the leader's new point;
+* EAGD: EASGD with ``moving_rate = beta = 0.43``, ``period = 1``
+  (``alpha = beta / 4``), the center starting at the mean of the starts.
+
+For comparison also LSGD with the every-step scope pull and a period above 1,
+local SGD (averaging every few steps) and independent gradient descent.
+
+A run stops when the workers have stopped moving: every ``check_every = 10``
+steps the largest coordinate change of any worker in one step over those
+steps is compared with ``tol`` (default 1e-10), or after ``max_steps``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import torch
+
+from lsgd.repro import FullBatchRun, Method, Progress, eagd, lgd, pyplot, run_full_batch
+
+STARTS: tuple[tuple[float, float], ...] = ((-6.0, -4.0), (-15.0, -18.0), (20.0, 11.0), (17.0, 8.0))
+LR = 0.1
+PULL = 0.1
+MOVING_RATE = 0.43
+
+_SMALL_R = 1e-4  # below this radius use the Taylor series (no 0/0)
+
+
+def objective(point: torch.Tensor) -> torch.Tensor:
+    """``L(x, y) = sin(pi r) / (pi r)`` for ``point = [..., 2]`` (1 at the origin)."""
+    r = torch.linalg.vector_norm(point, dim=-1)
+    return torch.sinc(r)  # torch.sinc(t) = sin(pi t) / (pi t), 1 at 0
+
+
+def gradient(point: torch.Tensor) -> torch.Tensor:
+    """``grad L = L'(r) / r * (x, y)`` with ``L'(r) = (pi r cos(pi r) - sin(pi r)) / (pi r^2)``.
+
+    ``L'(r) / r = (pi r cos(pi r) - sin(pi r)) / (pi r^3)``, which near the
+    origin is ``-pi^2/3 + pi^4 r^2 / 30 + O(r^4)`` (used below ``r = 1e-4``).
+    """
+    r = torch.linalg.vector_norm(point, dim=-1, keepdim=True)
+    pr = math.pi * r
+    safe = torch.where(r < _SMALL_R, torch.ones_like(r), r)
+    exact = (pr * torch.cos(pr) - torch.sin(pr)) / (math.pi * safe**3)
+    series = -(math.pi**2) / 3 + math.pi**4 * r**2 / 30
+    return torch.where(r < _SMALL_R, series, exact) * point
+
+
+def value_and_grad(point: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return objective(point), gradient(point)
+
+
+def methods(
+    pull: float = PULL, moving_rate: float = MOVING_RATE, period: int = 4, scope: float = 0.1
+) -> list[Method]:
+    """LGD and EAGD (the paper's pair), then the comparisons."""
+    return [
+        lgd(pull),
+        eagd(moving_rate),
+        Method(
+            "LSGD",
+            "lsgd",
+            {"pull": pull, "scope": scope, "period": period, "leader_window": 1},
+        ),
+        Method("LocalSGD", "local-sgd", {"period": period}),
+        Method("GD", "independent", {}),
+    ]
+
+
+def starts() -> torch.Tensor:
+    return torch.tensor(STARTS, dtype=torch.float64)
+
+
+def summarize(run: FullBatchRun) -> dict[str, Any]:
+    """Best objective at the end, where, which worker, after how many steps.
+
+    ``steps_to_best``: the first step at which some worker was within 1e-6 of
+    the final best value (and stayed no worse by more than that);
+    ``lowest_visited``: the lowest L any worker passed through on the way.
+    """
+    final = run.losses[-1]
+    best = int(torch.argmin(final))
+    best_value = float(final[best])
+    best_per_step = run.losses.min(dim=1).values
+    above = (best_per_step > best_value + 1e-6).nonzero()
+    steps_to_best = int(above[-1]) + 1 if len(above) else 0
+    assert run.positions is not None
+    where = run.positions[-1, best].tolist()
+    return {
+        "method": run.method.describe(),
+        "best_objective": best_value,
+        "where": where,
+        "radius": math.hypot(*where),
+        "worker": best,
+        "steps_to_best": steps_to_best,
+        "steps": run.steps,
+        "stopped": run.stopped,
+        "lowest_visited": float(run.losses.min()),
+        "final_objectives": final.tolist(),
+        "final_points": run.positions[-1].tolist(),
+        "leader_switches": _switches(run.leaders),
+    }
+
+
+def _switches(leaders: list[int | None]) -> int | None:
+    if not leaders:
+        return None
+    return sum(1 for a, b in zip(leaders, leaders[1:]) if a != b)
+
+
+def run(
+    *,
+    max_steps: int = 20_000,
+    tol: float = 1e-10,
+    pull: float = PULL,
+    moving_rate: float = MOVING_RATE,
+    lr: float = LR,
+    progress: Progress | None = None,
+) -> tuple[dict[str, dict[str, Any]], list[FullBatchRun]]:
+    """Run every method from the paper's starts; returns (summary by label, runs)."""
+    runs = []
+    for method in methods(pull, moving_rate):
+        if progress is not None:
+            progress.start(f"toy {method.label}", max_steps)
+        runs.append(
+            run_full_batch(method, value_and_grad, starts(), lr, max_steps,
+                           stop_tol=tol, progress=progress)
+        )
+    return {r.method.label: summarize(r) for r in runs}, runs
+
+
+def table(summary: dict[str, dict[str, Any]]) -> str:
+    """The summary as a plain-text table."""
+    head = f"{'method':<9} {'best L':>10} {'where (x, y)':>20} {'r':>7} {'worker':>6} " \
+           f"{'steps to best':>13} {'steps run':>9} {'lowest seen':>11}"
+    lines = [head, "-" * len(head)]
+    for label, s in summary.items():
+        x, y = s["where"]
+        lines.append(
+            f"{label:<9} {s['best_objective']:>10.5f} {f'({x:.3f}, {y:.3f})':>20} "
+            f"{s['radius']:>7.3f} {s['worker']:>6} {s['steps_to_best']:>13} "
+            f"{s['steps']:>9}{'' if s['stopped'] else '*'} {s['lowest_visited']:>11.5f}"
+        )
+    if not all(s["stopped"] for s in summary.values()):
+        lines.append("* still moving at the step limit")
+    lines.append("")
+    lines.extend(f"{label:<9} = {s['method']}" for label, s in summary.items())
+    return "\n".join(lines)
+
+
+def plot(runs: list[FullBatchRun], out: str) -> list[str]:
+    """Write ``trajectories.png`` and ``objective.png`` into ``out``; returns the paths."""
+    plt = pyplot()
+    if plt is None:
+        return []
+    os.makedirs(out, exist_ok=True)
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+    grid = torch.linspace(-25, 25, 501, dtype=torch.float64)
+    gx, gy = torch.meshgrid(grid, grid, indexing="xy")
+    landscape = objective(torch.stack([gx, gy], dim=-1)).numpy()
+
+    n = len(runs)
+    cols = 3
+    rows = math.ceil((n + 1) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 4.6 * rows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax, r in zip(flat, runs):
+        inset = ax.inset_axes([0.60, 0.02, 0.38, 0.38])
+        for a, half in ((ax, 25.0), (inset, 8.0)):
+            a.contourf(gx.numpy(), gy.numpy(), landscape, levels=40, cmap="viridis", vmax=0.25)
+            a.contour(gx.numpy(), gy.numpy(), landscape, levels=[-0.2, -0.09, -0.05],
+                      colors="white", linewidths=0.5, alpha=0.7, linestyles="solid")
+            assert r.positions is not None
+            for i in range(r.positions.shape[1]):
+                path = r.positions[:, i].numpy()
+                c = colors[i % len(colors)]
+                a.plot(path[:, 0], path[:, 1], "-", color=c, lw=1.2, label=f"worker {i}")
+                a.plot(*path[0], "o", color=c, mec="black", ms=6)
+                a.plot(*path[-1], "*", color=c, mec="black", ms=13 if a is ax else 10)
+            a.set_xlim(-half, half)
+            a.set_ylim(-half, half)
+            a.set_aspect("equal")
+        inset.set_xticks([])
+        inset.set_yticks([])
+        ax.indicate_inset_zoom(inset, edgecolor="white")
+        best = float(r.losses[-1].min())
+        ax.set_title(f"{r.method.label}: best L = {best:.4f} ({r.steps} steps)\n"
+                     f"{r.method.describe()}", fontsize=9)
+    handles, labels = flat[0].get_legend_handles_labels()
+    for ax in flat[n:]:
+        ax.axis("off")
+    flat[n].legend(handles, labels, loc="center", title="o start, * end; inset: |x|,|y| <= 8")
+    fig.suptitle("L = sin(pi r)/(pi r), 4 workers, full gradients, lr 0.1", fontsize=12)
+    fig.tight_layout()
+    paths = [os.path.join(out, "trajectories.png"), os.path.join(out, "objective.png")]
+    fig.savefig(paths[0], dpi=100)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False, sharey=True)
+    for ax, r in zip(axes[0], runs):
+        steps = torch.arange(r.losses.shape[0]) + 1
+        for i in range(r.losses.shape[1]):
+            ax.plot(steps.numpy(), r.losses[:, i].numpy(), color=colors[i % len(colors)],
+                    label=f"worker {i}")
+        ax.set_xscale("log")
+        ax.set_xlabel("step + 1")
+        ax.set_title(r.method.label, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("L(x, y)")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(paths[1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+__all__ = ["STARTS", "gradient", "methods", "objective", "plot", "run", "summarize", "table",
+           "value_and_grad"]
+

@@ -1,0 +1,124 @@
+"""Worker functions shared by the simulator tests and the gloo process tests.
+
+Each takes ``(info, spec)`` and returns plain data, so the same scenario runs
+under :func:`lsgd.simulate` and :func:`lsgd.launch` and the tests compare or
+check the results the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import lsgd
+
+METHODS = {
+    "lsgd": lsgd.LSGD,
+    "easgd": lsgd.EASGD,
+    "local-sgd": lsgd.LocalSGD,
+    "allreduce": lsgd.AllReduce,
+    "sgd": lsgd.Independent,
+}
+
+
+class Vector(nn.Module):
+    """A model that is one float64 parameter vector (exact arithmetic in tests)."""
+
+    def __init__(self, values: list[float]) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(values, dtype=torch.float64))
+
+
+def scripted(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
+    """Drive a strategy with scripted losses and gradients on a :class:`Vector`.
+
+    ``spec``: ``method``, ``kwargs``, ``x0[rank]``, ``losses[step][rank]``,
+    optional ``grads[rank]`` (a constant gradient) and ``lr`` (default 0).
+    Returns the state after every step, the leaders and the traffic per step.
+    """
+    model = Vector(spec["x0"][info.rank])
+    opt = torch.optim.SGD(model.parameters(), lr=spec.get("lr", 0.0))
+    kwargs = dict(spec.get("kwargs", {}))
+    if spec["method"] != "allreduce":
+        kwargs.setdefault("init", "independent")
+    strategy = METHODS[spec["method"]](model, opt, **kwargs)
+    out: dict[str, Any] = {"x": [], "sent": [], "received": [], "leader": [], "local_leader": []}
+    for step_losses in spec["losses"]:
+        before = strategy.stats
+        if "grads" in spec:
+            model.w.grad = torch.tensor(spec["grads"][info.rank], dtype=torch.float64)
+        strategy.step(torch.tensor(step_losses[info.rank], dtype=torch.float64))
+        after = strategy.stats
+        out["x"].append(model.w.detach().clone().tolist())
+        out["sent"].append(after["bytes_sent"] - before["bytes_sent"])
+        out["received"].append(after["bytes_received"] - before["bytes_received"])
+        out["leader"].append(getattr(strategy, "leader_rank", None))
+        out["local_leader"].append(getattr(strategy, "local_leader_rank", None))
+    out["center"] = strategy.center().w.detach().clone().tolist()
+    out["stats"] = strategy.stats
+    return out
+
+
+class SmallNet(nn.Module):
+    """Linear -> BatchNorm -> ReLU -> Dropout -> Linear, for training scenarios."""
+
+    def __init__(self, dropout: float = 0.0, batchnorm: bool = True) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(6, 16)
+        self.bn = nn.BatchNorm1d(16) if batchnorm else nn.Identity()
+        self.drop = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.drop(torch.relu(self.bn(self.fc1(x)))))
+
+
+def batches(rank: int, steps: int, size: int = 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The same per-rank data under every backend (its own generator)."""
+    g = torch.Generator().manual_seed(1000 + rank)
+    out = []
+    for _ in range(steps):
+        x = torch.randn(size, 6, generator=g)
+        out.append((x, (x[:, 0] + x[:, 1] > 0).long() + (x[:, 2] > 1).long()))
+    return out
+
+
+def train_small(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
+    """A few SGD steps of :class:`SmallNet` under a strategy; final state by name."""
+    torch.manual_seed(spec.get("seed", 0) + info.rank)
+    model = SmallNet(spec.get("dropout", 0.0), spec.get("batchnorm", True))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    strategy = METHODS[spec["method"]](model, opt, **spec.get("kwargs", {}))
+    losses = []
+    for x, y in batches(info.rank, spec["steps"]):
+        loss = F.cross_entropy(strategy.model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        strategy.step(loss)
+        losses.append(loss.item())
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return {"state": state, "losses": losses, "stats": strategy.stats,
+            "rng": float(torch.rand(()))}
+
+
+def ddp_reference(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
+    """Torch's own DistributedDataParallel on the data of :func:`train_small`."""
+    torch.manual_seed(spec.get("seed", 0) + info.rank)
+    model = SmallNet(0.0, spec.get("batchnorm", True))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for x, y in batches(info.rank, spec["steps"]):
+        loss = F.cross_entropy(ddp(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+
+
+def bundle(info: lsgd.WorkerInfo, specs: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Run several scenarios in one launch (process start-up is the slow part)."""
+    functions = {"scripted": scripted, "train_small": train_small, "ddp_reference": ddp_reference}
+    return {name: functions[fn](info, spec) for name, (fn, spec) in specs.items()}
