@@ -88,7 +88,8 @@ def batches(rank: int, steps: int, size: int = 8) -> list[tuple[torch.Tensor, to
 
 def train_small(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
     """A few SGD steps of :class:`SmallNet` under a strategy; final state by name."""
-    torch.manual_seed(spec.get("seed", 0) + info.rank)
+    if spec.get("reseed", True):  # else the simulator's per-worker seeds rule
+        torch.manual_seed(spec.get("seed", 0) + info.rank)
     model = SmallNet(spec.get("dropout", 0.0), spec.get("batchnorm", True))
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     strategy = METHODS[spec["method"]](model, opt, **spec.get("kwargs", {}))
