@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from torch.distributed.elastic.multiprocessing.errors import record
+
 from lsgd.comm.base import WorkerInfo, check_layout
 
 T = TypeVar("T")
@@ -25,6 +27,7 @@ class LaunchError(RuntimeError):
     """A worker process failed; the message carries its rank and error."""
 
 
+@record  # the parent's error then carries the worker's exception and traceback
 def _worker(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[Any]) -> Any:
     import torch.distributed as dist
 

@@ -1,0 +1,261 @@
+"""Batched data augmentation on tensors, reproducible per worker.
+
+Every function takes a whole ``[B, C, H, W]`` batch on any device and does one
+vectorized operation (index arithmetic, no Python loop over images). Randomness
+comes from an explicit ``torch.Generator`` (on the CPU or on the batch's device;
+``None`` uses the default one), so each worker seeding its own generator gets a
+reproducible stream of augmented batches::
+
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    train = train_transform("cifar-28")
+    x = train(data.train_x[batch], generator=g)
+
+The papers' pipelines are named presets (:data:`PRESETS`), applied after the
+dataset's normalization (:mod:`lsgd.data`):
+
+``"cifar-28"``      CNN7 and ResNet20 on CIFAR: random 28x28 crop and horizontal
+                    flip (p=1/2); test on the center 28x28 crop.
+``"cifar-32-pad"``  VGG16 on CIFAR: pad 4 pixels (to 40x40) with black, random
+                    32x32 crop and flip; test on the image as is. Black is the
+                    normalized value of a zero pixel, ``-mean/std`` per channel,
+                    which is what torchvision's pad-before-normalize gives.
+``"fashion"``       Fashion-MNIST: no augmentation (the papers state none), train
+                    and test are the identity.
+``"fashion-crop"``  an optional Fashion-MNIST variant: pad 2 with the background
+                    (the smallest value in the batch, i.e. a zero pixel after
+                    normalization), random 28x28 crop, no flip; test identity.
+``"none"``          identity.
+
+ImageNet's transforms (random-resized crop, resize-and-center-crop) need each
+image at full size, so :class:`lsgd.data.ImageFolder` applies them while decoding.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from lsgd.data import CIFAR_MEAN, CIFAR_STD
+
+Transform = Callable[..., torch.Tensor]
+"""A preset: ``transform(x, generator=None) -> x`` on a ``[B, C, H, W]`` batch."""
+
+#: The preset names :func:`train_transform` and :func:`test_transform` know.
+PRESETS = ("cifar-28", "cifar-32-pad", "fashion", "fashion-crop", "none")
+
+#: Normalized value of a black CIFAR pixel, per channel.
+CIFAR_BLACK = tuple(-m / s for m, s in zip(CIFAR_MEAN, CIFAR_STD))
+
+
+def _pair(size: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(size, int):
+        return size, size
+    h, w = size
+    return int(h), int(w)
+
+
+def _check(x: torch.Tensor) -> None:
+    if x.dim() != 4:
+        raise ValueError(f"expected a [B, C, H, W] batch, got shape {tuple(x.shape)}")
+
+
+def _randint(high: int, n: int, generator: torch.Generator | None,
+             device: torch.device) -> torch.Tensor:
+    """``n`` integers in ``[0, high)`` from ``generator`` (on its own device), on ``device``."""
+    where = generator.device if generator is not None else device
+    return torch.randint(high, (n,), generator=generator, device=where).to(device)
+
+
+def pad(x: torch.Tensor, padding: int | Sequence[int],
+        fill: float | Sequence[float] = 0.0) -> torch.Tensor:
+    """Pad the last two dimensions of a batch by ``padding`` on every side.
+
+    ``padding`` is one int or ``(vertical, horizontal)``. ``fill`` is a constant
+    or one value per channel (e.g. :data:`CIFAR_BLACK`).
+    """
+    _check(x)
+    ph, pw = _pair(padding)
+    if ph < 0 or pw < 0:
+        raise ValueError(f"padding must be non-negative, got {padding}")
+    if ph == 0 and pw == 0:
+        return x
+    if isinstance(fill, (int, float)):
+        return F.pad(x, (pw, pw, ph, ph), value=float(fill))
+    values = torch.as_tensor(fill, dtype=x.dtype, device=x.device)
+    if values.numel() != x.shape[1]:
+        raise ValueError(f"fill has {values.numel()} values for {x.shape[1]} channels")
+    b, c, h, w = x.shape
+    out = values.view(1, c, 1, 1).expand(b, c, h + 2 * ph, w + 2 * pw).clone()
+    out[:, :, ph : ph + h, pw : pw + w] = x
+    return out
+
+
+def crop(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, size: int | Sequence[int],
+         flip: torch.Tensor | None = None, padding: int | Sequence[int] = 0,
+         fill: float | Sequence[float] = 0.0) -> torch.Tensor:
+    """Image ``i`` of the batch cut to ``x[i, :, top[i]:top[i]+h, left[i]:left[i]+w]``.
+
+    Where the bool ``flip[i]`` is set, that window is also mirrored left-right.
+    With ``padding``, ``top``/``left`` are coordinates in the padded image
+    (``pad(x, padding, fill)``), which is never built: one gather for the whole
+    batch (index arithmetic on the flattened images), the pixels that fall in
+    the border then set to ``fill``.
+    """
+    _check(x)
+    h, w = _pair(size)
+    ph, pw = _pair(padding)
+    b, c, height, width = x.shape
+    if h > height + 2 * ph or w > width + 2 * pw:
+        raise ValueError(f"crop {h}x{w} larger than the (padded) images "
+                         f"({height + 2 * ph}x{width + 2 * pw})")
+    device = x.device
+    j = torch.arange(w, device=device).view(1, 1, w)
+    if flip is not None:
+        j = torch.where(flip.to(device).view(b, 1, 1), (w - 1) - j, j)
+    rows = top.to(device).view(b, 1, 1) + torch.arange(h, device=device).view(1, h, 1) - ph
+    cols = left.to(device).view(b, 1, 1) + j - pw
+    if ph == 0 and pw == 0:
+        flat = rows * width + cols
+    else:
+        inside = ((rows >= 0) & (rows < height)) & ((cols >= 0) & (cols < width))
+        flat = rows.clamp(0, height - 1) * width + cols.clamp(0, width - 1)
+    index = flat.view(b, 1, h * w).expand(b, c, h * w)
+    out = x.reshape(b, c, height * width).gather(2, index).view(b, c, h, w)
+    if ph == 0 and pw == 0:
+        return out
+    values = torch.as_tensor(fill, dtype=x.dtype, device=device)
+    if values.numel() not in (1, c):
+        raise ValueError(f"fill has {values.numel()} values for {c} channels")
+    values = values.view(1, -1, 1, 1) if values.numel() == c else values
+    return torch.where(inside.view(b, 1, h, w), out, values)
+
+
+def random_crop(x: torch.Tensor, size: int | Sequence[int], padding: int | Sequence[int] = 0,
+                generator: torch.Generator | None = None,
+                fill: float | Sequence[float] = 0.0, flip: float = 0.0) -> torch.Tensor:
+    """A random ``size`` window of each image (after :func:`pad` by ``padding``/``fill``).
+
+    Offsets are drawn per image, rows then columns, uniform over all windows:
+    ``top = randint(0, H - h + 1, (B,))``, then ``left`` likewise. ``flip`` > 0
+    also mirrors each window with that probability in the same gather; it draws
+    exactly what a following :func:`random_flip` would, so
+    ``random_crop(x, s, generator=g, flip=0.5)`` equals
+    ``random_flip(random_crop(x, s, generator=g), 0.5, generator=g)``.
+    """
+    _check(x)
+    h, w = _pair(size)
+    ph, pw = _pair(padding)
+    b, _, height, width = x.shape
+    height, width = height + 2 * ph, width + 2 * pw
+    if h > height or w > width:
+        raise ValueError(f"crop {h}x{w} larger than the (padded) images ({height}x{width})")
+    top = _randint(height - h + 1, b, generator, x.device)
+    left = _randint(width - w + 1, b, generator, x.device)
+    mirror = _coin(b, flip, generator, x.device) if flip > 0 else None
+    return crop(x, top, left, (h, w), mirror, (ph, pw), fill)
+
+
+def center_crop(x: torch.Tensor, size: int | Sequence[int]) -> torch.Tensor:
+    """The central ``size`` window of every image (offsets rounded as torchvision does)."""
+    _check(x)
+    h, w = _pair(size)
+    height, width = x.shape[-2:]
+    if h > height or w > width:
+        raise ValueError(f"crop {h}x{w} larger than the images ({height}x{width})")
+    top = int(round((height - h) / 2.0))
+    left = int(round((width - w) / 2.0))
+    return x[:, :, top : top + h, left : left + w]
+
+
+def _coin(n: int, p: float, generator: torch.Generator | None,
+          device: torch.device) -> torch.Tensor:
+    where = generator.device if generator is not None else device
+    return torch.rand(n, generator=generator, device=where).to(device) < p
+
+
+def random_flip(x: torch.Tensor, p: float = 0.5,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """Mirror each image left-right with probability ``p`` (one draw per image)."""
+    _check(x)
+    flip = _coin(x.shape[0], p, generator, x.device)
+    return torch.where(flip.view(-1, 1, 1, 1), x.flip(-1), x)
+
+
+def _identity(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    return x
+
+
+def _cifar_28_train(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    return random_crop(x, 28, generator=generator, flip=0.5)
+
+
+def _cifar_28_test(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    return center_crop(x, 28)
+
+
+def _cifar_32_pad_train(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    return random_crop(x, 32, padding=4, generator=generator, fill=CIFAR_BLACK, flip=0.5)
+
+
+def _fashion_crop_train(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    background = float(x.min()) if x.numel() else 0.0
+    return random_crop(x, x.shape[-2:], padding=2, generator=generator, fill=background)
+
+
+_TRAIN: dict[str, Transform] = {
+    "cifar-28": _cifar_28_train,
+    "cifar-32-pad": _cifar_32_pad_train,
+    "fashion": _identity,
+    "fashion-crop": _fashion_crop_train,
+    "none": _identity,
+}
+_TEST: dict[str, Transform] = {
+    "cifar-28": _cifar_28_test,
+    "cifar-32-pad": _identity,
+    "fashion": _identity,
+    "fashion-crop": _identity,
+    "none": _identity,
+}
+
+
+def _preset(table: dict[str, Transform], name: str) -> Transform:
+    try:
+        return table[name]
+    except KeyError:
+        raise ValueError(f"unknown augmentation {name!r}: choose one of {', '.join(PRESETS)}") from None
+
+
+def train_transform(name: str) -> Transform:
+    """The training pipeline of preset ``name``: ``f(x, generator=None) -> x``."""
+    return _preset(_TRAIN, name)
+
+
+def test_transform(name: str) -> Transform:
+    """The evaluation pipeline of preset ``name`` (deterministic): ``f(x) -> x``."""
+    return _preset(_TEST, name)
+
+
+def output_shape(name: str, input_shape: Sequence[int]) -> tuple[int, ...]:
+    """The ``[C, H, W]`` a model sees after preset ``name`` (the same in training and test)."""
+    c, h, w = input_shape
+    if name == "cifar-28":
+        return (c, 28, 28)
+    _preset(_TRAIN, name)
+    return (c, h, w)
+
+
+def paper_preset(dataset: str, model: str | None = None) -> str:
+    """The preset the papers use for ``dataset`` (a :data:`lsgd.data.DATASETS` name) and ``model``.
+
+    CIFAR: ``"cifar-32-pad"`` for VGG16, else ``"cifar-28"`` (CNN7, ResNet20);
+    Fashion-MNIST: ``"fashion"``; everything else (digits, synthetic, and ImageNet,
+    whose transforms :class:`lsgd.data.ImageFolder` applies itself): ``"none"``.
+    """
+    key = dataset.lower()
+    if key in ("cifar10", "cifar100"):
+        return "cifar-32-pad" if model is not None and model.lower().startswith("vgg") else "cifar-28"
+    if key == "fashion-mnist":
+        return "fashion"
+    return "none"

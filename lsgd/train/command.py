@@ -1,0 +1,197 @@
+"""``lsgd train`` and ``lsgd plot``: argument parsing and running the workers.
+
+How the workers run:
+
+* ``--backend processes`` (default): W local processes over torch.distributed
+  (gloo on CPU, NCCL with one GPU per worker), started with torch's own elastic
+  launcher (:func:`lsgd.launch`);
+* the same command under ``torchrun`` joins the job as this process's worker
+  (groups = nodes);
+* ``--backend threads``: the in-process simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+from lsgd.train.config import TrainConfig, make_config, read_toml
+from lsgd.train.loop import UsageError
+
+
+def _under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ
+
+
+def add_train_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "train", help="train a model with any method",
+        description="Train a model with LSGD or a baseline on one machine or many. "
+                    "Options can also come from --config FILE.toml; the command line wins.",
+        argument_default=argparse.SUPPRESS,
+    )
+    parser.add_argument("--config", help="TOML file with settings (keys as the long options)")
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kind = hints[f.name]
+        args = typing.get_args(kind)
+        base = next((a for a in args if a is not type(None)), kind) if args else kind
+        default = f.default
+        help_text = f.metadata["help"] + (f" (default: {default})" if default not in (None, ()) else "")
+        if base is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
+        elif typing.get_origin(kind) is list or base is list or typing.get_origin(base) is list:
+            parser.add_argument(flag, type=float, nargs="+", help=help_text)
+        else:
+            parser.add_argument(flag, type=base if base in (int, float) else str,
+                                choices=f.metadata.get("choices"), help=help_text, metavar=None)
+    parser.set_defaults(handler=run_train)
+
+
+def resolve(args: argparse.Namespace) -> TrainConfig:
+    """Defaults, then the resumed run's or --config's settings, then the command line."""
+    given = {k: v for k, v in vars(args).items() if k not in ("handler", "config", "command")}
+    settings: dict[str, Any] = {}
+    if "resume" in given:
+        saved = Path(given["resume"]) / "config.toml"
+        if not saved.exists():
+            raise UsageError(f"--resume {given['resume']}: no run there ({saved} is missing)")
+        settings.update(read_toml(saved))
+        settings["out"] = given["resume"]
+    if getattr(args, "config", None):
+        if not Path(args.config).exists():
+            raise UsageError(f"--config {args.config}: no such file")
+        settings.update(read_toml(args.config))
+    settings.update(given)
+    try:
+        return make_config(settings)
+    except (ValueError, TypeError) as error:
+        raise UsageError(str(error)) from error
+
+
+def train(cfg: TrainConfig) -> dict[str, Any] | None:
+    """Run the workers of ``cfg``; rank 0's summary (None on other torchrun ranks)."""
+    import lsgd
+    from lsgd.train import loop
+
+    out = cfg.out_dir
+    if _under_torchrun():
+        import torch.distributed as dist
+
+        from lsgd.comm.distributed import init_from_env
+
+        init_from_env()
+        info = lsgd.get_communicator(groups=None).info
+        if info.world_size != cfg.workers and cfg.workers != TrainConfig.workers:
+            print(f"note: torchrun started {info.world_size} workers; --workers ignored",
+                  file=sys.stderr)
+        cfg = dataclasses.replace(cfg, workers=info.world_size, groups=info.groups)
+        if info.rank == 0:
+            _prepare(cfg, out)
+        try:
+            return loop.run_worker(info, cfg)
+        finally:
+            dist.destroy_process_group()
+    _prepare(cfg, out)
+    if cfg.backend == "threads":
+        results = lsgd.simulate(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,), seed=cfg.seed)
+    else:
+        results = lsgd.launch(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
+                              timeout=cfg.timeout)
+    return results[0]
+
+
+def _prepare(cfg: TrainConfig, out: Path) -> None:
+    from lsgd.train import outputs
+
+    if not cfg.resume and (out / "metrics.csv").exists():
+        raise UsageError(
+            f"{out} already holds a run; continue it with --resume {out} or choose another --out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    outputs.atomic_write(out / "config.toml", cfg.to_toml())
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from lsgd.launch import LaunchError
+    from lsgd.comm import SimulationError
+
+    cfg = resolve(args)
+    # Fail fast on what a person can fix, before starting workers.
+    from lsgd.train import loop
+
+    loop.pick_device(cfg)
+    loop.load_data(cfg)
+    from lsgd.models import model_names
+
+    if cfg.model not in model_names():
+        raise UsageError(f"unknown model {cfg.model!r}; choose one of {', '.join(model_names())}")
+    try:
+        summary = train(cfg)
+    except SimulationError as error:
+        cause = error.__cause__
+        if isinstance(cause, UsageError):
+            raise cause from None
+        raise
+    except LaunchError as error:
+        raise RuntimeError(str(error)) from None
+    if summary is not None:
+        print_summary(summary)
+    return 0
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    def pct(value: Any) -> str:
+        return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
+            else f"{100 * value:.2f}%"
+
+    rows = [
+        ("method", f"{summary['method']} ({summary['workers']} workers, {summary['groups']} group(s), "
+                   f"{summary['backend']})"),
+        ("model / data", f"{summary['model']} on {summary['dataset']}"),
+        ("center test accuracy", pct(summary["test_accuracy"])),
+        ("leader test accuracy", pct(summary["leader_test_accuracy"])),
+        ("steps / epochs", f"{summary['steps']} / {summary['epochs']:.2f}"),
+        ("training time", f"{summary['train_seconds']:.1f} s "
+                          f"({summary['seconds_per_epoch'] or 0:.1f} s/epoch)"),
+        ("data loading", f"{100 * summary['data_loading_fraction']:.1f}% of step time"),
+        ("sent per worker", f"{summary['bytes_sent_per_worker'] / 1e6:.2f} MB "
+                            f"in {summary['rounds']} rounds"),
+        ("run folder", summary["out"]),
+    ]
+    if summary.get("plots"):
+        rows.append(("plots", ", ".join(summary["plots"])))
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+
+
+def add_plot_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plot", help="overlay the test error of several runs",
+        description="Draw the center's test error of each run against time and steps.")
+    parser.add_argument("runs", nargs="+", help="run folders written by lsgd train")
+    parser.add_argument("--out", default="comparison.png", help="PNG to write")
+    parser.set_defaults(handler=run_plot)
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    from lsgd.train.plots import plot_runs
+
+    runs = [Path(r) for r in args.runs]
+    missing = [str(r) for r in runs if not (r / "metrics.csv").exists()]
+    if missing:
+        raise UsageError(f"not a run folder (no metrics.csv): {', '.join(missing)}")
+    made = plot_runs(runs, Path(args.out))
+    if made is None:
+        raise UsageError("plotting needs matplotlib: pip install 'lsgd[plot]'")
+    print(made)
+    return 0
+

@@ -1,0 +1,209 @@
+"""The configuration of one training run, as a typed dataclass.
+
+Every field has a help text (shown by ``lsgd train --help``). A run's config
+comes from, in increasing priority: the defaults here, a TOML file
+(``--config run.toml``, keys as the field names with ``-`` or ``_``), and the
+command line. The resolved config is saved as ``config.toml`` in the run folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+METHODS = ("lsgd", "easgd", "local-sgd", "allreduce", "sgd")
+OPTIMIZERS = ("sgd", "adam", "adamw", "lars")
+SCHEDULES = ("constant", "step", "minutes", "plateau")
+BACKENDS = ("processes", "threads")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a run of ``lsgd train``."""
+
+    # What to train
+    method: str = _f("lsgd", "distributed method", choices=METHODS)
+    model: str = _f("cnn7", "model: cnn7, resnet20, vgg16, wrn-28-10, resnet50, mlp")
+    dataset: str = _f("fashion-mnist",
+                      "dataset: fashion-mnist, cifar10, cifar100, imagenet, digits, synthetic")
+    data_dir: str | None = _f(None, "dataset folder (default: $LSGD_DATA, else the Debian "
+                                    "package's folder for Fashion-MNIST)")
+    augment: str = _f("auto", "augmentation preset (auto: the papers' choice for the dataset "
+                              "and model; none to turn off)")
+    # Workers
+    workers: int = _f(4, "number of workers W")
+    groups: int = _f(1, "groups (nodes) of workers; several groups make LSGD multi-leader")
+    backend: str = _f("processes", "local workers as gloo/NCCL processes, or as threads of "
+                                   "the in-process simulator", choices=BACKENDS)
+    device: str = _f("auto", "cpu, cuda (one GPU per worker), or auto", choices=DEVICES)
+    timeout: float = _f(300.0, "seconds a collective may wait before the run fails")
+    # Budget (the first one reached stops the run)
+    epochs: float | None = _f(None, "passes over the training set (per worker: over its shard)")
+    steps: int | None = _f(None, "local steps per worker")
+    minutes: float | None = _f(None, "wall-clock minutes")
+    # Inner optimizer
+    optimizer: str = _f("sgd", "inner optimizer of every worker", choices=OPTIMIZERS)
+    lr: float = _f(0.05, "learning rate")
+    momentum: float = _f(0.9, "momentum (SGD, LARS)")
+    nesterov: bool = _f(True, "Nesterov momentum (SGD)")
+    weight_decay: float = _f(1e-4, "weight decay")
+    batch_size: int = _f(128, "batch size per worker")
+    # Learning-rate schedule
+    schedule: str = _f("constant", "constant; step (drop at --drops epochs); minutes (drop at "
+                                   "--drops minutes); plateau (drop when the center's test loss "
+                                   "stops improving)", choices=SCHEDULES)
+    drops: list[float] = _f((), "epochs or minutes at which the lr is multiplied by --drop-factor")
+    drop_factor: float = _f(0.1, "factor of each drop")
+    patience: int = _f(3, "plateau: evaluations without improvement before a drop")
+    warmup_epochs: float = _f(0.0, "linear warm-up from 0 over this many epochs")
+    # LSGD
+    pull: float = _f(0.1, "LSGD lambda: fraction of the way to the leader at a round")
+    scope: float = _f(0.01, "LSGD gamma: every-step pull of gamma/period toward the leader")
+    period: int = _f(16, "steps between rounds (LSGD local level, EASGD, local SGD)")
+    pull_global: float | None = _f(None, "LSGD lambda_G (several groups; default: pull)")
+    scope_global: float | None = _f(None, "LSGD gamma_G (several groups; default: scope)")
+    global_period: int | None = _f(None, "LSGD tau_G / hierarchical local SGD global period "
+                                         "(default: 4 * period)")
+    leader_window: int = _f(10, "LSGD: a worker's score is the mean of its last k losses")
+    # EASGD, local SGD
+    moving_rate: float = _f(0.43, "EASGD beta")
+    hierarchical: bool = _f(False, "local SGD: average inside groups, then across")
+    # All methods
+    init: str = _f("broadcast", "broadcast (all start from rank 0) or independent",
+                   choices=("broadcast", "independent"))
+    sync_buffers: bool = _f(True, "pull/average BatchNorm statistics like parameters")
+    # Evaluation and output
+    eval_every: str = _f("auto", "evaluate every N steps, or every Ns seconds (e.g. 30s); "
+                                 "auto: 10 times per run")
+    eval_workers: bool = _f(False, "also evaluate every worker (not only center and leader)")
+    bn_recalibrate: int = _f(0, "refresh the center's BatchNorm statistics with N batches")
+    checkpoint_every: int = _f(0, "steps between checkpoints (0: only at the end)")
+    out: str | None = _f(None, "run folder (default runs/METHOD-DATASET-Ww)")
+    resume: str | None = _f(None, "continue the run in this folder where it stopped")
+    seed: int = _f(0, "random seed")
+    quiet: bool = _f(False, "no progress bar")
+    tensorboard: bool = _f(False, "also log to TensorBoard in the run folder")
+
+    # -- derived -------------------------------------------------------------
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out or f"runs/{self.method}-{self.dataset}-{self.workers}w")
+
+    def eval_interval(self) -> tuple[str, float]:
+        """``("steps", N)``, ``("seconds", S)`` or ``("auto", 0)``."""
+        text = str(self.eval_every).strip()
+        if text == "auto":
+            return ("auto", 0.0)
+        match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|sec|seconds)?", text)
+        assert match, "validated"
+        return ("seconds" if match.group(2) else "steps", float(match.group(1)))
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` listing every bad value at once."""
+        errors: list[str] = []
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            value = getattr(self, f.name)
+            if choices and value not in choices:
+                errors.append(f"--{_flag(f.name)} {value!r}: choose one of {', '.join(choices)}")
+        positive_ints = ("workers", "groups", "batch_size", "period", "leader_window", "patience")
+        for name in positive_ints:
+            if getattr(self, name) < 1:
+                errors.append(f"--{_flag(name)} must be a positive integer, got {getattr(self, name)}")
+        if self.workers >= 1 and self.groups >= 1 and self.workers % self.groups:
+            errors.append(f"--groups {self.groups} must divide --workers {self.workers}")
+        for name in ("pull", "scope", "moving_rate", "pull_global", "scope_global"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 1:
+                errors.append(f"--{_flag(name)} must be in [0, 1], got {value}")
+        for name in ("epochs", "minutes", "steps"):
+            value = getattr(self, name)
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                errors.append(f"--{_flag(name)} must be positive, got {value}")
+        if self.lr <= 0:
+            errors.append(f"--lr must be positive, got {self.lr}")
+        if self.timeout <= 0:
+            errors.append(f"--timeout must be positive, got {self.timeout}")
+        if self.global_period is not None and self.global_period % self.period:
+            errors.append(f"--global-period {self.global_period} must be a multiple of "
+                          f"--period {self.period}")
+        if not re.fullmatch(r"auto|\d+(\.\d+)?\s*(s|sec|seconds)?", str(self.eval_every).strip()):
+            errors.append(f"--eval-every {self.eval_every!r}: give steps (200) or seconds (30s)")
+        if self.schedule in ("step", "minutes") and not self.drops:
+            errors.append(f"--schedule {self.schedule} needs --drops (e.g. --drops 30 60)")
+        if errors:
+            raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
+
+    def budget(self) -> dict[str, float]:
+        """The budgets given; one epoch if none is."""
+        given = {k: getattr(self, k) for k in ("epochs", "steps", "minutes")
+                 if getattr(self, k) is not None}
+        return given or {"epochs": 1.0}
+
+    # -- TOML ----------------------------------------------------------------
+    def to_toml(self) -> str:
+        lines = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                lines.append(f"# {f.name} = (unset)")
+            else:
+                lines.append(f"{f.name} = {_toml_value(value)}")
+        return "\n".join(lines) + "\n"
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The settings in a TOML file, with keys normalized to field names.
+
+    Unknown keys are an error naming them and the valid ones.
+    """
+    with open(path, "rb") as f:
+        raw = tomllib.load(f)
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    settings = {key.replace("-", "_"): value for key, value in raw.items()}
+    unknown = sorted(set(settings) - names)
+    if unknown:
+        raise ValueError(
+            f"{path}: unknown setting(s) {', '.join(unknown)}; valid ones: {', '.join(sorted(names))}"
+        )
+    return settings
+
+
+def make_config(settings: dict[str, Any]) -> TrainConfig:
+    """A validated config from field values (TOML file merged with the command line)."""
+    settings = dict(settings)
+    if "drops" in settings and settings["drops"] is not None:
+        settings["drops"] = [float(v) for v in settings["drops"]]
+    cfg = TrainConfig(**settings)
+    cfg.validate()
+    return cfg

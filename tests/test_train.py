@@ -1,0 +1,136 @@
+"""`lsgd train`: end to end, backends agree, exact resume, outputs, schedules, config."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from lsgd.train import command
+from lsgd.train.config import TrainConfig, make_config, read_toml
+from lsgd.train.loop import UsageError
+from lsgd.train.outputs import METRIC_FIELDS, read_csv
+from lsgd.train.schedule import Schedule
+
+FASHION = Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")
+SUMMARY_KEYS = {"method", "workers", "groups", "test_accuracy", "leader_test_accuracy", "steps",
+                "wall_seconds", "bytes_sent_per_worker", "rounds", "leader_switches"}
+
+
+def _train(tmp: Path, name: str, **settings: Any) -> dict[str, Any]:
+    cfg = make_config({"out": str(tmp / name), "quiet": True, **settings})
+    command._prepare(cfg, cfg.out_dir)
+    return command.train(cfg)
+
+
+def _final_states(run: Path, workers: int) -> list[dict[str, torch.Tensor]]:
+    return [torch.load(run / "checkpoints" / f"rank-{r}.pt", weights_only=False)["model"]
+            for r in range(workers)]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not FASHION.exists(), reason="needs Debian's dataset-fashion-mnist")
+def test_four_processes_learn_fashion_mnist_and_write_every_output(tmp_path: Path) -> None:
+    summary = _train(tmp_path, "run", model="mlp", steps=200, batch_size=64, eval_every="100",
+                     period=8)
+    run = tmp_path / "run"
+    # Chance is 10%; the MLP with 4 workers reaches about 81% after 200 steps of 64.
+    assert summary["test_accuracy"] >= 0.75, summary
+    assert SUMMARY_KEYS <= set(json.loads((run / "summary.json").read_text()))
+    rows = read_csv(run / "metrics.csv")
+    assert [r["steps"] for r in rows] == [100.0, 200.0]
+    assert set(METRIC_FIELDS) <= set(rows[0])
+    assert rows[-1]["center_accuracy"] == pytest.approx(summary["test_accuracy"], abs=1e-6)
+    history = read_csv(run / "leader_history.csv")
+    assert [h["step"] for h in history] == [1.0] + [8.0 * k for k in range(1, 26)]
+    assert all(0 <= h["leader"] < 4 for h in history)
+    for name in ("config.toml", "test_error.png", "leaders.png", "checkpoints/meta.json"):
+        assert (run / name).exists(), name
+    assert read_toml(run / "config.toml")["steps"] == 200
+
+
+SMALL = dict(dataset="synthetic", model="cnn7", batch_size=16, period=4, eval_every="20",
+             workers=4, lr=0.02)
+
+
+@pytest.mark.timeout(300)
+def test_threads_and_processes_give_the_same_lsgd_run(tmp_path: Path) -> None:
+    threads = _train(tmp_path, "threads", backend="threads", steps=40, **SMALL)
+    processes = _train(tmp_path, "processes", backend="processes", steps=40, **SMALL)
+    for a, b in zip(_final_states(tmp_path / "threads", 4), _final_states(tmp_path / "processes", 4)):
+        for key in a:
+            torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-5, msg=key)
+    assert threads["test_accuracy"] == pytest.approx(processes["test_accuracy"], abs=1e-3)
+    assert threads["bytes_sent_per_worker"] == processes["bytes_sent_per_worker"]
+
+
+@pytest.mark.parametrize("method", ["lsgd", "easgd"])
+def test_a_resumed_run_ends_exactly_where_an_uninterrupted_one_does(tmp_path: Path, method: str) -> None:
+    common = dict(SMALL, backend="threads", method=method, groups=2, scope=0.05)
+    straight = _train(tmp_path, "straight", steps=40, **common)
+    _train(tmp_path, "resumed", steps=17, **common)
+    settings = read_toml(tmp_path / "resumed" / "config.toml")
+    cfg = make_config({**settings, "steps": 40, "resume": str(tmp_path / "resumed")})
+    resumed = command.train(cfg)
+    for a, b in zip(_final_states(tmp_path / "straight", 4), _final_states(tmp_path / "resumed", 4)):
+        for key in a:
+            assert torch.equal(a[key], b[key]), key
+    assert resumed["steps"] == straight["steps"] == 40
+    assert resumed["bytes_sent_per_worker"] == straight["bytes_sent_per_worker"]
+    straight_rows = read_csv(tmp_path / "straight" / "metrics.csv")
+    resumed_rows = read_csv(tmp_path / "resumed" / "metrics.csv")
+    # The first part evaluated when it stopped (17); the rest continues the same rows.
+    assert [r["steps"] for r in resumed_rows] == [17.0, 20.0, 40.0]
+    assert [r["steps"] for r in straight_rows] == [20.0, 40.0]
+    assert resumed_rows[-1]["center_accuracy"] == straight_rows[-1]["center_accuracy"]
+
+
+def test_schedules() -> None:
+    step = Schedule(0.1, "step", drops=[2, 4], drop_factor=0.1)
+    assert [step.lr(e, 0) for e in (0, 1.99, 2, 3.5, 4, 10)] == pytest.approx(
+        [0.1, 0.1, 0.01, 0.01, 0.001, 0.001])
+    minutes = Schedule(1.0, "minutes", drops=[1.5], drop_factor=0.5)
+    assert (minutes.lr(100, 1.4), minutes.lr(0, 1.5)) == (1.0, 0.5)
+    warm = Schedule(0.2, "constant", warmup_epochs=2)
+    assert [warm.lr(e, 0) for e in (0, 0.5, 2, 3)] == pytest.approx([0.0, 0.05, 0.2, 0.2])
+    plateau = Schedule(1.0, "plateau", patience=2, drop_factor=0.1)
+    drops = [plateau.observe(v) for v in (1.0, 0.9, 0.95, 0.91, 0.92, 0.5)]
+    assert drops == [False, False, False, True, False, False]
+    assert plateau.lr(0, 0) == pytest.approx(0.1)
+
+
+def test_config_validation_lists_every_bad_value() -> None:
+    with pytest.raises(ValueError) as caught:
+        make_config({"workers": 6, "groups": 4, "pull": 2.0, "method": "adam",
+                     "eval_every": "soon", "schedule": "step"})
+    message = str(caught.value)
+    for part in ("--groups 4 must divide --workers 6", "--pull must be in [0, 1], got 2.0",
+                 "--method 'adam': choose one of lsgd, easgd, local-sgd, allreduce, sgd",
+                 "--eval-every 'soon'", "--schedule step needs --drops"):
+        assert part in message
+
+
+def test_toml_round_trip(tmp_path: Path) -> None:
+    cfg = make_config({"method": "easgd", "drops": [30, 60], "schedule": "step", "period": 8})
+    (tmp_path / "c.toml").write_text(cfg.to_toml())
+    again = make_config(read_toml(tmp_path / "c.toml"))
+    assert again == cfg
+    (tmp_path / "bad.toml").write_text("mehtod = 'lsgd'\n")
+    with pytest.raises(ValueError, match="unknown setting.*mehtod"):
+        read_toml(tmp_path / "bad.toml")
+
+
+def test_an_existing_run_is_never_overwritten(tmp_path: Path) -> None:
+    _train(tmp_path, "run", backend="threads", steps=4, **dict(SMALL, eval_every="2"))
+    with pytest.raises(UsageError, match="already holds a run; continue it with --resume"):
+        _train(tmp_path, "run", backend="threads", steps=4, **SMALL)
+
+
+def test_budget_defaults_to_one_epoch() -> None:
+    assert TrainConfig().budget() == {"epochs": 1.0}
+    assert make_config({"minutes": 2}).budget() == {"minutes": 2}
+    assert not math.isnan(TrainConfig().lr)
