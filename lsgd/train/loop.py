@@ -59,7 +59,7 @@ def load_data(cfg: TrainConfig) -> datasets.Dataset | datasets.ImageFolder:
     """The dataset, read once per process (simulated workers share it, read only)."""
     try:
         return _load(cfg.dataset, cfg.data_dir)
-    except (FileNotFoundError, ImportError) as error:
+    except (FileNotFoundError, ImportError, ValueError) as error:
         raise UsageError(str(error)) from error
 
 
