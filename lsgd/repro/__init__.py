@@ -170,6 +170,8 @@ def run_full_batch(
                 progress.update(step)
             if stopped:
                 break
+        if progress is not None and info.rank == 0:
+            progress.update(step, force=True)
         final, _ = value_and_grad(x.detach())
         losses.append(final.detach().reshape(()))
         if record_positions:

@@ -57,7 +57,7 @@ def add_train_parser(subparsers: Any) -> None:
 
 def resolve(args: argparse.Namespace) -> TrainConfig:
     """Defaults, then the resumed run's or --config's settings, then the command line."""
-    given = {k: v for k, v in vars(args).items() if k not in ("handler", "config", "command")}
+    given = {k: v for k, v in vars(args).items() if k not in ("handler", "parser", "config", "command")}
     settings: dict[str, Any] = {}
     if "resume" in given:
         saved = Path(given["resume"]) / "config.toml"
