@@ -205,6 +205,8 @@ def test_single_leader_accepts_either_spelling() -> None:
     assert (level.pull, level.period) == (0.3, 8)
     with pytest.raises(ValueError, match="with groups=1 there is a single leader set by pull"):
         lsgd.LSGD(model, opt, pull=0.2, pull_global=0.3)
+    with pytest.raises(ValueError, match="got both pull=0.1 and pull_global=0.3"):
+        lsgd.LSGD(model, opt, pull=0.1, pull_global=0.3)  # explicit, even if the default value
 
 
 def test_step_without_a_loss_is_explained() -> None:

@@ -46,6 +46,9 @@ from lsgd.leader import Scorer
 from lsgd.strategies.base import Strategy, as_loss_tensor
 
 
+DEFAULTS = {"pull": 0.1, "scope": 0.01, "period": 16}
+
+
 @dataclasses.dataclass
 class _Level:
     """One level of leadership: the local one (a group) or the global one (all)."""
@@ -70,9 +73,11 @@ class LSGD(Strategy):
     """Leader SGD, single-leader (``groups=1``) or multi-leader (several groups).
 
     Args:
-        pull: lambda, fraction of the way to the leader moved at a round, in [0, 1].
-        scope: gamma, the every-step pull is ``gamma / period`` of the way, in [0, 1].
-        period: tau, local steps between rounds.
+        pull: lambda, fraction of the way to the leader moved at a round, in [0, 1]
+            (default 0.1).
+        scope: gamma, the every-step pull is ``gamma / period`` of the way, in [0, 1]
+            (default 0.01).
+        period: tau, local steps between rounds (default 16).
         pull_global, scope_global, global_period: lambda_G, gamma_G, tau_G of the
             global level when there are several groups (default: ``pull``,
             ``scope`` and ``4 * period``); ``global_period`` must be a multiple
@@ -90,9 +95,9 @@ class LSGD(Strategy):
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
         *,
-        pull: float = 0.1,
-        scope: float = 0.01,
-        period: int = 16,
+        pull: float | None = None,
+        scope: float | None = None,
+        period: int | None = None,
         pull_global: float | None = None,
         scope_global: float | None = None,
         global_period: int | None = None,
@@ -105,9 +110,11 @@ class LSGD(Strategy):
         sync_buffers: bool = True,
     ) -> None:
         owner = "LSGD"
-        pull = _validate.fraction(owner, "pull", pull)
-        scope = _validate.fraction(owner, "scope", scope)
-        period = _validate.positive_int(owner, "period", period)
+        given = {"pull": pull, "scope": scope, "period": period}
+        pull = _validate.fraction(owner, "pull", DEFAULTS["pull"] if pull is None else pull)
+        scope = _validate.fraction(owner, "scope", DEFAULTS["scope"] if scope is None else scope)
+        period = _validate.positive_int(
+            owner, "period", DEFAULTS["period"] if period is None else period)
         if pull_global is not None:
             pull_global = _validate.fraction(owner, "pull_global", pull_global)
         if scope_global is not None:
@@ -120,9 +127,9 @@ class LSGD(Strategy):
         self.levels: list[_Level] = []
         if info.groups == 1:
             # Single leader: the one level may be spelled either way, not both differently.
-            g_pull = _one_spelling(owner, "pull", pull, pull_global)
-            g_scope = _one_spelling(owner, "scope", scope, scope_global)
-            g_period = _one_spelling(owner, "period", period, global_period)
+            g_pull = _one_spelling(owner, "pull", given["pull"], pull_global)
+            g_scope = _one_spelling(owner, "scope", given["scope"], scope_global)
+            g_period = _one_spelling(owner, "period", given["period"], global_period)
         else:
             g_pull = pull if pull_global is None else pull_global
             g_scope = scope if scope_global is None else scope_global
@@ -243,11 +250,10 @@ class LSGD(Strategy):
 
 
 def _one_spelling(owner: str, name: str, plain: Any, global_: Any) -> Any:
-    """With one group, ``name`` and ``name_global`` are the same knob."""
-    if global_ is None or global_ == plain:
-        return plain
-    defaults = {"pull": 0.1, "scope": 0.01, "period": 16}
-    if plain == defaults[name]:
+    """With one group, ``name`` and ``name_global`` are the same knob: take the one given."""
+    if global_ is None:
+        return DEFAULTS[name] if plain is None else plain
+    if plain is None or plain == global_:
         return global_
     raise ValueError(
         f"{owner}: with groups=1 there is a single leader set by {name}; got both "
