@@ -27,7 +27,9 @@ from torch.nn import functional as F
 
 import lsgd
 from lsgd import augment, data as datasets
+from lsgd.flat import FlatBuffer
 from lsgd.models import build_model
+from lsgd.strategies.base import state_tensors
 from lsgd.train import checkpoint, outputs, plots
 from lsgd.train.config import TrainConfig
 from lsgd.train.progress import Progress
@@ -91,9 +93,10 @@ class Source:
             y = self.data.train_y[idx]
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
-    def test_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for start in range(0, self.n_test, EVAL_BATCH):
-            idx = torch.arange(start, min(start + EVAL_BATCH, self.n_test))
+    def test_batches(self, part: int = 0, parts: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The test set, or its ``part``-th of ``parts`` interleaved slices."""
+        indices = torch.arange(part, self.n_test, parts)
+        for idx in indices.split(EVAL_BATCH):
             if not self.in_memory:
                 x, y = self.data.load(idx, train=False)
             else:
@@ -133,17 +136,32 @@ def make_strategy(cfg: TrainConfig, model: nn.Module, opt: torch.optim.Optimizer
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, source: Source) -> tuple[float, float]:
-    """Test loss and accuracy of ``model`` (eval mode, restored afterwards)."""
+def evaluate(model: nn.Module, source: Source, part: int = 0, parts: int = 1) -> tuple[float, int, int]:
+    """Summed test loss, correct predictions and count of ``model`` on a slice of the test set.
+
+    Runs in eval mode and restores the mode it found.
+    """
     was_training = model.training
     model.eval()
-    loss_sum, correct = 0.0, 0
-    for x, y in source.test_batches():
+    loss_sum, correct, count = 0.0, 0, 0
+    for x, y in source.test_batches(part, parts):
         out = model(x)
         loss_sum += float(F.cross_entropy(out, y, reduction="sum"))
         correct += int((out.argmax(1) == y).sum())
+        count += len(y)
     model.train(was_training)
-    return loss_sum / source.n_test, correct / source.n_test
+    return loss_sum, correct, count
+
+
+def broadcast_model(comm: lsgd.Communicator, model: nn.Module, src: int) -> nn.Module:
+    """A copy of worker ``src``'s model on every worker (one broadcast of its state)."""
+    replica = copy.deepcopy(model)
+    tensors = state_tensors(replica, sync_buffers=True)
+    flat = FlatBuffer(tensors).copy_from(tensors)
+    for buffer in flat.buffers:
+        comm.broadcast_(buffer, src=src)
+    flat.copy_to(tensors)
+    return replica
 
 
 @torch.no_grad()
@@ -258,50 +276,59 @@ class Worker:
 
     # -- evaluation ----------------------------------------------------------------
     def evaluate_all(self) -> dict[str, Any]:
-        """Collective: center, leader (and workers), gathered to every worker."""
+        """Collective: test loss and accuracy of the center, the leader (and each worker).
+
+        Every worker holds the center (and a copy of the leader, one broadcast) and
+        evaluates its own interleaved slice of the test set; the sums are gathered.
+        """
         cfg, strategy = self.cfg, self.strategy
+        leader = getattr(strategy, "leader_rank", None)
         with self.comm.category("eval"):
             center = strategy.center()
-        center_loss = center_acc = own_loss = own_acc = math.nan
-        if self.rank == 0:
-            if cfg.bn_recalibrate:
-                order = datasets.shard(self.source.n_train, 0, self.world, 0, cfg.seed)
-                fixed = torch.Generator().manual_seed(cfg.seed)
-                recalibrate_bn(center, [
-                    self.source.train_batch(order[i * cfg.batch_size:(i + 1) * cfg.batch_size],
-                                            fixed)[0]
-                    for i in range(min(cfg.bn_recalibrate, self.steps_per_epoch))
-                ])
-            center_loss, center_acc = evaluate(center, self.source)
-        leader = getattr(strategy, "leader_rank", None)
-        if cfg.eval_workers or self.rank == leader:
-            own_loss, own_acc = evaluate(self.model, self.source)
+            leader_model = broadcast_model(self.comm, self.model, leader) if leader is not None else None
+        if cfg.bn_recalibrate:  # the same fixed batches on every worker
+            order = datasets.shard(self.source.n_train, 0, self.world, 0, cfg.seed)
+            fixed = torch.Generator().manual_seed(cfg.seed)
+            recalibrate_bn(center, [
+                self.source.train_batch(order[i * cfg.batch_size:(i + 1) * cfg.batch_size], fixed)[0]
+                for i in range(min(cfg.bn_recalibrate, self.steps_per_epoch))
+            ])
+        nan = math.nan
+        c_loss, c_correct, count = evaluate(center, self.source, self.rank, self.world)
+        l_loss, l_correct, _ = (evaluate(leader_model, self.source, self.rank, self.world)
+                                if leader_model is not None else (nan, nan, count))
+        own_loss = own_acc = nan
+        if cfg.eval_workers:
+            loss_sum, correct, n = evaluate(self.model, self.source)
+            own_loss, own_acc = loss_sum / n, correct / n
         train_loss = float(self.loss_sum / self.loss_count) if self.loss_count else self.last_train_loss
         self.last_train_loss = train_loss
         self.loss_sum.zero_()
         self.loss_count = 0
-        sent = strategy.stats["bytes_sent"]
-        mine = torch.tensor([own_loss, own_acc, train_loss, sent, center_loss, center_acc],
+        mine = torch.tensor([c_loss, c_correct, l_loss, l_correct, count, own_loss, own_acc,
+                             train_loss, strategy.stats["bytes_sent"]],
                             dtype=torch.float64, device=self.device)
         with self.comm.category("eval"):
             table = self.comm.all_gather(mine).cpu()
+        total = float(table[:, 4].sum())
         row: dict[str, Any] = {
             "time": self.shared_seconds if self.uses_clock else self.train_seconds,
             "wall_time": time.perf_counter() - self.start,
             "steps": self.steps,
             "epoch": self.steps / self.steps_per_epoch,
             "lr": self.opt.param_groups[0]["lr"],
-            "center_loss": float(table[0, 4]), "center_accuracy": float(table[0, 5]),
+            "center_loss": float(table[:, 0].sum()) / total,
+            "center_accuracy": float(table[:, 1].sum()) / total,
             "leader_rank": leader,
-            "leader_loss": float(table[leader, 0]) if leader is not None else math.nan,
-            "leader_accuracy": float(table[leader, 1]) if leader is not None else math.nan,
-            "train_loss": float(table[:, 2].mean()),
-            "bytes_sent_per_worker": float(table[:, 3].mean()),
+            "leader_loss": float(table[:, 2].sum()) / total,
+            "leader_accuracy": float(table[:, 3].sum()) / total,
+            "train_loss": float(table[:, 7].mean()),
+            "bytes_sent_per_worker": float(table[:, 8].mean()),
             "rounds": strategy.rounds,
         }
         if cfg.eval_workers:
             for r in range(self.world):
-                row[f"worker{r}_accuracy"] = float(table[r, 1])
+                row[f"worker{r}_accuracy"] = float(table[r, 6])
         return row
 
     def record(self, row: dict[str, Any]) -> None:
@@ -436,7 +463,3 @@ def _none_if_nan(value: float) -> float | None:
 def run_worker(info: lsgd.WorkerInfo, cfg: TrainConfig) -> dict[str, Any] | None:
     """Train as worker ``info.rank``; rank 0 returns the run's summary."""
     return Worker(info, cfg).run()
-
-
-def model_copy(model: nn.Module) -> nn.Module:
-    return copy.deepcopy(model)
