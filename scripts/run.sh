@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
-exec .venv/bin/lsgd train --minutes 1.25 --eval-every 25s \
+exec .venv/bin/lsgd train --minutes 1 --eval-every 30s \
     --out "runs/main-$(date +%Y%m%d-%H%M%S)" "$@"
