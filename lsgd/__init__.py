@@ -1,8 +1,9 @@
 """lsgd: communication-efficient distributed training for PyTorch.
 
 Leader SGD (single- and multi-leader) and its baselines (EASGD, local SGD,
-all-reduce data parallel, independent SGD, the LARS optimizer), running on
-torch.distributed (gloo or NCCL, launched with torchrun) or in an in-process
+all-reduce data parallel, independent SGD, the LARS optimizer) and the
+decentralized family (D-PSGD, MATCHA, AL-DSGD on graphs from ``lsgd.topology``),
+running on torch.distributed (gloo or NCCL, launched with torchrun) or in an in-process
 simulator with the same strategy code.
 """
 
@@ -18,24 +19,33 @@ from lsgd.comm import (
 from lsgd.launch import launch
 from lsgd.optim import LARS, lars_param_groups
 from lsgd.strategies import EASGD, LSGD, AllReduce, Independent, LocalSGD, Strategy
+from lsgd.strategies import ALDSGD, DPSGD, MATCHA, Decentralized
+from lsgd import topology
+from lsgd.topology import Topology
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ALDSGD",
     "AllReduce",
     "CommStats",
     "Communicator",
+    "DPSGD",
+    "Decentralized",
     "EASGD",
     "Independent",
     "LARS",
     "LSGD",
     "LocalSGD",
+    "MATCHA",
     "SimulationError",
     "Strategy",
+    "Topology",
     "WorkerInfo",
     "get_communicator",
     "lars_param_groups",
     "launch",
     "simulate",
+    "topology",
     "worker_info",
 ]

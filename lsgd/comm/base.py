@@ -20,7 +20,9 @@ NCCL and the simulator:
 * ``all_reduce``: ring all-reduce, each worker sends and receives
   ``2 (n - 1) / n * B``;
 * ``broadcast``: the source sends ``B`` once, every other worker receives ``B``;
-* ``all_gather``: each worker sends and receives ``(n - 1) * B``.
+* ``all_gather``: each worker sends and receives ``(n - 1) * B``;
+* ``exchange`` (pairwise, for decentralized methods): each worker sends ``B``
+  to each peer and receives ``B`` from each.
 
 Traffic is counted per *category* (``"train"`` by default): evaluation
 traffic such as computing the center for a test goes under ``"eval"`` so it
@@ -32,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 import torch
@@ -213,6 +215,40 @@ class Communicator(ABC):
         if self.world_size > 1:
             self._barrier()
 
+    # -- pairwise exchange ------------------------------------------------
+    def exchange(self, tensor: torch.Tensor, peer: int) -> torch.Tensor:
+        """Send ``tensor`` to global rank ``peer``; return what ``peer`` sent (a new tensor).
+
+        Point-to-point, not collective: only the two workers take part, and
+        ``peer`` must call ``exchange`` with this worker's rank and a tensor of
+        the same shape and dtype. Workers that exchange along the matchings of
+        a graph, all walking the matchings in the same order, cannot deadlock.
+        """
+        return self.exchange_many(tensor, [peer])[0]
+
+    def exchange_many(self, tensor: torch.Tensor, peers: Sequence[int]) -> list[torch.Tensor]:
+        """Send ``tensor`` to each of ``peers`` and receive one tensor from each, in one batch.
+
+        Returns the received tensors in the order of ``peers``. The relation
+        must be symmetric: every peer lists this worker in its own call. Costs
+        ``len(peers) * B`` sent and received.
+        """
+        peers = list(peers)
+        bad = [p for p in peers if isinstance(p, bool) or not isinstance(p, int)
+               or not 0 <= p < self.world_size or p == self.rank]
+        if bad or len(set(peers)) != len(peers):
+            raise ValueError(
+                f"exchange: peers must be distinct ranks in [0, {self.world_size}) other than "
+                f"this worker's {self.rank}, got {peers}"
+            )
+        assert tensor.is_contiguous() or tensor.dim() == 0, "exchange needs a contiguous tensor"
+        if not peers:
+            return []
+        received, seconds = self._exchange(tensor, peers)
+        volume = len(peers) * _nbytes(tensor)
+        self.record(volume, volume, seconds)
+        return received
+
     # -- primitives -----------------------------------------------------
     @abstractmethod
     def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, scope: Scope) -> float: ...
@@ -225,6 +261,12 @@ class Communicator(ABC):
 
     @abstractmethod
     def _barrier(self) -> None: ...
+
+    def _exchange(
+        self, tensor: torch.Tensor, peers: list[int]
+    ) -> tuple[list[torch.Tensor], float]:
+        """Send ``tensor`` to every peer, receive one tensor from each; report seconds."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement pairwise exchange")
 
     def _check(self, tensor: torch.Tensor, scope: Scope) -> None:
         if scope not in ("world", "group"):

@@ -112,3 +112,18 @@ class DistCommunicator(Communicator):
 
     def _barrier(self) -> None:
         dist.barrier(group=self._pg)
+
+    def _exchange(
+        self, tensor: torch.Tensor, peers: list[int]
+    ) -> tuple[list[torch.Tensor], float]:
+        # All sends and receives posted at once (batch_isend_irecv), so the
+        # order of the peers cannot deadlock; P2POp takes global ranks.
+        start = time.perf_counter()
+        received = [torch.empty_like(tensor) for _ in peers]
+        ops = []
+        for peer, out in zip(peers, received):
+            ops.append(dist.P2POp(dist.isend, tensor, self._global[peer], self._pg))
+            ops.append(dist.P2POp(dist.irecv, out, self._global[peer], self._pg))
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        return received, time.perf_counter() - start

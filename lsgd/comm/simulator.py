@@ -280,6 +280,36 @@ class SimCommunicator(Communicator):
     def _barrier(self) -> None:
         self._run("barrier", "world", None, lambda p: (dict.fromkeys(p), 0.0))
 
+    def _exchange(
+        self, tensor: torch.Tensor, peers: list[int]
+    ) -> tuple[list[torch.Tensor], float]:
+        # One rendezvous per pair, keyed by the unordered pair and its own sequence
+        # number, with members [low, high]. Pairs are taken in increasing peer
+        # order: that is the lexicographic order of the pairs (low, high), a total
+        # order shared by all workers, so the smallest pending pair can always
+        # complete and any symmetric set of exchanges finishes (as batched
+        # isend/irecv does under torch.distributed).
+        received: dict[int, torch.Tensor] = {}
+        seconds = 0.0
+        for peer in sorted(peers):
+            low, high = min(self.rank, peer), max(self.rank, peer)
+            pair = ("pair", low, high)
+            n = self._sequence.get(pair, 0)
+            self._sequence[pair] = n + 1
+
+            def compute(payload: dict[int, torch.Tensor], low: int = low, high: int = high
+                        ) -> tuple[dict[int, Any], float]:
+                start = time.perf_counter()
+                _check_same([low, high], payload, "exchange")
+                swapped = {low: payload[high].clone(), high: payload[low].clone()}
+                return swapped, time.perf_counter() - start
+
+            received[peer], duration = self._world.collective(
+                self.rank, (*pair, n), "exchange", [low, high], tensor, compute
+            )
+            seconds += duration
+        return [received[p] for p in peers], seconds
+
 
 def _check_same(ranks: list[int], payload: dict[int, torch.Tensor], op: str) -> None:
     first = payload[ranks[0]]

@@ -1,10 +1,25 @@
 """One file per method; every strategy wraps a user's model and optimizer."""
 
+from lsgd.strategies.aldsgd import ALDSGD
 from lsgd.strategies.allreduce import AllReduce
 from lsgd.strategies.base import Strategy
+from lsgd.strategies.decentralized import Decentralized
+from lsgd.strategies.dpsgd import DPSGD
 from lsgd.strategies.easgd import EASGD
 from lsgd.strategies.independent import Independent
 from lsgd.strategies.local_sgd import LocalSGD
 from lsgd.strategies.lsgd import LSGD
+from lsgd.strategies.matcha import MATCHA
 
-__all__ = ["AllReduce", "EASGD", "Independent", "LSGD", "LocalSGD", "Strategy"]
+__all__ = [
+    "ALDSGD",
+    "AllReduce",
+    "DPSGD",
+    "Decentralized",
+    "EASGD",
+    "Independent",
+    "LSGD",
+    "LocalSGD",
+    "MATCHA",
+    "Strategy",
+]

@@ -1,0 +1,227 @@
+"""AL-DSGD (He, Wang, Choromanska, "Adjacent Leader Decentralized Stochastic
+Gradient Descent", arXiv:2405.11389, 2024).
+
+Gossip as in D-PSGD / MATCHA, with the leader idea brought to a graph. At each
+communication every worker sends its active neighbours its state, its leader
+score (mean of its last ``leader_window`` training losses, as in LSGD) and its
+active degree ``d_i``. Among itself and its active neighbours it picks ``B``,
+the best score, and ``D``, the highest active degree (ties: itself first, then
+the lowest rank; a NaN or infinite score never wins), with ``x_B``, ``x_D``
+the states as exchanged (before mixing), and updates::
+
+    x_mix <- (1 - d_i a) x_i + a sum_{j in A_i} x_j
+    y     <- (1 - c_B - c_D) x_mix + c_B x_B + c_D x_D
+    x_i   <- (1 - p_B - p_D) y     + p_B x_B + p_D x_D
+
+The ``c`` terms weight the strongest neighbours more in the average; the
+``p`` terms are corrective forces toward them. A worker with no active
+neighbour does nothing. Dynamic graphs (a list of graphs used in turn) let
+sparse, low-degree workers meet more peers without a denser graph; with
+``budget < 1`` the active matchings are MATCHA's random ones.
+
+Communicated per communication: to each active neighbour, the state and two
+float64 numbers (score and degree), so ``d_i * (B + 16)`` bytes sent and received.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from lsgd import _validate
+from lsgd.comm import Communicator
+from lsgd.flat import FlatBuffer
+from lsgd.functional import elect
+from lsgd.leader import Scorer
+from lsgd.strategies.base import as_loss_tensor
+from lsgd.strategies.decentralized import Decentralized, GraphSpec, MixingWeight, mix_
+
+Tensors = Sequence[torch.Tensor]
+
+
+def choose(rank: int, scores: Mapping[int, float], degrees: Mapping[int, int]) -> tuple[int, int]:
+    """``(B, D)``: the best-scoring and the highest-degree worker among ``rank`` and
+    its active neighbours (the other keys of ``scores`` and ``degrees``).
+
+    Candidates are ranked as ``rank`` first, then the neighbours by rank, and
+    the first best wins, so ties go to the worker itself, then to the lowest
+    rank. Scores follow :func:`lsgd.functional.elect` (lowest finite wins);
+    when no score is finite, ``B`` is the worker itself (no leader force).
+    """
+    order = [rank] + sorted(r for r in scores if r != rank)
+    winner = elect(torch.tensor([float(scores[r]) for r in order], dtype=torch.float64))
+    best = rank if winner is None else order[winner]
+    top = max(degrees[r] for r in order)
+    degree = next(r for r in order if degrees[r] == top)
+    return best, degree
+
+
+def leader_terms_(
+    xs: Tensors, x_best: Tensors, x_degree: Tensors,
+    c_B: float, c_D: float, p_B: float, p_D: float,
+) -> None:
+    """Apply the ``c`` and ``p`` terms in place to the mixed state ``xs``.
+
+    ``y = (1 - c_B - c_D) x_mix + c_B x_B + c_D x_D`` then
+    ``x = (1 - p_B - p_D) y + p_B x_B + p_D x_D``, folded into one pass with
+    ``k = 1 - p_B - p_D``::
+
+        x = k (1 - c_B - c_D) x_mix + (k c_B + p_B) x_B + (k c_D + p_D) x_D
+    """
+    k = 1.0 - p_B - p_D
+    xs = list(xs)
+    torch._foreach_mul_(xs, k * (1.0 - c_B - c_D))
+    torch._foreach_add_(xs, list(x_best), alpha=k * c_B + p_B)
+    torch._foreach_add_(xs, list(x_degree), alpha=k * c_D + p_D)
+
+
+def aldsgd_update_(
+    xs: Tensors,
+    rank: int,
+    neighbours: Mapping[int, Tensors],
+    scores: Mapping[int, float],
+    degrees: Mapping[int, int],
+    weight: float,
+    c_B: float = 0.3,
+    c_D: float = 0.1,
+    p_B: float = 0.1,
+    p_D: float = 0.1,
+) -> tuple[int, int] | None:
+    """One AL-DSGD communication of worker ``rank``, in place on its state ``xs``.
+
+    ``neighbours`` maps each active neighbour to its state (as exchanged),
+    ``scores`` and ``degrees`` cover ``rank`` and its neighbours, ``weight`` is
+    the mixing weight ``a``. Returns ``(B, D)``, or ``None`` (and leaves
+    ``xs`` alone) when there is no active neighbour.
+    """
+    if not neighbours:
+        return None
+    best, degree = choose(rank, scores, degrees)
+    mine = [x.clone() for x in xs]
+    mix_(xs, list(neighbours.values()), weight)
+    leader_terms_(xs, mine if best == rank else neighbours[best],
+                  mine if degree == rank else neighbours[degree], c_B, c_D, p_B, p_D)
+    return best, degree
+
+
+class ALDSGD(Decentralized):
+    """Adjacent-leader decentralized SGD: gossip weighted toward the best and the
+    best-connected neighbour, with corrective pulls toward both.
+
+    Args:
+        topology: a :class:`~lsgd.topology.Topology`, a list of them used in turn
+            (dynamic graphs), or a kind name; default ``ring(W)``.
+        c_B, c_D: extra averaging weight of the best-scoring and of the
+            highest-degree worker, each in [0, 1], ``c_B + c_D <= 1``.
+        p_B, p_D: corrective force toward them, each in [0, 1], ``p_B + p_D <= 1``.
+            Defaults ``0.3, 0.1, 0.1, 0.1`` are the authors' library's.
+        budget: C_b in (0, 1]: 1 activates every matching (D-PSGD's gossip);
+            below 1, MATCHA's sampled matchings.
+        period: local steps between communications (1: every step).
+        seed: seed of the activation sampler, the same on every worker.
+        leader_window, leader_metric, eval_batch, eval_loss: the leader score,
+            as in :class:`~lsgd.strategies.lsgd.LSGD`.
+        mixing_weight: ``a``; default the method's own; ``"max-degree"`` or a
+            number: see :class:`~lsgd.strategies.decentralized.Decentralized`.
+        comm, init, sync_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+    """
+
+    name = "aldsgd"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        topology: GraphSpec = None,
+        c_B: float = 0.3,
+        c_D: float = 0.1,
+        p_B: float = 0.1,
+        p_D: float = 0.1,
+        budget: float = 1.0,
+        period: int = 1,
+        seed: int = 0,
+        mixing_weight: MixingWeight = None,
+        leader_window: int = 10,
+        leader_metric: str = "train",
+        eval_batch: tuple[torch.Tensor, torch.Tensor] | None = None,
+        eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        comm: Communicator | None = None,
+        init: str = "broadcast",
+        sync_buffers: bool = True,
+    ) -> None:
+        owner = "ALDSGD"
+        self.c_B = _validate.fraction(owner, "c_B", c_B)
+        self.c_D = _validate.fraction(owner, "c_D", c_D)
+        self.p_B = _validate.fraction(owner, "p_B", p_B)
+        self.p_D = _validate.fraction(owner, "p_D", p_D)
+        for (a, va), (b, vb) in ((("c_B", c_B), ("c_D", c_D)), (("p_B", p_B), ("p_D", p_D))):
+            if va + vb > 1.0:
+                raise ValueError(
+                    f"{owner}: {a} + {b} must be at most 1 (a convex combination), "
+                    f"got {a}={va!r} and {b}={vb!r}"
+                )
+        self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
+        super().__init__(model, optimizer, topology=topology, budget=budget, period=period,
+                         seed=seed, mixing_weight=mixing_weight, comm=comm, init=init,
+                         sync_buffers=sync_buffers)
+        self.device = self.x[0].device if self.x else torch.device("cpu")
+        self._mixed = FlatBuffer(self.x)
+        self.best_rank: int | None = None
+        self.degree_rank: int | None = None
+        self.led = 0  # communications at which B was a neighbour, not this worker
+
+    def _agreement_key(self) -> list[float]:
+        return [*super()._agreement_key(), self.c_B, self.c_D, self.p_B, self.p_D]
+
+    def _record(self, loss: torch.Tensor | float | None) -> None:
+        self.scorer.record(None if loss is None else as_loss_tensor(loss, "ALDSGD"), "ALDSGD")
+
+    def _combine(
+        self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]], weight: float
+    ) -> list[torch.Tensor]:
+        peers = list(received)
+        score = self.scorer.score(self._module, self.device)
+        meta = torch.stack([score, torch.tensor(float(len(peers)), dtype=torch.float64,
+                                                device=self.device)])
+        theirs = self.comm.exchange_many(meta, peers)
+        scores = {self.rank: float(score)}
+        degrees = {self.rank: len(peers)}
+        for peer, values in zip(peers, theirs):
+            s, d = values.tolist()
+            scores[peer], degrees[peer] = s, int(d)
+        best, degree = choose(self.rank, scores, degrees)
+        self.best_rank, self.degree_rank = best, degree
+        self.led += best != self.rank
+        mixed = self._mixed.buffers
+        torch._foreach_copy_(mixed, mine)
+        mix_(mixed, list(received.values()), weight)
+        leader_terms_(mixed, mine if best == self.rank else received[best],
+                      mine if degree == self.rank else received[degree],
+                      self.c_B, self.c_D, self.p_B, self.p_D)
+        return mixed
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        stats = super().stats
+        stats["best_rank"] = self.best_rank
+        stats["degree_rank"] = self.degree_rank
+        stats["led"] = self.led
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["scorer"] = self.scorer.state()
+        state["best_rank"], state["degree_rank"], state["led"] = (
+            self.best_rank, self.degree_rank, self.led)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.scorer.load(state["scorer"])
+        self.best_rank, self.degree_rank = state["best_rank"], state["degree_rank"]
+        self.led = int(state["led"])
+

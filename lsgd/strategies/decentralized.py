@@ -1,0 +1,339 @@
+"""What D-PSGD, MATCHA and AL-DSGD share: graphs, matchings, gossip, the spread.
+
+No center and no global collective during training: at a communication every
+worker swaps its state with its neighbours along the *active matchings* of the
+current graph (one :meth:`~lsgd.comm.base.Communicator.exchange_many` of the
+flattened state with its partners, at most one per matching) and mixes::
+
+    x_i <- (1 - d_i a) x_i + a sum_{j in A_i} x_j          (d_i = |A_i|)
+
+which is ``x <- W x`` with the symmetric, doubly stochastic ``W = I - a L(t)``
+(``L(t)`` the Laplacian of the active edges), so the average of the workers
+never moves while their disagreement shrinks. Which matchings are active and
+what ``a`` is are the only things the three methods change, plus AL-DSGD's
+leader terms (:mod:`lsgd.strategies.aldsgd`).
+
+Dynamic graphs: ``topology`` may be a list of graphs ``G_0 .. G_{m-1}``; the
+``t``-th communication uses ``G_{t mod m}`` with its own matchings,
+probabilities and mixing weight, so low-degree workers meet more peers over
+time. Only the union of the graphs must be connected.
+
+Agreement without communication: every worker builds the same matchings from
+the same graph, and MATCHA's random activations come from a generator seeded
+with the same ``seed`` on every worker. At construction one all-gather checks
+that all workers were given the same graphs, budget, period and seed (a
+mismatch would make them wait for exchanges that never come), and rank 0's
+probabilities and weights are broadcast, so no worker depends on its own
+solver's last digits. Both count as ``"init"`` traffic.
+
+The center (the average, :meth:`~lsgd.strategies.base.Strategy.center`) and
+the spread (mean distance to it, :meth:`Decentralized.spread`) are computed
+only for evaluation, as ``"eval"`` traffic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from lsgd import _validate, topology as topo
+from lsgd.comm import Communicator, get_communicator
+from lsgd.flat import FlatBuffer
+from lsgd.strategies.base import Strategy
+from lsgd.topology import Topology
+
+Tensors = Sequence[torch.Tensor]
+GraphSpec = Topology | Sequence[Topology] | str | None
+
+
+# -- the math, on lists of tensors --------------------------------------------------
+def mix_(xs: Tensors, neighbours: Sequence[Tensors], weight: float) -> None:
+    """Gossip in place: ``x <- (1 - d a) x + a sum_j x_j`` with ``d = len(neighbours)``.
+
+    ``xs`` and every entry of ``neighbours`` are lists of tensors of the same
+    shapes (a whole model state, or its flat buffers). No neighbour: no change.
+    """
+    if not neighbours or weight == 0.0:
+        return
+    xs = list(xs)
+    torch._foreach_mul_(xs, 1.0 - len(neighbours) * weight)
+    for state in neighbours:
+        torch._foreach_add_(xs, list(state), alpha=weight)
+
+
+MIXING_RULES = ("max-degree",)
+MixingWeight = float | str | None
+
+
+def mixing_weight_option(owner: str, value: Any) -> MixingWeight:
+    """``None`` (the method's own weight), ``"max-degree"`` or a number in (0, 1]."""
+    if value is None or value in MIXING_RULES:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+        raise ValueError(
+            f"{owner}: mixing_weight must be None (the method's own), 'max-degree' or a "
+            f"number in (0, 1], got {value!r}"
+        )
+    return float(value)
+
+
+def budget_fraction(owner: str, value: Any) -> float:
+    """A communication budget: a number in (0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+        raise ValueError(f"{owner}: budget must be a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+@dataclasses.dataclass
+class GraphPlan:
+    """One graph as a strategy uses it: matchings, activation probabilities, weight."""
+
+    graph: Topology
+    partners: list[int | None]  # this worker's partner in each matching
+    probabilities: list[float]
+    weight: float
+
+    @property
+    def always(self) -> bool:
+        """Every matching active at every communication (no random draw needed)."""
+        return all(p == 1.0 for p in self.probabilities)
+
+
+def resolve_graphs(owner: str, spec: GraphSpec, world_size: int) -> list[Topology]:
+    """The graphs of ``spec`` (default a ring), checked against ``world_size``."""
+    if spec is None:
+        graphs = [topo.ring(world_size)]
+    elif isinstance(spec, str):
+        graphs = [topo.make(spec, world_size)]
+    elif isinstance(spec, Topology):
+        graphs = [spec]
+    else:
+        graphs = list(spec)
+        if not graphs or not all(isinstance(g, Topology) for g in graphs):
+            raise ValueError(
+                f"{owner}: topology must be a Topology, a non-empty list of them (dynamic "
+                f"graphs) or a kind name {topo.KINDS}, got {spec!r}"
+            )
+    wrong = [f"{g.name} has {g.size}" for g in graphs if g.size != world_size]
+    if wrong:
+        raise ValueError(
+            f"{owner}: every graph must span the {world_size} workers; " + ", ".join(wrong)
+        )
+    if world_size > 1:
+        (graphs[0] if len(graphs) == 1 else topo.union(graphs)).check_connected()
+    return graphs
+
+
+class Decentralized(Strategy):
+    """Base class of the gossip methods: neighbour exchange along active matchings.
+
+    Args:
+        topology: a :class:`~lsgd.topology.Topology`, a list of them used in
+            turn (dynamic graphs), or a kind name for :func:`lsgd.topology.make`;
+            default ``ring(W)``.
+        budget: C_b in (0, 1]: the expected fraction of matchings active at a
+            communication (MATCHA). 1 activates every matching (D-PSGD).
+        period: local steps between communications (1: every step).
+        seed: seed of the activation sampler; must be the same on every worker.
+        mixing_weight: ``a``. ``None``: the method's own (D-PSGD's
+            ``2 / (lambda_2 + lambda_max)``, MATCHA's SDP). ``"max-degree"``:
+            ``1 / (1 + max degree)``, which keeps every self weight
+            ``1 - d_i a`` positive (the method's own can make it negative on an
+            irregular graph: ``d_i > (lambda_2 + lambda_max) / 2``). A number in
+            (0, 1]: that ``a`` on every graph.
+        comm, init, sync_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+    """
+
+    name = "decentralized"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        topology: GraphSpec = None,
+        budget: float = 1.0,
+        period: int = 1,
+        seed: int = 0,
+        mixing_weight: MixingWeight = None,
+        comm: Communicator | None = None,
+        init: str = "broadcast",
+        sync_buffers: bool = True,
+    ) -> None:
+        owner = type(self).__name__
+        self.budget = budget_fraction(owner, budget)
+        self.period = _validate.positive_int(owner, "period", period)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"{owner}: seed must be an integer >= 0, got {seed!r}")
+        self.seed = seed
+        self.mixing_weight = mixing_weight_option(owner, mixing_weight)
+        comm = comm if comm is not None else get_communicator()
+        self.graphs = resolve_graphs(owner, topology, comm.world_size)
+        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers)
+        self._check_agreement(owner)
+        self.plans = self._make_plans()
+        self.communications = 0
+        self.exchanges = 0
+        self.last_active: list[int] = []
+        self.last_peers: list[int] = []
+        self._generator = torch.Generator().manual_seed(seed)
+        self._send = FlatBuffer(self.x)
+
+    # -- setup -------------------------------------------------------------
+    def _agreement_key(self) -> list[float]:
+        """Numbers that every worker must share (extended by subclasses)."""
+        return [float(len(self.graphs)), *(float(g.fingerprint) for g in self.graphs),
+                self.budget, float(self.period), float(self.seed),
+                {None: -1.0, "max-degree": -2.0}.get(self.mixing_weight, self.mixing_weight)]
+
+    def _check_agreement(self, owner: str) -> None:
+        if self.world_size == 1:
+            return
+        key = torch.tensor(self._agreement_key(), dtype=torch.float64)
+        with self.comm.category("init"):
+            keys = self.comm.all_gather(key)
+        differ = [r for r in range(self.world_size) if not torch.equal(keys[r], key)]
+        if differ:
+            raise ValueError(
+                f"{owner}: workers {differ} were given other graphs, budget, period, seed or "
+                f"weights than worker {self.rank} ({', '.join(g.name for g in self.graphs)}, "
+                f"budget={self.budget}, period={self.period}, seed={self.seed}, "
+                f"mixing_weight={self.mixing_weight!r}); all workers must pass the same ones"
+            )
+
+    def _make_plans(self) -> list[GraphPlan]:
+        """Matchings locally; probabilities and weights from rank 0 (broadcast)."""
+        sizes = [len(g.matchings) for g in self.graphs]
+        numbers = torch.zeros(sum(sizes) + len(sizes), dtype=torch.float64)
+        if self.rank == 0:
+            values: list[float] = []
+            for g in self.graphs:
+                probabilities, weight = _solve(g, self.budget)
+                if self.mixing_weight == "max-degree":
+                    weight = 1.0 / (1 + max(g.degrees)) if g.matchings else 0.0
+                elif self.mixing_weight is not None:
+                    weight = float(self.mixing_weight)
+                values += [*probabilities, weight]
+            numbers.copy_(torch.tensor(values, dtype=torch.float64))
+        if self.world_size > 1:
+            with self.comm.category("init"):
+                self.comm.broadcast_(numbers, src=0)
+        plans, at = [], 0
+        for g, m in zip(self.graphs, sizes):
+            chunk = numbers[at : at + m + 1].tolist()
+            at += m + 1
+            plans.append(GraphPlan(g, g.partners(self.rank), chunk[:m], chunk[m]))
+        return plans
+
+    # -- one communication ---------------------------------------------------
+    @property
+    def graph_index(self) -> int:
+        """Index of the graph the next communication uses."""
+        return self.communications % len(self.plans)
+
+    def _record(self, loss: torch.Tensor | float | None) -> None:
+        """Per-step bookkeeping before a communication (AL-DSGD's loss window)."""
+
+    def _after_step(self, loss: torch.Tensor | float | None) -> None:
+        self._record(loss)
+        if self.steps % self.period == 0:
+            self._communicate()
+
+    def _activate(self, plan: GraphPlan) -> list[int]:
+        """Indices of this communication's active matchings, the same on every worker."""
+        if plan.always:
+            return list(range(len(plan.probabilities)))
+        draws = torch.rand(len(plan.probabilities), generator=self._generator, dtype=torch.float64)
+        return [j for j, p in enumerate(plan.probabilities) if float(draws[j]) < p]
+
+    def _communicate(self) -> None:
+        plan = self.plans[self.graph_index]
+        self.communications += 1
+        active = self._activate(plan)
+        self.last_active = active
+        if active:
+            self.rounds += 1
+        peers = [p for p in (plan.partners[j] for j in active) if p is not None]
+        self.last_peers = peers
+        if not peers:  # no active neighbour: nothing to do this time
+            return
+        self._send.copy_from(self.x)
+        mine = self._send.buffers
+        per_buffer = [self.comm.exchange_many(buffer, peers) for buffer in mine]
+        received = {peer: [got[k] for got in per_buffer] for k, peer in enumerate(peers)}
+        self.exchanges += len(peers)
+        result = self._combine(mine, received, plan.weight)
+        if result is not mine:
+            torch._foreach_copy_(mine, result)
+        self._send.copy_to(self.x)
+
+    def _combine(
+        self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]], weight: float
+    ) -> list[torch.Tensor]:
+        """The new state as flat buffers; ``mine`` (sent, pre-mixing) may be reused."""
+        mix_(mine, list(received.values()), weight)
+        return mine
+
+    # -- evaluation ------------------------------------------------------------
+    def spread(self) -> float:
+        """Mean over workers of ``||x_i - x_bar||`` (the state's Euclidean distance to
+        the center). Collective: every worker must call it; two all-reduces,
+        counted as ``"eval"`` traffic. Zero means consensus."""
+        flat = FlatBuffer(self.x).copy_from(self.x)
+        mine = [b.clone() for b in flat.buffers]
+        with torch.no_grad(), self.comm.category("eval"):
+            for buffer in flat.buffers:
+                self.comm.all_reduce_(buffer, op="mean")
+            squared = torch.zeros((), dtype=torch.float64, device=mine[0].device if mine else None)
+            for m, c in zip(mine, flat.buffers):
+                squared += (m.double() - c.double()).pow(2).sum()
+            distance = squared.sqrt().reshape(1)
+            self.comm.all_reduce_(distance, op="mean")
+        return float(distance)
+
+    # -- reporting and checkpoints ---------------------------------------------
+    @property
+    def stats(self) -> dict[str, Any]:
+        stats = super().stats
+        stats["communications"] = self.communications
+        stats["exchanges"] = self.exchanges
+        stats["graphs"] = [g.name for g in self.graphs]
+        stats["budget"] = self.budget
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["communications"] = self.communications
+        state["graph_index"] = self.graph_index
+        state["exchanges"] = self.exchanges
+        state["sampler"] = self._generator.get_state()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.communications = int(state["communications"])
+        self.exchanges = int(state["exchanges"])
+        self._generator.set_state(state["sampler"])
+
+
+@functools.lru_cache(maxsize=64)
+def _solve(graph: Topology, budget: float) -> tuple[tuple[float, ...], float]:
+    """MATCHA's probabilities and mixing weight of ``graph`` (D-PSGD's at budget 1).
+
+    Cached: simulated workers, and repeated runs in one process, solve once.
+    """
+    if not graph.matchings:
+        return (), 0.0
+    if budget == 1.0:
+        return (1.0,) * len(graph.matchings), graph.mixing_weight()
+    laplacians = graph.matching_laplacians()
+    probabilities = topo.activation_probabilities(laplacians, budget)
+    weight = topo.matcha_mixing_weight(laplacians, probabilities)
+    assert math.isfinite(weight) and weight >= 0
+    return tuple(probabilities), weight

@@ -1,0 +1,63 @@
+"""D-PSGD (Lian et al., "Can Decentralized Algorithms Outperform Centralized
+Algorithms? A Case Study for Decentralized Parallel Stochastic Gradient
+Descent", NeurIPS 2017).
+
+Every ``period`` steps (default every step), after the inner optimizer step,
+each worker swaps its state with every neighbour in the graph and mixes::
+
+    x_i <- (1 - d_i a) x_i + a sum_{j in N(i)} x_j,     a = 2 / (lambda_2(L) + lambda_max(L))
+
+(all matchings active; ``a`` minimizes the contraction ``||I - a L - J||_2``
+of the disagreement). The step-then-mix order is the "adapt then combine"
+form MATCHA's and AL-DSGD's code use; the average of the workers is unchanged
+by the mixing.
+
+Communicated per communication: this worker's state once to each of its
+``d_i`` neighbours, one pairwise exchange per matching it is in (``d_i * B``
+sent and received). Nothing else: no all-reduce, no center.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lsgd.comm import Communicator
+from lsgd.strategies.decentralized import Decentralized, GraphSpec, MixingWeight
+
+
+class DPSGD(Decentralized):
+    """Decentralized parallel SGD: gossip with all neighbours at every communication.
+
+    Args:
+        topology: a :class:`~lsgd.topology.Topology`, a list of them used in turn
+            (dynamic graphs), or a kind name; default ``ring(W)``. Must be
+            connected (for a list: its union).
+        period: local steps between communications (1: every step, the paper's).
+        mixing_weight: ``a``; default the method's own; ``"max-degree"`` or a
+            number: see :class:`~lsgd.strategies.decentralized.Decentralized`.
+        comm, init, sync_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+    """
+
+    name = "dpsgd"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        topology: GraphSpec = None,
+        period: int = 1,
+        mixing_weight: MixingWeight = None,
+        comm: Communicator | None = None,
+        init: str = "broadcast",
+        sync_buffers: bool = True,
+    ) -> None:
+        super().__init__(model, optimizer, topology=topology, budget=1.0, period=period, seed=0,
+                         mixing_weight=mixing_weight,
+                         comm=comm, init=init, sync_buffers=sync_buffers)
+
+    @property
+    def mixing_weights(self) -> list[float]:
+        """``a`` of each graph."""
+        return [plan.weight for plan in self.plans]
