@@ -11,6 +11,7 @@ must be picklable (``fn`` defined at module level).
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import uuid
 from collections.abc import Callable, Sequence
@@ -41,6 +42,13 @@ def _worker(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequenc
         return fn(info, *args)
     finally:
         dist.destroy_process_group()
+
+
+def _message(message: Any) -> str:
+    """The worker's error line from what the elastic agent recorded."""
+    if isinstance(message, dict):
+        return str(message.get("message", message))
+    return str(message)
 
 
 def launch(
@@ -75,16 +83,20 @@ def launch(
         monitor_interval=0.05,
         start_method="spawn",
     )
+    # The elastic agent logs every failure at length; LaunchError says it once.
+    elastic_log = logging.getLogger("torch.distributed.elastic")
+    level = elastic_log.level
+    elastic_log.setLevel(logging.CRITICAL)
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
         results = elastic_launch(config, _worker)(fn, groups, timeout, tuple(args))
     except ChildFailedError as error:
-        lines = [
-            f"rank {rank}: {failure.message}" for rank, failure in sorted(error.failures.items())
-        ]
+        lines = [f"rank {rank}: {_message(failure.message)}"
+                 for rank, failure in sorted(error.failures.items())]
         raise LaunchError("worker processes failed:\n" + "\n".join(lines)) from error
     finally:
+        elastic_log.setLevel(level)
         if saved is None:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:

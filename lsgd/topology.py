@@ -341,6 +341,40 @@ def make(kind: str, size: int, **kwargs: Any) -> Topology:
     raise ValueError(f"topology kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
 
 
+def from_spec(spec: str, size: int) -> Topology:
+    """A graph from a short text, as the command line gives it.
+
+    ``KIND`` or ``KIND:key=value,key=value`` with a kind of :data:`KINDS` and the
+    keyword arguments of :func:`make` (``ring:stride=3``,
+    ``erdos-renyi:seed=1``, ``erdos-renyi:edges=12,seed=2``, ``torus:rows=2``),
+    or the path of an edge-list file: one ``i j`` pair per line, ``#`` comments.
+    """
+    path = Path(spec)
+    if spec.partition(":")[0].strip() not in (*KINDS, "erdos_renyi") and (
+            path.suffix or "/" in spec or path.exists()):
+        if not path.is_file():
+            raise ValueError(f"topology file {spec} does not exist (expected one 'i j' per line)")
+        edges = []
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            parts = text.replace(",", " ").split()
+            if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts):
+                raise ValueError(f"{spec}:{number}: expected two worker ranks 'i j', got {line!r}")
+            edges.append((int(parts[0]), int(parts[1])))
+        return from_edges(size, edges, name=path.name)
+    kind, _, options = spec.partition(":")
+    kwargs: dict[str, Any] = {}
+    for item in filter(None, (o.strip() for o in options.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"topology {spec!r}: options are key=value, got {item!r}")
+        number = float(value)
+        kwargs[key.strip()] = int(number) if number.is_integer() and key.strip() != "p" else number
+    return make(kind.strip(), size, **kwargs)
+
+
 # -- graph math ---------------------------------------------------------------------
 def laplacian(size: int, edges: Iterable[Edge]) -> torch.Tensor:
     """The Laplacian ``Deg - Adj`` of the graph with ``edges``, float64."""

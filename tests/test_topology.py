@@ -204,3 +204,20 @@ def test_draw_writes_a_png(tmp_path) -> None:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="no graph"):
         T.draw([], tmp_path / "x.png")
+
+
+def test_graphs_from_command_line_text(tmp_path) -> None:
+    from lsgd.topology import from_spec
+
+    assert from_spec("ring", 6).edges == from_spec("ring:stride=1", 6).edges
+    assert from_spec("ring:stride=3", 8).name == "ring(8, stride=3)"
+    assert len(from_spec("erdos-renyi:edges=10,seed=3", 8).edges) == 10
+    assert from_spec("torus:rows=2", 8).name == "torus(2x4)"
+    edges = tmp_path / "path.txt"
+    edges.write_text("# a path\n0 1\n1 2  # middle\n2,3\n")
+    assert from_spec(str(edges), 4).edges == ((0, 1), (1, 2), (2, 3))
+    edges.write_text("0 1 2\n")
+    with pytest.raises(ValueError, match=r"path.txt:1: expected two worker ranks"):
+        from_spec(str(edges), 4)
+    with pytest.raises(ValueError, match="topology kind must be one of"):
+        from_spec("star", 4)

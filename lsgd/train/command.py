@@ -48,7 +48,8 @@ def add_train_parser(subparsers: Any) -> None:
         if base is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
         elif typing.get_origin(kind) is list or base is list or typing.get_origin(base) is list:
-            parser.add_argument(flag, type=float, nargs="+", help=help_text)
+            item = typing.get_args(kind)[0] if typing.get_args(kind) else float
+            parser.add_argument(flag, type=item, nargs="+", help=help_text)
         else:
             parser.add_argument(flag, type=base if base in (int, float) else str,
                                 choices=f.metadata.get("choices"), help=help_text, metavar=None)
@@ -124,15 +125,9 @@ def run_train(args: argparse.Namespace) -> int:
     from lsgd.comm import SimulationError
 
     cfg = resolve(args)
-    # Fail fast on what a person can fix, before starting workers.
     from lsgd.train import loop
 
-    loop.pick_device(cfg)
-    loop.load_data(cfg)
-    from lsgd.models import model_names
-
-    if cfg.model not in model_names():
-        raise UsageError(f"unknown model {cfg.model!r}; choose one of {', '.join(model_names())}")
+    loop.preflight(cfg)  # fail fast, before any worker starts, on what a person can fix
     try:
         summary = train(cfg)
     except SimulationError as error:

@@ -22,7 +22,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-METHODS = ("lsgd", "easgd", "local-sgd", "allreduce", "sgd")
+METHODS = ("lsgd", "easgd", "local-sgd", "allreduce", "sgd", "dpsgd", "matcha", "al-dsgd")
+DECENTRALIZED = ("dpsgd", "matcha", "al-dsgd")
 OPTIMIZERS = ("sgd", "adam", "adamw", "lars")
 SCHEDULES = ("constant", "step", "minutes", "plateau")
 BACKENDS = ("processes", "threads")
@@ -84,6 +85,20 @@ class TrainConfig:
     # EASGD, local SGD
     moving_rate: float = _f(0.43, "EASGD beta")
     hierarchical: bool = _f(False, "local SGD: average inside groups, then across")
+    # Decentralized methods (dpsgd, matcha, al-dsgd)
+    topology: str = _f("ring", "communication graph: ring, torus, complete, erdos-renyi, with "
+                               "options as KIND:key=value,... (ring:stride=3, "
+                               "erdos-renyi:seed=1), or an edge-list file of 'i j' lines")
+    graphs: list[str] = _f((), "several graphs used in turn (dynamic graphs), each as --topology")
+    budget: float | None = _f(None, "MATCHA/AL-DSGD communication budget C_b in (0, 1] "
+                                    "(default: 0.5 for matcha, 1 otherwise)")
+    gossip_period: int = _f(1, "steps between neighbour exchanges (decentralized methods)")
+    mixing_weight: str = _f("auto", "mixing weight a: auto (the method's own), max-degree, "
+                                    "or a number")
+    c_b: float = _f(0.3, "AL-DSGD weight of the best-scoring neighbour in the average")
+    c_d: float = _f(0.1, "AL-DSGD weight of the highest-degree neighbour in the average")
+    p_b: float = _f(0.1, "AL-DSGD corrective pull toward the best-scoring neighbour")
+    p_d: float = _f(0.1, "AL-DSGD corrective pull toward the highest-degree neighbour")
     # All methods
     init: str = _f("broadcast", "broadcast (all start from rank 0) or independent",
                    choices=("broadcast", "independent"))
@@ -122,13 +137,15 @@ class TrainConfig:
             value = getattr(self, f.name)
             if choices and value not in choices:
                 errors.append(f"--{_flag(f.name)} {value!r}: choose one of {', '.join(choices)}")
-        positive_ints = ("workers", "groups", "batch_size", "period", "leader_window", "patience")
+        positive_ints = ("workers", "groups", "batch_size", "period", "leader_window", "patience",
+                         "gossip_period")
         for name in positive_ints:
             if getattr(self, name) < 1:
                 errors.append(f"--{_flag(name)} must be a positive integer, got {getattr(self, name)}")
         if self.workers >= 1 and self.groups >= 1 and self.workers % self.groups:
             errors.append(f"--groups {self.groups} must divide --workers {self.workers}")
-        for name in ("pull", "scope", "moving_rate", "pull_global", "scope_global"):
+        for name in ("pull", "scope", "moving_rate", "pull_global", "scope_global", "c_b", "c_d",
+                     "p_b", "p_d"):
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 1:
                 errors.append(f"--{_flag(name)} must be in [0, 1], got {value}")
@@ -147,10 +164,18 @@ class TrainConfig:
             errors.append(f"--eval-every {self.eval_every!r}: give steps (200) or seconds (30s)")
         if self.schedule in ("step", "minutes") and not self.drops:
             errors.append(f"--schedule {self.schedule} needs --drops (e.g. --drops 30 60)")
+        if self.budget is not None and not 0 < self.budget <= 1:
+            errors.append(f"--budget must be in (0, 1], got {self.budget}")
+        if self.mixing_weight not in ("auto", "max-degree"):
+            try:
+                float(self.mixing_weight)
+            except ValueError:
+                errors.append(f"--mixing-weight {self.mixing_weight!r}: give auto, max-degree "
+                              "or a number")
         if errors:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
 
-    def budget(self) -> dict[str, float]:
+    def budgets(self) -> dict[str, float]:
         """The budgets given; one epoch if none is."""
         given = {k: getattr(self, k) for k in ("epochs", "steps", "minutes")
                  if getattr(self, k) is not None}
@@ -204,6 +229,8 @@ def make_config(settings: dict[str, Any]) -> TrainConfig:
     settings = dict(settings)
     if "drops" in settings and settings["drops"] is not None:
         settings["drops"] = [float(v) for v in settings["drops"]]
+    if "graphs" in settings and settings["graphs"] is not None:
+        settings["graphs"] = [str(v) for v in settings["graphs"]]
     cfg = TrainConfig(**settings)
     cfg.validate()
     return cfg

@@ -28,10 +28,11 @@ from torch.nn import functional as F
 import lsgd
 from lsgd import augment, data as datasets
 from lsgd.flat import FlatBuffer
-from lsgd.models import build_model
+from lsgd.models import build_model, model_names
 from lsgd.strategies.base import state_tensors
 from lsgd.train import checkpoint, outputs, plots
-from lsgd.train.config import TrainConfig
+from lsgd.topology import Topology, draw, from_spec
+from lsgd.train.config import DECENTRALIZED, TrainConfig
 from lsgd.train.progress import Progress
 from lsgd.train.schedule import Schedule
 
@@ -132,7 +133,38 @@ def make_strategy(cfg: TrainConfig, model: nn.Module, opt: torch.optim.Optimizer
     if cfg.method == "local-sgd":
         return lsgd.LocalSGD(model, opt, period=cfg.period, hierarchical=cfg.hierarchical,
                              global_period=cfg.global_period, **common)
+    if cfg.method in DECENTRALIZED:
+        return make_decentralized(cfg, model, opt, common)
     return lsgd.Independent(model, opt, **common)
+
+
+def graphs_of(cfg: TrainConfig) -> list[Topology]:
+    """The communication graph(s) of a decentralized run (several: used in turn)."""
+    specs = list(cfg.graphs) or [cfg.topology]
+    try:
+        graphs = [from_spec(spec, cfg.workers) for spec in specs]
+        for graph in graphs if len(graphs) == 1 else []:
+            graph.check_connected()
+    except ValueError as error:
+        raise UsageError(f"--topology/--graphs: {error}") from error
+    return graphs
+
+
+def make_decentralized(cfg: TrainConfig, model: nn.Module, opt: torch.optim.Optimizer,
+                       common: dict[str, Any]) -> lsgd.Strategy:
+    weight: Any = {"auto": None, "max-degree": "max-degree"}.get(cfg.mixing_weight)
+    if weight is None and cfg.mixing_weight != "auto":
+        weight = float(cfg.mixing_weight)
+    shared = dict(topology=graphs_of(cfg), period=cfg.gossip_period, mixing_weight=weight,
+                  **common)
+    if cfg.method == "dpsgd":
+        return lsgd.DPSGD(model, opt, **shared)
+    if cfg.method == "matcha":
+        return lsgd.MATCHA(model, opt, budget=0.5 if cfg.budget is None else cfg.budget,
+                           seed=cfg.seed, **shared)
+    return lsgd.ALDSGD(model, opt, c_B=cfg.c_b, c_D=cfg.c_d, p_B=cfg.p_b, p_D=cfg.p_d,
+                       budget=1.0 if cfg.budget is None else cfg.budget, seed=cfg.seed,
+                       leader_window=cfg.leader_window, **shared)
 
 
 @torch.no_grad()
@@ -181,6 +213,26 @@ def recalibrate_bn(model: nn.Module, batches: list[torch.Tensor]) -> None:
         m.momentum = momentum
 
 
+def preflight(cfg: TrainConfig) -> None:
+    """Check, in the launching process, what would otherwise fail in every worker:
+    the device, the dataset, the model on the dataset's input, the graphs."""
+    pick_device(cfg)
+    source = Source(load_data(cfg), cfg, torch.device("cpu"))
+    if cfg.model not in model_names():
+        raise UsageError(f"unknown model {cfg.model!r}; choose one of {', '.join(model_names())}")
+    try:
+        with torch.device("meta"):
+            build_model(cfg.model, source.input_shape(), source.data.classes)
+    except ValueError as error:
+        raise UsageError(f"--model {cfg.model} on --dataset {cfg.dataset}: {error}") from error
+    if source.n_train // cfg.workers // cfg.batch_size == 0:
+        raise UsageError(
+            f"--batch-size {cfg.batch_size} is larger than a worker's shard "
+            f"({source.n_train // cfg.workers} examples); lower it or use fewer workers")
+    if cfg.method in DECENTRALIZED:
+        graphs_of(cfg)
+
+
 # -- the worker ---------------------------------------------------------------------
 class Worker:
     """The state of one worker's run; ``run()`` trains and returns rank 0's summary."""
@@ -207,7 +259,7 @@ class Worker:
                 f"--batch-size {cfg.batch_size} is larger than a worker's shard "
                 f"({self.source.n_train // self.world} examples); lower it or use fewer workers"
             )
-        budget = cfg.budget()
+        budget = cfg.budgets()
         self.max_steps = min(
             budget.get("steps", math.inf),
             math.ceil(budget["epochs"] * self.steps_per_epoch) if "epochs" in budget else math.inf,
@@ -310,6 +362,7 @@ class Worker:
                             dtype=torch.float64, device=self.device)
         with self.comm.category("eval"):
             table = self.comm.all_gather(mine).cpu()
+        spread = strategy.spread() if hasattr(strategy, "spread") else math.nan
         total = float(table[:, 4].sum())
         row: dict[str, Any] = {
             "time": self.shared_seconds if self.uses_clock else self.train_seconds,
@@ -326,6 +379,8 @@ class Worker:
             "bytes_sent_per_worker": float(table[:, 8].mean()),
             "rounds": strategy.rounds,
         }
+        if not math.isnan(spread):  # decentralized: mean distance of the workers to the center
+            row["spread"] = spread
         if cfg.eval_workers:
             for r in range(self.world):
                 row[f"worker{r}_accuracy"] = float(table[r, 6])
@@ -453,6 +508,12 @@ class Worker:
         }
         outputs.write_json(self.run_dir / "summary.json", summary)
         summary["plots"] = [str(p) for p in plots.plot_run(self.run_dir)]
+        graphs = getattr(self.strategy, "graphs", None)
+        if graphs:  # the communication graph(s) of a decentralized run
+            try:
+                summary["plots"].append(str(draw(graphs, self.run_dir / "graphs.png")))
+            except ImportError:
+                pass
         return summary
 
 
