@@ -19,7 +19,7 @@ from pathlib import Path
 
 from lsgd.train import command
 from lsgd.train.config import make_config
-from lsgd.train.loop import load_data
+from lsgd.train.loop import load_data, steps_per_epoch
 from lsgd.train.outputs import read_csv
 from lsgd.train.plots import plot_runs
 
@@ -42,8 +42,8 @@ def main() -> None:
         settings = dict(method=method, epochs=args.epochs, workers=args.workers, model=args.model,
                         dataset=args.dataset, backend=args.backend, out=str(run), quiet=True)
         cfg = make_config(settings)
-        steps_per_epoch = len(load_data(cfg).train_y) // args.workers // cfg.batch_size
-        cfg = make_config({**settings, "eval_every": str(steps_per_epoch)})
+        per_epoch = steps_per_epoch(cfg, len(load_data(cfg).train_y))
+        cfg = make_config({**settings, "eval_every": str(per_epoch)})
         command._prepare(cfg, run)
         command.train(cfg)
         runs.append(run)

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 import lsgd
 from lsgd import augment, data as datasets
 from lsgd.flat import FlatBuffer
-from lsgd.models import build_model, model_names
+from lsgd.models import build_model
 from lsgd.strategies.base import state_tensors
 from lsgd.train import checkpoint, outputs, plots
 from lsgd.topology import Topology, draw, from_spec
@@ -213,22 +213,27 @@ def recalibrate_bn(model: nn.Module, batches: list[torch.Tensor]) -> None:
         m.momentum = momentum
 
 
+def steps_per_epoch(cfg: TrainConfig, n_train: int) -> int:
+    """Batches in one worker's shard (drop-last); a usage error if there are none."""
+    steps = n_train // cfg.workers // cfg.batch_size
+    if steps == 0:
+        raise UsageError(
+            f"--batch-size {cfg.batch_size} is larger than a worker's shard "
+            f"({n_train // cfg.workers} examples); lower it or use fewer workers")
+    return steps
+
+
 def preflight(cfg: TrainConfig) -> None:
     """Check, in the launching process, what would otherwise fail in every worker:
     the device, the dataset, the model on the dataset's input, the graphs."""
     pick_device(cfg)
     source = Source(load_data(cfg), cfg, torch.device("cpu"))
-    if cfg.model not in model_names():
-        raise UsageError(f"unknown model {cfg.model!r}; choose one of {', '.join(model_names())}")
+    steps_per_epoch(cfg, source.n_train)
     try:
         with torch.device("meta"):
             build_model(cfg.model, source.input_shape(), source.data.classes)
     except ValueError as error:
         raise UsageError(f"--model {cfg.model} on --dataset {cfg.dataset}: {error}") from error
-    if source.n_train // cfg.workers // cfg.batch_size == 0:
-        raise UsageError(
-            f"--batch-size {cfg.batch_size} is larger than a worker's shard "
-            f"({source.n_train // cfg.workers} examples); lower it or use fewer workers")
     if cfg.method in DECENTRALIZED:
         graphs_of(cfg)
 
@@ -253,12 +258,7 @@ class Worker:
                                  cfg.warmup_epochs)
         torch.manual_seed(cfg.seed * 7919 + 1 + self.rank)  # per-worker dropout stream
         self.generator = torch.Generator().manual_seed(cfg.seed * 7919 + 10_000 + self.rank)
-        self.steps_per_epoch = self.source.n_train // self.world // cfg.batch_size
-        if self.steps_per_epoch == 0:
-            raise UsageError(
-                f"--batch-size {cfg.batch_size} is larger than a worker's shard "
-                f"({self.source.n_train // self.world} examples); lower it or use fewer workers"
-            )
+        self.steps_per_epoch = steps_per_epoch(cfg, self.source.n_train)
         budget = cfg.budgets()
         self.max_steps = min(
             budget.get("steps", math.inf),
