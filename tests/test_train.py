@@ -44,6 +44,8 @@ def test_four_processes_learn_fashion_mnist_and_write_every_output(tmp_path: Pat
     rows = read_csv(run / "metrics.csv")
     assert [r["steps"] for r in rows] == [100.0, 200.0]
     assert set(METRIC_FIELDS) <= set(rows[0])
+    losses = [rows[-1][f"worker{r}_train_loss"] for r in range(4)]
+    assert rows[-1]["train_loss"] == pytest.approx(sum(losses) / 4, rel=1e-4)
     assert rows[-1]["center_accuracy"] == pytest.approx(summary["test_accuracy"], abs=1e-6)
     history = read_csv(run / "leader_history.csv")
     assert [h["step"] for h in history] == [1.0] + [8.0 * k for k in range(1, 26)]

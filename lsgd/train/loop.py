@@ -381,6 +381,8 @@ class Worker:
         }
         if not math.isnan(spread):  # decentralized: mean distance of the workers to the center
             row["spread"] = spread
+        for r in range(self.world):
+            row[f"worker{r}_train_loss"] = float(table[r, 7])
         if cfg.eval_workers:
             for r in range(self.world):
                 row[f"worker{r}_accuracy"] = float(table[r, 6])
