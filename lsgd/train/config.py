@@ -115,6 +115,11 @@ class TrainConfig:
     quiet: bool = _f(False, "no progress bar")
     tensorboard: bool = _f(False, "also log to TensorBoard in the run folder")
 
+    def __post_init__(self) -> None:
+        # Lists however they came (defaults, TOML, the command line).
+        self.drops = [float(v) for v in self.drops]
+        self.graphs = [str(v) for v in self.graphs]
+
     # -- derived -------------------------------------------------------------
     @property
     def out_dir(self) -> Path:
@@ -226,11 +231,6 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def make_config(settings: dict[str, Any]) -> TrainConfig:
     """A validated config from field values (TOML file merged with the command line)."""
-    settings = dict(settings)
-    if "drops" in settings and settings["drops"] is not None:
-        settings["drops"] = [float(v) for v in settings["drops"]]
-    if "graphs" in settings and settings["graphs"] is not None:
-        settings["graphs"] = [str(v) for v in settings["graphs"]]
     cfg = TrainConfig(**settings)
     cfg.validate()
     return cfg
