@@ -14,6 +14,7 @@ copies rank 0's buffers to every worker before each forward pass.
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any
 
@@ -66,7 +67,10 @@ class AllReduce(Strategy):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         device = next(model.parameters()).device
-        options: dict[str, Any] = {"broadcast_buffers": self.sync_buffers}
+        # Newer torch renamed broadcast_buffers (deprecated) to forward_sync_buffers.
+        ddp_args = inspect.signature(nn.parallel.DistributedDataParallel).parameters
+        sync_flag = "forward_sync_buffers" if "forward_sync_buffers" in ddp_args else "broadcast_buffers"
+        options: dict[str, Any] = {sync_flag: self.sync_buffers}
         if device.type == "cuda":
             options["device_ids"] = [device]
         options.update(kwargs)
