@@ -8,14 +8,20 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=${LSGD_TORCH_VERSION:-2.13.0}
 
+# pip, without the notes about local package folders this machine's pip config names.
+pip_install() {
+    .venv/bin/pip install --quiet --disable-pip-version-check "$@" 2>&1 \
+        | { grep -v "^WARNING: Location '.*' is ignored" || true; }
+}
+
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 # Pin torch first so no looser requirement can pull a multi-GB CUDA build.
 if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
-    .venv/bin/pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
+    pip_install "torch==$TORCH_VERSION"
 fi
-.venv/bin/pip install --quiet --disable-pip-version-check -e ".[test,plot]"
+pip_install -e ".[test,plot]"
 
 FASHION=/usr/share/datasets/fashion-mnist
 if [ ! -f "$FASHION/train-images-idx3-ubyte.gz" ] && [ -z "${LSGD_DATA:-}" ]; then
