@@ -342,10 +342,9 @@ def simulate(
     state is left as it was.
     """
     check_layout(world_size, groups)
-    saved = _RandomState.capture()
-    if seed is None:
+    if seed is None:  # one draw from the caller's generator: successive runs differ
         seed = int(torch.randint(0, 2**62, (1,)).item())
-        saved = _RandomState.capture()
+    saved = _RandomState.capture()
     world = _World(world_size, groups, [seed + r for r in range(world_size)])
     results: list[Any] = [None] * world_size
 

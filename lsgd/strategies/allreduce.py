@@ -14,6 +14,7 @@ copies rank 0's buffers to every worker before each forward pass.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import time
 from typing import Any
@@ -131,8 +132,6 @@ class AllReduce(Strategy):
 
     def center(self) -> nn.Module:
         """A copy of the model: every replica already holds the average."""
-        import copy
-
         return copy.deepcopy(self._module)
 
 

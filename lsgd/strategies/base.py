@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -36,6 +36,20 @@ def state_tensors(model: nn.Module, sync_buffers: bool = True) -> list[torch.Ten
     if sync_buffers:
         tensors += [b for b in model.buffers() if b.is_floating_point()]
     return tensors
+
+
+def on_state_(model: nn.Module, collective: Callable[[torch.Tensor], Any]) -> None:
+    """Run ``collective`` in place on ``model``'s whole state, flattened.
+
+    The state is the parameters and floating buffers (integer buffers stay
+    local); each flat buffer (one per dtype and device) is one collective call.
+    """
+    tensors = state_tensors(model, sync_buffers=True)
+    flat = FlatBuffer(tensors).copy_from(tensors)
+    with torch.no_grad():
+        for buffer in flat.buffers:
+            collective(buffer)
+    flat.copy_to(tensors)
 
 
 def as_loss_tensor(loss: torch.Tensor | float, owner: str) -> torch.Tensor:
@@ -128,12 +142,8 @@ class Strategy:
         buffers are this worker's.
         """
         replica = copy.deepcopy(self._module)
-        tensors = state_tensors(replica, sync_buffers=True)
-        flat = FlatBuffer(tensors).copy_from(tensors)
-        with torch.no_grad(), self.comm.category("eval"):
-            for buffer in flat.buffers:
-                self.comm.all_reduce_(buffer, op="mean")
-        flat.copy_to(tensors)
+        with self.comm.category("eval"):
+            on_state_(replica, lambda buffer: self.comm.all_reduce_(buffer, op="mean"))
         return replica
 
     @property
@@ -181,12 +191,8 @@ class Strategy:
 
     # -- helpers for subclasses -----------------------------------------
     def _broadcast_initial_state(self) -> None:
-        tensors = state_tensors(self._module, sync_buffers=True)
-        flat = FlatBuffer(tensors).copy_from(tensors)
-        with torch.no_grad(), self.comm.category("init"):
-            for buffer in flat.buffers:
-                self.comm.broadcast_(buffer, src=0)
-        flat.copy_to(tensors)
+        with self.comm.category("init"):
+            on_state_(self._module, lambda buffer: self.comm.broadcast_(buffer, src=0))
 
     def _average_into(self, flat: FlatBuffer, scope: str = "world") -> None:
         """``flat <- mean over scope of x`` (one all-reduce per buffer)."""

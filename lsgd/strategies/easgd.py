@@ -16,6 +16,7 @@ state. Elastic Averaging GD (EAGD) is this with ``period=1`` and full gradients.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -74,8 +75,6 @@ class EASGD(Strategy):
 
     def center(self) -> nn.Module:
         """A copy of the model holding the center variable ``c``."""
-        import copy
-
         replica = copy.deepcopy(self._module)
         self.center_state.copy_to(state_tensors(replica, self.sync_buffers))
         return replica

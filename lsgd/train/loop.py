@@ -17,7 +17,7 @@ import copy
 import functools
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,8 @@ from torch.nn import functional as F
 
 import lsgd
 from lsgd import augment, data as datasets
-from lsgd.flat import FlatBuffer
 from lsgd.models import build_model
-from lsgd.strategies.base import state_tensors
+from lsgd.strategies.base import on_state_
 from lsgd.train import checkpoint, outputs, plots
 from lsgd.topology import Topology, draw, from_spec
 from lsgd.train.config import DECENTRALIZED, TrainConfig
@@ -188,11 +187,7 @@ def evaluate(model: nn.Module, source: Source, part: int = 0, parts: int = 1) ->
 def broadcast_model(comm: lsgd.Communicator, model: nn.Module, src: int) -> nn.Module:
     """A copy of worker ``src``'s model on every worker (one broadcast of its state)."""
     replica = copy.deepcopy(model)
-    tensors = state_tensors(replica, sync_buffers=True)
-    flat = FlatBuffer(tensors).copy_from(tensors)
-    for buffer in flat.buffers:
-        comm.broadcast_(buffer, src=src)
-    flat.copy_to(tensors)
+    on_state_(replica, lambda buffer: comm.broadcast_(buffer, src=src))
     return replica
 
 
