@@ -27,12 +27,22 @@ NCCL and the simulator:
 Traffic is counted per *category* (``"train"`` by default): evaluation
 traffic such as computing the center for a test goes under ``"eval"`` so it
 does not inflate the method's cost.
+
+Time and the shared step counter
+--------------------------------
+Asynchronous methods need two more things, both here so that strategies stay
+backend-agnostic: :meth:`Communicator.add_count`, a counter shared by all
+workers (``TCPStore.add`` in the c10d store under torch.distributed), and a
+clock, :meth:`Communicator.now`. Strategies call :meth:`Communicator.local_step`
+after every local step: in the simulator that is when the worker's steps take
+time on its virtual clock, elsewhere it does nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Literal
@@ -125,6 +135,7 @@ class Communicator(ABC):
         self.info = info
         self._stats: dict[str, CommStats] = {}
         self._category = "train"
+        self._counters = 0
 
     # -- layout ---------------------------------------------------------
     @property
@@ -215,6 +226,36 @@ class Communicator(ABC):
         if self.world_size > 1:
             self._barrier()
 
+    # -- time and the shared counter ----------------------------------------
+    def now(self) -> float:
+        """Seconds on this worker's clock (wall clock; the virtual clock in the simulator)."""
+        return time.perf_counter()
+
+    def local_step(self) -> None:
+        """Mark the end of one local step of this worker.
+
+        A no-op for real workers; in the simulator the worker's virtual clock
+        advances by its step time and another worker may run.
+        """
+
+    def add_count(self, key: str, amount: int = 1) -> int:
+        """Add ``amount`` to the counter ``key`` shared by all workers; return its new value.
+
+        Not collective: each worker adds on its own, and the counter starts at 0.
+        """
+        if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
+            raise ValueError(f"add_count: amount must be a non-negative integer, got {amount!r}")
+        return self._add_count(key, amount)
+
+    def new_counter_key(self, name: str) -> str:
+        """A counter key unique to this call, the same on every worker.
+
+        Workers that create their counters in the same order get the same keys;
+        a second strategy on one communicator gets a fresh counter.
+        """
+        self._counters += 1
+        return f"lsgd/{name}/{self._counters}"
+
     # -- pairwise exchange ------------------------------------------------
     def exchange(self, tensor: torch.Tensor, peer: int) -> torch.Tensor:
         """Send ``tensor`` to global rank ``peer``; return what ``peer`` sent (a new tensor).
@@ -268,6 +309,9 @@ class Communicator(ABC):
         """Send ``tensor`` to every peer, receive one tensor from each; report seconds."""
         raise NotImplementedError(f"{type(self).__name__} does not implement pairwise exchange")
 
+    @abstractmethod
+    def _add_count(self, key: str, amount: int) -> int: ...
+
     def _check(self, tensor: torch.Tensor, scope: Scope) -> None:
         if scope not in ("world", "group"):
             raise ValueError(f"scope must be 'world' or 'group', got {scope!r}")
@@ -283,6 +327,7 @@ class LocalCommunicator(Communicator):
 
     def __init__(self) -> None:
         super().__init__(WorkerInfo(rank=0, world_size=1, groups=1))
+        self._counts: dict[str, int] = {}
 
     def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, scope: Scope) -> float:
         raise AssertionError("unreachable: a single worker never communicates")
@@ -291,3 +336,7 @@ class LocalCommunicator(Communicator):
 
     def _barrier(self) -> None:
         pass
+
+    def _add_count(self, key: str, amount: int) -> int:
+        self._counts[key] = self._counts.get(key, 0) + amount
+        return self._counts[key]

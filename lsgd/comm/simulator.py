@@ -22,6 +22,20 @@ Each simulated worker behaves like its own process:
   every live worker waits in a collective that can never complete, that is
   reported as a deadlock with what each worker was waiting for.
 
+* **A virtual clock.** Each worker has a clock that advances by its *step
+  time* (``step_time``, 1.0 by default) at every local step
+  (:meth:`SimCommunicator.local_step`). The turn always goes to the ready
+  worker whose clock is earliest (ties: the next rank in cyclic order), so
+  workers of different speeds interleave as they would in real time: a worker
+  with step time 3 takes a third as many steps as one with step time 1 while
+  both run freely. A collective completes at the latest arrival time of its
+  members, and each member's clock jumps there: that jump is the time it waited.
+  Moving data costs no virtual time. Without steps of unequal length every
+  clock reads the same and the turn simply goes round in rank order.
+* **Shared counters.** :meth:`SimCommunicator.add_count` (the c10d store's
+  ``add`` under torch.distributed) updates a counter of the world in the order
+  of the virtual clock.
+
 Collectives reduce in rank order, so sums are deterministic. Communication
 time in the statistics is the time spent moving data, not the time spent
 waiting for the other (serialized) workers.
@@ -29,10 +43,11 @@ waiting for the other (serialized) workers.
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -112,8 +127,12 @@ class _Pending:
 class _World:
     """Shared state of one simulation: the turn, pending collectives, failures."""
 
-    def __init__(self, world_size: int, groups: int, seeds: Sequence[int]) -> None:
+    def __init__(self, world_size: int, groups: int, seeds: Sequence[int],
+                 step_time: Sequence[float]) -> None:
         self.world_size = world_size
+        self.step_time = list(step_time)
+        self.clock = [0.0] * world_size
+        self.counts: dict[str, int] = {}
         self.groups = groups
         self.cv = threading.Condition()
         self.turn = 0
@@ -126,12 +145,18 @@ class _World:
 
     # Called with self.cv held.
     def _pass_turn(self, rank: int) -> None:
+        """Give the turn to the ready worker with the earliest clock (ties: cyclic order)."""
+        best = -1
         for step in range(1, self.world_size + 1):
             candidate = (rank + step) % self.world_size
-            if self.ready[candidate] and not self.done[candidate]:
-                self.turn = candidate
-                self.cv.notify_all()
-                return
+            if self.ready[candidate] and not self.done[candidate] and (
+                best < 0 or self.clock[candidate] < self.clock[best]
+            ):
+                best = candidate
+        if best >= 0:
+            self.turn = best
+            self.cv.notify_all()
+            return
         if not all(self.done) and self.failure is None:
             stuck = "; ".join(
                 f"rank {r} waits in {self.waiting_for[r]}"
@@ -158,6 +183,19 @@ class _World:
     def start(self, rank: int) -> None:
         with self.cv:
             self._wait_turn(rank)
+
+    def local_step(self, rank: int) -> None:
+        """Advance ``rank``'s clock by one step time and let earlier workers run first."""
+        with self.cv:
+            self.clock[rank] += self.step_time[rank]
+            self.random[rank] = _RandomState.capture()
+            self._pass_turn(rank)
+            self._wait_turn(rank)
+
+    def add_count(self, key: str, amount: int) -> int:
+        with self.cv:
+            self.counts[key] = self.counts.get(key, 0) + amount
+            return self.counts[key]
 
     def finish(self, rank: int, error: BaseException | None) -> None:
         with self.cv:
@@ -207,9 +245,11 @@ class _World:
                     self.failure = (rank, error, f"{describe} failed: {error!r}")
                     self.cv.notify_all()
                     raise WorkerAborted() from error
+                finish = max(self.clock[m] for m in members)
                 for member in members:
                     self.ready[member] = True
                     self.waiting_for[member] = ""
+                    self.clock[member] = finish
                 pending.duration = duration
             self._pass_turn(rank)
             self._wait_turn(rank)
@@ -229,6 +269,16 @@ class SimCommunicator(Communicator):
         n = self._sequence.get(scope_key, 0)
         self._sequence[scope_key] = n + 1
         return (*scope_key, n)
+
+    def now(self) -> float:
+        """This worker's virtual clock (step times plus time waited in collectives)."""
+        return self._world.clock[self.rank]
+
+    def local_step(self) -> None:
+        self._world.local_step(self.rank)
+
+    def _add_count(self, key: str, amount: int) -> int:
+        return self._world.add_count(key, amount)
 
     def _run(self, op: str, scope: Scope, payload: Any, compute: Callable) -> tuple[Any, float]:
         return self._world.collective(
@@ -329,6 +379,7 @@ def simulate(
     *,
     args: Sequence[Any] = (),
     seed: int | None = None,
+    step_time: Sequence[float] | Mapping[int, float] | None = None,
 ) -> list[T]:
     """Run ``fn(info, *args)`` as ``world_size`` simulated workers; results by rank.
 
@@ -340,12 +391,17 @@ def simulate(
     ``seed=None`` the seeds are drawn from the caller's torch generator, so a
     caller that seeded torch gets a reproducible simulation. The caller's random
     state is left as it was.
+
+    ``step_time`` sets the virtual duration of each worker's local step: one
+    value per rank, or ``{rank: time}`` for some ranks (the others take 1.0).
+    ``{3: 3.0}`` makes worker 3 a straggler three times slower than the rest.
     """
     check_layout(world_size, groups)
+    times = step_times(step_time, world_size)
     if seed is None:  # one draw from the caller's generator: successive runs differ
         seed = int(torch.randint(0, 2**62, (1,)).item())
     saved = _RandomState.capture()
-    world = _World(world_size, groups, [seed + r for r in range(world_size)])
+    world = _World(world_size, groups, [seed + r for r in range(world_size)], times)
     results: list[Any] = [None] * world_size
 
     def body(rank: int) -> None:
@@ -378,3 +434,25 @@ def simulate(
         rank, error, message = world.failure
         raise SimulationError(rank, message) from error
     return results
+
+
+def step_times(step_time: Sequence[float] | Mapping[int, float] | None, world_size: int
+               ) -> list[float]:
+    """One positive step time per rank from ``simulate``'s ``step_time`` argument."""
+    if step_time is None:
+        return [1.0] * world_size
+    if isinstance(step_time, Mapping):
+        bad = [r for r in step_time if isinstance(r, bool) or not isinstance(r, int)
+               or not 0 <= r < world_size]
+        if bad:
+            raise ValueError(f"step_time: ranks {bad} are not in [0, {world_size})")
+        times = [float(step_time.get(r, 1.0)) for r in range(world_size)]
+    else:
+        times = [float(t) for t in step_time]
+        if len(times) != world_size:
+            raise ValueError(f"step_time: give one value per worker ({world_size}), "
+                             f"got {len(times)}")
+    bad_times = [t for t in times if not (t > 0 and math.isfinite(t))]
+    if bad_times:
+        raise ValueError(f"step_time: every step time must be positive and finite, got {times}")
+    return times

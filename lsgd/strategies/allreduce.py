@@ -107,6 +107,7 @@ class AllReduce(Strategy):
         self.optimizer.step()
         self.steps += 1
         self.rounds += 1
+        self.comm.local_step()
         if self._ddp is not None and self._buffers:
             # DDP broadcast rank 0's buffers in the forward; count it as a broadcast.
             first = self.rank == 0

@@ -10,6 +10,17 @@ PyTorch::
 The worker state ``x`` is the model's parameters and, with
 ``sync_buffers=True``, its floating-point buffers (BatchNorm running mean and
 variance). Integer buffers (``num_batches_tracked``) are never communicated.
+
+Periodic methods declare their kinds of round (:class:`~lsgd.strategies.rounds.Cadence`)
+and implement ``_round``; this class decides when rounds fall due, by the
+worker's own steps or, with ``asynchronous=True``, by the total steps of all
+workers (see :mod:`lsgd.strategies.rounds`). Asynchronous workers can only
+act together (stop, evaluate, checkpoint) at a *sync point*, right after a
+round among all workers::
+
+    strategy.step(loss)
+    if strategy.should_stop(time.time() > deadline):   # agreed at the next sync point
+        break
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ from torch import nn
 from lsgd import _validate
 from lsgd.comm import CommStats, Communicator, get_communicator
 from lsgd.flat import FlatBuffer
+from lsgd.strategies.rounds import Cadence, Rounds
 
 INITS = ("broadcast", "independent")
 TRAFFIC = ("train", "eval")
@@ -73,9 +85,14 @@ class Strategy:
         init: ``"broadcast"`` (every worker starts from rank 0's state, one
             broadcast at construction) or ``"independent"`` (each keeps its own).
         sync_buffers: also pull/average floating-point buffers.
+        asynchronous: rounds fall due by the total steps of all workers (a
+            counter in the c10d store) instead of each worker's own, so fast
+            workers take more steps than slow ones between rounds (LSGD,
+            EASGD and LocalSGD).
     """
 
     name = "strategy"
+    supports_asynchronous = False
 
     def __init__(
         self,
@@ -85,7 +102,13 @@ class Strategy:
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
+        asynchronous: bool = False,
     ) -> None:
+        if asynchronous and not self.supports_asynchronous:
+            raise ValueError(
+                f"{self.name}: asynchronous=True is available for LSGD, EASGD and LocalSGD "
+                f"only; {self.name} is synchronous"
+            )
         if not isinstance(model, nn.Module):
             raise ValueError(f"{self.name}: model must be a torch.nn.Module, got {type(model)!r}")
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -100,6 +123,10 @@ class Strategy:
         self.x = state_tensors(model, self.sync_buffers)
         self.steps = 0
         self.rounds = 0
+        self.asynchronous = bool(asynchronous)
+        self.wait_seconds = 0.0  # time inside rounds: waiting for the others, and the transfer
+        self.at_sync_point = True
+        self._rounds = Rounds(self.comm, [], self.asynchronous)
         if self.init == "broadcast":
             self._broadcast_initial_state()
         # The communicator may outlive several strategies: count from here.
@@ -125,14 +152,78 @@ class Strategy:
         return self.comm.world_size
 
     def step(self, loss: torch.Tensor | float | None = None) -> None:
-        """Inner optimizer step, then this method's pulls and rounds when due."""
+        """Inner optimizer step, then this method's pulls and rounds when due.
+
+        Asynchronously, the rounds joined stop after one among all workers, so
+        that :attr:`at_sync_point` is set there; a round left over is joined at
+        the next step.
+        """
         self.optimizer.step()
         self.steps += 1
+        self.comm.local_step()
         with torch.no_grad():
             self._after_step(loss)
+            self._rounds.after_step(self.steps)
+            self.at_sync_point = not self.asynchronous
+            while (group := self._rounds.next()) is not None:
+                start = self.comm.now()
+                self._round([c.name for c in group])
+                self.wait_seconds += self.comm.now() - start
+                if self.asynchronous and any(c.scope == "world" for c in group):
+                    self.at_sync_point = True
+                    break
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
-        """The method's rules after the ``self.steps``-th optimizer step."""
+        """The method's every-step rules after the ``self.steps``-th optimizer step."""
+
+    def _use_cadences(self, cadences: list[Cadence]) -> None:
+        """Declare this method's kinds of round, local before global (end of ``__init__``)."""
+        self._rounds = Rounds(self.comm, cadences, self.asynchronous)
+
+    def _round(self, names: list[str]) -> None:
+        """Run the rounds ``names`` (cadence names), which fell due together."""
+        raise NotImplementedError
+
+    # -- acting together -------------------------------------------------
+    @property
+    def total_steps(self) -> int:
+        """Local steps of all workers together, as this worker last saw them.
+
+        Asynchronously, the shared counter; synchronously ``W * steps``.
+        """
+        return self._rounds.total if self.asynchronous else self.steps * self.world_size
+
+    def agree(self, *values: float) -> tuple[float, ...]:
+        """The largest of each value over all workers (collective, ``"control"`` traffic).
+
+        Asynchronous workers may call it only at a sync point
+        (:attr:`at_sync_point`), where every worker calls it; synchronous
+        workers at any step.
+        """
+        if not self.at_sync_point:
+            raise RuntimeError(
+                f"{self.name}.agree: asynchronous workers act together only right after a "
+                "round among all workers; check strategy.at_sync_point first"
+            )
+        if self.world_size == 1:
+            return tuple(float(v) for v in values)
+        mine = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._device())
+        with self.comm.category("control"):
+            table = self.comm.all_gather(mine)
+        return tuple(float(v) for v in table.amax(dim=0).cpu())
+
+    def should_stop(self, wish: bool) -> bool:
+        """Whether all workers stop now: True once any worker wished it, at a sync point.
+
+        Call after every ``step``; asynchronous workers agree at the next sync
+        point (no communication in between), synchronous workers at once.
+        """
+        if not self.at_sync_point:
+            return False
+        return self.agree(1.0 if wish else 0.0)[0] > 0
+
+    def _device(self) -> torch.device:
+        return self.x[0].device if self.x else torch.device("cpu")
 
     def center(self) -> nn.Module:
         """A copy of the model holding the average of all workers' states.
@@ -157,6 +248,9 @@ class Strategy:
             "groups": self.comm.groups,
             "steps": self.steps,
             "rounds": self.rounds,
+            "asynchronous": self.asynchronous,
+            "total_steps": self.total_steps,
+            "wait_seconds": self.wait_seconds,
             "bytes_sent": train.bytes_sent,
             "bytes_received": train.bytes_received,
             "comm_seconds": train.seconds,
@@ -175,6 +269,8 @@ class Strategy:
             "name": self.name,
             "steps": self.steps,
             "rounds": self.rounds,
+            "wait_seconds": self.wait_seconds,
+            "schedule": self._rounds.state(),
             "traffic": {c: dataclasses.asdict(self.traffic(c)) for c in TRAFFIC},
         }
 
@@ -185,6 +281,9 @@ class Strategy:
             )
         self.steps = int(state["steps"])
         self.rounds = int(state["rounds"])
+        self.wait_seconds = float(state.get("wait_seconds", 0.0))
+        if "schedule" in state:
+            self._rounds.load(state["schedule"])
         for c in TRAFFIC:
             saved = CommStats(**state["traffic"][c])
             self._baseline[c] = self.comm.stats(c).minus(saved)

@@ -12,6 +12,9 @@ average of the workers' initial states. Every ``period`` steps, with
 Every worker applies the same center update to the same ``x_bar``, so the
 copies of ``c`` stay identical. Communicated per round: one all-reduce of the
 state. Elastic Averaging GD (EAGD) is this with ``period=1`` and full gradients.
+
+With ``asynchronous=True`` round ``r`` falls due when all workers together
+have taken ``r * W * period`` steps (see :mod:`lsgd.strategies.rounds`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from lsgd.comm import Communicator
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elastic_step_
 from lsgd.strategies.base import Strategy, state_tensors
+from lsgd.strategies.rounds import Cadence
 
 
 class EASGD(Strategy):
@@ -37,12 +41,13 @@ class EASGD(Strategy):
         moving_rate: beta in [0, 1] (default 0.43, the value the LSGD paper took
             from EASGD); the elastic pull of each worker is ``alpha = beta / W``.
         period: tau, local steps between rounds.
-        comm, init, sync_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, sync_buffers, asynchronous: see :class:`~lsgd.strategies.base.Strategy`.
 
     ``center()`` returns the center variable ``c`` (no communication).
     """
 
     name = "easgd"
+    supports_asynchronous = True
 
     def __init__(
         self,
@@ -54,10 +59,12 @@ class EASGD(Strategy):
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
+        asynchronous: bool = False,
     ) -> None:
         self.moving_rate = _validate.fraction("EASGD", "moving_rate", moving_rate)
         self.period = _validate.positive_int("EASGD", "period", period)
-        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers)
+        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
+                         asynchronous=asynchronous)
         self.alpha = self.moving_rate / self.world_size
         self.center_state = FlatBuffer(self.x).copy_from(self.x)
         self._mean = FlatBuffer(self.x)
@@ -65,13 +72,13 @@ class EASGD(Strategy):
             with torch.no_grad(), self.comm.category("init"):
                 for buffer in self.center_state.buffers:
                     self.comm.all_reduce_(buffer, op="mean")
+        self._use_cadences([Cadence("global", self.period, "world")])
 
-    def _after_step(self, loss: torch.Tensor | float | None) -> None:
-        if self.steps % self.period == 0:
-            self._average_into(self._mean)
-            elastic_step_(self.x, self.center_state.views, self._mean.views,
-                          self.alpha, self.moving_rate)
-            self.rounds += 1
+    def _round(self, names: list[str]) -> None:
+        self._average_into(self._mean)
+        elastic_step_(self.x, self.center_state.views, self._mean.views,
+                      self.alpha, self.moving_rate)
+        self.rounds += 1
 
     def center(self) -> nn.Module:
         """A copy of the model holding the center variable ``c``."""

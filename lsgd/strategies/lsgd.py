@@ -27,6 +27,13 @@ With several groups, ``pull``/``scope``/``period`` set the local level and
 Communicated per round: one all-gather of the scores (``W`` floats for a global
 round, ``W / groups`` for a local one; one all-gather serves both when both are
 due) and one broadcast of the leader's state. Nothing else.
+
+Asynchronous LSGD (``asynchronous=True``, the paper's practical algorithm):
+local round ``r`` falls due when all workers together have taken
+``r * W * period`` steps, global round ``r`` at ``r * W * global_period``
+(a counter in the c10d store); each worker joins each round once, at its next
+step boundary, so fast workers take more steps between rounds than slow ones
+(see :mod:`lsgd.strategies.rounds`). The pulls are the same.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from lsgd.flat import FlatBuffer
 from lsgd.functional import elect, pull_, pull_two_
 from lsgd.leader import Scorer
 from lsgd.strategies.base import Strategy, as_loss_tensor
+from lsgd.strategies.rounds import Cadence
 
 
 DEFAULTS = {"pull": 0.1, "scope": 0.01, "period": 16}
@@ -85,10 +93,11 @@ class LSGD(Strategy):
         leader_window: k, the score is the mean of the last k training losses.
         leader_metric: ``"train"`` (the window) or ``"eval"`` (the loss on
             ``eval_batch`` under ``eval_loss``, default cross-entropy, at election time).
-        comm, init, sync_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, sync_buffers, asynchronous: see :class:`~lsgd.strategies.base.Strategy`.
     """
 
     name = "lsgd"
+    supports_asynchronous = True
 
     def __init__(
         self,
@@ -108,6 +117,7 @@ class LSGD(Strategy):
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
+        asynchronous: bool = False,
     ) -> None:
         owner = "LSGD"
         given = {"pull": pull, "scope": scope, "period": period}
@@ -122,7 +132,8 @@ class LSGD(Strategy):
         if global_period is not None:
             global_period = _validate.positive_int(owner, "global_period", global_period)
         self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
-        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers)
+        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
+                         asynchronous=asynchronous)
         info = self.comm.info
         self.levels: list[_Level] = []
         if info.groups == 1:
@@ -144,8 +155,9 @@ class LSGD(Strategy):
             _Level("global", "world", list(range(info.world_size)), g_pull, g_scope, g_period,
                    FlatBuffer(self.x))
         )
-        self.device = self.x[0].device if self.x else torch.device("cpu")
+        self.device = self._device()
         self.leader_history: list[tuple[int, str, int | None]] = []
+        self._use_cadences([Cadence(lv.name, lv.period, lv.comm_scope) for lv in self.levels])
 
     # -- public views ----------------------------------------------------
     @property
@@ -177,9 +189,9 @@ class LSGD(Strategy):
             if initial:
                 self._communicate(initial, pull=False)
         self._scope_pull()
-        due = [lv for lv in self.levels if self.steps % lv.period == 0]
-        if due:
-            self._communicate(due, pull=True)
+
+    def _round(self, names: list[str]) -> None:
+        self._communicate([lv for lv in self.levels if lv.name in names], pull=True)
 
     def _scope_pull(self) -> None:
         """Every-step pull toward the (stale) leaders of the last communication."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import math
 import os
 import sys
@@ -39,19 +40,20 @@ def add_train_parser(subparsers: Any) -> None:
     parser.add_argument("--config", help="TOML file with settings (keys as the long options)")
     hints = typing.get_type_hints(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
+        flags = ["--" + f.name.replace("_", "-"), *f.metadata.get("flags", ())]
         kind = hints[f.name]
         args = typing.get_args(kind)
         base = next((a for a in args if a is not type(None)), kind) if args else kind
         default = f.default
         help_text = f.metadata["help"] + (f" (default: {default})" if default not in (None, ()) else "")
         if base is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
+            parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
+                                help=help_text)
         elif typing.get_origin(kind) is list or base is list or typing.get_origin(base) is list:
             item = typing.get_args(kind)[0] if typing.get_args(kind) else float
-            parser.add_argument(flag, type=item, nargs="+", help=help_text)
+            parser.add_argument(*flags, dest=f.name, type=item, nargs="+", help=help_text)
         else:
-            parser.add_argument(flag, type=base if base in (int, float) else str,
+            parser.add_argument(*flags, dest=f.name, type=base if base in (int, float) else str,
                                 choices=f.metadata.get("choices"), help=help_text, metavar=None)
     parser.set_defaults(handler=run_train)
 
@@ -88,7 +90,7 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
 
         from lsgd.comm.distributed import init_from_env
 
-        init_from_env()
+        init_from_env(datetime.timedelta(seconds=cfg.timeout))
         info = lsgd.get_communicator(groups=None).info
         if info.world_size != cfg.workers and cfg.workers != TrainConfig.workers:
             print(f"note: torchrun started {info.world_size} workers; --workers ignored",
@@ -102,7 +104,8 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
             dist.destroy_process_group()
     _prepare(cfg, out)
     if cfg.backend == "threads":
-        results = lsgd.simulate(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,), seed=cfg.seed)
+        results = lsgd.simulate(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
+                                seed=cfg.seed, step_time=cfg.straggler_factors())
     else:
         results = lsgd.launch(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
                               timeout=cfg.timeout)
@@ -148,12 +151,19 @@ def print_summary(summary: dict[str, Any]) -> None:
             else f"{100 * value:.2f}%"
 
     rows = [
-        ("method", f"{summary['method']} ({summary['workers']} workers, {summary['groups']} group(s), "
+        ("method", f"{summary['method']}{' (async)' if summary.get('asynchronous') else ''} "
+                   f"({summary['workers']} workers, {summary['groups']} group(s), "
                    f"{summary['backend']})"),
         ("model / data", f"{summary['model']} on {summary['dataset']}"),
         ("center test accuracy", pct(summary["test_accuracy"])),
         ("leader test accuracy", pct(summary["leader_test_accuracy"])),
-        ("steps / epochs", f"{summary['steps']} / {summary['epochs']:.2f}"),
+        ("steps / epochs", f"{summary['steps']:g} / {summary['epochs']:.2f}"
+                           + (" (mean of the workers)" if summary.get("asynchronous") else "")),
+        ("steps per worker", " ".join(str(n) for n in summary.get("worker_steps", []))
+                             + f" ({summary.get('steps_per_second', 0):.1f} steps/s in all)"),
+        ("time in rounds", " ".join(f"{t:.1f}" for t in summary.get("worker_wait_seconds", []))
+                           + (" step-times per worker (simulator's virtual clock)"
+                              if summary["backend"] == "threads" else " s per worker")),
         ("training time", f"{summary['train_seconds']:.1f} s "
                           f"({summary['seconds_per_epoch'] or 0:.1f} s/epoch)"),
         ("data loading", f"{100 * summary['data_loading_fraction']:.1f}% of step time"),

@@ -24,6 +24,8 @@ else:  # pragma: no cover
 
 METHODS = ("lsgd", "easgd", "local-sgd", "allreduce", "sgd", "dpsgd", "matcha", "al-dsgd")
 DECENTRALIZED = ("dpsgd", "matcha", "al-dsgd")
+ASYNCHRONOUS = ("lsgd", "easgd", "local-sgd")
+ALIASES = {"async": "asynchronous"}  # TOML keys accepted besides the field names
 OPTIMIZERS = ("sgd", "adam", "adamw", "lars")
 SCHEDULES = ("constant", "step", "minutes", "plateau")
 BACKENDS = ("processes", "threads")
@@ -54,9 +56,16 @@ class TrainConfig:
                                    "the in-process simulator", choices=BACKENDS)
     device: str = _f("auto", "cpu, cuda (one GPU per worker), or auto", choices=DEVICES)
     timeout: float = _f(300.0, "seconds a collective may wait before the run fails")
+    asynchronous: bool = _f(False, "asynchronous rounds (lsgd, easgd, local-sgd): due by the "
+                                   "total steps of all workers, so fast workers do not wait "
+                                   "for slow ones between rounds", flags=("--async",))
+    straggle: list[str] = _f((), "RANK:FACTOR makes that worker's steps FACTOR times slower "
+                                 "(it sleeps in proportion to its compute; with --backend "
+                                 "threads, on the simulator's virtual clock); repeatable")
     # Budget (the first one reached stops the run)
-    epochs: float | None = _f(None, "passes over the training set (per worker: over its shard)")
-    steps: int | None = _f(None, "local steps per worker")
+    epochs: float | None = _f(None, "passes over the training set (per worker: over its shard; "
+                                    "with --async, the workers' mean)")
+    steps: int | None = _f(None, "local steps per worker (with --async, the workers' mean)")
     minutes: float | None = _f(None, "wall-clock minutes")
     # Inner optimizer
     optimizer: str = _f("sgd", "inner optimizer of every worker", choices=OPTIMIZERS)
@@ -119,6 +128,7 @@ class TrainConfig:
         # Lists however they came (defaults, TOML, the command line).
         self.drops = [float(v) for v in self.drops]
         self.graphs = [str(v) for v in self.graphs]
+        self.straggle = [str(v) for v in self.straggle]
 
     # -- derived -------------------------------------------------------------
     @property
@@ -133,6 +143,14 @@ class TrainConfig:
         match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|sec|seconds)?", text)
         assert match, "validated"
         return ("seconds" if match.group(2) else "steps", float(match.group(1)))
+
+    def straggler_factors(self) -> dict[int, float]:
+        """``--straggle`` as ``{rank: factor}`` (validated by :meth:`validate`)."""
+        factors = {}
+        for item in self.straggle:
+            rank, _, factor = item.partition(":")
+            factors[int(rank)] = float(factor)
+        return factors
 
     def validate(self) -> None:
         """Raise ``ValueError`` listing every bad value at once."""
@@ -177,6 +195,14 @@ class TrainConfig:
             except ValueError:
                 errors.append(f"--mixing-weight {self.mixing_weight!r}: give auto, max-degree "
                               "or a number")
+        if self.asynchronous and self.method not in ASYNCHRONOUS:
+            errors.append(f"--async works with --method {', '.join(ASYNCHRONOUS)}; "
+                          f"{self.method} is synchronous")
+        for item in self.straggle:
+            match = re.fullmatch(r"(\d+):(\d+(?:\.\d*)?)", item.strip())
+            if not match or not 0 <= int(match.group(1)) < self.workers or float(match.group(2)) < 1:
+                errors.append(f"--straggle {item!r}: give RANK:FACTOR with a rank in "
+                              f"[0, {self.workers}) and a factor >= 1, e.g. 3:2.5")
         if errors:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
 
@@ -221,6 +247,7 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raw = tomllib.load(f)
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     settings = {key.replace("-", "_"): value for key, value in raw.items()}
+    settings = {ALIASES.get(key, key): value for key, value in settings.items()}
     unknown = sorted(set(settings) - names)
     if unknown:
         raise ValueError(

@@ -2,11 +2,19 @@
 
 ``run_worker(info, cfg)`` is the same function under every backend (threads
 of the simulator, local processes, torchrun on several nodes). All decisions
-that must be common to the workers (when to evaluate, when to stop, the
-learning rate) are taken from values every worker has: its step count (equal
-on all workers in synchronous training), and, for time budgets, rank 0's
-training clock, broadcast every few steps. No worker is ever left alone in a
-collective that the others have abandoned.
+that must be common to the workers (when to evaluate, when to stop, when to
+checkpoint) are taken from values every worker has. Synchronously: its step
+count (equal on all workers) and, for time budgets, rank 0's training clock,
+broadcast every few steps. Asynchronously (``--async``): the workers' total
+step count and their latest clock, agreed at each sync point (right after a
+round among all workers), the only place where asynchronous workers act
+together. No worker is ever left alone in a collective that the others have
+abandoned.
+
+``--straggle RANK:FACTOR`` slows a worker down for experiments: after its
+forward and backward pass it sleeps ``FACTOR - 1`` times as long as they took
+(with ``--backend threads`` its steps take ``FACTOR`` units on the simulator's
+virtual clock instead).
 
 Only rank 0 writes files; every worker writes its own checkpoint file.
 """
@@ -123,6 +131,8 @@ def make_strategy(cfg: TrainConfig, model: nn.Module, opt: torch.optim.Optimizer
     if cfg.method == "allreduce":
         return lsgd.AllReduce(model, opt, **common)
     common["init"] = cfg.init
+    if cfg.method in ("lsgd", "easgd", "local-sgd"):
+        common["asynchronous"] = cfg.asynchronous
     if cfg.method == "lsgd":
         return lsgd.LSGD(model, opt, pull=cfg.pull, scope=cfg.scope, period=cfg.period,
                          pull_global=cfg.pull_global, scope_global=cfg.scope_global,
@@ -269,11 +279,16 @@ class Worker:
         self.eval_kind, self.eval_every = kind, every
         self.uses_clock = (math.isfinite(self.max_seconds) or kind == "seconds"
                            or cfg.schedule == "minutes")
+        self.asynchronous = self.strategy.asynchronous
+        simulated = lsgd.comm.current_simulated() is not None  # stragglers use its clock
+        self.straggle = 1.0 if simulated else cfg.straggler_factors().get(self.rank, 1.0)
         # Position and accounting.
         self.steps = self.epoch = self.batch = 0
         self.train_seconds = self.data_seconds = 0.0
         self.shared_seconds = 0.0  # rank 0's training clock, as last broadcast
+        self.shared_steps = 0.0  # steps per worker all agree on (async: the mean)
         self.next_eval = every
+        self.next_checkpoint = cfg.checkpoint_every
         self.rows: list[dict[str, Any]] = []
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         self.loss_count = 0
@@ -292,6 +307,7 @@ class Worker:
             "steps": self.steps, "epoch": self.epoch, "batch": self.batch,
             "train_seconds": self.train_seconds, "data_seconds": self.data_seconds,
             "shared_seconds": self.shared_seconds, "next_eval": self.next_eval,
+            "shared_steps": self.shared_steps, "next_checkpoint": self.next_checkpoint,
             "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
             "strategy": self.strategy.state_dict(), "schedule": self.schedule.state_dict(),
             "rng": rng,
@@ -304,6 +320,8 @@ class Worker:
         for key in ("steps", "epoch", "batch", "train_seconds", "data_seconds",
                     "shared_seconds", "next_eval"):
             setattr(self, key, state[key])
+        self.shared_steps = state.get("shared_steps", self.steps)
+        self.next_checkpoint = state.get("next_checkpoint", self.next_checkpoint)
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.strategy.load_state_dict(state["strategy"])
@@ -319,7 +337,7 @@ class Worker:
         with self.comm.category("control"):
             self.comm.barrier()
         if self.rank == 0:
-            checkpoint.write_meta(self.run_dir, self.steps, self.world)
+            checkpoint.write_meta(self.run_dir, round(self.shared_steps), self.world)
 
     # -- evaluation ----------------------------------------------------------------
     def evaluate_all(self) -> dict[str, Any]:
@@ -352,8 +370,10 @@ class Worker:
         self.last_train_loss = train_loss
         self.loss_sum.zero_()
         self.loss_count = 0
+        stats = strategy.stats
         mine = torch.tensor([c_loss, c_correct, l_loss, l_correct, count, own_loss, own_acc,
-                             train_loss, strategy.stats["bytes_sent"]],
+                             train_loss, stats["bytes_sent"], self.steps, stats["rounds"],
+                             stats["wait_seconds"]],
                             dtype=torch.float64, device=self.device)
         with self.comm.category("eval"):
             table = self.comm.all_gather(mine).cpu()
@@ -362,8 +382,8 @@ class Worker:
         row: dict[str, Any] = {
             "time": self.shared_seconds if self.uses_clock else self.train_seconds,
             "wall_time": time.perf_counter() - self.start,
-            "steps": self.steps,
-            "epoch": self.steps / self.steps_per_epoch,
+            "steps": self.shared_steps,
+            "epoch": self.shared_steps / self.steps_per_epoch,
             "lr": self.opt.param_groups[0]["lr"],
             "center_loss": float(table[:, 0].sum()) / total,
             "center_accuracy": float(table[:, 1].sum()) / total,
@@ -378,6 +398,10 @@ class Worker:
             row["spread"] = spread
         for r in range(self.world):
             row[f"worker{r}_train_loss"] = float(table[r, 7])
+        for r in range(self.world):  # per worker: own steps, rounds joined, seconds in rounds
+            row[f"worker{r}_steps"] = int(table[r, 9])
+            row[f"worker{r}_rounds"] = int(table[r, 10])
+            row[f"worker{r}_wait_seconds"] = float(table[r, 11])
         if cfg.eval_workers:
             for r in range(self.world):
                 row[f"worker{r}_accuracy"] = float(table[r, 6])
@@ -398,20 +422,36 @@ class Worker:
             self.tensorboard.log(row)
 
     # -- the loop ------------------------------------------------------------------
-    def _due(self) -> tuple[bool, bool]:
-        """(evaluate now, stop now), identical on every worker."""
-        if self.uses_clock and self.steps % CLOCK_SYNC_EVERY == 0:
-            clock = torch.tensor([self.train_seconds], dtype=torch.float64, device=self.device)
-            with self.comm.category("control"):
-                self.comm.broadcast_(clock, src=0)
-            self.shared_seconds = float(clock)
-        stop = self.steps >= self.max_steps or self.shared_seconds >= self.max_seconds
-        position = self.steps if self.eval_kind == "steps" else self.shared_seconds
+    def _due(self) -> tuple[bool, bool, bool]:
+        """(evaluate now, checkpoint now, stop now), identical on every worker."""
+        if self.asynchronous:
+            if not self.strategy.at_sync_point:  # only sync points are common to all
+                return False, False, False
+            seconds, total = self.strategy.agree(self.train_seconds, self.strategy.total_steps)
+            self.shared_seconds, self.shared_steps = seconds, total / self.world
+        else:
+            if self.uses_clock and self.steps % CLOCK_SYNC_EVERY == 0:
+                clock = torch.tensor([self.train_seconds], dtype=torch.float64, device=self.device)
+                with self.comm.category("control"):
+                    self.comm.broadcast_(clock, src=0)
+                self.shared_seconds = float(clock)
+            self.shared_steps = self.steps
+        stop = self.shared_steps >= self.max_steps or self.shared_seconds >= self.max_seconds
+        position = self.shared_steps if self.eval_kind == "steps" else self.shared_seconds
         evaluate = position >= self.next_eval
         if evaluate:
             while self.next_eval <= position:
                 self.next_eval += self.eval_every
-        return evaluate, stop
+        save = bool(self.cfg.checkpoint_every) and self.shared_steps >= self.next_checkpoint
+        if save:
+            while self.next_checkpoint <= self.shared_steps:
+                self.next_checkpoint += self.cfg.checkpoint_every
+        return evaluate, save and not stop, stop
+
+    def _epochs_done(self) -> float:
+        """Epochs per worker: own (sync) or the workers' mean as last seen (async)."""
+        steps = self.strategy.total_steps / self.world if self.asynchronous else self.steps
+        return steps / self.steps_per_epoch
 
     def run(self) -> dict[str, Any] | None:
         cfg = self.cfg
@@ -423,7 +463,7 @@ class Worker:
         order = datasets.shard(self.source.n_train, self.rank, self.world, self.epoch, cfg.seed)
         self.model.train()
         last_eval_step = -1
-        stop = self.steps >= self.max_steps
+        stop = self.shared_steps >= self.max_steps
         while not stop:
             if self.batch == self.steps_per_epoch:
                 self.epoch, self.batch = self.epoch + 1, 0
@@ -433,12 +473,14 @@ class Worker:
             idx = order[self.batch * cfg.batch_size:(self.batch + 1) * cfg.batch_size]
             x, y = self.source.train_batch(idx, self.generator)
             t1 = time.perf_counter()
-            lr = self.schedule.lr(self.steps / self.steps_per_epoch, self.shared_seconds / 60)
+            lr = self.schedule.lr(self._epochs_done(), self.shared_seconds / 60)
             for group in self.opt.param_groups:
                 group["lr"] = lr
             loss = F.cross_entropy(self.strategy.model(x), y)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
+            if self.straggle > 1:
+                time.sleep((self.straggle - 1) * (time.perf_counter() - t0))
             self.strategy.step(loss)
             self.steps += 1
             self.batch += 1
@@ -446,11 +488,11 @@ class Worker:
             self.loss_count += 1
             self.data_seconds += t1 - t0
             self.train_seconds += time.perf_counter() - t0
-            evaluate_now, stop = self._due()
+            evaluate_now, save, stop = self._due()
             if evaluate_now or stop:
                 self.record(self.evaluate_all())
                 last_eval_step = self.steps
-            if cfg.checkpoint_every and self.steps % cfg.checkpoint_every == 0 and not stop:
+            if save:
                 self.save_checkpoint()
             progress.update(self.steps if math.isfinite(self.max_steps) else self.shared_seconds,
                             self.steps, lambda: self._progress_fields(float(loss.detach())))
@@ -463,7 +505,7 @@ class Worker:
 
     def _progress_fields(self, loss: float) -> dict[str, str]:
         last = self.rows[-1] if self.rows else {}
-        fields = {"epoch": f"{self.steps / self.steps_per_epoch:.2f}", "loss": f"{loss:.3f}"}
+        fields = {"epoch": f"{self._epochs_done():.2f}", "loss": f"{loss:.3f}"}
         if last:
             fields["center acc"] = f"{last['center_accuracy']:.4f}"
         leader = getattr(self.strategy, "leader_rank", None)
@@ -475,7 +517,8 @@ class Worker:
     def finish(self) -> dict[str, Any] | None:
         stats = self.strategy.stats
         mine = torch.tensor([stats["bytes_sent"], stats["bytes_received"], self.data_seconds,
-                             self.train_seconds, stats["comm_seconds"], self.steps],
+                             self.train_seconds, stats["comm_seconds"], self.steps,
+                             stats["rounds"], stats["wait_seconds"]],
                             dtype=torch.float64, device=self.device)
         with self.comm.category("eval"):
             table = self.comm.all_gather(mine).cpu()
@@ -484,14 +527,16 @@ class Worker:
         if self.rank != 0:
             return None
         last = self.rows[-1]
-        epochs = self.steps / self.steps_per_epoch
+        worker_steps = [int(v) for v in table[:, 5]]
+        steps = sum(worker_steps) / self.world if self.asynchronous else self.steps
+        epochs = steps / self.steps_per_epoch
         summary = {
             "method": self.cfg.method, "model": self.cfg.model, "dataset": self.cfg.dataset,
             "workers": self.world, "groups": self.info.groups, "backend": self.cfg.backend,
             "test_accuracy": last["center_accuracy"], "test_loss": last["center_loss"],
             "leader_test_accuracy": _none_if_nan(last["leader_accuracy"]),
             "leader_rank": last["leader_rank"],
-            "steps": self.steps, "epochs": epochs,
+            "steps": steps, "epochs": epochs,
             "wall_seconds": time.perf_counter() - self.start,
             "train_seconds": self.train_seconds,
             "seconds_per_epoch": self.train_seconds / epochs if epochs else None,
@@ -501,6 +546,13 @@ class Worker:
             "comm_seconds_per_worker": float(table[:, 4].mean()),
             "rounds": stats["rounds"],
             "leader_switches": stats.get("leader_switches", 0),
+            "asynchronous": self.asynchronous,
+            "straggle": {str(r): f for r, f in self.cfg.straggler_factors().items()},
+            "total_steps": sum(worker_steps),
+            "steps_per_second": sum(worker_steps) / max(float(table[:, 3].mean()), 1e-12),
+            "worker_steps": worker_steps,
+            "worker_rounds": [int(v) for v in table[:, 6]],
+            "worker_wait_seconds": [float(v) for v in table[:, 7]],
             "out": str(self.run_dir),
         }
         outputs.write_json(self.run_dir / "summary.json", summary)

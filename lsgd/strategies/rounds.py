@@ -1,0 +1,113 @@
+"""When rounds fall due: synchronously by a worker's own steps, or asynchronously
+by the total steps of all workers.
+
+A periodic method (LSGD, EASGD, local SGD) has one or two *cadences*: a local
+one (a collective inside the worker's group, every ``period`` steps) and a
+global one (a collective among all workers). :class:`Rounds` says, after each
+local step, which rounds to join now:
+
+* **synchronous**: a round of a cadence with period ``tau`` is due after the
+  worker's own step ``s`` when ``s % tau == 0``. All workers step in lockstep.
+* **asynchronous** (ALGORITHMS.md, "LSGD, asynchronous"): every local step adds
+  one to a counter shared by all workers (the c10d store; no communication
+  between workers otherwise). Round ``r`` of a cadence with period ``tau`` falls
+  due when the counter reaches ``r * W * tau``; each worker joins every round
+  exactly once, in order of the counter value at which it fell due (the local
+  one first when both fall due together), at its first step boundary after it
+  sees the round due. A fast worker therefore takes more steps between rounds
+  than a slow one, and waits for it only inside the round.
+
+After a round that involves all workers (a *sync point*) the others wait: the
+caller may then run collectives of its own (agree to stop, evaluate) before
+the next round, and every worker runs them at the same point of the sequence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from lsgd.comm import Communicator
+
+
+@dataclasses.dataclass(frozen=True)
+class Cadence:
+    """Rounds of one kind: ``name``, every ``period`` steps, among ``scope``."""
+
+    name: str
+    period: int
+    scope: str  # "world" | "group"
+
+
+class Rounds:
+    """The rounds due after each local step of one worker.
+
+    Args:
+        comm: the worker's communicator (its shared counter in async mode).
+        cadences: the kinds of round, local before global.
+        asynchronous: rounds by the total steps of all workers.
+    """
+
+    def __init__(self, comm: Communicator, cadences: list[Cadence], asynchronous: bool) -> None:
+        self.comm = comm
+        self.cadences = list(cadences)
+        self.asynchronous = bool(asynchronous)
+        self.key = comm.new_counter_key("steps") if self.asynchronous and cadences else ""
+        self.total = 0  # the shared counter as last seen (async), plus `base`
+        self.base = 0  # counter value at which a resumed run restarts its counter
+        self.joined = {c.name: 0 for c in self.cadences}
+        self._announced = dict(self.joined)
+        self._pending: deque[tuple[int, list[Cadence]]] = deque()
+        self.last_due = 0  # counter value at which the last joined round fell due
+
+    def after_step(self, steps: int) -> None:
+        """Note the worker's ``steps``-th local step; queue the rounds it makes due."""
+        if not self.cadences:
+            return
+        if not self.asynchronous:
+            due = [c for c in self.cadences if steps % c.period == 0]
+            if due:
+                self._pending.append((steps, due))
+            return
+        self.total = self.base + self.comm.add_count(self.key, 1)
+        world = self.comm.world_size
+        while True:
+            due_at = {c.name: (self._announced[c.name] + 1) * world * c.period
+                      for c in self.cadences}
+            first = min(due_at.values())
+            if first > self.total:
+                return
+            group = [c for c in self.cadences if due_at[c.name] == first]
+            for c in group:
+                self._announced[c.name] += 1
+            self._pending.append((first, group))
+
+    def next(self) -> list[Cadence] | None:
+        """The next round(s) to join now, falling due together; None when none is."""
+        if not self._pending:
+            return None
+        due, group = self._pending.popleft()
+        for c in group:
+            self.joined[c.name] += 1
+        self.last_due = due
+        return group
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    # -- resume ----------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """What to save at a sync point (no round pending is needed to resume)."""
+        return {"joined": dict(self.joined), "last_due": self.last_due}
+
+    def load(self, state: Mapping[str, Any]) -> None:
+        """Continue after :meth:`state`; a new job's counter restarts at the last round."""
+        self.joined = {c.name: int(state["joined"].get(c.name, 0)) for c in self.cadences}
+        self._announced = dict(self.joined)
+        self._pending.clear()
+        self.last_due = int(state["last_due"])
+        if self.asynchronous:
+            self.base = self.total = self.last_due
