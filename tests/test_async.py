@@ -82,7 +82,7 @@ def test_resumed_rounds_continue_from_the_last_joined_round():
         while rounds.next() is not None:
             pass
     saved = rounds.state()
-    assert saved == {"joined": {"global": 2}, "last_due": 12}
+    assert saved == {"joined": {"global": 2}, "last_due": 12, "total": 12}
     fresh_comm = _Counter(world_size=2)  # a new job: its counter starts at 0 again
     fresh_comm.others = 1
     resumed = Rounds(fresh_comm, [Cadence("global", 3, "world")], asynchronous=True)
@@ -186,7 +186,7 @@ def test_async_baselines_join_the_same_rounds(method):
     stats = _run(method, asynchronous=True, total=1200)
     assert len({s["rounds"] for s in stats}) == 1
     steps = [s["steps"] for s in stats]
-    assert all(2.0 <= n / steps[STRAGGLER] <= 3.3 for n in steps[:3]), steps
+    assert all(2.0 <= n / steps[STRAGGLER] <= 3.5 for n in steps[:3]), steps  # period 8: coarse
     assert min(s["accuracy"] for s in stats) > 0.9
 
 
@@ -196,7 +196,7 @@ def test_async_throughput_beats_sync_on_the_virtual_clock():
     sync, async_ = _run("lsgd", asynchronous=False), _run("lsgd", asynchronous=True)
     rate = {name: sum(s["steps"] for s in run) / max(s["clock"] for s in run)
             for name, run in (("sync", sync), ("async", async_))}
-    assert rate["async"] >= 1.5 * rate["sync"], rate  # 2.4x expected with factor 3
+    assert rate["async"] >= 1.5 * rate["sync"], rate  # 2.29x measured with factor 3
     assert all(s["steps"] == sync[0]["steps"] for s in sync)  # sync: lockstep
 
 

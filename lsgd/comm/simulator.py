@@ -8,9 +8,9 @@ torch.distributed one, so strategy code runs unchanged.
 Each simulated worker behaves like its own process:
 
 * **One runs at a time, in a fixed order.** A worker runs until it enters a
-  collective (or returns); then the turn passes to the next ready rank in
-  cyclic order. A collective completes when its last member arrives, and its
-  members become ready again. The interleaving is therefore a function of the
+  collective, ends a local step (or returns); then the turn passes to the
+  next ready worker (see the virtual clock below). A collective completes
+  when its last member arrives, and its members become ready again. The interleaving is therefore a function of the
   program alone, never of thread timing, and a run is bit-for-bit repeatable.
 * **Private random state.** torch's global generator (and CUDA's, Python's
   ``random`` and NumPy's legacy global state) is process-wide, so each worker
@@ -25,13 +25,14 @@ Each simulated worker behaves like its own process:
 * **A virtual clock.** Each worker has a clock that advances by its *step
   time* (``step_time``, 1.0 by default) at every local step
   (:meth:`SimCommunicator.local_step`). The turn always goes to the ready
-  worker whose clock is earliest (ties: the next rank in cyclic order), so
+  worker whose clock is earliest (ties: the lowest rank), so
   workers of different speeds interleave as they would in real time: a worker
   with step time 3 takes a third as many steps as one with step time 1 while
   both run freely. A collective completes at the latest arrival time of its
   members, and each member's clock jumps there: that jump is the time it waited.
-  Moving data costs no virtual time. Without steps of unequal length every
-  clock reads the same and the turn simply goes round in rank order.
+  Moving data costs no virtual time. The order depends on the clocks and
+  ranks alone, never on who ran last, so a run resumed at a point where all
+  clocks agree continues exactly as the uninterrupted one.
 * **Shared counters.** :meth:`SimCommunicator.add_count` (the c10d store's
   ``add`` under torch.distributed) updates a counter of the world in the order
   of the virtual clock.
@@ -145,16 +146,10 @@ class _World:
 
     # Called with self.cv held.
     def _pass_turn(self, rank: int) -> None:
-        """Give the turn to the ready worker with the earliest clock (ties: cyclic order)."""
-        best = -1
-        for step in range(1, self.world_size + 1):
-            candidate = (rank + step) % self.world_size
-            if self.ready[candidate] and not self.done[candidate] and (
-                best < 0 or self.clock[candidate] < self.clock[best]
-            ):
-                best = candidate
-        if best >= 0:
-            self.turn = best
+        """Give the turn to the ready worker with the earliest clock (ties: the lowest rank)."""
+        ready = [r for r in range(self.world_size) if self.ready[r] and not self.done[r]]
+        if ready:
+            self.turn = min(ready, key=lambda r: (self.clock[r], r))
             self.cv.notify_all()
             return
         if not all(self.done) and self.failure is None:

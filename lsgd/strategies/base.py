@@ -198,7 +198,8 @@ class Strategy:
 
         Asynchronous workers may call it only at a sync point
         (:attr:`at_sync_point`), where every worker calls it; synchronous
-        workers at any step.
+        workers at any step. Afterwards :attr:`total_steps` is the exact
+        total of all workers, the same on each.
         """
         if not self.at_sync_point:
             raise RuntimeError(
@@ -207,10 +208,15 @@ class Strategy:
             )
         if self.world_size == 1:
             return tuple(float(v) for v in values)
-        mine = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._device())
+        # The shared counter rides along: nobody steps at a sync point, so the
+        # largest value seen is its exact value, which every worker then holds.
+        mine = torch.tensor([float(v) for v in values] + [float(self._rounds.total)],
+                            dtype=torch.float64, device=self._device())
         with self.comm.category("control"):
             table = self.comm.all_gather(mine)
-        return tuple(float(v) for v in table.amax(dim=0).cpu())
+        agreed = [float(v) for v in table.amax(dim=0).cpu()]
+        self._rounds.total = int(agreed.pop())
+        return tuple(agreed)
 
     def should_stop(self, wish: bool) -> bool:
         """Whether all workers stop now: True once any worker wished it, at a sync point.

@@ -101,13 +101,17 @@ class Rounds:
     # -- resume ----------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """What to save at a sync point (no round pending is needed to resume)."""
-        return {"joined": dict(self.joined), "last_due": self.last_due}
+        return {"joined": dict(self.joined), "last_due": self.last_due, "total": self.total}
 
     def load(self, state: Mapping[str, Any]) -> None:
-        """Continue after :meth:`state`; a new job's counter restarts at the last round."""
+        """Continue after :meth:`state`; a new job's counter restarts where this one was.
+
+        Exact when saved at a sync point after the workers agreed on the
+        counter (:meth:`~lsgd.strategies.base.Strategy.agree`).
+        """
         self.joined = {c.name: int(state["joined"].get(c.name, 0)) for c in self.cadences}
         self._announced = dict(self.joined)
         self._pending.clear()
         self.last_due = int(state["last_due"])
         if self.asynchronous:
-            self.base = self.total = self.last_due
+            self.base = self.total = int(state.get("total", self.last_due))

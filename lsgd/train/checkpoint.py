@@ -45,7 +45,8 @@ def load(run: Path, rank: int, world_size: int) -> dict[str, Any]:
             f"this run {world_size}; resume with --workers {meta['world_size']}"
         )
     state = torch.load(folder(run) / f"rank-{rank}.pt", map_location="cpu", weights_only=False)
-    if state["steps"] != meta["steps"]:
+    steps = round(state.get("shared_steps", state["steps"]))  # async: the workers' mean
+    if steps != meta["steps"]:
         raise ValueError(f"--resume {run}: rank {rank}'s checkpoint is from step "
-                         f"{state['steps']}, the run's from step {meta['steps']}")
+                         f"{steps}, the run's from step {meta['steps']}")
     return state

@@ -427,8 +427,8 @@ class Worker:
         if self.asynchronous:
             if not self.strategy.at_sync_point:  # only sync points are common to all
                 return False, False, False
-            seconds, total = self.strategy.agree(self.train_seconds, self.strategy.total_steps)
-            self.shared_seconds, self.shared_steps = seconds, total / self.world
+            (self.shared_seconds,) = self.strategy.agree(self.train_seconds)
+            self.shared_steps = self.strategy.total_steps / self.world  # exact after agree
         else:
             if self.uses_clock and self.steps % CLOCK_SYNC_EVERY == 0:
                 clock = torch.tensor([self.train_seconds], dtype=torch.float64, device=self.device)
