@@ -6,13 +6,37 @@ Groups are nodes: ``groups = WORLD_SIZE / LOCAL_WORLD_SIZE`` unless given
 (or set by ``LSGD_GROUPS``); a group is ``group_size`` consecutive ranks,
 which is how torchrun numbers the workers of a node. One subgroup per group
 is created with :func:`torch.distributed.new_subgroups`, collectively.
+
+The shared step counter of asynchronous methods lives in the c10d store that
+the default process group already uses (a ``TCPStore`` served by rank 0 or by
+torchrun's agent): :meth:`add_count` is one ``store.add``, a round trip of
+about 0.1 ms on one machine. Keys are prefixed with ``lsgd/`` and torchrun's
+restart count, so a restarted job starts from zero.
+
+Failures
+--------
+Every collective, the pairwise exchange and the store are bounded by the
+timeout of the process group (``init_from_env(timeout)``, ``lsgd.launch(...,
+timeout=...)``, ``lsgd train --timeout``). When a worker dies, gloo's
+connections to it close and the others fail at once ("Connection closed by
+peer"); when it hangs, they fail once the timeout runs out. Either way the
+primitives raise :class:`CommunicationError`, whose message names this rank,
+the operation, how long it waited and the timeout, with torch's error chained.
+``TCPStore.add`` has no timeout of its own (it waits forever on a stopped
+store server), so :meth:`~DistCommunicator.add_count` runs it on a helper
+thread and gives up after the store's timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+import queue
+import threading
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -20,6 +44,104 @@ import torch.distributed as dist
 from lsgd.comm.base import Communicator, ReduceOp, Scope, WorkerInfo, check_layout
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
+
+
+class CommunicationError(RuntimeError):
+    """A collective, exchange or store operation failed, usually because a peer died or hung.
+
+    The message names the rank, the operation, how long it waited and the
+    timeout; the error torch.distributed raised is chained (``__cause__``).
+    """
+
+
+def _seconds(value: datetime.timedelta | float) -> str:
+    seconds = value.total_seconds() if isinstance(value, datetime.timedelta) else float(value)
+    return f"{seconds:g} s"
+
+
+def _last_words(error: BaseException) -> str:
+    """``Type: first line of the message`` (C++ stack traces stay in the chained error)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0] if lines else repr(error)}"
+
+
+@contextlib.contextmanager
+def communication_errors(
+    rank: int, operation: str, timeout: datetime.timedelta
+) -> Iterator[None]:
+    """Re-raise torch.distributed's errors in the block as :class:`CommunicationError`.
+
+    ``operation`` says what was attempted and among whom, e.g. ``"broadcast
+    from rank 0 among all workers"``; ``timeout`` is the one that bounded it.
+    """
+    start = time.monotonic()
+    try:
+        yield
+    except CommunicationError:
+        raise
+    except RuntimeError as error:  # DistError and its subclasses included
+        waited = time.monotonic() - start
+        took = f"{waited:.1f} s" if waited >= 0.1 else "less than 0.1 s"
+        if waited >= 0.9 * timeout.total_seconds():
+            when = f"after waiting {took}: the collective timeout of {_seconds(timeout)} ran out"
+        else:
+            when = f"after {took}, before the collective timeout of {_seconds(timeout)} ran out"
+        raise CommunicationError(
+            f"Rank {rank} gave up on the {operation} {when}. Another worker has probably "
+            "died, hung or become unreachable. Check the other workers' logs for the first "
+            "error; if the workers are only slow (on a long evaluation, say), raise the "
+            "timeout with --timeout SECONDS (the timeout argument of lsgd.launch).\n"
+            f"Original error: {_last_words(error)}"
+        ) from error
+
+
+class _StoreCalls:
+    """Runs store calls on a daemon thread, so that the caller can stop waiting.
+
+    ``TCPStore.add`` has no timeout of its own: when the process serving the
+    store stops (SIGSTOP, a frozen machine) it waits forever. A call that gave
+    up leaves the thread stuck (``stuck``); the caller then needs a new one.
+    """
+
+    def __init__(self) -> None:
+        self.stuck = False
+        self._requests: queue.SimpleQueue[Callable[[], Any]] = queue.SimpleQueue()
+        self._results: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="lsgd-store", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            call = self._requests.get()
+            try:
+                self._results.put((True, call()))
+            except BaseException as error:  # handed to the caller
+                self._results.put((False, error))
+
+    def __call__(self, call: Callable[[], Any], timeout: datetime.timedelta) -> Any:
+        """``call()``, or a ``RuntimeError`` once it took longer than ``timeout``."""
+        self._requests.put(call)
+        try:
+            ok, value = self._results.get(timeout=timeout.total_seconds())
+        except queue.Empty:
+            self.stuck = True
+            raise RuntimeError(
+                f"the c10d store did not answer within {_seconds(timeout)}") from None
+        if not ok:
+            raise value
+        return value
+
+
+def _group_timeout(group: dist.ProcessGroup | None) -> datetime.timedelta | None:
+    """The timeout ``group`` was created with, where torch lets us read it."""
+    if group is None:
+        return None
+    try:
+        timeout = group._get_backend(torch.device("cpu")).options._timeout
+    except Exception:  # private API: absent or different in other torch versions
+        return None
+    if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
+        return timeout
+    return None
 
 
 def default_backend() -> str:
@@ -67,15 +189,19 @@ class DistCommunicator(Communicator):
                 "torch.distributed.init_process_group(...) first, or use lsgd.simulate"
             )
         self._pg = process_group or dist.group.WORLD
+        # The subgroups get the same timeout (torch's own default is 30 minutes).
+        self._timeout = timeout or _group_timeout(self._pg) or DEFAULT_TIMEOUT
         world_size = dist.get_world_size(self._pg)
         groups = groups_from_env(world_size) if groups is None else groups
         check_layout(world_size, groups)
         super().__init__(WorkerInfo(dist.get_rank(self._pg), world_size, groups))
         self._global = [dist.get_global_rank(self._pg, r) for r in range(world_size)]
+        self._store: dist.Store | None = None
+        self._store_calls: _StoreCalls | None = None
         self._subgroup: dist.ProcessGroup | None = None
         if 1 < groups < world_size:
             self._subgroup, _ = dist.new_subgroups(
-                group_size=world_size // groups, group=self._pg, timeout=timeout
+                group_size=world_size // groups, group=self._pg, timeout=self._timeout
             )
         elif groups == world_size:
             self._subgroup = None  # groups of one: group collectives are no-ops
@@ -86,6 +212,53 @@ class DistCommunicator(Communicator):
     def process_group(self) -> dist.ProcessGroup:
         return self._pg
 
+    @property
+    def store(self) -> dist.Store:
+        """The c10d key-value store of this job, under a prefix of lsgd's own."""
+        if self._store is None:
+            from torch.distributed import distributed_c10d as c10d
+
+            restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            self._store = dist.PrefixStore(f"lsgd-r{restart}/", c10d._get_default_store())
+        return self._store
+
+    def _add_count(self, key: str, amount: int) -> int:
+        with self._failures(f"update of the shared step counter {key!r} in the c10d store",
+                            store=True):
+            return int(self._bounded(lambda: self.store.add(key, amount)))
+
+    def _bounded(self, call: Callable[[], Any]) -> Any:
+        """``call()`` on the store, giving up after the store's timeout."""
+        if self._store_calls is None or self._store_calls.stuck:
+            self._store_calls = _StoreCalls()
+        return self._store_calls(call, self._store_timeout())
+
+    def _store_timeout(self) -> datetime.timedelta:
+        with contextlib.suppress(Exception):
+            timeout = self.store.timeout
+            if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
+                return timeout
+        return self._timeout
+
+    def _failures(self, operation: str, scope: Scope | None = None,
+                  store: bool = False) -> contextlib.AbstractContextManager[None]:
+        """:func:`communication_errors` for ``operation`` (``scope`` says among whom).
+
+        The timeout reported is the one that bounds the operation: the store's,
+        or the process group's, else the one this communicator was given.
+        """
+        if scope == "world":
+            operation += " among all workers"
+        elif scope == "group":
+            members = self.scope_members("group")
+            operation += f" in group {self.info.group} (ranks {members[0]}-{members[-1]})"
+        if store:
+            timeout = self._store_timeout()
+        else:
+            group = self._pg if scope is None else self._group(scope)
+            timeout = _group_timeout(group) or self._timeout
+        return communication_errors(self.rank, operation, timeout)
+
     def _group(self, scope: Scope) -> dist.ProcessGroup:
         group = self._pg if scope == "world" else self._subgroup
         assert group is not None, "size-1 scopes never reach the primitives"
@@ -93,25 +266,29 @@ class DistCommunicator(Communicator):
 
     def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, scope: Scope) -> float:
         start = time.perf_counter()
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self._group(scope))
+        with self._failures("all_reduce", scope):
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self._group(scope))
         if op == "mean":  # gloo has no AVG; divide locally
             tensor.div_(self.scope_size(scope))
         return time.perf_counter() - start
 
     def _broadcast(self, tensor: torch.Tensor, src: int, scope: Scope) -> float:
         start = time.perf_counter()
-        dist.broadcast(tensor, src=self._global[src], group=self._group(scope))
+        with self._failures(f"broadcast from rank {src}", scope):
+            dist.broadcast(tensor, src=self._global[src], group=self._group(scope))
         return time.perf_counter() - start
 
     def _all_gather(self, tensor: torch.Tensor, scope: Scope) -> tuple[torch.Tensor, float]:
         start = time.perf_counter()
         n = self.scope_size(scope)
         parts = [torch.empty_like(tensor) for _ in range(n)]
-        dist.all_gather(parts, tensor, group=self._group(scope))
+        with self._failures("all_gather", scope):
+            dist.all_gather(parts, tensor, group=self._group(scope))
         return torch.stack(parts), time.perf_counter() - start
 
     def _barrier(self) -> None:
-        dist.barrier(group=self._pg)
+        with self._failures("barrier", "world"):
+            dist.barrier(group=self._pg)
 
     def _exchange(
         self, tensor: torch.Tensor, peers: list[int]
@@ -124,6 +301,8 @@ class DistCommunicator(Communicator):
         for peer, out in zip(peers, received):
             ops.append(dist.P2POp(dist.isend, tensor, self._global[peer], self._pg))
             ops.append(dist.P2POp(dist.irecv, out, self._global[peer], self._pg))
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
+        names = ", ".join(str(p) for p in peers)
+        with self._failures(f"pairwise exchange with rank{'s' if len(peers) > 1 else ''} {names}"):
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
         return received, time.perf_counter() - start

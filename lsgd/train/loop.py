@@ -448,10 +448,12 @@ class Worker:
                 self.next_checkpoint += self.cfg.checkpoint_every
         return evaluate, save and not stop, stop
 
+    def _mean_steps(self) -> float:
+        """Steps per worker: own (sync) or the workers' mean as last seen (async)."""
+        return self.strategy.total_steps / self.world if self.asynchronous else self.steps
+
     def _epochs_done(self) -> float:
-        """Epochs per worker: own (sync) or the workers' mean as last seen (async)."""
-        steps = self.strategy.total_steps / self.world if self.asynchronous else self.steps
-        return steps / self.steps_per_epoch
+        return self._mean_steps() / self.steps_per_epoch
 
     def run(self) -> dict[str, Any] | None:
         cfg = self.cfg
@@ -494,12 +496,13 @@ class Worker:
                 last_eval_step = self.steps
             if save:
                 self.save_checkpoint()
-            progress.update(self.steps if math.isfinite(self.max_steps) else self.shared_seconds,
+            progress.update(self._mean_steps() if math.isfinite(self.max_steps)
+                            else self.shared_seconds,
                             self.steps, lambda: self._progress_fields(float(loss.detach())))
         if last_eval_step != self.steps:  # a resumed run that was already done
             self.record(self.evaluate_all())
         self.save_checkpoint()
-        progress.close(self.steps if math.isfinite(self.max_steps) else self.shared_seconds,
+        progress.close(self._mean_steps() if math.isfinite(self.max_steps) else self.shared_seconds,
                        self.steps, self._progress_fields(self.last_train_loss))
         return self.finish()
 
