@@ -30,9 +30,7 @@ class LaunchError(RuntimeError):
 
 @record  # the parent's error then carries the worker's exception and traceback
 def _worker(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[Any]) -> Any:
-    import torch.distributed as dist
-
-    from lsgd.comm import get_communicator
+    from lsgd.comm import get_communicator, shutdown
     from lsgd.comm.distributed import init_from_env
 
     os.environ["LSGD_GROUPS"] = str(groups)
@@ -41,7 +39,7 @@ def _worker(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequenc
         info: WorkerInfo = get_communicator().info
         return fn(info, *args)
     finally:
-        dist.destroy_process_group()
+        shutdown()
 
 
 def _message(message: Any) -> str:

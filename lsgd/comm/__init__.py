@@ -15,6 +15,7 @@ __all__ = [
     "WorkerAborted",
     "WorkerInfo",
     "get_communicator",
+    "shutdown",
     "simulate",
     "worker_info",
 ]
@@ -54,6 +55,24 @@ def get_communicator(groups: int | None = None) -> Communicator:
     if groups not in (None, 1):
         raise ValueError(f"groups={groups} needs several workers, but this is a single worker")
     return LocalCommunicator()
+
+
+def shutdown() -> None:
+    """Destroy torch.distributed's process groups and forget the cached communicator.
+
+    Call once a worker is done. The cached communicator holds the process
+    groups; without dropping it, gloo's worker threads may still be freeing the
+    last collective's work while the interpreter shuts down, which aborts the
+    process (``terminate called without an active exception``).
+    """
+    import gc
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    _dist_cache.clear()
+    gc.collect()
 
 
 def worker_info() -> WorkerInfo:

@@ -10,7 +10,7 @@ is created with :func:`torch.distributed.new_subgroups`, collectively.
 The shared step counter of asynchronous methods lives in the c10d store that
 the default process group already uses (a ``TCPStore`` served by rank 0 or by
 torchrun's agent): :meth:`add_count` is one ``store.add``, a round trip of
-about 0.1 ms on one machine. Keys are prefixed with ``lsgd/`` and torchrun's
+about 0.05 ms on one machine (on a helper thread, see Failures below). Keys are prefixed with ``lsgd/`` and torchrun's
 restart count, so a restarted job starts from zero.
 
 Failures

@@ -86,8 +86,7 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
 
     out = cfg.out_dir
     if _under_torchrun():
-        import torch.distributed as dist
-
+        from lsgd.comm import shutdown
         from lsgd.comm.distributed import init_from_env
 
         init_from_env(datetime.timedelta(seconds=cfg.timeout))
@@ -101,7 +100,7 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
         try:
             return loop.run_worker(info, cfg)
         finally:
-            dist.destroy_process_group()
+            shutdown()
     _prepare(cfg, out)
     if cfg.backend == "threads":
         results = lsgd.simulate(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),

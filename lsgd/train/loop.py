@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,6 +135,7 @@ def make_strategy(cfg: TrainConfig, model: nn.Module, opt: torch.optim.Optimizer
     if cfg.method in ("lsgd", "easgd", "local-sgd"):
         common["asynchronous"] = cfg.asynchronous
     if cfg.method == "lsgd":
+        check_single_leader(cfg, lsgd.get_communicator().groups)
         return lsgd.LSGD(model, opt, pull=cfg.pull, scope=cfg.scope, period=cfg.period,
                          pull_global=cfg.pull_global, scope_global=cfg.scope_global,
                          global_period=cfg.global_period, leader_window=cfg.leader_window, **common)
@@ -145,6 +147,22 @@ def make_strategy(cfg: TrainConfig, model: nn.Module, opt: torch.optim.Optimizer
     if cfg.method in DECENTRALIZED:
         return make_decentralized(cfg, model, opt, common)
     return lsgd.Independent(model, opt, **common)
+
+
+def check_single_leader(cfg: TrainConfig, groups: int) -> None:
+    """With one group LSGD has one level: a different ``--*-global`` value is a mistake."""
+    if cfg.method != "lsgd" or groups != 1:
+        return
+    for plain, global_ in (("pull", "pull_global"), ("scope", "scope_global"),
+                           ("period", "global_period")):
+        value = getattr(cfg, global_)
+        if value is not None and value != getattr(cfg, plain):
+            flag, global_flag = plain.replace("_", "-"), global_.replace("_", "-")
+            raise UsageError(
+                f"--{global_flag} {value}: with one group LSGD has a single leader, set by "
+                f"--{flag} {getattr(cfg, plain)}; drop --{global_flag}, or use several groups "
+                "(--groups N, or one group per node under torchrun)"
+            )
 
 
 def graphs_of(cfg: TrainConfig) -> list[Topology]:
@@ -241,6 +259,8 @@ def preflight(cfg: TrainConfig) -> None:
         raise UsageError(f"--model {cfg.model} on --dataset {cfg.dataset}: {error}") from error
     if cfg.method in DECENTRALIZED:
         graphs_of(cfg)
+    if "TORCHELASTIC_RUN_ID" not in os.environ:  # under torchrun the groups are the nodes
+        check_single_leader(cfg, cfg.groups)
 
 
 # -- the worker ---------------------------------------------------------------------
