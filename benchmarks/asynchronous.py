@@ -2,9 +2,9 @@
 
 Runs ``lsgd train`` (CNN7 on Fashion-MNIST, 4 worker processes, period 16 by
 default) for each straggler factor, once synchronously and once with
-``--async``, each for the same training time (``--minutes``), worker 3 slowed
-by the factor (``--straggle 3:F``: it sleeps ``F - 1`` times its own compute
-time every step). Prints one table: total steps per second of all workers
+``--async``, each for the same training time (``--minutes``), the last worker
+slowed by the factor (``--straggle W-1:F``: it sleeps ``F - 1`` times its own
+compute time every step). Prints one table: total steps per second of all workers
 (the throughput), the ratio async / sync, each worker's steps, the seconds
 each spent inside rounds, and the center's test accuracy at the end.
 
@@ -23,16 +23,14 @@ from lsgd.train import command
 from lsgd.train.config import make_config
 from lsgd.train.plots import plot_runs
 
-STRAGGLER = 3
-
-
 def run_one(out: Path, args: argparse.Namespace, factor: float, asynchronous: bool) -> dict:
     run = out / f"{'async' if asynchronous else 'sync'}-x{factor:g}"
+    straggler = args.workers - 1
     shutil.rmtree(run, ignore_errors=True)
     cfg = make_config(dict(
         method=args.method, model=args.model, dataset=args.dataset, workers=args.workers,
         backend="processes", minutes=args.minutes, eval_every="100000",  # evaluate at the end
-        period=args.period, asynchronous=asynchronous, straggle=[f"{STRAGGLER}:{factor:g}"],
+        period=args.period, asynchronous=asynchronous, straggle=[f"{straggler}:{factor:g}"],
         out=str(run), quiet=True, seed=args.seed,
     ))
     command._prepare(cfg, run)
@@ -59,7 +57,7 @@ def main() -> None:
         async_ = run_one(out, args, factor, asynchronous=True)
         results.append((factor, sync, async_))
     print(f"{args.method}, {args.model} on {args.dataset}, {args.workers} worker processes, "
-          f"period {args.period}, worker {STRAGGLER} slowed by the factor, "
+          f"period {args.period}, worker {args.workers - 1} slowed by the factor, "
           f"{args.minutes:g} min of training per run")
     print(f"{'factor':>6} {'mode':<5} {'steps/s':>8} {'ratio':>6} {'steps per worker':<22} "
           f"{'s in rounds per worker':<24} {'center acc':>10}")
