@@ -234,8 +234,14 @@ def test_operations_are_described_with_their_scope() -> None:
     comm = object.__new__(DistCommunicator)
     Communicator.__init__(comm, WorkerInfo(rank=3, world_size=4, groups=2))
     comm._pg = comm._subgroup = object()  # stand-ins whose timeout cannot be read
-    comm._store = None  # and no default store: the communicator's own timeout is used
-    comm._timeout = datetime.timedelta(seconds=9)
+    comm._timeout = comm._store_wait = datetime.timedelta(seconds=9)
+    comm._waits = {"world": comm._timeout, "group": comm._timeout}
+
+    class FailingStore:
+        def add(self, key: str, amount: int) -> int:
+            raise dist.DistStoreError("boom")
+
+    comm._store, comm._store_calls = FailingStore(), None
     cases = {
         ("all_gather", "group"): "the all_gather in group 1 (ranks 2-3) after ",
         ("broadcast from rank 0", "world"): "the broadcast from rank 0 among all workers after ",
@@ -248,9 +254,7 @@ def test_operations_are_described_with_their_scope() -> None:
         assert str(caught.value).startswith("Rank 3 gave up on " + says)
         assert "collective timeout of 9 s" in str(caught.value)
     with pytest.raises(CommunicationError, match="the shared step counter 'k' in the c10d store"):
-        with comm._failures("update of the shared step counter 'k' in the c10d store",
-                            store=True):
-            raise dist.DistStoreError("boom")
+        comm._add_count("k", 1)
 
 
 def test_store_calls_give_up_after_the_timeout() -> None:

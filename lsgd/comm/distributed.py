@@ -197,16 +197,21 @@ class DistCommunicator(Communicator):
         super().__init__(WorkerInfo(dist.get_rank(self._pg), world_size, groups))
         self._global = [dist.get_global_rank(self._pg, r) for r in range(world_size)]
         self._store: dist.Store | None = None
+        self._store_wait = self._timeout  # the store's own timeout, once the store is opened
         self._store_calls: _StoreCalls | None = None
         self._subgroup: dist.ProcessGroup | None = None
+        # What bounds each kind of operation, resolved once (reported in errors).
+        self._waits = {"world": _group_timeout(self._pg) or self._timeout}
         if 1 < groups < world_size:
             self._subgroup, _ = dist.new_subgroups(
                 group_size=world_size // groups, group=self._pg, timeout=self._timeout
             )
+            self._waits["group"] = self._timeout
         elif groups == world_size:
             self._subgroup = None  # groups of one: group collectives are no-ops
         else:
             self._subgroup = self._pg
+            self._waits["group"] = self._waits["world"]
 
     @property
     def process_group(self) -> dist.ProcessGroup:
@@ -220,44 +225,36 @@ class DistCommunicator(Communicator):
 
             restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
             self._store = dist.PrefixStore(f"lsgd-r{restart}/", c10d._get_default_store())
+            with contextlib.suppress(Exception):
+                timeout = self._store.timeout
+                if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
+                    self._store_wait = timeout
         return self._store
 
     def _add_count(self, key: str, amount: int) -> int:
-        with self._failures(f"update of the shared step counter {key!r} in the c10d store",
-                            store=True):
-            return int(self._bounded(lambda: self.store.add(key, amount)))
+        store = self.store
+        with communication_errors(
+            self.rank, f"update of the shared step counter {key!r} in the c10d store",
+            self._store_wait,
+        ):
+            return int(self._bounded(lambda: store.add(key, amount)))
 
     def _bounded(self, call: Callable[[], Any]) -> Any:
         """``call()`` on the store, giving up after the store's timeout."""
         if self._store_calls is None or self._store_calls.stuck:
             self._store_calls = _StoreCalls()
-        return self._store_calls(call, self._store_timeout())
+        return self._store_calls(call, self._store_wait)
 
-    def _store_timeout(self) -> datetime.timedelta:
-        with contextlib.suppress(Exception):
-            timeout = self.store.timeout
-            if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
-                return timeout
-        return self._timeout
-
-    def _failures(self, operation: str, scope: Scope | None = None,
-                  store: bool = False) -> contextlib.AbstractContextManager[None]:
-        """:func:`communication_errors` for ``operation`` (``scope`` says among whom).
-
-        The timeout reported is the one that bounds the operation: the store's,
-        or the process group's, else the one this communicator was given.
-        """
+    def _failures(self, operation: str,
+                  scope: Scope | None = None) -> contextlib.AbstractContextManager[None]:
+        """:func:`communication_errors` for ``operation`` (``scope`` says among whom;
+        None: point-to-point in the world group), with the timeout that bounds it."""
         if scope == "world":
             operation += " among all workers"
         elif scope == "group":
             members = self.scope_members("group")
             operation += f" in group {self.info.group} (ranks {members[0]}-{members[-1]})"
-        if store:
-            timeout = self._store_timeout()
-        else:
-            group = self._pg if scope is None else self._group(scope)
-            timeout = _group_timeout(group) or self._timeout
-        return communication_errors(self.rank, operation, timeout)
+        return communication_errors(self.rank, operation, self._waits[scope or "world"])
 
     def _group(self, scope: Scope) -> dist.ProcessGroup:
         group = self._pg if scope == "world" else self._subgroup

@@ -267,7 +267,8 @@ def _one_spelling(owner: str, name: str, plain: Any, global_: Any) -> Any:
         return DEFAULTS[name] if plain is None else plain
     if plain is None or plain == global_:
         return global_
+    global_name = "global_period" if name == "period" else f"{name}_global"
     raise ValueError(
         f"{owner}: with groups=1 there is a single leader set by {name}; got both "
-        f"{name}={plain!r} and {name}_global={global_!r}; pass one of them"
+        f"{name}={plain!r} and {global_name}={global_!r}; pass one of them"
     )

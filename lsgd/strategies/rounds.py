@@ -94,10 +94,6 @@ class Rounds:
         self.last_due = due
         return group
 
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
-
     # -- resume ----------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """What to save at a sync point (no round pending is needed to resume)."""
