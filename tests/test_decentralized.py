@@ -250,7 +250,7 @@ def test_matcha_budget_half_sends_half_of_dpsgd() -> None:
 # -- AL-DSGD ---------------------------------------------------------------------------
 def _aldsgd_by_the_book(x: float, nbrs: dict[int, float], a: float, x_b: float, x_d: float,
                         c_b: float = 0.3, c_d: float = 0.1, p_b: float = 0.1, p_d: float = 0.1) -> float:
-    """The three lines of ALGORITHMS.md, literally."""
+    """The three lines of docs/algorithms.md, literally."""
     x_mix = (1 - len(nbrs) * a) * x + a * sum(nbrs.values())
     y = (1 - c_b - c_d) * x_mix + c_b * x_b + c_d * x_d
     return (1 - p_b - p_d) * y + p_b * x_b + p_d * x_d

@@ -13,8 +13,8 @@ Two questions, answered once for every backend:
     members are numbered by their distance ``v`` from the source
     (``v = (position - source position) mod n``); in round ``i`` (``i = 0 ..
     ceil(log2 n) - 1``) every ``v < 2**i`` sends ``B`` to ``v + 2**i`` when that
-    exists. The source sends ``ceil(log2 n) * B`` when ``n`` is a power of 2,
-    and each other member receives ``B`` once;
+    exists. The source sends ``ceil(log2 n) * B`` (it sends in every round, for
+    every ``n``), and each other member receives ``B`` once;
   - broadcast, ``"chain"`` (NCCL's ring, and lsgd's pipelined chain): the
     state passes along a chain that starts at the source; every member but
     the last sends ``B``, every member but the source receives ``B``;

@@ -89,8 +89,9 @@ class LSGD(Strategy):
         period: tau, local steps between rounds (default 16).
         pull_global, scope_global, global_period: lambda_G, gamma_G, tau_G of the
             global level when there are several groups (default: ``pull``,
-            ``scope`` and ``4 * period``); ``global_period`` must be a multiple
-            of ``period``.
+            ``scope`` and ``4 * period``, or ``period`` when every group is one
+            worker, so that there is no local level); ``global_period`` must be a
+            multiple of ``period``.
         leader_window: k, the score is the mean of the last k training losses.
         leader_metric: ``"train"`` (the window) or ``"eval"`` (the loss on
             ``eval_batch`` under ``eval_loss``, default cross-entropy, at election time).
@@ -145,9 +146,15 @@ class LSGD(Strategy):
         else:
             g_pull = pull if pull_global is None else pull_global
             g_scope = scope if scope_global is None else scope_global
-            g_period = 4 * period if global_period is None else global_period
+            # With one worker per group there is no local level: the global level is
+            # the only one and runs every ``period`` steps unless told otherwise.
+            local = info.group_size > 1
+            if global_period is not None:
+                g_period = global_period
+            else:
+                g_period = 4 * period if local else period
             _validate.multiple_of(owner, "global_period", g_period, "period", period)
-            if info.group_size > 1:
+            if local:
                 self.levels.append(
                     _Level("local", "group", info.group_members(), pull, scope, period,
                            FlatBuffer(self._state))

@@ -193,6 +193,11 @@ def preflight(cfg: TrainConfig) -> None:
         raise UsageError(f"--model {cfg.model} on --dataset {cfg.dataset}: {error}") from error
     if cfg.method in DECENTRALIZED:
         graphs_of(cfg)
+    if cfg.link is not None and cfg.backend != "threads":
+        raise UsageError(
+            f"--link {cfg.link}: real shaped links between worker processes are not available "
+            "in this version, and lsgd never runs unshaped when a link was asked for; use "
+            "--backend threads for the simulator's modeled link")
     if "TORCHELASTIC_RUN_ID" not in os.environ:  # under torchrun the groups are the nodes
         check_single_leader(cfg, cfg.groups)
 

@@ -104,7 +104,8 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
     _prepare(cfg, out)
     if cfg.backend == "threads":
         results = lsgd.simulate(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
-                                seed=cfg.seed, step_time=cfg.straggler_factors())
+                                seed=cfg.seed, step_time=cfg.straggler_factors() or None,
+                                link=cfg.link)
     else:
         results = lsgd.launch(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
                               timeout=cfg.timeout)
@@ -144,6 +145,14 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _clock_unit(summary: dict[str, Any]) -> str:
+    if summary["backend"] != "threads":
+        return " s per worker"
+    if summary.get("link_kind") == "modeled":
+        return " s per worker (simulator's clock: compute plus modeled transfers)"
+    return " step-times per worker (simulator's virtual clock)"
+
+
 def print_summary(summary: dict[str, Any]) -> None:
     def pct(value: Any) -> str:
         return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
@@ -161,8 +170,7 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("steps per worker", " ".join(str(n) for n in summary.get("worker_steps", []))
                              + f" ({summary.get('steps_per_second', 0):.1f} steps/s in all)"),
         ("time in rounds", " ".join(f"{t:.1f}" for t in summary.get("worker_wait_seconds", []))
-                           + (" step-times per worker (simulator's virtual clock)"
-                              if summary["backend"] == "threads" else " s per worker")),
+                           + _clock_unit(summary)),
         ("training time", f"{summary['train_seconds']:.1f} s "
                           f"({summary['seconds_per_epoch'] or 0:.1f} s/epoch)"),
         ("data loading", f"{100 * summary['data_loading_fraction']:.1f}% of step time"),
@@ -170,6 +178,11 @@ def print_summary(summary: dict[str, Any]) -> None:
                             f"in {summary['rounds']} rounds"),
         ("run folder", summary["out"]),
     ]
+    if summary.get("link"):
+        rows.insert(-1, ("link", f"{summary['link']} ({summary['link_kind']}); communicating "
+                                 + " ".join(f"{t:.1f}" for t in
+                                            summary.get("worker_comm_seconds", []))
+                                 + " s per worker"))
     if summary.get("plots"):
         rows.append(("plots", ", ".join(summary["plots"])))
     width = max(len(k) for k, _ in rows)

@@ -19,6 +19,7 @@ from typing import Any
 
 import tomli_w
 
+from lsgd.links.spec import parse_link
 from lsgd.registry import strategy_names
 
 if sys.version_info >= (3, 11):
@@ -63,6 +64,10 @@ class TrainConfig:
     asynchronous: bool = _f(False, "asynchronous rounds (lsgd, easgd, local-sgd): due by the "
                                    "total steps of all workers, so fast workers do not wait "
                                    "for slow ones between rounds", flags=("--async",))
+    link: str | None = _f(None, "the link between nodes (groups), RATE[,LATENCY] such as "
+                                "100mbit, 1gbit or 20mbit,5ms; with --backend threads a "
+                                "modeled link on the simulator's clock, which then reads "
+                                "seconds of measured compute plus modeled transfers")
     straggle: list[str] = _f((), "RANK:FACTOR makes that worker's steps FACTOR times slower "
                                  "(it sleeps in proportion to its compute; with --backend "
                                  "threads, on the simulator's virtual clock); repeatable")
@@ -93,7 +98,8 @@ class TrainConfig:
     pull_global: float | None = _f(None, "LSGD lambda_G (several groups; default: pull)")
     scope_global: float | None = _f(None, "LSGD gamma_G (several groups; default: scope)")
     global_period: int | None = _f(None, "LSGD tau_G / hierarchical local SGD global period "
-                                         "(default: 4 * period)")
+                                         "(default: 4 * period; for LSGD, period when "
+                                         "each group is one worker)")
     leader_window: int = _f(10, "LSGD: a worker's score is the mean of its last k losses")
     # EASGD, local SGD
     moving_rate: float = _f(0.43, "EASGD beta")
@@ -202,6 +208,14 @@ class TrainConfig:
         if self.asynchronous and self.method not in ASYNCHRONOUS:
             errors.append(f"--async works with --method {', '.join(ASYNCHRONOUS)}; "
                           f"{self.method} is synchronous")
+        if self.link is not None:
+            try:
+                parse_link(self.link)
+            except ValueError as error:
+                errors.append(f"--link {self.link!r}: {error}")
+            if self.straggle and self.backend == "threads":
+                errors.append("--straggle with --link under --backend threads: the modeled "
+                              "clock measures each step's compute; drop one of the two")
         for item in self.straggle:
             match = re.fullmatch(r"(\d+):(\d+(?:\.\d*)?)", item.strip())
             if not match or not 0 <= int(match.group(1)) < self.workers or float(match.group(2)) < 1:

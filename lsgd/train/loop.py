@@ -69,6 +69,10 @@ class Worker:
         self.pace = Pace(cfg, self.steps_per_epoch, self.strategy, self.device)
         self.asynchronous = self.strategy.asynchronous
         simulated = lsgd.comm.current_simulated() is not None  # stragglers use its clock
+        # With a modeled link the simulator's clock is the time axis: seconds of measured
+        # compute plus modeled transfers and waits.
+        self.modeled = simulated and cfg.link is not None
+        self.clock = self.comm.now if self.modeled else time.perf_counter
         self.straggle = 1.0 if simulated else cfg.straggler_factors().get(self.rank, 1.0)
         # Position and accounting.
         self.steps = self.epoch = self.batch = 0
@@ -157,6 +161,7 @@ class Worker:
             "leader_correct": l_correct, "count": count, "accuracy": own_accuracy,
             "train_loss": train_loss, "bytes_sent": report.bytes_sent, "steps": self.steps,
             "rounds": report.rounds, "wait_seconds": report.wait_seconds,
+            "comm_seconds": report.comm_seconds,
         }, self.device)
         spread = strategy.spread()  # decentralized: mean distance of the workers to the center
         total = float(every["count"].sum())
@@ -183,6 +188,7 @@ class Worker:
             row[f"worker{r}_steps"] = int(every["steps"][r])
             row[f"worker{r}_rounds"] = int(every["rounds"][r])
             row[f"worker{r}_wait_seconds"] = float(every["wait_seconds"][r])
+            row[f"worker{r}_comm_seconds"] = float(every["comm_seconds"][r])
         if cfg.eval_workers:
             for r in range(self.world):
                 row[f"worker{r}_accuracy"] = float(every["accuracy"][r])
@@ -225,7 +231,7 @@ class Worker:
                 self.epoch, self.batch = self.epoch + 1, 0
                 order = datasets.shard(self.source.n_train, self.rank, self.world, self.epoch,
                                        cfg.seed)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), self.clock()
             idx = order[self.batch * cfg.batch_size:(self.batch + 1) * cfg.batch_size]
             x, y = self.source.train_batch(idx, self.generator)
             t1 = time.perf_counter()
@@ -241,7 +247,7 @@ class Worker:
             self.loss_sum += loss.detach()
             self.loss_count += 1
             self.data_seconds += t1 - t0
-            self.train_seconds += time.perf_counter() - t0
+            self.train_seconds += self.clock() - c0
             evaluate_now, save, stop = pace.due(self.steps, self.train_seconds)
             if evaluate_now or stop:
                 self.record(self.evaluate_all())
@@ -310,6 +316,11 @@ class Worker:
             "worker_steps": worker_steps,
             "worker_rounds": [int(v) for v in every["rounds"]],
             "worker_wait_seconds": [float(v) for v in every["wait_seconds"]],
+            "worker_comm_seconds": [float(v) for v in every["comm_seconds"]],
+            "link": self.cfg.link,
+            "link_kind": ("modeled" if self.modeled else "shaped") if self.cfg.link else None,
+            "time_axis": ("simulated seconds: measured compute plus modeled transfers"
+                          if self.modeled else "wall-clock seconds of training"),
             "out": str(self.run_dir),
         }
         outputs.write_json(self.run_dir / "summary.json", summary)
