@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from lsgd.comm.base import WorkerInfo, check_layout
+from lsgd.links.spec import Link
 
 T = TypeVar("T")
 
@@ -57,6 +58,7 @@ def launch(
     args: Sequence[Any] = (),
     timeout: float = 300.0,
     threads_per_worker: int | None = None,
+    link: str | Link | None = None,
 ) -> list[T]:
     """Run ``fn(info, *args)`` in ``world_size`` local processes; results by rank.
 
@@ -64,11 +66,22 @@ def launch(
     were on separate nodes. ``timeout`` (seconds) bounds every collective: a
     worker that dies or stops communicating makes the others fail after it.
     ``threads_per_worker`` sets ``OMP_NUM_THREADS`` (default: cores / workers).
+
+    ``link`` (``"100mbit"``, ``"1gbit"``; root and iproute2 needed) makes the
+    groups real nodes: each in a network namespace of its own behind a link
+    that the kernel shapes to that rate, one torchrun agent per node (see
+    :mod:`lsgd.links.nodes`). Where shaping is impossible it raises
+    :class:`~lsgd.links.netns.LinkSetupError`; it never runs unshaped.
     """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     check_layout(world_size, groups)
+    if link is not None:
+        from lsgd.links.nodes import launch_on_links
+
+        return launch_on_links(fn, world_size, groups, link, args=args, timeout=timeout,
+                               threads_per_worker=threads_per_worker)
     threads = threads_per_worker or max(1, (os.cpu_count() or 1) // world_size)
     config = LaunchConfig(
         min_nodes=1,

@@ -39,6 +39,10 @@ def ddp_data_parallel(comm: DistCommunicator, module: nn.Module, sync_buffers: b
     kwargs.update(options or {})
     ddp = nn.parallel.DistributedDataParallel(module, process_group=comm.process_group, **kwargs)
     world = comm.world_size
+    # Buckets are reduced one after another while later ones wait: a bucket's
+    # seconds run from when it started or the previous one finished, whichever
+    # is later, so that the seconds of one step add up to its time on the wire.
+    finished = [0.0]
 
     # DDP checks a hook's annotations against real classes, which postponed
     # annotations would turn into strings: leave bucket and return unannotated.
@@ -48,7 +52,9 @@ def ddp_data_parallel(comm: DistCommunicator, module: nn.Module, sync_buffers: b
         start = time.perf_counter()
 
         def done(fut: torch.futures.Future) -> torch.Tensor:
-            comm.record(volume, volume, time.perf_counter() - start)
+            now = time.perf_counter()
+            comm.record(volume, volume, now - max(start, finished[0]))
+            finished[0] = now
             return fut.value()[0] if isinstance(fut.value(), list) else fut.value()
 
         return default_hooks.allreduce_hook(pg, bucket).then(done)

@@ -18,6 +18,7 @@ from torch import nn
 
 import lsgd
 from lsgd import augment, data as datasets
+from lsgd.links.netns import LinkSetupError, shaped_links_possible
 from lsgd.models import build_model
 from lsgd.topology import Topology, from_spec
 from lsgd.train.config import DECENTRALIZED, TrainConfig
@@ -194,10 +195,14 @@ def preflight(cfg: TrainConfig) -> None:
     if cfg.method in DECENTRALIZED:
         graphs_of(cfg)
     if cfg.link is not None and cfg.backend != "threads":
-        raise UsageError(
-            f"--link {cfg.link}: real shaped links between worker processes are not available "
-            "in this version, and lsgd never runs unshaped when a link was asked for; use "
-            "--backend threads for the simulator's modeled link")
+        if "TORCHELASTIC_RUN_ID" in os.environ:
+            raise UsageError(
+                f"--link {cfg.link}: under torchrun the nodes and their links are the real "
+                "ones; drop --link, or run lsgd train without torchrun to build shaped nodes")
+        try:
+            shaped_links_possible(cfg.link)
+        except LinkSetupError as error:
+            raise UsageError(f"--link {cfg.link}: {error}") from None
     if "TORCHELASTIC_RUN_ID" not in os.environ:  # under torchrun the groups are the nodes
         check_single_leader(cfg, cfg.groups)
 

@@ -108,7 +108,7 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
                                 link=cfg.link)
     else:
         results = lsgd.launch(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
-                              timeout=cfg.timeout)
+                              timeout=cfg.timeout, link=cfg.link)
     return results[0]
 
 

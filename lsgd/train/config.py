@@ -65,9 +65,12 @@ class TrainConfig:
                                    "total steps of all workers, so fast workers do not wait "
                                    "for slow ones between rounds", flags=("--async",))
     link: str | None = _f(None, "the link between nodes (groups), RATE[,LATENCY] such as "
-                                "100mbit, 1gbit or 20mbit,5ms; with --backend threads a "
-                                "modeled link on the simulator's clock, which then reads "
-                                "seconds of measured compute plus modeled transfers")
+                                "100mbit, 1gbit or 20mbit,5ms; with processes every group "
+                                "is a node in a network namespace of its own behind a "
+                                "link the kernel shapes to RATE (root and iproute2; a "
+                                "latency needs netem); with --backend threads a modeled "
+                                "link on the simulator's clock (measured compute plus "
+                                "modeled transfers)")
     straggle: list[str] = _f((), "RANK:FACTOR makes that worker's steps FACTOR times slower "
                                  "(it sleeps in proportion to its compute; with --backend "
                                  "threads, on the simulator's virtual clock); repeatable")

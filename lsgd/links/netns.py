@@ -1,0 +1,237 @@
+"""Shaped links on one machine: one Linux network namespace per node.
+
+``ShapedNetwork(nodes, link)`` builds, as a context manager::
+
+    namespace lsgd-<pid>-n0 (node 0)        namespace lsgd-<pid>-br (the switch)
+      lo         workers of node 0 talk here     br0 -- p0, p1, ..., p{n-1}
+      eth0 10.77.0.101/24  <== veth ==>  p0
+    namespace lsgd-<pid>-n1 (node 1)
+      eth0 10.77.0.102/24  <== veth ==>  p1
+    ...
+
+Each node reaches the others only through its ``eth0``, a veth pair into the
+switch namespace, shaped by the kernel's token-bucket filter (``tc qdisc ...
+tbf``) in both directions: ``eth0``'s egress is the node's upload, the switch
+port's egress its download, each at the link's rate. Traffic between workers of
+one node stays on that node's loopback (a packet to a local address never
+leaves the namespace). A latency needs ``netem``; where the kernel lacks it, a
+clear error says so (the simulator's modeled link has latencies).
+
+Nothing is created outside these namespaces: every interface is made directly
+inside one of them, the addresses are a private /24 that only they see, and
+deleting the namespaces removes everything. ``close()`` (also on an error, on
+Ctrl-C and on SIGTERM through the context manager) deletes them; a run that was
+killed before it could clean up leaves namespaces named after its pid, which
+:func:`remove_leftovers` (called by every new network) deletes once that pid is
+gone. Needs root and ``ip``/``tc`` from Debian's ``iproute2``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import types
+from collections.abc import Sequence
+
+from lsgd.links.spec import Link, parse_link
+
+SUBNET = "10.77.0"  # a private /24, seen only inside the namespaces made here
+FIRST_HOST = 101  # node i is SUBNET.(101 + i): equal-width addresses sort like node indices
+MAX_NODES = 99
+_NAME = re.compile(r"lsgd-(\d+)-(n\d+|br|probe)$")
+MODELED_HINT = ("use the simulator's modeled link instead: --backend threads --link RATE "
+                "(lsgd.simulate(..., link=...))")
+
+
+class LinkSetupError(RuntimeError):
+    """The shaped network cannot be built here; the message says why and what to do."""
+
+
+def _run(args: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(list(args), capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise LinkSetupError(f"'{' '.join(args)}' failed: {result.stderr.strip() or result.stdout.strip()}")
+    return result
+
+
+def check_tools() -> None:
+    """Raise :class:`LinkSetupError` unless this process is root with ``ip`` and ``tc``."""
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        raise LinkSetupError(
+            f"shaped links need {' and '.join(missing)} (Debian package iproute2: "
+            f"apt-get install iproute2); {MODELED_HINT}")
+    if os.geteuid() != 0:
+        raise LinkSetupError(
+            "shaped links need root (network namespaces and tc); run as root, or "
+            + MODELED_HINT)
+
+
+def shaped_links_possible(link: str | Link) -> None:
+    """Raise :class:`LinkSetupError` where ``link`` cannot be shaped here: no root,
+    no ``ip``/``tc``, or a latency on a kernel without ``netem`` (tried on the
+    loopback of a namespace made and removed for the purpose)."""
+    check_tools()
+    link = parse_link(link)
+    if not link.latency:
+        return
+    probe = f"lsgd-{os.getpid()}-probe"
+    _run(["ip", "netns", "add", probe])
+    try:
+        result = _run(["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "netem",
+                       "delay", "1ms"], check=False)
+    finally:
+        _delete_namespace(probe)
+    if result.returncode != 0:
+        raise LinkSetupError(_no_latency(link, result.stderr))
+
+
+def _no_latency(link: Link, why: str) -> str:
+    return (f"link {link}: this kernel cannot add a latency to a shaped link (tc netem: "
+            f"{why.strip()}); give the rate alone, such as --link {Link(link.rate)}, or "
+            + MODELED_HINT)
+
+
+def node_address(node: int) -> str:
+    """Node ``node``'s address on the shaped network."""
+    return f"{SUBNET}.{FIRST_HOST + node}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _namespaces() -> list[str]:
+    result = _run(["ip", "netns", "list"], check=False)
+    return [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
+
+
+def _delete_namespace(name: str) -> None:
+    """Kill what still runs inside ``name``, then delete it (its interfaces go with it)."""
+    pids = _run(["ip", "netns", "pids", name], check=False).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    _run(["ip", "netns", "delete", name], check=False)
+
+
+def remove_leftovers() -> list[str]:
+    """Delete the namespaces of earlier runs whose process is gone; their names."""
+    removed = []
+    for name in _namespaces():
+        match = _NAME.match(name)
+        if match and not _alive(int(match.group(1))):
+            _delete_namespace(name)
+            removed.append(name)
+    return removed
+
+
+def _tbf(link: Link) -> list[str]:
+    """``tc`` arguments of a token bucket at the link's rate.
+
+    The bucket holds 10 ms of traffic (at least 16 KB, so a full-size segment
+    always fits) and the queue 100 ms, enough for TCP to keep the link full.
+    """
+    rate_bytes = link.rate / 8
+    burst = max(16_384, int(rate_bytes / 100))
+    return ["tbf", "rate", f"{int(link.rate)}bit", "burst", str(burst), "latency", "100ms"]
+
+
+class ShapedNetwork:
+    """``nodes`` network namespaces joined by links shaped to ``link`` (see the module)."""
+
+    def __init__(self, nodes: int, link: str | Link) -> None:
+        if not 1 <= nodes <= MAX_NODES:
+            raise ValueError(f"nodes: a shaped network has 1 to {MAX_NODES} nodes, got {nodes}")
+        self.link = parse_link(link)
+        self.nodes = nodes
+        prefix = f"lsgd-{os.getpid()}"
+        self.switch = f"{prefix}-br"
+        self.namespaces = [f"{prefix}-n{i}" for i in range(nodes)]
+        self._made: list[str] = []
+        self._signals: dict[int, object] = {}
+
+    # -- building and removing -------------------------------------------
+    def open(self) -> ShapedNetwork:
+        """Build the namespaces, links and shaping; on any failure remove them again."""
+        check_tools()
+        remove_leftovers()
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _make_namespace(self, name: str) -> None:
+        if name in _namespaces():  # this very pid's earlier network, never closed
+            _delete_namespace(name)
+        _run(["ip", "netns", "add", name])
+        self._made.append(name)
+        _run(["ip", "-n", name, "link", "set", "lo", "up"])
+
+    def _build(self) -> None:
+        self._make_namespace(self.switch)
+        _run(["ip", "-n", self.switch, "link", "add", "br0", "type", "bridge"])
+        _run(["ip", "-n", self.switch, "link", "set", "br0", "up"])
+        for i, name in enumerate(self.namespaces):
+            self._make_namespace(name)
+            port = f"p{i}"
+            _run(["ip", "link", "add", "eth0", "netns", name, "type", "veth",
+                  "peer", "name", port, "netns", self.switch])
+            _run(["ip", "-n", self.switch, "link", "set", port, "master", "br0"])
+            _run(["ip", "-n", self.switch, "link", "set", port, "up"])
+            _run(["ip", "-n", name, "addr", "add", f"{node_address(i)}/24", "dev", "eth0"])
+            _run(["ip", "-n", name, "link", "set", "eth0", "up"])
+            self._shape(name, "eth0")  # upload
+            self._shape(self.switch, port)  # download
+
+    def _shape(self, namespace: str, device: str) -> None:
+        if self.link.latency:
+            result = _run(["tc", "-n", namespace, "qdisc", "add", "dev", device, "root",
+                           "handle", "1:", "netem", "delay",
+                           f"{self.link.latency * 1e6:.0f}us"], check=False)
+            if result.returncode != 0:
+                raise LinkSetupError(_no_latency(self.link, result.stderr))
+            _run(["tc", "-n", namespace, "qdisc", "add", "dev", device, "parent", "1:",
+                  "handle", "2:", *_tbf(self.link)])
+        else:
+            _run(["tc", "-n", namespace, "qdisc", "add", "dev", device, "root", *_tbf(self.link)])
+
+    def close(self) -> None:
+        """Delete every namespace this network made (idempotent)."""
+        while self._made:
+            _delete_namespace(self._made.pop())
+
+    # -- use --------------------------------------------------------------
+    def command(self, node: int, args: Sequence[str]) -> list[str]:
+        """``args`` run inside node ``node``'s namespace."""
+        return ["ip", "netns", "exec", self.namespaces[node], *args]
+
+    def __enter__(self) -> ShapedNetwork:
+        # SIGTERM becomes an exception here, so that ``__exit__`` still cleans up.
+        def _terminate(signum: int, frame: types.FrameType | None) -> None:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        try:
+            self._signals[signal.SIGTERM] = signal.signal(signal.SIGTERM, _terminate)
+        except ValueError:  # not the main thread: the caller handles signals
+            pass
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        for signum, handler in self._signals.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+        self._signals.clear()

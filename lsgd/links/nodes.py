@@ -1,0 +1,126 @@
+"""Run a function on nodes joined by shaped links: one torchrun agent per node.
+
+``launch_on_links(fn, world_size, groups, link)`` builds a
+:class:`~lsgd.links.netns.ShapedNetwork` of ``groups`` nodes and starts, inside
+each node's namespace, one elastic agent (torch's launcher, the machinery of
+``torchrun``) with ``world_size / groups`` worker processes. The agents meet
+through torch's c10d rendezvous hosted by node 0's agent, exactly as
+``torchrun --nnodes N --rdzv-backend c10d`` does on separate machines; gloo
+binds to each node's ``eth0``, so that traffic between nodes crosses the shaped
+links and traffic inside a node stays on its loopback. The agents run
+``python -m lsgd.links.agent``; each writes its workers' results (or their
+errors) to a file, and the results come back by global rank.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from lsgd.comm.base import check_layout
+from lsgd.links.netns import ShapedNetwork, node_address
+from lsgd.links.spec import Link
+
+T = TypeVar("T")
+RENDEZVOUS_PORT = 29400  # inside the namespaces only
+GRACE_SECONDS = 10.0  # after one agent fails, the others get this long to notice
+
+
+def launch_on_links(
+    fn: Callable[..., T],
+    world_size: int,
+    groups: int,
+    link: str | Link,
+    *,
+    args: Sequence[Any] = (),
+    timeout: float = 300.0,
+    threads_per_worker: int | None = None,
+) -> list[T]:
+    """Run ``fn(info, *args)`` as ``world_size`` workers on ``groups`` shaped nodes.
+
+    The same contract as :func:`lsgd.launch` (results by rank, ``LaunchError``
+    naming the failed ranks); ``link`` is the rate (and, where the kernel can
+    add one, latency) of every node's link. Needs root and ``iproute2``.
+    """
+    from lsgd.launch import LaunchError
+
+    check_layout(world_size, groups)
+    per_node = world_size // groups
+    threads = threads_per_worker or max(1, (os.cpu_count() or 1) // world_size)
+    with tempfile.TemporaryDirectory(prefix="lsgd-links-") as folder, \
+            ShapedNetwork(groups, link) as net:
+        work = Path(folder)
+        payload = work / "payload.pkl"
+        main = sys.modules["__main__"]
+        payload.write_bytes(pickle.dumps({
+            # A function of the caller's script pickles as __main__.name: the agent
+            # loads that script first, as multiprocessing's spawn does.
+            "main_path": getattr(main, "__file__", None),
+            "job": pickle.dumps({
+                "fn": fn, "args": tuple(args), "groups": groups, "timeout": timeout,
+                "nodes": groups, "per_node": per_node,
+                "run_id": f"lsgd-{uuid.uuid4().hex[:8]}",
+                "endpoint": f"{node_address(0)}:{RENDEZVOUS_PORT}",
+            }),
+        }))
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), GLOO_SOCKET_IFNAME="eth0",
+                   PYTHONUNBUFFERED="1")
+        env.pop("MASTER_ADDR", None)
+        env.pop("MASTER_PORT", None)
+        agents = []
+        for node in range(groups):
+            log = open(work / f"node-{node}.log", "w")  # noqa: SIM115 - closed below
+            command = net.command(node, [sys.executable, "-m", "lsgd.links.agent",
+                                         str(payload), str(node), str(work / f"node-{node}.pkl")])
+            agents.append((subprocess.Popen(command, env=env, stdout=log,
+                                            stderr=subprocess.STDOUT), log))
+        try:
+            codes = _wait(agents, deadline=time.monotonic() + timeout + 3600.0)
+        finally:
+            for process, log in agents:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+                log.close()
+        results: dict[int, Any] = {}
+        failures: list[str] = []
+        for node, code in enumerate(codes):
+            out = work / f"node-{node}.pkl"
+            if out.exists():
+                outcome = pickle.loads(out.read_bytes())
+                results.update(outcome.get("results", {}))
+                failures += outcome.get("failures", [])
+            elif code != 0:
+                tail = (work / f"node-{node}.log").read_text(errors="replace")[-2000:]
+                failures.append(f"node {node}: agent exited with {code}:\n{tail}")
+        if failures or len(results) != world_size:
+            missing = sorted(set(range(world_size)) - set(results))
+            raise LaunchError("worker processes failed on the shaped network:\n"
+                              + "\n".join(failures or [f"no result from ranks {missing}"]))
+    return [results[r] for r in range(world_size)]
+
+
+def _wait(agents: list[tuple[subprocess.Popen[bytes], Any]], deadline: float) -> list[int]:
+    """Wait for every agent; after the first failure the rest get ``GRACE_SECONDS``."""
+    failed_at: float | None = None
+    while True:
+        codes = [process.poll() for process, _ in agents]
+        if all(code is not None for code in codes):
+            return [int(code) for code in codes if code is not None]
+        now = time.monotonic()
+        if failed_at is None and any(code not in (None, 0) for code in codes):
+            failed_at = now
+        if now > deadline or (failed_at is not None and now - failed_at > GRACE_SECONDS):
+            for process, _ in agents:
+                if process.poll() is None:
+                    process.kill()
+            return [process.wait() for process, _ in agents]
+        time.sleep(0.05)
