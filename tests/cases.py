@@ -68,8 +68,9 @@ def check_multi(results: list[dict[str, Any]]) -> None:
     # Local round: an all-gather of 2 scores inside the group, the leader's state in it.
     assert [res["sent"][0] for res in results] == [8, 8 + 16, 8 + 16, 8]
     # Step 2: one world all-gather serves both rounds, then the local broadcasts (1 and 2
-    # send to their partner) and the global one from 2 along the tree: 2 -> 3, 2 -> 0, 3 -> 1.
-    assert [res["sent"][1] for res in results] == [24, 24 + 16, 24 + 16 + 32, 24 + 16]
+    # send to their partner) and the global one from 2 as the pipelined chain of the two
+    # nodes: 2 -> 0 across (the heads), then 2 -> 3 and 0 -> 1 inside the nodes.
+    assert [res["sent"][1] for res in results] == [24 + 16, 24 + 16, 24 + 16 + 32, 24]
 
 
 def check_nan(results: list[dict[str, Any]]) -> None:
@@ -105,6 +106,22 @@ def check_hierarchical(results: list[dict[str, Any]]) -> None:
         assert res["x"][1] == mean
 
 
+CHAIN_VALUES = 300_000  # 1.2 MB: 19 chunks
+
+
+def check_chain(results: list[dict[str, Any]]) -> None:
+    from lsgd.comm.chain import chain_bytes
+
+    b = 4 * CHAIN_VALUES
+    for rank, res in enumerate(results):
+        assert res["ok"] == [True, True], rank
+        # Source 3 (node 1): heads 3 -> 0; source 1 (node 0): heads 1 -> 2.
+        assert res["sent"] == [chain_bytes(b, src, rank, 2, 2)[0] for src in (3, 1)]
+    assert [res["sent"][0] for res in results] == [b, 0, 0, 2 * b]
+    assert [res["received"][0] for res in results] == [b, b, b, 0]
+    assert [res["sent"][1] for res in results] == [0, 2 * b, b, 0]
+
+
 def scripted(method: str, losses: list[list[float]], world: int = 4, **spec: Any) -> dict[str, Any]:
     return {"method": method, "x0": X0[:world], "losses": [l[:world] for l in losses], **spec}
 
@@ -132,4 +149,5 @@ CASES: dict[str, tuple[int, int, str, dict[str, Any], Callable[[list[dict[str, A
     "local_sgd_hierarchical": (4, 2, "scripted", scripted(
         "local-sgd", [[0] * 4] * 2, kwargs=dict(period=1, hierarchical=True, global_period=2)),
         check_hierarchical),
+    "chain_broadcast": (4, 2, "chain", {"sources": [3, 1], "n": CHAIN_VALUES}, check_chain),
 }

@@ -119,7 +119,25 @@ def ddp_reference(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]
     return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
 
 
+def chain(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
+    """Broadcasts among all workers from each source in ``spec["sources"]``: the values
+    every worker ends with and the bytes it counted for each."""
+    comm = lsgd.get_communicator()
+    out: dict[str, Any] = {"ok": [], "sent": [], "received": []}
+    for src in spec["sources"]:
+        x = torch.arange(spec["n"], dtype=torch.float32) + 1000.0 * info.rank
+        before = comm.stats()
+        comm.broadcast_(x, src=src)
+        moved = comm.stats().minus(before)
+        expected = torch.arange(spec["n"], dtype=torch.float32) + 1000.0 * src
+        out["ok"].append(bool(torch.equal(x, expected)))
+        out["sent"].append(moved.bytes_sent)
+        out["received"].append(moved.bytes_received)
+    return out
+
+
 def bundle(info: lsgd.WorkerInfo, specs: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     """Run several scenarios in one launch (process start-up is the slow part)."""
-    functions = {"scripted": scripted, "train_small": train_small, "ddp_reference": ddp_reference}
+    functions = {"scripted": scripted, "train_small": train_small, "ddp_reference": ddp_reference,
+                 "chain": chain}
     return {name: functions[fn](info, spec) for name, (fn, spec) in specs.items()}

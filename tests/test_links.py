@@ -1,13 +1,21 @@
-"""Links between nodes: the modeled link of `lsgd train --backend threads --link`."""
+"""Links between nodes: the simulator's modeled link and the kernel-shaped links of
+network namespaces (`lsgd train --link`, `lsgd.launch(..., link=)`)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import lsgd
 from lsgd import cli
+from lsgd.comm.chain import chunk_count
+from lsgd.links import netns
 from lsgd.train import command
 from lsgd.train.config import make_config
 from lsgd.train.outputs import read_csv
@@ -39,10 +47,12 @@ def test_modeled_link_charges_bytes_over_rate_and_lsgd_outruns_allreduce(tmp_pat
         assert summary["train_seconds"] >= min(summary["worker_comm_seconds"])
     # One worker per node: period 4 is the global period, 4 rounds in 16 steps.
     assert lsgd["rounds"] == 4
-    # 16 ring all-reduces (1.5 B each) against 5 tree broadcasts (2 B each, the first
-    # at the start): 2.4 times the link time.
+    # 16 ring all-reduces (1.5 B each) against 5 broadcasts (the first at the start) as
+    # the pipelined chain of the 4 nodes: c chunks over 3 hops, (c + 2) / c B each.
+    state = lsgd["bytes_sent_per_worker"] / 5 * 4 / 3  # the chain sends B from 3 of 4 nodes
+    c = chunk_count(round(state))
     assert allreduce["comm_seconds_per_worker"] == pytest.approx(
-        2.4 * lsgd["comm_seconds_per_worker"], rel=0.02)
+        (16 * 1.5) / (5 * (c + 2) / c) * lsgd["comm_seconds_per_worker"], rel=0.02)
     assert lsgd["steps_per_second"] >= 1.8 * allreduce["steps_per_second"]
     rows = read_csv(tmp_path / "allreduce" / "metrics.csv")
     assert rows[-1]["worker0_comm_seconds"] == pytest.approx(
@@ -56,3 +66,94 @@ def test_link_is_checked_before_anything_runs(tmp_path: Path,
     assert code == 2
     assert "--link '20 parsecs'" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+# -- real shaped links (root and iproute2) -------------------------------------
+
+def _shaping_unavailable() -> str | None:
+    try:
+        netns.check_tools()
+    except netns.LinkSetupError as error:
+        return str(error)
+    return None
+
+
+SHAPING = _shaping_unavailable()
+needs_shaping = pytest.mark.skipif(SHAPING is not None, reason=f"no shaped links here: {SHAPING}")
+PAYLOAD = 1_250_000  # float32 values: 5 MB
+
+
+def _broadcast_seconds(info: Any, n: int) -> tuple[int, float]:
+    """Rank 0 broadcasts ``n`` floats; the seconds it took on this worker."""
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.full((n,), float(info.rank == 0))
+    dist.barrier()
+    start = time.perf_counter()
+    dist.broadcast(tensor, src=0)
+    dist.barrier()
+    assert bool((tensor == 1).all())
+    return info.rank, time.perf_counter() - start
+
+
+def _our_namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines()
+            if line.startswith(f"lsgd-{os.getpid()}-")]
+
+
+@needs_shaping
+@pytest.mark.timeout(180)
+def test_a_transfer_across_a_shaped_link_takes_at_least_its_size_over_the_rate() -> None:
+    rate = 100e6
+    results = lsgd.launch(_broadcast_seconds, 2, 2, args=(PAYLOAD,), link="100mbit", timeout=60)
+    floor = 8 * 4 * PAYLOAD / rate  # 0.4 s
+    seconds = max(s for _, s in results)
+    assert seconds >= floor, (seconds, floor)
+    assert seconds < 3 * floor + 0.5, (seconds, floor)  # shaped, not stalled
+    assert _our_namespaces() == []  # everything removed
+
+
+@needs_shaping
+@pytest.mark.timeout(60)
+def test_leftovers_of_a_killed_run_are_removed_and_errors_remove_everything() -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    leftover = f"lsgd-{dead.pid}-n0"
+    subprocess.run(["ip", "netns", "add", leftover], check=True)
+    try:
+        assert leftover in netns.remove_leftovers()
+    finally:
+        subprocess.run(["ip", "netns", "delete", leftover], capture_output=True)
+    network = netns.ShapedNetwork(2, "100mbit")
+    network._build = lambda: (_ for _ in ()).throw(RuntimeError("boom"))  # type: ignore[method-assign]
+    network._make_namespace(network.switch)  # made before the failure
+    with pytest.raises(RuntimeError, match="boom"):
+        with network:
+            pass
+    assert _our_namespaces() == []
+
+
+def test_shaped_links_need_root_and_say_what_to_do_instead(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/sbin/{tool}")
+    with pytest.raises(netns.LinkSetupError, match="need root.*--backend threads --link"):
+        netns.check_tools()
+    monkeypatch.setattr(shutil, "which", lambda tool: None)
+    with pytest.raises(netns.LinkSetupError, match="iproute2"):
+        netns.check_tools()
+
+
+@needs_shaping
+@pytest.mark.timeout(300)
+def test_lsgd_train_on_shaped_links_records_the_link(tmp_path: Path) -> None:
+    summary = _train(tmp_path, "shaped", method="lsgd", period=4, backend="processes",
+                     link="200mbit", workers=2, groups=2, steps=8, eval_every="8")
+    assert summary["link"] == "200mbit" and summary["link_kind"] == "shaped"
+    assert summary["time_axis"].startswith("wall-clock")
+    assert summary["rounds"] == 2
+    floor = 8 * summary["bytes_sent_per_worker"] / 200e6
+    assert max(summary["worker_comm_seconds"]) >= 0.9 * floor
+    assert _our_namespaces() == []

@@ -55,11 +55,12 @@ def test_traffic_inside_a_node_is_free_and_latency_counts_per_stage():
     assert m.broadcast(1_000_000, [0, 1, 2, 3], src=0, algorithm="chain") == pytest.approx(0.01 + 1.0)
 
 
-def _timed(info):
+def _timed(info, pipelined=True):
     import lsgd
     import torch
 
     comm = lsgd.get_communicator()
+    comm.pipelined_broadcast = pipelined
     x = torch.zeros(250_000)  # 1 MB
     start = comm.now()
     comm.all_reduce_(x)
@@ -71,10 +72,14 @@ def _timed(info):
 def test_the_simulator_charges_the_modeled_transfer_on_its_clock():
     import lsgd
 
-    # 4 nodes of one worker, 8 Mbit/s: 1.5 MB per worker for the all-reduce, then two
-    # tree rounds of 1 MB for the broadcast. Measured compute between calls is tiny.
+    # 4 nodes of one worker, 8 Mbit/s: 1.5 MB per worker for the all-reduce, then the
+    # broadcast of 1 MB as the pipelined chain: 16 chunks over 3 hops, 18 stages of
+    # 1/16 MB. Measured compute between calls is tiny.
     for allreduce, broadcast, _ in lsgd.simulate(_timed, 4, groups=4, link="8mbit"):
         assert allreduce == pytest.approx(1.5, abs=0.05)
+        assert broadcast == pytest.approx(18 / 16, abs=0.05)
+    # gloo's binomial tree instead: two rounds of 1 MB through the source's link.
+    for _, broadcast, _ in lsgd.simulate(_timed, 4, groups=4, link="8mbit", args=(False,)):
         assert broadcast == pytest.approx(2.0, abs=0.05)
     # One node: nothing crosses a link.
     for allreduce, broadcast, _ in lsgd.simulate(_timed, 4, groups=1, link="8mbit,10ms"):
@@ -89,3 +94,17 @@ def test_link_spelling():
     assert str(parse_link("1gbit")) == "1gbit"
     with pytest.raises(ValueError, match=r"expected RATE\[,LATENCY\].*got '100mb'"):
         parse_link("100mb")
+
+
+def test_chain_plan_and_bytes_add_up():
+    from lsgd.comm.chain import chain_bytes, chain_heads, chunk_count
+
+    # 3 nodes of 2, source 3 (node 1): heads 3, then node 2's first (4), then node 0's (0).
+    assert chain_heads(3, 3, 2) == [3, 4, 0]
+    assert chunk_count(10) == 1 and chunk_count(1 << 20) == 16 and chunk_count(1 << 30) == 256
+    b = 1000
+    counts = [chain_bytes(b, 3, r, 3, 2) for r in range(6)]
+    # Heads 3 and 4 send along the chain; every head sends to its partner in its node.
+    assert [s for s, _ in counts] == [b, 0, 0, 2 * b, 2 * b, 0]
+    assert [r for _, r in counts] == [b, b, b, 0, b, b]
+    assert sum(s for s, _ in counts) == sum(r for _, r in counts) == 5 * b

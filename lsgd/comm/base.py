@@ -24,6 +24,8 @@ payload of ``B`` bytes per worker:
   much depends on the algorithm (:attr:`Communicator.broadcast_algorithm`):
   in gloo's binomial tree the source sends ``ceil(log2 n) B`` and inner
   nodes forward, in NCCL's chain every worker but the last sends ``B``;
+  among all workers of several nodes, lsgd's pipelined chain of the nodes
+  (:mod:`lsgd.comm.chain`) replaces the tree;
 * ``all_gather``: each worker sends and receives ``(n - 1) * B``;
 * ``exchange`` (pairwise, for decentralized methods): each worker sends ``B``
   to each peer and receives ``B`` from each.
@@ -57,6 +59,7 @@ from lsgd import _validate
 from torch import nn
 
 from lsgd.comm.data_parallel import DataParallel, collective_data_parallel
+from lsgd.comm.chain import chain_bytes, chain_heads, chunk_count
 from lsgd.comm.wire import broadcast_bytes, ring_allreduce_bytes
 
 Among = Literal["world", "group"]
@@ -141,6 +144,10 @@ class Communicator(ABC):
     #: How a broadcast moves its bytes: "tree" (gloo's binomial tree, the
     #: simulator's) or "chain" (NCCL's ring); see :mod:`lsgd.comm.wire`.
     broadcast_algorithm = "tree"
+    #: Broadcasts among all workers across several nodes go as a pipelined
+    #: chain of the nodes (:mod:`lsgd.comm.chain`) when the backend's own
+    #: broadcast is a tree; set to False to keep the backend's broadcast.
+    pipelined_broadcast = True
 
     def __init__(self, info: WorkerInfo) -> None:
         check_layout(info.world_size, info.groups)
@@ -217,13 +224,24 @@ class Communicator(ABC):
                 f"broadcast_: src={src} is not a member of this {among} (ranks {members})"
             )
         n = len(members)
-        if n > 1:
+        if n > 1 and self._chained(among):
+            info = self.info
+            heads = chain_heads(src, info.groups, info.group_size)
+            seconds = self._chain_broadcast(tensor, src, heads, chunk_count(_nbytes(tensor)))
+            self.record(*chain_bytes(_nbytes(tensor), src, self.rank, info.groups,
+                                     info.group_size), seconds)
+        elif n > 1:
             seconds = self._broadcast(tensor, src, among)
             position = (members.index(self.rank) - members.index(src)) % n
             sent, received = broadcast_bytes(_nbytes(tensor), n, position,
                                              self.broadcast_algorithm)
             self.record(sent, received, seconds)
         return tensor
+
+    def _chained(self, among: Among) -> bool:
+        """Whether a broadcast among ``among`` goes as the pipelined chain of nodes."""
+        return (self.pipelined_broadcast and among == "world" and self.groups > 1
+                and self.world_size > 2 and self.broadcast_algorithm == "tree")
 
     def all_gather(self, tensor: torch.Tensor, among: Among = "world") -> torch.Tensor:
         """Stack every member's ``tensor`` (in rank order) into a new tensor ``[n, ...]``."""
@@ -326,6 +344,11 @@ class Communicator(ABC):
 
     @abstractmethod
     def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float: ...
+
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
+                         chunks: int) -> float:
+        """The chain broadcast of :mod:`lsgd.comm.chain` along ``heads``; seconds."""
+        raise NotImplementedError(f"{type(self).__name__} has no pipelined broadcast")
 
     @abstractmethod
     def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]: ...

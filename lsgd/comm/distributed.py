@@ -291,6 +291,30 @@ class DistCommunicator(Communicator):
             dist.broadcast(tensor, src=self._global[src], group=self._group(among))
         return time.perf_counter() - start
 
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
+                         chunks: int) -> float:
+        # Along the heads: receive chunk k from the previous head (blocking), pass it
+        # on without waiting (isend) while chunk k + 1 arrives. Then inside the node.
+        start = time.perf_counter()
+        with self._failures(f"pipelined broadcast from rank {src}", "world"):
+            if self.rank in heads:
+                position = heads.index(self.rank)
+                previous = self._global[heads[position - 1]] if position > 0 else None
+                following = (self._global[heads[position + 1]]
+                             if position + 1 < len(heads) else None)
+                sends = []
+                for piece in tensor.view(-1).chunk(chunks):
+                    if previous is not None:
+                        dist.recv(piece, src=previous, group=self._pg)
+                    if following is not None:
+                        sends.append(dist.isend(piece, dst=following, group=self._pg))
+                for work in sends:
+                    work.wait()
+            if self._subgroup is not None and self.info.group_size > 1:
+                head = next(h for h in heads if h // self.info.group_size == self.info.group)
+                dist.broadcast(tensor, src=self._global[head], group=self._subgroup)
+        return time.perf_counter() - start
+
     def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
         start = time.perf_counter()
         n = self.among_size(among)

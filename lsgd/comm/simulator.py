@@ -127,7 +127,8 @@ class SimCommunicator(Communicator):
         return self._run("all_reduce", among, tensor, compute,
                          lambda link, members: link.all_reduce(nbytes, members))[1]
 
-    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
+    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among,
+                   transfer: Callable[[LinkModel, list[int]], float] | None = None) -> float:
         def compute(payload: dict[int, tuple[torch.Tensor, int]]) -> tuple[dict[int, Any], float]:
             start = time.perf_counter()
             ranks = sorted(payload)
@@ -142,9 +143,21 @@ class SimCommunicator(Communicator):
             return dict.fromkeys(ranks), time.perf_counter() - start
 
         nbytes = tensor.numel() * tensor.element_size()
-        algorithm = self.broadcast_algorithm
-        return self._run("broadcast", among, (tensor, src), compute,
-                         lambda link, members: link.broadcast(nbytes, members, src, algorithm))[1]
+        if transfer is None:
+            algorithm = self.broadcast_algorithm
+
+            def transfer(link: LinkModel, members: list[int]) -> float:
+                return link.broadcast(nbytes, members, src, algorithm)
+
+        return self._run("broadcast", among, (tensor, src), compute, transfer)[1]
+
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
+                         chunks: int) -> float:
+        # The same copy as a broadcast; on the link, a chain of the heads (one per
+        # node) in ``chunks`` pieces, the broadcasts inside the nodes being free.
+        nbytes = tensor.numel() * tensor.element_size()
+        return self._broadcast(tensor, src, "world", transfer=lambda link, members:
+                               link.broadcast(nbytes, heads, src, "chain", chunks))
 
     def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
         def compute(payload: dict[int, torch.Tensor]) -> tuple[dict[int, Any], float]:
