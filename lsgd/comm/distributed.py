@@ -293,8 +293,9 @@ class DistCommunicator(Communicator):
 
     def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
                          chunks: int) -> float:
-        # Along the heads: receive chunk k from the previous head (blocking), pass it
-        # on without waiting (isend) while chunk k + 1 arrives. Then inside the node.
+        # Along the heads: every chunk's receive posted at once; each chunk passed on
+        # (isend) as soon as it has arrived, while the next ones arrive. Then inside
+        # the node.
         start = time.perf_counter()
         with self._failures(f"pipelined broadcast from rank {src}", "world"):
             if self.rank in heads:
@@ -302,10 +303,15 @@ class DistCommunicator(Communicator):
                 previous = self._global[heads[position - 1]] if position > 0 else None
                 following = (self._global[heads[position + 1]]
                              if position + 1 < len(heads) else None)
+                pieces = tensor.view(-1).chunk(chunks)
+                # Every receive is posted at once, so that chunks stream in while
+                # earlier ones are passed on (gloo keeps the order between a pair).
+                receives = ([dist.irecv(piece, src=previous, group=self._pg) for piece in pieces]
+                            if previous is not None else [])
                 sends = []
-                for piece in tensor.view(-1).chunk(chunks):
-                    if previous is not None:
-                        dist.recv(piece, src=previous, group=self._pg)
+                for k, piece in enumerate(pieces):
+                    if receives:
+                        receives[k].wait()
                     if following is not None:
                         sends.append(dist.isend(piece, dst=following, group=self._pg))
                 for work in sends:
