@@ -9,6 +9,7 @@ defaults. Today::
     lsgd plot RUN_DIR ... [--out fig.png]
     lsgd repro toy [--out DIR] [--json] ...
     lsgd repro matrix-completion [--dim D] [--ranks R ...] [--trials T] [--steps S] ...
+    lsgd bench NAME ... [--quick] [--out DIR] [--links 1gbit,20mbit] ...    (lsgd.bench)
 
 Exit codes: 0 success, 2 bad usage (argparse's message, no traceback), 130
 interrupted. matplotlib is imported only when a figure is drawn (it is the
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_parser(subparsers)
     add_plot_parser(subparsers)
     add_repro_parser(subparsers)
+    from lsgd.bench.command import add_bench_parser
+
+    add_bench_parser(subparsers)
     parser.set_defaults(handler=None, parser=parser)
     return parser
 

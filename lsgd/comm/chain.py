@@ -9,8 +9,9 @@ costs about ``B / rate``:
    node order (``node(src), node(src) + 1, ... mod groups``). Each node has a
    *head*: the source on its own node, the node's first worker elsewhere.
 2. The state is cut into ``c`` chunks (:func:`chunk_count`, about 64 KB
-   each). Each head receives chunk ``k`` from the previous head and forwards it
-   to the next one as soon as it has it, while it receives chunk ``k + 1``:
+   each). Each head posts the receives of every chunk from the previous head
+   at once and forwards chunk ``k`` to the next head as soon as it has arrived,
+   while the later chunks arrive:
    ``hops + c - 1`` stages of ``B / c``, each crossing every link at most once
    each way.
 3. Inside each node the head broadcasts to its node's workers (gloo's tree on

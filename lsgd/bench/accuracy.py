@@ -1,0 +1,202 @@
+"""Time to accuracy on slow links, every method side by side (the headline).
+
+Each method trains the same model on the same data with the same learning
+rate and batch size, for the same budget of training time, behind links of a
+given rate between nodes; the center (the average of the workers' models) is
+evaluated every ``eval`` seconds of training time. For each link and method:
+the time and the steps until the center first reaches the target accuracy
+(median over the seeds, with the spread), and the best accuracy within the
+budget. One figure per link: the center's test error against time, as in the
+LSGD paper's Figures 2 to 4.
+
+Two settings:
+
+* ``time-to-accuracy``: 4 workers as 4 nodes (one worker per node), worker
+  processes behind links that the kernel shapes (``--backend processes``,
+  needs root; the time axis is the wall clock), or the simulator's modeled link
+  (``--backend threads``; the time axis is measured compute plus modeled
+  transfers).
+* ``twelve-workers``: the paper's 12 workers as 3 nodes of 4, on the modeled
+  link (12 processes would share 2 cores).
+
+Knobs are tuned per method on a seed of their own (``TUNING_SEED``) on the
+first link: each method's small grid (its period, or its gossip period) is run once and the knobs that reach the target first (or, if none does, the
+best accuracy) are used for every seed and link. The learning rate is shared.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from lsgd.bench.common import Result, median, train
+from lsgd.plots import pyplot
+
+TUNING_SEED = 1000
+# label: (method, fixed settings, grid of knobs to tune)
+METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
+    "lsgd": ("lsgd", {}, [{"period": 16}, {"period": 4}]),
+    "lsgd-multi": ("lsgd", {}, [{"period": 4, "global_period": 16},
+                                {"period": 16, "global_period": 64}]),
+    "easgd": ("easgd", {}, [{"period": 16}, {"period": 4}]),
+    "local-sgd": ("local-sgd", {}, [{"period": 16}, {"period": 4}]),
+    "allreduce": ("allreduce", {}, [{}]),
+    "dpsgd": ("dpsgd", {}, [{"gossip_period": 1}, {"gossip_period": 4}]),
+    "matcha": ("matcha", {}, [{"gossip_period": 1}, {"gossip_period": 4}]),
+    "al-dsgd": ("al-dsgd", {}, [{"gossip_period": 1}, {"gossip_period": 4}]),
+}
+SETTINGS = {
+    # name: (workers, groups, default backend, methods left out and why)
+    "time-to-accuracy": (4, 4, "processes", {"lsgd-multi": "one worker per node: no local level"}),
+    "twelve-workers": (12, 3, "threads",
+                       {"lsgd": "several workers per node make LSGD multi-leader: lsgd-multi"}),
+}
+
+
+def _defaults(quick: bool, setting: str) -> dict[str, Any]:
+    if quick:
+        return {"links": ["20mbit"], "seeds": 1, "budget": 8.0, "target": 0.8,
+                "model": "mlp", "dataset": "digits", "backend": "threads", "batch_size": 32,
+                "tune": False}
+    workers, groups, backend, _ = SETTINGS[setting]
+    return {"links": ["1gbit", "100mbit", "20mbit"], "seeds": 2, "budget": 240.0,
+            "target": 0.88, "model": "cnn7", "dataset": "fashion-mnist",
+            "backend": backend, "batch_size": 128, "tune": True}
+
+
+def _reached(rows: list[dict[str, float]], target: float) -> tuple[float | None, float | None]:
+    """(time, steps) of the first evaluation at or above ``target``."""
+    for row in rows:
+        if not math.isnan(row["center_accuracy"]) and row["center_accuracy"] >= target:
+            return row["time"], row["steps"]
+    return None, None
+
+
+def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
+         opts: dict[str, Any], layout: tuple[int, int]) -> dict[str, Any]:
+    method, fixed, _ = METHODS[name]
+    slug = "-".join(f"{k}{v}" for k, v in knobs.items()) or "default"
+    summary = train(out / "runs" / link / f"{name}-{slug}-seed{seed}",
+                    method=method, workers=layout[0], groups=layout[1], link=link,
+                    backend=opts["backend"], model=opts["model"], dataset=opts["dataset"],
+                    batch_size=opts["batch_size"], minutes=opts["budget"] / 60,
+                    eval_every=f"{opts['eval']:g}s", seed=seed, **fixed, **knobs)
+    rows = summary.pop("rows")
+    time_, steps = _reached(rows, opts["target"])
+    best = max((r["center_accuracy"] for r in rows if not math.isnan(r["center_accuracy"])),
+               default=math.nan)
+    return {"method": name, "link": link, "seed": seed, "knobs": knobs, "time": time_,
+            "steps": steps, "best": best, "run": summary["run"],
+            "curve": [(r["time"], 1 - r["center_accuracy"]) for r in rows
+                      if not math.isnan(r["center_accuracy"])],
+            "bytes_per_worker": summary["bytes_sent_per_worker"],
+            "comm_seconds": summary.get("comm_seconds_per_worker"),
+            "steps_done": summary["steps"]}
+
+
+def _score(run: dict[str, Any]) -> tuple[float, float]:
+    """Smaller is better: time to target, then the best accuracy."""
+    return (run["time"] if run["time"] is not None else math.inf, -run["best"])
+
+
+def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to-accuracy"
+        ) -> Result:
+    opts = _defaults(quick, setting) | {k: v for k, v in options.items() if v is not None}
+    opts.setdefault("eval", opts["budget"] / 12)  # seconds of training between evaluations
+    workers, groups, _, left_out = SETTINGS[setting]
+    methods = [m for m in opts.get("methods") or METHODS if m not in left_out]
+    layout = (workers, groups)
+    chosen: dict[str, dict[str, Any]] = {}
+    tuning: list[dict[str, Any]] = []
+    for name in methods:
+        grid = METHODS[name][2]
+        if not opts["tune"] or len(grid) == 1:
+            chosen[name] = grid[0]
+            continue
+        trials = [_one(out / "tuning", name, opts["links"][0], TUNING_SEED, knobs, opts, layout)
+                  for knobs in grid]
+        tuning += trials
+        chosen[name] = min(trials, key=_score)["knobs"]
+    runs = [_one(out, name, link, seed, chosen[name], opts, layout)
+            for link in opts["links"] for name in methods for seed in range(opts["seeds"])]
+    rows, summary = _table(runs, methods, opts)
+    figures = _figures(out, setting, runs, opts)
+    notes = [
+        f"{workers} workers as {groups} nodes, {opts['model']} on {opts['dataset']}, batch "
+        f"{opts['batch_size']} per worker, {opts['budget']:g} s of training per run, "
+        f"{opts['seeds']} seed(s), backend {opts['backend']} "
+        f"({'shaped links, wall-clock time' if opts['backend'] == 'processes' else 'modeled links, simulated time'}).",
+        "time/steps: until the center first reaches the target (median over seeds, "
+        "[min-max]); '-' when a run did not reach it within the budget; best: the best "
+        "center accuracy within the budget (median). ratio: LSGD's time to the target "
+        "divided by the method's (below 1: LSGD is faster; multi-leader LSGD's in the "
+        "12-worker setting).",
+        "knobs: " + "; ".join(f"{m} {chosen[m] or 'defaults'}" for m in methods)
+        + (f" (tuned on seed {TUNING_SEED}, link {opts['links'][0]})" if opts["tune"] else ""),
+    ]
+    notes += [f"{m}: left out ({why})" for m, why in left_out.items()]
+    return Result(setting, f"Time to {100 * opts['target']:g}% test accuracy of the center",
+                  ["link", "method", "time s", "spread s", "steps", "best acc", "ratio lsgd/method"],
+                  rows, notes, {"options": opts, "chosen": chosen, "summary": summary,
+                                "runs": runs, "tuning": tuning}, figures)
+
+
+def _table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any]
+           ) -> tuple[list[list[Any]], dict[str, Any]]:
+    rows: list[list[Any]] = []
+    summary: dict[str, Any] = {}
+    reference = next((m for m in ("lsgd", "lsgd-multi") if m in methods), methods[0])
+    for link in opts["links"]:
+        times: dict[str, float | None] = {}
+        for name in methods:
+            mine = [r for r in runs if r["link"] == link and r["method"] == name]
+            reached = [r["time"] for r in mine if r["time"] is not None]
+            # The median counts runs that missed the target as infinitely slow.
+            all_times = sorted(r["time"] if r["time"] is not None else math.inf for r in mine)
+            mid = median(all_times) if all_times else math.nan
+            times[name] = mid if math.isfinite(mid) else None
+            steps = [r["steps"] for r in mine if r["steps"] is not None]
+            spread = f"{min(reached):.0f}-{max(reached):.0f}" if len(reached) > 1 else None
+            best = median([r["best"] for r in mine])
+            summary[f"{link}/{name}"] = {"time": times[name], "reached": len(reached),
+                                         "runs": len(mine), "best": best}
+            rows.append([link, name, times[name], spread,
+                         median(steps) if len(steps) == len(mine) else None, best, None])
+        for row in rows[-len(methods):]:
+            mine, ref = times[row[1]], times[reference]
+            row[6] = ref / mine if mine and ref else None
+            summary[f"{link}/{row[1]}"]["ratio"] = row[6]
+    return rows, summary
+
+
+def _figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str, Any]
+             ) -> list[str]:
+    plt = pyplot()
+    if plt is None:
+        return []
+    paths = []
+    for link in opts["links"]:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for run in runs:
+            if run["link"] == link and run["seed"] == 0 and run["curve"]:
+                xs, ys = zip(*run["curve"])
+                ax.plot(xs, [100 * y for y in ys], marker=".", label=run["method"])
+        ax.axhline(100 * (1 - opts["target"]), color="grey", linestyle=":", linewidth=1)
+        ax.set_xlabel("training time (s)" + ("" if opts["backend"] == "processes"
+                                             else ", simulated"))
+        ax.set_ylabel("test error of the center (%)")
+        ax.set_title(f"{setting}: {opts['model']}, link {link}")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        path = out / f"{setting}-{link}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(str(path))
+    return paths
+
+
+def run_twelve(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    """The paper's 12-worker setting (3 nodes of 4) on the modeled link."""
+    return run(out, quick, options, setting="twelve-workers")

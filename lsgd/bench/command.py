@@ -1,0 +1,84 @@
+"""``lsgd bench``: run the benchmarks, print their tables, write their files."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from lsgd.bench import NAMES, runner
+from lsgd.bench.common import write
+from lsgd.links.spec import parse_link
+from lsgd.train.build import UsageError
+
+
+def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "bench", help="measure the methods side by side (time to accuracy on slow links, ...)",
+        description="Run lsgd's benchmarks: each prints a table and writes NAME.json, "
+                    "NAME.txt and its figures under --out (see docs/benchmarks.md).")
+    parser.add_argument("names", nargs="+", metavar="NAME", choices=(*NAMES, "all"),
+                        help=f"one or more of {', '.join(NAMES)}, or all")
+    parser.add_argument("--quick", action="store_true",
+                        help="a seconds-long version of each (small model, modeled links)")
+    parser.add_argument("--out", default="bench-results", help="folder for the results")
+    parser.add_argument("--links", default=None,
+                        help="comma-separated links, e.g. 1gbit,100mbit,20mbit")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per method and link")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds of training per run (time to accuracy, stragglers)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="target test accuracy of the center, e.g. 0.88")
+    parser.add_argument("--methods", default=None,
+                        help="comma-separated subset of the methods (time to accuracy)")
+    parser.add_argument("--backend", choices=("processes", "threads"), default=None,
+                        help="time to accuracy: shaped links between processes (root) or "
+                             "the simulator's modeled links")
+    parser.add_argument("--no-tune", action="store_true",
+                        help="skip the tuning runs; use each method's first knobs")
+    parser.set_defaults(handler=run_bench, parser=parser)
+    return parser
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    links = None
+    if args.links:
+        links = [part.strip() for part in args.links.split(",") if part.strip()]
+        for link in links:
+            try:
+                parse_link(link)
+            except ValueError as error:
+                raise UsageError(f"--links: {error}") from None
+    if args.seeds is not None and args.seeds < 1:
+        raise UsageError(f"--seeds {args.seeds}: give at least 1")
+    if args.budget is not None and not args.budget > 0:
+        raise UsageError(f"--budget {args.budget}: give a positive number of seconds")
+    if args.target is not None and not 0 < args.target <= 1:
+        raise UsageError(f"--target {args.target}: give an accuracy in (0, 1], e.g. 0.88")
+    methods = None
+    if args.methods:
+        from lsgd.bench.accuracy import METHODS
+
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        unknown = [m for m in methods if m not in METHODS]
+        if unknown:
+            raise UsageError(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
+    return {"links": links, "seeds": args.seeds, "budget": args.budget, "target": args.target,
+            "methods": methods, "backend": args.backend,
+            "tune": False if args.no_tune else None}
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    options = _options(args)
+    names = list(NAMES) if "all" in args.names else list(dict.fromkeys(args.names))
+    out = Path(args.out)
+    for name in names:
+        start = time.perf_counter()
+        result = runner(name)(out, args.quick, dict(options))
+        result.seconds = time.perf_counter() - start
+        path = write(result, out)
+        print(result.text())
+        print(f"({result.seconds:.0f} s) wrote {path}"
+              + "".join(f", {figure}" for figure in result.figures) + "\n", flush=True)
+    return 0

@@ -1,0 +1,118 @@
+"""What every benchmark shares: its result, the table, the files, a training run.
+
+A benchmark is a module with ``NAME``, ``TITLE`` and ``run(out, quick, options)
+-> Result``. :func:`write` prints nothing; it puts ``NAME.json`` (everything
+measured), ``NAME.txt`` (the table) and the figures under ``out``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclasses.dataclass
+class Result:
+    """One benchmark's outcome: a table, notes under it, raw data and figures."""
+
+    name: str
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+    notes: list[str] = dataclasses.field(default_factory=list)
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)
+    figures: list[str] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+
+    def text(self) -> str:
+        """The title, the table and the notes, as printed."""
+        lines = [self.title, "", table(self.columns, self.rows)]
+        if self.notes:
+            lines += [""] + self.notes
+        return "\n".join(lines)
+
+
+def cell(value: Any) -> str:
+    """A table cell: floats to 3 significant digits, None as '-'."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        if value == 0:
+            return "0"
+        magnitude = abs(value)
+        if magnitude >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.3g}" if magnitude >= 0.01 else f"{value:.2e}"
+    return str(value)
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table, columns padded to their widest cell."""
+    cells = [[cell(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.ljust(w) if i == 0 else v.rjust(w)
+                         for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+    return "\n".join([line(list(columns)), line(["-" * w for w in widths])]
+                     + [line(r) for r in cells])
+
+
+def machine() -> dict[str, Any]:
+    """Where the numbers were taken."""
+    return {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "platform": platform.platform()}
+
+
+def write(result: Result, out: Path) -> Path:
+    """``out/NAME.json`` and ``out/NAME.txt``; returns the JSON's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {"name": result.name, "title": result.title, "columns": result.columns,
+               "rows": result.rows, "notes": result.notes, "figures": result.figures,
+               "seconds": result.seconds, "machine": machine(),
+               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "data": result.data}
+    path = out / f"{result.name}.json"
+    path.write_text(json.dumps(payload, indent=2, default=_plain) + "\n")
+    (out / f"{result.name}.txt").write_text(result.text() + "\n")
+    return path
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return str(value)
+
+
+def train(run: Path, **settings: Any) -> dict[str, Any]:
+    """``lsgd train`` in this process with ``settings`` (quiet, into a fresh ``run``);
+    its summary, with the metrics rows under ``"rows"``."""
+    from lsgd.train import command
+    from lsgd.train.config import make_config
+    from lsgd.train.outputs import read_csv
+
+    shutil.rmtree(run, ignore_errors=True)
+    cfg = make_config({"out": str(run), "quiet": True, **settings})
+    command._prepare(cfg, run)
+    summary = command.train(cfg)
+    assert summary is not None
+    return dict(summary) | {"rows": read_csv(run / "metrics.csv"), "run": str(run)}
+
+
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(v for v in values if v is not None and not math.isnan(v))
+    if not ordered:
+        return math.nan
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

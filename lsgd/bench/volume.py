@@ -1,0 +1,166 @@
+"""Communication volume: bytes per worker per step, and the seconds of one round.
+
+Part 1 (counted, in the simulator, which counts exactly what gloo counts):
+each method trains CNN7 on 4 workers (one group) for a whole number of its
+periods; the bytes each worker sent per local step, the value the algorithm
+says it should be (``B`` is the model's parameter bytes, ``W`` the workers,
+``p`` the period; see docs/algorithms.md), and the ratio to all-reduce.
+
+Part 2 (timed, on links the kernel shapes; needs root): 4 nodes of one worker
+each; the seconds of one broadcast of the model's state (LSGD's round moves
+exactly that, plus an all-gather of one score per worker), as gloo's binomial
+tree and as lsgd's pipelined chain of the nodes, next to the limit ``B / rate``
+(no broadcast from one node can beat the time its link takes to carry ``B``
+once).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+import lsgd
+from lsgd.bench.common import Result, median
+from lsgd.links import netns, parse_link
+from lsgd.models import build_model
+
+WORKERS = 4
+METHODS = ("allreduce", "lsgd", "easgd", "local-sgd", "dpsgd")
+PERIODS = (1, 4, 16, 64)
+
+
+def _theory(method: str, period: int, b: float, w: int) -> float:
+    """Bytes per worker per step that the algorithm sends (means over the workers)."""
+    ring = 2 * (w - 1) / w * b
+    if method == "allreduce":
+        return ring
+    if method in ("easgd", "local-sgd"):  # one all-reduce of the state per round
+        return ring / period
+    if method == "lsgd":  # one tree broadcast: (w - 1) B over the workers; scores ignored
+        return (w - 1) / w * b / period
+    if method == "dpsgd":  # a ring: B to each of 2 neighbours every gossip
+        return 2 * b / period
+    return math.nan
+
+
+def _count(info: lsgd.WorkerInfo, method: str, period: int, steps: int, model: str
+           ) -> dict[str, float]:
+    torch.manual_seed(0)
+    net = build_model(model, (1, 28, 28), 10)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    knobs: dict[str, Any] = {} if method == "allreduce" else {"period": period}
+    strategy = lsgd.make_strategy(method, net, opt, **knobs)
+    start = strategy.report().bytes_sent  # the initial broadcast is not a step's traffic
+    g = torch.Generator().manual_seed(info.rank)
+    for _ in range(steps):
+        x = torch.randn(2, 1, 28, 28, generator=g)
+        y = torch.randint(0, 10, (2,), generator=g)
+        loss = F.cross_entropy(strategy.model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        strategy.step(loss)
+    return {"bytes": (strategy.report().bytes_sent - start) / steps}
+
+
+def _broadcasts(info: lsgd.WorkerInfo, values: int, repeats: int) -> dict[str, float]:
+    comm = lsgd.get_communicator()
+    state = torch.zeros(values)
+    seconds: dict[str, float] = {}
+    for name, pipelined in (("tree", False), ("chain", True)):
+        comm.pipelined_broadcast = pipelined
+        times = []
+        for _ in range(repeats):
+            comm.barrier()
+            start = time.perf_counter()
+            comm.broadcast_(state, src=0)
+            comm.barrier()
+            times.append(time.perf_counter() - start)
+        seconds[name] = median(times)
+    return seconds
+
+
+def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    model = options.get("model") or ("mlp" if quick else "cnn7")
+    periods = (1, 4) if quick else PERIODS
+    steps = 8 if quick else 128
+    b = float(sum(p.numel() * p.element_size()
+                  for p in build_model(model, (1, 28, 28), 10).parameters()))
+    rows: list[list[Any]] = []
+    counted: dict[str, Any] = {}
+    reference = {p: _theory("allreduce", 1, b, WORKERS) for p in periods}
+    for method in METHODS:
+        for period in (1,) if method == "allreduce" else periods:
+            result = lsgd.simulate(_count, WORKERS, 1, args=(method, period, steps, model))
+            measured = sum(r["bytes"] for r in result) / WORKERS
+            theory = _theory(method, period, b, WORKERS)
+            counted[f"{method}/{period}"] = {"measured": measured, "theory": theory}
+            rows.append([method, period, measured, theory, measured / b,
+                         reference[periods[0]] / measured if measured else None])
+    links = options.get("links") or (["200mbit"] if quick else ["1gbit", "100mbit", "20mbit"])
+    timed, timing_note = _timed_rounds(b, links, repeats=2 if quick else 5)
+    notes = [f"{model}: B = {b / 1e6:.3f} MB of parameters, {WORKERS} workers, {steps} steps; "
+             "bytes sent per worker per local step, the algorithm's value, B per step, and "
+             "how many times less than all-reduce (higher is better).",
+             "lsgd's theory leaves out the all-gather of one score per worker at each "
+             "round (4 bytes per worker and round) and the extra round LSGD holds after "
+             "its first step (to elect a first leader), which short runs feel most.",
+             timing_note]
+    figures = _figure(out, counted, periods, b)
+    return Result("volume", "Communication volume per worker and step, and one round's seconds",
+                  ["method", "period", "bytes/step", "theory", "B per step", "x less than allreduce"],
+                  rows, notes + [_timed_text(timed)], {"B": b, "model": model, "counted": counted,
+                                                      "timed": timed}, figures)
+
+
+def _timed_rounds(b: float, links: list[str], repeats: int) -> tuple[list[dict[str, Any]], str]:
+    try:
+        netns.check_tools()
+    except netns.LinkSetupError as error:
+        return [], f"shaped-link timings not measured: {error}"
+    timed = []
+    for link in links:
+        rate = parse_link(link).rate
+        results = lsgd.launch(_broadcasts, WORKERS, WORKERS, args=(int(b // 4), repeats),
+                              link=link, timeout=300)
+        tree = max(r["tree"] for r in results)
+        chain = max(r["chain"] for r in results)
+        timed.append({"link": link, "tree": tree, "chain": chain, "limit": 8 * b / rate})
+    return timed, ("one broadcast of B from one node to the 3 others over links the kernel "
+                   "shapes (median of the repeats, slowest worker), next to the limit B/rate:")
+
+
+def _timed_text(timed: list[dict[str, Any]]) -> str:
+    lines = [f"  {t['link']:>8}: tree {t['tree']:.3f} s ({t['tree'] / t['limit']:.2f} x limit), "
+             f"chain {t['chain']:.3f} s ({t['chain'] / t['limit']:.2f} x limit), "
+             f"limit {t['limit']:.3f} s" for t in timed]
+    return "\n".join(lines)
+
+
+def _figure(out: Path, counted: dict[str, Any], periods: tuple[int, ...], b: float) -> list[str]:
+    from lsgd.plots import pyplot
+
+    plt = pyplot()
+    if plt is None:
+        return []
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for method in METHODS:
+        ps = [p for p in ((1,) if method == "allreduce" else periods) if f"{method}/{p}" in counted]
+        ys = [counted[f"{method}/{p}"]["measured"] / b for p in ps]
+        ax.plot(ps, ys, marker="o", label=method)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("period (steps between rounds; gossip period for dpsgd)")
+    ax.set_ylabel("bytes sent per worker per step / B")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "volume.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [str(path)]
