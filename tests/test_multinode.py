@@ -159,7 +159,7 @@ def _history(path: Path) -> list[tuple[int, str, int]]:
 def _rank_history(out: Path, rank: int) -> list[tuple[int, str, int]]:
     """Rank ``rank``'s own elections, from its checkpoint (every worker writes one)."""
     state = torch.load(out / "checkpoints" / f"rank-{rank}.pt", map_location="cpu",
-                       weights_only=False)
+                       weights_only=True)
     return [(int(s), str(lv), int(ld)) for s, lv, ld in state["strategy"]["leader_history"]]
 
 

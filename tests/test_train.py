@@ -28,7 +28,7 @@ def _train(tmp: Path, name: str, **settings: Any) -> dict[str, Any]:
 
 
 def _final_states(run: Path, workers: int) -> list[dict[str, torch.Tensor]]:
-    return [torch.load(run / "checkpoints" / f"rank-{r}.pt", weights_only=False)["model"]
+    return [torch.load(run / "checkpoints" / f"rank-{r}.pt", weights_only=True)["model"]
             for r in range(workers)]
 
 
@@ -163,3 +163,29 @@ def test_decentralized_methods_train_from_the_command(tmp_path: Path, method: st
     rows = read_csv(run / "metrics.csv")
     assert all(0 < r["spread"] < 10 for r in rows), "the workers' spread is reported"
     assert (run / "graphs.png").exists()
+
+
+class _Crafted:
+    """What a crafted checkpoint would hold: unpickling it runs ``touch``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_that_holds_code_is_refused_without_running_it(tmp_path: Path) -> None:
+    import pickle
+
+    from lsgd.train import checkpoint
+
+    marker = tmp_path / "ran"
+    (tmp_path / "checkpoints").mkdir()
+    checkpoint.write_meta(tmp_path, 10, 1)
+    (tmp_path / "checkpoints" / "rank-0.pt").write_bytes(pickle.dumps({"x": _Crafted(marker)}))
+    with pytest.raises(ValueError, match=r"rank-0\.pt holds more than tensors and plain values"):
+        checkpoint.load(tmp_path, 0, 1)
+    assert not marker.exists()

@@ -57,8 +57,8 @@ def test_a_resumed_async_run_ends_exactly_where_an_uninterrupted_one_does(tmp_pa
     assert resumed["worker_steps"] == straight["worker_steps"]
     assert resumed["worker_rounds"] == straight["worker_rounds"]
     for r in range(4):
-        a = torch.load(tmp_path / "straight" / "checkpoints" / f"rank-{r}.pt", weights_only=False)
-        b = torch.load(tmp_path / "resumed" / "checkpoints" / f"rank-{r}.pt", weights_only=False)
+        a = torch.load(tmp_path / "straight" / "checkpoints" / f"rank-{r}.pt", weights_only=True)
+        b = torch.load(tmp_path / "resumed" / "checkpoints" / f"rank-{r}.pt", weights_only=True)
         for key in a["model"]:
             assert torch.equal(a["model"][key], b["model"][key]), (r, key)
     assert resumed["test_accuracy"] == straight["test_accuracy"]

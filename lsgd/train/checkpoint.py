@@ -3,13 +3,15 @@
 ``checkpoints/rank-R.pt`` holds worker R's model, optimizer and strategy state,
 its data position, its random states, the schedule, and (rank 0) the metrics
 so far. ``checkpoints/meta.json`` is written by rank 0 after every worker has
-saved (a barrier), so it only ever names a complete set.
+saved (a barrier), so it only ever names a complete set. Checkpoints are
+loaded with ``weights_only=True``: tensors and plain values, never code.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,12 @@ def load(run: Path, rank: int, world_size: int) -> dict[str, Any]:
             f"--resume {run}: the checkpoint has {meta['world_size']} workers, "
             f"this run {world_size}; resume with --workers {meta['world_size']}"
         )
-    state = torch.load(folder(run) / f"rank-{rank}.pt", map_location="cpu", weights_only=False)
+    path = folder(run) / f"rank-{rank}.pt"
+    try:  # tensors and plain values only: a checkpoint is data and never runs code
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise ValueError(f"--resume {run}: {path} holds more than tensors and plain values; "
+                         f"refused to load it ({str(error).splitlines()[0]})") from None
     steps = round(state.get("shared_steps", state["steps"]))  # async: the workers' mean
     if steps != meta["steps"]:
         raise ValueError(f"--resume {run}: rank {rank}'s checkpoint is from step "
