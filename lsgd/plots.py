@@ -40,6 +40,17 @@ def pyplot(note: bool = False) -> Any | None:
     return plt
 
 
+def save(fig: Any, path: Path) -> Path:
+    """Lay out ``fig``, write it to ``path`` (PNG, its folder made) and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _label(run: Path) -> str:
     try:
         summary = json.loads((run / "summary.json").read_text())
@@ -67,11 +78,7 @@ def plot_runs(runs: Sequence[Path], out: Path) -> Path | None:
         ax.set_ylabel("test error of the center (%)")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save(fig, out)
 
 
 def plot_leaders(run: Path, out: Path) -> Path | None:
@@ -96,10 +103,7 @@ def plot_leaders(run: Path, out: Path) -> Path | None:
     ax.set_ylabel("leader rank")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save(fig, out)
 
 
 def plot_run(run: Path) -> list[Path]:

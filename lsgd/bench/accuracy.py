@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.bench.common import Result, median, train
-from lsgd.plots import pyplot
+from lsgd.plots import pyplot, save
 
 TUNING_SEED = 1000
 # label: (method, fixed settings, grid of knobs to tune)
@@ -189,11 +189,7 @@ def _figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str
         ax.set_title(f"{setting}: {opts['model']}, link {link}")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-        path = out / f"{setting}-{link}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(str(path))
+        paths.append(str(save(fig, out / f"{setting}-{link}.png")))
     return paths
 
 

@@ -190,7 +190,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
 
 def figure(out: Path, rows: list[list[Any]]) -> list[str]:
     """Bars of the local and round steps of every method, one panel per model."""
-    from lsgd.plots import pyplot
+    from lsgd.plots import pyplot, save
 
     plt = pyplot()
     if plt is None:
@@ -207,9 +207,4 @@ def figure(out: Path, rows: list[list[Any]]) -> list[str]:
         ax.set_ylabel("ms per step (median, rank 0)")
         ax.set_title(name)
         ax.legend(fontsize=8)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{NAME}.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [str(path)]
+    return [str(save(fig, out / f"{NAME}.png"))]

@@ -143,7 +143,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
 
 def figure(out: Path, rows: list[list[Any]]) -> list[str]:
     """Steps per second against workers, simulated and plain, one pair of lines per model."""
-    from lsgd.plots import pyplot
+    from lsgd.plots import pyplot, save
 
     plt = pyplot()
     if plt is None:
@@ -161,9 +161,4 @@ def figure(out: Path, rows: list[list[Any]]) -> list[str]:
     ax.set_ylabel("steps per second (all workers)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{NAME}.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [str(path)]
+    return [str(save(fig, out / f"{NAME}.png"))]

@@ -142,7 +142,7 @@ def _timed_text(timed: list[dict[str, Any]]) -> str:
 
 
 def _figure(out: Path, counted: dict[str, Any], periods: tuple[int, ...], b: float) -> list[str]:
-    from lsgd.plots import pyplot
+    from lsgd.plots import pyplot, save
 
     plt = pyplot()
     if plt is None:
@@ -158,9 +158,4 @@ def _figure(out: Path, counted: dict[str, Any], periods: tuple[int, ...], b: flo
     ax.set_ylabel("bytes sent per worker per step / B")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "volume.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [str(path)]
+    return [str(save(fig, out / "volume.png"))]
