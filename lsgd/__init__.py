@@ -19,7 +19,7 @@ from lsgd.comm import (
 from lsgd.launch import launch
 from lsgd.optim import LARS, lars_param_groups
 from lsgd.strategies import EASGD, LSGD, AllReduce, Independent, LocalSGD, Strategy
-from lsgd.strategies import ALDSGD, DPSGD, MATCHA, Decentralized, Report
+from lsgd.strategies import ALDSGD, DPSGD, MATCHA, Decentralized, DivergedError, Report
 from lsgd.registry import make_strategy, strategy_names
 from lsgd import topology
 from lsgd.topology import Topology
@@ -33,6 +33,7 @@ __all__ = [
     "Communicator",
     "DPSGD",
     "Decentralized",
+    "DivergedError",
     "EASGD",
     "Independent",
     "LARS",

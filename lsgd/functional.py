@@ -1,4 +1,5 @@
-"""Pure update math on lists of tensors: pulls, elastic updates, leader election.
+"""Pure update math on lists of tensors: pulls, elastic updates, leader election,
+finiteness checks.
 
 Nothing here communicates; the strategies gather what these functions need
 through a :class:`~lsgd.comm.Communicator` and then call them. All updates are
@@ -75,6 +76,33 @@ def elect(scores: torch.Tensor) -> int | None:
         if math.isfinite(value) and (best is None or value < values[best]):
             best = i
     return best
+
+
+def all_finite(tensors: Tensors) -> torch.Tensor:
+    """Whether every value of ``tensors`` is finite, as a 0-d bool tensor.
+
+    Lazy: computed on the tensors' device with no synchronisation, so it can
+    ride along with a collective (LSGD folds it into the score it gathers).
+    Empty tensors and an empty list are finite.
+    """
+    flags = [torch.isfinite(t).all() for t in tensors if t.numel()]
+    if not flags:
+        return torch.ones((), dtype=torch.bool)
+    device = flags[0].device
+    return torch.stack([f.to(device) for f in flags]).all()
+
+
+def finite_each(groups: Sequence[Tensors]) -> list[bool]:
+    """For each group of tensors, whether all its values are finite.
+
+    One device synchronisation for all the groups together (the flags are
+    stacked on one device and read at once).
+    """
+    if not groups:
+        return []
+    flags = [all_finite(tensors) for tensors in groups]
+    device = flags[0].device
+    return [bool(v) for v in torch.stack([f.to(device) for f in flags]).tolist()]
 
 
 def ring_allreduce_bytes(nbytes: int, n: int) -> int:

@@ -2,7 +2,7 @@
 
 from lsgd.strategies.aldsgd import ALDSGD
 from lsgd.strategies.allreduce import AllReduce
-from lsgd.strategies.base import Strategy
+from lsgd.strategies.base import DivergedError, Strategy
 from lsgd.strategies.decentralized import Decentralized
 from lsgd.strategies.dpsgd import DPSGD
 from lsgd.strategies.easgd import EASGD
@@ -17,6 +17,7 @@ __all__ = [
     "AllReduce",
     "DPSGD",
     "Decentralized",
+    "DivergedError",
     "EASGD",
     "Independent",
     "LSGD",

@@ -21,6 +21,11 @@ sparse, low-degree workers meet more peers without a denser graph; with
 
 Communicated per communication: to each active neighbour, the state and two
 float64 numbers (score and degree), so ``d_i * (B + 16)`` bytes sent and received.
+
+Diverged neighbours (a state with a NaN or infinite value) are dropped as in
+:mod:`lsgd.strategies.decentralized` before ``B`` and ``D`` are chosen, so a
+diverged worker is never a leader; the degree ``d_i`` each worker sends stays
+its number of active neighbours. A reset also empties the worker's loss window.
 """
 
 from __future__ import annotations
@@ -174,6 +179,8 @@ class ALDSGD(Decentralized):
         self._mixed = FlatBuffer(self._state)
         self.best_rank: int | None = None
         self.degree_rank: int | None = None
+        self._scores: dict[int, float] = {}  # this communication's, from _share
+        self._degrees: dict[int, int] = {}
         self.led = 0  # communications at which B was a neighbour, not this worker
 
     def _agreement_key(self) -> list[float]:
@@ -182,19 +189,24 @@ class ALDSGD(Decentralized):
     def _record(self, loss: torch.Tensor | float | None) -> None:
         self.scorer.record(None if loss is None else as_loss_tensor(loss, "ALDSGD"), "ALDSGD")
 
-    def _combine(
-        self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]], weight: float
-    ) -> list[torch.Tensor]:
-        peers = list(received)
+    def _share(self, peers: list[int]) -> None:
+        """Send every active neighbour this worker's score and active degree; keep theirs."""
         score = self.scorer.score(self._module, self.device)
         meta = torch.stack([score, torch.tensor(float(len(peers)), dtype=torch.float64,
                                                 device=self.device)])
         theirs = self.comm.exchange_many(meta, peers)
-        scores = {self.rank: float(score)}
-        degrees = {self.rank: len(peers)}
+        self._scores = {self.rank: float(score)}
+        self._degrees = {self.rank: len(peers)}
         for peer, values in zip(peers, theirs):
             s, d = values.tolist()
-            scores[peer], degrees[peer] = s, int(d)
+            self._scores[peer], self._degrees[peer] = s, int(d)
+
+    def _combine(
+        self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]], weight: float
+    ) -> list[torch.Tensor]:
+        candidates = [self.rank, *received]  # the dropped neighbours are not candidates
+        scores = {r: self._scores[r] for r in candidates}
+        degrees = {r: self._degrees[r] for r in candidates}
         mixed = self._mixed.buffers
         torch._foreach_copy_(mixed, mine)
         chosen = aldsgd_update_(mixed, self.rank, received, scores, degrees, weight,
@@ -203,6 +215,10 @@ class ALDSGD(Decentralized):
         self.best_rank, self.degree_rank = best, degree
         self.led += best != self.rank
         return mixed
+
+    def _after_reset(self) -> None:
+        """Forget the losses of the diverged past: the window refills from the next step."""
+        self.scorer.window.load([])
 
     def _report_fields(self) -> dict[str, Any]:
         fields = super()._report_fields()

@@ -12,18 +12,29 @@ forward, like DDP's ``broadcast_buffers``.
 Call ``strategy.model`` in the forward pass: a step whose forward went through
 the bare model raises ``RuntimeError`` under both backends (DDP would
 otherwise skip the average silently).
+
+A NaN or infinite gradient on any worker makes the averaged gradient
+non-finite on every worker alike (the all-reduce hands all of them the same
+result), so every worker skips that optimizer step without a message, as
+``torch.amp.GradScaler`` does, and the replicas stay identical:
+``details["skipped_steps"]`` counts them (``steps`` still counts the step).
+This costs one finiteness check of the gradients (one synchronisation) per
+step. If, at a skipped step, the parameters themselves are not finite (the
+same on every replica), every worker raises
+:class:`~lsgd.strategies.base.DivergedError`: skipping cannot recover them.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
 from lsgd.comm import Communicator
-from lsgd.strategies.base import Strategy
+from lsgd.strategies.base import Strategy, _finite
 
 
 class AllReduce(Strategy):
@@ -52,14 +63,24 @@ class AllReduce(Strategy):
     ) -> None:
         super().__init__(model, optimizer, comm=comm, init="broadcast", sync_buffers=sync_buffers)
         self._parallel = self.comm.data_parallel(model, self.sync_buffers, ddp_kwargs)
+        self.skipped_steps = 0  # optimizer steps skipped for a non-finite averaged gradient
 
     @property
     def model(self) -> nn.Module:
         """The data-parallel module to call in the forward pass."""
         return self._parallel
 
-    def _before_optimizer_step(self) -> None:
+    def _before_optimizer_step(self) -> bool:
+        """Average the gradients; skip the step (on every worker alike) if not finite."""
         self._parallel.synchronize(self.name)
+        grads = [p.grad for p in self._module.parameters() if p.grad is not None]
+        if _finite(grads):
+            return True
+        self.skipped_steps += 1
+        # The parameters, not the buffers: they are identical on every replica.
+        if not _finite([p.data for p in self._module.parameters()]):
+            raise self._diverged_error(step=self.steps + 1)  # the step being taken
+        return False
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
         self.rounds += 1
@@ -67,3 +88,15 @@ class AllReduce(Strategy):
     def center(self) -> nn.Module:
         """A copy of the model: every replica already holds the average."""
         return copy.deepcopy(self._module)
+
+    def _report_fields(self) -> dict[str, Any]:
+        return {"details": {"skipped_steps": self.skipped_steps}}
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["skipped_steps"] = self.skipped_steps
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.skipped_steps = int(state.get("skipped_steps", 0))

@@ -21,6 +21,24 @@ round among all workers::
     strategy.step(loss)
     if strategy.should_stop(time.time() > deadline):   # agreed at the next sync point
         break
+
+Diverging workers
+-----------------
+A worker whose loss or state becomes NaN or infinite never leads and never
+enters an average or a gossip exchange where the method can avoid it: at its
+next round it is *reset* to the leader's, the center's or its healthy
+neighbours' state, with its optimizer state cleared (:meth:`Strategy._reset_to`,
+counted in :attr:`Report.resets`). Each method says how in its docstring. When
+every worker has diverged, every worker raises :class:`DivergedError` at the
+same round. A healthy run pays no extra communication for this, and at most
+one local finiteness check (one device synchronisation) per round.
+
+Mismatched workers
+------------------
+At construction the workers compare a fingerprint of their states' shapes
+and dtypes (one all-gather of three integers, ``"init"`` traffic, skipped for
+a single worker); workers that built different models get a ``ValueError``
+on every worker, before anything else is exchanged.
 """
 
 from __future__ import annotations
@@ -29,7 +47,8 @@ import contextlib
 import copy
 import dataclasses
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -39,11 +58,32 @@ from lsgd import _validate
 from lsgd.comm import CommStats, Communicator, get_communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
+from lsgd.functional import finite_each
 from lsgd.strategies.report import Report
 from lsgd.strategies.rounds import Cadence, Rounds
 
 INITS = ("broadcast", "independent")
 TRAFFIC = ("train", "eval")
+
+
+class DivergedError(RuntimeError):
+    """Every worker's state (or loss) is NaN or infinite: training cannot go on.
+
+    Raised on every worker at the same round: the workers decide it from the
+    same gathered or reduced numbers, so none is left waiting in a collective.
+    """
+
+
+def _finite(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether every value of ``tensors`` is finite (one device synchronisation)."""
+    return finite_each([tensors])[0]
+
+
+def _count(n: int) -> str:
+    """``n`` for a message: exact below ten thousand, else ``35.2k`` or ``1.2M``."""
+    if n < 10_000:
+        return str(n)
+    return f"{n / 1e3:.1f}k" if n < 1_000_000 else f"{n / 1e6:.1f}M"
 
 
 def state_tensors(model: nn.Module, sync_buffers: bool = True) -> list[torch.Tensor]:
@@ -162,10 +202,12 @@ class Strategy:
         self._state = state_tensors(model, self.sync_buffers)
         self.steps = 0
         self.rounds = 0
+        self.resets = 0  # times this worker diverged and was reset (see _reset_to)
         self.asynchronous = bool(asynchronous)
         self.wait_seconds = 0.0  # time inside rounds: waiting for the others, and the transfer
         self.at_sync_point = True
         self._rounds = Rounds(self.comm, [], self.asynchronous)
+        self._check_same_model()
         if self.init == "broadcast":
             self._broadcast_initial_state()
         # The communicator may outlive several strategies: count from here.
@@ -197,9 +239,9 @@ class Strategy:
         that :attr:`at_sync_point` is set there; a round left over is joined at
         the next step.
         """
-        self._before_optimizer_step()
-        with _driving(self.optimizer):
-            self.optimizer.step()
+        if self._before_optimizer_step():
+            with _driving(self.optimizer):
+                self.optimizer.step()
         self.steps += 1
         self.comm.local_step()
         with torch.no_grad():
@@ -214,8 +256,11 @@ class Strategy:
                     self.at_sync_point = True
                     break
 
-    def _before_optimizer_step(self) -> None:
-        """What the method does between ``backward()`` and the optimizer step."""
+    def _before_optimizer_step(self) -> bool:
+        """What the method does between ``backward()`` and the optimizer step;
+        returns whether to take the optimizer step (AllReduce skips a step whose
+        averaged gradient is not finite)."""
+        return True
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
         """The method's every-step rules after the ``self.steps``-th optimizer step."""
@@ -306,6 +351,7 @@ class Strategy:
             comm_calls=train.calls,
             eval_bytes_sent=evaluation.bytes_sent,
             eval_bytes_received=evaluation.bytes_received,
+            resets=self.resets,
             **self._report_fields(),
         )
 
@@ -334,6 +380,7 @@ class Strategy:
             "name": self.name,
             "steps": self.steps,
             "rounds": self.rounds,
+            "resets": self.resets,
             "wait_seconds": self.wait_seconds,
             "schedule": self._rounds.state(),
             "traffic": {c: dataclasses.asdict(self.traffic(c)) for c in TRAFFIC},
@@ -346,6 +393,7 @@ class Strategy:
             )
         self.steps = int(state["steps"])
         self.rounds = int(state["rounds"])
+        self.resets = int(state.get("resets", 0))
         self.wait_seconds = float(state.get("wait_seconds", 0.0))
         if "schedule" in state:
             self._rounds.load(state["schedule"])
@@ -354,6 +402,92 @@ class Strategy:
             self._baseline[c] = self.comm.stats(c).minus(saved)
 
     # -- helpers for subclasses -----------------------------------------
+    def _check_same_model(self) -> None:
+        """Raise ``ValueError`` on every worker unless all states have the same layout.
+
+        Each worker's fingerprint is a CRC-32 of the list of ``(shape, dtype)``
+        of its state tensors (deterministic, unlike Python's salted ``hash``),
+        with its number of tensors and of values; one all-gather of these three
+        int64 (``"init"`` traffic) lets every worker compare all of them with
+        worker 0's, so all raise together, before the initial broadcast would
+        fail or hang. Nothing is sent with a single worker.
+        """
+        if self.world_size == 1:
+            return
+        layout = repr([(tuple(t.shape), str(t.dtype)) for t in self._state])
+        mine = torch.tensor([zlib.crc32(layout.encode()), len(self._state),
+                             sum(t.numel() for t in self._state)],
+                            dtype=torch.int64, device=self._device())
+        with self.comm.category("init"):
+            table = self.comm.all_gather(mine).cpu().tolist()
+        differ = [r for r, row in enumerate(table) if row[0] != table[0][0]]
+        if not differ:
+            return
+        _, tensors0, values0 = table[0]
+        each = "; ".join(
+            f"worker {r}'s model differs from worker 0's: {table[r][1]} tensors / "
+            f"{_count(table[r][2])} values vs {tensors0} / {_count(values0)}" for r in differ)
+        raise ValueError(
+            f"{self.name}: {each} (seen from worker {self.rank}); every worker must build the "
+            "same model (same layers, shapes and dtypes, and the same sync_buffers)"
+        )
+
+    def _diverged_error(self, what: str = "state", step: int | None = None) -> DivergedError:
+        """The error every worker raises when no worker is left healthy (at ``step``,
+        by default the last step taken)."""
+        step = self.steps if step is None else step
+        return DivergedError(
+            f"{self.name}: every worker's {what} is NaN or infinite at step {step}: "
+            "lower the learning rate (or clip the gradients, or warm the learning rate up) "
+            "and restart from the last checkpoint"
+        )
+
+    def _reset_to(self, source: Sequence[torch.Tensor]) -> None:
+        """Reset this diverged worker: ``x <- source`` exactly, optimizer state cleared.
+
+        ``source`` is shaped like the state (the leader's, the center, the
+        healthy workers' mean). The optimizer's per-parameter state (momentum,
+        Adam's moments and step) is dropped, since it is likely NaN too; it
+        restarts from scratch at the next step. Counted in :attr:`resets`. No
+        communication.
+        """
+        if self._state:
+            torch._foreach_copy_(self._state, list(source))
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                self.optimizer.state.pop(p, None)
+        self.resets += 1
+        self._after_reset()
+
+    def _after_reset(self) -> None:
+        """What else the method forgets after :meth:`_reset_to` (the leader score's window)."""
+
+    def _healthy_sum_into(self, flat: FlatBuffer, among: Among = "world") -> tuple[bool, int]:
+        """``flat <-`` the sum of the *healthy* states among ``among``; ``(mine healthy, count)``.
+
+        The rare path of the averaging methods, taken when an average came out
+        NaN or infinite: each worker contributes its state if finite, zeros
+        otherwise (one all-reduce of the state, ``"train"`` traffic), and the
+        number of healthy workers is summed (one all-reduce of one float64,
+        ``"control"`` traffic). Every member gets the same count; among all
+        workers a count of 0 raises :class:`DivergedError` on every worker.
+        """
+        flat.copy_from(self._state)
+        healthy = _finite(flat.buffers)
+        if not healthy:
+            for buffer in flat.buffers:
+                buffer.zero_()
+        for buffer in flat.buffers:
+            self.comm.all_reduce_(buffer, op="sum", among=among)
+        count = torch.tensor([1.0 if healthy else 0.0], dtype=torch.float64,
+                             device=self._device())
+        with self.comm.category("control"):
+            self.comm.all_reduce_(count, op="sum", among=among)
+        healthy_count = int(count.item())
+        if healthy_count == 0 and among == "world":
+            raise self._diverged_error()
+        return healthy, healthy_count
+
     def _broadcast_initial_state(self) -> None:
         with self.comm.category("init"):
             on_state_(self._module, lambda buffer: self.comm.broadcast_(buffer, src=0))

@@ -26,6 +26,21 @@ mismatch would make them wait for exchanges that never come), and rank 0's
 probabilities and weights are broadcast, so no worker depends on its own
 solver's last digits. Both count as ``"init"`` traffic.
 
+Diverged workers (a state with a NaN or infinite value): a worker never
+mixes in a neighbour state that is not finite. It drops it and keeps its
+weight ``a`` for itself, i.e. it mixes with its ``d'`` finite neighbours only,
+``x_i <- (1 - d' a) x_i + a sum_{finite j} x_j`` (the row stays stochastic;
+``details["dropped_neighbours"]`` counts the dropped states). A worker whose
+own state is not finite is reset to the mean of the finite neighbour states
+it received in that exchange, its optimizer state cleared
+(``report().resets``); if none was finite it stays as it is and tries again
+at its next exchange. Checking costs one finiteness check of the own and the
+received states per communication (one synchronisation), nothing sent.
+:class:`~lsgd.strategies.base.DivergedError` is best effort here: a worker
+sees only its neighbours, so it is raised (on every worker at once) only when
+the active graph of a communication is complete and every state in it is non
+finite; otherwise workers with no finite neighbour wait for one.
+
 The center (the average, :meth:`~lsgd.strategies.base.Strategy.center`) and
 the spread (mean distance to it, :meth:`Decentralized.spread`) are computed
 only for evaluation, as ``"eval"`` traffic.
@@ -45,6 +60,7 @@ from torch import nn
 from lsgd import _validate, topology as topo
 from lsgd.comm import Communicator, get_communicator
 from lsgd.flat import FlatBuffer
+from lsgd.functional import finite_each
 from lsgd.strategies.base import Strategy
 from lsgd.topology import Topology
 
@@ -180,6 +196,7 @@ class Decentralized(Strategy):
         self.plans = self._make_plans()
         self.communications = 0
         self.exchanges = 0
+        self.dropped_neighbours = 0  # received states left out: not finite
         self.last_active: list[int] = []
         self.last_peers: list[int] = []
         self._generator = torch.Generator().manual_seed(seed)
@@ -195,7 +212,8 @@ class Decentralized(Strategy):
     def _check_agreement(self, owner: str) -> None:
         if self.world_size == 1:
             return
-        key = torch.tensor(self._agreement_key(), dtype=torch.float64)
+        # On the state's device: NCCL gathers CUDA tensors only.
+        key = torch.tensor(self._agreement_key(), dtype=torch.float64, device=self._device())
         with self.comm.category("init"):
             keys = self.comm.all_gather(key)
         differ = [r for r in range(self.world_size) if not torch.equal(keys[r], key)]
@@ -210,7 +228,8 @@ class Decentralized(Strategy):
     def _make_plans(self) -> list[GraphPlan]:
         """Matchings locally; probabilities and weights from rank 0 (broadcast)."""
         sizes = [len(g.matchings) for g in self.graphs]
-        numbers = torch.zeros(sum(sizes) + len(sizes), dtype=torch.float64)
+        numbers = torch.zeros(sum(sizes) + len(sizes), dtype=torch.float64,
+                              device=self._device())  # NCCL broadcasts CUDA tensors only
         if self.rank == 0:
             values: list[float] = []
             for g in self.graphs:
@@ -268,15 +287,53 @@ class Decentralized(Strategy):
         per_buffer = [self.comm.exchange_many(buffer, peers) for buffer in mine]
         received = {peer: [got[k] for got in per_buffer] for k, peer in enumerate(peers)}
         self.exchanges += len(peers)
+        self._share(peers)
+        finite = finite_each([mine, *received.values()])  # one synchronisation
+        if not all(finite):
+            healthy = {p: got for (p, got), ok in zip(received.items(), finite[1:]) if ok}
+            self.dropped_neighbours += len(received) - len(healthy)
+            if not finite[0]:
+                self._recover(healthy, plan, active)
+                return
+            received = healthy
         result = self._combine(mine, received, plan.weight)
         if result is not mine:
             torch._foreach_copy_(mine, result)
         self._send.copy_to(self._state)
 
+    def _share(self, peers: list[int]) -> None:
+        """Exchange what else the method sends its active neighbours (AL-DSGD: score, degree)."""
+
+    def _recover(self, healthy: dict[int, list[torch.Tensor]], plan: GraphPlan,
+                 active: list[int]) -> None:
+        """This worker's state is not finite: reset it to the mean of ``healthy``.
+
+        With no finite neighbour state the worker stays as it is, unless the
+        active graph is complete: then every worker saw every state, all of
+        them non-finite, and every worker raises ``DivergedError`` together.
+        """
+        if not healthy:
+            edges = sum(len(plan.graph.matchings[j]) for j in active)
+            if edges == self.world_size * (self.world_size - 1) // 2:
+                raise self._diverged_error()
+            return
+        first, *others = healthy.values()
+        mean = self._send.buffers
+        torch._foreach_copy_(mean, first)
+        for state in others:
+            torch._foreach_add_(mean, state)
+        if others:
+            torch._foreach_div_(mean, float(len(healthy)))
+        self._reset_to(self._send.views)
+
     def _combine(
         self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]], weight: float
     ) -> list[torch.Tensor]:
-        """The new state as flat buffers; ``mine`` (sent, pre-mixing) may be reused."""
+        """The new state as flat buffers; ``mine`` (sent, pre-mixing) may be reused.
+
+        ``received`` holds the finite neighbour states only (all of them in a
+        healthy communication); ``mine`` is finite.
+        """
         mix_(mine, list(received.values()), weight)
         return mine
 
@@ -302,6 +359,7 @@ class Decentralized(Strategy):
         return {"details": {
             "communications": self.communications,
             "exchanges": self.exchanges,
+            "dropped_neighbours": self.dropped_neighbours,
             "graphs": [g.name for g in self.graphs],
             "budget": self.budget,
         }}
@@ -311,6 +369,7 @@ class Decentralized(Strategy):
         state["communications"] = self.communications
         state["graph_index"] = self.graph_index
         state["exchanges"] = self.exchanges
+        state["dropped_neighbours"] = self.dropped_neighbours
         state["sampler"] = self._generator.get_state()
         return state
 
@@ -318,6 +377,7 @@ class Decentralized(Strategy):
         super().load_state_dict(state)
         self.communications = int(state["communications"])
         self.exchanges = int(state["exchanges"])
+        self.dropped_neighbours = int(state.get("dropped_neighbours", 0))
         self._generator.set_state(state["sampler"])
 
 

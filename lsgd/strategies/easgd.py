@@ -13,6 +13,23 @@ Every worker applies the same center update to the same ``x_bar``, so the
 copies of ``c`` stay identical. Communicated per round: one all-reduce of the
 state. Elastic Averaging GD (EAGD) is this with ``period=1`` and full gradients.
 
+Diverged workers (a state with a NaN or infinite value): when ``x_bar`` comes
+out non-finite (every worker sees the same ``x_bar``, so all agree without a
+message), the round is redone without them. Each worker all-reduces its state
+if finite and zeros otherwise, plus the count ``H`` of healthy workers (one
+float64, ``"control"`` traffic); this rare path costs one more state
+all-reduce. A diverged worker counts as sitting at the center, which leaves
+the elastic force of every healthy worker exactly as it was::
+
+    x_bar' = (sum_{i healthy} x_i + (W - H) c) / W
+    c <- c + moving_rate (x_bar' - c)   (= c + alpha * sum_{i healthy} (x_i - c))
+
+Healthy workers take their usual ``x <- x - alpha (x - c)`` (old center); a
+diverged worker is reset to the new center, its optimizer state cleared
+(``report().resets``). With ``H = 0`` every worker raises
+:class:`~lsgd.strategies.base.DivergedError`. A healthy round costs one
+finiteness check of ``x_bar`` (one synchronisation) and nothing else.
+
 With ``asynchronous=True`` round ``r`` falls due when all workers together
 have taken ``r * W * period`` steps (see :mod:`lsgd.strategies.rounds`).
 """
@@ -29,8 +46,8 @@ from torch import nn
 from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.flat import FlatBuffer
-from lsgd.functional import elastic_step_
-from lsgd.strategies.base import Strategy, state_tensors
+from lsgd.functional import elastic_step_, pull_
+from lsgd.strategies.base import Strategy, _finite, state_tensors
 from lsgd.strategies.rounds import Cadence
 
 
@@ -76,9 +93,29 @@ class EASGD(Strategy):
 
     def _round(self, names: list[str]) -> None:
         self._average_into(self._mean)
-        elastic_step_(self._state, self.center_state.views, self._mean.views,
-                      self.alpha, self.moving_rate)
+        if _finite(self._mean.buffers):
+            elastic_step_(self._state, self.center_state.views, self._mean.views,
+                          self.alpha, self.moving_rate)
+        else:
+            self._round_without_diverged()
         self.rounds += 1
+
+    def _round_without_diverged(self) -> None:
+        """The round again, the diverged workers counted as sitting at the center.
+
+        ``x_bar' = (sum of the healthy states + (W - H) c) / W``; healthy
+        workers take the elastic step, diverged ones are reset to the new center.
+        """
+        healthy, count = self._healthy_sum_into(self._mean, "world")
+        mean, center = self._mean.buffers, self.center_state.buffers
+        torch._foreach_add_(mean, center, alpha=float(self.world_size - count))
+        torch._foreach_div_(mean, float(self.world_size))
+        if healthy:
+            elastic_step_(self._state, self.center_state.views, self._mean.views,
+                          self.alpha, self.moving_rate)
+        else:
+            pull_(self.center_state.views, self._mean.views, self.moving_rate)
+            self._reset_to(self.center_state.views)
 
     def center(self) -> nn.Module:
         """A copy of the model holding the center variable ``c``."""

@@ -7,6 +7,18 @@ across all workers (as PyTorch's ``HierarchicalModelAverager``); when both fall
 on one step only the global average is taken, since it subsumes the other.
 After an average the replicas of the averaged set are identical.
 
+Diverged workers (a state with a NaN or infinite value): when an average
+comes out non-finite (the same on every member, so all agree without a
+message), it is redone over the healthy members only: each all-reduces its
+state if finite and zeros otherwise, plus the healthy count (one float64,
+``"control"`` traffic), and the sum is divided by that count. Every member
+then holds the healthy mean; a diverged member's optimizer state is cleared
+(``report().resets``). With no healthy worker among all, every worker raises
+:class:`~lsgd.strategies.base.DivergedError`; a group average whose whole
+group diverged is skipped (``details["skipped_rounds"]``) and the next global
+average resets the group. A healthy round costs one finiteness check of the
+average (one synchronisation) and nothing else.
+
 With ``asynchronous=True`` the ``r``-th average falls due when all workers
 together have taken ``r * W * period`` steps (``r * W * global_period`` for the
 global one; see :mod:`lsgd.strategies.rounds`).
@@ -14,13 +26,17 @@ global one; see :mod:`lsgd.strategies.rounds`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import nn
 
 from lsgd import _validate
 from lsgd.comm import Communicator
+from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
-from lsgd.strategies.base import Strategy
+from lsgd.strategies.base import Strategy, _finite
 from lsgd.strategies.rounds import Cadence
 
 
@@ -62,6 +78,7 @@ class LocalSGD(Strategy):
             _validate.multiple_of("LocalSGD", "global_period", self.global_period,
                                   "period", self.period)
         self._mean = FlatBuffer(self._state)
+        self.skipped_rounds = 0  # group averages skipped: the whole group had diverged
         if not self.hierarchical:
             self._use_cadences([Cadence("global", self.period, "world")])
         elif self.comm.info.group_size > 1:
@@ -72,6 +89,34 @@ class LocalSGD(Strategy):
 
     def _round(self, names: list[str]) -> None:
         # When both fall due together the global average subsumes the local one.
-        self._average_into(self._mean, "world" if "global" in names else "group")
-        self._mean.copy_to(self._state)
+        among: Among = "world" if "global" in names else "group"
+        self._average_into(self._mean, among)
+        if _finite(self._mean.buffers):
+            self._mean.copy_to(self._state)
+        else:
+            self._average_healthy(among)
         self.rounds += 1
+
+    def _average_healthy(self, among: Among) -> None:
+        """The average again over the healthy members; diverged ones are reset to it."""
+        healthy, count = self._healthy_sum_into(self._mean, among)
+        if count == 0:  # a whole group diverged (a group round): left to the global round
+            self.skipped_rounds += 1
+            return
+        torch._foreach_div_(self._mean.buffers, float(count))
+        if healthy:
+            self._mean.copy_to(self._state)
+        else:
+            self._reset_to(self._mean.views)
+
+    def _report_fields(self) -> dict[str, Any]:
+        return {"details": {"skipped_rounds": self.skipped_rounds}}
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["skipped_rounds"] = self.skipped_rounds
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.skipped_rounds = int(state.get("skipped_rounds", 0))

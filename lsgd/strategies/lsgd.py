@@ -28,6 +28,17 @@ Communicated per round: one all-gather of the scores (``W`` floats for a global
 round, ``W / groups`` for a local one; one all-gather serves both when both are
 due) and one broadcast of the leader's state. Nothing else.
 
+A diverged worker (its score, or any value of its state, NaN or infinite)
+gathers the score +inf, so it is never elected. At its next election it
+receives the leader's state like everyone and, instead of the pull, copies it
+exactly (a reset: its optimizer state and its loss window are cleared, so old
+NaN losses do not keep it out; counted in ``report().resets``). The state
+check is lazy (folded into the gathered score on the device), so a healthy
+round costs no extra synchronisation and no extra byte. If no score among all
+workers is finite, every worker raises :class:`~lsgd.strategies.base.DivergedError`
+at that election; a group whose every member diverged at a local round keeps
+its old leader until the next global round resets it.
+
 Asynchronous LSGD (``asynchronous=True``, the paper's practical algorithm):
 local round ``r`` falls due when all workers together have taken
 ``r * W * period`` steps, global round ``r`` at ``r * W * global_period``
@@ -39,6 +50,7 @@ step boundary, so fast workers take more steps between rounds than slow ones
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -49,7 +61,7 @@ from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
-from lsgd.functional import elect, pull_, pull_two_
+from lsgd.functional import all_finite, elect, pull_, pull_two_
 from lsgd.leader import Scorer
 from lsgd.strategies.base import Strategy, as_loss_tensor
 from lsgd.strategies.rounds import Cadence
@@ -216,25 +228,45 @@ class LSGD(Strategy):
             pull_two_(self._state, a.snapshot.views, a.scope_weight, b.snapshot.views, b.scope_weight)
 
     def _communicate(self, levels: list[_Level], pull: bool) -> None:
-        """Elect the leader of each level, broadcast its state, pull (local first)."""
+        """Elect the leader of each level, broadcast its state, pull (local first).
+
+        The score gathered is +inf when this worker's state is not finite
+        (checked on the device, no extra synchronisation). A worker whose
+        gathered score is not finite is diverged: it copies the leader's state
+        instead of pulling (:meth:`_reset_to`) at the first level of this
+        communication that elects a leader (the initial election included),
+        and pulls normally at the next one. A worker whose
+        window was just emptied by a reset (no loss since) scores NaN without
+        being diverged: it is not elected, and pulls normally.
+        """
         score = self.scorer.score(self._module, self.device)
+        finite = all_finite(self._state).to(score.device)
+        score = torch.where(finite, score, torch.full_like(score, math.inf))
         world = any(lv.among == "world" for lv in levels)
-        scores = self.comm.all_gather(score.reshape(1), among="world" if world else "group")
-        scores = scores.reshape(-1)
+        gathered = self.comm.all_gather(score.reshape(1), among="world" if world else "group")
+        scores = gathered.reshape(-1).to("cpu", torch.float64)  # one synchronisation
+        if world and not bool(torch.isfinite(scores).any()):
+            raise self._diverged_error("state or training loss")
+        own = float(scores[self.rank if world else self.comm.info.group_rank])
+        diverged = not math.isfinite(own) and (
+            self.scorer.metric == "eval" or len(self.scorer.window) > 0)
         for level in levels:  # self.levels order: local before global
             if world and level.among == "group":
                 level_scores = scores[level.members[0] : level.members[-1] + 1]
             else:
                 level_scores = scores
             winner = elect(level_scores)
-            if winner is None:  # no finite score anywhere: keep the old leader, no pull
+            if winner is None:  # a whole group diverged: the next global round resets it
                 continue
             leader = level.members[winner]
             if self.rank == leader:
                 level.snapshot.copy_from(self._state)
             for buffer in level.snapshot.buffers:
                 self.comm.broadcast_(buffer, src=leader, among=level.among)
-            if pull and self.rank != leader:
+            if diverged:
+                self._reset_to(level.snapshot.views)
+                diverged = False
+            elif pull and self.rank != leader:
                 pull_(self._state, level.snapshot.views, level.pull)
             if level.leader is not None and level.leader != leader:
                 level.switches += 1
@@ -243,6 +275,10 @@ class LSGD(Strategy):
             if pull:
                 level.rounds += 1
                 self.rounds += 1
+
+    def _after_reset(self) -> None:
+        """Forget the losses of the diverged past: the window refills from the next step."""
+        self.scorer.window.load([])
 
     # -- checkpointing -----------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -3,7 +3,11 @@
 ``Strategy.report()`` returns a :class:`Report`. Fields that a method does not
 have keep their neutral value (``leader_rank`` is ``None`` for methods without
 a leader, ``leader_history`` is empty); counters that only one family has are
-in ``details`` (named, documented by each strategy's ``_details``).
+in ``details`` (named, documented by each strategy's ``_report_fields``), such as
+``skipped_steps`` (AllReduce: steps skipped for a non-finite averaged
+gradient), ``skipped_rounds`` (LocalSGD: group averages skipped because the
+whole group had diverged) and ``dropped_neighbours`` (decentralized methods:
+non-finite neighbour states left out of the mixing).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class Report:
     local_leader_rank: int | None = None  #: this worker's group leader (LSGD)
     leader_switches: int = 0  #: elections whose global leader differed from the last one
     leader_history: tuple[tuple[int, str, int | None], ...] = ()  #: (step, level, leader)
+    resets: int = 0  #: times this worker's state went NaN or infinite and was reset
     details: dict[str, Any] = dataclasses.field(default_factory=dict)  #: method-specific
 
     def as_dict(self) -> dict[str, Any]:
