@@ -170,6 +170,7 @@ def test_survivors_fail_after_the_timeout_when_a_worker_hangs(tmp_path: Path) ->
     _check_survivors(results, least=0.8 * T)
     for rank, (_, _, output) in results.items():
         assert "ran out" in output, output
+        assert "Worker 1 never reached it" in output, output  # the roll call names it
 
 
 @pytest.mark.timeout(120)
@@ -236,6 +237,7 @@ def test_operations_are_described_with_their_scope() -> None:
     comm._pg = comm._subgroup = object()  # stand-ins whose timeout cannot be read
     comm._timeout = comm._store_wait = datetime.timedelta(seconds=9)
     comm._waits = {"world": comm._timeout, "group": comm._timeout}
+    comm._calls = {}
 
     class FailingStore:
         def add(self, key: str, amount: int) -> int:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import os
 import queue
 import threading
@@ -69,12 +70,15 @@ def _last_words(error: BaseException) -> str:
 
 @contextlib.contextmanager
 def communication_errors(
-    rank: int, operation: str, timeout: datetime.timedelta
+    rank: int, operation: str, timeout: datetime.timedelta,
+    absent: Callable[[], list[int] | None] | None = None,
 ) -> Iterator[None]:
     """Re-raise torch.distributed's errors in the block as :class:`CommunicationError`.
 
     ``operation`` says what was attempted and among whom, e.g. ``"broadcast
     from rank 0 among all workers"``; ``timeout`` is the one that bounded it.
+    When the timeout ran out, ``absent()`` (if given) names the workers that
+    never reached the operation (None: unknown); the message names them.
     """
     start = time.monotonic()
     try:
@@ -84,13 +88,19 @@ def communication_errors(
     except RuntimeError as error:  # DistError and its subclasses included
         waited = time.monotonic() - start
         took = f"{waited:.1f} s" if waited >= 0.1 else "less than 0.1 s"
+        culprit = "Another worker has probably died, hung or become unreachable."
         if waited >= 0.9 * timeout.total_seconds():
             when = f"after waiting {took}: the collective timeout of {_seconds(timeout)} ran out"
+            missing = absent() if absent is not None else None
+            if missing:
+                names = ", ".join(str(r) for r in missing)
+                culprit = (f"Worker{'s' if len(missing) > 1 else ''} {names} never reached it "
+                           "(hung, stopped, unreachable or far behind).")
         else:
             when = f"after {took}, before the collective timeout of {_seconds(timeout)} ran out"
         raise CommunicationError(
-            f"Rank {rank} gave up on the {operation} {when}. Another worker has probably "
-            "died, hung or become unreachable. Check the other workers' logs for the first "
+            f"Rank {rank} gave up on the {operation} {when}. {culprit} "
+            "Check the other workers' logs for the first "
             "error; if the workers are only slow (on a long evaluation, say), raise the "
             "timeout with --timeout SECONDS (the timeout argument of lsgd.launch).\n"
             f"Original error: {_last_words(error)}"
@@ -163,12 +173,29 @@ def init_from_env(timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> None:
     """Initialize the default process group from torchrun's environment, once.
 
     On a machine with CUDA the worker's device is set to ``LOCAL_RANK``.
+
+    The store is torch's own ``env://`` rendezvous: torchrun's agent store, or
+    one that rank 0 serves. The agent's store outlives an elastic restart and
+    still holds the failed attempt's keys (gloo's and NCCL's addresses of
+    processes now gone), which restarted workers would read and fail to
+    connect to; so it is used under a prefix holding the agent's
+    ``TORCHELASTIC_RESTART_COUNT``. That count is the same for every worker
+    of one agent, but agents on different nodes may count differently (an
+    agent whose own workers were healthy restarts them without counting);
+    restarts across nodes therefore need a fresh store per rendezvous round,
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every agent's environment
+    (rank 0 then serves it, and no prefix is needed).
     """
     if dist.is_initialized():
         return
     if torch.cuda.is_available() and "LOCAL_RANK" in os.environ:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
-    dist.init_process_group(backend=default_backend(), init_method="env://", timeout=timeout)
+    store, rank, world_size = next(dist.rendezvous("env://", timeout=timeout))
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True):
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store = dist.PrefixStore(f"attempt-{attempt}", store)
+    dist.init_process_group(backend=default_backend(), timeout=timeout, rank=rank,
+                            world_size=world_size, store=store)
 
 
 class DistCommunicator(Communicator):
@@ -201,6 +228,7 @@ class DistCommunicator(Communicator):
         self._store: dist.Store | None = None
         self._store_wait = self._timeout  # the store's own timeout, once the store is opened
         self._store_calls: _StoreCalls | None = None
+        self._calls: dict[str, int] = {}  # collectives per scope, for the roll call
         self._subgroup: dist.ProcessGroup | None = None
         # What bounds each kind of operation, resolved once (reported in errors).
         self._waits = {"world": _group_timeout(self._pg) or self._timeout}
@@ -265,12 +293,42 @@ class DistCommunicator(Communicator):
                   among: Among | None = None) -> contextlib.AbstractContextManager[None]:
         """:func:`communication_errors` for ``operation`` (``among`` says among whom;
         None: point-to-point in the world group), with the timeout that bounds it."""
+        absent: Callable[[], list[int] | None] | None = None
+        if among is not None:
+            scope = "world" if among == "world" else f"group{self.info.group}"
+            self._calls[scope] = number = self._calls.get(scope, 0) + 1
+            members = self.among_members(among)
+            absent = functools.partial(self._roll_call, f"{scope}/{number}", members)
         if among == "world":
             operation += " among all workers"
         elif among == "group":
-            members = self.among_members("group")
             operation += f" in group {self.info.group} (ranks {members[0]}-{members[-1]})"
-        return communication_errors(self.rank, operation, self._waits[among or "world"])
+        return communication_errors(self.rank, operation, self._waits[among or "world"], absent)
+
+    def _roll_call(self, call: str, members: list[int]) -> list[int] | None:
+        """After a collective timed out: the members that never reached it.
+
+        Every member that gave up on collective number ``call`` of its scope
+        (the members call their collectives in the same order) marks itself
+        present in the c10d store and waits a little for the others to do the
+        same; whoever is not marked never arrived. Costs nothing before a
+        failure. None when the store cannot tell (it is gone as well).
+        """
+        wait = datetime.timedelta(seconds=max(2.0, min(10.0, 0.05 * self._timeout.total_seconds())))
+        prefix = f"roll-call/{call}/"
+        try:
+            store = self.store
+            calls = _StoreCalls()  # never stuck behind an earlier call
+            calls(lambda: store.set(prefix + str(self.rank), "here"), wait)
+            deadline = time.monotonic() + wait.total_seconds()
+            while True:
+                present = {m for m in members
+                           if calls(lambda m=m: store.check([prefix + str(m)]), wait)}
+                if len(present) == len(members) or time.monotonic() > deadline:
+                    return [m for m in members if m not in present]
+                time.sleep(0.1)
+        except Exception:  # the store went with the worker: nobody can be named
+            return None
 
     def _group(self, among: Among) -> dist.ProcessGroup:
         group = self._pg if among == "world" else self._subgroup
