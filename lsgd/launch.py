@@ -59,6 +59,7 @@ def launch(
     timeout: float = 300.0,
     threads_per_worker: int | None = None,
     link: str | Link | None = None,
+    max_restarts: int = 0,
 ) -> list[T]:
     """Run ``fn(info, *args)`` in ``world_size`` local processes; results by rank.
 
@@ -72,6 +73,11 @@ def launch(
     that the kernel shapes to that rate, one torchrun agent per node (see
     :mod:`lsgd.links.nodes`). Where shaping is impossible it raises
     :class:`~lsgd.links.netns.LinkSetupError`; it never runs unshaped.
+
+    ``max_restarts``: when a worker fails, torch's elastic agent stops the
+    others and starts all of them again, up to this many times (the same
+    function, with ``TORCHELASTIC_RESTART_COUNT`` raised by one); ``fn`` is
+    expected to continue from its own checkpoint (``lsgd train`` does).
     """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -81,7 +87,7 @@ def launch(
         from lsgd.links.nodes import launch_on_links
 
         return launch_on_links(fn, world_size, groups, link, args=args, timeout=timeout,
-                               threads_per_worker=threads_per_worker)
+                               threads_per_worker=threads_per_worker, max_restarts=max_restarts)
     threads = threads_per_worker or max(1, (os.cpu_count() or 1) // world_size)
     config = LaunchConfig(
         min_nodes=1,
@@ -90,7 +96,7 @@ def launch(
         run_id=f"lsgd-{uuid.uuid4().hex[:8]}",
         rdzv_backend="c10d",
         rdzv_endpoint="127.0.0.1:0",
-        max_restarts=0,
+        max_restarts=max_restarts,
         monitor_interval=0.05,
         start_method="spawn",
     )

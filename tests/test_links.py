@@ -70,15 +70,7 @@ def test_link_is_checked_before_anything_runs(tmp_path: Path,
 
 # -- real shaped links (root and iproute2) -------------------------------------
 
-def _shaping_unavailable() -> str | None:
-    try:
-        netns.check_tools()
-    except netns.LinkSetupError as error:
-        return str(error)
-    return None
-
-
-SHAPING = _shaping_unavailable()
+SHAPING = netns.shaping_problem()
 needs_shaping = pytest.mark.skipif(SHAPING is not None, reason=f"no shaped links here: {SHAPING}")
 PAYLOAD = 1_250_000  # float32 values: 5 MB
 

@@ -29,6 +29,8 @@ from typing import Any
 import pytest
 import torch
 
+from lsgd.train import checkpoint
+
 ROOT = Path(__file__).resolve().parents[1]
 AGENT_TIMEOUT = 120  # seconds for one run of both agents (15-30 s on 2 busy cores)
 GROUPS = [{0, 1}, {2, 3}]  # node A's and node B's ranks
@@ -158,7 +160,7 @@ def _history(path: Path) -> list[tuple[int, str, int]]:
 
 def _rank_history(out: Path, rank: int) -> list[tuple[int, str, int]]:
     """Rank ``rank``'s own elections, from its checkpoint (every worker writes one)."""
-    state = torch.load(out / "checkpoints" / f"rank-{rank}.pt", map_location="cpu",
+    state = torch.load(checkpoint.complete(out)[0].file(rank), map_location="cpu",
                        weights_only=True)
     return [(int(s), str(lv), int(ld)) for s, lv, ld in state["strategy"]["leader_history"]]
 

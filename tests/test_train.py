@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from lsgd.train import command
+from lsgd.train import checkpoint, command
 from lsgd.train.config import TrainConfig, make_config, read_toml
 from lsgd.train.loop import UsageError
 from lsgd.train.outputs import METRIC_FIELDS, read_csv
@@ -28,8 +29,8 @@ def _train(tmp: Path, name: str, **settings: Any) -> dict[str, Any]:
 
 
 def _final_states(run: Path, workers: int) -> list[dict[str, torch.Tensor]]:
-    return [torch.load(run / "checkpoints" / f"rank-{r}.pt", weights_only=True)["model"]
-            for r in range(workers)]
+    latest = checkpoint.complete(run)[0]
+    return [torch.load(latest.file(r), weights_only=True)["model"] for r in range(workers)]
 
 
 @pytest.mark.timeout(300)
@@ -50,7 +51,8 @@ def test_four_processes_learn_fashion_mnist_and_write_every_output(tmp_path: Pat
     history = read_csv(run / "leader_history.csv")
     assert [h["step"] for h in history] == [1.0] + [8.0 * k for k in range(1, 26)]
     assert all(0 <= h["leader"] < 4 for h in history)
-    for name in ("config.toml", "test_error.png", "leaders.png", "checkpoints/meta.json"):
+    for name in ("config.toml", "test_error.png", "leaders.png",
+                 "checkpoints/step-00000200/meta.json"):
         assert (run / name).exists(), name
     assert read_toml(run / "config.toml")["steps"] == 200
 
@@ -180,12 +182,16 @@ class _Crafted:
 def test_a_checkpoint_that_holds_code_is_refused_without_running_it(tmp_path: Path) -> None:
     import pickle
 
-    from lsgd.train import checkpoint
-
     marker = tmp_path / "ran"
-    (tmp_path / "checkpoints").mkdir()
-    checkpoint.write_meta(tmp_path, 10, 1)
-    (tmp_path / "checkpoints" / "rank-0.pt").write_bytes(pickle.dumps({"x": _Crafted(marker)}))
+    record = checkpoint.write_rank(tmp_path, 10, 0, {"steps": 10})
+    checkpoint.commit(tmp_path, 10, [record], {})
+    # Replaced after the fact, with its checksum updated too: only the loader stands guard.
+    crafted = pickle.dumps({"x": _Crafted(marker)}, protocol=2)
+    latest = checkpoint.complete(tmp_path)[0]
+    latest.file(0).write_bytes(crafted)
+    meta = json.loads((latest.path / "meta.json").read_text())
+    meta["sha256"], meta["sizes"] = [hashlib.sha256(crafted).hexdigest()], [len(crafted)]
+    (latest.path / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=r"rank-0\.pt holds more than tensors and plain values"):
-        checkpoint.load(tmp_path, 0, 1)
+        checkpoint.read(checkpoint.complete(tmp_path)[0], 0)
     assert not marker.exists()

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lsgd.cli import main
-from lsgd.train import command
+from lsgd.train import checkpoint, command
 from lsgd.train.config import make_config, read_toml
 from lsgd.train.outputs import read_csv
 
@@ -57,8 +57,8 @@ def test_a_resumed_async_run_ends_exactly_where_an_uninterrupted_one_does(tmp_pa
     assert resumed["worker_steps"] == straight["worker_steps"]
     assert resumed["worker_rounds"] == straight["worker_rounds"]
     for r in range(4):
-        a = torch.load(tmp_path / "straight" / "checkpoints" / f"rank-{r}.pt", weights_only=True)
-        b = torch.load(tmp_path / "resumed" / "checkpoints" / f"rank-{r}.pt", weights_only=True)
+        a = torch.load(checkpoint.complete(tmp_path / "straight")[0].file(r), weights_only=True)
+        b = torch.load(checkpoint.complete(tmp_path / "resumed")[0].file(r), weights_only=True)
         for key in a["model"]:
             assert torch.equal(a["model"][key], b["model"][key]), (r, key)
     assert resumed["test_accuracy"] == straight["test_accuracy"]

@@ -47,7 +47,7 @@ def main(payload_path: str, node: int, result_path: str) -> int:
         rdzv_backend="c10d",
         rdzv_endpoint=job["endpoint"],
         rdzv_configs={"is_host": node == 0, "timeout": int(job["timeout"])},
-        max_restarts=0,
+        max_restarts=job.get("max_restarts", 0),
         monitor_interval=0.05,
         start_method="spawn",
         local_addr=node_address(node),

@@ -57,6 +57,15 @@ def _run(args: Sequence[str], check: bool = True) -> subprocess.CompletedProcess
     return result
 
 
+def shaping_problem() -> str | None:
+    """Why shaped links cannot be built here (:func:`check_tools`' message), None if they can."""
+    try:
+        check_tools()
+    except LinkSetupError as error:
+        return str(error)
+    return None
+
+
 def check_tools() -> None:
     """Raise :class:`LinkSetupError` unless this process is root with ``ip`` and ``tc``."""
     missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]

@@ -43,12 +43,17 @@ def launch_on_links(
     args: Sequence[Any] = (),
     timeout: float = 300.0,
     threads_per_worker: int | None = None,
+    max_restarts: int = 0,
 ) -> list[T]:
     """Run ``fn(info, *args)`` as ``world_size`` workers on ``groups`` shaped nodes.
 
     The same contract as :func:`lsgd.launch` (results by rank, ``LaunchError``
     naming the failed ranks); ``link`` is the rate (and, where the kernel can
     add one, latency) of every node's link. Needs root and ``iproute2``.
+
+    ``max_restarts``: failures after which every node's workers are restarted
+    (each agent is allowed twice as many restarts, since one failure can cost
+    an agent two), with a fresh c10d store for every rendezvous round.
     """
     from lsgd.launch import LaunchError
 
@@ -67,12 +72,18 @@ def launch_on_links(
             "job": pickle.dumps({
                 "fn": fn, "args": tuple(args), "groups": groups, "timeout": timeout,
                 "nodes": groups, "per_node": per_node,
+                # One failure can cost every agent two restarts: its own workers fail
+                # after the dead one, and the reopened rendezvous may restart them again.
+                "max_restarts": 2 * max_restarts,
                 "run_id": f"lsgd-{uuid.uuid4().hex[:8]}",
                 "endpoint": f"{node_address(0)}:{RENDEZVOUS_PORT}",
             }),
         }))
+        # A fresh store for every rendezvous round: the agents' shared one would hand
+        # restarted workers the addresses of the failed attempt's (restart counts, and so
+        # lsgd's own per-attempt prefix, can differ between nodes).
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), GLOO_SOCKET_IFNAME="eth0",
-                   PYTHONUNBUFFERED="1")
+                   PYTHONUNBUFFERED="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
         env.pop("MASTER_ADDR", None)
         env.pop("MASTER_PORT", None)
         agents = []

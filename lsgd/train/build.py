@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
+import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -183,9 +186,14 @@ def steps_per_epoch(cfg: TrainConfig, n_train: int) -> int:
 
 def preflight(cfg: TrainConfig) -> None:
     """Check, in the launching process, what would otherwise fail in every worker:
-    the device, the dataset, the model on the dataset's input, the graphs."""
+    the device, the dataset, the augmentation, the model on the dataset's input, the
+    graphs, the links, and the run folder."""
     pick_device(cfg)
-    source = Source(load_data(cfg), cfg, torch.device("cpu"))
+    data = _read_dataset(cfg)
+    try:
+        source = Source(data, cfg, torch.device("cpu"))
+    except ValueError as error:
+        raise UsageError(f"--augment {cfg.augment}: {error}") from error
     steps_per_epoch(cfg, source.n_train)
     try:
         with torch.device("meta"):
@@ -193,7 +201,11 @@ def preflight(cfg: TrainConfig) -> None:
     except ValueError as error:
         raise UsageError(f"--model {cfg.model} on --dataset {cfg.dataset}: {error}") from error
     if cfg.method in DECENTRALIZED:
-        graphs_of(cfg)
+        try:
+            graphs_of(cfg)
+        except TypeError as error:  # an option the graph's kind does not take
+            raise UsageError(f"--topology/--graphs {' '.join(cfg.graphs or [cfg.topology])}: "
+                             f"{error}; see lsgd train --help for each kind's options") from error
     if cfg.link is not None and cfg.backend != "threads":
         if "TORCHELASTIC_RUN_ID" in os.environ:
             raise UsageError(
@@ -205,5 +217,39 @@ def preflight(cfg: TrainConfig) -> None:
             raise UsageError(f"--link {cfg.link}: {error}") from None
     if "TORCHELASTIC_RUN_ID" not in os.environ:  # under torchrun the groups are the nodes
         check_single_leader(cfg, cfg.groups)
+    if os.environ.get("RANK", "0") == "0":  # the process that writes the run folder
+        make_run_folder(cfg.out_dir, probe=True)
+
+
+def _read_dataset(cfg: TrainConfig) -> datasets.Dataset | datasets.ImageFolder:
+    """:func:`load_data`, its mistakes naming ``--dataset`` (and ``--data-dir``), and
+    files that cannot be read (truncated, corrupt) a :class:`UsageError` too."""
+    where = f"--dataset {cfg.dataset}"
+    if cfg.data_dir is not None:
+        problem = ("" if os.path.isdir(cfg.data_dir) else
+                   " (not a folder)" if os.path.exists(cfg.data_dir) else " (no such folder)")
+        where += f" --data-dir {cfg.data_dir}{problem}"
+    try:
+        return load_data(cfg)
+    except UsageError as error:
+        raise UsageError(f"{where}: {error}") from error
+    except (OSError, EOFError, IndexError, KeyError, pickle.UnpicklingError, zlib.error) as error:
+        raise UsageError(f"{where}: cannot read the dataset's files ({type(error).__name__}: "
+                         f"{error}); check them, or extract the dataset again") from error
+
+
+def make_run_folder(out: Path, probe: bool = False) -> None:
+    """Create the run folder ``out`` (with ``probe``, also write and remove a file in it);
+    a :class:`UsageError` naming the folder and the reason if that fails."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if probe:
+            test = out / f".lsgd-probe-{os.getpid()}"
+            test.write_bytes(b"")
+            test.unlink()
+    except OSError as error:
+        reason = f"{error.strerror}: {error.filename}" if error.filename else str(error)
+        raise UsageError(f"--out {out}: cannot create or write this folder ({reason}); "
+                         "choose another --out") from None
 
 

@@ -1,17 +1,39 @@
-"""Checkpoints: every worker's full state, written atomically.
+"""Checkpoints: every worker's full state, as data, the last two kept and verified.
 
-``checkpoints/rank-R.pt`` holds worker R's model, optimizer and strategy state,
-its data position, its random states, the schedule, and (rank 0) the metrics
-so far. ``checkpoints/meta.json`` is written by rank 0 after every worker has
-saved (a barrier), so it only ever names a complete set. Checkpoints are
-loaded with ``weights_only=True``: tensors and plain values, never code.
+Layout of a run's ``checkpoints/`` folder::
+
+    step-00000200/rank-0.pt ... rank-{W-1}.pt, meta.json
+    step-00000400/...
+    progress            the last step rank 0 finished (to count steps redone)
+
+A checkpoint ``step-N/`` holds worker R's model, optimizer and strategy state,
+its data position, its random states, the schedule and (rank 0) the metrics so
+far in ``rank-R.pt``. Every worker writes its own file atomically (a temporary
+file, then a rename) and computes its SHA-256; the digests are gathered (one
+small all-gather, which is also the barrier) and rank 0 writes ``meta.json``
+with them, the step, the world size, the method and the model. Only then is
+the checkpoint *complete*; rank 0 then deletes all but the two newest complete
+checkpoints. A kill at any moment therefore leaves the previous complete
+checkpoint untouched: a half-written one has no ``meta.json`` and is ignored.
+
+Loading (``--resume``, or a restart by torchrun) takes the newest checkpoint
+whose files all exist and match their digests on every worker (agreed with one
+all-gather); a truncated or corrupt newer one is skipped with a warning. Files
+are read with ``torch.load(weights_only=True)``: tensors and plain values only,
+so a checkpoint never runs code; a file that holds anything else is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import os
 import pickle
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,41 +41,225 @@ import torch
 
 from lsgd.train.outputs import atomic_write
 
+KEPT = 2  #: complete checkpoints kept
+SLOTS = 8  #: checkpoints considered on load (the newest ones)
+
 
 def folder(run: Path) -> Path:
     return run / "checkpoints"
 
 
-def save(run: Path, rank: int, state: dict[str, Any]) -> None:
+def step_folder(run: Path, steps: int) -> Path:
+    return folder(run) / f"step-{steps:08d}"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One complete checkpoint: its folder and its ``meta.json``."""
+
+    path: Path
+    meta: dict[str, Any]
+
+    @property
+    def steps(self) -> int:
+        return int(self.meta["steps"])
+
+    def file(self, rank: int) -> Path:
+        return self.path / f"rank-{rank}.pt"
+
+    def problem(self, rank: int) -> str | None:
+        """Why worker ``rank``'s file is not usable (None: it is)."""
+        path = self.file(rank)
+        if not path.exists():
+            return f"{path} is missing"
+        digests = self.meta.get("sha256")
+        if digests is None:  # written before checksums existed: nothing to compare
+            return None
+        data = path.read_bytes()
+        if len(data) != self.meta["sizes"][rank]:
+            return (f"{path} has {len(data)} bytes, {self.meta['sizes'][rank]} were written "
+                    "(truncated?)")
+        if hashlib.sha256(data).hexdigest() != digests[rank]:
+            return f"{path} does not match its SHA-256 in meta.json (corrupt)"
+        return None
+
+
+# -- saving ----------------------------------------------------------------------------
+def write_rank(run: Path, steps: int, rank: int, state: dict[str, Any]) -> bytes:
+    """Write worker ``rank``'s state into checkpoint ``steps``; its SHA-256 (32 bytes) and size.
+
+    Returns ``digest + size`` packed as 40 bytes, the record that
+    :func:`commit` needs from every worker.
+    """
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    atomic_write(folder(run) / f"rank-{rank}.pt", buffer.getvalue())
+    data = buffer.getvalue()
+    atomic_write(step_folder(run, steps) / f"rank-{rank}.pt", data)
+    return hashlib.sha256(data).digest() + len(data).to_bytes(8, "little")
 
 
-def write_meta(run: Path, steps: int, world_size: int) -> None:
-    atomic_write(folder(run) / "meta.json",
-                 json.dumps({"steps": steps, "world_size": world_size}) + "\n")
+def commit(run: Path, steps: int, records: Sequence[bytes], identity: dict[str, Any]) -> Path:
+    """Rank 0, once every worker wrote its file: ``meta.json``, then prune old checkpoints.
+
+    ``records`` are the workers' :func:`write_rank` results by rank;
+    ``identity`` says what produced the run (method, model, dataset, groups).
+    """
+    where = step_folder(run, steps)
+    meta = {
+        "steps": steps,
+        "world_size": len(records),
+        **identity,
+        "sha256": [bytes(r[:32]).hex() for r in records],
+        "sizes": [int.from_bytes(bytes(r[32:40]), "little") for r in records],
+    }
+    atomic_write(where / "meta.json", json.dumps(meta, indent=1) + "\n")
+    _prune(run, keep_from=where)
+    return where
 
 
-def load(run: Path, rank: int, world_size: int) -> dict[str, Any]:
-    """Worker ``rank``'s last checkpoint, or ``FileNotFoundError`` saying what is missing."""
-    meta_path = folder(run) / "meta.json"
-    if not meta_path.exists():
-        raise FileNotFoundError(f"--resume {run}: no complete checkpoint ({meta_path} is missing)")
-    meta = json.loads(meta_path.read_text())
-    if meta["world_size"] != world_size:
-        raise ValueError(
-            f"--resume {run}: the checkpoint has {meta['world_size']} workers, "
-            f"this run {world_size}; resume with --workers {meta['world_size']}"
-        )
-    path = folder(run) / f"rank-{rank}.pt"
-    try:  # tensors and plain values only: a checkpoint is data and never runs code
+def _prune(run: Path, keep_from: Path) -> None:
+    """Delete all but the ``KEPT`` newest complete checkpoints, and older half-written ones."""
+    kept = [c.path for c in complete(run)][:KEPT]
+    oldest = min(kept, default=keep_from)
+    for path in folder(run).glob("step-*"):
+        if path not in kept and path.name < oldest.name:
+            shutil.rmtree(path, ignore_errors=True)
+    legacy = folder(run) / "meta.json"  # the single checkpoint of earlier versions
+    if legacy.exists() and len(kept) >= KEPT:
+        for path in [legacy, *folder(run).glob("rank-*.pt")]:
+            path.unlink(missing_ok=True)
+
+
+class Progress:
+    """The last step rank 0 finished, rewritten in place every step (no fsync: a hint)."""
+
+    def __init__(self, run: Path) -> None:
+        path = folder(run) / "progress"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def mark(self, steps: int) -> None:
+        os.pwrite(self._fd, f"{steps:>12d}\n".encode(), 0)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def reached(run: Path) -> int | None:
+    """The step the run last reached before it stopped (None: unknown)."""
+    try:
+        return int((folder(run) / "progress").read_text().strip() or "x")
+    except (OSError, ValueError):
+        return None
+
+
+# -- loading ---------------------------------------------------------------------------
+def complete(run: Path) -> list[Checkpoint]:
+    """The complete checkpoints of ``run``, newest first (their files not yet verified)."""
+    found = []
+    for path in [*folder(run).glob("step-*"), folder(run)]:
+        try:
+            meta = json.loads((path / "meta.json").read_text())
+            int(meta["steps"]), int(meta["world_size"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being written, or damaged: not a candidate
+        found.append(Checkpoint(path, meta))
+    return sorted(found, key=lambda c: (c.steps, c.path != folder(run)), reverse=True)
+
+
+def usable(run: Path, world_size: int) -> tuple[Checkpoint | None, list[str]]:
+    """In the launching process: the newest checkpoint all of whose files verify.
+
+    Also the problems met on the way (one line per skipped checkpoint). Reads
+    every worker's file once, so it needs the run folder that the workers use.
+    """
+    problems = []
+    for candidate in complete(run):
+        if candidate.meta["world_size"] != world_size:
+            problems.append(f"{candidate.path.name}: {candidate.meta['world_size']} workers, "
+                            f"this run has {world_size}")
+            continue
+        bad = [p for p in (candidate.problem(r) for r in range(world_size)) if p]
+        if not bad:
+            return candidate, problems
+        problems.append(f"{candidate.path.name}: " + "; ".join(bad))
+    return None, problems
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A newer checkpoint passed over on load: the workers whose file failed its check."""
+
+    checkpoint: Checkpoint
+    ranks: list[int]
+    problem: str | None  #: this worker's own problem with it (None: its file was fine)
+
+
+def choose(run: Path, rank: int, world_size: int,
+           agree: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Checkpoint, list[Skipped]]:
+    """Collective: the newest checkpoint whose file verifies on every worker.
+
+    Each worker checks its own file in the newest ``SLOTS`` candidates;
+    ``agree`` all-gathers one small tensor (the steps that verified here) so
+    that every worker picks the same checkpoint. Returns it and the newer ones
+    passed over; ``ValueError`` naming the files when there is none.
+    """
+    candidates = [c for c in complete(run) if c.meta["world_size"] == world_size][:SLOTS]
+    problems: dict[int, str] = {}
+    mine = torch.full((SLOTS,), -1, dtype=torch.int64)
+    for slot, candidate in enumerate(candidates):
+        problem = candidate.problem(rank)
+        if problem is None:
+            mine[slot] = candidate.steps
+        else:
+            problems[candidate.steps] = problem
+    verified = [set(row.tolist()) for row in agree(mine)]
+    skipped = [Skipped(c, [r for r, ok in enumerate(verified) if c.steps not in ok],
+                       problems.get(c.steps)) for c in candidates]
+    chosen = next((s.checkpoint for s in skipped if not s.ranks), None)
+    skipped = [s for s in skipped if s.ranks]
+    if chosen is None:
+        found = "; ".join(s.problem or f"{s.checkpoint.path.name}: the file of worker(s) "
+                          f"{', '.join(map(str, s.ranks))} fails its check" for s in skipped)
+        raise ValueError(f"--resume {run}: no usable checkpoint "
+                         f"({found or f'no complete checkpoint in {folder(run)}'})")
+    return chosen, [s for s in skipped if s.checkpoint.steps > chosen.steps]
+
+
+def set_aside(run: Path, unusable: Sequence[Checkpoint]) -> None:
+    """Move checkpoints that failed their check to ``checkpoints/unusable/`` (kept, not used)."""
+    for checkpoint in unusable:
+        if checkpoint.path == folder(run):
+            continue
+        target = folder(run) / "unusable" / checkpoint.path.name
+        target.parent.mkdir(exist_ok=True)
+        shutil.rmtree(target, ignore_errors=True)
+        checkpoint.path.rename(target)
+
+
+def read(checkpoint: Checkpoint, rank: int) -> dict[str, Any]:
+    """Worker ``rank``'s state from ``checkpoint``: tensors and plain values only."""
+    path = checkpoint.file(rank)
+    try:  # a checkpoint is data and never runs code
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        raise ValueError(f"--resume {run}: {path} holds more than tensors and plain values; "
-                         f"refused to load it ({str(error).splitlines()[0]})") from None
+        raise ValueError(f"{path} holds more than tensors and plain values; refused to load "
+                         f"it ({str(error).splitlines()[0]})") from None
     steps = round(state.get("shared_steps", state["steps"]))  # async: the workers' mean
-    if steps != meta["steps"]:
-        raise ValueError(f"--resume {run}: rank {rank}'s checkpoint is from step "
-                         f"{steps}, the run's from step {meta['steps']}")
+    if steps != checkpoint.steps:
+        raise ValueError(f"{path} is from step {steps}, its meta.json says {checkpoint.steps}")
     return state
+
+
+def check_identity(run: Path, checkpoint: Checkpoint, identity: dict[str, Any]) -> None:
+    """``ValueError`` when ``checkpoint`` was written by another method, model, ... than asked."""
+    for key, value in identity.items():
+        saved = checkpoint.meta.get(key, value)
+        if saved != value:
+            raise ValueError(
+                f"--resume {run}: its checkpoint was written with --{key} {saved}, this run "
+                f"asks for --{key} {value}; drop --{key} or start a new run with another --out")
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)

@@ -51,32 +51,69 @@ def add_train_parser(subparsers: Any) -> None:
                                 help=help_text)
         elif typing.get_origin(kind) is list or base is list or typing.get_origin(base) is list:
             item = typing.get_args(kind)[0] if typing.get_args(kind) else float
-            parser.add_argument(*flags, dest=f.name, type=item, nargs="+", help=help_text)
+            parser.add_argument(*flags, dest=f.name, type=item, nargs="+", action="extend",
+                                help=help_text)
         else:
             parser.add_argument(*flags, dest=f.name, type=base if base in (int, float) else str,
                                 choices=f.metadata.get("choices"), help=help_text, metavar=None)
     parser.set_defaults(handler=run_train)
 
 
+#: What makes a run the run it is: resuming it with other values is a mistake.
+RUN_IDENTITY = ("method", "model", "dataset", "workers", "groups")
+
+
 def resolve(args: argparse.Namespace) -> TrainConfig:
     """Defaults, then the resumed run's or --config's settings, then the command line."""
     given = {k: v for k, v in vars(args).items() if k not in ("handler", "parser", "config", "command")}
+    config = getattr(args, "config", None)
+    from_file: dict[str, Any] = {}
+    if config:
+        if not Path(config).exists():
+            raise UsageError(f"--config {config}: no such file")
+        from_file = _read_settings(config)
     settings: dict[str, Any] = {}
     if "resume" in given:
-        saved = Path(given["resume"]) / "config.toml"
+        run = given["resume"]
+        saved = Path(run) / "config.toml"
         if not saved.exists():
-            raise UsageError(f"--resume {given['resume']}: no run there ({saved} is missing)")
-        settings.update(read_toml(saved))
-        settings["out"] = given["resume"]
-    if getattr(args, "config", None):
-        if not Path(args.config).exists():
-            raise UsageError(f"--config {args.config}: no such file")
-        settings.update(read_toml(args.config))
+            raise UsageError(f"--resume {run}: no run there ({saved} is missing); give a run "
+                             "folder lsgd train wrote, or drop --resume to start a new run")
+        settings.update(_read_settings(saved))
+        _check_same_run(run, settings, from_file, config, given)
+        settings["out"] = run
+    settings.update(from_file)
     settings.update(given)
     try:
         return make_config(settings)
     except (ValueError, TypeError) as error:
         raise UsageError(str(error)) from error
+
+
+def _read_settings(path: str | Path) -> dict[str, Any]:
+    """:func:`read_toml`, its mistakes as a :class:`UsageError`."""
+    try:
+        return read_toml(path)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def _check_same_run(run: str, saved: dict[str, Any], from_file: dict[str, Any],
+                    config: str | None, given: dict[str, Any]) -> None:
+    """A :class:`UsageError` if the command line or the --config file asks to resume
+    ``run`` with another of its :data:`RUN_IDENTITY` settings than it was trained with."""
+    asked = {name: (value, f" ({name} in {config})", f"{name} from {config}")
+             for name, value in from_file.items()}
+    asked.update({name: (value, "", f"--{name}") for name, value in given.items()})
+    conflicts = [
+        f"--resume {run}: the run was trained with --{name} {saved[name]}; this asks for "
+        f"{asked[name][0]}{asked[name][1]}; drop {asked[name][2]} or start a new run "
+        "with another --out"
+        for name in RUN_IDENTITY
+        if name in saved and name in asked and asked[name][0] != saved[name]
+    ]
+    if conflicts:
+        raise UsageError("\n".join(conflicts))
 
 
 def train(cfg: TrainConfig) -> dict[str, Any] | None:
@@ -95,7 +132,8 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
             print(f"note: torchrun started {info.world_size} workers; --workers ignored",
                   file=sys.stderr)
         cfg = dataclasses.replace(cfg, workers=info.world_size, groups=info.groups)
-        if info.rank == 0:
+        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+        if info.rank == 0 and not restarted:  # a restart continues the folder it made
             _prepare(cfg, out)
         try:
             return loop.run_worker(info, cfg)
@@ -108,41 +146,82 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
                                 link=cfg.link)
     else:
         results = lsgd.launch(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
-                              timeout=cfg.timeout, link=cfg.link)
+                              timeout=cfg.timeout, link=cfg.link, max_restarts=cfg.restarts)
     return results[0]
 
 
 def _prepare(cfg: TrainConfig, out: Path) -> None:
     from lsgd.train import outputs
+    from lsgd.train.build import make_run_folder
 
     if not cfg.resume and (out / "metrics.csv").exists():
         raise UsageError(
             f"{out} already holds a run; continue it with --resume {out} or choose another --out"
         )
-    out.mkdir(parents=True, exist_ok=True)
+    make_run_folder(out)
     outputs.atomic_write(out / "config.toml", cfg.to_toml())
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from lsgd.launch import LaunchError
     from lsgd.comm import SimulationError
+    from lsgd.launch import LaunchError
+    from lsgd.strategies import DivergedError
 
     cfg = resolve(args)
     from lsgd.train import loop
 
     loop.preflight(cfg)  # fail fast, before any worker starts, on what a person can fix
+    if cfg.resume and not _under_torchrun():
+        _check_resumable(cfg)
     try:
         summary = train(cfg)
     except SimulationError as error:
         cause = error.__cause__
         if isinstance(cause, UsageError):
             raise cause from None
+        if isinstance(cause, DivergedError):
+            return _diverged(cause)
         raise
+    except DivergedError as error:  # under torchrun: this process's worker
+        return _diverged(error)
     except LaunchError as error:
+        if "DivergedError: " in str(error):
+            return _diverged(str(error).split("DivergedError: ", 1)[1].splitlines()[0])
         raise RuntimeError(str(error)) from None
     if summary is not None:
         print_summary(summary)
     return 0
+
+
+def _diverged(error: BaseException | str) -> int:
+    """Every worker diverged: the reason and where the last good checkpoint is; exit code 1."""
+    print(f"lsgd train: error: training diverged: {error}", file=sys.stderr)
+    return 1
+
+
+def _check_resumable(cfg: TrainConfig) -> None:
+    """``--resume RUN``: a checkpoint whose files all verify, written by this method and
+    model for this many workers; else a ``UsageError`` naming the files and the fix."""
+    from lsgd.train import checkpoint
+
+    run = Path(cfg.resume or "")
+    found = checkpoint.complete(run)
+    if not found:
+        raise UsageError(f"--resume {run}: no complete checkpoint in {checkpoint.folder(run)} "
+                         "(the run stopped before its first one); start it again without "
+                         "--resume, with --checkpoint-every N to save every N steps")
+    sizes = {c.meta["world_size"] for c in found}
+    if cfg.workers not in sizes:
+        raise UsageError(f"--resume {run}: its checkpoints are of {max(sizes)} workers, this "
+                         f"run asks for {cfg.workers}; resume with --workers {max(sizes)}")
+    chosen, problems = checkpoint.usable(run, cfg.workers)
+    if chosen is None:
+        raise UsageError(f"--resume {run}: no usable checkpoint: " + "; ".join(problems))
+    try:
+        checkpoint.check_identity(run, chosen, {"method": cfg.method, "model": cfg.model,
+                                                "dataset": cfg.dataset, "groups": cfg.groups})
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _clock_unit(summary: dict[str, Any]) -> str:

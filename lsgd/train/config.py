@@ -13,12 +13,15 @@ import math
 import os
 import re
 import sys
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
+from lsgd._validate import is_int, is_number
 from lsgd.links.spec import parse_link
 from lsgd.registry import strategy_names
 
@@ -35,6 +38,24 @@ OPTIMIZERS = ("sgd", "adam", "adamw", "lars")
 SCHEDULES = ("constant", "step", "minutes", "plateau")
 BACKENDS = ("processes", "threads")
 DEVICES = ("auto", "cpu", "cuda")
+#: The valid range of each number setting: (low, high, low allowed, high allowed).
+#: Values must also be finite; an unset optional one (None) is fine.
+RANGES: dict[str, tuple[float, float, bool, bool]] = {
+    "lr": (0, math.inf, False, False),
+    "momentum": (0, 1, True, False),
+    "weight_decay": (0, math.inf, True, False),
+    "drop_factor": (0, 1, False, False),
+    "warmup_epochs": (0, math.inf, True, False),
+    "timeout": (0, math.inf, False, False),
+    "epochs": (0, math.inf, False, False),
+    "minutes": (0, math.inf, False, False),
+    "budget": (0, 1, False, True),
+    **{name: (0, 1, True, True) for name in ("pull", "scope", "moving_rate", "pull_global",
+                                             "scope_global", "c_b", "c_d", "p_b", "p_d")},
+}
+POSITIVE_INTS = ("workers", "groups", "batch_size", "period", "leader_window", "patience",
+                 "gossip_period", "steps", "global_period")
+NON_NEGATIVE_INTS = ("bn_recalibrate", "checkpoint_every", "restarts")
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -130,7 +151,14 @@ class TrainConfig:
                                  "auto: 10 times per run")
     eval_workers: bool = _f(False, "also evaluate every worker (not only center and leader)")
     bn_recalibrate: int = _f(0, "refresh the center's BatchNorm statistics with N batches")
-    checkpoint_every: int = _f(0, "steps between checkpoints (0: only at the end)")
+    checkpoint_every: int = _f(0, "steps between checkpoints (0: only at the end); the last "
+                                  "two are kept")
+    restarts: int = _f(0, "restart the workers up to N times after a failure (a worker "
+                          "killed, a node lost), from the latest checkpoint; under torchrun "
+                          "use its --max-restarts instead")
+    fault: list[str] = _f((), "for tests: KIND:RANK:STEP makes worker RANK fail at its step "
+                              "STEP; KIND nan (its loss becomes NaN) or kill (SIGKILL, first "
+                              "attempt only); repeatable")
     out: str | None = _f(None, "run folder (default runs/METHOD-DATASET-Ww)")
     resume: str | None = _f(None, "continue the run in this folder where it stopped")
     seed: int = _f(0, "random seed")
@@ -138,10 +166,18 @@ class TrainConfig:
     tensorboard: bool = _f(False, "also log to TensorBoard in the run folder")
 
     def __post_init__(self) -> None:
-        # Lists however they came (defaults, TOML, the command line).
-        self.drops = [float(v) for v in self.drops]
-        self.graphs = [str(v) for v in self.graphs]
-        self.straggle = [str(v) for v in self.straggle]
+        """Every value as its field's type (see :func:`conform`), or ``ValueError`` listing
+        the values of a wrong type."""
+        errors: list[str] = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            try:
+                setattr(self, f.name, conform(f.name, value))
+            except TypeError as expected:
+                errors.append(f"--{_flag(f.name)} {value!r}: expected {expected}")
+        if errors:
+            raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
+        self.fault = [str(v) for v in self.fault]
 
     # -- derived -------------------------------------------------------------
     @property
@@ -165,6 +201,14 @@ class TrainConfig:
             factors[int(rank)] = float(factor)
         return factors
 
+    def faults(self) -> dict[tuple[str, int], int]:
+        """``--fault`` as ``{(kind, rank): step}`` (validated by :meth:`validate`)."""
+        faults = {}
+        for item in self.fault:
+            kind, rank, step = item.strip().split(":")
+            faults[(kind, int(rank))] = int(step)
+        return faults
+
     def validate(self) -> None:
         """Raise ``ValueError`` listing every bad value at once."""
         errors: list[str] = []
@@ -173,41 +217,35 @@ class TrainConfig:
             value = getattr(self, f.name)
             if choices and value not in choices:
                 errors.append(f"--{_flag(f.name)} {value!r}: choose one of {', '.join(choices)}")
-        positive_ints = ("workers", "groups", "batch_size", "period", "leader_window", "patience",
-                         "gossip_period")
-        for name in positive_ints:
-            if getattr(self, name) < 1:
-                errors.append(f"--{_flag(name)} must be a positive integer, got {getattr(self, name)}")
+        for name in POSITIVE_INTS:
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                errors.append(f"--{_flag(name)} must be a positive integer, got {value}")
+        for name in NON_NEGATIVE_INTS:
+            if getattr(self, name) < 0:
+                errors.append(f"--{_flag(name)} must be an integer >= 0, got {getattr(self, name)}")
         if self.workers >= 1 and self.groups >= 1 and self.workers % self.groups:
             errors.append(f"--groups {self.groups} must divide --workers {self.workers}")
-        for name in ("pull", "scope", "moving_rate", "pull_global", "scope_global", "c_b", "c_d",
-                     "p_b", "p_d"):
+        for name, bounds in RANGES.items():
             value = getattr(self, name)
-            if value is not None and not 0 <= value <= 1:
-                errors.append(f"--{_flag(name)} must be in [0, 1], got {value}")
-        for name in ("epochs", "minutes", "steps"):
-            value = getattr(self, name)
-            if value is not None and not (value > 0 and math.isfinite(value)):
-                errors.append(f"--{_flag(name)} must be positive, got {value}")
-        if self.lr <= 0:
-            errors.append(f"--lr must be positive, got {self.lr}")
-        if self.timeout <= 0:
-            errors.append(f"--timeout must be positive, got {self.timeout}")
-        if self.global_period is not None and self.global_period % self.period:
+            if value is not None and not _within(value, *bounds):
+                errors.append(f"--{_flag(name)} must be {_range_text(*bounds)}, got {value}")
+        at_or_after_start = (0, math.inf, True, False)
+        bad_drops = [d for d in self.drops if not _within(d, *at_or_after_start)]
+        if bad_drops:
+            errors.append(f"--drops {' '.join(f'{d:g}' for d in bad_drops)}: every drop must be "
+                          f"{_range_text(*at_or_after_start)} (epochs or minutes)")
+        if self.global_period and self.period >= 1 and self.global_period % self.period:
             errors.append(f"--global-period {self.global_period} must be a multiple of "
                           f"--period {self.period}")
         if not re.fullmatch(r"auto|\d+(\.\d+)?\s*(s|sec|seconds)?", str(self.eval_every).strip()):
             errors.append(f"--eval-every {self.eval_every!r}: give steps (200) or seconds (30s)")
         if self.schedule in ("step", "minutes") and not self.drops:
             errors.append(f"--schedule {self.schedule} needs --drops (e.g. --drops 30 60)")
-        if self.budget is not None and not 0 < self.budget <= 1:
-            errors.append(f"--budget must be in (0, 1], got {self.budget}")
-        if self.mixing_weight not in ("auto", "max-degree"):
-            try:
-                float(self.mixing_weight)
-            except ValueError:
-                errors.append(f"--mixing-weight {self.mixing_weight!r}: give auto, max-degree "
-                              "or a number")
+        if self.mixing_weight not in ("auto", "max-degree") and not _within(
+                _as_float(self.mixing_weight), 0, 1, False, True):
+            errors.append(f"--mixing-weight {self.mixing_weight!r}: give auto, max-degree "
+                          f"or a number in (0, 1]")
         if self.asynchronous and self.method not in ASYNCHRONOUS:
             errors.append(f"--async works with --method {', '.join(ASYNCHRONOUS)}; "
                           f"{self.method} is synchronous")
@@ -224,6 +262,14 @@ class TrainConfig:
             if not match or not 0 <= int(match.group(1)) < self.workers or float(match.group(2)) < 1:
                 errors.append(f"--straggle {item!r}: give RANK:FACTOR with a rank in "
                               f"[0, {self.workers}) and a factor >= 1, e.g. 3:2.5")
+        for item in self.fault:
+            match = re.fullmatch(r"(nan|kill):(\d+):(\d+)", item.strip())
+            if not match or not 0 <= int(match.group(2)) < self.workers or int(match.group(3)) < 1:
+                errors.append(f"--fault {item!r}: give KIND:RANK:STEP with KIND nan or kill, a "
+                              f"rank in [0, {self.workers}) and a step >= 1, e.g. nan:1:30")
+            elif match.group(1) == "kill" and self.backend == "threads":
+                errors.append(f"--fault {item!r}: kill needs worker processes; drop "
+                              "--backend threads")
         if errors:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
 
@@ -247,21 +293,126 @@ def _flag(name: str) -> str:
     return name.replace("_", "-")
 
 
+def _within(value: float, low: float, high: float, low_ok: bool, high_ok: bool) -> bool:
+    """Whether ``value`` is finite and in the range (see :data:`RANGES`); never for NaN."""
+    return (math.isfinite(value) and (low < value or low_ok and value == low)
+            and (value < high or high_ok and value == high))
+
+
+def _range_text(low: float, high: float, low_ok: bool, high_ok: bool) -> str:
+    """The range as words: ``a finite number > 0`` or ``in [0, 1)``."""
+    if high == math.inf:
+        return f"a finite number {'>=' if low_ok else '>'} {low:g}"
+    return f"in {'[' if low_ok else '('}{low:g}, {high:g}{']' if high_ok else ')'}"
+
+
+def _as_float(text: str) -> float:
+    """``text`` as a number; NaN when it is none."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+#: What each scalar type of a field reads as, alone and in a list.
+_KINDS: dict[type, tuple[str, str]] = {
+    bool: ("true or false", "true or false values"),
+    int: ("an integer", "integers"),
+    float: ("a number", "numbers"),
+    str: ("a string", "strings"),
+}
+
+
+def _conform_to(hint: Any, value: Any) -> Any:
+    """``value`` as type ``hint`` takes it, or ``TypeError`` saying what was expected.
+
+    Types other than those of :data:`_KINDS`, lists of them and unions of these are
+    taken as given."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        expected = []
+        for alternative in (a for a in args if a is not type(None)):
+            try:
+                return _conform_to(alternative, value)
+            except TypeError as error:
+                expected.append(str(error))
+        raise TypeError(" or ".join(expected))
+    if origin is list:
+        kind = f"a list of {_KINDS.get(args[0], ('', 'values'))[1]}"
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(kind)
+        try:
+            return [_conform_to(args[0], item) for item in value]
+        except TypeError:
+            raise TypeError(kind) from None
+    if hint is bool and isinstance(value, bool) or hint is int and is_int(value):
+        return value
+    if hint is float and is_number(value):
+        return float(value)
+    if hint is str and (isinstance(value, str) or is_number(value)):
+        return str(value)
+    if hint in _KINDS:
+        raise TypeError(_KINDS[hint][0])
+    return value
+
+
+_HINTS = typing.get_type_hints(TrainConfig)
+
+
+def conform(name: str, value: Any) -> Any:
+    """``value`` as the field ``name`` holds it, or ``TypeError`` naming the type expected.
+
+    From the field's type hint: an integer is also a number, a bool is neither; a
+    number stands for its text where a string is expected (``eval-every = 200``,
+    ``mixing-weight = 0.5``); a tuple is also a list.
+    """
+    return _conform_to(_HINTS[name], value)
+
+
+def _as_toml(value: Any) -> str:
+    """``value`` as TOML writes it (``true``, ``"a lot"``), as Python does if not one line."""
+    text = tomli_w.dumps({"x": value})
+    one_line = text.startswith("x = ") and text.count("\n") == 1
+    return text[len("x = "):].strip() if one_line else repr(value)
+
+
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The settings in a TOML file, with keys normalized to field names.
 
-    Unknown keys are an error naming them and the valid ones.
+    Raises ``ValueError`` naming the file and what to change: it cannot be read or
+    is not TOML; it has a section (settings go at the top level); a key is unknown
+    (listing the valid ones); a value is of the wrong type (naming the expected one).
     """
-    with open(path, "rb") as f:
-        raw = tomllib.load(f)
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read it ({error.strerror}); give a TOML file") from None
+    except ValueError as error:  # tomllib.TOMLDecodeError, or not UTF-8
+        raise ValueError(f"{path} is not valid TOML: {error}") from None
+    sections = [key for key, value in raw.items() if isinstance(value, dict)]
+    if sections:
+        raise ValueError(f"{path}: section(s) {', '.join(f'[{key}]' for key in sections)} "
+                         "found; settings go at the top level of the file: remove the "
+                         "[section] line(s)")
     names = {f.name for f in dataclasses.fields(TrainConfig)}
-    settings = {key.replace("-", "_"): value for key, value in raw.items()}
-    settings = {ALIASES.get(key, key): value for key, value in settings.items()}
-    unknown = sorted(set(settings) - names)
+    keys = {key: ALIASES.get(key.replace("-", "_"), key.replace("-", "_")) for key in raw}
+    unknown = sorted(key for key, name in keys.items() if name not in names)
     if unknown:
         raise ValueError(
             f"{path}: unknown setting(s) {', '.join(unknown)}; valid ones: {', '.join(sorted(names))}"
         )
+    settings: dict[str, Any] = {}
+    errors: list[str] = []
+    for key, name in keys.items():
+        try:
+            settings[name] = conform(name, raw[key])
+        except TypeError as expected:
+            errors.append(f"{key} = {_as_toml(raw[key])} in {path}: expected {expected}")
+    if errors:
+        raise ValueError("\n  ".join(errors))
     return settings
 
 

@@ -22,6 +22,8 @@ Only rank 0 writes files; every worker writes its own checkpoint file.
 from __future__ import annotations
 
 import math
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -34,7 +36,9 @@ from tqdm import tqdm
 import lsgd
 from lsgd import data as datasets
 from lsgd.models import build_model
+from lsgd.functional import finite_each
 from lsgd.plots import draw_graphs, plot_run
+from lsgd.strategies import DivergedError
 from lsgd.train import checkpoint, outputs
 from lsgd.train.build import (UsageError, Source, graphs_of, load_data, make_optimizer,
                               make_strategy, pick_device, preflight, steps_per_epoch)
@@ -78,13 +82,29 @@ class Worker:
         self.steps = self.epoch = self.batch = 0
         self.train_seconds = self.data_seconds = 0.0
         self.rows: list[dict[str, Any]] = []
+        # The mean training loss between evaluations, over the finite losses only.
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        self.loss_count = 0
+        self.loss_count = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.resets_seen = self.skipped_seen = 0
         self.last_train_loss = math.nan
         self.start = time.perf_counter()
         self.tensorboard: outputs.TensorBoard | None = None
-        if cfg.resume:
-            self._restore(checkpoint.load(Path(cfg.resume), self.rank, self.world))
+        # Faults for tests: a NaN loss at a step, or a SIGKILL (first attempt only).
+        faults = cfg.faults()
+        self.nan_at = faults.get(("nan", self.rank))
+        # Restarted by the elastic agent (torchrun --max-restarts, lsgd train --restarts):
+        # the same command again, which continues from the latest good checkpoint.
+        self.attempt = 0 if simulated else int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        self.kill_at = faults.get(("kill", self.rank)) if self.attempt == 0 else None
+        self.identity = {"method": cfg.method, "model": cfg.model, "dataset": cfg.dataset,
+                         "groups": info.groups}
+        self.restarts: list[dict[str, Any]] = []  # resumes and restarts of this run so far
+        resume = cfg.resume
+        if not resume and self.attempt > 0 and checkpoint.complete(self.run_dir):
+            resume = str(self.run_dir)
+        if resume:
+            self._resume(Path(resume))
+        self.progress_file = checkpoint.Progress(self.run_dir) if self.rank == 0 else None
 
     # -- checkpoints ---------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
@@ -101,7 +121,43 @@ class Worker:
         }
         if self.rank == 0:
             state["rows"] = self.rows
+            state["restarts"] = self.restarts
         return state
+
+    def _agree(self, mine: torch.Tensor) -> torch.Tensor:
+        """Every worker's ``mine`` (a small control-traffic all-gather), on the CPU."""
+        with self.comm.category("control"):
+            return self.comm.all_gather(mine.to(self.device)).cpu()
+
+    def _resume(self, run: Path) -> None:
+        """Continue from the newest checkpoint that verifies on every worker (collective)."""
+        chosen, skipped = checkpoint.choose(run, self.rank, self.world, self._agree)
+        checkpoint.check_identity(run, chosen, self.identity)
+        for bad in skipped:  # each worker names its own problem; rank 0 sets them aside
+            if bad.problem:
+                checkpoint.warn(f"checkpoint {bad.checkpoint.path.name} is not usable: "
+                                f"{bad.problem}")
+        if self.rank == 0 and skipped:
+            for bad in skipped:
+                checkpoint.warn(f"checkpoint {bad.checkpoint.path.name} set aside in "
+                                f"{checkpoint.folder(run) / 'unusable'} (worker(s) "
+                                f"{', '.join(map(str, bad.ranks))}); continuing from "
+                                f"{chosen.path.name}")
+            checkpoint.set_aside(run, [bad.checkpoint for bad in skipped])
+        state = checkpoint.read(chosen, self.rank)
+        self._restore(state)
+        if self.rank == 0:
+            reached = checkpoint.reached(run)
+            redone = max(0, reached - self.steps) if reached is not None else None
+            self.restarts = list(state.get("restarts", []))
+            self.restarts.append({
+                "kind": "restart" if self.attempt > 0 else "resume",
+                "attempt": self.attempt, "from_step": self.steps, "reached_step": reached,
+                "steps_redone": redone, "checkpoint": chosen.path.name,
+            })
+            if self.attempt > 0:
+                checkpoint.warn(f"restart {self.attempt}: continuing from {chosen.path.name} "
+                                f"(step {self.steps}; {redone} steps to redo)")
 
     def _restore(self, state: dict[str, Any]) -> None:
         for key in ("steps", "epoch", "batch", "train_seconds", "data_seconds"):
@@ -118,11 +174,24 @@ class Worker:
         self.rows = state.get("rows", [])
 
     def save_checkpoint(self) -> None:
-        checkpoint.save(self.run_dir, self.rank, self._state())
-        with self.comm.category("control"):
-            self.comm.barrier()
+        """Collective: every worker writes its file; rank 0 completes the checkpoint.
+
+        The gathered records (each file's SHA-256 and size) are also the barrier:
+        ``meta.json`` is written only once every file is on disk.
+        """
+        steps = round(self.pace.shared_steps)
+        record = checkpoint.write_rank(self.run_dir, steps, self.rank, self._state())
+        healthy = finite_each([list(self.model.parameters())])[0]
+        records = self._agree(torch.frombuffer(bytearray(record + bytes([healthy])),
+                                               dtype=torch.uint8))
+        if not records[:, -1].any():  # never replace a good checkpoint by a diverged one
+            raise DivergedError(
+                f"every worker's model is NaN or infinite at step {steps}; the checkpoint of "
+                f"this step was not completed, the last good one is kept in "
+                f"{checkpoint.folder(self.run_dir)}: lower the learning rate and resume")
         if self.rank == 0:
-            checkpoint.write_meta(self.run_dir, round(self.pace.shared_steps), self.world)
+            checkpoint.commit(self.run_dir, steps, [bytes(r[:-1].tolist()) for r in records],
+                              self.identity)
 
     # -- evaluation ----------------------------------------------------------------
     def evaluate_all(self) -> dict[str, Any]:
@@ -152,16 +221,18 @@ class Worker:
         if cfg.eval_workers:
             _, correct, n = evaluate(self.model, self.source)
             own_accuracy = correct / n
-        train_loss = float(self.loss_sum / self.loss_count) if self.loss_count else self.last_train_loss
+        finite_losses = float(self.loss_count)
+        train_loss = (float(self.loss_sum) / finite_losses if finite_losses
+                      else self.last_train_loss)
         self.last_train_loss = train_loss
         self.loss_sum.zero_()
-        self.loss_count = 0
+        self.loss_count.zero_()
         every = gather_named(self.comm, {
             "center_loss": c_loss, "center_correct": c_correct, "leader_loss": l_loss,
             "leader_correct": l_correct, "count": count, "accuracy": own_accuracy,
             "train_loss": train_loss, "bytes_sent": report.bytes_sent, "steps": self.steps,
             "rounds": report.rounds, "wait_seconds": report.wait_seconds,
-            "comm_seconds": report.comm_seconds,
+            "comm_seconds": report.comm_seconds, "resets": report.resets,
         }, self.device)
         spread = strategy.spread()  # decentralized: mean distance of the workers to the center
         total = float(every["count"].sum())
@@ -189,6 +260,7 @@ class Worker:
             row[f"worker{r}_rounds"] = int(every["rounds"][r])
             row[f"worker{r}_wait_seconds"] = float(every["wait_seconds"][r])
             row[f"worker{r}_comm_seconds"] = float(every["comm_seconds"][r])
+            row[f"worker{r}_resets"] = int(every["resets"][r])
         if cfg.eval_workers:
             for r in range(self.world):
                 row[f"worker{r}_accuracy"] = float(every["accuracy"][r])
@@ -237,6 +309,8 @@ class Worker:
             t1 = time.perf_counter()
             self.schedule.at(self._epochs_done(), pace.shared_seconds / 60)
             loss = F.cross_entropy(self.strategy.model(x), y)
+            if self.nan_at is not None or self.kill_at is not None:
+                loss = self._inject_faults(loss)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             if self.straggle > 1:
@@ -244,8 +318,12 @@ class Worker:
             self.strategy.step(loss)
             self.steps += 1
             self.batch += 1
-            self.loss_sum += loss.detach()
-            self.loss_count += 1
+            if self.progress_file is not None:
+                self.progress_file.mark(self.steps)
+            finite = torch.isfinite(loss.detach())
+            self.loss_sum += torch.where(finite, loss.detach(), 0.0)
+            self.loss_count += finite
+            self._note_divergence()
             self.data_seconds += t1 - t0
             self.train_seconds += self.clock() - c0
             evaluate_now, save, stop = pace.due(self.steps, self.train_seconds)
@@ -263,7 +341,35 @@ class Worker:
             self.record(self.evaluate_all())
         self.save_checkpoint()
         progress.close()
+        if self.progress_file is not None:
+            self.progress_file.close()
         return self.finish()
+
+    def _note_divergence(self) -> None:
+        """Say so when the strategy reset this worker or skipped a step for NaN or inf."""
+        resets = self.strategy.resets
+        skipped = getattr(self.strategy, "skipped_steps", 0)
+        if resets != self.resets_seen:
+            self.resets_seen = resets
+            print(f"worker {self.rank}: its state was NaN or infinite; reset at step "
+                  f"{self.steps} (reset {resets} of this run)", file=sys.stderr, flush=True)
+        if skipped != self.skipped_seen and self.rank == 0:
+            self.skipped_seen = skipped
+            print(f"step {self.steps}: the averaged gradient was NaN or infinite; every worker "
+                  f"skipped the step ({skipped} so far)", file=sys.stderr, flush=True)
+
+    def _inject_faults(self, loss: torch.Tensor) -> torch.Tensor:
+        """``--fault``: at its step, a NaN loss (and so NaN gradients), or a SIGKILL."""
+        step = self.steps + 1
+        if step == self.kill_at:
+            print(f"fault: worker {self.rank} kills itself (SIGKILL) at step {step}",
+                  file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if step == self.nan_at:
+            print(f"fault: worker {self.rank}'s loss is NaN at step {step}", file=sys.stderr,
+                  flush=True)
+            return loss * math.nan
+        return loss
 
     def _progress_fields(self, loss: float) -> dict[str, str]:
         """What the bar shows besides progress (only computed when it redraws)."""
@@ -282,7 +388,8 @@ class Worker:
             "bytes_sent": report.bytes_sent, "bytes_received": report.bytes_received,
             "data_seconds": self.data_seconds, "train_seconds": self.train_seconds,
             "comm_seconds": report.comm_seconds, "steps": self.steps, "rounds": report.rounds,
-            "wait_seconds": report.wait_seconds,
+            "wait_seconds": report.wait_seconds, "resets": report.resets,
+            "skipped_steps": report.details.get("skipped_steps", 0),
         }, self.device)
         if self.tensorboard is not None:
             self.tensorboard.close()
@@ -319,6 +426,11 @@ class Worker:
             "worker_comm_seconds": [float(v) for v in every["comm_seconds"]],
             "link": self.cfg.link,
             "link_kind": ("modeled" if self.modeled else "shaped") if self.cfg.link else None,
+            "worker_resets": [int(v) for v in every["resets"]],
+            "skipped_steps": int(every["skipped_steps"].max()),
+            "restarts": sum(1 for r in self.restarts if r["kind"] == "restart"),
+            "steps_redone": sum(r["steps_redone"] or 0 for r in self.restarts),
+            "resumes": self.restarts,
             "time_axis": ("simulated seconds: measured compute plus modeled transfers"
                           if self.modeled else "wall-clock seconds of training"),
             "out": str(self.run_dir),

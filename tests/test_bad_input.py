@@ -1,0 +1,278 @@
+"""Every bad input to `lsgd train` stops it before any worker starts: exit code 2, a
+message naming the value, the option (or key) and the fix, and no traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lsgd
+from lsgd.cli import main
+from lsgd.train.config import TrainConfig
+
+REPO = Path(__file__).resolve().parents[1]
+#: Fast and found on every machine; a case's own --dataset comes later and wins.
+BASE = ["train", "--dataset", "synthetic", "--quiet"]
+FASHION_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                 "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+CONFIGS = {
+    "section.toml": "[general]\nlr = 0.1\n",
+    "unknown.toml": "lr = 0.1\nlearning-rate = 0.1\n",
+    "pull.toml": 'pull = "a lot"\n',
+    "workers.toml": "workers = 2.5\n",
+    "nesterov.toml": 'nesterov = "yes"\n',
+    "drops.toml": "drops = 30\nschedule = \"step\"\n",
+    "lr.toml": "lr = true\n",
+    "straggle.toml": 'straggle = "1:2"\n',
+    "nan.toml": "lr = nan\n",
+    "broken.toml": "lr = = 0.1\n",
+    "easgd.toml": 'method = "easgd"\n',
+}
+
+# (id, arguments after BASE, what stderr must name); "{tmp}" stands for the test's folder.
+CASES = [
+    # numbers: not finite, or out of range
+    ("lr-nan", ["--lr", "nan"], ["--lr", "nan", "finite number > 0"]),
+    ("lr-inf", ["--lr", "inf"], ["--lr", "inf"]),
+    ("lr-minus-inf", ["--lr=-inf"], ["--lr", "-inf"]),
+    ("lr-zero", ["--lr", "0"], ["--lr", "0.0"]),
+    ("momentum-nan", ["--momentum", "nan"], ["--momentum", "nan", "[0, 1)"]),
+    ("momentum-one", ["--momentum", "1"], ["--momentum", "1.0"]),
+    ("momentum-negative", ["--momentum", "-0.5"], ["--momentum", "-0.5"]),
+    ("weight-decay-nan", ["--weight-decay", "nan"], ["--weight-decay", "nan"]),
+    ("weight-decay-negative", ["--weight-decay", "-1"], ["--weight-decay", "-1.0"]),
+    ("drop-factor-nan", ["--drop-factor", "nan"], ["--drop-factor", "nan", "(0, 1)"]),
+    ("drop-factor-zero", ["--drop-factor", "0"], ["--drop-factor", "0.0"]),
+    ("drop-factor-above-one", ["--drop-factor", "2"], ["--drop-factor", "2.0"]),
+    ("warmup-nan", ["--warmup-epochs", "nan"], ["--warmup-epochs", "nan"]),
+    ("warmup-negative", ["--warmup-epochs", "-1"], ["--warmup-epochs", "-1.0"]),
+    ("timeout-nan", ["--timeout", "nan"], ["--timeout", "nan"]),
+    ("timeout-inf", ["--timeout", "inf"], ["--timeout", "inf"]),
+    ("pull-nan", ["--pull", "nan"], ["--pull", "nan", "[0, 1]"]),
+    ("scope-nan", ["--scope", "nan"], ["--scope", "nan"]),
+    ("pull-global-inf", ["--pull-global", "inf", "--groups", "2"], ["--pull-global", "inf"]),
+    ("scope-global-negative", ["--scope-global", "-1", "--groups", "2"],
+     ["--scope-global", "-1.0"]),
+    ("moving-rate-nan", ["--method", "easgd", "--moving-rate", "nan"], ["--moving-rate", "nan"]),
+    ("budget-nan", ["--method", "matcha", "--budget", "nan"], ["--budget", "nan", "(0, 1]"]),
+    ("budget-zero", ["--method", "matcha", "--budget", "0"], ["--budget", "0.0"]),
+    ("mixing-weight-nan", ["--method", "dpsgd", "--mixing-weight", "nan"],
+     ["--mixing-weight", "nan", "auto, max-degree or a number in (0, 1]"]),
+    ("mixing-weight-negative", ["--method", "dpsgd", "--mixing-weight", "-0.5"],
+     ["--mixing-weight", "-0.5"]),
+    ("mixing-weight-inf", ["--method", "dpsgd", "--mixing-weight", "inf"],
+     ["--mixing-weight", "inf"]),
+    ("mixing-weight-word", ["--method", "dpsgd", "--mixing-weight", "heavy"],
+     ["--mixing-weight", "heavy"]),
+    ("c-b-nan", ["--method", "al-dsgd", "--c-b", "nan"], ["--c-b", "nan"]),
+    ("c-d-inf", ["--method", "al-dsgd", "--c-d", "inf"], ["--c-d", "inf"]),
+    ("p-b-negative", ["--method", "al-dsgd", "--p-b", "-1"], ["--p-b", "-1.0"]),
+    ("p-d-above-one", ["--method", "al-dsgd", "--p-d", "2"], ["--p-d", "2.0"]),
+    ("epochs-inf", ["--epochs", "inf"], ["--epochs", "inf"]),
+    ("epochs-nan", ["--epochs", "nan"], ["--epochs", "nan"]),
+    ("minutes-nan", ["--minutes", "nan"], ["--minutes", "nan"]),
+    ("minutes-negative", ["--minutes", "-1"], ["--minutes", "-1.0"]),
+    ("drops-nan", ["--schedule", "step", "--drops", "30", "nan"], ["--drops", "nan"]),
+    ("drops-negative", ["--schedule", "step", "--drops", "-5"], ["--drops", "-5"]),
+    ("drops-inf", ["--schedule", "step", "--drops", "inf"], ["--drops", "inf"]),
+    ("drops-missing", ["--schedule", "step"], ["--schedule", "step", "--drops"]),
+    # integers
+    ("workers-zero", ["--workers", "0"], ["--workers", "0", "positive integer"]),
+    ("groups-not-dividing", ["--workers", "4", "--groups", "3"], ["--groups 3", "--workers 4"]),
+    ("batch-size-zero", ["--batch-size", "0"], ["--batch-size", "0"]),
+    ("batch-size-too-big", ["--batch-size", "100000"], ["--batch-size 100000", "shard"]),
+    ("period-zero", ["--period", "0"], ["--period", "0"]),
+    ("gossip-period-zero", ["--method", "dpsgd", "--gossip-period", "0"], ["--gossip-period", "0"]),
+    ("steps-zero", ["--steps", "0"], ["--steps", "0"]),
+    ("global-period-zero", ["--groups", "2", "--global-period", "0"], ["--global-period", "0"]),
+    ("global-period-not-multiple", ["--groups", "2", "--global-period", "20"],
+     ["--global-period 20", "--period 16"]),
+    ("patience-zero", ["--patience", "0"], ["--patience", "0"]),
+    ("leader-window-zero", ["--leader-window", "0"], ["--leader-window", "0"]),
+    ("checkpoint-every-negative", ["--checkpoint-every", "-1"], ["--checkpoint-every", "-1"]),
+    ("bn-recalibrate-negative", ["--bn-recalibrate", "-1"], ["--bn-recalibrate", "-1"]),
+    ("workers-word", ["--workers", "four"], ["--workers", "four"]),
+    ("straggle-rank", ["--straggle", "7:2"], ["--straggle", "7:2", "[0, 4)"]),
+    ("straggle-factor", ["--straggle", "1:0.5"], ["--straggle", "1:0.5", ">= 1"]),
+    ("straggle-nan", ["--straggle", "1:nan"], ["--straggle", "1:nan"]),
+    ("eval-every-word", ["--eval-every", "soon"], ["--eval-every", "soon"]),
+    # names
+    ("method", ["--method", "foo"], ["--method", "'foo'"]),
+    ("optimizer", ["--optimizer", "foo"], ["--optimizer", "'foo'"]),
+    ("schedule", ["--schedule", "foo"], ["--schedule", "'foo'"]),
+    ("backend", ["--backend", "foo"], ["--backend", "'foo'"]),
+    ("model", ["--model", "foo"], ["--model foo", "choose one of"]),
+    ("dataset", ["--dataset", "foo"], ["--dataset foo", "choose one of"]),
+    ("augment", ["--augment", "foo"], ["--augment foo", "choose one of"]),
+    ("link", ["--link", "foo"], ["--link", "'foo'", "RATE"]),
+    ("async-synchronous-method", ["--method", "allreduce", "--async"],
+     ["--async", "allreduce"]),
+    # graphs
+    ("topology-kind", ["--method", "dpsgd", "--topology", "foo"], ["--topology", "'foo'"]),
+    ("topology-option", ["--method", "dpsgd", "--topology", "ring:foo=1"],
+     ["--topology", "ring:foo=1", "'foo'"]),
+    ("topology-value", ["--method", "dpsgd", "--topology", "ring:stride=abc"],
+     ["--topology", "'abc'"]),
+    ("topology-file", ["--method", "dpsgd", "--topology", "{tmp}/edges.txt"],
+     ["--topology", "{tmp}/edges.txt", "does not exist"]),
+    ("graphs-kind", ["--method", "dpsgd", "--graphs", "ring", "foo"], ["--graphs", "'foo'"]),
+    ("topology-disconnected", ["--method", "dpsgd", "--topology", "{tmp}/two.txt"],
+     ["--topology", "connected"]),
+    # datasets
+    ("cifar-missing-folder", ["--dataset", "cifar10", "--data-dir", "/nonexistent/cifar"],
+     ["--dataset cifar10", "--data-dir /nonexistent/cifar (no such folder)", "data_batch_1"]),
+    ("cifar-incomplete", ["--dataset", "cifar10", "--data-dir", "{tmp}/cifar"],
+     ["--dataset cifar10", "--data-dir {tmp}/cifar", "data_batch_2", "test_batch"]),
+    ("cifar100-incomplete", ["--dataset", "cifar100", "--data-dir", "{tmp}/cifar"],
+     ["--dataset cifar100", "--data-dir {tmp}/cifar", "cifar-100-python"]),
+    ("fashion-missing-folder", ["--dataset", "fashion-mnist", "--data-dir", "/nonexistent/fm"],
+     ["--dataset fashion-mnist", "--data-dir /nonexistent/fm", "train-images-idx3-ubyte"]),
+    ("fashion-empty-files", ["--dataset", "fashion-mnist", "--data-dir", "{tmp}/fashion"],
+     ["--dataset fashion-mnist", "--data-dir {tmp}/fashion", "cannot read"]),
+    ("data-dir-a-file", ["--dataset", "cifar10", "--data-dir", "{tmp}/file"],
+     ["--data-dir {tmp}/file (not a folder)"]),
+    ("imagenet-missing-folder", ["--dataset", "imagenet", "--data-dir", "/nonexistent/in"],
+     ["--dataset imagenet", "--data-dir /nonexistent/in", "train/"]),
+    # the run folder
+    ("out-under-a-file", ["--out", "{tmp}/file/run"],
+     ["--out {tmp}/file/run", "cannot create or write", "choose another --out"]),
+    ("out-already-a-run", ["--out", "{tmp}/run"], ["{tmp}/run already holds a run", "--resume"]),
+    # --resume
+    ("resume-not-a-run", ["--resume", "{tmp}/cifar"], ["--resume {tmp}/cifar", "no run there"]),
+    ("resume-missing", ["--resume", "{tmp}/nowhere"], ["--resume {tmp}/nowhere", "no run there"]),
+    ("resume-method", ["--resume", "{tmp}/run", "--method", "easgd"],
+     ["--resume {tmp}/run", "trained with --method lsgd", "asks for easgd", "drop --method"]),
+    ("resume-model", ["--resume", "{tmp}/run", "--model", "cnn7"],
+     ["trained with --model mlp", "asks for cnn7", "drop --model"]),
+    ("resume-dataset", ["--resume", "{tmp}/run", "--dataset", "digits"],
+     ["trained with --dataset synthetic", "asks for digits", "drop --dataset"]),
+    ("resume-workers", ["--resume", "{tmp}/run", "--workers", "4"],
+     ["trained with --workers 2", "asks for 4", "drop --workers"]),
+    ("resume-groups", ["--resume", "{tmp}/run", "--groups", "2"],
+     ["trained with --groups 1", "asks for 2", "drop --groups"]),
+    ("resume-config-method", ["--resume", "{tmp}/run", "--config", "{tmp}/easgd.toml"],
+     ["trained with --method lsgd", "asks for easgd (method in {tmp}/easgd.toml)"]),
+    # --config
+    ("config-section", ["--config", "{tmp}/section.toml"],
+     ["{tmp}/section.toml", "[general]", "top level"]),
+    ("config-unknown-key", ["--config", "{tmp}/unknown.toml"],
+     ["{tmp}/unknown.toml", "unknown setting(s) learning-rate"]),
+    ("config-pull-text", ["--config", "{tmp}/pull.toml"],
+     ['pull = "a lot" in {tmp}/pull.toml: expected a number']),
+    ("config-workers-fraction", ["--config", "{tmp}/workers.toml"],
+     ["workers = 2.5 in {tmp}/workers.toml: expected an integer"]),
+    ("config-nesterov-text", ["--config", "{tmp}/nesterov.toml"],
+     ['nesterov = "yes" in {tmp}/nesterov.toml: expected true or false']),
+    ("config-drops-number", ["--config", "{tmp}/drops.toml"],
+     ["drops = 30 in {tmp}/drops.toml: expected a list of numbers"]),
+    ("config-lr-bool", ["--config", "{tmp}/lr.toml"],
+     ["lr = true in {tmp}/lr.toml: expected a number"]),
+    ("config-straggle-text", ["--config", "{tmp}/straggle.toml"],
+     ['straggle = "1:2" in {tmp}/straggle.toml: expected a list of strings']),
+    ("config-nan", ["--config", "{tmp}/nan.toml"], ["--lr", "nan"]),
+    ("config-not-toml", ["--config", "{tmp}/broken.toml"],
+     ["{tmp}/broken.toml is not valid TOML", "line 1, column 6"]),
+    ("config-missing", ["--config", "{tmp}/nowhere.toml"],
+     ["--config {tmp}/nowhere.toml", "no such file"]),
+    ("config-a-folder", ["--config", "{tmp}/cifar"], ["{tmp}/cifar", "cannot read"]),
+]
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """Config files, broken datasets, a regular file and a run to resume, in ``tmp_path``."""
+    for name, text in CONFIGS.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "two.txt").write_text("0 1\n2 3\n")  # 4 workers, two parts
+    (tmp_path / "cifar").mkdir()
+    (tmp_path / "cifar" / "data_batch_1").write_bytes(b"")
+    (tmp_path / "fashion").mkdir()
+    for name in FASHION_FILES:
+        (tmp_path / "fashion" / name).write_bytes(b"")
+    (tmp_path / "file").write_text("not a folder\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = TrainConfig(method="lsgd", model="mlp", dataset="synthetic", workers=2, groups=1,
+                        out=str(run))
+    (run / "config.toml").write_text(saved.to_toml())
+    (run / "metrics.csv").write_text("step\n")
+    return tmp_path
+
+
+@pytest.fixture
+def no_workers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Fail the test if a worker would start (the mistake was not caught before); run
+    in ``tmp_path``, where the default run folders would go."""
+    def start(*args: object, **kwargs: object) -> None:
+        raise AssertionError("workers would start")
+
+    monkeypatch.setattr(lsgd, "launch", start)
+    monkeypatch.setattr(lsgd, "simulate", start)
+    monkeypatch.chdir(tmp_path)
+
+
+def _fill(items: list[str], tmp: Path) -> list[str]:
+    return [item.replace("{tmp}", str(tmp)) for item in items]
+
+
+def _assert_reported(argv: list[str], expected: list[str],
+                     capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    for part in expected:
+        assert part in err, f"{part!r} not in {err!r}"
+
+
+@pytest.mark.parametrize("args,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_exits_2_naming_it(args: list[str], expected: list[str], workdir: Path,
+                                     no_workers: None,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    _assert_reported([*BASE, *_fill(args, workdir)], _fill(expected, workdir), capsys)
+
+
+def test_out_that_cannot_be_created(no_workers: None,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    if not Path("/proc/self").exists():
+        pytest.skip("no /proc on this system")
+    _assert_reported([*BASE, "--out", "/proc/x/run"],
+                     ["--out /proc/x/run", "cannot create or write", "choose another --out"],
+                     capsys)
+
+
+def test_out_that_is_not_writable(tmp_path: Path, no_workers: None,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        _assert_reported([*BASE, "--out", str(locked)],
+                         [f"--out {locked}", "Permission denied", "choose another --out"], capsys)
+        _assert_reported([*BASE, "--out", str(locked / "run")],
+                         [f"--out {locked / 'run'}", "Permission denied"], capsys)
+    finally:
+        locked.chmod(0o700)
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--lr", "nan"], ["--lr", "nan"]),
+    (["--out", "{tmp}/file/run"], ["--out {tmp}/file/run", "cannot create or write"]),
+    (["--config", "{tmp}/pull.toml"], ['pull = "a lot"', "expected a number"]),
+], ids=["lr-nan", "out-under-a-file", "config-wrong-type"])
+def test_the_command_exits_2_without_a_traceback(args: list[str], expected: list[str],
+                                                  workdir: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "lsgd", *BASE, *_fill(args, workdir)],
+                          capture_output=True, text=True, env=env, cwd=workdir, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    for part in _fill(expected, workdir):
+        assert part in done.stderr
+    assert not (workdir / "runs").exists(), "no default run folder either"
