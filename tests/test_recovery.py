@@ -182,3 +182,14 @@ def test_shaped_nodes_restart_a_killed_worker_from_the_last_checkpoint(tmp_path:
     assert 0 < summary["steps_redone"] <= INTERVAL, summary["resumes"]
     assert summary["steps"] == 100
     assert summary["test_accuracy"] >= 0.95, summary  # 0.98 measured; chance is 0.1
+
+
+def test_a_checkpoint_of_the_single_folder_layout_still_loads(tmp_path: Path) -> None:
+    """Before step folders: ``checkpoints/rank-R.pt`` and ``checkpoints/meta.json``, no checksums."""
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    torch.save({"steps": 30, "model": {"w": torch.ones(2)}}, folder / "rank-0.pt")
+    (folder / "meta.json").write_text(json.dumps({"steps": 30, "world_size": 1}))
+    found, problems = checkpoint.usable(tmp_path, 1)
+    assert found is not None and found.path == folder and problems == []
+    assert torch.equal(checkpoint.read(found, 0)["model"]["w"], torch.ones(2))

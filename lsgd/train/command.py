@@ -135,6 +135,7 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
         restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
         if info.rank == 0 and not restarted:  # a restart continues the folder it made
             _prepare(cfg, out)
+            _note_shared_store()
         try:
             return loop.run_worker(info, cfg)
         finally:
@@ -148,6 +149,18 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
         results = lsgd.launch(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
                               timeout=cfg.timeout, link=cfg.link, max_restarts=cfg.restarts)
     return results[0]
+
+
+def _note_shared_store() -> None:
+    """Under torchrun with restarts across nodes: say what they need to work."""
+    env = os.environ
+    if (int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0
+            and int(env.get("GROUP_WORLD_SIZE", "1")) > 1
+            and env.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)):
+        print("note: restarts across nodes need a fresh store per restart: export "
+              "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before torchrun on every node, and give "
+              "--max-restarts twice the failures to survive (see docs/reliability.md)",
+              file=sys.stderr)
 
 
 def _prepare(cfg: TrainConfig, out: Path) -> None:
