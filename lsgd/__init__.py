@@ -1,7 +1,7 @@
 """lsgd: communication-efficient distributed training for PyTorch.
 
 Leader SGD (single- and multi-leader) and its baselines (EASGD, local SGD,
-all-reduce data parallel, independent SGD, the LARS optimizer) and the
+DiLoCo, all-reduce data parallel, independent SGD, the LARS optimizer) and the
 decentralized family (D-PSGD, MATCHA, AL-DSGD on graphs from ``lsgd.topology``),
 running on torch.distributed (gloo or NCCL, launched with torchrun) or in an in-process
 simulator with the same strategy code.
@@ -19,7 +19,7 @@ from lsgd.comm import (
 from lsgd.launch import launch
 from lsgd.optim import LARS, lars_param_groups
 from lsgd.strategies import EASGD, LSGD, AllReduce, Independent, LocalSGD, Strategy
-from lsgd.strategies import ALDSGD, DPSGD, MATCHA, Decentralized, DivergedError, Report
+from lsgd.strategies import ALDSGD, DPSGD, MATCHA, Decentralized, DiLoCo, DivergedError, Report
 from lsgd.registry import make_strategy, strategy_names
 from lsgd import topology
 from lsgd.topology import Topology
@@ -33,6 +33,7 @@ __all__ = [
     "Communicator",
     "DPSGD",
     "Decentralized",
+    "DiLoCo",
     "DivergedError",
     "EASGD",
     "Independent",

@@ -14,12 +14,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from lsgd.strategies import ALDSGD, DPSGD, EASGD, LSGD, MATCHA, AllReduce, Independent, LocalSGD
+from lsgd.strategies import (ALDSGD, DPSGD, EASGD, LSGD, MATCHA, AllReduce, DiLoCo, Independent,
+                              LocalSGD)
 from lsgd.strategies.base import Strategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
-    for cls in (LSGD, EASGD, LocalSGD, AllReduce, Independent, DPSGD, MATCHA, ALDSGD)
+    for cls in (LSGD, EASGD, LocalSGD, AllReduce, Independent, DPSGD, MATCHA, ALDSGD, DiLoCo)
 }
 
 

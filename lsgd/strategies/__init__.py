@@ -4,6 +4,7 @@ from lsgd.strategies.aldsgd import ALDSGD
 from lsgd.strategies.allreduce import AllReduce
 from lsgd.strategies.base import DivergedError, Strategy
 from lsgd.strategies.decentralized import Decentralized
+from lsgd.strategies.diloco import DiLoCo
 from lsgd.strategies.dpsgd import DPSGD
 from lsgd.strategies.easgd import EASGD
 from lsgd.strategies.independent import Independent
@@ -17,6 +18,7 @@ __all__ = [
     "AllReduce",
     "DPSGD",
     "Decentralized",
+    "DiLoCo",
     "DivergedError",
     "EASGD",
     "Independent",

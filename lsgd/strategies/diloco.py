@@ -1,0 +1,147 @@
+"""DiLoCo (Douillard et al., "DiLoCo: Distributed Low-Communication Training of
+Language Models", 2023): local steps of an inner optimizer, and every
+``period`` steps an outer Nesterov step on the averaged pseudo-gradient
+(docs/algorithms.md, "DiLoCo").
+
+Every worker holds an identical copy of the global parameters ``θ_g`` (a flat
+buffer), which start as the worker's parameters after the initial broadcast
+(the mean of the workers' initial parameters with ``init="independent"``).
+Each worker runs its own inner optimizer (its state is kept across rounds, as
+in DiLoCo). Every ``period`` (H) steps, with ``θ̄`` the mean of the workers'
+parameters (one all-reduce of the state)::
+
+    Δ   = θ_g - θ̄                    (the pseudo-gradient)
+    v   <- μ v + Δ                     (torch.optim.SGD(nesterov=True) over θ_g,
+    θ_g <- θ_g - lr_out (Δ + μ v)       no dampening or weight decay)
+    θ   <- θ_g                         (on every worker)
+
+with ``lr_out = outer_lr`` (default 0.7) and ``μ = outer_momentum`` (default
+0.9, the paper's values); ``μ = 0`` is plain SGD, and ``outer_lr=1,
+outer_momentum=0`` is local SGD. Every worker applies the same step to the
+same ``θ̄``, so the copies of ``θ_g`` and ``v`` stay identical. With
+``sync_buffers=True`` the floating buffers (BatchNorm statistics) travel in
+the same all-reduce and are simply averaged: there is no outer step for
+buffers. **Communicated per round:** one all-reduce of the state, the same
+bytes as a round of local SGD, and nothing else.
+
+Diverged workers (a state with a NaN or infinite value), as in local SGD:
+when ``θ̄`` comes out non-finite (the same on every worker, so all agree
+without a message), the mean is redone over the healthy workers only (each
+all-reduces its state if finite and zeros otherwise, plus the healthy count,
+one float64 of ``"control"`` traffic). The outer step then takes that mean;
+healthy workers continue from the new ``θ_g``, and a diverged worker is reset
+to it with its inner optimizer state cleared (``report().resets``). With no
+healthy worker every worker raises
+:class:`~lsgd.strategies.base.DivergedError`. A healthy round costs one
+finiteness check of the mean (one synchronisation) and nothing else.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from lsgd import _validate
+from lsgd.comm import Communicator
+from lsgd.flat import FlatBuffer
+from lsgd.strategies.base import Strategy, _finite
+from lsgd.strategies.rounds import Cadence
+
+
+class DiLoCo(Strategy):
+    """Inner optimizer steps; every ``period`` steps an outer Nesterov step on the
+    mean pseudo-gradient, from which every worker continues.
+
+    Args:
+        period: H, inner steps between outer steps.
+        outer_lr: the outer optimizer's learning rate (> 0; DiLoCo's 0.7).
+        outer_momentum: its Nesterov momentum, in [0, 1) (DiLoCo's 0.9; 0 is
+            plain SGD).
+        comm, init, sync_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+
+    ``global_state`` holds ``θ_g``; ``center()`` is the mean of the workers'
+    states (one all-reduce, ``"eval"`` traffic), which is ``θ_g`` right after
+    a round.
+    """
+
+    name = "diloco"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        period: int = 16,
+        outer_lr: float = 0.7,
+        outer_momentum: float = 0.9,
+        comm: Communicator | None = None,
+        init: str = "broadcast",
+        sync_buffers: bool = True,
+    ) -> None:
+        self.period = _validate.positive_int("DiLoCo", "period", period)
+        if not _validate.is_number(outer_lr, finite=True) or outer_lr <= 0:
+            raise ValueError(f"DiLoCo: outer_lr must be a finite number > 0, got {outer_lr!r}")
+        if not _validate.is_number(outer_momentum) or not 0 <= outer_momentum < 1:
+            raise ValueError(
+                f"DiLoCo: outer_momentum must be a number in [0, 1), got {outer_momentum!r}")
+        self.outer_lr, self.outer_momentum = float(outer_lr), float(outer_momentum)
+        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers)
+        # The state is the parameters, then the floating buffers: θ_g is its first part.
+        self._parameters = len(list(model.parameters()))
+        self.global_state = FlatBuffer(self._state[: self._parameters])
+        self.global_state.copy_from(self._state[: self._parameters])
+        if self.init == "independent":
+            with self.comm.category("init"):
+                for buffer in self.global_state.buffers:
+                    self.comm.all_reduce_(buffer, op="mean")
+        self._delta = FlatBuffer(self.global_state.views)  # Δ, the outer optimizer's .grad
+        for buffer, grad in zip(self.global_state.buffers, self._delta.buffers):
+            buffer.grad = grad
+        self.outer_optimizer = torch.optim.SGD(
+            self.global_state.buffers, lr=self.outer_lr, momentum=self.outer_momentum,
+            nesterov=self.outer_momentum > 0)
+        self._mean = FlatBuffer(self._state)
+        self._use_cadences([Cadence("global", self.period, "world")])
+
+    def _round(self, names: list[str]) -> None:
+        self._average_into(self._mean)
+        healthy = _finite(self._mean.buffers)  # a finite mean: every worker is healthy
+        if not healthy:  # the rare path: the mean of the healthy workers instead
+            healthy, count = self._healthy_sum_into(self._mean)
+            torch._foreach_div_(self._mean.buffers, float(count))
+        self._outer_step()
+        if healthy:
+            self._mean.copy_to(self._state)
+        else:
+            self._reset_to(self._mean.views)
+        self.rounds += 1
+
+    def _outer_step(self) -> None:
+        """``Δ = θ_g - θ̄``, the outer optimizer's step on ``θ_g``, and ``θ_g`` written
+        over the parameter part of ``self._mean`` (its buffers stay the average)."""
+        mean_parameters = self._mean.views[: self._parameters]
+        self._delta.copy_from(self.global_state.views)
+        torch._foreach_sub_(self._delta.views, mean_parameters)
+        self.outer_optimizer.step()
+        torch._foreach_copy_(mean_parameters, self.global_state.views)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["global"] = [b.clone() for b in self.global_state.buffers]
+        state["outer"] = copy.deepcopy(self.outer_optimizer.state_dict()["state"])
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore ``θ_g`` and the outer momentum; the outer hyperparameters stay this
+        strategy's own (``outer_lr``, ``outer_momentum``)."""
+        super().load_state_dict(state)
+        for buffer, value in zip(self.global_state.buffers, state["global"]):
+            buffer.copy_(value)
+        self.outer_optimizer.load_state_dict({
+            "state": copy.deepcopy(dict(state["outer"])),
+            "param_groups": self.outer_optimizer.state_dict()["param_groups"],
+        })
