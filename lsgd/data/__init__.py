@@ -27,7 +27,7 @@ import os
 from lsgd.data.cifar import CIFAR_MEAN, CIFAR_STD, cifar, cifar_dir
 from lsgd.data.dataset import Dataset, shard
 from lsgd.data.imagenet import (IMAGENET_MEAN, IMAGENET_STD, ImageFolder, imagenet,
-                                random_resized_crop_params)
+                                imagenet_dir, random_resized_crop_params)
 from lsgd.data.mnist import DEBIAN_FASHION_MNIST, digits, fashion_mnist, fashion_mnist_dir, read_idx
 from lsgd.data.synthetic import synthetic
 
@@ -35,6 +35,7 @@ __all__ = [
     "CIFAR_MEAN",
     "CIFAR_STD",
     "DATASETS",
+    "FACTS",
     "DEBIAN_FASHION_MNIST",
     "Dataset",
     "IMAGENET_MEAN",
@@ -46,7 +47,9 @@ __all__ = [
     "fashion_mnist",
     "fashion_mnist_dir",
     "imagenet",
+    "imagenet_dir",
     "load_dataset",
+    "locate",
     "random_resized_crop_params",
     "read_idx",
     "shard",
@@ -56,6 +59,35 @@ __all__ = [
 
 #: The dataset names :func:`load_dataset` knows.
 DATASETS = ("fashion-mnist", "cifar10", "cifar100", "imagenet", "digits", "synthetic")
+
+
+#: What is known of each dataset without reading it: an image's shape as the model
+#: sees it before augmentation, the classes (ImageNet's come from its folder; 1000
+#: stands in) and the training examples (None where the folder decides).
+FACTS: dict[str, tuple[tuple[int, int, int], int, int | None]] = {
+    "fashion-mnist": ((1, 28, 28), 10, 60_000),
+    "cifar10": ((3, 32, 32), 10, 50_000),
+    "cifar100": ((3, 32, 32), 100, 50_000),
+    "imagenet": ((3, 224, 224), 1000, None),
+    "digits": ((1, 8, 8), 10, 1347),
+    "synthetic": ((1, 28, 28), 10, 2048),
+}
+
+
+def locate(name: str, data_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """Why :func:`load_dataset` would not find ``name``'s files (looked for, never
+    read), or None when they are where it looks (or it needs none)."""
+    key = name.lower()
+    try:
+        if key == "fashion-mnist":
+            fashion_mnist_dir(data_dir)
+        elif key in ("cifar10", "cifar100"):
+            cifar_dir(data_dir, int(key[len("cifar"):]))
+        elif key == "imagenet":
+            imagenet_dir(data_dir)
+    except FileNotFoundError as error:
+        return str(error)
+    return None
 
 
 def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> Dataset | ImageFolder:

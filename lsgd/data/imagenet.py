@@ -75,17 +75,7 @@ class ImageFolder:
     def __init__(self, root: str | os.PathLike[str], size: int = 224, resize: int = 256,
                  threads: int = 0, name: str = "imagenet") -> None:
         _pil()
-        base = Path(root)
-        if not (base / "train").is_dir() and (base / "imagenet" / "train").is_dir():
-            base = base / "imagenet"
-        missing = [s for s in ("train", "val") if not (base / s).is_dir()]
-        if missing:
-            raise FileNotFoundError(
-                f"Image folder {base} lacks {' and '.join(s + '/' for s in missing)}: expected "
-                f"{base}/train/<class>/*.JPEG and {base}/val/<class>/*.JPEG. lsgd cannot "
-                "download ImageNet: get it from image-net.org, sort val/ into class "
-                "folders, and pass --data-dir pointing at the folder holding train/ and val/."
-            )
+        base = image_folder_dir(root)
         self.root = base
         self.name = name
         self.size = int(size)
@@ -206,12 +196,34 @@ def random_resized_crop_params(height: int, width: int, u: Sequence[float],
     return (height - h) // 2, (width - w) // 2, h, w
 
 
-def imagenet(root: str | os.PathLike[str] | None = None, **kwargs: Any) -> ImageFolder:
-    """ImageNet as a lazily decoded :class:`ImageFolder` (``root`` default ``$LSGD_DATA``)."""
+def image_folder_dir(root: str | os.PathLike[str]) -> Path:
+    """The folder holding ``train/`` and ``val/``: ``root`` or its ``imagenet/``;
+    ``FileNotFoundError`` saying what is missing (nothing is read)."""
+    base = Path(root)
+    if not (base / "train").is_dir() and (base / "imagenet" / "train").is_dir():
+        base = base / "imagenet"
+    missing = [s for s in ("train", "val") if not (base / s).is_dir()]
+    if missing:
+        raise FileNotFoundError(
+            f"Image folder {base} lacks {' and '.join(s + '/' for s in missing)}: expected "
+            f"{base}/train/<class>/*.JPEG and {base}/val/<class>/*.JPEG. lsgd cannot "
+            "download ImageNet: get it from image-net.org, sort val/ into class "
+            "folders, and pass --data-dir pointing at the folder holding train/ and val/."
+        )
+    return base
+
+
+def imagenet_dir(root: str | os.PathLike[str] | None = None) -> Path:
+    """ImageNet's folder (``root``, default ``$LSGD_DATA``), found without reading it."""
     base = root if root is not None else os.environ.get("LSGD_DATA")
     if base is None:
         raise FileNotFoundError(
             "ImageNet needs a folder holding train/<class>/*.JPEG and val/<class>/*.JPEG: "
             "lsgd cannot download it; pass --data-dir (or set $LSGD_DATA)."
         )
-    return ImageFolder(base, **kwargs)
+    return image_folder_dir(base)
+
+
+def imagenet(root: str | os.PathLike[str] | None = None, **kwargs: Any) -> ImageFolder:
+    """ImageNet as a lazily decoded :class:`ImageFolder` (``root`` default ``$LSGD_DATA``)."""
+    return ImageFolder(imagenet_dir(root), **kwargs)

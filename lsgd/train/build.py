@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,9 @@ def strategy_knobs(cfg: TrainConfig) -> dict[str, Any]:
     elif cfg.method == "local-sgd":
         knobs.update(period=cfg.period, hierarchical=cfg.hierarchical,
                      global_period=cfg.global_period)
+    elif cfg.method == "diloco":
+        knobs.update(period=cfg.period, outer_lr=cfg.outer_lr,
+                     outer_momentum=cfg.outer_momentum)
     elif cfg.method in DECENTRALIZED:
         weight: Any = {"auto": None, "max-degree": "max-degree"}.get(cfg.mixing_weight)
         if weight is None and cfg.mixing_weight != "auto":
@@ -184,20 +188,33 @@ def steps_per_epoch(cfg: TrainConfig, n_train: int) -> int:
     return steps
 
 
-def preflight(cfg: TrainConfig) -> None:
+def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
     """Check, in the launching process, what would otherwise fail in every worker:
     the device, the dataset, the augmentation, the model on the dataset's input, the
-    graphs, the links, and the run folder."""
+    graphs, the links, and the run folder.
+
+    With ``read_data=False`` (``lsgd train --dry-run``) nothing is read or created:
+    the dataset's files are only looked for and its shape taken from
+    :data:`lsgd.data.FACTS`, and the run folder is only checked to be creatable.
+    Returns notes on what could not be checked then (an empty list otherwise).
+    """
     pick_device(cfg)
-    data = _read_dataset(cfg)
-    try:
-        source = Source(data, cfg, torch.device("cpu"))
-    except ValueError as error:
-        raise UsageError(f"--augment {cfg.augment}: {error}") from error
-    steps_per_epoch(cfg, source.n_train)
-    try:
+    notes: list[str] = []
+    if read_data:
+        data = _read_dataset(cfg)
+        try:
+            source = Source(data, cfg, torch.device("cpu"))
+        except ValueError as error:
+            raise UsageError(f"--augment {cfg.augment}: {error}") from error
+        input_shape, classes, n_train = source.input_shape, source.data.classes, source.n_train
+    else:
+        input_shape, classes, n_train, notes = _dataset_facts(cfg)
+    if n_train is not None:
+        steps_per_epoch(cfg, n_train)
+    try:  # the input the model sees (after the test transform), then the model on it
+        shape = input_shape()
         with torch.device("meta"):
-            build_model(cfg.model, source.input_shape(), source.data.classes)
+            build_model(cfg.model, shape, classes)
     except ValueError as error:
         raise UsageError(f"--model {cfg.model} on --dataset {cfg.dataset}: {error}") from error
     if cfg.method in DECENTRALIZED:
@@ -218,7 +235,41 @@ def preflight(cfg: TrainConfig) -> None:
     if "TORCHELASTIC_RUN_ID" not in os.environ:  # under torchrun the groups are the nodes
         check_single_leader(cfg, cfg.groups)
     if os.environ.get("RANK", "0") == "0":  # the process that writes the run folder
-        make_run_folder(cfg.out_dir, probe=True)
+        make_run_folder(cfg.out_dir, probe=True, create=read_data)
+    return notes
+
+
+def _dataset_facts(
+    cfg: TrainConfig,
+) -> tuple[Callable[[], tuple[int, ...]], int, int | None, list[str]]:
+    """Without reading the dataset: the input shape the model sees (a function, as
+    :meth:`Source.input_shape`), the classes, the training examples (None: unknown)
+    and notes on files not found where a run looks."""
+    key = cfg.dataset.lower()
+    if key not in datasets.FACTS:
+        raise UsageError(f"--dataset {cfg.dataset}: unknown dataset {cfg.dataset!r}: choose "
+                         f"one of {', '.join(datasets.DATASETS)}")
+    missing = datasets.locate(key, cfg.data_dir)
+    if cfg.data_dir is not None and not os.path.isdir(cfg.data_dir):
+        problem = "not a folder" if os.path.exists(cfg.data_dir) else "no such folder"
+        raise UsageError(f"--dataset {cfg.dataset} --data-dir {cfg.data_dir} ({problem}): "
+                         f"{missing}")
+    notes = [f"dry run: {missing.split('. ')[0]} (a real run stops there; a dry run reads "
+             "no data)"] if missing else []
+    shape, classes, n_train = datasets.FACTS[key]
+    preset = augment.paper_preset(cfg.dataset, cfg.model) if cfg.augment == "auto" else cfg.augment
+    try:
+        augment.train_transform(preset)
+        test_fn = augment.test_transform(preset)
+    except ValueError as error:
+        raise UsageError(f"--augment {cfg.augment}: {error}") from error
+
+    def input_shape() -> tuple[int, ...]:
+        if key == "imagenet":  # decoded at its size
+            return shape
+        return tuple(test_fn(torch.zeros((1, *shape))).shape[1:])  # in memory: transformed
+
+    return input_shape, classes, n_train, notes
 
 
 def _read_dataset(cfg: TrainConfig) -> datasets.Dataset | datasets.ImageFolder:
@@ -238,10 +289,20 @@ def _read_dataset(cfg: TrainConfig) -> datasets.Dataset | datasets.ImageFolder:
                          f"{error}); check them, or extract the dataset again") from error
 
 
-def make_run_folder(out: Path, probe: bool = False) -> None:
+def make_run_folder(out: Path, probe: bool = False, create: bool = True) -> None:
     """Create the run folder ``out`` (with ``probe``, also write and remove a file in it);
-    a :class:`UsageError` naming the folder and the reason if that fails."""
+    a :class:`UsageError` naming the folder and the reason if that fails.
+
+    With ``create=False`` nothing is left behind: a folder is made and removed at
+    once in ``out`` or in its nearest existing parent, where ``out`` would go.
+    """
     try:
+        if not create:
+            existing = out
+            while not existing.exists() and existing.parent != existing:
+                existing = existing.parent
+            os.rmdir(tempfile.mkdtemp(prefix=".lsgd-probe-", dir=existing))
+            return
         out.mkdir(parents=True, exist_ok=True)
         if probe:
             test = out / f".lsgd-probe-{os.getpid()}"

@@ -80,6 +80,7 @@ def resolve(args: argparse.Namespace) -> TrainConfig:
             raise UsageError(f"--resume {run}: no run there ({saved} is missing); give a run "
                              "folder lsgd train wrote, or drop --resume to start a new run")
         settings.update(_read_settings(saved))
+        settings.pop("dry_run", None)  # a resumed run is a dry run only if this command says so
         _check_same_run(run, settings, from_file, config, given)
         settings["out"] = run
     settings.update(from_file)
@@ -163,14 +164,19 @@ def _note_shared_store() -> None:
               file=sys.stderr)
 
 
-def _prepare(cfg: TrainConfig, out: Path) -> None:
-    from lsgd.train import outputs
-    from lsgd.train.build import make_run_folder
-
+def _check_new_run(cfg: TrainConfig, out: Path) -> None:
+    """A run folder that already holds a run is continued with --resume, never overwritten."""
     if not cfg.resume and (out / "metrics.csv").exists():
         raise UsageError(
             f"{out} already holds a run; continue it with --resume {out} or choose another --out"
         )
+
+
+def _prepare(cfg: TrainConfig, out: Path) -> None:
+    from lsgd.train import outputs
+    from lsgd.train.build import make_run_folder
+
+    _check_new_run(cfg, out)
     make_run_folder(out)
     outputs.atomic_write(out / "config.toml", cfg.to_toml())
 
@@ -181,6 +187,8 @@ def run_train(args: argparse.Namespace) -> int:
     from lsgd.strategies import DivergedError
 
     cfg = resolve(args)
+    if cfg.dry_run:
+        return dry_run(cfg)
     from lsgd.train import loop
 
     loop.preflight(cfg)  # fail fast, before any worker starts, on what a person can fix
@@ -235,6 +243,25 @@ def _check_resumable(cfg: TrainConfig) -> None:
                                                 "dataset": cfg.dataset, "groups": cfg.groups})
     except ValueError as error:
         raise UsageError(str(error)) from None
+
+
+def dry_run(cfg: TrainConfig) -> int:
+    """``lsgd train --dry-run``: every check a real run makes before its workers start
+    that reads no data and creates nothing (:func:`~lsgd.train.build.preflight` with
+    ``read_data=False``, a run already in ``--out``, ``--resume``'s checkpoints), then
+    the resolved settings as TOML on stdout, with ``dry_run = false``: the text the
+    run would save as its config.toml, so ``--config`` of it starts the real run.
+    Notes on what was not checked go to stderr."""
+    from lsgd.train.build import preflight
+
+    notes = preflight(cfg, read_data=False)
+    _check_new_run(cfg, cfg.out_dir)
+    if cfg.resume and not _under_torchrun():
+        _check_resumable(cfg)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(dataclasses.replace(cfg, dry_run=False).to_toml(), end="")
+    return 0
 
 
 def _clock_unit(summary: dict[str, Any]) -> str:

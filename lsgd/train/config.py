@@ -43,6 +43,8 @@ DEVICES = ("auto", "cpu", "cuda")
 RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "lr": (0, math.inf, False, False),
     "momentum": (0, 1, True, False),
+    "outer_lr": (0, math.inf, False, False),
+    "outer_momentum": (0, 1, True, False),
     "weight_decay": (0, math.inf, True, False),
     "drop_factor": (0, 1, False, False),
     "warmup_epochs": (0, math.inf, True, False),
@@ -118,7 +120,7 @@ class TrainConfig:
     # LSGD
     pull: float = _f(0.1, "LSGD lambda: fraction of the way to the leader at a round")
     scope: float = _f(0.01, "LSGD gamma: every-step pull of gamma/period toward the leader")
-    period: int = _f(16, "steps between rounds (LSGD local level, EASGD, local SGD)")
+    period: int = _f(16, "steps between rounds (LSGD local level, EASGD, local SGD, DiLoCo)")
     pull_global: float | None = _f(None, "LSGD lambda_G (several groups; default: pull)")
     scope_global: float | None = _f(None, "LSGD gamma_G (several groups; default: scope)")
     global_period: int | None = _f(None, "LSGD tau_G / hierarchical local SGD global period "
@@ -128,6 +130,10 @@ class TrainConfig:
     # EASGD, local SGD
     moving_rate: float = _f(0.43, "EASGD beta")
     hierarchical: bool = _f(False, "local SGD: average inside groups, then across")
+    outer_lr: float = _f(0.7, "DiLoCo: learning rate of the outer Nesterov SGD on the "
+                              "pseudo-gradient, every --period steps")
+    outer_momentum: float = _f(0.9, "DiLoCo: Nesterov momentum of the outer SGD, in [0, 1) "
+                                    "(0: plain SGD)")
     # Decentralized methods (dpsgd, matcha, al-dsgd)
     topology: str = _f("ring", "communication graph: ring, torus, complete, erdos-renyi, with "
                                "options as KIND:key=value,... (ring:stride=3, "
@@ -163,6 +169,8 @@ class TrainConfig:
     resume: str | None = _f(None, "continue the run in this folder where it stopped")
     seed: int = _f(0, "random seed")
     quiet: bool = _f(False, "no progress bar")
+    dry_run: bool = _f(False, "check and print the resolved settings, then exit without "
+                              "loading data or training")
     tensorboard: bool = _f(False, "also log to TensorBoard in the run folder")
 
     def __post_init__(self) -> None:
