@@ -41,6 +41,7 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
                                 {"period": 16, "global_period": 64}]),
     "easgd": ("easgd", {}, [{"period": 16}, {"period": 4}]),
     "local-sgd": ("local-sgd", {}, [{"period": 16}, {"period": 4}]),
+    "diloco": ("diloco", {}, [{"period": 16}, {"period": 4}]),
     "allreduce": ("allreduce", {}, [{}]),
     "dpsgd": ("dpsgd", {}, [{"gossip_period": 1}, {"gossip_period": 4}]),
     "matcha": ("matcha", {}, [{"gossip_period": 1}, {"gossip_period": 4}]),
