@@ -19,6 +19,8 @@ dataset's normalization (:mod:`lsgd.data`):
                     32x32 crop and flip; test on the image as is. Black is the
                     normalized value of a zero pixel, ``-mean/std`` per channel,
                     which is what torchvision's pad-before-normalize gives.
+``"cifar100-32-pad"`` the same for CIFAR-100, whose black differs (its own
+                    mean and std).
 ``"fashion"``       Fashion-MNIST: no augmentation (the papers state none), train
                     and test are the identity.
 ``"fashion-crop"``  an optional Fashion-MNIST variant: pad 2 with the background
@@ -37,16 +39,18 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from lsgd.data import CIFAR_MEAN, CIFAR_STD
+from lsgd.data import CIFAR100_MEAN, CIFAR100_STD, CIFAR_MEAN, CIFAR_STD
 
 Transform = Callable[..., torch.Tensor]
 """A preset: ``transform(x, generator=None) -> x`` on a ``[B, C, H, W]`` batch."""
 
 #: The preset names :func:`train_transform` and :func:`test_transform` know.
-PRESETS = ("cifar-28", "cifar-32-pad", "fashion", "fashion-crop", "none")
+PRESETS = ("cifar-28", "cifar-32-pad", "cifar100-32-pad", "fashion", "fashion-crop", "none")
 
-#: Normalized value of a black CIFAR pixel, per channel.
+#: Normalized value of a black CIFAR-10 pixel, per channel.
 CIFAR_BLACK = tuple(-m / s for m, s in zip(CIFAR_MEAN, CIFAR_STD))
+#: Normalized value of a black CIFAR-100 pixel, per channel.
+CIFAR100_BLACK = tuple(-m / s for m, s in zip(CIFAR100_MEAN, CIFAR100_STD))
 
 
 def _pair(size: int | Sequence[int]) -> tuple[int, int]:
@@ -195,8 +199,14 @@ def _cifar_28_test(x: torch.Tensor, generator: torch.Generator | None = None) ->
     return center_crop(x, 28)
 
 
-def _cifar_32_pad_train(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    return random_crop(x, 32, padding=4, generator=generator, fill=CIFAR_BLACK, flip=0.5)
+def _cifar_32_pad_train(x: torch.Tensor, generator: torch.Generator | None = None,
+                        black: Sequence[float] = CIFAR_BLACK) -> torch.Tensor:
+    return random_crop(x, 32, padding=4, generator=generator, fill=tuple(black), flip=0.5)
+
+
+def _cifar100_32_pad_train(x: torch.Tensor,
+                           generator: torch.Generator | None = None) -> torch.Tensor:
+    return _cifar_32_pad_train(x, generator, CIFAR100_BLACK)
 
 
 def _fashion_crop_train(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -207,6 +217,7 @@ def _fashion_crop_train(x: torch.Tensor, generator: torch.Generator | None = Non
 _TRAIN: dict[str, Transform] = {
     "cifar-28": _cifar_28_train,
     "cifar-32-pad": _cifar_32_pad_train,
+    "cifar100-32-pad": _cifar100_32_pad_train,
     "fashion": _identity,
     "fashion-crop": _fashion_crop_train,
     "none": _identity,
@@ -214,6 +225,7 @@ _TRAIN: dict[str, Transform] = {
 _TEST: dict[str, Transform] = {
     "cifar-28": _cifar_28_test,
     "cifar-32-pad": _identity,
+    "cifar100-32-pad": _identity,
     "fashion": _identity,
     "fashion-crop": _identity,
     "none": _identity,
@@ -249,13 +261,16 @@ def output_shape(name: str, input_shape: Sequence[int]) -> tuple[int, ...]:
 def paper_preset(dataset: str, model: str | None = None) -> str:
     """The preset the papers use for ``dataset`` (a :data:`lsgd.data.DATASETS` name) and ``model``.
 
-    CIFAR: ``"cifar-32-pad"`` for VGG16, else ``"cifar-28"`` (CNN7, ResNet20);
+    CIFAR: ``"cifar-32-pad"`` (CIFAR-100: ``"cifar100-32-pad"``) for VGG16, else
+    ``"cifar-28"`` (CNN7, ResNet20);
     Fashion-MNIST: ``"fashion"``; everything else (digits, synthetic, and ImageNet,
     whose transforms :class:`lsgd.data.ImageFolder` applies itself): ``"none"``.
     """
     key = dataset.lower()
     if key in ("cifar10", "cifar100"):
-        return "cifar-32-pad" if model is not None and model.lower().startswith("vgg") else "cifar-28"
+        if model is not None and model.lower().startswith("vgg"):
+            return "cifar-32-pad" if key == "cifar10" else "cifar100-32-pad"
+        return "cifar-28"
     if key == "fashion-mnist":
         return "fashion"
     return "none"

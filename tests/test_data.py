@@ -14,7 +14,10 @@ import torch.nn.functional as F
 
 from lsgd import augment
 from lsgd.data import (
+    CIFAR100_MEAN,
+    CIFAR100_STD,
     CIFAR_MEAN,
+    CIFAR_NORMALIZATION,
     CIFAR_STD,
     DATASETS,
     IMAGENET_MEAN,
@@ -161,10 +164,26 @@ def test_cifar100_reader_uses_fine_labels(tmp_path: Path) -> None:
     assert data.classes == 100
     assert data.train_y.tolist() == [99, 0, 57, 12] and data.test_y.tolist() == [42, 7]
     assert data.train_x.shape == (4, 3, 32, 32) and data.test_x.shape == (2, 3, 32, 32)
-    # 128/255 = 0.50196: by hand (0.50196 - mean) / std per channel
-    expected = [0.052204, 0.099101, 0.275924]
+    # 128/255 = 0.50196: by hand (0.50196 - mean) / std per channel, with CIFAR-100's
+    # own mean (0.5071, 0.4865, 0.4409) and std (0.2673, 0.2564, 0.2762)
+    expected = [-0.019226, 0.060299, 0.221075]
     for c in range(3):
         assert torch.allclose(data.train_x[1, c], torch.tensor(expected[c]), atol=1e-4)
+    # every pixel, train and test, with CIFAR-100's constants (not CIFAR-10's)
+    mean = torch.tensor(CIFAR100_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(CIFAR100_STD).view(1, 3, 1, 1)
+    for x, raw in ((data.train_x, train), (data.test_x, test)):
+        pixels = torch.from_numpy(raw[b"data"].reshape(-1, 3, 32, 32))  # type: ignore[union-attr]
+        torch.testing.assert_close(x, (pixels / 255.0 - mean) / std)
+
+
+def test_cifar_normalization_constants() -> None:
+    # CIFAR-10 keeps the papers' values; CIFAR-100 has its own training-set statistics.
+    assert CIFAR_MEAN == (0.4914, 0.4822, 0.4465) and CIFAR_STD == (0.2023, 0.1994, 0.2010)
+    assert CIFAR100_MEAN == (0.5071, 0.4865, 0.4409)
+    assert CIFAR100_STD == (0.2673, 0.2564, 0.2762)
+    assert CIFAR_NORMALIZATION == {10: (CIFAR_MEAN, CIFAR_STD),
+                                   100: (CIFAR100_MEAN, CIFAR100_STD)}
 
 
 def test_missing_cifar_names_the_expected_files(tmp_path: Path) -> None:
@@ -326,6 +345,12 @@ def test_presets() -> None:
     border = (vgg == black).all(dim=1)  # pixels from the padding are black in all channels
     assert border.any() and not border.all()
     assert torch.equal(augment.test_transform("cifar-32-pad")(x), x)
+    # CIFAR-100's black: its own mean and std, not CIFAR-10's.
+    vgg100 = augment.train_transform("cifar100-32-pad")(torch.ones(8, 3, 32, 32), generator=g)
+    black100 = torch.tensor(augment.CIFAR100_BLACK).view(3, 1, 1)
+    assert torch.allclose(black100.flatten(),
+                          -torch.tensor(CIFAR100_MEAN) / torch.tensor(CIFAR100_STD))
+    assert (vgg100 == black100).all(dim=1).any() and not torch.equal(black100, black)
     f = torch.randn(8, 1, 28, 28)
     assert torch.equal(augment.train_transform("fashion")(f, generator=g), f)
     assert augment.train_transform("fashion-crop")(f, generator=g).shape == (8, 1, 28, 28)
@@ -338,6 +363,7 @@ def test_presets() -> None:
     assert augment.paper_preset("cifar10", "cnn7") == "cifar-28"
     assert augment.paper_preset("cifar100", "resnet20") == "cifar-28"
     assert augment.paper_preset("cifar10", "vgg16") == "cifar-32-pad"
+    assert augment.paper_preset("cifar100", "vgg16") == "cifar100-32-pad"
     assert augment.paper_preset("fashion-mnist") == "fashion"
     assert augment.paper_preset("synthetic") == "none"
 

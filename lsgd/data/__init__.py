@@ -7,8 +7,10 @@ In memory (a :class:`Dataset`, images float32 ``[N, C, H, W]``, labels int64 ``[
   ``dataset-fashion-mnist`` package folder ``/usr/share/datasets/fashion-mnist``.
   Normalized by the training set's mean and standard deviation.
 * CIFAR-10 / CIFAR-100 from the python-pickle folders of ``cifar-10-python.tar.gz``
-  / ``cifar-100-python.tar.gz`` (never downloaded by lsgd), normalized per channel
-  with the papers' mean (0.4914, 0.4822, 0.4465) and std (0.2023, 0.1994, 0.2010).
+  / ``cifar-100-python.tar.gz`` (never downloaded by lsgd), normalized per channel:
+  CIFAR-10 with the papers' mean (0.4914, 0.4822, 0.4465) and std (0.2023, 0.1994,
+  0.2010), CIFAR-100 with its training set's mean (0.5071, 0.4865, 0.4409) and std
+  (0.2673, 0.2564, 0.2762).
 * scikit-learn's bundled 8x8 digits (no download needed).
 * :func:`synthetic`: a learnable Gaussian-prototype task for quick runs.
 
@@ -24,7 +26,8 @@ from __future__ import annotations
 
 import os
 
-from lsgd.data.cifar import CIFAR_MEAN, CIFAR_STD, cifar, cifar_dir
+from lsgd.data.cifar import (CIFAR100_MEAN, CIFAR100_STD, CIFAR_MEAN, CIFAR_NORMALIZATION,
+                             CIFAR_STD, cifar, cifar_dir)
 from lsgd.data.dataset import Dataset, shard
 from lsgd.data.imagenet import (IMAGENET_MEAN, IMAGENET_STD, ImageFolder, imagenet,
                                 imagenet_dir, random_resized_crop_params)
@@ -32,7 +35,10 @@ from lsgd.data.mnist import DEBIAN_FASHION_MNIST, digits, fashion_mnist, fashion
 from lsgd.data.synthetic import synthetic
 
 __all__ = [
+    "CIFAR100_MEAN",
+    "CIFAR100_STD",
     "CIFAR_MEAN",
+    "CIFAR_NORMALIZATION",
     "CIFAR_STD",
     "DATASETS",
     "FACTS",

@@ -12,9 +12,21 @@ import torch
 
 from lsgd.data.dataset import Dataset
 
-#: The papers' CIFAR normalization, on the [0, 1] pixel scale.
+#: The papers' CIFAR-10 normalization, on the [0, 1] pixel scale.
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2023, 0.1994, 0.2010)
+
+#: CIFAR-100's own normalization, on the [0, 1] pixel scale: the per-channel mean
+#: and standard deviation of its 50,000 training images (0.50708, 0.48655, 0.44092)
+#: and (0.26733, 0.25644, 0.27615), the values commonly used for CIFAR-100.
+CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
+CIFAR100_STD = (0.2673, 0.2564, 0.2762)
+
+#: Classes -> the (mean, std) that :func:`cifar` normalizes with.
+CIFAR_NORMALIZATION: dict[int, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
+    10: (CIFAR_MEAN, CIFAR_STD),
+    100: (CIFAR100_MEAN, CIFAR100_STD),
+}
 
 # folder name, archive name, training files, test file, meta file, label key, class-names key
 _CIFAR = {
@@ -58,13 +70,15 @@ def _unpickle(path: Path) -> dict[str, Any]:
     return {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
 
 
-def _cifar_images(batches: Sequence[dict[str, Any]], label_key: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _cifar_images(batches: Sequence[dict[str, Any]], label_key: str,
+                  classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     data = np.concatenate([np.asarray(b["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
                            for b in batches])
     labels = np.concatenate([np.asarray(b[label_key], dtype=np.int64) for b in batches])
     x = torch.from_numpy(data).to(torch.float32).div_(255.0)
-    mean = torch.tensor(CIFAR_MEAN, dtype=torch.float32).view(1, 3, 1, 1)
-    std = torch.tensor(CIFAR_STD, dtype=torch.float32).view(1, 3, 1, 1)
+    mean_c, std_c = CIFAR_NORMALIZATION[classes]
+    mean = torch.tensor(mean_c, dtype=torch.float32).view(1, 3, 1, 1)
+    std = torch.tensor(std_c, dtype=torch.float32).view(1, 3, 1, 1)
     x.sub_(mean).div_(std)
     return x, torch.from_numpy(labels)
 
@@ -74,13 +88,17 @@ def cifar(root: str | os.PathLike[str] | None = None, classes: int = 10) -> Data
 
     ``root`` is the extracted ``cifar-10-batches-py`` / ``cifar-100-python`` folder
     or its parent (default ``$LSGD_DATA``). Pixels are scaled to [0, 1], then
-    normalized per channel by :data:`CIFAR_MEAN` and :data:`CIFAR_STD`.
+    normalized per channel: CIFAR-10 by :data:`CIFAR_MEAN` (0.4914, 0.4822, 0.4465)
+    and :data:`CIFAR_STD` (0.2023, 0.1994, 0.2010), CIFAR-100 by its own training
+    set's :data:`CIFAR100_MEAN` (0.5071, 0.4865, 0.4409) and :data:`CIFAR100_STD`
+    (0.2673, 0.2564, 0.2762).
     """
     folder = cifar_dir(root, classes)
     _, _, train_files, test_file, meta_file, label_key, names_key = _CIFAR[classes]
     meta = _unpickle(folder / meta_file)
     num_classes = len(meta[names_key]) if names_key in meta else classes
-    train_x, train_y = _cifar_images([_unpickle(folder / f) for f in train_files], label_key)
-    test_x, test_y = _cifar_images([_unpickle(folder / test_file)], label_key)
+    train_x, train_y = _cifar_images([_unpickle(folder / f) for f in train_files], label_key,
+                                     classes)
+    test_x, test_y = _cifar_images([_unpickle(folder / test_file)], label_key, classes)
     return Dataset(f"cifar{classes}", train_x, train_y, test_x, test_y,
                    augment="cifar-28", num_classes=num_classes)

@@ -1,4 +1,4 @@
-"""ImageNet ResNet-50, bottlenecks 3-4-6-3 (He et al., 2016)."""
+"""ResNet-50, bottlenecks 3-4-6-3 (He et al., 2016): ImageNet or CIFAR stem."""
 
 from __future__ import annotations
 
@@ -7,6 +7,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from lsgd.models.common import _check_positive, _init_conv_bn
+
+#: The stems :class:`ResNet50` knows.
+STEMS = ("imagenet", "cifar")
+
+#: :func:`stem_for` picks the CIFAR stem for images no larger than this (each side).
+CIFAR_STEM_MAX_SIZE = 64
+
+
+def stem_for(height: int, width: int) -> str:
+    """The stem for ``height`` x ``width`` inputs: ``"cifar"`` when both sides are
+    at most :data:`CIFAR_STEM_MAX_SIZE` (32x32 CIFAR, 64x64 Tiny ImageNet), else
+    ``"imagenet"`` (224x224)."""
+    return "cifar" if max(height, width) <= CIFAR_STEM_MAX_SIZE else "imagenet"
+
 
 class _Bottleneck(nn.Module):
     """Bottleneck block: 1x1 reduce, 3x3 (carries the stride), 1x1 expand x4."""
@@ -38,23 +52,37 @@ class _Bottleneck(nn.Module):
 
 
 class ResNet50(nn.Module):
-    """ResNet-50 for ImageNet (He, Zhang, Ren & Sun, "Deep Residual Learning
-    for Image Recognition", CVPR 2016, table 1), the same layout as
-    torchvision's ``resnet50`` (stride on the 3x3 conv, "v1.5").
+    """ResNet-50 (He, Zhang, Ren & Sun, "Deep Residual Learning for Image
+    Recognition", CVPR 2016, table 1), the same layout as torchvision's
+    ``resnet50`` (stride on the 3x3 conv, "v1.5").
 
-    7x7 conv stride 2 -> 64, BN, ReLU, 3x3 max-pool stride 2; four stages of
-    3, 4, 6, 3 bottleneck blocks (widths 64, 128, 256, 512, expansion 4;
-    stride 2 at the start of stages 2-4; 1x1-conv + BN projection
-    shortcuts); global average pool; linear 2048 -> classes.
-    Kaiming-normal convs. 25,557,032 parameters for 3 channels, 1000 classes.
+    Stem ``"imagenet"``: 7x7 conv stride 2 -> 64, BN, ReLU, 3x3 max-pool
+    stride 2 (224x224 -> 56x56). Stem ``"cifar"``: 3x3 conv stride 1 -> 64,
+    BN, ReLU, no max-pool (32x32 stays 32x32), the CIFAR ResNet-50 of e.g.
+    kuangliu/pytorch-cifar. Then four stages of 3, 4, 6, 3 bottleneck blocks
+    (widths 64, 128, 256, 512, expansion 4; stride 2 at the start of stages
+    2-4; 1x1-conv + BN projection shortcuts): the last feature map is 7x7 on
+    224x224 (ImageNet stem) and 4x4 on 32x32 (CIFAR stem); global average
+    pool; linear 2048 -> classes. Kaiming-normal convs. 25,557,032 parameters
+    for 3 channels, 1000 classes, ImageNet stem; 23,520,842 for 3 channels,
+    10 classes, CIFAR stem.
     """
 
-    def __init__(self, in_channels: int, classes: int) -> None:
+    def __init__(self, in_channels: int, classes: int, stem: str = "imagenet") -> None:
         super().__init__()
         _check_positive(in_channels=in_channels, classes=classes)
-        self.conv1 = nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False)
+        if stem not in STEMS:
+            raise ValueError(f"ResNet-50 stem must be one of {', '.join(STEMS)}, got {stem!r}")
+        self.stem = stem
+        self.conv1: nn.Conv2d
+        self.maxpool: nn.Module
+        if stem == "imagenet":
+            self.conv1 = nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False)
+            self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        else:
+            self.conv1 = nn.Conv2d(in_channels, 64, 3, stride=1, padding=1, bias=False)
+            self.maxpool = nn.Identity()
         self.bn1 = nn.BatchNorm2d(64)
-        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
         stages: list[nn.Module] = []
         in_planes = 64
         for stage, (planes, blocks) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3))):
@@ -69,12 +97,15 @@ class ResNet50(nn.Module):
         self.fc = nn.Linear(in_planes, classes)
         _init_conv_bn(self, mode="fan_out")
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The last feature map before the pooling, ``[B, 2048, h, w]``."""
         out = self.maxpool(F.relu(self.bn1(self.conv1(x))))
-        out = self.layer4(self.layer3(self.layer2(self.layer1(out))))
-        return self.fc(torch.flatten(self.pool(out), 1))
+        return self.layer4(self.layer3(self.layer2(self.layer1(out))))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(self.features(x)), 1))
 
 
-def resnet50(in_channels: int, classes: int) -> ResNet50:
-    """ImageNet ResNet-50 (see :class:`ResNet50`)."""
-    return ResNet50(in_channels, classes)
+def resnet50(in_channels: int, classes: int, stem: str = "imagenet") -> ResNet50:
+    """ResNet-50 with the ImageNet or the CIFAR stem (see :class:`ResNet50`)."""
+    return ResNet50(in_channels, classes, stem=stem)
