@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import io
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -43,7 +44,7 @@ def test_one_step_matches_hand_computation() -> None:
     # g + wd*w = [0.9, 1.2]; v = 0.1 * 0.3 * [0.9, 1.2] = [0.027, 0.036]
     # w <- [3 - 0.027, 4 - 0.036] = [2.973, 3.964]
     p = _param([3.0, 4.0])
-    opt = LARS([p], lr=0.1, momentum=0.9, weight_decay=0.1, eta=0.09)
+    opt = LARS([p], lr=0.1, momentum=0.9, weight_decay=0.1, eta=0.09, nesterov=False)
     _set_grad(p, [0.6, 0.8])
     opt.step()
     _close(p, [2.973, 3.964])
@@ -52,7 +53,7 @@ def test_one_step_matches_hand_computation() -> None:
 
 def test_two_steps_match_hand_computation() -> None:
     p = _param([3.0, 4.0])
-    opt = LARS([p], lr=0.1, momentum=0.9, weight_decay=0.1, eta=0.09)
+    opt = LARS([p], lr=0.1, momentum=0.9, weight_decay=0.1, eta=0.09, nesterov=False)
     _set_grad(p, [0.6, 0.8])
     opt.step()  # -> w1 = [2.973, 3.964], v1 = [0.027, 0.036] (see test above)
 
@@ -76,7 +77,7 @@ def test_two_steps_match_hand_computation() -> None:
 def test_no_momentum_two_steps() -> None:
     # momentum = 0: each step is w <- w - lr * local_lr * (g + wd*w), no memory.
     p = _param([3.0, 4.0])
-    opt = LARS([p], lr=0.1, momentum=0.0, weight_decay=0.1, eta=0.09)
+    opt = LARS([p], lr=0.1, momentum=0.0, weight_decay=0.1, eta=0.09, nesterov=False)
     _set_grad(p, [0.6, 0.8])
     opt.step()
     _close(p, [2.973, 3.964])
@@ -92,7 +93,7 @@ def test_trust_ratio_uses_whole_tensor_norm_for_matrices() -> None:
     # grad [[0, 0.5], [0.5, 0]]: ||g|| = sqrt(0.5) ; wd = 0
     # local_lr = 0.001 * 5 / sqrt(0.5) ; w <- w - 2.0 * local_lr * g
     p = _param([[1.0, 2.0], [2.0, 4.0]])
-    opt = LARS([p], lr=2.0)
+    opt = LARS([p], lr=2.0, nesterov=False)
     _set_grad(p, [[0.0, 0.5], [0.5, 0.0]])
     opt.step()
     step = 2.0 * (0.005 / math.sqrt(0.5)) * 0.5
@@ -106,7 +107,7 @@ def test_zero_weight_gives_local_lr_one() -> None:
     # ||w|| = 0 -> local_lr = 1: w <- 0 - 0.1 * ([1, 2] + 0.5 * 0) = [-0.1, -0.2]
     # (the formula would give 0 and leave w at zero)
     p = _param([0.0, 0.0])
-    opt = LARS([p], lr=0.1, weight_decay=0.5)
+    opt = LARS([p], lr=0.1, weight_decay=0.5, nesterov=False)
     _set_grad(p, [1.0, 2.0])
     opt.step()
     _close(p, [-0.1, -0.2])
@@ -117,7 +118,7 @@ def test_zero_grad_gives_local_lr_one() -> None:
     # w <- [3 - 0.03, 4 - 0.04] = [2.97, 3.96]
     # (the formula would give 0.001 * 5 / 0.5 = 0.01, i.e. [2.9997, 3.9996])
     p = _param([3.0, 4.0])
-    opt = LARS([p], lr=0.1, weight_decay=0.1)
+    opt = LARS([p], lr=0.1, weight_decay=0.1, nesterov=False)
     _set_grad(p, [0.0, 0.0])
     opt.step()
     _close(p, [2.97, 3.96])
@@ -125,7 +126,7 @@ def test_zero_grad_gives_local_lr_one() -> None:
 
 def test_zero_grad_and_no_weight_decay_leaves_weight_unchanged() -> None:
     p = _param([3.0, 4.0])
-    opt = LARS([p], lr=0.1)
+    opt = LARS([p], lr=0.1, nesterov=False)
     _set_grad(p, [0.0, 0.0])
     opt.step()
     _close(p, [3.0, 4.0])
@@ -135,7 +136,7 @@ def test_zero_grad_and_no_weight_decay_leaves_weight_unchanged() -> None:
 def test_param_without_grad_is_skipped() -> None:
     p = _param([3.0, 4.0])
     q = _param([1.0, 1.0])
-    opt = LARS([p, q], lr=0.1, weight_decay=0.1)
+    opt = LARS([p, q], lr=0.1, weight_decay=0.1, nesterov=False)
     _set_grad(p, [0.6, 0.8])
     opt.step()
     _close(q, [1.0, 1.0])
@@ -148,7 +149,7 @@ def test_param_without_grad_is_skipped() -> None:
 def test_1d_param_is_adapted_by_default() -> None:
     # default: 1-D tensors get the trust ratio too: local_lr = 0.09*5/1.5 = 0.3
     p = _param([3.0, 4.0])
-    opt = LARS([p], lr=0.1, weight_decay=0.1, eta=0.09)
+    opt = LARS([p], lr=0.1, weight_decay=0.1, eta=0.09, nesterov=False)
     _set_grad(p, [0.6, 0.8])
     opt.step()
     _close(p, [2.973, 3.964])
@@ -163,6 +164,7 @@ def test_adapt_false_group_uses_local_lr_one() -> None:
         lr=0.1,
         weight_decay=0.1,
         eta=0.09,
+        nesterov=False,
     )
     _set_grad(a, [0.6, 0.8])
     _set_grad(b, [0.6, 0.8])
@@ -171,7 +173,8 @@ def test_adapt_false_group_uses_local_lr_one() -> None:
     _close(b, [2.973, 3.964])
     # adapt=False also for a matrix: no trust ratio regardless of ndim
     m = _param([[3.0, 4.0]])
-    opt2 = LARS([{"params": [m], "adapt": False}], lr=0.1, weight_decay=0.1, eta=0.09)
+    opt2 = LARS([{"params": [m], "adapt": False}], lr=0.1, weight_decay=0.1, eta=0.09,
+                nesterov=False)
     _set_grad(m, [[0.6, 0.8]])
     opt2.step()
     _close(m, [2.91, 3.88])
@@ -180,7 +183,8 @@ def test_adapt_false_group_uses_local_lr_one() -> None:
 def test_exclude_bias_and_norm() -> None:
     bias = _param([3.0, 4.0])  # 1-D: local_lr = 1 -> [2.91, 3.88]
     weight = _param([[3.0, 4.0]])  # 2-D: local_lr = 0.3 -> [2.973, 3.964]
-    opt = LARS([bias, weight], lr=0.1, weight_decay=0.1, eta=0.09, exclude_bias_and_norm=True)
+    opt = LARS([bias, weight], lr=0.1, weight_decay=0.1, eta=0.09, exclude_bias_and_norm=True,
+               nesterov=False)
     _set_grad(bias, [0.6, 0.8])
     _set_grad(weight, [[0.6, 0.8]])
     opt.step()
@@ -191,7 +195,7 @@ def test_exclude_bias_and_norm() -> None:
 def test_exclude_bias_and_norm_covers_scalars() -> None:
     # 0-dim parameter, w = 2, g = 0.5, wd = 0: local_lr = 1 -> 2 - 0.1 * 0.5 = 1.95
     s = nn.Parameter(torch.tensor(2.0, dtype=DT))
-    opt = LARS([s], lr=0.1, exclude_bias_and_norm=True)
+    opt = LARS([s], lr=0.1, exclude_bias_and_norm=True, nesterov=False)
     s.grad = torch.tensor(0.5, dtype=DT)
     opt.step()
     assert s.item() == pytest.approx(1.95, rel=1e-12)
@@ -228,7 +232,7 @@ def test_lars_param_groups_used_by_optimizer() -> None:
     with torch.no_grad():
         lin.weight.copy_(torch.tensor([[3.0, 4.0]], dtype=DT))
         lin.bias.fill_(1.0)
-    opt = LARS(lars_param_groups(model, weight_decay=0.1), lr=0.1, eta=0.09)
+    opt = LARS(lars_param_groups(model, weight_decay=0.1), lr=0.1, eta=0.09, nesterov=False)
     _set_grad(lin.weight, [[0.6, 0.8]])
     _set_grad(lin.bias, [0.5])
     opt.step()
@@ -348,7 +352,7 @@ def test_state_dict_round_trip_keeps_group_options() -> None:
 
 def test_step_with_closure_returns_loss() -> None:
     p = _param([3.0, 4.0])
-    opt = LARS([p], lr=0.1, weight_decay=0.1, eta=0.09)
+    opt = LARS([p], lr=0.1, weight_decay=0.1, eta=0.09, nesterov=False)
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
@@ -387,3 +391,188 @@ def test_tiny_linear_regression_trains() -> None:
     final = loss_fn().item()
     assert math.isfinite(final)
     assert final < 0.1 * initial, (initial, final)
+
+
+# ------------------------------------------------------------ Nesterov momentum
+
+
+def _reference_nesterov(w: list[float], grads: list[list[float]], lr: float, momentum: float,
+                        weight_decay: float, eta: float) -> list[list[float]]:
+    """The weights after each step of LARS with Nesterov momentum, in plain floats:
+    local_lr = eta ||w|| / (||g|| + wd ||w||) ; d = lr local_lr (g + wd w) ;
+    v <- m v + d (v = d on the first step) ; w <- w - (d + m v)."""
+    v: list[float] | None = None
+    out = []
+    for g in grads:
+        w_norm = math.sqrt(sum(x * x for x in w))
+        g_norm = math.sqrt(sum(x * x for x in g))
+        local_lr = eta * w_norm / (g_norm + weight_decay * w_norm)
+        d = [lr * local_lr * (gi + weight_decay * wi) for gi, wi in zip(g, w)]
+        v = list(d) if v is None else [momentum * vi + di for vi, di in zip(v, d)]
+        w = [wi - (di + momentum * vi) for wi, di, vi in zip(w, d, v)]
+        out.append(w)
+    return out
+
+
+def test_nesterov_is_the_default_one_step_by_hand() -> None:
+    # as test_one_step_matches_hand_computation: d = [0.027, 0.036], v = d,
+    # w <- w - (d + 0.9 v) = w - 1.9 d = [3 - 0.0513, 4 - 0.0684]
+    p = _param([3.0, 4.0])
+    opt = LARS([p], lr=0.1, momentum=0.9, weight_decay=0.1, eta=0.09)
+    assert opt.param_groups[0]["nesterov"] is True
+    _set_grad(p, [0.6, 0.8])
+    opt.step()
+    _close(p, [2.9487, 3.9316])
+    _close(opt.state[p]["momentum_buffer"], [0.027, 0.036])
+
+
+def test_nesterov_several_steps_match_reference() -> None:
+    grads = [[0.6, 0.8, -0.3], [-1.2, 0.5, 0.25], [0.1, -0.7, 0.9], [2.0, 0.3, -0.4],
+             [-0.05, 0.02, 0.6]]
+    w0 = [3.0, 4.0, -1.5]
+    expected = _reference_nesterov(w0, grads, lr=0.1, momentum=0.9, weight_decay=0.1, eta=0.09)
+    p = _param(w0)
+    opt = LARS([p], lr=0.1, momentum=0.9, weight_decay=0.1, eta=0.09, nesterov=True)
+    for g, w in zip(grads, expected):
+        _set_grad(p, g)
+        opt.step()
+        _close(p, w)
+    # and it is not heavy ball
+    q = _param(w0)
+    heavy = LARS([q], lr=0.1, momentum=0.9, weight_decay=0.1, eta=0.09, nesterov=False)
+    for g in grads:
+        _set_grad(q, g)
+        heavy.step()
+    assert not torch.allclose(p, q)
+
+
+def test_nesterov_matrix_matches_reference() -> None:
+    # whole-tensor norms for a 2x2 weight, flattened for the reference
+    grads = [[[0.0, 0.5], [0.5, 0.0]], [[0.3, -0.2], [0.1, 0.4]], [[-1.0, 0.0], [0.2, 0.2]]]
+    expected = _reference_nesterov([1.0, 2.0, 2.0, 4.0], [sum(g, []) for g in grads],
+                                   lr=2.0, momentum=0.9, weight_decay=0.0, eta=0.001)
+    p = _param([[1.0, 2.0], [2.0, 4.0]])
+    opt = LARS([p], lr=2.0)
+    for g, w in zip(grads, expected):
+        _set_grad(p, g)
+        opt.step()
+        _close(p, w)
+
+
+def _same_as_sgd(nesterov: bool, weight_decay: float, steps: int = 8) -> None:
+    """LARS with local_lr = 1 (adapt=False) is torch.optim.SGD: bit for bit with lr = 0.5,
+    where scaling by lr before or after the momentum sum rounds the same."""
+    x, y = _make_problem(3)
+    x, y = x.to(DT), y.to(DT)
+    torch.manual_seed(3)
+    model_a = nn.Linear(4, 2).to(DT)
+    model_b = copy.deepcopy(model_a)
+    start = model_a.weight.detach().clone()
+    lars = LARS([{"params": model_a.parameters(), "adapt": False}], lr=0.5, momentum=0.9,
+                weight_decay=weight_decay, eta=0.09, nesterov=nesterov)
+    sgd = torch.optim.SGD(model_b.parameters(), lr=0.5, momentum=0.9,
+                          weight_decay=weight_decay, nesterov=nesterov)
+    for _ in range(steps):
+        for model, opt in ((model_a, lars), (model_b, sgd)):
+            opt.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
+        for p_a, p_b in zip(model_a.parameters(), model_b.parameters()):
+            assert torch.equal(p_a, p_b), (p_a, p_b)
+    assert not torch.allclose(model_a.weight, start)  # it did move
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_nesterov_with_trust_ratio_one_is_torch_sgd_nesterov(weight_decay: float) -> None:
+    _same_as_sgd(nesterov=True, weight_decay=weight_decay)
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_heavy_ball_with_trust_ratio_one_is_torch_sgd(weight_decay: float) -> None:
+    _same_as_sgd(nesterov=False, weight_decay=weight_decay)
+
+
+def test_nesterov_needs_momentum() -> None:
+    with pytest.raises(ValueError, match=r"nesterov=True requires momentum > 0.*momentum=0\.0"):
+        LARS([_param([1.0])], lr=0.1, momentum=0.0)
+    with pytest.raises(ValueError, match=r"nesterov=True.*momentum=0\.0"):
+        LARS([{"params": [_param([1.0])], "momentum": 0.0}], lr=0.1)
+    LARS([_param([1.0])], lr=0.1, momentum=0.0, nesterov=False)  # plain LARS: fine
+
+
+def test_state_without_nesterov_key_loads_as_heavy_ball() -> None:
+    # a state dict saved before the option existed: its groups were heavy ball
+    p = _param([3.0, 4.0])
+    old = LARS([p], lr=0.1, momentum=0.9, weight_decay=0.1, eta=0.09, nesterov=False)
+    state = old.state_dict()
+    for group in state["param_groups"]:
+        del group["nesterov"]
+    q = _param([3.0, 4.0])
+    new = LARS([q], lr=0.1, momentum=0.9, weight_decay=0.1, eta=0.09)
+    new.load_state_dict(state)
+    assert new.param_groups[0]["nesterov"] is False
+    _set_grad(q, [0.6, 0.8])
+    new.step()
+    _close(q, [2.973, 3.964])
+
+
+# ------------------------------------------------ lsgd train: --trust-coefficient
+
+
+def _lars_settings(**extra: object) -> dict[str, object]:
+    return {"optimizer": "lars", "dataset": "synthetic", **extra}
+
+
+@pytest.mark.parametrize(("momentum", "nesterov", "expected"),
+                         [(0.9, True, True), (0.9, False, False), (0.0, True, False)])
+def test_make_optimizer_passes_lars_options(momentum: float, nesterov: bool,
+                                            expected: bool) -> None:
+    from lsgd.train.build import make_optimizer
+    from lsgd.train.config import make_config
+
+    cfg = make_config(_lars_settings(momentum=momentum, nesterov=nesterov,
+                                     trust_coefficient=0.002, weight_decay=5e-4))
+    opt = make_optimizer(cfg, nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2)))
+    assert isinstance(opt, LARS)
+    for group in opt.param_groups:
+        assert group["eta"] == 0.002
+        assert group["momentum"] == momentum
+        assert group["nesterov"] is expected
+    assert opt.param_groups[0]["weight_decay"] == 5e-4
+
+
+def test_trust_coefficient_default_is_lars_eta() -> None:
+    import inspect
+
+    from lsgd.train.config import TrainConfig
+
+    assert TrainConfig().trust_coefficient == inspect.signature(LARS).parameters["eta"].default
+    assert TrainConfig().trust_coefficient == 0.001
+
+
+def test_cli_trust_coefficient_dry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from lsgd.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", "--optimizer", "lars", "--dataset", "synthetic",
+                 "--trust-coefficient", "0.002", "--out", str(tmp_path / "run"), "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "trust_coefficient = 0.002\n" in out
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-0.001"])
+def test_cli_bad_trust_coefficient_exits_2(value: str, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from lsgd.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", "--optimizer", "lars", "--dataset", "synthetic",
+                 f"--trust-coefficient={value}", "--out", str(tmp_path / "run"), "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--trust-coefficient" in err and value in err and "finite number > 0" in err
+    assert "Traceback" not in err

@@ -40,8 +40,17 @@ def _check_eta(value: object) -> None:
         raise ValueError(f"LARS: eta must be a positive number, got {value!r}")
 
 
+def _check_nesterov(nesterov: object, momentum: float) -> None:
+    # as torch.optim.SGD: Nesterov momentum needs a momentum
+    if nesterov and momentum <= 0:
+        raise ValueError(
+            f"LARS: nesterov=True requires momentum > 0, got nesterov={nesterov!r}, "
+            f"momentum={momentum!r} (pass nesterov=False for plain LARS)"
+        )
+
+
 class LARS(Optimizer):
-    r"""Layer-wise Adaptive Rate Scaling (LARS) with heavy-ball momentum.
+    r"""Layer-wise Adaptive Rate Scaling (LARS) with Nesterov or heavy-ball momentum.
 
     Implements the optimizer of Y. You, I. Gitman and B. Ginsburg,
     "Large Batch Training of Convolutional Networks", arXiv:1708.03888 (2017).
@@ -51,14 +60,21 @@ class LARS(Optimizer):
     ``eta``, momentum ``m`` and global learning rate ``lr``::
 
         local_lr = eta * ||w|| / (||g|| + wd * ||w||)
-        v <- m * v + lr * local_lr * (g + wd * w)
-        w <- w - v
+        d = lr * local_lr * (g + wd * w)
+        v <- m * v + d
+        w <- w - (d + m * v)        (nesterov=True, the default)
+        w <- w - v                  (nesterov=False: heavy ball)
 
     where ``||.||`` is the Euclidean (Frobenius) norm of the whole tensor.
     ``local_lr`` is taken to be 1 when ``||w|| == 0`` or ``||g|| == 0``.
     The momentum buffer ``v`` starts at zero, so the first step uses
-    ``v = lr * local_lr * (g + wd * w)``.  It is stored in
-    ``self.state[p]["momentum_buffer"]`` (only when ``momentum > 0``).
+    ``v = d``.  It is stored in ``self.state[p]["momentum_buffer"]`` (only
+    when ``momentum > 0``); with ``momentum == 0`` the step is ``w <- w - d``.
+    The Nesterov step is that of ``torch.optim.SGD(nesterov=True)`` applied
+    to the LARS-scaled update ``d``; where ``local_lr == 1`` (and ``lr`` is
+    constant) LARS is ``torch.optim.SGD`` with the same ``momentum``,
+    ``nesterov`` and ``weight_decay``, up to rounding (LARS scales by ``lr``
+    before the momentum sum, torch after it).
 
     Param groups may set ``adapt`` (default ``True``); where it is ``False``
     the trust ratio is disabled (``local_lr = 1``) while the group's weight
@@ -71,6 +87,9 @@ class LARS(Optimizer):
         params: iterable of parameters or of param-group dicts.
         lr: global learning rate, > 0.
         momentum: momentum factor ``m``, in [0, 1).
+        nesterov: Nesterov momentum (default, as in the LSGD paper); needs
+            ``momentum > 0`` (``ValueError`` otherwise, as in torch).  With
+            ``False``, heavy-ball momentum.
         weight_decay: L2 weight decay ``wd``, >= 0.
         eta: trust coefficient, > 0.
         exclude_bias_and_norm: treat parameters with ``ndim <= 1`` as
@@ -85,14 +104,17 @@ class LARS(Optimizer):
         weight_decay: float = 0.0,
         eta: float = 0.001,
         exclude_bias_and_norm: bool = False,
+        nesterov: bool = True,
     ) -> None:
         _check_lr(lr)
         _check_momentum(momentum)
         _check_weight_decay(weight_decay)
         _check_eta(eta)
+        _check_nesterov(nesterov, momentum)
         defaults: dict[str, Any] = {
             "lr": lr,
             "momentum": momentum,
+            "nesterov": bool(nesterov),
             "weight_decay": weight_decay,
             "eta": eta,
             "exclude_bias_and_norm": bool(exclude_bias_and_norm),
@@ -108,6 +130,13 @@ class LARS(Optimizer):
         _check_momentum(group["momentum"])
         _check_weight_decay(group["weight_decay"])
         _check_eta(group["eta"])
+        _check_nesterov(group["nesterov"], group["momentum"])
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:
+            # a state saved before ``nesterov`` existed was heavy ball
+            group.setdefault("nesterov", False)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -128,6 +157,7 @@ class LARS(Optimizer):
         for group in self.param_groups:
             lr: float = group["lr"]
             momentum: float = group["momentum"]
+            nesterov: bool = group.get("nesterov", False)
             weight_decay: float = group["weight_decay"]
             eta: float = group["eta"]
             group_adapt: bool = group.get("adapt", True)
@@ -158,11 +188,14 @@ class LARS(Optimizer):
                     state = self.state[p]
                     buf = state.get("momentum_buffer")
                     if buf is None:
-                        buf = update
+                        buf = update.clone() if nesterov else update
                         state["momentum_buffer"] = buf
                     else:
                         buf.mul_(momentum).add_(update)
-                    p.sub_(buf)
+                    if nesterov:
+                        p.sub_(update.add_(buf, alpha=momentum))
+                    else:
+                        p.sub_(buf)
                 else:
                     p.sub_(update)
 

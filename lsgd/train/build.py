@@ -106,7 +106,8 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     return lsgd.LARS(lsgd.lars_param_groups(model, cfg.weight_decay), lr=cfg.lr,
-                     momentum=cfg.momentum)
+                     momentum=cfg.momentum, nesterov=cfg.nesterov and cfg.momentum > 0,
+                     eta=cfg.trust_coefficient)
 
 
 def strategy_knobs(cfg: TrainConfig) -> dict[str, Any]:

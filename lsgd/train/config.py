@@ -46,6 +46,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "outer_lr": (0, math.inf, False, False),
     "outer_momentum": (0, 1, True, False),
     "weight_decay": (0, math.inf, True, False),
+    "trust_coefficient": (0, math.inf, False, False),
     "drop_factor": (0, 1, False, False),
     "warmup_epochs": (0, math.inf, True, False),
     "timeout": (0, math.inf, False, False),
@@ -70,7 +71,8 @@ class TrainConfig:
 
     # What to train
     method: str = _f("lsgd", "distributed method", choices=METHODS)
-    model: str = _f("cnn7", "model: cnn7, resnet20, vgg16, wrn-28-10, resnet50, mlp")
+    model: str = _f("cnn7", "model: cnn7, resnet20, vgg16, wrn-28-10 (any wrn-D-K), "
+                            "resnet50, mlp")
     dataset: str = _f("fashion-mnist",
                       "dataset: fashion-mnist, cifar10, cifar100, imagenet, digits, synthetic")
     data_dir: str | None = _f(None, "dataset folder (default: $LSGD_DATA, else the Debian "
@@ -106,8 +108,11 @@ class TrainConfig:
     optimizer: str = _f("sgd", "inner optimizer of every worker", choices=OPTIMIZERS)
     lr: float = _f(0.05, "learning rate")
     momentum: float = _f(0.9, "momentum (SGD, LARS)")
-    nesterov: bool = _f(True, "Nesterov momentum (SGD)")
+    nesterov: bool = _f(True, "Nesterov momentum (SGD, LARS)")
     weight_decay: float = _f(1e-4, "weight decay")
+    trust_coefficient: float = _f(0.001, "LARS trust coefficient eta: a layer's local lr is "
+                                         "eta * ||w|| / (||g|| + weight_decay * ||w||) "
+                                         "(1 where ||w|| or ||g|| is 0)")
     batch_size: int = _f(128, "batch size per worker")
     # Learning-rate schedule
     schedule: str = _f("constant", "constant; step (drop at --drops epochs); minutes (drop at "
