@@ -310,11 +310,19 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 def add_plot_parser(subparsers: Any) -> None:
+    from lsgd.plots import METRICS
+
     parser = subparsers.add_parser(
-        "plot", help="overlay the test error of several runs",
-        description="Draw the center's test error of each run against time and steps.")
+        "plot", help="overlay the test error (or loss) of several runs",
+        description="Draw the center's test error (or test loss) of each run against time "
+                    "and steps.")
     parser.add_argument("runs", nargs="+", help="run folders written by lsgd train")
     parser.add_argument("--out", default="comparison.png", help="PNG to write")
+    parser.add_argument("--metric", choices=list(METRICS), default="error",
+                        help="the center's test error (%%) or its test loss (default: error)")
+    parser.add_argument("--zoom", type=float, metavar="FRACTION",
+                        help="add a panel on the last FRACTION (0 < FRACTION < 1) of the time "
+                             "axis, with its own y range")
     parser.set_defaults(handler=run_plot)
 
 
@@ -325,7 +333,10 @@ def run_plot(args: argparse.Namespace) -> int:
     missing = [str(r) for r in runs if not (r / "metrics.csv").exists()]
     if missing:
         raise UsageError(f"not a run folder (no metrics.csv): {', '.join(missing)}")
-    made = plot_runs(runs, Path(args.out))
+    if args.zoom is not None and not 0 < args.zoom < 1:
+        raise UsageError(f"--zoom {args.zoom}: the fraction of the time axis must lie strictly "
+                         "between 0 and 1, e.g. 0.25")
+    made = plot_runs(runs, Path(args.out), metric=args.metric, zoom=args.zoom)
     if made is None:
         raise UsageError("plotting needs matplotlib: pip install 'lsgd[plot]'")
     print(made)
