@@ -12,7 +12,6 @@ import pytest
 
 import lsgd
 from lsgd.cli import main
-from lsgd.train.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 #: Fast and found on every machine; a case's own --dataset comes later and wins.
@@ -180,27 +179,6 @@ CASES = [
      ["--config {tmp}/nowhere.toml", "no such file"]),
     ("config-a-folder", ["--config", "{tmp}/cifar"], ["{tmp}/cifar", "cannot read"]),
 ]
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    """Config files, broken datasets, a regular file and a run to resume, in ``tmp_path``."""
-    for name, text in CONFIGS.items():
-        (tmp_path / name).write_text(text)
-    (tmp_path / "two.txt").write_text("0 1\n2 3\n")  # 4 workers, two parts
-    (tmp_path / "cifar").mkdir()
-    (tmp_path / "cifar" / "data_batch_1").write_bytes(b"")
-    (tmp_path / "fashion").mkdir()
-    for name in FASHION_FILES:
-        (tmp_path / "fashion" / name).write_bytes(b"")
-    (tmp_path / "file").write_text("not a folder\n")
-    run = tmp_path / "run"
-    run.mkdir()
-    saved = TrainConfig(method="lsgd", model="mlp", dataset="synthetic", workers=2, groups=1,
-                        out=str(run))
-    (run / "config.toml").write_text(saved.to_toml())
-    (run / "metrics.csv").write_text("step\n")
-    return tmp_path
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ import torch
 import lsgd
 from lsgd.cli import build_parser, main
 from lsgd.train import build, command
-from lsgd.train.config import TrainConfig, make_config, read_toml
-from tests.test_bad_input import CASES, CONFIGS, FASHION_FILES
+from lsgd.train.config import make_config, read_toml
+from tests.test_bad_input import CASES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -149,26 +149,6 @@ def test_dry_run_stops_what_a_run_would_stop(argv: list[str], tmp_path: Path, no
     assert code == 2, err
     assert printed == "" and "lsgd train: error: " in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    """The files tests/test_bad_input.py's cases refer to, in ``tmp_path``."""
-    for name, text in CONFIGS.items():
-        (tmp_path / name).write_text(text)
-    (tmp_path / "two.txt").write_text("0 1\n2 3\n")
-    (tmp_path / "cifar").mkdir()
-    (tmp_path / "cifar" / "data_batch_1").write_bytes(b"")
-    (tmp_path / "fashion").mkdir()
-    for name in FASHION_FILES:
-        (tmp_path / "fashion" / name).write_bytes(b"")
-    (tmp_path / "file").write_text("not a folder\n")
-    run = tmp_path / "run"
-    run.mkdir()
-    saved = TrainConfig(method="lsgd", model="mlp", dataset="synthetic", workers=2, out=str(run))
-    (run / "config.toml").write_text(saved.to_toml())
-    (run / "metrics.csv").write_text("step\n")
-    return tmp_path
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
