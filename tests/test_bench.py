@@ -45,7 +45,8 @@ def test_volume_quick_counts_what_the_algorithms_send(tmp_path: Path) -> None:
         else:
             assert value["measured"] == pytest.approx(value["theory"], rel=1e-3), key
     for timed in result.data["timed"]:  # only where links can be shaped (root)
-        assert timed["chain"] >= 0.95 * timed["limit"]
+        # No faster than the link allows (a token bucket's burst goes through at once).
+        assert timed["chain"] >= timed["floor"], timed
         assert timed["chain"] < timed["tree"]
 
 

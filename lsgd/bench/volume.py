@@ -124,12 +124,15 @@ def _timed_rounds(b: float, links: list[str], repeats: int) -> tuple[list[dict[s
         return [], f"shaped-link timings not measured: {error}"
     timed = []
     for link in links:
-        rate = parse_link(link).rate
+        spec = parse_link(link)
         results = lsgd.launch(_broadcasts, WORKERS, WORKERS, args=(int(b // 4), repeats),
                               link=link, timeout=300)
         tree = max(r["tree"] for r in results)
         chain = max(r["chain"] for r in results)
-        timed.append({"link": link, "tree": tree, "chain": chain, "limit": 8 * b / rate})
+        # The least any transfer can take: what the token bucket does not let through at once.
+        floor = 8 * max(0.0, b - netns.burst_bytes(spec)) / spec.rate
+        timed.append({"link": link, "tree": tree, "chain": chain, "limit": 8 * b / spec.rate,
+                      "floor": floor})
     return timed, ("one broadcast of B from one node to the 3 others over links the kernel "
                    "shapes (median of the repeats, slowest worker), next to the limit B/rate:")
 

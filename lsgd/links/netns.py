@@ -146,15 +146,18 @@ def remove_leftovers() -> list[str]:
     return removed
 
 
-def _tbf(link: Link) -> list[str]:
-    """``tc`` arguments of a token bucket at the link's rate.
+def burst_bytes(link: Link) -> int:
+    """The token bucket's size: 10 ms of traffic at the link's rate, at least 16 KB
+    (so a full-size segment always fits). A transfer after an idle moment sends
+    this much at once, so it takes at least ``(bytes - burst) / rate``."""
+    return max(16_384, int(link.rate / 8 / 100))
 
-    The bucket holds 10 ms of traffic (at least 16 KB, so a full-size segment
-    always fits) and the queue 100 ms, enough for TCP to keep the link full.
-    """
-    rate_bytes = link.rate / 8
-    burst = max(16_384, int(rate_bytes / 100))
-    return ["tbf", "rate", f"{int(link.rate)}bit", "burst", str(burst), "latency", "100ms"]
+
+def _tbf(link: Link) -> list[str]:
+    """``tc`` arguments of a token bucket at the link's rate (:func:`burst_bytes`), with
+    a queue of 100 ms, enough for TCP to keep the link full."""
+    return ["tbf", "rate", f"{int(link.rate)}bit", "burst", str(burst_bytes(link)),
+            "latency", "100ms"]
 
 
 class ShapedNetwork:
