@@ -43,12 +43,9 @@ on every worker, before anything else is exchanged.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-import weakref
-import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -59,6 +56,8 @@ from lsgd.comm import CommStats, Communicator, get_communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import finite_each
+from lsgd.strategies.guard import driving, guard
+from lsgd.strategies.health import DivergedError, check_same_model
 from lsgd.strategies.report import Report
 from lsgd.strategies.rounds import Cadence, Rounds
 
@@ -66,24 +65,9 @@ INITS = ("broadcast", "independent")
 TRAFFIC = ("train", "eval")
 
 
-class DivergedError(RuntimeError):
-    """Every worker's state (or loss) is NaN or infinite: training cannot go on.
-
-    Raised on every worker at the same round: the workers decide it from the
-    same gathered or reduced numbers, so none is left waiting in a collective.
-    """
-
-
 def _finite(tensors: Sequence[torch.Tensor]) -> bool:
     """Whether every value of ``tensors`` is finite (one device synchronisation)."""
     return finite_each([tensors])[0]
-
-
-def _count(n: int) -> str:
-    """``n`` for a message: exact below ten thousand, else ``35.2k`` or ``1.2M``."""
-    if n < 10_000:
-        return str(n)
-    return f"{n / 1e3:.1f}k" if n < 1_000_000 else f"{n / 1e6:.1f}M"
 
 
 def state_tensors(model: nn.Module, sync_buffers: bool = True) -> list[torch.Tensor]:
@@ -106,40 +90,6 @@ def on_state_(model: nn.Module, collective: Callable[[torch.Tensor], Any]) -> No
         for buffer in flat.buffers:
             collective(buffer)
     flat.copy_to(tensors)
-
-
-_driven: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
-
-
-def _guard(optimizer: torch.optim.Optimizer) -> None:
-    """Make ``optimizer.step()`` outside ``strategy.step(loss)`` an error (once per optimizer).
-
-    ``strategy.step`` runs the optimizer step itself, right before the
-    method's communication; a second, direct call would step twice.
-    """
-    if optimizer in _driven:
-        return
-    _driven[optimizer] = False
-
-    def check(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not _driven.get(opt, True):
-            raise RuntimeError(
-                "optimizer.step() was called directly, but this optimizer is driven by an lsgd "
-                "strategy: call strategy.step(loss) instead (it runs optimizer.step() and then "
-                "the method's communication); calling both would step twice"
-            )
-
-    optimizer.register_step_pre_hook(check)
-
-
-@contextlib.contextmanager
-def _driving(optimizer: torch.optim.Optimizer) -> Iterator[None]:
-    """Inside: the optimizer's step is the strategy's own."""
-    _driven[optimizer] = True
-    try:
-        yield
-    finally:
-        _driven[optimizer] = False
 
 
 def as_loss_tensor(loss: torch.Tensor | float, owner: str) -> torch.Tensor:
@@ -197,7 +147,7 @@ class Strategy:
         self.sync_buffers = bool(sync_buffers)
         self.comm = comm if comm is not None else get_communicator()
         self.optimizer = optimizer
-        _guard(optimizer)
+        guard(optimizer)
         self._module = model
         self._state = state_tensors(model, self.sync_buffers)
         self.steps = 0
@@ -240,7 +190,7 @@ class Strategy:
         the next step.
         """
         if self._before_optimizer_step():
-            with _driving(self.optimizer):
+            with driving(self.optimizer):
                 self.optimizer.step()
         self.steps += 1
         self.comm.local_step()
@@ -403,34 +353,9 @@ class Strategy:
 
     # -- helpers for subclasses -----------------------------------------
     def _check_same_model(self) -> None:
-        """Raise ``ValueError`` on every worker unless all states have the same layout.
-
-        Each worker's fingerprint is a CRC-32 of the list of ``(shape, dtype)``
-        of its state tensors (deterministic, unlike Python's salted ``hash``),
-        with its number of tensors and of values; one all-gather of these three
-        int64 (``"init"`` traffic) lets every worker compare all of them with
-        worker 0's, so all raise together, before the initial broadcast would
-        fail or hang. Nothing is sent with a single worker.
-        """
-        if self.world_size == 1:
-            return
-        layout = repr([(tuple(t.shape), str(t.dtype)) for t in self._state])
-        mine = torch.tensor([zlib.crc32(layout.encode()), len(self._state),
-                             sum(t.numel() for t in self._state)],
-                            dtype=torch.int64, device=self._device())
-        with self.comm.category("init"):
-            table = self.comm.all_gather(mine).cpu().tolist()
-        differ = [r for r, row in enumerate(table) if row[0] != table[0][0]]
-        if not differ:
-            return
-        _, tensors0, values0 = table[0]
-        each = "; ".join(
-            f"worker {r}'s model differs from worker 0's: {table[r][1]} tensors / "
-            f"{_count(table[r][2])} values vs {tensors0} / {_count(values0)}" for r in differ)
-        raise ValueError(
-            f"{self.name}: {each} (seen from worker {self.rank}); every worker must build the "
-            "same model (same layers, shapes and dtypes, and the same sync_buffers)"
-        )
+        """Raise ``ValueError`` on every worker unless all states have the same layout
+        (:func:`~lsgd.strategies.health.check_same_model`)."""
+        check_same_model(self.comm, self._state, self.name, self._device())
 
     def _diverged_error(self, what: str = "state", step: int | None = None) -> DivergedError:
         """The error every worker raises when no worker is left healthy (at ``step``,

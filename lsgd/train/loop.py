@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -45,6 +44,7 @@ from lsgd.train.build import (UsageError, Source, graphs_of, load_data, make_opt
 from lsgd.train.clock import Pace
 from lsgd.train.config import DECENTRALIZED, TrainConfig
 from lsgd.train.evaluate import broadcast_model, evaluate, gather_named, recalibrate_bn
+from lsgd.train.faults import Faults
 from lsgd.train.schedule import Schedule
 
 __all__ = ["UsageError", "Worker", "preflight", "run_worker"]
@@ -89,13 +89,10 @@ class Worker:
         self.last_train_loss = math.nan
         self.start = time.perf_counter()
         self.tensorboard: outputs.TensorBoard | None = None
-        # Faults for tests: a NaN loss at a step, or a SIGKILL (first attempt only).
-        faults = cfg.faults()
-        self.nan_at = faults.get(("nan", self.rank))
         # Restarted by the elastic agent (torchrun --max-restarts, lsgd train --restarts):
         # the same command again, which continues from the latest good checkpoint.
         self.attempt = 0 if simulated else int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-        self.kill_at = faults.get(("kill", self.rank)) if self.attempt == 0 else None
+        self.faults = Faults(cfg.faults(), self.rank, self.attempt)  # --fault, for tests
         self.identity = {"method": cfg.method, "model": cfg.model, "dataset": cfg.dataset,
                          "groups": info.groups}
         self.restarts: list[dict[str, Any]] = []  # resumes and restarts of this run so far
@@ -309,8 +306,8 @@ class Worker:
             t1 = time.perf_counter()
             self.schedule.at(self._epochs_done(), pace.shared_seconds / 60)
             loss = F.cross_entropy(self.strategy.model(x), y)
-            if self.nan_at is not None or self.kill_at is not None:
-                loss = self._inject_faults(loss)
+            if self.faults.active:
+                loss = self.faults.apply(loss, self.steps + 1)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             if self.straggle > 1:
@@ -357,19 +354,6 @@ class Worker:
             self.skipped_seen = skipped
             print(f"step {self.steps}: the averaged gradient was NaN or infinite; every worker "
                   f"skipped the step ({skipped} so far)", file=sys.stderr, flush=True)
-
-    def _inject_faults(self, loss: torch.Tensor) -> torch.Tensor:
-        """``--fault``: at its step, a NaN loss (and so NaN gradients), or a SIGKILL."""
-        step = self.steps + 1
-        if step == self.kill_at:
-            print(f"fault: worker {self.rank} kills itself (SIGKILL) at step {step}",
-                  file=sys.stderr, flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
-        if step == self.nan_at:
-            print(f"fault: worker {self.rank}'s loss is NaN at step {step}", file=sys.stderr,
-                  flush=True)
-            return loss * math.nan
-        return loss
 
     def _progress_fields(self, loss: float) -> dict[str, str]:
         """What the bar shows besides progress (only computed when it redraws)."""
