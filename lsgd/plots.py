@@ -42,6 +42,16 @@ def pyplot(note: bool = False) -> Any | None:
     return plt
 
 
+def log_log_axes(ax: Any, xlabel: str, ylabel: str) -> None:
+    """Log axes (x in powers of two), labels, a small legend and a light grid."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+
+
 def save(fig: Any, path: Path) -> Path:
     """Lay out ``fig``, write it to ``path`` (PNG, its folder made) and close it."""
     import matplotlib.pyplot as plt

@@ -143,7 +143,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
 
 def figure(out: Path, rows: list[list[Any]]) -> list[str]:
     """Steps per second against workers, simulated and plain, one pair of lines per model."""
-    from lsgd.plots import pyplot, save
+    from lsgd.plots import log_log_axes, pyplot, save
 
     plt = pyplot()
     if plt is None:
@@ -155,10 +155,5 @@ def figure(out: Path, rows: list[list[Any]]) -> list[str]:
                         label=f"{name}, simulated")
         ax.plot([r[1] for r in mine], [r[3] for r in mine], marker="x", linestyle="--",
                 color=line.get_color(), label=f"{name}, plain loop")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("workers")
-    ax.set_ylabel("steps per second (all workers)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    log_log_axes(ax, "workers", "steps per second (all workers)")
     return [str(save(fig, out / f"{NAME}.png"))]

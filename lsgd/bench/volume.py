@@ -145,7 +145,7 @@ def _timed_text(timed: list[dict[str, Any]]) -> str:
 
 
 def _figure(out: Path, counted: dict[str, Any], periods: tuple[int, ...], b: float) -> list[str]:
-    from lsgd.plots import pyplot, save
+    from lsgd.plots import log_log_axes, pyplot, save
 
     plt = pyplot()
     if plt is None:
@@ -155,10 +155,5 @@ def _figure(out: Path, counted: dict[str, Any], periods: tuple[int, ...], b: flo
         ps = [p for p in ((1,) if method == "allreduce" else periods) if f"{method}/{p}" in counted]
         ys = [counted[f"{method}/{p}"]["measured"] / b for p in ps]
         ax.plot(ps, ys, marker="o", label=method)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("period (steps between rounds; gossip period for dpsgd)")
-    ax.set_ylabel("bytes sent per worker per step / B")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    log_log_axes(ax, "period (steps between rounds; gossip period for dpsgd)", "bytes sent per worker per step / B")
     return [str(save(fig, out / "volume.png"))]
