@@ -21,7 +21,10 @@ def _final(spec: dict[str, Any], world: int = 4, groups: int = 1, seed: int = 0)
 
 def test_lsgd_without_pulls_is_independent_sgd_bit_for_bit() -> None:
     base = {"steps": 8, "dropout": 0.3}
-    lsgd_run = _final({**base, "method": "lsgd", "kwargs": {"pull": 0.0, "scope": 0.0, "period": 2}})
+    # (bn_buffers="pull": the pulls of zero leave the statistics alone too; the
+    # default "average" would average them at every round.)
+    lsgd_run = _final({**base, "method": "lsgd", "kwargs": {"pull": 0.0, "scope": 0.0, "period": 2,
+                                                             "bn_buffers": "pull"}})
     sgd_run = _final({**base, "method": "sgd"})
     for a, b in zip(lsgd_run, sgd_run):
         for key in a["state"]:
@@ -73,6 +76,8 @@ def _resume(info: lsgd.WorkerInfo, method: str, kwargs: dict[str, Any], stop: in
     "method,kwargs",
     [
         ("lsgd", {"period": 2, "global_period": 4, "scope": 0.2, "pull": 0.3, "init": "independent"}),
+        ("lsgd", {"period": 2, "scope": 0.2, "leader_momentum": 0.5, "scope_pull": "algorithm-1",
+                  "init": "independent"}),
         ("easgd", {"period": 3, "init": "independent"}),
         ("local-sgd", {"period": 3, "hierarchical": True, "global_period": 6}),
     ],

@@ -133,7 +133,7 @@ class ALDSGD(Decentralized):
             as in :class:`~lsgd.strategies.lsgd.LSGD`.
         mixing_weight: ``a``; default the method's own; ``"max-degree"`` or a
             number: see :class:`~lsgd.strategies.decentralized.Decentralized`.
-        comm, init, sync_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`.
     """
 
     name = "al-dsgd"
@@ -159,6 +159,7 @@ class ALDSGD(Decentralized):
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
+        bn_buffers: str | None = None,
     ) -> None:
         owner = "ALDSGD"
         self.c_B = _validate.fraction(owner, "c_B", c_B)
@@ -174,7 +175,7 @@ class ALDSGD(Decentralized):
         self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
         super().__init__(model, optimizer, topology=topology, budget=budget, period=period,
                          seed=seed, mixing_weight=mixing_weight, comm=comm, init=init,
-                         sync_buffers=sync_buffers)
+                         sync_buffers=sync_buffers, bn_buffers=bn_buffers)
         self.device = self._state[0].device if self._state else torch.device("cpu")
         self._mixed = FlatBuffer(self._state)
         self.best_rank: int | None = None

@@ -42,7 +42,10 @@ class AllReduce(Strategy):
 
     Args:
         comm: see :class:`~lsgd.strategies.base.Strategy`.
-        sync_buffers: keep buffers equal to rank 0's (DDP's ``broadcast_buffers``).
+        sync_buffers: keep buffers equal to rank 0's (DDP's ``broadcast_buffers``);
+            ``False`` is ``bn_buffers="local"``.
+        bn_buffers: ``"broadcast"`` (rank 0's buffers sent before every forward,
+            the default) or ``"local"``.
         ddp_kwargs: extra keyword arguments for ``DistributedDataParallel``
             (real processes only).
 
@@ -51,6 +54,7 @@ class AllReduce(Strategy):
     """
 
     name = "allreduce"
+    bn_modes = ("broadcast", "local")
 
     def __init__(
         self,
@@ -59,9 +63,11 @@ class AllReduce(Strategy):
         *,
         comm: Communicator | None = None,
         sync_buffers: bool = True,
+        bn_buffers: str | None = None,
         ddp_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(model, optimizer, comm=comm, init="broadcast", sync_buffers=sync_buffers)
+        super().__init__(model, optimizer, comm=comm, init="broadcast", sync_buffers=sync_buffers,
+                         bn_buffers=bn_buffers)
         self._parallel = self.comm.data_parallel(model, self.sync_buffers, ddp_kwargs)
         self.skipped_steps = 0  # optimizer steps skipped for a non-finite averaged gradient
 

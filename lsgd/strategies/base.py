@@ -8,8 +8,10 @@ PyTorch::
     strategy.step(loss)          # inner optimizer step, then the method's rules
 
 The worker state ``x`` is the model's parameters and, with
-``sync_buffers=True``, its floating-point buffers (BatchNorm running mean and
-variance). Integer buffers (``num_batches_tracked``) are never communicated.
+``bn_buffers="pull"``, its floating-point buffers (BatchNorm running mean and
+variance); ``bn_buffers="average"`` averages those at every round instead, and
+``"local"`` never sends them (see :mod:`lsgd.strategies.buffers`). Integer
+buffers (``num_batches_tracked``) are never communicated.
 
 Periodic methods declare their kinds of round (:class:`~lsgd.strategies.rounds.Cadence`)
 and implement ``_round``; this class decides when rounds fall due, by the
@@ -56,6 +58,7 @@ from lsgd.comm import CommStats, Communicator, get_communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import finite_each
+from lsgd.strategies import buffers as bn
 from lsgd.strategies.guard import driving, guard
 from lsgd.strategies.health import DivergedError, check_same_model
 from lsgd.strategies.report import Report
@@ -112,7 +115,11 @@ class Strategy:
         comm: the communicator; found from the environment when omitted.
         init: ``"broadcast"`` (every worker starts from rank 0's state, one
             broadcast at construction) or ``"independent"`` (each keeps its own).
-        sync_buffers: also pull/average floating-point buffers.
+        sync_buffers: ``False`` is ``bn_buffers="local"`` (the older spelling).
+        bn_buffers: what rounds do with the BatchNorm running statistics:
+            ``"average"``, ``"pull"``, ``"local"`` or ``"broadcast"``, among the
+            method's :attr:`bn_modes` (default: the first of them); see
+            :mod:`lsgd.strategies.buffers`.
         asynchronous: rounds fall due by the total steps of all workers (a
             counter in the c10d store) instead of each worker's own, so fast
             workers take more steps than slow ones between rounds (LSGD,
@@ -121,6 +128,10 @@ class Strategy:
 
     name = "strategy"
     supports_asynchronous = False
+    #: The method's ``bn_buffers`` modes, its default first.
+    bn_modes: tuple[str, ...] = ("pull", "local")
+    #: Whether a round averages the whole state (then ``"average"`` buffers ride in it).
+    rounds_average_state = False
 
     def __init__(
         self,
@@ -130,6 +141,7 @@ class Strategy:
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
+        bn_buffers: str | None = None,
         asynchronous: bool = False,
     ) -> None:
         if asynchronous and not self.supports_asynchronous:
@@ -144,12 +156,18 @@ class Strategy:
                 f"{self.name}: optimizer must be a torch.optim.Optimizer, got {type(optimizer)!r}"
             )
         self.init = _validate.choice(self.name, "init", init, INITS)
-        self.sync_buffers = bool(sync_buffers)
+        self.bn_buffers = bn.resolve(self.name, self.bn_modes, bn_buffers, bool(sync_buffers))
+        self.sync_buffers = self.bn_buffers != "local"
         self.comm = comm if comm is not None else get_communicator()
         self.optimizer = optimizer
         guard(optimizer)
         self._module = model
-        self._state = state_tensors(model, self.sync_buffers)
+        self._buffers_in_state = self.bn_buffers in ("pull", "broadcast") or (
+            self.bn_buffers == "average" and self.rounds_average_state)
+        self._state = state_tensors(model, self._buffers_in_state)
+        separate = self.bn_buffers == "average" and not self._buffers_in_state
+        found = bn.float_buffers(model) if separate else []
+        self._bn_average = bn.BufferAverage(found) if found else None
         self.steps = 0
         self.rounds = 0
         self.resets = 0  # times this worker diverged and was reset (see _reset_to)
@@ -201,6 +219,9 @@ class Strategy:
             while (group := self._rounds.next()) is not None:
                 start = self.comm.now()
                 self._round([c.name for c in group])
+                if self._bn_average is not None:
+                    self._bn_average(self.comm, "world" if any(
+                        c.among == "world" for c in group) else "group")
                 self.wait_seconds += self.comm.now() - start
                 if self.asynchronous and any(c.among == "world" for c in group):
                     self.at_sync_point = True
@@ -267,6 +288,10 @@ class Strategy:
             return False
         return self.agree(1.0 if wish else 0.0)[0] > 0
 
+    def _state_of(self, module: nn.Module) -> list[torch.Tensor]:
+        """``module``'s tensors that correspond to this strategy's state ``x``."""
+        return state_tensors(module, self._buffers_in_state)
+
     def _device(self) -> torch.device:
         return self._state[0].device if self._state else torch.device("cpu")
 
@@ -331,6 +356,7 @@ class Strategy:
             "steps": self.steps,
             "rounds": self.rounds,
             "resets": self.resets,
+            "bn_buffers": self.bn_buffers,
             "wait_seconds": self.wait_seconds,
             "schedule": self._rounds.state(),
             "traffic": {c: dataclasses.asdict(self.traffic(c)) for c in TRAFFIC},
@@ -341,6 +367,12 @@ class Strategy:
             raise ValueError(
                 f"{self.name}.load_state_dict: the state was saved by {state.get('name')!r}"
             )
+        saved = state.get("bn_buffers")
+        if saved is not None and saved != self.bn_buffers:
+            raise ValueError(
+                f"{self.name}.load_state_dict: the state was saved with bn_buffers={saved!r}, "
+                f"this strategy has {self.bn_buffers!r}; resume with the same mode "
+                f"(lsgd train --bn-buffers {saved})")
         self.steps = int(state["steps"])
         self.rounds = int(state["rounds"])
         self.resets = int(state.get("resets", 0))
@@ -355,7 +387,8 @@ class Strategy:
     def _check_same_model(self) -> None:
         """Raise ``ValueError`` on every worker unless all states have the same layout
         (:func:`~lsgd.strategies.health.check_same_model`)."""
-        check_same_model(self.comm, self._state, self.name, self._device())
+        every = self._state + (self._bn_average.tensors if self._bn_average else [])
+        check_same_model(self.comm, every, self.name, self._device())
 
     def _diverged_error(self, what: str = "state", step: int | None = None) -> DivergedError:
         """The error every worker raises when no worker is left healthy (at ``step``,

@@ -163,7 +163,8 @@ class Decentralized(Strategy):
             ``1 - d_i a`` positive (the method's own can make it negative on an
             irregular graph: ``d_i > (lambda_2 + lambda_max) / 2``). A number in
             (0, 1]: that ``a`` on every graph.
-        comm, init, sync_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`
+            (``bn_buffers``: ``"pull"``, mixed like parameters, the default, or ``"local"``).
     """
 
     name = "decentralized"
@@ -181,6 +182,7 @@ class Decentralized(Strategy):
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
+        bn_buffers: str | None = None,
     ) -> None:
         owner = type(self).__name__
         self.budget = budget_fraction(owner, budget)
@@ -191,7 +193,8 @@ class Decentralized(Strategy):
         self.mixing_weight = mixing_weight_option(owner, mixing_weight)
         comm = comm if comm is not None else get_communicator()
         self.graphs = resolve_graphs(owner, topology, comm.world_size)
-        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers)
+        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
+                         bn_buffers=bn_buffers)
         self._check_agreement(owner)
         self.plans = self._make_plans()
         self.communications = 0

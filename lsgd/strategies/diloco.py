@@ -61,7 +61,8 @@ class DiLoCo(Strategy):
         outer_lr: the outer optimizer's learning rate (> 0; DiLoCo's 0.7).
         outer_momentum: its Nesterov momentum, in [0, 1) (DiLoCo's 0.9; 0 is
             plain SGD).
-        comm, init, sync_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`
+            (``bn_buffers``: ``"average"``, in the round's all-reduce, or ``"local"``).
 
     ``global_state`` holds ``θ_g``; ``center()`` is the mean of the workers'
     states (one all-reduce, ``"eval"`` traffic), which is ``θ_g`` right after
@@ -69,6 +70,8 @@ class DiLoCo(Strategy):
     """
 
     name = "diloco"
+    bn_modes = ("average", "local")
+    rounds_average_state = True
 
     def __init__(
         self,
@@ -81,6 +84,7 @@ class DiLoCo(Strategy):
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
+        bn_buffers: str | None = None,
     ) -> None:
         self.period = _validate.positive_int("DiLoCo", "period", period)
         if not _validate.is_number(outer_lr, finite=True) or outer_lr <= 0:
@@ -89,7 +93,8 @@ class DiLoCo(Strategy):
             raise ValueError(
                 f"DiLoCo: outer_momentum must be a number in [0, 1), got {outer_momentum!r}")
         self.outer_lr, self.outer_momentum = float(outer_lr), float(outer_momentum)
-        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers)
+        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
+                         bn_buffers=bn_buffers)
         # The state is the parameters, then the floating buffers: θ_g is its first part.
         self._parameters = len(list(model.parameters()))
         self.global_state = FlatBuffer(self._state[: self._parameters])

@@ -36,7 +36,7 @@ class DPSGD(Decentralized):
         period: local steps between communications (1: every step, the paper's).
         mixing_weight: ``a``; default the method's own; ``"max-degree"`` or a
             number: see :class:`~lsgd.strategies.decentralized.Decentralized`.
-        comm, init, sync_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`.
     """
 
     name = "dpsgd"
@@ -52,10 +52,11 @@ class DPSGD(Decentralized):
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
+        bn_buffers: str | None = None,
     ) -> None:
         super().__init__(model, optimizer, topology=topology, budget=1.0, period=period, seed=0,
                          mixing_weight=mixing_weight,
-                         comm=comm, init=init, sync_buffers=sync_buffers)
+                         comm=comm, init=init, sync_buffers=sync_buffers, bn_buffers=bn_buffers)
 
     @property
     def mixing_weights(self) -> list[float]:

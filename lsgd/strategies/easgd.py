@@ -47,7 +47,7 @@ from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elastic_step_, pull_
-from lsgd.strategies.base import Strategy, _finite, state_tensors
+from lsgd.strategies.base import Strategy, _finite
 from lsgd.strategies.rounds import Cadence
 
 
@@ -58,13 +58,16 @@ class EASGD(Strategy):
         moving_rate: beta in [0, 1] (default 0.43, the value the LSGD paper took
             from EASGD); the elastic pull of each worker is ``alpha = beta / W``.
         period: tau, local steps between rounds.
-        comm, init, sync_buffers, asynchronous: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, sync_buffers, bn_buffers, asynchronous: see
+            :class:`~lsgd.strategies.base.Strategy` (``bn_buffers``: ``"average"``, the
+            default, ``"pull"`` or ``"local"``).
 
     ``center()`` returns the center variable ``c`` (no communication).
     """
 
     name = "easgd"
     supports_asynchronous = True
+    bn_modes = ("average", "pull", "local")
 
     def __init__(
         self,
@@ -76,12 +79,13 @@ class EASGD(Strategy):
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
+        bn_buffers: str | None = None,
         asynchronous: bool = False,
     ) -> None:
         self.moving_rate = _validate.fraction("EASGD", "moving_rate", moving_rate)
         self.period = _validate.positive_int("EASGD", "period", period)
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
-                         asynchronous=asynchronous)
+                         bn_buffers=bn_buffers, asynchronous=asynchronous)
         self.alpha = self.moving_rate / self.world_size
         self.center_state = FlatBuffer(self._state).copy_from(self._state)
         self._mean = FlatBuffer(self._state)
@@ -120,7 +124,7 @@ class EASGD(Strategy):
     def center(self) -> nn.Module:
         """A copy of the model holding the center variable ``c``."""
         replica = copy.deepcopy(self._module)
-        self.center_state.copy_to(state_tensors(replica, self.sync_buffers))
+        self.center_state.copy_to(self._state_of(replica))
         return replica
 
     def state_dict(self) -> dict[str, Any]:

@@ -53,5 +53,5 @@ def check_same_model(comm: Communicator, state: Sequence[torch.Tensor], owner: s
         f"{_count(table[r][2])} values vs {tensors0} / {_count(values0)}" for r in differ)
     raise ValueError(
         f"{owner}: {each} (seen from worker {comm.rank}); every worker must build the "
-        "same model (same layers, shapes and dtypes, and the same sync_buffers)"
+        "same model (same layers, shapes and dtypes, and the same bn_buffers)"
     )

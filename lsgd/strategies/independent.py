@@ -13,3 +13,4 @@ class Independent(Strategy):
     """Each worker trains alone; ``step`` is the optimizer step."""
 
     name = "sgd"
+    bn_modes = ("local",)

@@ -48,11 +48,15 @@ class LocalSGD(Strategy):
         hierarchical: average inside groups every ``period`` and across all
             every ``global_period`` (needs several groups).
         global_period: tau_G, a multiple of ``period`` (default ``4 * period``).
-        comm, init, sync_buffers, asynchronous: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, sync_buffers, bn_buffers, asynchronous: see
+            :class:`~lsgd.strategies.base.Strategy` (``bn_buffers``: ``"average"``, in the
+            round's all-reduce, or ``"local"``).
     """
 
     name = "local-sgd"
     supports_asynchronous = True
+    bn_modes = ("average", "local")
+    rounds_average_state = True
 
     def __init__(
         self,
@@ -65,6 +69,7 @@ class LocalSGD(Strategy):
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
+        bn_buffers: str | None = None,
         asynchronous: bool = False,
     ) -> None:
         self.period = _validate.positive_int("LocalSGD", "period", period)
@@ -72,7 +77,7 @@ class LocalSGD(Strategy):
             "LocalSGD", "global_period", 4 * self.period if global_period is None else global_period
         )
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
-                         asynchronous=asynchronous)
+                         bn_buffers=bn_buffers, asynchronous=asynchronous)
         self.hierarchical = bool(hierarchical) and 1 < self.comm.groups
         if self.hierarchical:
             _validate.multiple_of("LocalSGD", "global_period", self.global_period,

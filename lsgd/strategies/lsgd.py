@@ -19,6 +19,21 @@ pull terms are zero: it takes a plain optimizer step. Before the first round
 the pull targets come from an election on the first batch's losses (no pull
 then; skipped at a level whose ``scope`` is 0, where targets are never used).
 
+Two options change the rules (``docs/algorithms.md``, "LSGD, synchronous"):
+
+* ``scope_pull="algorithm-1"`` computes the every-step pull at the point where
+  the gradient was taken, as the paper's Algorithm 1 writes the update,
+  ``x <- x - eta g(x) - (scope / period)(x - leader)``, with ``x`` the point
+  before the optimizer step, and pulls the leader toward its own stale copy
+  too. The default ``"after-step"`` pulls the point after the step and
+  exempts the leader.
+* ``leader_momentum=mu`` > 0 sends a round's pull through a Nesterov momentum
+  kept by each worker for each level: with ``d = x - leader``,
+  ``v <- mu v + d`` and ``x <- x - pull (d + mu v)`` (an outer Nesterov step
+  toward the leader, with ``pull`` as its learning rate, as DiLoCo steps
+  toward the average); the leader's ``v`` is zeroed. ``mu = 0`` is LSGD.
+  Neither option sends anything more.
+
 Single-leader LSGD is ``groups=1``: only the global level exists, set by
 ``pull``, ``scope`` and ``period`` (the ``*_global`` spellings are accepted too).
 With several groups, ``pull``/``scope``/``period`` set the local level and
@@ -68,6 +83,7 @@ from lsgd.strategies.rounds import Cadence
 
 
 DEFAULTS = {"pull": 0.1, "scope": 0.01, "period": 16}
+SCOPE_PULLS = ("after-step", "algorithm-1")
 
 
 @dataclasses.dataclass
@@ -107,11 +123,16 @@ class LSGD(Strategy):
         leader_window: k, the score is the mean of the last k training losses.
         leader_metric: ``"train"`` (the window) or ``"eval"`` (the loss on
             ``eval_batch`` under ``eval_loss``, default cross-entropy, at election time).
+        scope_pull: ``"after-step"`` (default) or ``"algorithm-1"``: where the
+            every-step pull is computed, and whether the leader takes it (above).
+        leader_momentum: mu in [0, 1), Nesterov momentum of the round's pull
+            (above; default 0, plain LSGD).
         comm, init, sync_buffers, asynchronous: see :class:`~lsgd.strategies.base.Strategy`.
     """
 
     name = "lsgd"
     supports_asynchronous = True
+    bn_modes = ("average", "pull", "local")
 
     def __init__(
         self,
@@ -128,9 +149,12 @@ class LSGD(Strategy):
         leader_metric: str = "train",
         eval_batch: tuple[torch.Tensor, torch.Tensor] | None = None,
         eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        scope_pull: str = "after-step",
+        leader_momentum: float = 0.0,
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
+        bn_buffers: str | None = None,
         asynchronous: bool = False,
     ) -> None:
         owner = "LSGD"
@@ -145,9 +169,14 @@ class LSGD(Strategy):
             scope_global = _validate.fraction(owner, "scope_global", scope_global)
         if global_period is not None:
             global_period = _validate.positive_int(owner, "global_period", global_period)
+        self.scope_pull = _validate.choice(owner, "scope_pull", scope_pull, SCOPE_PULLS)
+        if not _validate.is_number(leader_momentum) or not 0 <= leader_momentum < 1:
+            raise ValueError(
+                f"{owner}: leader_momentum must be a number in [0, 1), got {leader_momentum!r}")
+        self.leader_momentum = float(leader_momentum)
         self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
-                         asynchronous=asynchronous)
+                         bn_buffers=bn_buffers, asynchronous=asynchronous)
         info = self.comm.info
         self.levels: list[_Level] = []
         if info.groups == 1:
@@ -177,6 +206,13 @@ class LSGD(Strategy):
         )
         self.device = self._device()
         self.leader_history: list[tuple[int, str, int | None]] = []
+        # algorithm-1: the pre-step pull, subtracted after the optimizer step
+        self._scope_delta = FlatBuffer(self._state) if self.scope_pull == "algorithm-1" else None
+        self._scope_pending = False
+        # leader momentum: each level's velocity, and the round's lag x - leader
+        self._velocity = {lv.name: FlatBuffer(self._state) for lv in self.levels
+                          if self.leader_momentum > 0}
+        self._lag = FlatBuffer(self._state) if self._velocity else None
         self._use_cadences([Cadence(lv.name, lv.period, lv.among) for lv in self.levels])
 
     # -- public views ----------------------------------------------------
@@ -204,6 +240,29 @@ class LSGD(Strategy):
         }
 
     # -- the rule ----------------------------------------------------------
+    def _before_optimizer_step(self) -> bool:
+        if self._scope_delta is not None:
+            with torch.no_grad():
+                self._scope_pending = self._pre_step_pull()
+        return True
+
+    def _pre_step_pull(self) -> bool:
+        """Algorithm 1's every-step pull at the pre-step point ``x``, into
+        ``_scope_delta``: ``d = sum over levels of (scope / period)(x - leader)``,
+        the leader's own level included (toward its stale copy). Whether any."""
+        active = [lv for lv in self.levels if lv.scope > 0 and lv.leader is not None]
+        if not active:
+            return False
+        delta = self._scope_delta.views  # type: ignore[union-attr]
+        first, *rest = active
+        torch._foreach_copy_(delta, self._state)
+        torch._foreach_sub_(delta, first.snapshot.views)
+        torch._foreach_mul_(delta, first.scope_weight)
+        for level in rest:
+            torch._foreach_add_(delta, self._state, alpha=level.scope_weight)
+            torch._foreach_add_(delta, level.snapshot.views, alpha=-level.scope_weight)
+        return True
+
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
         self.scorer.record(None if loss is None else as_loss_tensor(loss, "LSGD"), "LSGD")
         if self.steps == 1:
@@ -217,6 +276,11 @@ class LSGD(Strategy):
 
     def _scope_pull(self) -> None:
         """Every-step pull toward the (stale) leaders of the last communication."""
+        if self._scope_delta is not None:  # algorithm-1: computed before the step
+            if self._scope_pending:
+                torch._foreach_sub_(self._state, self._scope_delta.views)
+                self._scope_pending = False
+            return
         active = [
             lv for lv in self.levels
             if lv.scope > 0 and lv.leader is not None and lv.leader != self.rank
@@ -267,7 +331,10 @@ class LSGD(Strategy):
                 self._reset_to(level.snapshot.views)
                 diverged = False
             elif pull and self.rank != leader:
-                pull_(self._state, level.snapshot.views, level.pull)
+                self._round_pull(level)
+            elif pull and level.name in self._velocity:
+                for buffer in self._velocity[level.name].buffers:
+                    buffer.zero_()  # the leader's lag is zero
             if level.leader is not None and level.leader != leader:
                 level.switches += 1
             level.leader = leader
@@ -276,9 +343,27 @@ class LSGD(Strategy):
                 level.rounds += 1
                 self.rounds += 1
 
+    def _round_pull(self, level: _Level) -> None:
+        """``x <- x - pull (x - leader)``; with leader momentum, the Nesterov form."""
+        if not self._velocity:
+            pull_(self._state, level.snapshot.views, level.pull)
+            return
+        lag, velocity, mu = self._lag, self._velocity[level.name], self.leader_momentum
+        assert lag is not None
+        lag.copy_from(self._state)
+        torch._foreach_sub_(lag.views, level.snapshot.views)  # d = x - leader
+        torch._foreach_mul_(velocity.buffers, mu)
+        torch._foreach_add_(velocity.buffers, lag.buffers)  # v <- mu v + d
+        torch._foreach_add_(lag.buffers, velocity.buffers, alpha=mu)  # d + mu v
+        torch._foreach_add_(self._state, lag.views, alpha=-level.pull)
+
     def _after_reset(self) -> None:
-        """Forget the losses of the diverged past: the window refills from the next step."""
+        """Forget the losses of the diverged past: the window refills from the next step;
+        the leader momentum restarts from zero."""
         self.scorer.window.load([])
+        for velocity in self._velocity.values():
+            for buffer in velocity.buffers:
+                buffer.zero_()
 
     # -- checkpointing -----------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -294,6 +379,9 @@ class LSGD(Strategy):
             for lv in self.levels
         }
         state["leader_history"] = list(self.leader_history)
+        if self._velocity:
+            state["velocity"] = {name: [b.clone() for b in v.buffers]
+                                 for name, v in self._velocity.items()}
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -305,6 +393,10 @@ class LSGD(Strategy):
             for buffer, value in zip(lv.snapshot.buffers, saved["snapshot"]):
                 buffer.copy_(value)
         self.leader_history = [tuple(h) for h in state["leader_history"]]  # type: ignore[misc]
+        saved = state.get("velocity", {})
+        for name, velocity in self._velocity.items():
+            for buffer, value in zip(velocity.buffers, saved.get(name, [])):
+                buffer.copy_(value)
 
 
 def _one_spelling(owner: str, name: str, plain: Any, global_: Any) -> Any:

@@ -50,7 +50,7 @@ class MATCHA(Decentralized):
             (checked at construction).
         mixing_weight: ``a``; default the method's own; ``"max-degree"`` or a
             number: see :class:`~lsgd.strategies.decentralized.Decentralized`.
-        comm, init, sync_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`.
     """
 
     name = "matcha"
@@ -68,10 +68,11 @@ class MATCHA(Decentralized):
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
+        bn_buffers: str | None = None,
     ) -> None:
         super().__init__(model, optimizer, topology=topology, budget=budget, period=period,
                          seed=seed, mixing_weight=mixing_weight, comm=comm, init=init,
-                         sync_buffers=sync_buffers)
+                         sync_buffers=sync_buffers, bn_buffers=bn_buffers)
 
     @property
     def probabilities(self) -> list[list[float]]:

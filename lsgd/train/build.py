@@ -113,6 +113,8 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
 def strategy_knobs(cfg: TrainConfig) -> dict[str, Any]:
     """The keyword arguments of ``cfg.method``'s strategy, from the configuration."""
     knobs: dict[str, Any] = {"sync_buffers": cfg.sync_buffers}
+    if cfg.bn_buffers != "auto":
+        knobs["bn_buffers"] = cfg.bn_buffers
     if cfg.method == "allreduce":
         return knobs
     knobs["init"] = cfg.init
@@ -121,7 +123,8 @@ def strategy_knobs(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.method == "lsgd":
         knobs.update(pull=cfg.pull, scope=cfg.scope, period=cfg.period,
                      pull_global=cfg.pull_global, scope_global=cfg.scope_global,
-                     global_period=cfg.global_period, leader_window=cfg.leader_window)
+                     global_period=cfg.global_period, leader_window=cfg.leader_window,
+                     scope_pull=cfg.scope_pull, leader_momentum=cfg.leader_momentum)
     elif cfg.method == "easgd":
         knobs.update(moving_rate=cfg.moving_rate, period=cfg.period)
     elif cfg.method == "local-sgd":

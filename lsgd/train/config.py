@@ -23,7 +23,9 @@ import tomli_w
 
 from lsgd._validate import is_int, is_number
 from lsgd.links.spec import parse_link
-from lsgd.registry import strategy_names
+from lsgd.registry import strategy_class, strategy_names
+from lsgd.strategies.buffers import MODES as BN_MODES
+from lsgd.strategies.lsgd import SCOPE_PULLS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -45,6 +47,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "momentum": (0, 1, True, False),
     "outer_lr": (0, math.inf, False, False),
     "outer_momentum": (0, 1, True, False),
+    "leader_momentum": (0, 1, True, False),
     "weight_decay": (0, math.inf, True, False),
     "trust_coefficient": (0, math.inf, False, False),
     "drop_factor": (0, 1, False, False),
@@ -131,6 +134,12 @@ class TrainConfig:
     global_period: int | None = _f(None, "LSGD tau_G / hierarchical local SGD global period "
                                          "(default: 4 * period; for LSGD, period when "
                                          "each group is one worker)")
+    scope_pull: str = _f("after-step", "LSGD every-step pull: after-step (the point after the "
+                         "optimizer step; the leader exempt) or algorithm-1 (the paper's "
+                         "Algorithm 1: at the gradient's point, the leader too)",
+                         choices=SCOPE_PULLS)
+    leader_momentum: float = _f(0.0, "LSGD: Nesterov momentum mu of the round's pull toward "
+                                "the leader, in [0, 1); 0 is plain LSGD")
     leader_window: int = _f(10, "LSGD: a worker's score is the mean of its last k losses")
     # EASGD, local SGD
     moving_rate: float = _f(0.43, "EASGD beta")
@@ -156,7 +165,12 @@ class TrainConfig:
     # All methods
     init: str = _f("broadcast", "broadcast (all start from rank 0) or independent",
                    choices=("broadcast", "independent"))
-    sync_buffers: bool = _f(True, "pull/average BatchNorm statistics like parameters")
+    sync_buffers: bool = _f(True, "communicate BatchNorm statistics (false: --bn-buffers local)")
+    bn_buffers: str = _f("auto", "BatchNorm running statistics at a round: average (every "
+                         "worker's averaged), pull (like parameters), local, broadcast "
+                         "(allreduce); auto: the method's default (average for lsgd, easgd, "
+                         "local-sgd, diloco; pull for the decentralized methods; broadcast "
+                         "for allreduce)", choices=("auto", *BN_MODES))
     # Evaluation and output
     eval_every: str = _f("auto", "evaluate every N steps, or every Ns seconds (e.g. 30s); "
                                  "auto: 10 times per run")
@@ -259,6 +273,14 @@ class TrainConfig:
                 _as_float(self.mixing_weight), 0, 1, False, True):
             errors.append(f"--mixing-weight {self.mixing_weight!r}: give auto, max-degree "
                           f"or a number in (0, 1]")
+        if self.bn_buffers != "auto" and self.method in METHODS:
+            allowed = strategy_class(self.method).bn_modes
+            if self.bn_buffers not in allowed:
+                errors.append(f"--bn-buffers {self.bn_buffers}: --method {self.method} takes "
+                              f"{', '.join(allowed)}")
+            elif not self.sync_buffers and self.bn_buffers != "local":
+                errors.append(f"--bn-buffers {self.bn_buffers} with sync_buffers = false: "
+                              "give only --bn-buffers")
         if self.asynchronous and self.method not in ASYNCHRONOUS:
             errors.append(f"--async works with --method {', '.join(ASYNCHRONOUS)}; "
                           f"{self.method} is synchronous")

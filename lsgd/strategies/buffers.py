@@ -1,0 +1,111 @@
+"""What a round does with the BatchNorm running statistics (``bn_buffers=``).
+
+A model's floating-point buffers (BatchNorm's running mean and variance) are
+not trained by the optimizer, so a method may treat them apart from the
+parameters. Integer buffers (``num_batches_tracked``) always stay local.
+
+Modes (``lsgd train --bn-buffers MODE``):
+
+``"average"``
+    At every round the running statistics of the round's workers are
+    averaged (one all-reduce of the buffers and one count; a few KB for the
+    usual networks), as the LSGD paper's own code does. The default of LSGD,
+    EASGD, local SGD and DiLoCo. Where the round already averages the whole
+    state (local SGD, DiLoCo) the buffers ride in that all-reduce.
+``"pull"``
+    The buffers are part of the state ``x``: pulled toward the leader like
+    the parameters (LSGD), elastic toward the center (EASGD), mixed with the
+    neighbours' (the decentralized methods, their default).
+``"local"``
+    Never communicated: every worker keeps the statistics of its own batches.
+``"broadcast"``
+    All-reduce data parallel only (its default): rank 0's buffers are sent to
+    every worker before each forward pass (DDP's buffer synchronisation).
+
+A worker whose buffers hold a NaN or an infinity is left out of the average
+(it contributes zeros and a count of 0, in the same all-reduce) and receives
+the healthy workers' mean; when no member of the round is healthy, every
+member keeps its own buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from lsgd.comm import Communicator
+from lsgd.comm.base import Among
+from lsgd.flat import FlatBuffer
+from lsgd.functional import all_finite
+
+MODES = ("average", "pull", "local", "broadcast")
+
+
+def float_buffers(model: nn.Module) -> list[torch.Tensor]:
+    """``model``'s floating-point buffers (the BatchNorm running statistics)."""
+    return [b for b in model.buffers() if b.is_floating_point()]
+
+
+def resolve(owner: str, allowed: Sequence[str], bn_buffers: str | None,
+            sync_buffers: bool) -> str:
+    """The mode of ``owner`` (a method whose modes are ``allowed``, default first).
+
+    ``sync_buffers=False`` is the older spelling of ``bn_buffers="local"``;
+    given together with another mode it is a ``ValueError``.
+    """
+    if bn_buffers is None:
+        return allowed[0] if sync_buffers else "local"
+    if bn_buffers not in MODES:
+        raise ValueError(f"{owner}: bn_buffers={bn_buffers!r} is not a mode; choose one of "
+                         f"{', '.join(allowed)}")
+    if bn_buffers not in allowed:
+        raise ValueError(f"{owner}: bn_buffers={bn_buffers!r} is not a mode of {owner}; "
+                         f"choose one of {', '.join(allowed)}")
+    if not sync_buffers and bn_buffers != "local":
+        raise ValueError(f"{owner}: sync_buffers=False keeps the buffers local, but "
+                         f"bn_buffers={bn_buffers!r}; pass only bn_buffers")
+    return bn_buffers
+
+
+class BufferAverage:
+    """The healthy mean of the members' floating buffers, in one all-reduce.
+
+    One flat buffer per dtype and device, each with one extra slot: the
+    member's count (1 when all its buffers are finite, else 0, its buffers
+    then sent as zeros). After the all-reduce (sum) every slot holds the
+    number of healthy members, and the sums divided by it are written back.
+    Communicated per call: the buffers plus one value per flat buffer.
+    """
+
+    def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
+        self.tensors = list(tensors)
+        kinds = list(dict.fromkeys((t.dtype, t.device) for t in self.tensors))
+        slots = [torch.zeros(1, dtype=dtype, device=device) for dtype, device in kinds]
+        # FlatBuffer keeps each kind's tensors in order: its count slot comes last.
+        self.flat = FlatBuffer(self.tensors + slots)
+        self._views = self.flat.views[: len(self.tensors)]
+        self._slots = self.flat.views[len(self.tensors):]
+
+    @property
+    def nbytes(self) -> int:
+        return self.flat.nbytes
+
+    def __call__(self, comm: Communicator, among: Among = "world") -> int:
+        """Average among ``among``; returns the number of healthy members (0: unchanged)."""
+        if not self.tensors:
+            return 0
+        torch._foreach_copy_(self._views, self.tensors)
+        healthy = bool(all_finite(self._views))
+        if not healthy:
+            torch._foreach_zero_(self._views)
+        for slot in self._slots:
+            slot.fill_(1.0 if healthy else 0.0)
+        for buffer in self.flat.buffers:
+            comm.all_reduce_(buffer, op="sum", among=among)
+        count = int(self._slots[0].item())
+        if count > 0:
+            torch._foreach_div_(self._views, float(count))
+            torch._foreach_copy_(self.tensors, self._views)
+        return count
