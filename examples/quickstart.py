@@ -62,7 +62,7 @@ def make_model(data: datasets.Dataset) -> nn.Module:
     )
 
 
-#: Each method's own knobs here; every method takes the common ones (init, sync_buffers).
+#: Each method's own knobs here; every method takes the common ones (init, bn_buffers).
 KNOBS = {
     "lsgd": lambda cfg: {"pull": 0.1, "scope": 0.01, "period": cfg.period},
     "easgd": lambda cfg: {"moving_rate": 0.43, "period": cfg.period},

@@ -69,3 +69,30 @@ def test_bench_checks_its_options_before_running(tmp_path: Path,
     assert cli.main(["bench", "nonsense"]) == 2
     assert not list(tmp_path.iterdir())
 
+
+
+def test_reuse_reads_back_a_finished_run_only_when_its_settings_match(tmp_path: Path) -> None:
+    from lsgd.bench.common import finished, train
+    from lsgd.train.config import make_config
+
+    settings = {"method": "lsgd", "workers": 2, "backend": "threads", "model": "mlp",
+                "dataset": "digits", "steps": 4, "batch_size": 16, "eval_every": "1000"}
+    run = tmp_path / "run"
+    first = train(run, **settings)
+    assert "reused" not in first
+    again = train(run, reuse=True, **settings)
+    assert again["reused"] and again["steps"] == first["steps"] == 4
+    assert again["rows"] == first["rows"]
+
+    def wanted(**changes: object) -> str:
+        return make_config({"out": str(run), "quiet": True, **settings, **changes}).to_toml()
+
+    assert finished(run, wanted(period=8)) is None, "another setting: train again"
+    # A setting the stored run predates counts as its default.
+    saved = run / "config.toml"
+    saved.write_text("\n".join(line for line in saved.read_text().splitlines()
+                               if not line.startswith("leader_momentum")) + "\n")
+    assert finished(run, wanted()) is not None
+    assert finished(run, wanted(leader_momentum=0.5)) is None
+    (run / "summary.json").unlink()
+    assert finished(run, wanted()) is None, "an unfinished run is trained again"

@@ -115,6 +115,18 @@ def test_resuming_with_another_mode_is_refused() -> None:
         lsgd.simulate(worker, 2)
 
 
+def test_a_state_saved_before_the_modes_asks_for_pull() -> None:
+    def worker(info: lsgd.WorkerInfo) -> None:
+        model = SmallNet()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        saved = lsgd.LSGD(model, opt, bn_buffers="pull").state_dict()
+        del saved["bn_buffers"]
+        lsgd.LSGD(model, opt, bn_buffers="pull").load_state_dict(saved)  # fine
+        lsgd.LSGD(model, opt).load_state_dict(saved)
+    with pytest.raises(SimulationError, match="before bn_buffers existed.*--bn-buffers pull"):
+        lsgd.simulate(worker, 2)
+
+
 def test_sync_buffers_false_still_means_local() -> None:
     model = SmallNet()
     strategy = lsgd.LSGD(model, torch.optim.SGD(model.parameters(), lr=0.1), sync_buffers=False,

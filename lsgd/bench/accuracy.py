@@ -82,7 +82,8 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
                     method=method, workers=layout[0], groups=layout[1], link=link,
                     backend=opts["backend"], model=opts["model"], dataset=opts["dataset"],
                     batch_size=opts["batch_size"], minutes=opts["budget"] / 60,
-                    eval_every=f"{opts['eval']:g}s", seed=seed, **fixed, **knobs)
+                    eval_every=f"{opts['eval']:g}s", seed=seed, reuse=opts.get("reuse", False),
+                    **fixed, **knobs)
     rows = summary.pop("rows")
     time_, steps = _reached(rows, opts["target"])
     best = max((r["center_accuracy"] for r in rows if not math.isnan(r["center_accuracy"])),

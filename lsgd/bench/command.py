@@ -37,6 +37,11 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "the simulator's modeled links")
     parser.add_argument("--no-tune", action="store_true",
                         help="skip the tuning runs; use each method's first knobs")
+    parser.add_argument("--reuse", action="store_true",
+                        help="time to accuracy, stragglers: read back a finished run already "
+                             "under --out with the same settings instead of training it again "
+                             "(continue a benchmark that was stopped, or rerun only the runs "
+                             "whose folders were removed)")
     parser.set_defaults(handler=run_bench, parser=parser)
     return parser
 
@@ -66,7 +71,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
     return {"links": links, "seeds": args.seeds, "budget": args.budget, "target": args.target,
             "methods": methods, "backend": args.backend,
-            "tune": False if args.no_tune else None}
+            "tune": False if args.no_tune else None, "reuse": args.reuse or None}
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -95,19 +95,54 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def train(run: Path, **settings: Any) -> dict[str, Any]:
+def train(run: Path, reuse: bool = False, **settings: Any) -> dict[str, Any]:
     """``lsgd train`` in this process with ``settings`` (quiet, into a fresh ``run``);
-    its summary, with the metrics rows under ``"rows"``."""
+    its summary, with the metrics rows under ``"rows"``.
+
+    With ``reuse``, a finished run already in ``run`` with the same settings
+    (see :func:`finished`) is read back instead of trained again.
+    """
     from lsgd.train import command
     from lsgd.train.config import make_config
     from lsgd.train.outputs import read_csv
 
-    shutil.rmtree(run, ignore_errors=True)
     cfg = make_config({"out": str(run), "quiet": True, **settings})
+    if reuse and (done := finished(run, cfg.to_toml())) is not None:
+        return done | {"rows": read_csv(run / "metrics.csv"), "run": str(run), "reused": True}
+    shutil.rmtree(run, ignore_errors=True)
     command._prepare(cfg, run)
     summary = command.train(cfg)
     assert summary is not None
     return dict(summary) | {"rows": read_csv(run / "metrics.csv"), "run": str(run)}
+
+
+def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
+    """The summary of the finished run in ``run`` if it was trained with the settings
+    of ``wanted_toml`` (a config's TOML); ``None`` otherwise.
+
+    A setting that the stored run's ``config.toml`` does not have (one added to
+    lsgd since) must be at its default.
+    """
+    import tomllib
+
+    from lsgd.train.config import TrainConfig
+
+    summary, saved = run / "summary.json", run / "config.toml"
+    if not (summary.is_file() and saved.is_file() and (run / "metrics.csv").is_file()):
+        return None
+    try:
+        stored, wanted = tomllib.loads(saved.read_text()), tomllib.loads(wanted_toml)
+        done = json.loads(summary.read_text())
+    except (OSError, ValueError):
+        return None
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    for key in stored.keys() | wanted.keys():
+        default = defaults.get(key)
+        if isinstance(default, tuple):
+            default = list(default)
+        if stored.get(key, default) != wanted.get(key, default):
+            return None
+    return done
 
 
 def median(values: Sequence[float]) -> float:

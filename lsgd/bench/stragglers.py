@@ -45,7 +45,8 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                             backend=opts["backend"], period=opts["period"],
                             batch_size=opts["batch_size"], asynchronous=asynchronous,
                             straggle=[f"{workers - 1}:{factor:g}"], eval_every="100000",
-                            seed=opts.get("seed", 0), **budget)
+                            seed=opts.get("seed", 0), reuse=opts.get("reuse", False),
+                            **budget)
             summary.pop("rows")
             rate = summary["steps_per_second"]
             sync_rate = sync_rate or rate

@@ -368,6 +368,12 @@ class Strategy:
                 f"{self.name}.load_state_dict: the state was saved by {state.get('name')!r}"
             )
         saved = state.get("bn_buffers")
+        if saved is None and self._bn_average is not None:
+            raise ValueError(
+                f"{self.name}.load_state_dict: the state was saved before bn_buffers existed, "
+                "when the BatchNorm statistics were pulled like parameters; resume with "
+                "bn_buffers='pull' (lsgd train --bn-buffers pull), or 'local' if it was saved "
+                "with sync_buffers=False")
         if saved is not None and saved != self.bn_buffers:
             raise ValueError(
                 f"{self.name}.load_state_dict: the state was saved with bn_buffers={saved!r}, "
