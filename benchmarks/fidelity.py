@@ -40,16 +40,16 @@ SETS: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {
         ("easgd local", {"method": "easgd", "bn_buffers": "local"}),
     ]),
     "pull-form": (CNN7, [
-        ("after-step, scope 0.01", {"scope_pull": "after-step"}),
+        ("after-step, scope 0.01", {}),
         ("algorithm-1, scope 0.01", {"scope_pull": "algorithm-1"}),
         ("after-step, scope 0.1", {"scope_pull": "after-step", "scope": 0.1}),
         ("algorithm-1, scope 0.1", {"scope_pull": "algorithm-1", "scope": 0.1}),
     ]),
     "leader-momentum": (CNN7, [
         ("lsgd", {}),
-        ("lsgd, leader momentum 0.5", {"leader_momentum": 0.5}),
         ("lsgd, leader momentum 0.9", {"leader_momentum": 0.9}),
         ("diloco (outer lr 0.7, momentum 0.9)", {"method": "diloco"}),
+        ("lsgd, leader momentum 0.5", {"leader_momentum": 0.5}),
         ("local sgd", {"method": "local-sgd"}),
     ]),
 }
@@ -61,11 +61,14 @@ def run_set(name: str, out: Path, seeds: int, steps: int, workers: int) -> list[
     for label, settings in variants:
         per_seed = []
         for seed in range(seeds):
-            slug = label.replace(" ", "").replace(",", "-").replace("(", "").replace(")", "")
+            merged = {**common, **settings}
+            # One folder per settings: a run shared by two sets is trained once (--reuse).
+            slug = "-".join(f"{k}{v}" for k, v in sorted(merged.items()))
             start = time.perf_counter()
-            summary = train(out / name / f"{slug}-seed{seed}", dataset="fashion-mnist",
-                            workers=workers, backend="threads", steps=steps,
-                            eval_every="1000000", seed=seed, **{**common, **settings})
+            summary = train(out / "runs" / f"{slug}-w{workers}-s{steps}-seed{seed}",
+                            reuse=True, dataset="fashion-mnist", workers=workers,
+                            backend="threads", steps=steps, eval_every="1000000", seed=seed,
+                            **merged)
             last = summary["rows"][-1]
             per_seed.append({"seed": seed, "center": last["center_accuracy"],
                              "leader": last.get("leader_accuracy"),
