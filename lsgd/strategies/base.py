@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -57,42 +57,15 @@ from lsgd import _validate
 from lsgd.comm import CommStats, Communicator, get_communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
-from lsgd.functional import finite_each
 from lsgd.strategies import buffers as bn
 from lsgd.strategies.guard import driving, guard
 from lsgd.strategies.health import DivergedError, check_same_model
 from lsgd.strategies.report import Report
+from lsgd.strategies.state import _finite, on_state_, state_tensors
 from lsgd.strategies.rounds import Cadence, Rounds
 
 INITS = ("broadcast", "independent")
 TRAFFIC = ("train", "eval")
-
-
-def _finite(tensors: Sequence[torch.Tensor]) -> bool:
-    """Whether every value of ``tensors`` is finite (one device synchronisation)."""
-    return finite_each([tensors])[0]
-
-
-def state_tensors(model: nn.Module, sync_buffers: bool = True) -> list[torch.Tensor]:
-    """The tensors that make up a worker's state ``x``: parameters, then float buffers."""
-    tensors = [p.data for p in model.parameters()]
-    if sync_buffers:
-        tensors += [b for b in model.buffers() if b.is_floating_point()]
-    return tensors
-
-
-def on_state_(model: nn.Module, collective: Callable[[torch.Tensor], Any]) -> None:
-    """Run ``collective`` in place on ``model``'s whole state, flattened.
-
-    The state is the parameters and floating buffers (integer buffers stay
-    local); each flat buffer (one per dtype and device) is one collective call.
-    """
-    tensors = state_tensors(model, sync_buffers=True)
-    flat = FlatBuffer(tensors).copy_from(tensors)
-    with torch.no_grad():
-        for buffer in flat.buffers:
-            collective(buffer)
-    flat.copy_to(tensors)
 
 
 def as_loss_tensor(loss: torch.Tensor | float, owner: str) -> torch.Tensor:
