@@ -24,6 +24,8 @@ import tomli_w
 from lsgd._validate import is_int, is_number
 from lsgd.links.spec import parse_link
 from lsgd.registry import strategy_class, strategy_names
+from lsgd.train.ranges import (NON_NEGATIVE_INTS, POSITIVE_INTS, RANGES, _as_float, _flag,
+                               _range_text, _within)
 from lsgd.strategies.buffers import MODES as BN_MODES
 from lsgd.strategies.lsgd import SCOPE_PULLS
 
@@ -40,30 +42,6 @@ OPTIMIZERS = ("sgd", "adam", "adamw", "lars")
 SCHEDULES = ("constant", "step", "minutes", "plateau")
 BACKENDS = ("processes", "threads")
 DEVICES = ("auto", "cpu", "cuda")
-#: The valid range of each number setting: (low, high, low allowed, high allowed).
-#: Values must also be finite; an unset optional one (None) is fine.
-RANGES: dict[str, tuple[float, float, bool, bool]] = {
-    "lr": (0, math.inf, False, False),
-    "momentum": (0, 1, True, False),
-    "outer_lr": (0, math.inf, False, False),
-    "outer_momentum": (0, 1, True, False),
-    "leader_momentum": (0, 1, True, False),
-    "weight_decay": (0, math.inf, True, False),
-    "trust_coefficient": (0, math.inf, False, False),
-    "drop_factor": (0, 1, False, False),
-    "warmup_epochs": (0, math.inf, True, False),
-    "timeout": (0, math.inf, False, False),
-    "epochs": (0, math.inf, False, False),
-    "minutes": (0, math.inf, False, False),
-    "budget": (0, 1, False, True),
-    **{name: (0, 1, True, True) for name in ("pull", "scope", "moving_rate", "pull_global",
-                                             "scope_global", "c_b", "c_d", "p_b", "p_d")},
-}
-POSITIVE_INTS = ("workers", "groups", "batch_size", "period", "leader_window", "patience",
-                 "gossip_period", "steps", "global_period")
-NON_NEGATIVE_INTS = ("bn_recalibrate", "checkpoint_every", "restarts")
-
-
 def _f(default: Any, help: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": help, **kw})
 
@@ -322,31 +300,6 @@ class TrainConfig:
         text = tomli_w.dumps({name: list(value) if isinstance(value, tuple) else value
                               for name, value in values.items() if value is not None})
         return text + "".join(line + "\n" for line in unset)
-
-
-def _flag(name: str) -> str:
-    return name.replace("_", "-")
-
-
-def _within(value: float, low: float, high: float, low_ok: bool, high_ok: bool) -> bool:
-    """Whether ``value`` is finite and in the range (see :data:`RANGES`); never for NaN."""
-    return (math.isfinite(value) and (low < value or low_ok and value == low)
-            and (value < high or high_ok and value == high))
-
-
-def _range_text(low: float, high: float, low_ok: bool, high_ok: bool) -> str:
-    """The range as words: ``a finite number > 0`` or ``in [0, 1)``."""
-    if high == math.inf:
-        return f"a finite number {'>=' if low_ok else '>'} {low:g}"
-    return f"in {'[' if low_ok else '('}{low:g}, {high:g}{']' if high_ok else ')'}"
-
-
-def _as_float(text: str) -> float:
-    """``text`` as a number; NaN when it is none."""
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
 
 
 #: What each scalar type of a field reads as, alone and in a list.

@@ -1,0 +1,53 @@
+"""The valid range of every number setting of ``lsgd train``, and how a bad one is named."""
+
+from __future__ import annotations
+
+import math
+
+#: The valid range of each number setting: (low, high, low allowed, high allowed).
+#: Values must also be finite; an unset optional one (None) is fine.
+RANGES: dict[str, tuple[float, float, bool, bool]] = {
+    "lr": (0, math.inf, False, False),
+    "momentum": (0, 1, True, False),
+    "outer_lr": (0, math.inf, False, False),
+    "outer_momentum": (0, 1, True, False),
+    "leader_momentum": (0, 1, True, False),
+    "weight_decay": (0, math.inf, True, False),
+    "trust_coefficient": (0, math.inf, False, False),
+    "drop_factor": (0, 1, False, False),
+    "warmup_epochs": (0, math.inf, True, False),
+    "timeout": (0, math.inf, False, False),
+    "epochs": (0, math.inf, False, False),
+    "minutes": (0, math.inf, False, False),
+    "budget": (0, 1, False, True),
+    **{name: (0, 1, True, True) for name in ("pull", "scope", "moving_rate", "pull_global",
+                                             "scope_global", "c_b", "c_d", "p_b", "p_d")},
+}
+POSITIVE_INTS = ("workers", "groups", "batch_size", "period", "leader_window", "patience",
+                 "gossip_period", "steps", "global_period")
+NON_NEGATIVE_INTS = ("bn_recalibrate", "checkpoint_every", "restarts")
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _within(value: float, low: float, high: float, low_ok: bool, high_ok: bool) -> bool:
+    """Whether ``value`` is finite and in the range (see :data:`RANGES`); never for NaN."""
+    return (math.isfinite(value) and (low < value or low_ok and value == low)
+            and (value < high or high_ok and value == high))
+
+
+def _range_text(low: float, high: float, low_ok: bool, high_ok: bool) -> str:
+    """The range as words: ``a finite number > 0`` or ``in [0, 1)``."""
+    if high == math.inf:
+        return f"a finite number {'>=' if low_ok else '>'} {low:g}"
+    return f"in {'[' if low_ok else '('}{low:g}, {high:g}{']' if high_ok else ')'}"
+
+
+def _as_float(text: str) -> float:
+    """``text`` as a number; NaN when it is none."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
