@@ -31,6 +31,13 @@ def fraction(owner: str, name: str, value: Any) -> float:
     return float(value)
 
 
+def momentum(owner: str, name: str, value: Any) -> float:
+    """``value`` as a float in [0, 1) (a momentum coefficient)."""
+    if not is_number(value) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{owner}: {name} must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
 def positive_int(owner: str, name: str, value: Any) -> int:
     """``value`` as an int >= 1."""
     if not is_int(value) or value < 1:

@@ -89,10 +89,8 @@ class DiLoCo(Strategy):
         self.period = _validate.positive_int("DiLoCo", "period", period)
         if not _validate.is_number(outer_lr, finite=True) or outer_lr <= 0:
             raise ValueError(f"DiLoCo: outer_lr must be a finite number > 0, got {outer_lr!r}")
-        if not _validate.is_number(outer_momentum) or not 0 <= outer_momentum < 1:
-            raise ValueError(
-                f"DiLoCo: outer_momentum must be a number in [0, 1), got {outer_momentum!r}")
-        self.outer_lr, self.outer_momentum = float(outer_lr), float(outer_momentum)
+        self.outer_momentum = _validate.momentum("DiLoCo", "outer_momentum", outer_momentum)
+        self.outer_lr = float(outer_lr)
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers)
         # The state is the parameters, then the floating buffers: θ_g is its first part.

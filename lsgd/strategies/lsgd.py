@@ -170,10 +170,7 @@ class LSGD(Strategy):
         if global_period is not None:
             global_period = _validate.positive_int(owner, "global_period", global_period)
         self.scope_pull = _validate.choice(owner, "scope_pull", scope_pull, SCOPE_PULLS)
-        if not _validate.is_number(leader_momentum) or not 0 <= leader_momentum < 1:
-            raise ValueError(
-                f"{owner}: leader_momentum must be a number in [0, 1), got {leader_momentum!r}")
-        self.leader_momentum = float(leader_momentum)
+        self.leader_momentum = _validate.momentum(owner, "leader_momentum", leader_momentum)
         self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers, asynchronous=asynchronous)
