@@ -511,6 +511,8 @@ TRAIN = {
     "dpsgd_train": {"method": "dpsgd", "steps": 5, "kwargs": {"topology": T.ring(4)}},
     "matcha_train": {"method": "matcha", "steps": 6,
                      "kwargs": {"topology": [T.ring(4), RING4B], "budget": 0.5, "seed": 1}},
+    # Real losses pick B: the elections must agree across the backends too.
+    "aldsgd_train": {"method": "aldsgd", "steps": 6, "kwargs": {"topology": T.ring(4)}},
 }
 
 

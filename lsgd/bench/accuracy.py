@@ -39,6 +39,8 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     "lsgd": ("lsgd", {}, [{"period": 16}, {"period": 4}]),
     "lsgd-multi": ("lsgd", {}, [{"period": 4, "global_period": 16},
                                 {"period": 16, "global_period": 64}]),
+    # LSGD whose round pull is an outer Nesterov step toward the leader (--leader-momentum).
+    "lsgd-momentum": ("lsgd", {"leader_momentum": 0.9}, [{"period": 16}, {"period": 4}]),
     "easgd": ("easgd", {}, [{"period": 16}, {"period": 4}]),
     "local-sgd": ("local-sgd", {}, [{"period": 16}, {"period": 4}]),
     "diloco": ("diloco", {}, [{"period": 16}, {"period": 4}]),
@@ -51,7 +53,8 @@ SETTINGS = {
     # name: (workers, groups, default backend, methods left out and why)
     "time-to-accuracy": (4, 4, "processes", {"lsgd-multi": "one worker per node: no local level"}),
     "twelve-workers": (12, 3, "threads",
-                       {"lsgd": "several workers per node make LSGD multi-leader: lsgd-multi"}),
+                       {"lsgd": "several workers per node make LSGD multi-leader: lsgd-multi",
+                        "lsgd-momentum": "an option of LSGD, measured at 4 nodes"}),
 }
 
 
