@@ -14,8 +14,12 @@ seed's value):
 * ``leader-momentum``: LSGD with a Nesterov momentum on the round's pull
   (``--leader-momentum``) against LSGD and DiLoCo, CNN7.
 
-    python benchmarks/fidelity.py bn pull-form leader-momentum --seeds 2
+    python benchmarks/fidelity.py leader-momentum --steps 200 --seeds 2
+    python benchmarks/fidelity.py bn --steps 100 --seeds 2
+    python benchmarks/fidelity.py pull-form --steps 400 --seeds 2
     python benchmarks/fidelity.py pull-form --steps 100 --seeds 1   # a quick look
+
+The numbers these gave are in docs/algorithms.md ("Which form is the default").
 """
 
 from __future__ import annotations
