@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.bench.common import Result, train
-from lsgd.plots import plot_runs
+from lsgd.plots import pyplot, save
 
 
 def _defaults(quick: bool) -> dict[str, Any]:
@@ -55,10 +55,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                          " ".join(str(n) for n in summary["worker_steps"]),
                          " ".join(f"{t:.0f}" for t in summary["worker_wait_seconds"]),
                          summary["test_accuracy"]])
-    figures = []
-    figure = plot_runs([Path(r["run"]) for r in runs], out / "stragglers.png")
-    if figure is not None:
-        figures.append(str(figure))
+    figures = _figure(out / "stragglers.png", runs)
     budget_text = f"{opts['budget']:g} s of training"
     notes = [f"LSGD, {opts['model']} on {opts['dataset']}, {workers} workers "
              f"({opts['backend']}), period {opts['period']}, worker {workers - 1} slowed by "
@@ -68,3 +65,27 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                   ["factor", "mode", "steps/s", "ratio", "steps per worker",
                    "s in rounds per worker", "center acc"], rows, notes,
                   {"options": opts, "runs": runs}, figures)
+
+
+def _figure(path: Path, runs: list[dict[str, Any]]) -> list[str]:
+    """Bars side by side per straggler factor: throughput, and the center's accuracy."""
+    plt = pyplot()
+    if plt is None:
+        return []
+    factors = sorted({r["factor"] for r in runs})
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    panels = (("steps_per_second", "steps/s, all workers", 1.0),
+              ("test_accuracy", "test accuracy of the center (%)", 100.0))
+    for ax, (key, label, scale) in zip(axes, panels):
+        for shift, mode in ((-0.2, "sync"), (0.2, "async")):
+            values = [scale * next(r[key] for r in runs
+                                   if r["factor"] == f and r["mode"] == mode) for f in factors]
+            bars = ax.bar([i + shift for i in range(len(factors))], values, width=0.4,
+                          label=mode)
+            ax.bar_label(bars, fmt="%.1f", fontsize=8)
+        ax.set_xticks(range(len(factors)), [f"worker 3 {f:g}x slower" for f in factors])
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3, axis="y")
+    axes[1].set_ylim(bottom=min(100 * r["test_accuracy"] for r in runs) - 5)
+    return [str(save(fig, path))]
