@@ -55,7 +55,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                          " ".join(str(n) for n in summary["worker_steps"]),
                          " ".join(f"{t:.0f}" for t in summary["worker_wait_seconds"]),
                          summary["test_accuracy"]])
-    figures = _figure(out / "stragglers.png", runs)
+    figures = _figure(out / "stragglers.png", runs, workers - 1)
     budget_text = f"{opts['budget']:g} s of training"
     notes = [f"LSGD, {opts['model']} on {opts['dataset']}, {workers} workers "
              f"({opts['backend']}), period {opts['period']}, worker {workers - 1} slowed by "
@@ -67,7 +67,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                   {"options": opts, "runs": runs}, figures)
 
 
-def _figure(path: Path, runs: list[dict[str, Any]]) -> list[str]:
+def _figure(path: Path, runs: list[dict[str, Any]], slow: int) -> list[str]:
     """Bars side by side per straggler factor: throughput, and the center's accuracy."""
     plt = pyplot()
     if plt is None:
@@ -83,7 +83,7 @@ def _figure(path: Path, runs: list[dict[str, Any]]) -> list[str]:
             bars = ax.bar([i + shift for i in range(len(factors))], values, width=0.4,
                           label=mode)
             ax.bar_label(bars, fmt="%.1f", fontsize=8)
-        ax.set_xticks(range(len(factors)), [f"worker 3 {f:g}x slower" for f in factors])
+        ax.set_xticks(range(len(factors)), [f"worker {slow} {f:g}x slower" for f in factors])
         ax.set_ylabel(label)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3, axis="y")

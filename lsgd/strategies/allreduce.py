@@ -34,7 +34,8 @@ import torch
 from torch import nn
 
 from lsgd.comm import Communicator
-from lsgd.strategies.base import Strategy, _finite
+from lsgd.strategies.base import Strategy
+from lsgd.strategies.state import all_finite
 
 
 class AllReduce(Strategy):
@@ -80,11 +81,11 @@ class AllReduce(Strategy):
         """Average the gradients; skip the step (on every worker alike) if not finite."""
         self._parallel.synchronize(self.name)
         grads = [p.grad for p in self._module.parameters() if p.grad is not None]
-        if _finite(grads):
+        if all_finite(grads):
             return True
         self.skipped_steps += 1
         # The parameters, not the buffers: they are identical on every replica.
-        if not _finite([p.data for p in self._module.parameters()]):
+        if not all_finite([p.data for p in self._module.parameters()]):
             raise self._diverged_error(step=self.steps + 1)  # the step being taken
         return False
 

@@ -61,8 +61,8 @@ from lsgd.strategies import buffers as bn
 from lsgd.strategies.guard import driving, guard
 from lsgd.strategies.health import DivergedError, check_same_model
 from lsgd.strategies.report import Report
-from lsgd.strategies.state import _finite, on_state_, state_tensors
 from lsgd.strategies.rounds import Cadence, Rounds
+from lsgd.strategies.state import all_finite, on_state_, state_tensors
 
 INITS = ("broadcast", "independent")
 TRAFFIC = ("train", "eval")
@@ -410,7 +410,7 @@ class Strategy:
         workers a count of 0 raises :class:`DivergedError` on every worker.
         """
         flat.copy_from(self._state)
-        healthy = _finite(flat.buffers)
+        healthy = all_finite(flat.buffers)
         if not healthy:
             for buffer in flat.buffers:
                 buffer.zero_()

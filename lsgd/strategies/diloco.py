@@ -48,7 +48,8 @@ from torch import nn
 from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.flat import FlatBuffer
-from lsgd.strategies.base import Strategy, _finite
+from lsgd.strategies.base import Strategy
+from lsgd.strategies.state import all_finite
 from lsgd.strategies.rounds import Cadence
 
 
@@ -112,7 +113,7 @@ class DiLoCo(Strategy):
 
     def _round(self, names: list[str]) -> None:
         self._average_into(self._mean)
-        healthy = _finite(self._mean.buffers)  # a finite mean: every worker is healthy
+        healthy = all_finite(self._mean.buffers)  # a finite mean: every worker is healthy
         if not healthy:  # the rare path: the mean of the healthy workers instead
             healthy, count = self._healthy_sum_into(self._mean)
             torch._foreach_div_(self._mean.buffers, float(count))

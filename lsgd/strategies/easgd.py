@@ -47,7 +47,8 @@ from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elastic_step_, pull_
-from lsgd.strategies.base import Strategy, _finite
+from lsgd.strategies.base import Strategy
+from lsgd.strategies.state import all_finite
 from lsgd.strategies.rounds import Cadence
 
 
@@ -97,7 +98,7 @@ class EASGD(Strategy):
 
     def _round(self, names: list[str]) -> None:
         self._average_into(self._mean)
-        if _finite(self._mean.buffers):
+        if all_finite(self._mean.buffers):
             elastic_step_(self._state, self.center_state.views, self._mean.views,
                           self.alpha, self.moving_rate)
         else:

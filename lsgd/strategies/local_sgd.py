@@ -36,7 +36,8 @@ from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
-from lsgd.strategies.base import Strategy, _finite
+from lsgd.strategies.base import Strategy
+from lsgd.strategies.state import all_finite
 from lsgd.strategies.rounds import Cadence
 
 
@@ -96,7 +97,7 @@ class LocalSGD(Strategy):
         # When both fall due together the global average subsumes the local one.
         among: Among = "world" if "global" in names else "group"
         self._average_into(self._mean, among)
-        if _finite(self._mean.buffers):
+        if all_finite(self._mean.buffers):
             self._mean.copy_to(self._state)
         else:
             self._average_healthy(among)

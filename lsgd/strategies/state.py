@@ -16,7 +16,7 @@ from lsgd.flat import FlatBuffer
 from lsgd.functional import finite_each
 
 
-def _finite(tensors: Sequence[torch.Tensor]) -> bool:
+def all_finite(tensors: Sequence[torch.Tensor]) -> bool:
     """Whether every value of ``tensors`` is finite (one device synchronisation)."""
     return finite_each([tensors])[0]
 

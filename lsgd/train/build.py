@@ -26,6 +26,7 @@ from lsgd.links.netns import LinkSetupError, shaped_links_possible
 from lsgd.models import build_model
 from lsgd.topology import Topology, from_spec
 from lsgd.train.config import DECENTRALIZED, TrainConfig
+from lsgd.train.ranges import flag
 
 EVAL_BATCH = 1000
 
@@ -162,11 +163,10 @@ def check_single_leader(cfg: TrainConfig, groups: int) -> None:
                            ("period", "global_period")):
         value = getattr(cfg, global_)
         if value is not None and value != getattr(cfg, plain):
-            flag, global_flag = plain.replace("_", "-"), global_.replace("_", "-")
             raise UsageError(
-                f"--{global_flag} {value}: with one group LSGD has a single leader, set by "
-                f"--{flag} {getattr(cfg, plain)}; drop --{global_flag}, or use several groups "
-                "(--groups N, or one group per node under torchrun)"
+                f"--{flag(global_)} {value}: with one group LSGD has a single leader, set by "
+                f"--{flag(plain)} {getattr(cfg, plain)}; drop --{flag(global_)}, or use several "
+                "groups (--groups N, or one group per node under torchrun)"
             )
 
 

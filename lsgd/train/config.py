@@ -24,10 +24,10 @@ import tomli_w
 from lsgd._validate import is_int, is_number
 from lsgd.links.spec import parse_link
 from lsgd.registry import strategy_class, strategy_names
-from lsgd.train.ranges import (NON_NEGATIVE_INTS, POSITIVE_INTS, RANGES, _as_float, _flag,
-                               _range_text, _within)
 from lsgd.strategies.buffers import MODES as BN_MODES
 from lsgd.strategies.lsgd import SCOPE_PULLS
+from lsgd.train.ranges import (NON_NEGATIVE_INTS, POSITIVE_INTS, RANGES, as_float, flag,
+                               range_text, within)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -179,7 +179,7 @@ class TrainConfig:
             try:
                 setattr(self, f.name, conform(f.name, value))
             except TypeError as expected:
-                errors.append(f"--{_flag(f.name)} {value!r}: expected {expected}")
+                errors.append(f"--{flag(f.name)} {value!r}: expected {expected}")
         if errors:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
         self.fault = [str(v) for v in self.fault]
@@ -221,25 +221,25 @@ class TrainConfig:
             choices = f.metadata.get("choices")
             value = getattr(self, f.name)
             if choices and value not in choices:
-                errors.append(f"--{_flag(f.name)} {value!r}: choose one of {', '.join(choices)}")
+                errors.append(f"--{flag(f.name)} {value!r}: choose one of {', '.join(choices)}")
         for name in POSITIVE_INTS:
             value = getattr(self, name)
             if value is not None and value < 1:
-                errors.append(f"--{_flag(name)} must be a positive integer, got {value}")
+                errors.append(f"--{flag(name)} must be a positive integer, got {value}")
         for name in NON_NEGATIVE_INTS:
             if getattr(self, name) < 0:
-                errors.append(f"--{_flag(name)} must be an integer >= 0, got {getattr(self, name)}")
+                errors.append(f"--{flag(name)} must be an integer >= 0, got {getattr(self, name)}")
         if self.workers >= 1 and self.groups >= 1 and self.workers % self.groups:
             errors.append(f"--groups {self.groups} must divide --workers {self.workers}")
         for name, bounds in RANGES.items():
             value = getattr(self, name)
-            if value is not None and not _within(value, *bounds):
-                errors.append(f"--{_flag(name)} must be {_range_text(*bounds)}, got {value}")
+            if value is not None and not within(value, *bounds):
+                errors.append(f"--{flag(name)} must be {range_text(*bounds)}, got {value}")
         at_or_after_start = (0, math.inf, True, False)
-        bad_drops = [d for d in self.drops if not _within(d, *at_or_after_start)]
+        bad_drops = [d for d in self.drops if not within(d, *at_or_after_start)]
         if bad_drops:
             errors.append(f"--drops {' '.join(f'{d:g}' for d in bad_drops)}: every drop must be "
-                          f"{_range_text(*at_or_after_start)} (epochs or minutes)")
+                          f"{range_text(*at_or_after_start)} (epochs or minutes)")
         if self.global_period and self.period >= 1 and self.global_period % self.period:
             errors.append(f"--global-period {self.global_period} must be a multiple of "
                           f"--period {self.period}")
@@ -247,8 +247,8 @@ class TrainConfig:
             errors.append(f"--eval-every {self.eval_every!r}: give steps (200) or seconds (30s)")
         if self.schedule in ("step", "minutes") and not self.drops:
             errors.append(f"--schedule {self.schedule} needs --drops (e.g. --drops 30 60)")
-        if self.mixing_weight not in ("auto", "max-degree") and not _within(
-                _as_float(self.mixing_weight), 0, 1, False, True):
+        if self.mixing_weight not in ("auto", "max-degree") and not within(
+                as_float(self.mixing_weight), 0, 1, False, True):
             errors.append(f"--mixing-weight {self.mixing_weight!r}: give auto, max-degree "
                           f"or a number in (0, 1]")
         if self.bn_buffers != "auto" and self.method in METHODS:

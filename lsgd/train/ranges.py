@@ -28,24 +28,25 @@ POSITIVE_INTS = ("workers", "groups", "batch_size", "period", "leader_window", "
 NON_NEGATIVE_INTS = ("bn_recalibrate", "checkpoint_every", "restarts")
 
 
-def _flag(name: str) -> str:
+def flag(name: str) -> str:
+    """A setting's command-line spelling without the dashes: ``pull_global`` -> ``pull-global``."""
     return name.replace("_", "-")
 
 
-def _within(value: float, low: float, high: float, low_ok: bool, high_ok: bool) -> bool:
+def within(value: float, low: float, high: float, low_ok: bool, high_ok: bool) -> bool:
     """Whether ``value`` is finite and in the range (see :data:`RANGES`); never for NaN."""
     return (math.isfinite(value) and (low < value or low_ok and value == low)
             and (value < high or high_ok and value == high))
 
 
-def _range_text(low: float, high: float, low_ok: bool, high_ok: bool) -> str:
+def range_text(low: float, high: float, low_ok: bool, high_ok: bool) -> str:
     """The range as words: ``a finite number > 0`` or ``in [0, 1)``."""
     if high == math.inf:
         return f"a finite number {'>=' if low_ok else '>'} {low:g}"
     return f"in {'[' if low_ok else '('}{low:g}, {high:g}{']' if high_ok else ')'}"
 
 
-def _as_float(text: str) -> float:
+def as_float(text: str) -> float:
     """``text`` as a number; NaN when it is none."""
     try:
         return float(text)
