@@ -151,7 +151,8 @@ def _table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any]
            ) -> tuple[list[list[Any]], dict[str, Any]]:
     rows: list[list[Any]] = []
     summary: dict[str, Any] = {}
-    reference = next((m for m in ("lsgd", "lsgd-multi") if m in methods), methods[0])
+    # Ratios are LSGD's time over each method's; without LSGD in the run there are none.
+    reference = next((m for m in ("lsgd", "lsgd-multi") if m in methods), None)
     for link in opts["links"]:
         times: dict[str, float | None] = {}
         for name in methods:
@@ -169,7 +170,8 @@ def _table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any]
             rows.append([link, name, times[name], spread,
                          median(steps) if len(steps) == len(mine) else None, best, None])
         for row in rows[-len(methods):]:
-            mine, ref = times[row[1]], times[reference]
+            mine = times[row[1]]
+            ref = times[reference] if reference is not None else None
             row[6] = ref / mine if mine and ref else None
             summary[f"{link}/{row[1]}"]["ratio"] = row[6]
     return rows, summary
