@@ -101,7 +101,7 @@ def test_reuse_reads_back_a_finished_run_only_when_its_settings_match(tmp_path: 
 def test_time_to_accuracy_gives_no_ratio_without_lsgd() -> None:
     run = {"link": "20mbit", "seed": 0, "time": 10.0, "steps": 40, "best": 0.9}
     runs = [run | {"method": "local-sgd"}, run | {"method": "easgd", "time": 20.0}]
-    rows, summary = accuracy._table(runs, ["local-sgd", "easgd"], {"links": ["20mbit"]})
+    rows, _ = accuracy._table(runs, ["local-sgd", "easgd"], {"links": ["20mbit"]})
     assert [row[6] for row in rows] == [None, None]
     rows, _ = accuracy._table(runs + [run | {"method": "lsgd", "time": 5.0}],
                               ["lsgd", "local-sgd", "easgd"], {"links": ["20mbit"]})

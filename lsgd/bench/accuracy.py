@@ -169,9 +169,9 @@ def _table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any]
                                          "runs": len(mine), "best": best}
             rows.append([link, name, times[name], spread,
                          median(steps) if len(steps) == len(mine) else None, best, None])
+        ref = times[reference] if reference is not None else None
         for row in rows[-len(methods):]:
             mine = times[row[1]]
-            ref = times[reference] if reference is not None else None
             row[6] = ref / mine if mine and ref else None
             summary[f"{link}/{row[1]}"]["ratio"] = row[6]
     return rows, summary
