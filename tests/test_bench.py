@@ -106,3 +106,34 @@ def test_time_to_accuracy_gives_no_ratio_without_lsgd() -> None:
     rows, _ = accuracy._table(runs + [run | {"method": "lsgd", "time": 5.0}],
                               ["lsgd", "local-sgd", "easgd"], {"links": ["20mbit"]})
     assert [row[6] for row in rows] == [1.0, 0.5, 0.25]
+
+
+@pytest.mark.timeout(240)
+def test_twelve_workers_with_a_fixed_step_time_gives_the_same_clock_in_parallel(
+        tmp_path: Path) -> None:
+    options = {"methods": ["lsgd-multi", "allreduce"], "budget": 1.0, "step_seconds": 0.01,
+               "target": 0.5}
+    alone = accuracy.run_twelve(tmp_path / "alone", True, options)
+    both = accuracy.run_twelve(tmp_path / "both", True, options | {"jobs": 2})
+    assert "0.01 s per step" in alone.notes[0]
+    for one, other in zip(alone.data["runs"], both.data["runs"], strict=True):
+        # The clock is the step time plus the modeled transfers: neither depends on
+        # the other run sharing the cores, so the steps and times agree exactly.
+        assert one["method"] == other["method"]
+        assert one["steps_done"] == other["steps_done"]
+        assert [t for t, _ in one["curve"]] == [t for t, _ in other["curve"]]
+        assert one["comm_seconds"] == pytest.approx(other["comm_seconds"], rel=1e-9)
+        assert one["best"] == pytest.approx(other["best"], abs=0.03)
+    steps = {r["method"]: r["steps_done"] for r in alone.data["runs"]}
+    # 1 s of 0.01 s steps at most 100; all-reduce pays the link at every step (10 steps
+    # here), LSGD only at its global rounds (60).
+    assert 40 <= steps["lsgd-multi"] < 100 and steps["allreduce"] * 3 < steps["lsgd-multi"], steps
+
+
+def test_parallel_runs_need_a_fixed_step_time(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["bench", "twelve-workers", "--jobs", "2"]) == 2
+    assert "--jobs 2: runs at once share" in capsys.readouterr().err
+    assert cli.main(["bench", "time-to-accuracy", "--step-seconds", "0.1"]) == 2
+    assert "add --backend threads" in capsys.readouterr().err
+    assert cli.main(["bench", "twelve-workers", "--step-seconds", "0"]) == 2
+    assert "--step-seconds 0.0: give a positive" in capsys.readouterr().err

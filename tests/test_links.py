@@ -59,6 +59,42 @@ def test_modeled_link_charges_bytes_over_rate_and_lsgd_outruns_allreduce(tmp_pat
         allreduce["worker_comm_seconds"][0], rel=1e-4)
 
 
+@pytest.mark.timeout(300)
+def test_step_seconds_sets_the_modeled_clocks_compute_and_straggle_multiplies_it(
+        tmp_path: Path) -> None:
+    plain = _train(tmp_path, "fixed", method="allreduce", step_seconds=0.5)
+    assert plain["time_axis"] == "simulated seconds: 0.5 s per local step plus modeled transfers"
+    # Synchronous all-reduce every step: each worker's clock is 16 steps of 0.5 s plus
+    # its transfers, whatever this machine's speed.
+    for comm in plain["worker_comm_seconds"]:
+        assert plain["train_seconds"] == pytest.approx(16 * 0.5 + comm, rel=1e-6)
+    slow = _train(tmp_path, "straggler", method="allreduce", step_seconds=0.5,
+                  straggle=["3:2"])
+    # The gradients are all-reduced before a step's compute is charged: worker 0 waits
+    # 0.5 s for worker 3 (1 s per step) at every all-reduce but the first, and its clock
+    # ends 15 of worker 3's steps and one of its own after the start, plus the transfers.
+    assert slow["train_seconds"] == pytest.approx(
+        15 * 1.0 + 0.5 + slow["worker_comm_seconds"][0], rel=1e-6)
+    assert slow["worker_comm_seconds"][0] == pytest.approx(plain["worker_comm_seconds"][0])
+
+
+def test_step_seconds_needs_the_modeled_link(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["train", "--backend", "threads", "--step-seconds", "0.1",
+                     "--out", str(tmp_path / "bad")])
+    assert code == 2
+    assert "--step-seconds 0.1: sets the step time" in capsys.readouterr().err
+    code = cli.main(["train", "--backend", "threads", "--link", "20mbit", "--step-seconds",
+                     "-1", "--out", str(tmp_path / "bad")])
+    assert code == 2
+    assert "--step-seconds must be" in capsys.readouterr().err
+    code = cli.main(["train", "--backend", "threads", "--link", "20mbit",
+                     "--straggle", "1:2", "--out", str(tmp_path / "bad")])
+    assert code == 2
+    assert "give --step-seconds" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_link_is_checked_before_anything_runs(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["train", "--backend", "threads", "--link", "20 parsecs",

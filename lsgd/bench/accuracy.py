@@ -27,10 +27,12 @@ best accuracy) are used for every seed and link. The learning rate is shared.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
-from lsgd.bench.common import Result, median, train
+from lsgd.bench.common import Result, in_parallel, median, train
+from lsgd.train.build import UsageError
 from lsgd.plots import pyplot, save
 
 TUNING_SEED = 1000
@@ -86,11 +88,15 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
                     backend=opts["backend"], model=opts["model"], dataset=opts["dataset"],
                     batch_size=opts["batch_size"], minutes=opts["budget"] / 60,
                     eval_every=f"{opts['eval']:g}s", seed=seed, reuse=opts.get("reuse", False),
-                    **fixed, **knobs)
+                    step_seconds=opts.get("step_seconds"), **fixed, **knobs)
     rows = summary.pop("rows")
     time_, steps = _reached(rows, opts["target"])
     best = max((r["center_accuracy"] for r in rows if not math.isnan(r["center_accuracy"])),
                default=math.nan)
+    reached = f"{100 * opts['target']:g}% at {time_:.1f} s" if time_ is not None else "target missed"
+    knobs_text = "".join(f" {key} {value}" for key, value in knobs.items())
+    print(f"  {name}{knobs_text}, {link}, seed {seed}: {reached}, best {100 * best:.2f}%"
+          + (" (read back)" if summary.get("reused") else ""), file=sys.stderr, flush=True)
     return {"method": name, "link": link, "seed": seed, "knobs": knobs, "time": time_,
             "steps": steps, "best": best, "run": summary["run"],
             "curve": [(r["time"], 1 - r["center_accuracy"]) for r in rows
@@ -109,29 +115,26 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
         ) -> Result:
     opts = _defaults(quick, setting) | {k: v for k, v in options.items() if v is not None}
     opts.setdefault("eval", opts["budget"] / 12)  # seconds of training between evaluations
+    _check_parallel(opts)
+    jobs = opts.get("jobs") or 1
     workers, groups, _, left_out = SETTINGS[setting]
     methods = [m for m in opts.get("methods") or METHODS if m not in left_out]
     layout = (workers, groups)
-    chosen: dict[str, dict[str, Any]] = {}
-    tuning: list[dict[str, Any]] = []
-    for name in methods:
-        grid = METHODS[name][2]
-        if not opts["tune"] or len(grid) == 1:
-            chosen[name] = grid[0]
-            continue
-        trials = [_one(out / "tuning", name, opts["links"][0], TUNING_SEED, knobs, opts, layout)
-                  for knobs in grid]
-        tuning += trials
-        chosen[name] = min(trials, key=_score)["knobs"]
-    runs = [_one(out, name, link, seed, chosen[name], opts, layout)
-            for link in opts["links"] for name in methods for seed in range(opts["seeds"])]
+    tuned = [m for m in methods if opts["tune"] and len(METHODS[m][2]) > 1]
+    tuning = in_parallel(_one, [(out / "tuning", name, opts["links"][0], TUNING_SEED, knobs,
+                                 opts, layout) for name in tuned for knobs in METHODS[name][2]],
+                         jobs)
+    chosen = {name: (min((t for t in tuning if t["method"] == name), key=_score)["knobs"]
+                     if name in tuned else METHODS[name][2][0]) for name in methods}
+    runs = in_parallel(_one, [(out, name, link, seed, chosen[name], opts, layout)
+                              for link in opts["links"] for name in methods
+                              for seed in range(opts["seeds"])], jobs)
     rows, summary = _table(runs, methods, opts)
     figures = _figures(out, setting, runs, opts)
     notes = [
         f"{workers} workers as {groups} nodes, {opts['model']} on {opts['dataset']}, batch "
         f"{opts['batch_size']} per worker, {opts['budget']:g} s of training per run, "
-        f"{opts['seeds']} seed(s), backend {opts['backend']} "
-        f"({'shaped links, wall-clock time' if opts['backend'] == 'processes' else 'modeled links, simulated time'}).",
+        f"{opts['seeds']} seed(s), backend {opts['backend']} ({_clock(opts)}).",
         "time/steps: until the center first reaches the target (median over seeds, "
         "[min-max]); '-' when a run did not reach it within the budget; best: the best "
         "center accuracy within the budget (median). ratio: LSGD's time to the target "
@@ -145,6 +148,27 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
                   ["link", "method", "time s", "spread s", "steps", "best acc", "ratio lsgd/method"],
                   rows, notes, {"options": opts, "chosen": chosen, "summary": summary,
                                 "runs": runs, "tuning": tuning}, figures)
+
+
+def _check_parallel(opts: dict[str, Any]) -> None:
+    """``--step-seconds`` is for the modeled clock; runs at once need it."""
+    if opts.get("step_seconds") is not None and opts["backend"] != "threads":
+        raise UsageError(f"--step-seconds {opts['step_seconds']:g}: sets the step time of "
+                         "the simulator's modeled clock; add --backend threads")
+    jobs = opts.get("jobs") or 1
+    if jobs > 1 and opts.get("step_seconds") is None:
+        raise UsageError(f"--jobs {jobs}: runs at once share this machine's cores, so a clock "
+                         "of measured time would count each other's load; add --backend "
+                         "threads --step-seconds S (a fixed step time, e.g. 0.12 for CNN7 on "
+                         "a 2-core CPU) or run with --jobs 1")
+
+
+def _clock(opts: dict[str, Any]) -> str:
+    if opts["backend"] == "processes":
+        return "shaped links, wall-clock time"
+    compute = (f"{opts['step_seconds']:g} s per step" if opts.get("step_seconds") is not None
+               else "measured compute")
+    return f"modeled links, simulated time: {compute} plus modeled transfers"
 
 
 def _table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any]

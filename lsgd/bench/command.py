@@ -35,6 +35,15 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--backend", choices=("processes", "threads"), default=None,
                         help="time to accuracy: shaped links between processes (root) or "
                              "the simulator's modeled links")
+    parser.add_argument("--step-seconds", type=float, default=None,
+                        help="time to accuracy, twelve workers with --backend threads: the "
+                             "seconds each local step costs on the modeled clock instead of "
+                             "its measured compute (the results then do not depend on this "
+                             "machine's speed or load)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="time to accuracy, twelve workers: runs at once, each in a "
+                             "process of its own with a share of the cores (needs "
+                             "--step-seconds)")
     parser.add_argument("--no-tune", action="store_true",
                         help="skip the tuning runs; use each method's first knobs")
     parser.add_argument("--reuse", action="store_true",
@@ -61,6 +70,11 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--budget {args.budget}: give a positive number of seconds")
     if args.target is not None and not 0 < args.target <= 1:
         raise UsageError(f"--target {args.target}: give an accuracy in (0, 1], e.g. 0.88")
+    if args.step_seconds is not None and not 0 < args.step_seconds < float("inf"):
+        raise UsageError(f"--step-seconds {args.step_seconds}: give a positive number of "
+                         "seconds, e.g. 0.12")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: give at least 1")
     methods = None
     if args.methods:
         from lsgd.bench.accuracy import METHODS
@@ -71,6 +85,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
     return {"links": links, "seeds": args.seeds, "budget": args.budget, "target": args.target,
             "methods": methods, "backend": args.backend,
+            "step_seconds": args.step_seconds, "jobs": args.jobs,
             "tune": False if args.no_tune else None, "reuse": args.reuse or None}
 
 

@@ -14,7 +14,7 @@ import os
 import platform
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +143,34 @@ def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
         if stored.get(key, default) != wanted.get(key, default):
             return None
     return done
+
+
+def _use_threads(count: int) -> None:
+    torch.set_num_threads(count)
+
+
+def in_parallel(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], jobs: int
+                ) -> list[Any]:
+    """``[fn(*call) for call in calls]``, ``jobs`` calls at a time, each in a process of
+    its own (spawned, with an equal share of this process's torch threads); the
+    results in the order of ``calls``. One job runs them here, one after another.
+
+    ``fn`` must be a module-level function and the calls' arguments picklable.
+    """
+    if jobs <= 1 or len(calls) <= 1:
+        return [fn(*call) for call in calls]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    threads = max(1, torch.get_num_threads() // jobs)
+    pool = ProcessPoolExecutor(min(jobs, len(calls)),
+                               mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_use_threads, initargs=(threads,))
+    try:
+        futures = [pool.submit(fn, *call) for call in calls]
+        return [future.result() for future in futures]
+    finally:  # on an error or Ctrl-C, start no further call
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def median(values: Sequence[float]) -> float:

@@ -144,7 +144,7 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
     _prepare(cfg, out)
     if cfg.backend == "threads":
         results = lsgd.simulate(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
-                                seed=cfg.seed, step_time=cfg.straggler_factors() or None,
+                                seed=cfg.seed, step_time=cfg.step_times(),
                                 link=cfg.link)
     else:
         results = lsgd.launch(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),

@@ -77,6 +77,11 @@ class TrainConfig:
                                 "latency needs netem); with --backend threads a modeled "
                                 "link on the simulator's clock (measured compute plus "
                                 "modeled transfers)")
+    step_seconds: float | None = _f(None, "with --backend threads and --link: the seconds each "
+                                          "local step costs on the simulator's clock, instead "
+                                          "of the compute it measured (a pace independent of "
+                                          "this machine's speed and load; --straggle "
+                                          "multiplies it)")
     straggle: list[str] = _f((), "RANK:FACTOR makes that worker's steps FACTOR times slower "
                                  "(it sleeps in proportion to its compute; with --backend "
                                  "threads, on the simulator's virtual clock); repeatable")
@@ -206,6 +211,14 @@ class TrainConfig:
             factors[int(rank)] = float(factor)
         return factors
 
+    def step_times(self) -> dict[int, float] | None:
+        """The simulator's step time per rank: ``--step-seconds`` (1.0 without it) times
+        each ``--straggle`` factor; ``None`` (measured compute) when neither is given."""
+        factors = self.straggler_factors()
+        if self.step_seconds is None:
+            return factors or None
+        return {r: self.step_seconds * factors.get(r, 1.0) for r in range(self.workers)}
+
     def faults(self) -> dict[tuple[str, int], int]:
         """``--fault`` as ``{(kind, rank): step}`` (validated by :meth:`validate`)."""
         faults = {}
@@ -267,9 +280,13 @@ class TrainConfig:
                 parse_link(self.link)
             except ValueError as error:
                 errors.append(f"--link {self.link!r}: {error}")
-            if self.straggle and self.backend == "threads":
+            if self.straggle and self.backend == "threads" and self.step_seconds is None:
                 errors.append("--straggle with --link under --backend threads: the modeled "
-                              "clock measures each step's compute; drop one of the two")
+                              "clock measures each step's compute; give --step-seconds (a "
+                              "fixed step time that --straggle multiplies) or drop one of them")
+        if self.step_seconds is not None and (self.backend != "threads" or self.link is None):
+            errors.append(f"--step-seconds {self.step_seconds:g}: sets the step time on the "
+                          "simulator's modeled clock; give it with --backend threads and --link")
         for item in self.straggle:
             match = re.fullmatch(r"(\d+):(\d+(?:\.\d*)?)", item.strip())
             if not match or not 0 <= int(match.group(1)) < self.workers or float(match.group(2)) < 1:

@@ -74,7 +74,7 @@ class Worker:
         self.asynchronous = self.strategy.asynchronous
         simulated = lsgd.comm.current_simulated() is not None  # stragglers use its clock
         # With a modeled link the simulator's clock is the time axis: seconds of measured
-        # compute plus modeled transfers and waits.
+        # compute (or --step-seconds per step) plus modeled transfers and waits.
         self.modeled = simulated and cfg.link is not None
         self.clock = self.comm.now if self.modeled else time.perf_counter
         self.straggle = 1.0 if simulated else cfg.straggler_factors().get(self.rank, 1.0)
@@ -415,8 +415,7 @@ class Worker:
             "restarts": sum(1 for r in self.restarts if r["kind"] == "restart"),
             "steps_redone": sum(r["steps_redone"] or 0 for r in self.restarts),
             "resumes": self.restarts,
-            "time_axis": ("simulated seconds: measured compute plus modeled transfers"
-                          if self.modeled else "wall-clock seconds of training"),
+            "time_axis": time_axis(self.cfg, self.modeled),
             "out": str(self.run_dir),
         }
         outputs.write_json(self.run_dir / "summary.json", summary)
@@ -428,6 +427,15 @@ class Worker:
             except ImportError:
                 pass
         return summary
+
+
+def time_axis(cfg: TrainConfig, modeled: bool) -> str:
+    """What the run's ``time`` column measures (``summary.json``'s ``time_axis``)."""
+    if not modeled:
+        return "wall-clock seconds of training"
+    compute = (f"{cfg.step_seconds:g} s per local step" if cfg.step_seconds is not None
+               else "measured compute")
+    return f"simulated seconds: {compute} plus modeled transfers"
 
 
 def _none_if_nan(value: float) -> float | None:

@@ -19,6 +19,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "timeout": (0, math.inf, False, False),
     "epochs": (0, math.inf, False, False),
     "minutes": (0, math.inf, False, False),
+    "step_seconds": (0, math.inf, False, False),
     "budget": (0, 1, False, True),
     **{name: (0, 1, True, True) for name in ("pull", "scope", "moving_rate", "pull_global",
                                              "scope_global", "c_b", "c_d", "p_b", "p_d")},
