@@ -20,8 +20,13 @@ Two settings:
   link (12 processes would share 2 cores).
 
 Knobs are tuned per method on a seed of their own (``TUNING_SEED``) on the
-first link: each method's small grid (its period, or its gossip period) is run once and the knobs that reach the target first (or, if none does, the
-best accuracy) are used for every seed and link. The learning rate is shared.
+first link: each method's small grid (its period, or its gossip period) is run
+once and the knobs that reach the target first (or, if none does, the best
+accuracy) are used for every seed and link. The learning rate is shared.
+
+With ``--step-seconds`` the modeled clock charges each local step a fixed time
+instead of its measured compute, so a run's clock depends on neither the
+machine's speed nor its load, and ``--jobs N`` runs N of them at once.
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.bench.common import Result, in_parallel, median, train
-from lsgd.train.build import UsageError
 from lsgd.plots import pyplot, save
+from lsgd.train.build import UsageError
 
 TUNING_SEED = 1000
 # label: (method, fixed settings, grid of knobs to tune)
@@ -93,7 +98,8 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
     time_, steps = _reached(rows, opts["target"])
     best = max((r["center_accuracy"] for r in rows if not math.isnan(r["center_accuracy"])),
                default=math.nan)
-    reached = f"{100 * opts['target']:g}% at {time_:.1f} s" if time_ is not None else "target missed"
+    reached = (f"{100 * opts['target']:g}% at {time_:.1f} s" if time_ is not None
+               else "target missed")
     knobs_text = "".join(f" {key} {value}" for key, value in knobs.items())
     print(f"  {name}{knobs_text}, {link}, seed {seed}: {reached}, best {100 * best:.2f}%"
           + (" (read back)" if summary.get("reused") else ""), file=sys.stderr, flush=True)
