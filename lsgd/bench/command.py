@@ -11,6 +11,7 @@ from lsgd.bench import NAMES, runner
 from lsgd.bench.common import write
 from lsgd.links.spec import parse_link
 from lsgd.train.build import UsageError
+from lsgd.train.ranges import RANGES, within
 
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -70,7 +71,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--budget {args.budget}: give a positive number of seconds")
     if args.target is not None and not 0 < args.target <= 1:
         raise UsageError(f"--target {args.target}: give an accuracy in (0, 1], e.g. 0.88")
-    if args.step_seconds is not None and not 0 < args.step_seconds < float("inf"):
+    if args.step_seconds is not None and not within(args.step_seconds,
+                                                    *RANGES["step_seconds"]):
         raise UsageError(f"--step-seconds {args.step_seconds}: give a positive number of "
                          "seconds, e.g. 0.12")
     if args.jobs is not None and args.jobs < 1:
