@@ -137,3 +137,45 @@ def test_parallel_runs_need_a_fixed_step_time(capsys: pytest.CaptureFixture[str]
     assert "add --backend threads" in capsys.readouterr().err
     assert cli.main(["bench", "twelve-workers", "--step-seconds", "0"]) == 2
     assert "--step-seconds 0.0: give a positive" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(240)
+def test_given_knobs_skip_tuning_and_first_seed_picks_the_seeds(tmp_path: Path) -> None:
+    options = {"methods": ["lsgd", "dpsgd"], "tune": True, "budget": 1.0, "seeds": 1,
+               "first_seed": 3, "knobs": {"dpsgd": {"gossip_period": 4}}}
+    result = accuracy.run(tmp_path, True, options)
+    # Only LSGD is tuned (its two grid points, on the tuning seed); D-PSGD keeps the
+    # knobs given, which are not its first grid point.
+    assert sorted(t["knobs"]["period"] for t in result.data["tuning"]) == [4, 16]
+    assert {t["method"] for t in result.data["tuning"]} == {"lsgd"}
+    assert result.data["chosen"]["dpsgd"] == {"gossip_period": 4}
+    assert [(r["method"], r["seed"]) for r in result.data["runs"]] == [("lsgd", 3), ("dpsgd", 3)]
+    assert (tmp_path / "runs" / "20mbit" / "dpsgd-gossip_period4-seed3" / "summary.json").is_file()
+    assert "seed(s) 3," in result.notes[0]
+    assert "dpsgd {'gossip_period': 4} (given)" in result.notes[2]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--knobs", "dpsgd"], "--knobs 'dpsgd': expected METHOD:KEY=VALUE"),
+    (["--knobs", "dpsgd:gossip_period=0"], "'gossip_period=0' is not KEY=VALUE with a positive"),
+    (["--knobs", "dpsgd:gossip_period=4", "--knobs", "dpsgd:gossip_period=1"], "given twice"),
+    (["--knobs", "dpsgd:period=4"],
+     "--knobs dpsgd: unknown ['period']; its knobs are gossip_period"),
+    (["--knobs", "allreduce:period=4"], "unknown ['period']; it has no knobs to set"),
+    (["--knobs", "lsgd-multi:period=16,global-period=4"],
+     "--global-period 4 must be a multiple of --period 16"),
+    (["--knobs", "lsgd:period=4"], "--knobs lsgd: left out of this benchmark"),
+    (["--methods", "dpsgd", "--knobs", "matcha:gossip_period=4"], "--knobs matcha: not among"),
+    (["--first-seed", "-1"], "--first-seed -1: give 0 or more"),
+])
+def test_bench_checks_knobs_and_seeds_before_running(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    assert cli.main(["bench", "twelve-workers", "--out", str(tmp_path), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_given_knobs_name_the_run_folder_in_the_grid_order() -> None:
+    given = accuracy._given_knobs({"lsgd-multi": {"global_period": 16, "period": 4}},
+                                  ["lsgd-multi"], {}, (12, 3))
+    assert list(given["lsgd-multi"]) == ["period", "global_period"]

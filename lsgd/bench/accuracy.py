@@ -23,6 +23,9 @@ Knobs are tuned per method on a seed of their own (``TUNING_SEED``) on the
 first link: each method's small grid (its period, or its gossip period) is run
 once and the knobs that reach the target first (or, if none does, the best
 accuracy) are used for every seed and link. The learning rate is shared.
+``--knobs`` gives a method's knobs instead (those an earlier tuning chose, say),
+and that method is not tuned. Seeds are ``first_seed`` to ``first_seed + seeds - 1``,
+so a later run can add seeds to an earlier one.
 
 With ``--step-seconds`` the modeled clock charges each local step a fixed time
 instead of its measured compute, so a run's clock depends on neither the
@@ -126,34 +129,76 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     workers, groups, _, left_out = SETTINGS[setting]
     methods = [m for m in opts.get("methods") or METHODS if m not in left_out]
     layout = (workers, groups)
-    tuned = [m for m in methods if opts["tune"] and len(METHODS[m][2]) > 1]
+    given = _given_knobs(opts.get("knobs") or {}, methods, left_out, layout)
+    tuned = [m for m in methods
+             if opts["tune"] and len(METHODS[m][2]) > 1 and m not in given]
     tuning = in_parallel(_one, [(out / "tuning", name, opts["links"][0], TUNING_SEED, knobs,
                                  opts, layout) for name in tuned for knobs in METHODS[name][2]],
                          jobs)
-    chosen = {name: (min((t for t in tuning if t["method"] == name), key=_score)["knobs"]
-                     if name in tuned else METHODS[name][2][0]) for name in methods}
+    chosen = {name: METHODS[name][2][0] for name in methods} | given
+    for name in tuned:
+        chosen[name] = min((t for t in tuning if t["method"] == name), key=_score)["knobs"]
+    seeds = _seeds(opts)
     runs = in_parallel(_one, [(out, name, link, seed, chosen[name], opts, layout)
                               for link in opts["links"] for name in methods
-                              for seed in range(opts["seeds"])], jobs)
+                              for seed in seeds], jobs)
     rows, summary = _table(runs, methods, opts)
     figures = _figures(out, setting, runs, opts)
     notes = [
         f"{workers} workers as {groups} nodes, {opts['model']} on {opts['dataset']}, batch "
         f"{opts['batch_size']} per worker, {opts['budget']:g} s of training per run, "
-        f"{opts['seeds']} seed(s), backend {opts['backend']} ({_clock(opts)}).",
+        f"seed(s) {', '.join(map(str, seeds))}, backend {opts['backend']} ({_clock(opts)}).",
         "time/steps: until the center first reaches the target (median over seeds, "
         "[min-max]); '-' when a run did not reach it within the budget; best: the best "
         "center accuracy within the budget (median). ratio: LSGD's time to the target "
         "divided by the method's (below 1: LSGD is faster; multi-leader LSGD's in the "
         "12-worker setting).",
-        "knobs: " + "; ".join(f"{m} {chosen[m] or 'defaults'}" for m in methods)
-        + (f" (tuned on seed {TUNING_SEED}, link {opts['links'][0]})" if opts["tune"] else ""),
+        "knobs: " + "; ".join(f"{m} {chosen[m] or 'defaults'}"
+                              + (" (given)" if m in given else "") for m in methods)
+        + (f" (tuned on seed {TUNING_SEED}, link {opts['links'][0]})" if tuned else ""),
     ]
     notes += [f"{m}: left out ({why})" for m, why in left_out.items()]
     return Result(setting, f"Time to {100 * opts['target']:g}% test accuracy of the center",
                   ["link", "method", "time s", "spread s", "steps", "best acc", "ratio lsgd/method"],
                   rows, notes, {"options": opts, "chosen": chosen, "summary": summary,
                                 "runs": runs, "tuning": tuning}, figures)
+
+
+def _seeds(opts: dict[str, Any]) -> list[int]:
+    """The seeds of the main runs: ``seeds`` of them from ``first_seed`` (default 0)."""
+    first = opts.get("first_seed") or 0
+    return list(range(first, first + opts["seeds"]))
+
+
+def _given_knobs(given: dict[str, dict[str, int]], methods: list[str], left_out: dict[str, str],
+                 layout: tuple[int, int]) -> dict[str, dict[str, int]]:
+    """``given`` (method: knobs, from ``--knobs``), checked before any run starts: each
+    method runs in this benchmark, each knob is one that the method's grid tunes, and
+    ``lsgd train`` accepts the settings. The knobs come back in the grid's order, which
+    names the run's folder, so ``--reuse`` finds a run whatever order they were given in."""
+    from lsgd.train.config import make_config
+
+    ordered: dict[str, dict[str, int]] = {}
+    for name, knobs in given.items():
+        if name in left_out:
+            raise UsageError(f"--knobs {name}: left out of this benchmark ({left_out[name]})")
+        if name not in methods:
+            raise UsageError(f"--knobs {name}: not among the methods run "
+                             f"({', '.join(methods)}); add it to --methods or drop its knobs")
+        method, fixed, grid = METHODS[name]
+        tunable = list(dict.fromkeys(key for point in grid for key in point))
+        unknown = sorted(set(knobs) - set(tunable))
+        if unknown:
+            hint = (f"its knobs are {', '.join(tunable)}" if tunable
+                    else "it has no knobs to set")
+            raise UsageError(f"--knobs {name}: unknown {unknown}; {hint}")
+        try:
+            make_config({"method": method, "workers": layout[0], "groups": layout[1],
+                         **fixed, **knobs})
+        except ValueError as error:
+            raise UsageError(f"--knobs {name}: {error}") from None
+        ordered[name] = {key: knobs[key] for key in tunable if key in knobs}
+    return ordered
 
 
 def _check_parallel(opts: dict[str, Any]) -> None:
@@ -201,8 +246,8 @@ def _table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any]
                          median(steps) if len(steps) == len(mine) else None, best, None])
         ref = times[reference] if reference is not None else None
         for row in rows[-len(methods):]:
-            mine = times[row[1]]
-            row[6] = ref / mine if mine and ref else None
+            theirs = times[row[1]]
+            row[6] = ref / theirs if theirs and ref else None
             summary[f"{link}/{row[1]}"]["ratio"] = row[6]
     return rows, summary
 
@@ -213,10 +258,11 @@ def _figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str
     if plt is None:
         return []
     paths = []
+    first = _seeds(opts)[0]  # the curves of one seed per figure
     for link in opts["links"]:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for run in runs:
-            if run["link"] == link and run["seed"] == 0 and run["curve"]:
+            if run["link"] == link and run["seed"] == first and run["curve"]:
                 xs, ys = zip(*run["curve"])
                 ax.plot(xs, [100 * y for y in ys], marker=".", label=run["method"])
         ax.axhline(100 * (1 - opts["target"]), color="grey", linestyle=":", linewidth=1)

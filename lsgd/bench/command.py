@@ -27,6 +27,10 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--links", default=None,
                         help="comma-separated links, e.g. 1gbit,100mbit,20mbit")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per method and link")
+    parser.add_argument("--first-seed", type=int, default=None,
+                        help="time to accuracy, twelve workers: the first seed (default 0); "
+                             "--seeds N runs seeds FIRST to FIRST+N-1, so --first-seed 2 "
+                             "--seeds 1 adds a third seed to a run of two")
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds of training per run (time to accuracy, stragglers)")
     parser.add_argument("--target", type=float, default=None,
@@ -47,6 +51,10 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "--step-seconds)")
     parser.add_argument("--no-tune", action="store_true",
                         help="skip the tuning runs; use each method's first knobs")
+    parser.add_argument("--knobs", action="append", default=None, metavar="METHOD:KEY=VALUE,...",
+                        help="time to accuracy, twelve workers: a method's knobs, e.g. "
+                             "dpsgd:gossip_period=4 or lsgd-multi:period=4,global_period=16 "
+                             "(once per method); that method is not tuned")
     parser.add_argument("--reuse", action="store_true",
                         help="time to accuracy, stragglers: read back a finished run already "
                              "under --out with the same settings instead of training it again "
@@ -77,6 +85,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
                          "seconds, e.g. 0.12")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give at least 1")
+    if args.first_seed is not None and args.first_seed < 0:
+        raise UsageError(f"--first-seed {args.first_seed}: give 0 or more")
     methods = None
     if args.methods:
         from lsgd.bench.accuracy import METHODS
@@ -85,10 +95,40 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         unknown = [m for m in methods if m not in METHODS]
         if unknown:
             raise UsageError(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
-    return {"links": links, "seeds": args.seeds, "budget": args.budget, "target": args.target,
+    return {"links": links, "seeds": args.seeds, "first_seed": args.first_seed,
+            "budget": args.budget, "target": args.target,
             "methods": methods, "backend": args.backend,
             "step_seconds": args.step_seconds, "jobs": args.jobs,
+            "knobs": _knobs(args.knobs or []) or None,
             "tune": False if args.no_tune else None, "reuse": args.reuse or None}
+
+
+def _knobs(specs: list[str]) -> dict[str, dict[str, int]]:
+    """``--knobs`` values (``METHOD:KEY=VALUE,...``) as {method: {key: value}}; whether
+    the method and its keys fit the benchmark is checked where it runs."""
+    example = "e.g. --knobs dpsgd:gossip_period=4"
+    given: dict[str, dict[str, int]] = {}
+    for spec in specs:
+        name, colon, pairs = spec.partition(":")
+        name = name.strip()
+        if not colon or not name:
+            raise UsageError(f"--knobs {spec!r}: expected METHOD:KEY=VALUE,...; {example}")
+        if name in given:
+            raise UsageError(f"--knobs {name}: given twice; put all its knobs in one "
+                             f"--knobs {name}:KEY=VALUE,KEY=VALUE")
+        knobs: dict[str, int] = {}
+        for pair in filter(None, (part.strip() for part in pairs.split(","))):
+            key, equals, value = pair.partition("=")
+            try:
+                number = int(value)
+            except ValueError:
+                number = 0
+            if not equals or number < 1:
+                raise UsageError(f"--knobs {spec!r}: {pair!r} is not KEY=VALUE with a "
+                                 f"positive whole VALUE; {example}")
+            knobs[key.strip().replace("-", "_")] = number
+        given[name] = knobs
+    return given
 
 
 def run_bench(args: argparse.Namespace) -> int:
