@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +89,12 @@ def _reached(rows: list[dict[str, float]], target: float) -> tuple[float | None,
 
 
 def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
-         opts: dict[str, Any], layout: tuple[int, int]) -> dict[str, Any]:
+         opts: dict[str, Any], layout: tuple[int, int], where: str = "") -> dict[str, Any]:
+    """One training run and what the table needs of it; prints a line when it ends
+    (``where``: its place in the benchmark, e.g. "run 3 of 16")."""
     method, fixed, _ = METHODS[name]
     slug = "-".join(f"{k}{v}" for k, v in knobs.items()) or "default"
+    start = time.perf_counter()
     summary = train(out / "runs" / link / f"{name}-{slug}-seed{seed}",
                     method=method, workers=layout[0], groups=layout[1], link=link,
                     backend=opts["backend"], model=opts["model"], dataset=opts["dataset"],
@@ -104,8 +108,10 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
     reached = (f"{100 * opts['target']:g}% at {time_:.1f} s" if time_ is not None
                else "target missed")
     knobs_text = "".join(f" {key} {value}" for key, value in knobs.items())
-    print(f"  {name}{knobs_text}, {link}, seed {seed}: {reached}, best {100 * best:.2f}%"
-          + (" (read back)" if summary.get("reused") else ""), file=sys.stderr, flush=True)
+    took = ("read back" if summary.get("reused")
+            else f"{(time.perf_counter() - start) / 60:.1f} min")
+    print(f"  [{where + ', ' if where else ''}{took}] {name}{knobs_text}, {link}, seed {seed}: "
+          f"{reached}, best {100 * best:.2f}%", file=sys.stderr, flush=True)
     return {"method": name, "link": link, "seed": seed, "knobs": knobs, "time": time_,
             "steps": steps, "best": best, "run": summary["run"],
             "curve": [(r["time"], 1 - r["center_accuracy"]) for r in rows
@@ -132,16 +138,16 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     given = _given_knobs(opts.get("knobs") or {}, methods, left_out, layout)
     tuned = [m for m in methods
              if opts["tune"] and len(METHODS[m][2]) > 1 and m not in given]
-    tuning = in_parallel(_one, [(out / "tuning", name, opts["links"][0], TUNING_SEED, knobs,
-                                 opts, layout) for name in tuned for knobs in METHODS[name][2]],
-                         jobs)
+    tuning = in_parallel(_one, _numbered("tuning run", [
+        (out / "tuning", name, opts["links"][0], TUNING_SEED, knobs, opts, layout)
+        for name in tuned for knobs in METHODS[name][2]]), jobs)
     chosen = {name: METHODS[name][2][0] for name in methods} | given
     for name in tuned:
         chosen[name] = min((t for t in tuning if t["method"] == name), key=_score)["knobs"]
     seeds = _seeds(opts)
-    runs = in_parallel(_one, [(out, name, link, seed, chosen[name], opts, layout)
-                              for link in opts["links"] for name in methods
-                              for seed in seeds], jobs)
+    runs = in_parallel(_one, _numbered("run", [(out, name, link, seed, chosen[name], opts, layout)
+                                               for link in opts["links"] for name in methods
+                                               for seed in seeds]), jobs)
     rows, summary = _table(runs, methods, opts)
     figures = _figures(out, setting, runs, opts)
     notes = [
@@ -162,6 +168,11 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
                   ["link", "method", "time s", "spread s", "steps", "best acc", "ratio lsgd/method"],
                   rows, notes, {"options": opts, "chosen": chosen, "summary": summary,
                                 "runs": runs, "tuning": tuning}, figures)
+
+
+def _numbered(what: str, calls: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Each call of :func:`_one` with its place among them, for the progress lines."""
+    return [(*call, f"{what} {i} of {len(calls)}") for i, call in enumerate(calls, 1)]
 
 
 def _seeds(opts: dict[str, Any]) -> list[int]:
