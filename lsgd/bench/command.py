@@ -27,9 +27,9 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--links", default=None,
                         help="comma-separated links, e.g. 1gbit,100mbit,20mbit")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per method and link")
-    parser.add_argument("--first-seed", type=int, default=None,
+    parser.add_argument("--first-seed", type=int, default=None, metavar="K",
                         help="time to accuracy, twelve workers: the first seed (default 0); "
-                             "--seeds N runs seeds FIRST to FIRST+N-1, so --first-seed 2 "
+                             "--seeds N runs seeds K to K+N-1, so --first-seed 2 "
                              "--seeds 1 adds a third seed to a run of two")
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds of training per run (time to accuracy, stragglers)")
