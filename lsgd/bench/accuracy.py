@@ -89,7 +89,7 @@ def _reached(rows: list[dict[str, float]], target: float) -> tuple[float | None,
 
 
 def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
-         opts: dict[str, Any], layout: tuple[int, int], where: str = "") -> dict[str, Any]:
+         opts: dict[str, Any], layout: tuple[int, int], where: str) -> dict[str, Any]:
     """One training run and what the table needs of it; prints a line when it ends
     (``where``: its place in the benchmark, e.g. "run 3 of 16")."""
     method, fixed, _ = METHODS[name]
@@ -110,7 +110,7 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
     knobs_text = "".join(f" {key} {value}" for key, value in knobs.items())
     took = ("read back" if summary.get("reused")
             else f"{(time.perf_counter() - start) / 60:.1f} min")
-    print(f"  [{where + ', ' if where else ''}{took}] {name}{knobs_text}, {link}, seed {seed}: "
+    print(f"  [{where}, {took}] {name}{knobs_text}, {link}, seed {seed}: "
           f"{reached}, best {100 * best:.2f}%", file=sys.stderr, flush=True)
     return {"method": name, "link": link, "seed": seed, "knobs": knobs, "time": time_,
             "steps": steps, "best": best, "run": summary["run"],
