@@ -9,6 +9,7 @@ simulator with the same strategy code.
 
 from lsgd.comm import (
     CommStats,
+    CommunicationError,
     Communicator,
     SimulationError,
     WorkerInfo,
@@ -16,7 +17,7 @@ from lsgd.comm import (
     simulate,
     worker_info,
 )
-from lsgd.launch import launch
+from lsgd.launcher import LaunchError, launch
 from lsgd.optim import LARS, lars_param_groups
 from lsgd.strategies import EASGD, LSGD, AllReduce, Independent, LocalSGD, Strategy
 from lsgd.strategies import ALDSGD, DPSGD, MATCHA, Decentralized, DiLoCo, DivergedError, Report
@@ -30,6 +31,7 @@ __all__ = [
     "ALDSGD",
     "AllReduce",
     "CommStats",
+    "CommunicationError",
     "Communicator",
     "DPSGD",
     "Decentralized",
@@ -37,6 +39,7 @@ __all__ = [
     "DivergedError",
     "EASGD",
     "Independent",
+    "LaunchError",
     "LARS",
     "LSGD",
     "LocalSGD",

@@ -45,13 +45,6 @@ def positive_int(owner: str, name: str, value: Any) -> int:
     return value
 
 
-def non_negative(owner: str, name: str, value: Any) -> float:
-    """``value`` as a finite float >= 0."""
-    if not is_number(value, finite=True) or value < 0:
-        raise ValueError(f"{owner}: {name} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
 def choice(owner: str, name: str, value: Any, allowed: Iterable[Any]) -> Any:
     """``value`` if it is one of ``allowed``."""
     allowed = tuple(allowed)

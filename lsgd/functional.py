@@ -78,7 +78,7 @@ def elect(scores: torch.Tensor) -> int | None:
     return best
 
 
-def all_finite(tensors: Tensors) -> torch.Tensor:
+def finite_flag(tensors: Tensors) -> torch.Tensor:
     """Whether every value of ``tensors`` is finite, as a 0-d bool tensor.
 
     Lazy: computed on the tensors' device with no synchronisation, so it can
@@ -100,9 +100,14 @@ def finite_each(groups: Sequence[Tensors]) -> list[bool]:
     """
     if not groups:
         return []
-    flags = [all_finite(tensors) for tensors in groups]
+    flags = [finite_flag(tensors) for tensors in groups]
     device = flags[0].device
     return [bool(v) for v in torch.stack([f.to(device) for f in flags]).tolist()]
+
+
+def all_finite(tensors: Tensors) -> bool:
+    """Whether every value of ``tensors`` is finite (one device synchronisation)."""
+    return finite_each([tensors])[0]
 
 
 def ring_allreduce_bytes(nbytes: int, n: int) -> int:

@@ -1,28 +1,24 @@
-"""Every picture lsgd draws, and the one place that imports matplotlib.
+"""Drawing with matplotlib: the figure helpers every picture uses, and graphs.
 
-* test error of the center against wall-clock time and against steps (the
-  LSGD paper's headline plot), one curve per run, and likewise its test loss
-  (the paper's Figures 9-12), optionally with a zoom on the last part of time;
-* the leader's rank over iterations and the elections each worker won (the
-  paper's Figure 5);
+* :func:`pyplot`, :func:`save`, :func:`log_log_axes`: matplotlib on the Agg
+  backend (or None where it is not installed), and a figure laid out and
+  written as a PNG (the benchmarks and reproductions draw with these);
 * communication graphs, one colour per matching (:func:`draw_graphs`).
 
-matplotlib is an optional extra (``pip install 'lsgd[plot]'``); without it the
-plots are skipped with a note.
+A run folder's own figures (test error, test loss, leaders) are the
+trainer's: :mod:`lsgd.train.plots`. matplotlib is an optional extra (``pip
+install 'lsgd[plot]'``); without it the plots are skipped with a note.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from lsgd.topology import Topology
-from lsgd.train.outputs import read_csv
-
 
 PLOT_HINT = "note: matplotlib is not installed, skipping the PNGs (pip install 'lsgd[plot]')"
 
@@ -61,171 +57,6 @@ def save(fig: Any, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def _summary(run: Path) -> dict[str, Any]:
-    """A run's summary.json, or {} when it is missing or unreadable."""
-    try:
-        summary = json.loads((run / "summary.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return summary if isinstance(summary, dict) else {}
-
-
-def _label(run: Path) -> str:
-    summary = _summary(run)
-    try:
-        return f"{summary['method']} ({summary['workers']}w)"
-    except KeyError:
-        return run.name
-
-
-#: What ``plot_runs`` can draw: metric -> (metrics.csv column, transform, y-axis label).
-METRICS: dict[str, tuple[str, Callable[[float], float], str]] = {
-    "error": ("center_accuracy", lambda acc: 100 * (1 - acc), "test error of the center (%)"),
-    "loss": ("center_loss", lambda loss: loss, "test loss of the center"),
-}
-
-
-def _curve(run: Path, metric: str) -> tuple[list[float], list[float], list[float]]:
-    """(times, steps, values) of one run's ``metric``, rows without a value left out."""
-    column, transform, _ = METRICS[metric]
-    rows = [r for r in read_csv(run / "metrics.csv")
-            if isinstance(r.get(column), float) and math.isfinite(r[column])]
-    return ([r["time"] for r in rows], [r["steps"] for r in rows],
-            [transform(r[column]) for r in rows])
-
-
-def _zoom_window(times: Sequence[float], fraction: float) -> tuple[float, float]:
-    """The last ``fraction`` of the time axis spanned by ``times``: (start, end)."""
-    lo, hi = min(times), max(times)
-    return hi - fraction * (hi - lo), hi
-
-
-def plot_runs(runs: Sequence[Path], out: Path, metric: str = "error",
-              zoom: float | None = None) -> Path | None:
-    """Overlay the center's test error (``metric="error"``) or test loss (``"loss"``)
-    of several runs against time and steps.
-
-    With ``zoom`` (a fraction in (0, 1)) a third panel shows the last ``zoom`` of
-    the time axis with its own y range, where the curves of long runs bunch up.
-    """
-    if metric not in METRICS:
-        raise ValueError(f"plot_runs: unknown metric {metric!r}; choose one of "
-                         f"{', '.join(METRICS)}")
-    if zoom is not None and not 0 < zoom < 1:
-        raise ValueError(f"plot_runs: zoom {zoom} must lie strictly between 0 and 1")
-    plt = pyplot()
-    if plt is None:
-        return None
-    ylabel = METRICS[metric][2]
-    fig, axes = plt.subplots(1, 2 if zoom is None else 3, figsize=(11 if zoom is None else 16, 4))
-    by_time, by_steps = axes[0], axes[1]
-    curves = []
-    for run in runs:
-        times, steps, values = _curve(run, metric)
-        if not values:
-            continue
-        label = _label(run)
-        curves.append((times, steps, values, label))
-        by_time.plot(times, values, marker=".", label=label)
-        by_steps.plot(steps, values, marker=".", label=label)
-    panels = [(by_time, "training time (s)"), (by_steps, "local steps per worker")]
-    if zoom is not None:
-        last = axes[2]
-        panels.append((last, "training time (s)"))
-        if curves:
-            start, end = _zoom_window([t for times, *_ in curves for t in times], zoom)
-            shown = [v for times, _, values, _ in curves
-                     for t, v in zip(times, values) if t >= start]
-            for times, _, values, label in curves:
-                last.plot(times, values, marker=".", label=label)
-            low, high = min(shown), max(shown)
-            pad = 0.05 * (high - low) or 0.05 * abs(high) or 0.05
-            margin = 0.02 * (end - start) or 0.5
-            last.set_xlim(start - margin, end + margin)
-            last.set_ylim(low - pad, high + pad)
-        last.set_title(f"last {zoom:.0%} of the time axis", fontsize=9)
-    for ax, xlabel in panels:
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        if curves:
-            ax.legend()
-    return save(fig, out)
-
-
-def leader_counts(history: Iterable[tuple[Any, Any, Any]], workers: int,
-                  level: str = "global") -> dict[int, int]:
-    """How many elections of ``level`` each worker won: {rank: count} for every rank
-    in ``range(workers)`` (0 for those that never led).
-
-    ``history`` holds (step, level, leader) rows as in leader_history.csv; rows of
-    other levels, and elections without a leader (None or NaN), are not counted.
-    A leader outside ``range(workers)`` is counted under its own rank anyway.
-    """
-    counts = dict.fromkeys(range(workers), 0)
-    for _, row_level, leader in history:
-        if str(row_level) != level or leader is None or (
-                isinstance(leader, float) and math.isnan(leader)):
-            continue
-        rank = int(leader)
-        counts[rank] = counts.get(rank, 0) + 1
-    return counts
-
-
-def plot_leaders(run: Path, out: Path) -> Path | None:
-    """The leader's rank at every election, by level (Figure 5 of the LSGD paper, left),
-    and how many elections each worker won (its right half).
-
-    The bars count the *global* elections only: every worker competes in them,
-    whereas leader_history.csv is written by rank 0 and so holds the local
-    elections of rank 0's group alone (with one group LSGD has only the global
-    level anyway). The number of workers comes from summary.json, else from the
-    highest rank that led.
-    """
-    plt = pyplot()
-    history = run / "leader_history.csv"
-    if plt is None or not history.exists():
-        return None
-    rows = read_csv(history)
-    if not rows:
-        return None
-    fig, (ax, bars) = plt.subplots(1, 2, figsize=(11, 3.2),
-                                   gridspec_kw={"width_ratios": (2, 1)})
-    levels = sorted({str(r["level"]) for r in rows})
-    for level in levels:
-        pts = [(r["step"], r["leader"]) for r in rows if r["level"] == level]
-        ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=f"{level} leader",
-                alpha=0.8)
-    from matplotlib.ticker import MaxNLocator
-
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("local steps")
-    ax.set_ylabel("leader rank")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    ranks = [int(r["leader"]) for r in rows
-             if isinstance(r["leader"], float) and math.isfinite(r["leader"])]
-    workers = _summary(run).get("workers")
-    if not isinstance(workers, int) or workers < 1:
-        workers = max(ranks, default=-1) + 1
-    counts = leader_counts([(r["step"], r["level"], r["leader"]) for r in rows], workers)
-    bars.bar(list(counts), list(counts.values()), color="tab:blue")
-    bars.xaxis.set_major_locator(MaxNLocator(integer=True))
-    bars.yaxis.set_major_locator(MaxNLocator(integer=True))
-    bars.set_xlabel("worker rank")
-    bars.set_ylabel("global elections won")
-    bars.grid(alpha=0.3, axis="y")
-    return save(fig, out)
-
-
-def plot_run(run: Path) -> list[Path]:
-    """A run's own figures, in its folder: test_error.png, test_loss.png, leaders.png."""
-    made = [plot_runs([run], run / "test_error.png"),
-            plot_runs([run], run / "test_loss.png", metric="loss"),
-            plot_leaders(run, run / "leaders.png")]
-    return [p for p in made if p is not None]
 
 
 def draw_graphs(

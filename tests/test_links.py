@@ -28,7 +28,6 @@ def _train(tmp: Path, name: str, **settings: Any) -> dict[str, Any]:
                        "dataset": "synthetic", "model": "cnn7", "workers": 4, "groups": 4,
                        "batch_size": 16, "steps": 16, "eval_every": "16", "link": "20mbit",
                        **settings})
-    command._prepare(cfg, cfg.out_dir)
     summary = command.train(cfg)
     assert summary is not None
     return summary

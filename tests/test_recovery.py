@@ -37,8 +37,6 @@ RUN = dict(dataset="digits", model="mlp", workers=2, steps=100, checkpoint_every
 
 def _train(out: Path, **settings: Any) -> dict[str, Any]:
     cfg = make_config({**RUN, "out": str(out), **settings})
-    if not cfg.resume:
-        command._prepare(cfg, cfg.out_dir)
     summary = command.train(cfg)
     assert summary is not None
     return summary

@@ -24,7 +24,6 @@ SUMMARY_KEYS = {"method", "workers", "groups", "test_accuracy", "leader_test_acc
 
 def _train(tmp: Path, name: str, **settings: Any) -> dict[str, Any]:
     cfg = make_config({"out": str(tmp / name), "quiet": True, **settings})
-    command._prepare(cfg, cfg.out_dir)
     return command.train(cfg)
 
 

@@ -18,7 +18,6 @@ SMALL = dict(dataset="digits", model="mlp", workers=4, period=16, seed=0, quiet=
 
 def _train(tmp: Path, name: str, **settings: Any) -> dict[str, Any]:
     cfg = make_config({"out": str(tmp / name), **SMALL, **settings})
-    command._prepare(cfg, cfg.out_dir)
     return command.train(cfg)
 
 

@@ -110,7 +110,6 @@ def train(run: Path, reuse: bool = False, **settings: Any) -> dict[str, Any]:
     if reuse and (done := finished(run, cfg.to_toml())) is not None:
         return done | {"rows": read_csv(run / "metrics.csv"), "run": str(run), "reused": True}
     shutil.rmtree(run, ignore_errors=True)
-    command._prepare(cfg, run)
     summary = command.train(cfg)
     assert summary is not None
     return dict(summary) | {"rows": read_csv(run / "metrics.csv"), "run": str(run)}

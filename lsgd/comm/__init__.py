@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 
 from lsgd.comm.base import CommStats, Communicator, LocalCommunicator, WorkerInfo
+from lsgd.comm.errors import CommunicationError
 from lsgd.comm.simulator import SimulationError, WorkerAborted, current_simulated, simulate
 
 __all__ = [
     "CommStats",
+    "CommunicationError",
     "Communicator",
     "LocalCommunicator",
     "SimulationError",

@@ -55,10 +55,12 @@ from typing import Any, Literal
 
 import torch
 
-from lsgd import _validate
 from torch import nn
 
-from lsgd.comm.data_parallel import DataParallel, collective_data_parallel
+from lsgd import _validate
+from lsgd.flat import FlatBuffer
+
+from lsgd.comm.data_parallel import DataParallel
 from lsgd.comm.chain import chain_bytes, chain_heads, chunk_count
 from lsgd.comm.wire import broadcast_bytes, ring_allreduce_bytes
 
@@ -181,9 +183,6 @@ class Communicator(ABC):
         """Counters of ``category`` (a copy)."""
         return dataclasses.replace(self._stats.get(category, CommStats()))
 
-    def categories(self) -> list[str]:
-        return sorted(self._stats)
-
     @contextlib.contextmanager
     def category(self, name: str) -> Iterator[None]:
         """Count the traffic inside the ``with`` block under ``name``."""
@@ -267,13 +266,43 @@ class Communicator(ABC):
         ``synchronize()`` after ``backward()`` and before the optimizer step
         (see :mod:`lsgd.comm.data_parallel`). ``options`` are
         DistributedDataParallel's keyword arguments (torch.distributed only).
+
+        Here, from this communicator's own collectives (the simulator, one
+        worker): after the backward pass one all-reduce (mean) of the
+        flattened gradients, and before each forward a broadcast of rank 0's
+        buffers (with ``sync_buffers``).
         """
         if options:
             raise ValueError(
                 f"data_parallel: options {sorted(options)} are DistributedDataParallel's and "
                 f"apply under torch.distributed only, not to {type(self).__name__}"
             )
-        return collective_data_parallel(self, module, sync_buffers)
+        if self.world_size == 1:
+            return DataParallel(module)
+        params = [p for p in module.parameters() if p.requires_grad]
+        buffers = list(module.buffers()) if sync_buffers else []
+        grads: list[FlatBuffer] = []
+
+        def average() -> None:
+            for p in params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            tensors = [p.grad for p in params]
+            if not grads:
+                grads.append(FlatBuffer(tensors))
+            flat = grads[0].copy_from(tensors)
+            with torch.no_grad():
+                for buffer in flat.buffers:
+                    self.all_reduce_(buffer, op="mean")
+            flat.copy_to(tensors)
+
+        def broadcast_buffers() -> None:
+            with torch.no_grad():
+                for buffer in buffers:
+                    self.broadcast_(buffer, src=0)
+
+        return DataParallel(module, average=average,
+                            before_forward=broadcast_buffers if buffers else None)
 
     # -- time and the shared counter ----------------------------------------
     def now(self) -> float:

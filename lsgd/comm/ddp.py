@@ -21,12 +21,16 @@ from lsgd.comm.data_parallel import DataParallel
 from lsgd.comm.wire import broadcast_bytes, ring_allreduce_bytes
 
 if TYPE_CHECKING:
-    from lsgd.comm.distributed import DistCommunicator
+    import torch.distributed as dist
+
+    from lsgd.comm.base import Communicator
 
 
-def ddp_data_parallel(comm: DistCommunicator, module: nn.Module, sync_buffers: bool = True,
+def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, module: nn.Module,
+                      sync_buffers: bool = True,
                       options: dict[str, Any] | None = None) -> DataParallel:
-    """``module`` under DDP on ``comm``'s process group (CUDA: ``device_ids`` of its device)."""
+    """``module`` under DDP on ``process_group`` (CUDA: ``device_ids`` of its device);
+    the traffic is counted in ``comm`` (the communicator of that group)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     device = next(module.parameters()).device
@@ -37,7 +41,7 @@ def ddp_data_parallel(comm: DistCommunicator, module: nn.Module, sync_buffers: b
     if device.type == "cuda":
         kwargs["device_ids"] = [device]
     kwargs.update(options or {})
-    ddp = nn.parallel.DistributedDataParallel(module, process_group=comm.process_group, **kwargs)
+    ddp = nn.parallel.DistributedDataParallel(module, process_group=process_group, **kwargs)
     world = comm.world_size
     # Buckets are reduced one after another while later ones wait: a bucket's
     # seconds run from when it started or the previous one finished, whichever
@@ -59,7 +63,7 @@ def ddp_data_parallel(comm: DistCommunicator, module: nn.Module, sync_buffers: b
 
         return default_hooks.allreduce_hook(pg, bucket).then(done)
 
-    ddp.register_comm_hook(comm.process_group, counting_allreduce)
+    ddp.register_comm_hook(process_group, counting_allreduce)
     buffer_bytes = sum(b.numel() * b.element_size() for b in module.buffers()) if sync_buffers else 0
     sent, received = broadcast_bytes(buffer_bytes, world, comm.rank, comm.broadcast_algorithm)
 

@@ -38,14 +38,14 @@ class Dataset:
 def _normalized(name: str, train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
                 test_y: np.ndarray, augment: str = "none",
                 num_classes: int | None = None) -> Dataset:
-    tx = torch.from_numpy(np.asarray(train_x, dtype=np.float32))
-    vx = torch.from_numpy(np.asarray(test_x, dtype=np.float32))
+    tx = torch.from_numpy(np.array(train_x, dtype=np.float32))  # a copy of its own
+    vx = torch.from_numpy(np.array(test_x, dtype=np.float32))
     mean, std = tx.mean(), tx.std()
     return Dataset(
         name,
-        (tx - mean) / std,
+        tx.sub_(mean).div_(std),  # in place: the same values as (tx - mean) / std
         torch.from_numpy(np.asarray(train_y, dtype=np.int64)),
-        (vx - mean) / std,
+        vx.sub_(mean).div_(std),
         torch.from_numpy(np.asarray(test_y, dtype=np.int64)),
         augment=augment,
         num_classes=num_classes,

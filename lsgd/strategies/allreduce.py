@@ -35,7 +35,7 @@ from torch import nn
 
 from lsgd.comm import Communicator
 from lsgd.strategies.base import Strategy
-from lsgd.strategies.state import all_finite
+from lsgd.functional import all_finite
 
 
 class AllReduce(Strategy):

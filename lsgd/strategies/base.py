@@ -62,7 +62,8 @@ from lsgd.strategies.guard import driving, guard
 from lsgd.strategies.health import DivergedError, check_same_model
 from lsgd.strategies.report import Report
 from lsgd.strategies.rounds import Cadence, Rounds
-from lsgd.strategies.state import all_finite, on_state_, state_tensors
+from lsgd.functional import all_finite
+from lsgd.strategies.state import on_state_, state_tensors
 
 INITS = ("broadcast", "independent")
 TRAFFIC = ("train", "eval")

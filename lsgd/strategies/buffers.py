@@ -97,7 +97,7 @@ class BufferAverage:
         if not self.tensors:
             return 0
         torch._foreach_copy_(self._views, self.tensors)
-        healthy = bool(all_finite(self._views))
+        healthy = all_finite(self._views)
         if not healthy:
             torch._foreach_zero_(self._views)
         for slot in self._slots:

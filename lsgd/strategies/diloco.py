@@ -49,7 +49,7 @@ from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.flat import FlatBuffer
 from lsgd.strategies.base import Strategy
-from lsgd.strategies.state import all_finite
+from lsgd.functional import all_finite
 from lsgd.strategies.rounds import Cadence
 
 

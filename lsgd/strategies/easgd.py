@@ -48,7 +48,7 @@ from lsgd.comm import Communicator
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elastic_step_, pull_
 from lsgd.strategies.base import Strategy
-from lsgd.strategies.state import all_finite
+from lsgd.functional import all_finite
 from lsgd.strategies.rounds import Cadence
 
 

@@ -76,7 +76,7 @@ from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
-from lsgd.functional import all_finite, elect, pull_, pull_two_
+from lsgd.functional import elect, finite_flag, pull_, pull_two_
 from lsgd.leader import Scorer
 from lsgd.strategies.base import Strategy, as_loss_tensor
 from lsgd.strategies.rounds import Cadence
@@ -301,7 +301,7 @@ class LSGD(Strategy):
         being diverged: it is not elected, and pulls normally.
         """
         score = self.scorer.score(self._module, self.device)
-        finite = all_finite(self._state).to(score.device)
+        finite = finite_flag(self._state).to(score.device)
         score = torch.where(finite, score, torch.full_like(score, math.inf))
         world = any(lv.among == "world" for lv in levels)
         gathered = self.comm.all_gather(score.reshape(1), among="world" if world else "group")

@@ -6,19 +6,13 @@ its floating-point buffers (BatchNorm statistics); integer buffers stay local.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
 from lsgd.flat import FlatBuffer
-from lsgd.functional import finite_each
-
-
-def all_finite(tensors: Sequence[torch.Tensor]) -> bool:
-    """Whether every value of ``tensors`` is finite (one device synchronisation)."""
-    return finite_each([tensors])[0]
 
 
 def state_tensors(model: nn.Module, sync_buffers: bool = True) -> list[torch.Tensor]:

@@ -142,11 +142,6 @@ class Topology:
         """``lambda_2(L)``, positive exactly when the graph is connected."""
         return self._eigenvalues[1] if self.size > 1 else 0.0
 
-    @property
-    def largest_eigenvalue(self) -> float:
-        """``lambda_max(L)``."""
-        return self._eigenvalues[-1]
-
     def mixing_weight(self) -> float:
         """D-PSGD's weight ``a = 2 / (lambda_2 + lambda_max)`` (0 without edges).
 

@@ -183,7 +183,7 @@ def _prepare(cfg: TrainConfig, out: Path) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     from lsgd.comm import SimulationError
-    from lsgd.launch import LaunchError
+    from lsgd.launcher import LaunchError
     from lsgd.strategies import DivergedError
 
     cfg = resolve(args)
@@ -310,7 +310,7 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 def add_plot_parser(subparsers: Any) -> None:
-    from lsgd.plots import METRICS
+    from lsgd.train.plots import METRICS
 
     parser = subparsers.add_parser(
         "plot", help="overlay the test error (or loss) of several runs",
@@ -327,7 +327,7 @@ def add_plot_parser(subparsers: Any) -> None:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    from lsgd.plots import plot_runs
+    from lsgd.train.plots import plot_runs
 
     runs = [Path(r) for r in args.runs]
     missing = [str(r) for r in runs if not (r / "metrics.csv").exists()]

@@ -36,7 +36,8 @@ import lsgd
 from lsgd import data as datasets
 from lsgd.models import build_model
 from lsgd.functional import finite_each
-from lsgd.plots import draw_graphs, plot_run
+from lsgd.plots import draw_graphs
+from lsgd.train.plots import plot_run
 from lsgd.strategies import DivergedError
 from lsgd.train import checkpoint, outputs
 from lsgd.train.build import (UsageError, Source, graphs_of, load_data, make_optimizer,

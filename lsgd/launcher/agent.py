@@ -1,7 +1,7 @@
-"""One node's elastic agent on the shaped network (``python -m lsgd.links.agent``).
+"""One node's elastic agent on the shaped network (``python -m lsgd.launcher.agent``).
 
-Started by :func:`lsgd.links.nodes.launch_on_links` inside a node's namespace:
-``python -m lsgd.links.agent PAYLOAD NODE RESULT``. It runs torch's elastic
+Started by :func:`lsgd.launcher.nodes.launch_on_links` inside a node's namespace:
+``python -m lsgd.launcher.agent PAYLOAD NODE RESULT``. It runs torch's elastic
 launcher with ``per_node`` workers, c10d rendezvous at node 0 (whose agent
 hosts the store), and writes ``{"results": {rank: value}, "failures": [...]}``
 to ``RESULT``.
@@ -9,12 +9,14 @@ to ``RESULT``.
 
 from __future__ import annotations
 
-import logging
+import os
 import pickle
 import sys
 import types
 from pathlib import Path
 
+from lsgd.launcher.worker import (before_fork, failure_lines, process_main,
+                                  quiet_elastic_agent, start_method)
 from lsgd.links.netns import node_address
 
 
@@ -34,11 +36,13 @@ def main(payload_path: str, node: int, result_path: str) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from lsgd.launch import _message, _worker
-
     payload = pickle.loads(Path(payload_path).read_bytes())
     _load_main(payload["main_path"])
     job = pickle.loads(payload["job"])
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    method = start_method(threads)
+    if method == "fork":
+        before_fork()
     config = LaunchConfig(
         min_nodes=job["nodes"],
         max_nodes=job["nodes"],
@@ -49,20 +53,18 @@ def main(payload_path: str, node: int, result_path: str) -> int:
         rdzv_configs={"is_host": node == 0, "timeout": int(job["timeout"])},
         max_restarts=job.get("max_restarts", 0),
         monitor_interval=0.05,
-        start_method="spawn",
+        start_method=method,
         local_addr=node_address(node),
     )
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     outcome: dict[str, object]
     try:
-        results = elastic_launch(config, _worker)(job["fn"], job["groups"], job["timeout"],
-                                                  job["args"])
+        with quiet_elastic_agent(threads):
+            results = elastic_launch(config, process_main)(job["fn"], job["groups"],
+                                                           job["timeout"], job["args"])
         outcome = {"results": dict(results), "failures": []}
         code = 0
     except ChildFailedError as error:
-        outcome = {"results": {}, "failures": [
-            f"rank {rank} (node {node}): {_message(failure.message)}"
-            for rank, failure in sorted(error.failures.items())]}
+        outcome = {"results": {}, "failures": failure_lines(error.failures, f" (node {node})")}
         code = 1
     except Exception as error:  # rendezvous and store errors: name the node
         outcome = {"results": {}, "failures": [f"node {node}: {type(error).__name__}: {error}"]}

@@ -8,7 +8,7 @@ through torch's c10d rendezvous hosted by node 0's agent, exactly as
 ``torchrun --nnodes N --rdzv-backend c10d`` does on separate machines; gloo
 binds to each node's ``eth0``, so that traffic between nodes crosses the shaped
 links and traffic inside a node stays on its loopback. The agents run
-``python -m lsgd.links.agent``; each writes its workers' results (or their
+``python -m lsgd.launcher.agent``; each writes its workers' results (or their
 errors) to a file, and the results come back by global rank.
 """
 
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lsgd.comm.base import check_layout
+from lsgd.launcher.worker import LaunchError, threads_for
 from lsgd.links.netns import ShapedNetwork, node_address
 from lsgd.links.spec import Link
 
@@ -55,11 +56,9 @@ def launch_on_links(
     (each agent is allowed twice as many restarts, since one failure can cost
     an agent two), with a fresh c10d store for every rendezvous round.
     """
-    from lsgd.launch import LaunchError
-
     check_layout(world_size, groups)
     per_node = world_size // groups
-    threads = threads_per_worker or max(1, (os.cpu_count() or 1) // world_size)
+    threads = threads_for(world_size, threads_per_worker)
     with tempfile.TemporaryDirectory(prefix="lsgd-links-") as folder, \
             ShapedNetwork(groups, link) as net:
         work = Path(folder)
@@ -89,7 +88,7 @@ def launch_on_links(
         agents = []
         for node in range(groups):
             log = open(work / f"node-{node}.log", "w")  # noqa: SIM115 - closed below
-            command = net.command(node, [sys.executable, "-m", "lsgd.links.agent",
+            command = net.command(node, [sys.executable, "-m", "lsgd.launcher.agent",
                                          str(payload), str(node), str(work / f"node-{node}.pkl")])
             agents.append((subprocess.Popen(command, env=env, stdout=log,
                                             stderr=subprocess.STDOUT), log))

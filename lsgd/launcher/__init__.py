@@ -1,0 +1,71 @@
+"""Process start-up: run a function as W worker processes over torch.distributed.
+
+``launch(fn, world_size=W, groups=n)`` is the process counterpart of
+:func:`lsgd.simulate`. Without a link the W processes run on this machine
+(:mod:`lsgd.launcher.local`, torch's elastic launcher as ``torchrun
+--standalone`` uses it); with ``link="20mbit"`` every group is a node behind
+a link the kernel shapes, with one elastic agent per node
+(:mod:`lsgd.launcher.nodes`, :mod:`lsgd.launcher.agent`). Under ``torchrun``
+nothing here is needed: the workers find their communicator from the
+environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from lsgd.comm.base import check_layout
+from lsgd.launcher.worker import LaunchError
+from lsgd.links.spec import Link
+
+T = TypeVar("T")
+
+__all__ = ["LaunchError", "launch"]
+
+
+def launch(
+    fn: Callable[..., T],
+    world_size: int,
+    groups: int = 1,
+    *,
+    args: Sequence[Any] = (),
+    timeout: float = 300.0,
+    threads_per_worker: int | None = None,
+    link: str | Link | None = None,
+    max_restarts: int = 0,
+) -> list[T]:
+    """Run ``fn(info, *args)`` in ``world_size`` processes; results by rank.
+
+    ``groups`` splits the workers into groups of consecutive ranks as if they
+    were on separate nodes. ``timeout`` (seconds) bounds every collective: a
+    worker that dies or stops communicating makes the others fail after it.
+    ``threads_per_worker`` sets each worker's intra-op threads (default:
+    cores / workers). With one thread per worker and no CUDA the workers are
+    forked from this process (they start in milliseconds, sharing what it has
+    imported and read); otherwise they are spawned, and then ``fn`` and
+    ``args`` must be picklable (``fn`` defined at module level).
+
+    ``link`` (``"100mbit"``, ``"1gbit"``; root and iproute2 needed) makes the
+    groups real nodes: each in a network namespace of its own behind a link
+    that the kernel shapes to that rate, one torchrun agent per node. Where
+    shaping is impossible it raises
+    :class:`~lsgd.links.netns.LinkSetupError`; it never runs unshaped.
+
+    ``max_restarts``: when a worker fails, torch's elastic agent stops the
+    others and starts all of them again, up to this many times (the same
+    function, with ``TORCHELASTIC_RESTART_COUNT`` raised by one); ``fn`` is
+    expected to continue from its own checkpoint (``lsgd train`` does).
+
+    A worker's failure raises :class:`LaunchError` naming its rank and error.
+    """
+    check_layout(world_size, groups)
+    if link is not None:
+        from lsgd.launcher.nodes import launch_on_links
+
+        return launch_on_links(fn, world_size, groups, link, args=args, timeout=timeout,
+                               threads_per_worker=threads_per_worker, max_restarts=max_restarts)
+    from lsgd.launcher.local import launch_local
+
+    return launch_local(fn, world_size, groups, args=args, timeout=timeout,
+                        threads_per_worker=threads_per_worker, max_restarts=max_restarts)
