@@ -43,6 +43,7 @@ class Pace:
                 kind, every = "steps", max(1, int(self.max_steps) // 10)
             else:
                 kind, every = "seconds", self.max_seconds / 10
+        assert every > 0, "validated: a zero interval would never move past the next evaluation"
         self.eval_kind, self.eval_every = kind, every
         self.uses_clock = (math.isfinite(self.max_seconds) or kind == "seconds"
                            or cfg.schedule == "minutes")

@@ -26,8 +26,9 @@ from lsgd.links.spec import parse_link
 from lsgd.registry import strategy_class, strategy_names
 from lsgd.strategies.buffers import MODES as BN_MODES
 from lsgd.strategies.lsgd import SCOPE_PULLS
-from lsgd.train.ranges import (NON_NEGATIVE_INTS, POSITIVE_INTS, RANGES, as_float, flag,
-                               range_text, within)
+from lsgd.train.ranges import (EVAL_EVERY, MAX_COUNT, NON_NEGATIVE_INTS, POSITIVE_INTS, RANGES,
+                               as_float, count_limit, flag, range_text, within)
+
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -195,13 +196,15 @@ class TrainConfig:
         return Path(self.out or f"runs/{self.method}-{self.dataset}-{self.workers}w")
 
     def eval_interval(self) -> tuple[str, float]:
-        """``("steps", N)``, ``("seconds", S)`` or ``("auto", 0)``."""
+        """``("steps", N)``, ``("seconds", S)`` or ``("auto", 0)`` (validated: N, S > 0)."""
         text = str(self.eval_every).strip()
         if text == "auto":
             return ("auto", 0.0)
-        match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|sec|seconds)?", text)
+        match = re.fullmatch(EVAL_EVERY, text)
         assert match, "validated"
-        return ("seconds" if match.group(2) else "steps", float(match.group(1)))
+        if match.group(1) is not None:
+            return ("steps", float(match.group(1)))
+        return ("seconds", float(match.group(2)))
 
     def straggler_factors(self) -> dict[int, float]:
         """``--straggle`` as ``{rank: factor}`` (validated by :meth:`validate`)."""
@@ -237,11 +240,14 @@ class TrainConfig:
                 errors.append(f"--{flag(f.name)} {value!r}: choose one of {', '.join(choices)}")
         for name in POSITIVE_INTS:
             value = getattr(self, name)
-            if value is not None and value < 1:
-                errors.append(f"--{flag(name)} must be a positive integer, got {value}")
+            if value is not None and not 1 <= value <= count_limit(name):
+                errors.append(f"--{flag(name)} must be a positive integer of at most "
+                              f"{count_limit(name)}, got {value}")
         for name in NON_NEGATIVE_INTS:
-            if getattr(self, name) < 0:
-                errors.append(f"--{flag(name)} must be an integer >= 0, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if not 0 <= value <= count_limit(name):
+                errors.append(f"--{flag(name)} must be an integer in [0, {count_limit(name)}], "
+                              f"got {value}")
         if self.workers >= 1 and self.groups >= 1 and self.workers % self.groups:
             errors.append(f"--groups {self.groups} must divide --workers {self.workers}")
         for name, bounds in RANGES.items():
@@ -256,8 +262,7 @@ class TrainConfig:
         if self.global_period and self.period >= 1 and self.global_period % self.period:
             errors.append(f"--global-period {self.global_period} must be a multiple of "
                           f"--period {self.period}")
-        if not re.fullmatch(r"auto|\d+(\.\d+)?\s*(s|sec|seconds)?", str(self.eval_every).strip()):
-            errors.append(f"--eval-every {self.eval_every!r}: give steps (200) or seconds (30s)")
+        errors += _eval_every_errors(str(self.eval_every).strip())
         if self.schedule in ("step", "minutes") and not self.drops:
             errors.append(f"--schedule {self.schedule} needs --drops (e.g. --drops 30 60)")
         if self.mixing_weight not in ("auto", "max-degree") and not within(
@@ -317,6 +322,21 @@ class TrainConfig:
         text = tomli_w.dumps({name: list(value) if isinstance(value, tuple) else value
                               for name, value in values.items() if value is not None})
         return text + "".join(line + "\n" for line in unset)
+
+
+def _eval_every_errors(text: str) -> list[str]:
+    """What is wrong with an ``--eval-every`` value (nothing for ``auto``)."""
+    if text == "auto":
+        return []
+    match = re.fullmatch(EVAL_EVERY, text)
+    if match is None:
+        return [f"--eval-every {text!r}: give a whole number of steps (200) or seconds (30s)"]
+    value = float(match.group(1) if match.group(1) is not None else match.group(2))
+    unit = "steps" if match.group(1) is not None else "seconds"
+    if not 0 < value <= MAX_COUNT:
+        return [f"--eval-every {text!r}: the {unit} between evaluations must be above 0 and "
+                f"at most {MAX_COUNT}, e.g. 200 or 30s"]
+    return []
 
 
 #: What each scalar type of a field reads as, alone and in a list.

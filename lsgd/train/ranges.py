@@ -15,11 +15,11 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "weight_decay": (0, math.inf, True, False),
     "trust_coefficient": (0, math.inf, False, False),
     "drop_factor": (0, 1, False, False),
-    "warmup_epochs": (0, math.inf, True, False),
-    "timeout": (0, math.inf, False, False),
-    "epochs": (0, math.inf, False, False),
-    "minutes": (0, math.inf, False, False),
-    "step_seconds": (0, math.inf, False, False),
+    "warmup_epochs": (0, 1e6, True, True),
+    "timeout": (0, 1e7, False, True),  # seconds: about 116 days
+    "epochs": (0, 1e6, False, True),
+    "minutes": (0, 1e8, False, True),
+    "step_seconds": (0, 1e6, False, True),
     "budget": (0, 1, False, True),
     **{name: (0, 1, True, True) for name in ("pull", "scope", "moving_rate", "pull_global",
                                              "scope_global", "c_b", "c_d", "p_b", "p_d")},
@@ -27,6 +27,17 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
 POSITIVE_INTS = ("workers", "groups", "batch_size", "period", "leader_window", "patience",
                  "gossip_period", "steps", "global_period")
 NON_NEGATIVE_INTS = ("bn_recalibrate", "checkpoint_every", "restarts")
+#: The largest count or interval any setting takes: above it a value is a mistake
+#: (a slip of the keyboard), not a plan; workers are started on this one machine.
+MAX_COUNT = 10**9
+MAX_WORKERS = 1024
+#: ``--eval-every``: whole steps (``200``) or seconds (``30s``, ``2.5s``).
+EVAL_EVERY = r"(\d+)|(\d+(?:\.\d*)?|\.\d+)\s*(?:s|sec|seconds)"
+
+
+def count_limit(name: str) -> int:
+    """The largest value the integer setting ``name`` takes."""
+    return MAX_WORKERS if name in ("workers", "groups") else MAX_COUNT
 
 
 def flag(name: str) -> str:
@@ -43,8 +54,13 @@ def within(value: float, low: float, high: float, low_ok: bool, high_ok: bool) -
 def range_text(low: float, high: float, low_ok: bool, high_ok: bool) -> str:
     """The range as words: ``a finite number > 0`` or ``in [0, 1)``."""
     if high == math.inf:
-        return f"a finite number {'>=' if low_ok else '>'} {low:g}"
-    return f"in {'[' if low_ok else '('}{low:g}, {high:g}{']' if high_ok else ')'}"
+        return f"a finite number {'>=' if low_ok else '>'} {_number(low)}"
+    return f"in {'[' if low_ok else '('}{_number(low)}, {_number(high)}{']' if high_ok else ')'}"
+
+
+def _number(value: float) -> str:
+    """``1000000`` rather than ``1e+06``; ``0.5`` as it is."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def as_float(text: str) -> float:
