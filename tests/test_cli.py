@@ -38,7 +38,7 @@ def test_flags_of_every_kind_parse() -> None:
         (["train", "--dataset", "cifar10", "--data-dir", "/nonexistent"], "CIFAR-10 not found"),
         (["train", "--workers", "3", "--groups", "2"], "--groups 2 must divide --workers 3"),
         (["train", "--resume", "/nonexistent/run"], "no run there"),
-        (["train", "--method", "adam"], "invalid choice: 'adam'"),
+        (["train", "--method", "adam"], "--method 'adam': choose one of lsgd"),
         (["train", "--dataset", "digits", "--model", "mlp", "--global-period", "64"],
          "--global-period 64: with one group LSGD has a single leader, set by --period 16"),
         (["train", "--method", "allreduce", "--async"], "--async works with --method lsgd"),

@@ -17,7 +17,7 @@ import torch
 
 import lsgd
 from lsgd.cli import build_parser, main
-from lsgd.train import build, command
+from lsgd.train import build, runner
 from lsgd.train.config import make_config, read_toml
 from tests.test_bad_input import CASES
 
@@ -177,7 +177,7 @@ def test_resume_dry_run_checks_the_checkpoint_and_stays_a_dry_run(
     text = (run / "config.toml").read_text().replace("dry_run = false", "dry_run = true")
     (run / "config.toml").write_text(text)
     args = build_parser().parse_args(["train", "--resume", str(run)])
-    assert command.resolve(args).dry_run is False
+    assert runner.resolve(args).dry_run is False
 
 
 def test_resume_dry_run_of_a_real_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

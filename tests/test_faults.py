@@ -25,12 +25,8 @@ import pytest
 import torch.distributed as dist
 
 from lsgd.comm.base import Communicator, WorkerInfo
-from lsgd.comm.distributed import (
-    CommunicationError,
-    DistCommunicator,
-    _StoreCalls,
-    communication_errors,
-)
+from lsgd.comm.distributed import DistCommunicator, _StoreCalls
+from lsgd.comm.errors import CommunicationError, communication_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("fault_worker.py")

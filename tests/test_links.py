@@ -16,7 +16,7 @@ import lsgd
 from lsgd import cli
 from lsgd.comm.chain import chunk_count
 from lsgd.links import netns, parse_link
-from lsgd.train import command
+from lsgd.train import runner
 from lsgd.train.config import make_config
 from lsgd.train.outputs import read_csv
 
@@ -28,7 +28,7 @@ def _train(tmp: Path, name: str, **settings: Any) -> dict[str, Any]:
                        "dataset": "synthetic", "model": "cnn7", "workers": 4, "groups": 4,
                        "batch_size": 16, "steps": 16, "eval_every": "16", "link": "20mbit",
                        **settings})
-    summary = command.train(cfg)
+    summary = runner.train(cfg)
     assert summary is not None
     return summary
 

@@ -24,7 +24,7 @@ import torch
 
 from lsgd.cli import main
 from lsgd.links import netns
-from lsgd.train import checkpoint, command
+from lsgd.train import checkpoint, runner
 from lsgd.train.config import make_config
 from lsgd.train.outputs import read_csv
 
@@ -37,7 +37,7 @@ RUN = dict(dataset="digits", model="mlp", workers=2, steps=100, checkpoint_every
 
 def _train(out: Path, **settings: Any) -> dict[str, Any]:
     cfg = make_config({**RUN, "out": str(out), **settings})
-    summary = command.train(cfg)
+    summary = runner.train(cfg)
     assert summary is not None
     return summary
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from lsgd.train import checkpoint, command
+from lsgd.train import checkpoint, runner
 from lsgd.train.config import TrainConfig, make_config, read_toml
 from lsgd.train.loop import UsageError
 from lsgd.train.outputs import METRIC_FIELDS, read_csv
@@ -24,7 +24,7 @@ SUMMARY_KEYS = {"method", "workers", "groups", "test_accuracy", "leader_test_acc
 
 def _train(tmp: Path, name: str, **settings: Any) -> dict[str, Any]:
     cfg = make_config({"out": str(tmp / name), "quiet": True, **settings})
-    return command.train(cfg)
+    return runner.train(cfg)
 
 
 def _final_states(run: Path, workers: int) -> list[dict[str, torch.Tensor]]:
@@ -86,7 +86,7 @@ def test_a_resumed_run_ends_exactly_where_an_uninterrupted_one_does(tmp_path: Pa
     _train(tmp_path, "resumed", steps=17, **common)
     settings = read_toml(tmp_path / "resumed" / "config.toml")
     cfg = make_config({**settings, "steps": 40, "resume": str(tmp_path / "resumed")})
-    resumed = command.train(cfg)
+    resumed = runner.train(cfg)
     for a, b in zip(_final_states(tmp_path / "straight", 4), _final_states(tmp_path / "resumed", 4)):
         for key in a:
             assert torch.equal(a[key], b[key]), key

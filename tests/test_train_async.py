@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lsgd.cli import main
-from lsgd.train import checkpoint, command
+from lsgd.train import checkpoint, runner
 from lsgd.train.config import make_config, read_toml
 from lsgd.train.outputs import read_csv
 
@@ -18,7 +18,7 @@ SMALL = dict(dataset="digits", model="mlp", workers=4, period=16, seed=0, quiet=
 
 def _train(tmp: Path, name: str, **settings: Any) -> dict[str, Any]:
     cfg = make_config({"out": str(tmp / name), **SMALL, **settings})
-    return command.train(cfg)
+    return runner.train(cfg)
 
 
 @pytest.mark.timeout(120)
@@ -52,7 +52,7 @@ def test_a_resumed_async_run_ends_exactly_where_an_uninterrupted_one_does(tmp_pa
     _train(tmp_path, "resumed", steps=50, **common)
     settings = read_toml(tmp_path / "resumed" / "config.toml")
     cfg = make_config({**settings, "steps": 120, "resume": str(tmp_path / "resumed")})
-    resumed = command.train(cfg)
+    resumed = runner.train(cfg)
     assert resumed["worker_steps"] == straight["worker_steps"]
     assert resumed["worker_rounds"] == straight["worker_rounds"]
     for r in range(4):

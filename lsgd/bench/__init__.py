@@ -14,6 +14,7 @@ volume             bytes per worker and step for each method and period; the
 overhead           a local step under each strategy against plain PyTorch
 stragglers         synchronous against asynchronous LSGD with a slow worker
 simulator          steps per second of 1 to 16 simulated workers
+startup            a 1-step run of 4 worker processes against ``import lsgd``
 =================  ===========================================================
 """
 
@@ -36,6 +37,7 @@ _RUNNERS = {
     "overhead": ("overhead", "run"),
     "stragglers": ("stragglers", "run"),
     "simulator": ("simulator", "run"),
+    "startup": ("startup", "run"),
 }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.bench import NAMES, runner
-from lsgd.bench.common import write
+from lsgd.bench.common import MissingRecord, write
 from lsgd.links.spec import parse_link
 from lsgd.train.build import UsageError
 from lsgd.train.ranges import RANGES, within
@@ -31,6 +31,8 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="time to accuracy, twelve workers: the first seed (default 0); "
                              "--seeds N runs seeds K to K+N-1, so --first-seed 2 "
                              "--seeds 1 adds a third seed to a run of two")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="startup: times each variant is run (default 5)")
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds of training per run (time to accuracy, stragglers)")
     parser.add_argument("--target", type=float, default=None,
@@ -60,6 +62,10 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "under --out with the same settings instead of training it again "
                              "(continue a benchmark that was stopped, or rerun only the runs "
                              "whose folders were removed)")
+    parser.add_argument("--reuse-only", action="store_true",
+                        help="read every run back from --out (as --reuse) and train none: "
+                             "re-derive the tables from stored records in seconds; a run "
+                             "that is missing is an error")
     parser.set_defaults(handler=run_bench, parser=parser)
     return parser
 
@@ -83,6 +89,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
                                                     *RANGES["step_seconds"]):
         raise UsageError(f"--step-seconds {args.step_seconds}: give a positive number of "
                          "seconds, e.g. 0.12")
+    if args.repeats is not None and not 1 <= args.repeats <= 1000:
+        raise UsageError(f"--repeats {args.repeats}: give 1 to 1000")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give at least 1")
     if args.first_seed is not None and args.first_seed < 0:
@@ -98,9 +106,9 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {"links": links, "seeds": args.seeds, "first_seed": args.first_seed,
             "budget": args.budget, "target": args.target,
             "methods": methods, "backend": args.backend,
-            "step_seconds": args.step_seconds, "jobs": args.jobs,
+            "step_seconds": args.step_seconds, "jobs": args.jobs, "repeats": args.repeats,
             "knobs": _knobs(args.knobs or []) or None,
-            "tune": False if args.no_tune else None, "reuse": args.reuse or None}
+            "tune": False if args.no_tune else None, "reuse": "only" if args.reuse_only else (args.reuse or None)}
 
 
 def _knobs(specs: list[str]) -> dict[str, dict[str, int]]:
@@ -137,7 +145,12 @@ def run_bench(args: argparse.Namespace) -> int:
     out = Path(args.out)
     for name in names:
         start = time.perf_counter()
-        result = runner(name)(out, args.quick, dict(options))
+        try:
+            result = runner(name)(out, args.quick, dict(options))
+        except MissingRecord as error:
+            raise UsageError(f"--reuse-only: {error}; the records under --out {out} are of "
+                             "other settings, or drop --reuse-only to train the missing "
+                             "runs") from None
         result.seconds = time.perf_counter() - start
         path = write(result, out)
         print(result.text())

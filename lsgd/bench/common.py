@@ -95,24 +95,50 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def train(run: Path, reuse: bool = False, **settings: Any) -> dict[str, Any]:
+#: What a benchmark keeps of a training run: its record, enough for ``--reuse`` to read
+#: it back and re-derive every table (no checkpoints, no figures).
+RECORD_FILES = ("config.toml", "summary.json", "metrics.csv", "leader_history.csv")
+
+
+class MissingRecord(Exception):
+    """``--reuse-only``: a run the benchmark needs is not among the records."""
+
+
+def train(run: Path, reuse: bool | str = False, **settings: Any) -> dict[str, Any]:
     """``lsgd train`` in this process with ``settings`` (quiet, into a fresh ``run``);
-    its summary, with the metrics rows under ``"rows"``.
+    its summary, with the metrics rows under ``"rows"``. The run folder is then cut
+    down to its record (:data:`RECORD_FILES`).
 
     With ``reuse``, a finished run already in ``run`` with the same settings
-    (see :func:`finished`) is read back instead of trained again.
+    (see :func:`finished`) is read back instead of trained again; with
+    ``reuse="only"`` a run that is not there raises :class:`MissingRecord`
+    instead of training.
     """
-    from lsgd.train import command
+    from lsgd.train import runner
     from lsgd.train.config import make_config
     from lsgd.train.outputs import read_csv
 
     cfg = make_config({"out": str(run), "quiet": True, **settings})
     if reuse and (done := finished(run, cfg.to_toml())) is not None:
         return done | {"rows": read_csv(run / "metrics.csv"), "run": str(run), "reused": True}
+    if reuse == "only":
+        raise MissingRecord(f"no finished run with these settings in {run}")
     shutil.rmtree(run, ignore_errors=True)
-    summary = command.train(cfg)
+    summary = runner.train(cfg)
     assert summary is not None
+    keep_record_only(run)
     return dict(summary) | {"rows": read_csv(run / "metrics.csv"), "run": str(run)}
+
+
+def keep_record_only(run: Path) -> None:
+    """Remove from a run folder everything but its record (:data:`RECORD_FILES`)."""
+    for path in run.iterdir():
+        if path.name in RECORD_FILES:
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:

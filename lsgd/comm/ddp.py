@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -47,6 +48,11 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
     # seconds run from when it started or the previous one finished, whichever
     # is later, so that the seconds of one step add up to its time on the wire.
     finished = [0.0]
+    # The hook's callback runs on one of gloo's threads and may be the last thing to
+    # let go of what it holds: were that the communicator (and with it its process
+    # groups), their threads would be joined from one of their own, which aborts the
+    # process ("Resource deadlock avoided"). So it holds the communicator weakly.
+    counted = weakref.ref(comm)
 
     # DDP checks a hook's annotations against real classes, which postponed
     # annotations would turn into strings: leave bucket and return unannotated.
@@ -57,7 +63,9 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
 
         def done(fut: torch.futures.Future) -> torch.Tensor:
             now = time.perf_counter()
-            comm.record(volume, volume, now - max(start, finished[0]))
+            owner = counted()
+            if owner is not None:
+                owner.record(volume, volume, now - max(start, finished[0]))
             finished[0] = now
             return fut.value()[0] if isinstance(fut.value(), list) else fut.value()
 

@@ -36,7 +36,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -45,7 +45,7 @@ from torch import nn
 
 from lsgd.comm.base import Among, Communicator, ReduceOp, WorkerInfo, check_layout
 from lsgd.comm.data_parallel import DataParallel
-from lsgd.comm.errors import CommunicationError, communication_errors, seconds_text
+from lsgd.comm.errors import communication_errors, seconds_text
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
 

@@ -1,10 +1,11 @@
-"""One node's elastic agent on the shaped network (``python -m lsgd.launcher.agent``).
+"""One node's elastic agent on the shaped network.
 
-Started by :func:`lsgd.launcher.nodes.launch_on_links` inside a node's namespace:
-``python -m lsgd.launcher.agent PAYLOAD NODE RESULT``. It runs torch's elastic
-launcher with ``per_node`` workers, c10d rendezvous at node 0 (whose agent
-hosts the store), and writes ``{"results": {rank: value}, "failures": [...]}``
-to ``RESULT``.
+Started by :func:`lsgd.launcher.nodes.launch_on_links` inside a node's
+namespace, forked from the launcher (:func:`run_node`) or, where the workers
+are spawned, as ``python -m lsgd.launcher.agent PAYLOAD NODE RESULT``. It runs
+torch's elastic launcher with ``per_node`` workers, c10d rendezvous at node 0
+(whose agent hosts the store), and writes ``{"results": {rank: value},
+"failures": [...]}`` to ``RESULT``.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import pickle
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
-from lsgd.launcher.worker import (before_fork, failure_lines, process_main,
-                                  quiet_elastic_agent, start_method)
+from lsgd.launcher.worker import (before_start, failure_lines, process_main,
+                                  quiet_elastic_agent, start_method, vouch_for_fork)
 from lsgd.links.netns import node_address
 
 
@@ -33,16 +35,25 @@ def _load_main(path: str | None) -> None:
 
 
 def main(payload_path: str, node: int, result_path: str) -> int:
+    """The agent started as ``python -m lsgd.launcher.agent``: load the job, run it."""
+    vouch_for_fork()  # a fresh interpreter that runs nothing but this agent
+    payload = pickle.loads(Path(payload_path).read_bytes())
+    _load_main(payload["main_path"])
+    return run_node(pickle.loads(payload["job"]), node, result_path)
+
+
+def run_node(job: dict[str, Any], node: int, result_path: str) -> int:
+    """Node ``node``'s elastic agent for ``job``; its outcome written to ``result_path``.
+
+    Runs in the node's namespace, either a fresh interpreter (:func:`main`) or a
+    process forked from the launcher (:func:`lsgd.launcher.nodes.launch_on_links`).
+    """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    payload = pickle.loads(Path(payload_path).read_bytes())
-    _load_main(payload["main_path"])
-    job = pickle.loads(payload["job"])
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
     method = start_method(threads)
-    if method == "fork":
-        before_fork()
+    before_start(method, job["fn"])
     config = LaunchConfig(
         min_nodes=job["nodes"],
         max_nodes=job["nodes"],
@@ -74,4 +85,9 @@ def main(payload_path: str, node: int, result_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
+    exit_code = main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    # The outcome is on disk; tearing down torch's interpreter state would only cost
+    # the launcher a second or two of waiting for this process to end.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from lsgd.launcher.worker import (LaunchError, before_fork, failure_lines, process_main,
+from lsgd.launcher.worker import (LaunchError, before_start, failure_lines, process_main,
                                   quiet_elastic_agent, start_method, threads_for)
 
 T = TypeVar("T")
@@ -31,16 +31,15 @@ def launch_local(
 ) -> list[T]:
     """Run ``fn(info, *args)`` in ``world_size`` local processes; results by rank.
 
-    The contract of :func:`lsgd.launch` without a link; the workers are forked
-    or spawned as :func:`~lsgd.launcher.worker.start_method` decides.
+    The contract of :func:`lsgd.launch` without a link; the workers are started
+    as :func:`~lsgd.launcher.worker.start_method` decides.
     """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     threads = threads_for(world_size, threads_per_worker)
     method = start_method(threads)
-    if method == "fork":
-        before_fork()
+    before_start(method, fn)
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,

@@ -7,26 +7,34 @@ each node's namespace, one elastic agent (torch's launcher, the machinery of
 through torch's c10d rendezvous hosted by node 0's agent, exactly as
 ``torchrun --nnodes N --rdzv-backend c10d`` does on separate machines; gloo
 binds to each node's ``eth0``, so that traffic between nodes crosses the shaped
-links and traffic inside a node stays on its loopback. The agents run
-``python -m lsgd.launcher.agent``; each writes its workers' results (or their
-errors) to a file, and the results come back by global rank.
+links and traffic inside a node stays on its loopback. Where workers are
+forked (:func:`~lsgd.launcher.worker.start_method`) the agents are forked from
+this process too, each moving itself into its node's namespace (``setns``);
+otherwise they run ``python -m lsgd.launcher.agent`` there. Each writes its
+workers' results (or their errors) to a file, and the results come back by
+global rank.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from lsgd.comm.base import check_layout
-from lsgd.launcher.worker import LaunchError, threads_for
+from lsgd.launcher.worker import (LaunchError, before_start, start_method, threads_for,
+                                  vouch_for_fork)
 from lsgd.links.netns import ShapedNetwork, node_address
 from lsgd.links.spec import Link
 
@@ -59,39 +67,38 @@ def launch_on_links(
     check_layout(world_size, groups)
     per_node = world_size // groups
     threads = threads_for(world_size, threads_per_worker)
+    job = {
+        "fn": fn, "args": tuple(args), "groups": groups, "timeout": timeout,
+        "nodes": groups, "per_node": per_node,
+        # One failure can cost every agent two restarts: its own workers fail
+        # after the dead one, and the reopened rendezvous may restart them again.
+        "max_restarts": 2 * max_restarts,
+        "run_id": f"lsgd-{uuid.uuid4().hex[:8]}",
+        "endpoint": f"{node_address(0)}:{RENDEZVOUS_PORT}",
+    }
+    # A fresh store for every rendezvous round: the agents' shared one would hand
+    # restarted workers the addresses of the failed attempt's (restart counts, and so
+    # lsgd's own per-attempt prefix, can differ between nodes).
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), GLOO_SOCKET_IFNAME="eth0",
+               PYTHONUNBUFFERED="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    env.pop("MASTER_ADDR", None)
+    env.pop("MASTER_PORT", None)
+    # The agents are forked from here where workers could be (their workers are then
+    # forked from them); otherwise each is a fresh interpreter in its namespace.
+    forked = start_method(threads) == "fork"
+    if forked:
+        before_start("fork", fn)
     with tempfile.TemporaryDirectory(prefix="lsgd-links-") as folder, \
             ShapedNetwork(groups, link) as net:
         work = Path(folder)
-        payload = work / "payload.pkl"
-        main = sys.modules["__main__"]
-        payload.write_bytes(pickle.dumps({
-            # A function of the caller's script pickles as __main__.name: the agent
-            # loads that script first, as multiprocessing's spawn does.
-            "main_path": getattr(main, "__file__", None),
-            "job": pickle.dumps({
-                "fn": fn, "args": tuple(args), "groups": groups, "timeout": timeout,
-                "nodes": groups, "per_node": per_node,
-                # One failure can cost every agent two restarts: its own workers fail
-                # after the dead one, and the reopened rendezvous may restart them again.
-                "max_restarts": 2 * max_restarts,
-                "run_id": f"lsgd-{uuid.uuid4().hex[:8]}",
-                "endpoint": f"{node_address(0)}:{RENDEZVOUS_PORT}",
-            }),
-        }))
-        # A fresh store for every rendezvous round: the agents' shared one would hand
-        # restarted workers the addresses of the failed attempt's (restart counts, and so
-        # lsgd's own per-attempt prefix, can differ between nodes).
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), GLOO_SOCKET_IFNAME="eth0",
-                   PYTHONUNBUFFERED="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
-        env.pop("MASTER_ADDR", None)
-        env.pop("MASTER_PORT", None)
-        agents = []
+        agents: list[tuple[Any, Any]] = []
         for node in range(groups):
             log = open(work / f"node-{node}.log", "w")  # noqa: SIM115 - closed below
-            command = net.command(node, [sys.executable, "-m", "lsgd.launcher.agent",
-                                         str(payload), str(node), str(work / f"node-{node}.pkl")])
-            agents.append((subprocess.Popen(command, env=env, stdout=log,
-                                            stderr=subprocess.STDOUT), log))
+            result = str(work / f"node-{node}.pkl")
+            if forked:
+                agents.append((_fork_agent(net, node, job, result, log, env), log))
+            else:
+                agents.append((_exec_agent(net, node, job, result, log, env, work), log))
         try:
             codes = _wait(agents, deadline=time.monotonic() + timeout + 3600.0)
         finally:
@@ -118,7 +125,86 @@ def launch_on_links(
     return [results[r] for r in range(world_size)]
 
 
-def _wait(agents: list[tuple[subprocess.Popen[bytes], Any]], deadline: float) -> list[int]:
+def _exec_agent(net: ShapedNetwork, node: int, job: dict[str, Any], result: str, log: Any,
+                env: dict[str, str], work: Path) -> subprocess.Popen[bytes]:
+    """Node ``node``'s agent as ``python -m lsgd.launcher.agent`` in its namespace."""
+    payload = work / "payload.pkl"
+    if not payload.exists():
+        main = sys.modules["__main__"]
+        payload.write_bytes(pickle.dumps({
+            # A function of the caller's script pickles as __main__.name: the agent
+            # loads that script first, as multiprocessing's spawn does.
+            "main_path": getattr(main, "__file__", None), "job": pickle.dumps(job)}))
+    command = net.command(node, [sys.executable, "-m", "lsgd.launcher.agent",
+                                 str(payload), str(node), result])
+    return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+class _Forked:
+    """An agent forked from this process: the part of ``Popen`` that :func:`_wait` uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def _fork_agent(net: ShapedNetwork, node: int, job: dict[str, Any], result: str, log: Any,
+                env: dict[str, str]) -> _Forked:
+    """Node ``node``'s agent, forked from this process into the node's namespace.
+
+    It starts at once, sharing what this process has imported and read (torch,
+    the dataset ``lsgd train`` checked), where a fresh interpreter would take
+    seconds to import torch. The child never returns into the caller's code:
+    whatever happens, it ends with ``os._exit``.
+    """
+    from lsgd.launcher.agent import run_node
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks",
+                                category=DeprecationWarning)
+        pid = os.fork()
+    if pid:
+        return _Forked(pid)
+    code = 1
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        os.environ.clear()
+        os.environ.update(env)
+        net.enter(node)
+        vouch_for_fork()  # a fork of a process fit to fork from, running one thread
+        code = run_node(job, node, result)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _wait(agents: list[tuple[Any, Any]], deadline: float) -> list[int]:
     """Wait for every agent; after the first failure the rest get ``GRACE_SECONDS``."""
     failed_at: float | None = None
     while True:

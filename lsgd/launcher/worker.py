@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import importlib
 import os
 import sys
 import warnings
@@ -69,43 +70,95 @@ def threads_for(world_size: int, threads_per_worker: int | None) -> int:
     return threads_per_worker or max(1, (os.cpu_count() or 1) // world_size)
 
 
+#: The number of threads this process ran when :func:`vouch_for_fork` was called.
+_vouched: int | None = None
+
+
+def vouch_for_fork() -> None:
+    """Declare this process fit to fork workers from: it runs no torch thread pool and
+    no thread of its own, and starts none before it launches (``lsgd train`` does
+    this, having set torch to one thread; so does a node's agent)."""
+    global _vouched
+    _vouched = _thread_count()
+
+
+def _thread_count() -> int | None:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
 def start_method(threads: int) -> str:
-    """``"fork"`` where it is safe, else ``"spawn"``.
+    """How worker processes are started: ``"fork"``, ``"forkserver"`` or ``"spawn"``.
 
-    A forked worker starts in milliseconds: it shares the launcher's imported
-    modules and whatever the launcher already read (the dataset ``lsgd
-    train`` checks before it starts the workers), and it leaves without
-    tearing the interpreter down. A spawned one imports torch afresh (about a
-    second of CPU each, more when workers outnumber the cores) and exits
-    through the interpreter's shutdown. Forking is safe here only when
+    * ``fork`` (the quickest: a worker starts in milliseconds, shares what the
+      launcher imported and read, the dataset ``lsgd train`` checked, and
+      leaves without tearing the interpreter down), only where it is safe: on
+      Linux, without CUDA (a CUDA context cannot be forked), one intra-op thread
+      per worker (a child of a process that has used GNU OpenMP's pool hangs in
+      its first parallel region), and from a process that vouched for itself
+      (:func:`vouch_for_fork`) and has started no thread since. A thread that
+      holds a lock at the moment of the fork (the C library's resolver lock,
+      the allocator's) leaves the forked worker waiting for it forever, and
+      libraries whose threads were busy (OpenMP, autograd) can crash in the
+      child; a long-lived process that has trained in threads (a notebook, a
+      test session) is no place to fork from.
+    * ``forkserver`` elsewhere on Linux: workers are forked from a server
+      process that does nothing but import torch and the workers' modules once
+      (:func:`prepare_forkserver`) and serves every later launch of this process.
+    * ``spawn`` on other systems: a fresh interpreter per worker.
 
-    * each worker runs one intra-op thread: a child of a process that has used
-      GNU OpenMP's thread pool hangs in its first parallel region (one thread
-      never enters one);
-    * CUDA is absent: a CUDA context cannot be forked (GPU workers are spawned);
-    * the system is Linux, where ``fork`` is the platform's own default.
-
-    ``LSGD_START_METHOD=spawn`` (or ``fork``) overrides the choice.
+    ``LSGD_START_METHOD`` (one of the three) overrides the choice.
     """
     chosen = os.environ.get("LSGD_START_METHOD")
     if chosen is not None:
-        if chosen not in ("fork", "spawn"):
-            raise ValueError(f"LSGD_START_METHOD={chosen!r}: use fork or spawn")
+        if chosen not in START_METHODS:
+            raise ValueError(f"LSGD_START_METHOD={chosen!r}: use one of "
+                             f"{', '.join(START_METHODS)}")
         return chosen
+    if not sys.platform.startswith("linux"):
+        return "spawn"
+    import threading
+
     import torch
 
-    if threads == 1 and sys.platform.startswith("linux") and not torch.cuda.is_available():
+    if (threads == 1 and _vouched is not None and _thread_count() == _vouched
+            and threading.active_count() == 1 and not torch.cuda.is_available()):
         return "fork"
-    return "spawn"
+    return "forkserver"
 
 
-def before_fork() -> None:
-    """Import in the launcher what every worker would import for itself.
+START_METHODS = ("fork", "forkserver", "spawn")
 
-    torch's optimizers load ``torch._dynamo`` on their first step (about a
-    second); imported once here, the forked workers share it.
+
+def before_start(method: str, fn: Callable[..., Any]) -> None:
+    """Ready what the workers are started from.
+
+    Before a fork: import here what every worker would import for itself
+    (torch's optimizers load ``torch._dynamo`` on their first step, about a
+    second). Before the first forkserver start: the server's modules
+    (:func:`prepare_forkserver`).
     """
-    import torch._dynamo  # noqa: F401
+    if method == "fork":
+        importlib.import_module("torch._dynamo")
+    elif method == "forkserver":
+        prepare_forkserver(fn)
+
+
+def prepare_forkserver(fn: Callable[..., Any] | None = None) -> None:
+    """Start this process's fork server if it does not run yet, importing torch,
+    ``torch._dynamo`` and ``fn``'s module there once, for every worker it forks."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    modules = ["torch", "torch._dynamo", "lsgd.launcher.worker"]
+    module = getattr(fn, "__module__", None)
+    if module and module != "__main__":
+        modules.append(module)
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(modules)
+    forkserver.ensure_running()
 
 
 @contextlib.contextmanager

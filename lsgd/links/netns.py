@@ -104,6 +104,18 @@ def _no_latency(link: Link, why: str) -> str:
             + MODELED_HINT)
 
 
+def _setns(fd: int) -> None:
+    """``setns(fd, CLONE_NEWNET)``: os.setns where Python has it (3.12), else libc's."""
+    if hasattr(os, "setns"):
+        os.setns(fd, os.CLONE_NEWNET)
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+        raise OSError(ctypes.get_errno(), "setns into a network namespace failed")
+
+
 def node_address(node: int) -> str:
     """Node ``node``'s address on the shaped network."""
     return f"{SUBNET}.{FIRST_HOST + node}"
@@ -230,6 +242,15 @@ class ShapedNetwork:
     def command(self, node: int, args: Sequence[str]) -> list[str]:
         """``args`` run inside node ``node``'s namespace."""
         return ["ip", "netns", "exec", self.namespaces[node], *args]
+
+    def enter(self, node: int) -> None:
+        """Move the calling process into node ``node``'s network namespace (for a
+        process forked to run there: its sockets then see only that node's links)."""
+        fd = os.open(f"/run/netns/{self.namespaces[node]}", os.O_RDONLY)
+        try:
+            _setns(fd)
+        finally:
+            os.close(fd)
 
     def __enter__(self) -> ShapedNetwork:
         # SIGTERM becomes an exception here, so that ``__exit__`` still cleans up.

@@ -2,8 +2,11 @@
 
 No worker may be left alone in a collective, so these decisions are taken
 from values every worker has. Synchronously: its step count (equal on all
-workers) and, for time budgets, rank 0's training clock, broadcast every
-``CLOCK_SYNC_EVERY`` steps (``"control"`` traffic). Asynchronously
+workers) and, for time budgets, rank 0's training clock, broadcast about once
+a second of training (``"control"`` traffic: with the clock goes the number of
+steps until the next broadcast, at most ``CLOCK_SYNC_EVERY``, so a run of slow
+steps, all-reduce on a slow link say, stops within about a second of its
+budget instead of up to ``CLOCK_SYNC_EVERY`` steps after it). Asynchronously
 (``--async``): the workers' total step count and their latest clock, agreed
 at each sync point (right after a round among all workers), the only place
 where asynchronous workers act together.
@@ -19,8 +22,9 @@ import torch
 import lsgd
 from lsgd.train.config import TrainConfig
 
-CLOCK_SYNC_EVERY = 10  # steps between broadcasts of rank 0's clock (time budgets only)
-STATE = ("shared_seconds", "shared_steps", "next_eval", "next_checkpoint")
+CLOCK_SYNC_EVERY = 10  # most steps between broadcasts of rank 0's clock (time budgets only)
+CLOCK_SYNC_SECONDS = 1.0  # the training time aimed at between two broadcasts
+STATE = ("shared_seconds", "shared_steps", "next_eval", "next_checkpoint", "next_clock_sync")
 
 
 class Pace:
@@ -51,6 +55,7 @@ class Pace:
         self.shared_steps = 0.0  # steps per worker all agree on (async: the mean)
         self.next_eval = every
         self.next_checkpoint = cfg.checkpoint_every
+        self.next_clock_sync = 1  # the step after which rank 0's clock is next broadcast
 
     @property
     def by_steps(self) -> bool:
@@ -72,11 +77,16 @@ class Pace:
             (self.shared_seconds,) = self.strategy.agree(train_seconds)
             self.shared_steps = self.strategy.total_steps / self.world  # exact after agree
         else:
-            if self.uses_clock and steps % CLOCK_SYNC_EVERY == 0:
-                clock = torch.tensor([train_seconds], dtype=torch.float64, device=self.device)
+            if self.uses_clock and steps >= self.next_clock_sync:
+                # Rank 0's clock, and (its choice) how many steps until the next broadcast.
+                gap = min(CLOCK_SYNC_EVERY, max(1, int(CLOCK_SYNC_SECONDS * steps
+                                                       / max(train_seconds, 1e-9))))
+                clock = torch.tensor([train_seconds, gap], dtype=torch.float64,
+                                     device=self.device)
                 with self.comm.category("control"):
                     self.comm.broadcast_(clock, src=0)
-                self.shared_seconds = float(clock)
+                self.shared_seconds = float(clock[0])
+                self.next_clock_sync = steps + int(clock[1])
             self.shared_steps = steps
         stop = self.shared_steps >= self.max_steps or self.shared_seconds >= self.max_seconds
         position = self.shared_steps if self.eval_kind == "steps" else self.shared_seconds

@@ -41,7 +41,7 @@ ASYNCHRONOUS = ("lsgd", "easgd", "local-sgd")
 ALIASES = {"async": "asynchronous"}  # TOML keys accepted besides the field names
 OPTIMIZERS = ("sgd", "adam", "adamw", "lars")
 SCHEDULES = ("constant", "step", "minutes", "plateau")
-BACKENDS = ("processes", "threads")
+BACKENDS = ("processes", "threads", "auto")
 DEVICES = ("auto", "cpu", "cuda")
 def _f(default: Any, help: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": help, **kw})
@@ -52,7 +52,9 @@ class TrainConfig:
     """Everything that defines a run of ``lsgd train``."""
 
     # What to train
-    method: str = _f("lsgd", "distributed method", choices=METHODS)
+    method: str = _f("lsgd", "distributed method; several, comma-separated (lsgd,allreduce), "
+                             "train one run each, side by side, into --out/METHOD, then "
+                             "print a table and draw comparison.png", choices=METHODS)
     model: str = _f("cnn7", "model: cnn7, resnet20, vgg16, wrn-28-10 (any wrn-D-K), "
                             "resnet50, mlp")
     dataset: str = _f("fashion-mnist",
@@ -65,7 +67,10 @@ class TrainConfig:
     workers: int = _f(4, "number of workers W")
     groups: int = _f(1, "groups (nodes) of workers; several groups make LSGD multi-leader")
     backend: str = _f("processes", "local workers as gloo/NCCL processes, or as threads of "
-                                   "the in-process simulator", choices=BACKENDS)
+                                   "the in-process simulator; auto: processes, except with "
+                                   "--link on a machine that cannot shape links (no root or "
+                                   "iproute2), where the simulator models the link",
+                      choices=BACKENDS)
     device: str = _f("auto", "cpu, cuda (one GPU per worker), or auto", choices=DEVICES)
     timeout: float = _f(300.0, "seconds a collective may wait before the run fails")
     asynchronous: bool = _f(False, "asynchronous rounds (lsgd, easgd, local-sgd): due by the "

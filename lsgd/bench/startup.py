@@ -1,0 +1,87 @@
+"""Start-up: what a run costs before and after its work, against ``import lsgd``.
+
+Every row is a fresh process, timed from its start to its end (wall clock), the
+variants taking turns so that a busy machine slows them alike; the median of
+the repeats is reported, and its ratio to the first row's:
+
+* ``import lsgd``: ``python -c "import lsgd"`` (torch's import is most of it);
+* ``1 step, 4 processes``: ``lsgd train --workers 4 --model mlp --steps 1``:
+  the command's imports, the dataset read once, 4 worker processes forked by
+  torch's elastic launcher, the process group, one step, the evaluation, the
+  checkpoint, the summary and the figures, and the way out;
+* the same with the workers spawned (``LSGD_START_METHOD=spawn``: each worker
+  a fresh interpreter that imports torch and reads the dataset itself, as
+  workers with several threads each or CUDA are started);
+* the same with ``--backend threads`` (the simulator: no processes at all);
+* where links can be shaped (root, iproute2), the same with 4 nodes behind
+  20 Mbit/s links (``--groups 4 --link 20mbit``), the node agents forked into
+  their namespaces, and spawned.
+
+The quick mode times each variant once, on the 8x8 digits.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from lsgd.bench.common import Result
+from lsgd.links.netns import shaping_problem
+
+NAME = "startup"
+COLUMNS = ["what", "median s", "min-max s", "ratio to import"]
+
+
+def _variants(dataset: str) -> list[tuple[str, list[str], dict[str, str]]]:
+    """(label, command after the interpreter, extra environment) of each row."""
+    train = ["-m", "lsgd", "train", "--workers", "4", "--model", "mlp", "--steps", "1",
+             "--dataset", dataset, "--quiet"]
+    rows = [("import lsgd", ["-c", "import lsgd"], {}),
+            ("1 step, 4 processes", train, {}),
+            ("1 step, 4 processes, spawned", train, {"LSGD_START_METHOD": "spawn"}),
+            ("1 step, 4 threads (simulator)", [*train, "--backend", "threads"], {})]
+    if shaping_problem() is None:
+        shaped = [*train, "--groups", "4", "--link", "20mbit"]
+        rows += [("1 step, 4 shaped nodes", shaped, {}),
+                 ("1 step, 4 shaped nodes, spawned", shaped, {"LSGD_START_METHOD": "spawn"})]
+    return rows
+
+
+def _time(argv: list[str], env: dict[str, str], folder: Path) -> float:
+    """Seconds from starting ``python argv`` to its end (a run folder of its own)."""
+    out = ["--out", str(folder / f"run-{time.monotonic_ns()}")] if "train" in argv else []
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, *argv, *out], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stderr[-2000:]}")
+    return seconds
+
+
+def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    repeats = options.get("repeats") or (1 if quick else 5)
+    dataset = "digits" if quick else "fashion-mnist"
+    variants = _variants(dataset)
+    times: dict[str, list[float]] = {label: [] for label, _, _ in variants}
+    with tempfile.TemporaryDirectory(prefix="lsgd-startup-") as folder:
+        for turn in range(repeats):
+            shift = turn % len(variants)  # a different variant goes first every turn
+            for label, argv, env in variants[shift:] + variants[:shift]:
+                times[label].append(_time(argv, env, Path(folder)))
+    base = statistics.median(times["import lsgd"])
+    rows = [[label, statistics.median(t), f"{min(t):.2f}-{max(t):.2f}",
+             statistics.median(t) / base] for label, t in times.items()]
+    notes = [f"{repeats} repeat(s) of each, taking turns; mlp on {dataset}; wall clock of "
+             "the whole process, from its start to its end, on this machine "
+             f"({os.cpu_count()} cores)."]
+    if shaping_problem() is not None:
+        notes.append(f"shaped nodes left out: {shaping_problem()}")
+    return Result(NAME, "Start-up: a 1-step run against import lsgd", COLUMNS, rows, notes,
+                  {"seconds": times, "dataset": dataset, "repeats": repeats})

@@ -1,0 +1,147 @@
+"""``lsgd train --method A,B,...``: the same run once per method, side by side.
+
+Every method gets the same settings (model, data, seed, workers, link, budget,
+evaluation times) and a run folder of its own, ``--out/METHOD``; they run one
+after another, so none shares the machine with another. Every setting of every
+method is checked before the first one starts. At the end a table compares
+them: the center's final and best test accuracy, the time until each method
+first reached a common accuracy (the lowest of the methods' best, so every
+method reached it), the training time, the steps, and the bytes and seconds
+each worker spent communicating; ``--out/comparison.png`` draws the center's
+test error of every method against training time and steps, and
+``--out/comparison.txt`` keeps the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from lsgd.train.build import UsageError
+from lsgd.train.runner import (check_before_start, check_new_run, dry_run,
+                               launch_from_this_process, resolve, train_and_report,
+                               under_torchrun)
+from lsgd.train.config import TrainConfig
+from lsgd.train.outputs import atomic_write, read_csv
+
+
+def methods_of(text: str) -> list[str]:
+    """``"lsgd, allreduce"`` -> ``["lsgd", "allreduce"]``; each named once."""
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    repeated = sorted({m for m in methods if methods.count(m) > 1})
+    if repeated:
+        raise UsageError(f"--method {text}: {', '.join(repeated)} given twice; name each "
+                         "method once")
+    return methods
+
+
+def configs(args: argparse.Namespace) -> list[TrainConfig]:
+    """One resolved configuration per method, each with ``--out/METHOD``."""
+    if getattr(args, "resume", None):
+        raise UsageError(f"--resume with --method {args.method}: resume one method's run "
+                         "at a time, e.g. --resume RUN/lsgd --method lsgd")
+    if under_torchrun():
+        raise UsageError(f"--method {args.method}: under torchrun a job trains one method; "
+                         "run several without torchrun, or one torchrun job per method")
+    methods = methods_of(args.method)
+    base = Path(getattr(args, "out", None) or f"runs/compare-{'-'.join(methods)}")
+    found: list[TrainConfig] = []
+    for method in methods:
+        one = copy.copy(args)
+        one.method, one.out = method, str(base / method)
+        found.append(resolve(one))
+        args.backend = found[-1].backend  # --backend auto: decided (and said) once
+    return found
+
+
+def run_comparison(args: argparse.Namespace) -> int:
+    """Check every method's run, train them one after another, compare them."""
+    runs = configs(args)
+    if runs[0].dry_run:
+        return max(dry_run(cfg) for cfg in runs)
+    launch_from_this_process(runs[0])
+    for cfg in runs:
+        check_new_run(cfg, cfg.out_dir)
+        check_before_start(cfg)
+    summaries: list[dict[str, Any] | None] = []
+    codes = []
+    for number, cfg in enumerate(runs, 1):
+        print(f"[{number}/{len(runs)}] {cfg.method}: training into {cfg.out_dir}",
+              file=sys.stderr, flush=True)
+        code, summary = train_and_report(cfg)
+        codes.append(code)
+        summaries.append(summary)
+    base = runs[0].out_dir.parent
+    text = comparison_text(runs, summaries)
+    print(text)
+    atomic_write(base / "comparison.txt", text + "\n")
+    figure = _figure([cfg.out_dir for cfg, s in zip(runs, summaries) if s is not None],
+                     base / "comparison.png")
+    print(f"figure {figure}" if figure else "figure: none (needs matplotlib)")
+    return max(codes)
+
+
+def comparison_text(runs: list[TrainConfig], summaries: list[dict[str, Any] | None]) -> str:
+    """The table of the methods side by side, and what it was measured on."""
+    curves = {cfg.method: read_csv(cfg.out_dir / "metrics.csv") if summary else []
+              for cfg, summary in zip(runs, summaries)}
+    bests = [max(_accuracies(rows), default=math.nan) for rows in curves.values() if rows]
+    common = math.floor(1000 * min(bests)) / 1000 if bests and not any(map(math.isnan, bests)) \
+        else math.nan
+    header = ["method", "center acc", "best acc", f"time to {_pct(common)}", "train time",
+              "steps/worker", "MB sent/worker", "s comm/worker"]
+    rows = []
+    for cfg, summary in zip(runs, summaries):
+        if summary is None:
+            rows.append([cfg.method, "diverged", "-", "-", "-", "-", "-", "-"])
+            continue
+        points = curves[cfg.method]
+        reached = next((row["time"] for row in points
+                        if _accuracy(row) >= common), None) if not math.isnan(common) else None
+        comm = summary.get("worker_comm_seconds") or []
+        rows.append([
+            cfg.method, _pct(summary["test_accuracy"]), _pct(max(_accuracies(points),
+                                                                 default=math.nan)),
+            f"{reached:.1f} s" if reached is not None else "-",
+            f"{summary['train_seconds']:.1f} s", f"{summary['steps']:g}",
+            f"{summary['bytes_sent_per_worker'] / 1e6:.2f}",
+            f"{sum(comm) / len(comm):.1f}" if comm else "-",
+        ])
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w)
+                       for i, (v, w) in enumerate(zip(row, widths))) for row in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    first = runs[0]
+    where = (f"link {first.link} between {first.groups} nodes, "
+             f"{'modeled on the simulator clock' if first.backend == 'threads' else 'shaped'}"
+             if first.link else f"{first.backend}, no link")
+    lines += ["", f"{first.model} on {first.dataset}, {first.workers} workers, {where}; "
+              f"time to {_pct(common)}: training time until the center first reached the "
+              "lowest of the methods' best accuracies (evaluated every "
+              f"{first.eval_every}); s comm: seconds each worker spent in collectives."]
+    return "\n".join(lines)
+
+
+def _accuracy(row: dict[str, Any]) -> float:
+    value = row.get("center_accuracy")
+    return value if isinstance(value, float) else math.nan
+
+
+def _accuracies(rows: list[dict[str, Any]]) -> list[float]:
+    return [a for a in map(_accuracy, rows) if not math.isnan(a)]
+
+
+def _pct(value: float) -> str:
+    return "-" if math.isnan(value) else f"{100 * value:.1f}%"
+
+
+def _figure(folders: list[Path], path: Path) -> Path | None:
+    if not folders:
+        return None
+    from lsgd.train.plots import plot_runs
+
+    return plot_runs(folders, path)
