@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a new machine: a virtual environment in .venv with a
-# pinned CPU build of torch and lsgd (editable, with its test and plot extras),
-# and the Fashion-MNIST Debian package. Safe to run again.
+# pinned CPU build of torch and lsgd (editable, with the extras given as the
+# first argument, default "test,plot"), and the Fashion-MNIST Debian package.
+# Safe to run again: when nothing that matters changed (pyproject.toml, the
+# extras, Python, torch) the packages are not installed again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=${LSGD_TORCH_VERSION:-2.13.0}
+EXTRAS=${1:-test,plot}
 
 # pip, without the notes about local package folders this machine's pip config names.
 pip_install() {
@@ -17,11 +20,19 @@ pip_install() {
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-# Pin torch first so no looser requirement can pull a multi-GB CUDA build.
-if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
-    pip_install "torch==$TORCH_VERSION"
+stamp=".venv/.lsgd-installed-$(echo "$EXTRAS" | tr ',' '-')"
+wanted="$(cat pyproject.toml; echo "$TORCH_VERSION"; .venv/bin/python --version)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ] \
+        && .venv/bin/python -c "import lsgd" 2>/dev/null; then
+    echo "install: up to date (.venv)"
+else
+    # Pin torch first so no looser requirement can pull a multi-GB CUDA build.
+    if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+        pip_install "torch==$TORCH_VERSION"
+    fi
+    pip_install -e ".[$EXTRAS]"
+    printf '%s' "$wanted" > "$stamp"
 fi
-pip_install -e ".[test,plot]"
 
 FASHION=/usr/share/datasets/fashion-mnist
 if [ ! -f "$FASHION/train-images-idx3-ubyte.gz" ] && [ -z "${LSGD_DATA:-}" ]; then

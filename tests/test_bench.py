@@ -10,9 +10,10 @@ import pytest
 
 from lsgd import cli
 from lsgd.bench import accuracy, stragglers, volume
-from lsgd.bench.common import write
+from lsgd.bench.common import RECORD_FILES, write
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_time_to_accuracy_quick_ranks_every_method_on_one_time_axis(tmp_path: Path) -> None:
     result = accuracy.run(tmp_path, True, {})
@@ -34,6 +35,7 @@ def test_time_to_accuracy_quick_ranks_every_method_on_one_time_axis(tmp_path: Pa
     assert (tmp_path / "time-to-accuracy.txt").read_text().startswith("Time to 80%")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_volume_quick_counts_what_the_algorithms_send(tmp_path: Path) -> None:
     result = volume.run(tmp_path, True, {})
@@ -50,6 +52,7 @@ def test_volume_quick_counts_what_the_algorithms_send(tmp_path: Path) -> None:
         assert timed["chain"] < timed["tree"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_stragglers_quick_async_lets_the_fast_workers_run_ahead(tmp_path: Path) -> None:
     result = stragglers.run(tmp_path, True, {})
@@ -108,6 +111,7 @@ def test_time_to_accuracy_gives_no_ratio_without_lsgd() -> None:
     assert [row[6] for row in rows] == [1.0, 0.5, 0.25]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_twelve_workers_with_a_fixed_step_time_gives_the_same_clock_in_parallel(
         tmp_path: Path) -> None:
@@ -139,6 +143,7 @@ def test_parallel_runs_need_a_fixed_step_time(capsys: pytest.CaptureFixture[str]
     assert "--step-seconds 0.0: give a positive" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_given_knobs_skip_tuning_and_first_seed_picks_the_seeds(tmp_path: Path) -> None:
     options = {"methods": ["lsgd", "dpsgd"], "tune": True, "budget": 1.0, "seeds": 1,
@@ -179,3 +184,47 @@ def test_given_knobs_name_the_run_folder_in_the_grid_order() -> None:
     given = accuracy._given_knobs({"lsgd-multi": {"global_period": 16, "period": 4}},
                                   ["lsgd-multi"], {}, (12, 3))
     assert list(given["lsgd-multi"]) == ["period", "global_period"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_decentralized_quick_rotates_graphs_and_counts_the_same_bytes(tmp_path: Path) -> None:
+    from lsgd.bench import decentralized
+
+    result = decentralized.run(tmp_path, True, {})
+    rows = {row[1]: row for row in result.rows}
+    assert list(rows) == ["D-PSGD", "AL-DSGD, two rotating graphs"]
+    for row in rows.values():
+        assert row[0] == "ring" and row[2] > 0.85, row  # both learn the digits
+        assert 0 < row[3] < 1, row  # the workers stay close to their average
+    # A ring and its stride-3 rotation have the same degree: the same bytes every step.
+    assert rows["D-PSGD"][4] == pytest.approx(rows["AL-DSGD, two rotating graphs"][4], rel=1e-3)
+    # The clock: 40 steps of 0.01 s plus the modeled exchanges.
+    assert all(row[5] > 0.4 for row in rows.values())
+    runs = list((tmp_path / "runs" / "ring").iterdir())
+    assert sorted(p.name for p in runs) == ["al-dsgd-dynamic", "dpsgd"]
+    assert all(sorted(f.name for f in run.iterdir()) == sorted(RECORD_FILES) for run in runs)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_fidelity_quick_reports_every_variant_and_reuses_its_records(tmp_path: Path) -> None:
+    from lsgd.bench import fidelity
+
+    first = fidelity.run(tmp_path, True, {})
+    assert [row[1] for row in first.rows] == [v for v, _ in fidelity.SETS["leader-momentum"][2]]
+    for row in first.rows:
+        assert row[0] == "leader-momentum" and row[2] == 40 and row[3] > 0.9, row
+        assert (row[4] is None) == row[1].startswith(("diloco", "local sgd")), row
+    again = fidelity.run(tmp_path, True, {"reuse": "only"})  # read back, nothing trained
+    assert again.rows == first.rows
+
+
+def test_reuse_only_trains_nothing_and_names_the_missing_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["bench", "fidelity", "--quick", "--reuse-only", "--out",
+                     str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--reuse-only: no finished run with these settings in" in err
+    assert "drop --reuse-only to train the missing runs" in err
+    assert not (tmp_path / "runs").exists()

@@ -144,6 +144,7 @@ def _check_survivors(results: dict[int, tuple[int | None, float, str]], least: f
         _check_message(rank, output)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_survivors_fail_fast_when_a_worker_is_killed(tmp_path: Path) -> None:
     """Rank 0 (which also serves the c10d store) is SIGKILLed before the round of step 4."""
@@ -156,6 +157,7 @@ def test_survivors_fail_fast_when_a_worker_is_killed(tmp_path: Path) -> None:
         assert "among all workers" in output, output
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_survivors_fail_after_the_timeout_when_a_worker_hangs(tmp_path: Path) -> None:
     """Rank 1 is SIGSTOPped before the round of step 4: the others wait T, then fail."""
@@ -169,6 +171,7 @@ def test_survivors_fail_after_the_timeout_when_a_worker_hangs(tmp_path: Path) ->
         assert "Worker 1 never reached it" in output, output  # the roll call names it
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_store_calls_fail_after_the_timeout_when_the_store_server_hangs(tmp_path: Path) -> None:
     """Asynchronous LSGD: rank 0, which serves the step counter, is SIGSTOPped.

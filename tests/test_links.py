@@ -130,6 +130,7 @@ def _our_namespaces() -> list[str]:
             if line.startswith(f"lsgd-{os.getpid()}-")]
 
 
+@pytest.mark.slow
 @needs_shaping
 @pytest.mark.timeout(180)
 def test_a_transfer_across_a_shaped_link_takes_at_least_its_size_over_the_rate() -> None:
@@ -173,6 +174,7 @@ def test_shaped_links_need_root_and_say_what_to_do_instead(
         netns.check_tools()
 
 
+@pytest.mark.slow
 @needs_shaping
 @pytest.mark.timeout(300)
 def test_lsgd_train_on_shaped_links_records_the_link(tmp_path: Path) -> None:

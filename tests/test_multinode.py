@@ -31,6 +31,7 @@ import torch
 
 from lsgd.train import checkpoint
 
+pytestmark = pytest.mark.slow  # torchrun agents
 ROOT = Path(__file__).resolve().parents[1]
 AGENT_TIMEOUT = 120  # seconds for one run of both agents (15-30 s on 2 busy cores)
 GROUPS = [{0, 1}, {2, 3}]  # node A's and node B's ranks

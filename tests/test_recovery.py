@@ -57,6 +57,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, A
     return _train(out), out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_killed_worker_is_restarted_from_the_last_checkpoint(
         tmp_path: Path, uninterrupted: tuple[dict[str, Any], Path]) -> None:
@@ -75,6 +76,7 @@ def test_a_killed_worker_is_restarted_from_the_last_checkpoint(
     assert written["restarts"] == 1 and written["steps_redone"] == summary["steps_redone"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(
         tmp_path: Path, uninterrupted: tuple[dict[str, Any], Path]) -> None:
@@ -170,6 +172,7 @@ def test_when_every_worker_diverges_the_run_stops_and_keeps_its_last_good_checkp
     assert all(torch.isfinite(v).all() for m in _models(run) for v in m.values())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(SHAPING is not None, reason=f"no shaped links here: {SHAPING}")
 def test_shaped_nodes_restart_a_killed_worker_from_the_last_checkpoint(tmp_path: Path) -> None:

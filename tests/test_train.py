@@ -32,6 +32,7 @@ def _final_states(run: Path, workers: int) -> list[dict[str, torch.Tensor]]:
     return [torch.load(latest.file(r), weights_only=True)["model"] for r in range(workers)]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not FASHION.exists(), reason="needs Debian's dataset-fashion-mnist")
 def test_four_processes_learn_fashion_mnist_and_write_every_output(tmp_path: Path) -> None:
@@ -60,6 +61,7 @@ SMALL = dict(dataset="synthetic", model="cnn7", batch_size=16, period=4, eval_ev
              workers=4, lr=0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_threads_and_processes_give_the_same_lsgd_run(tmp_path: Path) -> None:
     # One intra-op thread on both sides (each worker process gets cores / workers = 1
@@ -79,6 +81,7 @@ def test_threads_and_processes_give_the_same_lsgd_run(tmp_path: Path) -> None:
     assert threads["bytes_sent_per_worker"] == processes["bytes_sent_per_worker"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["lsgd", "easgd"])
 def test_a_resumed_run_ends_exactly_where_an_uninterrupted_one_does(tmp_path: Path, method: str) -> None:
     common = dict(SMALL, backend="threads", method=method, groups=2, scope=0.05)

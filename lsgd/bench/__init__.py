@@ -14,6 +14,10 @@ volume             bytes per worker and step for each method and period; the
 overhead           a local step under each strategy against plain PyTorch
 stragglers         synchronous against asynchronous LSGD with a slow worker
 simulator          steps per second of 1 to 16 simulated workers
+decentralized      D-PSGD, MATCHA and AL-DSGD on one graph and on two rotating
+                   graphs (8 workers on modeled links)
+fidelity           the paper-fidelity choices: BatchNorm statistics, the form
+                   of LSGD's pull, leader momentum (simulator, fixed steps)
 startup            a 1-step run of 4 worker processes against ``import lsgd``
 =================  ===========================================================
 """
@@ -37,6 +41,8 @@ _RUNNERS = {
     "overhead": ("overhead", "run"),
     "stragglers": ("stragglers", "run"),
     "simulator": ("simulator", "run"),
+    "decentralized": ("decentralized", "run"),
+    "fidelity": ("fidelity", "run"),
     "startup": ("startup", "run"),
 }
 

@@ -31,6 +31,9 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="time to accuracy, twelve workers: the first seed (default 0); "
                              "--seeds N runs seeds K to K+N-1, so --first-seed 2 "
                              "--seeds 1 adds a third seed to a run of two")
+    parser.add_argument("--sets", default=None,
+                        help="fidelity: comma-separated sets, from bn, pull-form, "
+                             "leader-momentum (default: all)")
     parser.add_argument("--repeats", type=int, default=None,
                         help="startup: times each variant is run (default 5)")
     parser.add_argument("--budget", type=float, default=None,
@@ -95,6 +98,14 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--jobs {args.jobs}: give at least 1")
     if args.first_seed is not None and args.first_seed < 0:
         raise UsageError(f"--first-seed {args.first_seed}: give 0 or more")
+    sets = None
+    if args.sets:
+        from lsgd.bench.fidelity import SETS
+
+        sets = [name.strip() for name in args.sets.split(",") if name.strip()]
+        unknown = [name for name in sets if name not in SETS]
+        if unknown:
+            raise UsageError(f"--sets: unknown {unknown}; choose from {', '.join(SETS)}")
     methods = None
     if args.methods:
         from lsgd.bench.accuracy import METHODS
@@ -107,6 +118,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             "budget": args.budget, "target": args.target,
             "methods": methods, "backend": args.backend,
             "step_seconds": args.step_seconds, "jobs": args.jobs, "repeats": args.repeats,
+            "sets": sets,
             "knobs": _knobs(args.knobs or []) or None,
             "tune": False if args.no_tune else None, "reuse": "only" if args.reuse_only else (args.reuse or None)}
 

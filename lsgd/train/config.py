@@ -163,6 +163,8 @@ class TrainConfig:
     # Evaluation and output
     eval_every: str = _f("auto", "evaluate every N steps, or every Ns seconds (e.g. 30s); "
                                  "auto: 10 times per run")
+    eval_leader: bool = _f(True, "also test the leader at each evaluation (one more broadcast "
+                                 "of its state, and one more pass over the test set)")
     eval_workers: bool = _f(False, "also evaluate every worker (not only center and leader)")
     bn_recalibrate: int = _f(0, "refresh the center's BatchNorm statistics with N batches")
     checkpoint_every: int = _f(0, "steps between checkpoints (0: only at the end); the last "

@@ -203,7 +203,8 @@ class Worker:
         leader = report.leader_rank
         with self.comm.category("eval"):
             center = strategy.center()
-            leader_model = broadcast_model(self.comm, self.model, leader) if leader is not None else None
+            leader_model = (broadcast_model(self.comm, self.model, leader)
+                            if leader is not None and cfg.eval_leader else None)
         if cfg.bn_recalibrate:  # the same fixed batches on every worker
             order = datasets.shard(self.source.n_train, 0, self.world, 0, cfg.seed)
             fixed = torch.Generator().manual_seed(cfg.seed)
