@@ -156,7 +156,8 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
         f"seed(s) {', '.join(map(str, seeds))}, backend {opts['backend']} ({_clock(opts)}).",
         "time/steps: until the center first reaches the target (median over seeds, "
         "[min-max]); '-' when a run did not reach it within the budget; best: the best "
-        "center accuracy within the budget (median). ratio: LSGD's time to the target "
+        "center accuracy within the budget (median); MB sent: per worker in the whole "
+        "run (median). ratio: LSGD's time to the target "
         "divided by the method's (below 1: LSGD is faster; multi-leader LSGD's in the "
         "12-worker setting).",
         "knobs: " + "; ".join(f"{m} {chosen[m] or 'defaults'}"
@@ -165,7 +166,8 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     ]
     notes += [f"{m}: left out ({why})" for m, why in left_out.items()]
     return Result(setting, f"Time to {100 * opts['target']:g}% test accuracy of the center",
-                  ["link", "method", "time s", "spread s", "steps", "best acc", "ratio lsgd/method"],
+                  ["link", "method", "time s", "spread s", "steps", "best acc",
+                   "ratio lsgd/method", "MB sent/worker"],
                   rows, notes, {"options": opts, "chosen": chosen, "summary": summary,
                                 "runs": runs, "tuning": tuning}, figures)
 
@@ -253,8 +255,10 @@ def _table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any]
             best = median([r["best"] for r in mine])
             summary[f"{link}/{name}"] = {"time": times[name], "reached": len(reached),
                                          "runs": len(mine), "best": best}
+            sent = [r["bytes_per_worker"] for r in mine if r.get("bytes_per_worker") is not None]
             rows.append([link, name, times[name], spread,
-                         median(steps) if len(steps) == len(mine) else None, best, None])
+                         median(steps) if len(steps) == len(mine) else None, best, None,
+                         median(sent) / 1e6 if sent else None])
         ref = times[reference] if reference is not None else None
         for row in rows[-len(methods):]:
             theirs = times[row[1]]
@@ -290,3 +294,24 @@ def _figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str
 def run_twelve(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     """The paper's 12-worker setting (3 nodes of 4) on the modeled link."""
     return run(out, quick, options, setting="twelve-workers")
+
+
+def headline(result: Result) -> str:
+    """The time to the target of every method (rows) on every link (columns), as a
+    Markdown table: the README's summary of a time-to-accuracy result."""
+    opts, summary = result.data["options"], result.data["summary"]
+    links = list(opts["links"])
+    methods = list(dict.fromkeys(row[1] for row in result.rows))
+    lines = ["| method | " + " | ".join(links) + " |", "|---|" + "---|" * len(links)]
+    for name in methods:
+        cells = []
+        for link in links:
+            entry = summary[f"{link}/{name}"]
+            if entry["time"] is not None:
+                cells.append(f"{entry['time']:.0f} s")
+            elif entry["reached"]:
+                cells.append(f"{entry['reached']} of {entry['runs']} seeds")
+            else:
+                cells.append(f"never (best {100 * entry['best']:.1f}%)")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

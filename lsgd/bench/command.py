@@ -98,22 +98,11 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--jobs {args.jobs}: give at least 1")
     if args.first_seed is not None and args.first_seed < 0:
         raise UsageError(f"--first-seed {args.first_seed}: give 0 or more")
-    sets = None
-    if args.sets:
-        from lsgd.bench.fidelity import SETS
+    from lsgd.bench.accuracy import METHODS
+    from lsgd.bench.fidelity import SETS
 
-        sets = [name.strip() for name in args.sets.split(",") if name.strip()]
-        unknown = [name for name in sets if name not in SETS]
-        if unknown:
-            raise UsageError(f"--sets: unknown {unknown}; choose from {', '.join(SETS)}")
-    methods = None
-    if args.methods:
-        from lsgd.bench.accuracy import METHODS
-
-        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-        unknown = [m for m in methods if m not in METHODS]
-        if unknown:
-            raise UsageError(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
+    sets = _names("--sets", args.sets, SETS)
+    methods = _names("--methods", args.methods, METHODS)
     return {"links": links, "seeds": args.seeds, "first_seed": args.first_seed,
             "budget": args.budget, "target": args.target,
             "methods": methods, "backend": args.backend,
@@ -121,6 +110,17 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             "sets": sets,
             "knobs": _knobs(args.knobs or []) or None,
             "tune": False if args.no_tune else None, "reuse": "only" if args.reuse_only else (args.reuse or None)}
+
+
+def _names(flag: str, text: str | None, known: Any) -> list[str] | None:
+    """A comma-separated list of names, each one of ``known``; None when not given."""
+    if not text:
+        return None
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise UsageError(f"{flag}: unknown {unknown}; choose from {', '.join(known)}")
+    return names
 
 
 def _knobs(specs: list[str]) -> dict[str, dict[str, int]]:

@@ -41,6 +41,23 @@ class Result:
             lines += [""] + self.notes
         return "\n".join(lines)
 
+    def markdown(self) -> str:
+        """The table as Markdown (the cells as printed), as docs/benchmarks.md shows it."""
+        lines = ["| " + " | ".join(self.columns) + " |",
+                 "|" + "---|" * len(self.columns)]
+        percent = ["acc" in column for column in self.columns]
+        lines += ["| " + " | ".join(
+            f"{100 * v:.2f}%" if share and isinstance(v, float) and not math.isnan(v)
+            else cell(v) for v, share in zip(row, percent)) + " |" for row in self.rows]
+        return "\n".join(lines)
+
+
+def read_result(path: Path) -> Result:
+    """A benchmark's result as :func:`write` stored it (``NAME.json``)."""
+    stored = json.loads(path.read_text())
+    return Result(stored["name"], stored["title"], stored["columns"], stored["rows"],
+                  stored["notes"], stored["data"], stored["figures"], stored["seconds"])
+
 
 def cell(value: Any) -> str:
     """A table cell: floats to 3 significant digits, None as '-'."""

@@ -26,8 +26,8 @@ from lsgd.links.spec import parse_link
 from lsgd.registry import strategy_class, strategy_names
 from lsgd.strategies.buffers import MODES as BN_MODES
 from lsgd.strategies.lsgd import SCOPE_PULLS
-from lsgd.train.ranges import (EVAL_EVERY, MAX_COUNT, NON_NEGATIVE_INTS, POSITIVE_INTS, RANGES,
-                               as_float, count_limit, flag, range_text, within)
+from lsgd.train.ranges import (EVAL_EVERY, NON_NEGATIVE_INTS, POSITIVE_INTS, RANGES, as_float,
+                               count_limit, eval_every_errors, flag, range_text, within)
 
 
 if sys.version_info >= (3, 11):
@@ -269,7 +269,7 @@ class TrainConfig:
         if self.global_period and self.period >= 1 and self.global_period % self.period:
             errors.append(f"--global-period {self.global_period} must be a multiple of "
                           f"--period {self.period}")
-        errors += _eval_every_errors(str(self.eval_every).strip())
+        errors += eval_every_errors(str(self.eval_every).strip())
         if self.schedule in ("step", "minutes") and not self.drops:
             errors.append(f"--schedule {self.schedule} needs --drops (e.g. --drops 30 60)")
         if self.mixing_weight not in ("auto", "max-degree") and not within(
@@ -329,21 +329,6 @@ class TrainConfig:
         text = tomli_w.dumps({name: list(value) if isinstance(value, tuple) else value
                               for name, value in values.items() if value is not None})
         return text + "".join(line + "\n" for line in unset)
-
-
-def _eval_every_errors(text: str) -> list[str]:
-    """What is wrong with an ``--eval-every`` value (nothing for ``auto``)."""
-    if text == "auto":
-        return []
-    match = re.fullmatch(EVAL_EVERY, text)
-    if match is None:
-        return [f"--eval-every {text!r}: give a whole number of steps (200) or seconds (30s)"]
-    value = float(match.group(1) if match.group(1) is not None else match.group(2))
-    unit = "steps" if match.group(1) is not None else "seconds"
-    if not 0 < value <= MAX_COUNT:
-        return [f"--eval-every {text!r}: the {unit} between evaluations must be above 0 and "
-                f"at most {MAX_COUNT}, e.g. 200 or 30s"]
-    return []
 
 
 #: What each scalar type of a field reads as, alone and in a list.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 #: The valid range of each number setting: (low, high, low allowed, high allowed).
 #: Values must also be finite; an unset optional one (None) is fine.
@@ -69,3 +70,18 @@ def as_float(text: str) -> float:
         return float(text)
     except ValueError:
         return math.nan
+
+
+def eval_every_errors(text: str) -> list[str]:
+    """What is wrong with an ``--eval-every`` value (nothing for ``auto``)."""
+    if text == "auto":
+        return []
+    match = re.fullmatch(EVAL_EVERY, text)
+    if match is None:
+        return [f"--eval-every {text!r}: give a whole number of steps (200) or seconds (30s)"]
+    value = float(match.group(1) if match.group(1) is not None else match.group(2))
+    unit = "steps" if match.group(1) is not None else "seconds"
+    if not 0 < value <= MAX_COUNT:
+        return [f"--eval-every {text!r}: the {unit} between evaluations must be above 0 and "
+                f"at most {MAX_COUNT}, e.g. 200 or 30s"]
+    return []
