@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from lsgd.comm.base import CommStats, Communicator, LocalCommunicator, WorkerInfo
+from lsgd.comm.base import Communicator, LocalCommunicator
+from lsgd.comm.info import CommStats, WorkerInfo
 from lsgd.comm.errors import CommunicationError
 from lsgd.comm.simulator import SimulationError, WorkerAborted, current_simulated, simulate
 

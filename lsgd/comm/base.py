@@ -50,7 +50,7 @@ import contextlib
 import dataclasses
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
 import torch
@@ -58,80 +58,15 @@ import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.flat import FlatBuffer
-
-from lsgd.comm.data_parallel import DataParallel
+from lsgd.comm import codec as codecs
+from lsgd.comm.data_parallel import DataParallel, collective_data_parallel
+from lsgd.comm.info import CommStats, WorkerInfo, check_layout
 from lsgd.comm.chain import chain_bytes, chain_heads, chunk_count
+from lsgd.comm.transfers import Handle, Transfer, done_handle
 from lsgd.comm.wire import broadcast_bytes, ring_allreduce_bytes
 
 Among = Literal["world", "group"]
 ReduceOp = Literal["sum", "mean"]
-
-
-@dataclasses.dataclass
-class CommStats:
-    """What one worker moved in one category."""
-
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    seconds: float = 0.0
-    calls: int = 0
-
-    def add(self, sent: int, received: int, seconds: float) -> None:
-        self.bytes_sent += int(sent)
-        self.bytes_received += int(received)
-        self.seconds += seconds
-        self.calls += 1
-
-    def minus(self, other: CommStats) -> CommStats:
-        """The counts accumulated since ``other`` was taken."""
-        return CommStats(
-            self.bytes_sent - other.bytes_sent,
-            self.bytes_received - other.bytes_received,
-            self.seconds - other.seconds,
-            self.calls - other.calls,
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerInfo:
-    """Where a worker sits: its rank, the world size and its group."""
-
-    rank: int
-    world_size: int
-    groups: int
-
-    @property
-    def group_size(self) -> int:
-        return self.world_size // self.groups
-
-    @property
-    def group(self) -> int:
-        """Index of this worker's group (its node)."""
-        return self.rank // self.group_size
-
-    @property
-    def group_rank(self) -> int:
-        """Position of this worker inside its group (its local rank)."""
-        return self.rank % self.group_size
-
-    def group_members(self, group: int | None = None) -> list[int]:
-        """Global ranks of ``group`` (default: this worker's group)."""
-        g = self.group if group is None else group
-        return list(range(g * self.group_size, (g + 1) * self.group_size))
-
-
-def check_layout(world_size: int, groups: int) -> None:
-    """Raise ``ValueError`` unless ``groups`` splits ``world_size`` evenly."""
-    if not _validate.is_int(world_size) or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
-    if not _validate.is_int(groups) or groups < 1:
-        raise ValueError(f"groups must be a positive integer, got {groups!r}")
-    if world_size % groups != 0:
-        raise ValueError(
-            f"groups={groups} must divide the number of workers world_size={world_size}; "
-            f"use a divisor such as 1 or {world_size}"
-        )
 
 
 class Communicator(ABC):
@@ -194,13 +129,23 @@ class Communicator(ABC):
 
     def record(self, sent: int, received: int, seconds: float) -> None:
         """Count traffic moved outside this communicator (DistributedDataParallel's)."""
-        self._stats.setdefault(self._category, CommStats()).add(sent, received, seconds)
+        self._record_in(self._category, sent, received, seconds)
+
+    def _record_in(self, category: str, sent: int, received: int, seconds: float) -> None:
+        self._stats.setdefault(category, CommStats()).add(sent, received, seconds)
 
     # -- collectives ----------------------------------------------------
     def all_reduce_(
-        self, tensor: torch.Tensor, op: ReduceOp = "mean", among: Among = "world"
+        self, tensor: torch.Tensor, op: ReduceOp = "mean", among: Among = "world",
+        codec: str = "none",
     ) -> torch.Tensor:
-        """Sum or average ``tensor`` across ``among`` in place; returns it."""
+        """Sum or average ``tensor`` across ``among`` in place; returns it.
+
+        With a ``codec`` it travels compressed, as :meth:`start_all_reduce`.
+        """
+        if codec != "none":
+            self.start_all_reduce(tensor, op, among, codec).wait()
+            return tensor
         self._check(tensor, among)
         if op not in ("sum", "mean"):
             raise ValueError(f"all_reduce_: op must be 'sum' or 'mean', got {op!r}")
@@ -211,30 +156,32 @@ class Communicator(ABC):
             self.record(volume, volume, seconds)
         return tensor
 
-    def broadcast_(self, tensor: torch.Tensor, src: int, among: Among = "world") -> torch.Tensor:
+    def broadcast_(self, tensor: torch.Tensor, src: int, among: Among = "world",
+                   codec: str = "none") -> torch.Tensor:
         """Overwrite ``tensor`` with the one of global rank ``src``; returns it.
 
         Counted as :attr:`broadcast_algorithm` moves it (see :mod:`lsgd.comm.wire`).
+        With a ``codec`` it travels compressed, as :meth:`start_broadcast`.
         """
+        if codec != "none":
+            self.start_broadcast(tensor, src, among, codec).wait()
+            return tensor
         self._check(tensor, among)
         members = self.among_members(among)
         if src not in members:
             raise ValueError(
                 f"broadcast_: src={src} is not a member of this {among} (ranks {members})"
             )
-        n = len(members)
-        if n > 1 and self._chained(among):
-            info = self.info
-            heads = chain_heads(src, info.groups, info.group_size)
-            seconds = self._chain_broadcast(tensor, src, heads, chunk_count(_nbytes(tensor)))
-            self.record(*chain_bytes(_nbytes(tensor), src, self.rank, info.groups,
-                                     info.group_size), seconds)
-        elif n > 1:
-            seconds = self._broadcast(tensor, src, among)
-            position = (members.index(self.rank) - members.index(src)) % n
-            sent, received = broadcast_bytes(_nbytes(tensor), n, position,
-                                             self.broadcast_algorithm)
-            self.record(sent, received, seconds)
+        if len(members) > 1:
+            chained = self._chained(among)
+            if chained:
+                info = self.info
+                seconds = self._chain_broadcast(tensor, src,
+                                                chain_heads(src, info.groups, info.group_size),
+                                                chunk_count(_nbytes(tensor)))
+            else:
+                seconds = self._broadcast(tensor, src, among)
+            self.record(*self._broadcast_bytes(_nbytes(tensor), src, among, chained), seconds)
         return tensor
 
     def _chained(self, among: Among) -> bool:
@@ -266,11 +213,8 @@ class Communicator(ABC):
         ``synchronize()`` after ``backward()`` and before the optimizer step
         (see :mod:`lsgd.comm.data_parallel`). ``options`` are
         DistributedDataParallel's keyword arguments (torch.distributed only).
-
-        Here, from this communicator's own collectives (the simulator, one
-        worker): after the backward pass one all-reduce (mean) of the
-        flattened gradients, and before each forward a broadcast of rank 0's
-        buffers (with ``sync_buffers``).
+        Here, from this communicator's own collectives
+        (:func:`~lsgd.comm.data_parallel.collective_data_parallel`).
         """
         if options:
             raise ValueError(
@@ -279,30 +223,81 @@ class Communicator(ABC):
             )
         if self.world_size == 1:
             return DataParallel(module)
-        params = [p for p in module.parameters() if p.requires_grad]
-        buffers = list(module.buffers()) if sync_buffers else []
-        grads: list[FlatBuffer] = []
+        return collective_data_parallel(self, module, sync_buffers)
 
-        def average() -> None:
-            for p in params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-            tensors = [p.grad for p in params]
-            if not grads:
-                grads.append(FlatBuffer(tensors))
-            flat = grads[0].copy_from(tensors)
-            with torch.no_grad():
-                for buffer in flat.buffers:
-                    self.all_reduce_(buffer, op="mean")
-            flat.copy_to(tensors)
+    # -- non-blocking collectives (see lsgd.comm.transfers) ----------------
+    def start_all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean",
+                         among: Among = "world", codec: str = "none") -> Handle:
+        """Start summing or averaging ``tensor`` across ``among`` in place; returns at once.
 
-        def broadcast_buffers() -> None:
-            with torch.no_grad():
-                for buffer in buffers:
-                    self.broadcast_(buffer, src=0)
+        ``codec`` ``"bf16"`` or ``"int8"`` (float32 tensors) sends it compressed
+        (:mod:`lsgd.comm.codec`): every member ends with the same decoded values.
+        """
+        self._check(tensor, among)
+        if op not in ("sum", "mean"):
+            raise ValueError(f"start_all_reduce: op must be 'sum' or 'mean', got {op!r}")
+        transfer = Transfer("all_reduce", tensor, among, op=op, codec=self._codec(tensor, codec))
+        members = self.among_members(among)
+        n = len(members)
+        if transfer.codec == "none":
+            sent = received = ring_allreduce_bytes(_nbytes(tensor), n)
+        else:
+            sent, received = codecs.all_reduce_bytes(transfer.codec, tensor.numel(), n,
+                                                     members.index(self.rank))
+        return self._started(transfer, sent, received)
 
-        return DataParallel(module, average=average,
-                            before_forward=broadcast_buffers if buffers else None)
+    def start_broadcast(self, tensor: torch.Tensor, src: int, among: Among = "world",
+                        codec: str = "none") -> Handle:
+        """Start overwriting ``tensor`` with global rank ``src``'s; returns at once.
+
+        Among all workers of several nodes it travels as the pipelined chain of
+        :mod:`lsgd.comm.chain`. With a ``codec`` every member, the source
+        included, ends with the decoded bytes.
+        """
+        self._check(tensor, among)
+        members = self.among_members(among)
+        if src not in members:
+            raise ValueError(
+                f"start_broadcast: src={src} is not a member of this {among} (ranks {members})"
+            )
+        transfer = Transfer("broadcast", tensor, among, src=src, codec=self._codec(tensor, codec),
+                            chained=len(members) > 1 and self._chained(among))
+        sent, received = self._broadcast_bytes(transfer.payload_bytes(), src, among,
+                                               transfer.chained)
+        return self._started(transfer, sent, received)
+
+    def start_all_gather(self, tensor: torch.Tensor, among: Among = "world") -> Handle:
+        """Start gathering every member's ``tensor``; ``wait()`` returns them stacked."""
+        self._check(tensor, among)
+        n = self.among_size(among)
+        volume = (n - 1) * _nbytes(tensor)
+        transfer = Transfer("all_gather", tensor.contiguous(), among)
+        if n == 1:
+            return done_handle(tensor.detach().clone().unsqueeze(0))
+        return self._started(transfer, volume, volume)
+
+    def _started(self, transfer: Transfer, sent: int, received: int) -> Handle:
+        if self.among_size(transfer.among) == 1:  # nothing travels, nothing changes
+            return done_handle()
+        category = self._category
+        return Handle(self._start(transfer),
+                      lambda seconds: self._record_in(category, sent, received, seconds))
+
+    def _codec(self, tensor: torch.Tensor, codec: str) -> str:
+        codecs.check(codec)
+        if codec != "none" and tensor.dtype != torch.float32:
+            raise ValueError(f"codec {codec!r} encodes float32 tensors, got {tensor.dtype}")
+        return codec
+
+    def _broadcast_bytes(self, nbytes: int, src: int, among: Among,
+                         chained: bool) -> tuple[int, int]:
+        """(sent, received) by this worker in a broadcast of ``nbytes`` from ``src``."""
+        members = self.among_members(among)
+        if chained:
+            info = self.info
+            return chain_bytes(nbytes, src, self.rank, info.groups, info.group_size)
+        position = (members.index(self.rank) - members.index(src)) % len(members)
+        return broadcast_bytes(nbytes, len(members), position, self.broadcast_algorithm)
 
     # -- time and the shared counter ----------------------------------------
     def now(self) -> float:
@@ -384,6 +379,17 @@ class Communicator(ABC):
 
     @abstractmethod
     def _barrier(self) -> None: ...
+
+    def _start(self, transfer: Transfer) -> Callable[[], tuple[Any, float]]:
+        """Start ``transfer`` (among more than one worker); return the call that waits
+        for it and gives (result, its seconds)."""
+        raise NotImplementedError(f"{type(self).__name__} has no non-blocking collectives")
+
+    def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int],
+                    among: Among) -> list[torch.Tensor]:
+        """Send ``parts[j]`` to member ``j``; receive one tensor of ``sizes[j]`` bytes
+        (uint8) from each member ``j`` (the compressed all-reduce's first half)."""
+        raise NotImplementedError(f"{type(self).__name__} has no all-to-all")
 
     def _exchange(
         self, tensor: torch.Tensor, peers: list[int]

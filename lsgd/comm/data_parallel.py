@@ -11,8 +11,8 @@ Under torch.distributed the work is done by ``DistributedDataParallel``
 itself, overlapping the all-reduce with the backward pass (see
 :mod:`lsgd.comm.ddp`); in the simulator and for a single worker,
 :meth:`DataParallel.synchronize` all-reduces the gradients after the backward
-pass (:meth:`lsgd.comm.base.Communicator.data_parallel`, from the
-communicator's own collectives). Both backends check the same thing the same way: the forward pass of
+pass (:func:`collective_data_parallel`, from the communicator's own
+collectives). Both backends check the same thing the same way: the forward pass of
 the step must have gone through this module, otherwise DDP would silently
 skip the average (and the simulator would silently do it), so
 :meth:`DataParallel.synchronize` raises instead.
@@ -21,10 +21,15 @@ skip the average (and the simulator would silently do it), so
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+from lsgd.flat import FlatBuffer
+
+if TYPE_CHECKING:
+    from lsgd.comm.base import Communicator
 
 NOT_THROUGH_MODEL = (
     "{owner}: the forward pass of this step did not go through strategy.model, so the "
@@ -79,3 +84,34 @@ class DataParallel(nn.Module):
         self._forwarded = False
         if self._average is not None:
             self._average()
+
+
+def collective_data_parallel(comm: Communicator, module: nn.Module,
+                             sync_buffers: bool = True) -> DataParallel:
+    """Data parallelism from ``comm``'s own collectives (the simulator's): after the
+    backward pass one all-reduce (mean) of the flattened gradients, and before each
+    forward a broadcast of rank 0's buffers (with ``sync_buffers``)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    buffers = list(module.buffers()) if sync_buffers else []
+    grads: list[FlatBuffer] = []
+
+    def average() -> None:
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        tensors = [p.grad for p in params]
+        if not grads:
+            grads.append(FlatBuffer(tensors))
+        flat = grads[0].copy_from(tensors)
+        with torch.no_grad():
+            for buffer in flat.buffers:
+                comm.all_reduce_(buffer, op="mean")
+        flat.copy_to(tensors)
+
+    def broadcast_buffers() -> None:
+        with torch.no_grad():
+            for buffer in buffers:
+                comm.broadcast_(buffer, src=0)
+
+    return DataParallel(module, average=average,
+                        before_forward=broadcast_buffers if buffers else None)

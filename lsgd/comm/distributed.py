@@ -43,9 +43,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lsgd.comm.base import Among, Communicator, ReduceOp, WorkerInfo, check_layout
+from lsgd.comm.base import Among, Communicator, ReduceOp
+from lsgd.comm.info import WorkerInfo, check_layout
 from lsgd.comm.data_parallel import DataParallel
 from lsgd.comm.errors import communication_errors, seconds_text
+from lsgd.comm.lanes import BackgroundLane, on_background
+from lsgd.comm.transfers import Transfer
+from lsgd.comm.transfers import run as run_transfer
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
 
@@ -172,19 +176,24 @@ class DistCommunicator(Communicator):
         self._store_wait = self._timeout  # the store's own timeout, once the store is opened
         self._store_calls: _StoreCalls | None = None
         self._calls: dict[str, int] = {}  # collectives per scope, for the roll call
-        self._subgroup: dist.ProcessGroup | None = None
         # What bounds each kind of operation, resolved once (reported in errors).
         self._waits = {"world": _group_timeout(self._pg) or self._timeout}
+        self._subgroup = self._node_subgroup(self._pg)
+        if self._subgroup is not None:
+            self._waits["group"] = (self._waits["world"] if self._subgroup is self._pg
+                                    else self._timeout)
+        self._lane: BackgroundLane | None = None  # started transfers, once there is one
+
+    def _node_subgroup(self, world: dist.ProcessGroup) -> dist.ProcessGroup | None:
+        """The process group of this worker's node within ``world`` (collective): a
+        subgroup per node, ``world`` itself for one node, None for nodes of one worker
+        (group collectives are then no-ops)."""
+        world_size, groups = self.info.world_size, self.info.groups
         if 1 < groups < world_size:
-            self._subgroup, _ = dist.new_subgroups(
-                group_size=world_size // groups, group=self._pg, timeout=self._timeout
-            )
-            self._waits["group"] = self._timeout
-        elif groups == world_size:
-            self._subgroup = None  # groups of one: group collectives are no-ops
-        else:
-            self._subgroup = self._pg
-            self._waits["group"] = self._waits["world"]
+            subgroup, _ = dist.new_subgroups(group_size=world_size // groups, group=world,
+                                             timeout=self._timeout)
+            return subgroup
+        return None if groups == world_size else world
 
     @property
     def process_group(self) -> dist.ProcessGroup:
@@ -239,6 +248,7 @@ class DistCommunicator(Communicator):
         absent: Callable[[], list[int] | None] | None = None
         if among is not None:
             scope = "world" if among == "world" else f"group{self.info.group}"
+            scope = f"background-{scope}" if on_background() else scope
             self._calls[scope] = number = self._calls.get(scope, 0) + 1
             members = self.among_members(among)
             absent = functools.partial(self._roll_call, f"{scope}/{number}", members)
@@ -273,10 +283,35 @@ class DistCommunicator(Communicator):
         except Exception:  # the store went with the worker: nobody can be named
             return None
 
+    def _groups(self) -> tuple[dist.ProcessGroup, dist.ProcessGroup | None]:
+        """(world, node subgroup) of the calling thread: the background lane's on its
+        thread, the communicator's own elsewhere."""
+        if on_background():
+            assert self._lane is not None
+            return self._lane.groups
+        return self._pg, self._subgroup
+
     def _group(self, among: Among) -> dist.ProcessGroup:
-        group = self._pg if among == "world" else self._subgroup
+        world, node = self._groups()
+        group = world if among == "world" else node
         assert group is not None, "collectives among one worker never reach the primitives"
         return group
+
+    def _start(self, transfer: Transfer) -> Callable[[], tuple[Any, float]]:
+        if self._lane is None:  # collective: every worker starts its first transfer together
+            world = dist.new_group(ranks=self._global, timeout=self._timeout)
+            device = transfer.tensor.device
+            self._lane = BackgroundLane((world, self._node_subgroup(world)), device)
+        future = self._lane.submit(functools.partial(run_transfer, self, transfer))
+        return future.result
+
+    def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int],
+                    among: Among) -> list[torch.Tensor]:
+        received = torch.empty(sum(sizes), dtype=torch.uint8, device=parts[0].device)
+        with self._failures("all_to_all", among):
+            dist.all_to_all_single(received, torch.cat(parts), sizes,
+                                   [part.numel() for part in parts], group=self._group(among))
+        return list(received.split(sizes))
 
     def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
         start = time.perf_counter()
@@ -298,6 +333,7 @@ class DistCommunicator(Communicator):
         # (isend) as soon as it has arrived, while the next ones arrive. Then inside
         # the node.
         start = time.perf_counter()
+        world, node = self._groups()
         with self._failures(f"pipelined broadcast from rank {src}", "world"):
             if self.rank in heads:
                 position = heads.index(self.rank)
@@ -307,19 +343,19 @@ class DistCommunicator(Communicator):
                 pieces = tensor.view(-1).chunk(chunks)
                 # Every receive is posted at once, so that chunks stream in while
                 # earlier ones are passed on (gloo keeps the order between a pair).
-                receives = ([dist.irecv(piece, src=previous, group=self._pg) for piece in pieces]
+                receives = ([dist.irecv(piece, src=previous, group=world) for piece in pieces]
                             if previous is not None else [])
                 sends = []
                 for k, piece in enumerate(pieces):
                     if receives:
                         receives[k].wait()
                     if following is not None:
-                        sends.append(dist.isend(piece, dst=following, group=self._pg))
+                        sends.append(dist.isend(piece, dst=following, group=world))
                 for work in sends:
                     work.wait()
-            if self._subgroup is not None and self.info.group_size > 1:
+            if node is not None and self.info.group_size > 1:
                 head = next(h for h in heads if h // self.info.group_size == self.info.group)
-                dist.broadcast(tensor, src=self._global[head], group=self._subgroup)
+                dist.broadcast(tensor, src=self._global[head], group=node)
         return time.perf_counter() - start
 
     def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:

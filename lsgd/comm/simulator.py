@@ -51,7 +51,12 @@ from typing import Any, TypeVar
 
 import torch
 
-from lsgd.comm.base import Among, Communicator, ReduceOp, WorkerInfo, check_layout
+from lsgd.comm.base import Among, Communicator, ReduceOp
+from lsgd.comm.info import WorkerInfo, check_layout
+from lsgd.comm import codec as codecs
+from lsgd.comm.chain import chain_heads, chunk_count
+from lsgd.comm.transfers import Transfer
+from lsgd.comm.transfers import compute as compute_transfer
 from lsgd.comm.wire import LinkModel
 from lsgd.comm.world import RandomState, WorkerAborted, World, step_times
 from lsgd.links.spec import Link, parse_link
@@ -82,8 +87,11 @@ class SimCommunicator(Communicator):
         self._world = world
         self._sequence: dict[tuple, int] = {}
 
-    def _key(self, among: Among) -> tuple:
+    def _key(self, among: Among, lane: str = "") -> tuple:
+        """The next collective of ``among`` (started transfers, ``lane="started"``,
+        are numbered on their own)."""
         among_key = ("world",) if among == "world" else ("group", self.info.group)
+        among_key = (lane, *among_key) if lane else among_key
         n = self._sequence.get(among_key, 0)
         self._sequence[among_key] = n + 1
         return (*among_key, n)
@@ -114,13 +122,7 @@ class SimCommunicator(Communicator):
             start = time.perf_counter()
             ranks = sorted(payload)
             _check_same(ranks, payload, "all_reduce")
-            total = payload[ranks[0]].clone()
-            for r in ranks[1:]:
-                total.add_(payload[r])
-            if op == "mean":
-                total.div_(len(ranks))
-            for r in ranks:
-                payload[r].copy_(total)
+            compute_transfer(Transfer("all_reduce", tensor, among, op=op), payload, ranks)
             return dict.fromkeys(ranks), time.perf_counter() - start
 
         nbytes = tensor.numel() * tensor.element_size()
@@ -135,11 +137,9 @@ class SimCommunicator(Communicator):
             sources = {s for _, s in payload.values()}
             if len(sources) != 1:
                 raise ValueError(f"broadcast: members disagree on the source rank: {sources}")
-            _check_same(ranks, {r: t for r, (t, _) in payload.items()}, "broadcast")
-            source = payload[src][0]
-            for r in ranks:
-                if r != src:
-                    payload[r][0].copy_(source)
+            tensors = {r: t for r, (t, _) in payload.items()}
+            _check_same(ranks, tensors, "broadcast")
+            compute_transfer(Transfer("broadcast", tensor, among, src=src), tensors, ranks)
             return dict.fromkeys(ranks), time.perf_counter() - start
 
         nbytes = tensor.numel() * tensor.element_size()
@@ -174,6 +174,30 @@ class SimCommunicator(Communicator):
     def _barrier(self) -> None:
         self._run("barrier", "world", None, lambda p: (dict.fromkeys(p), 0.0))
 
+    def _start(self, transfer: Transfer) -> Callable[[], tuple[Any, float]]:
+        members = self.among_members(transfer.among)
+        link = self._world.link
+        seconds = _modeled(transfer, members, link, self) if link is not None else 0.0
+
+        def compute(payload: dict[int, Transfer]) -> dict[int, Any]:
+            ranks = sorted(payload)
+            first = payload[ranks[0]]
+            for r in ranks[1:]:
+                other = payload[r]
+                if (other.src, other.op, other.codec) != (first.src, first.op, first.codec):
+                    raise ValueError(f"{first.kind}: rank {ranks[0]} and rank {r} disagree on "
+                                     f"the source, operation or codec")
+            _check_same(ranks, {r: t.tensor for r, t in payload.items()}, first.kind)
+            result = compute_transfer(first, {r: t.tensor for r, t in payload.items()}, ranks)
+            if first.kind == "all_gather":
+                return {r: result.clone() for r in ranks}
+            return dict.fromkeys(ranks)
+
+        pending = self._world.start_collective(
+            self.rank, self._key(transfer.among, "started"), transfer.kind, members, transfer,
+            compute, seconds)
+        return lambda: self._world.wait_collective(self.rank, pending)
+
     def _exchange(
         self, tensor: torch.Tensor, peers: list[int]
     ) -> tuple[list[torch.Tensor], float]:
@@ -206,6 +230,25 @@ class SimCommunicator(Communicator):
             )
             seconds += duration
         return [received[p] for p in peers], seconds
+
+
+def _modeled(transfer: Transfer, members: list[int], link: LinkModel,
+             comm: SimCommunicator) -> float:
+    """Seconds a started transfer takes on the modeled link, for its message pattern."""
+    nbytes = transfer.payload_bytes()
+    if transfer.kind == "all_gather":
+        return link.all_gather(nbytes, members)
+    if transfer.kind == "broadcast":
+        if transfer.chained:
+            heads = chain_heads(transfer.src, comm.info.groups, comm.info.group_size)
+            return link.broadcast(nbytes, heads, transfer.src, "chain", chunk_count(nbytes))
+        return link.broadcast(nbytes, members, transfer.src, comm.broadcast_algorithm)
+    if transfer.codec == "none":
+        return link.all_reduce(nbytes, members)
+    sizes = [codecs.nbytes(transfer.codec, end - begin)
+             for begin, end in codecs.chunks(transfer.codec, transfer.tensor.numel(),
+                                                      len(members))]
+    return link.all_to_all(sizes, members) + link.all_gather(max(sizes), members)
 
 
 def _check_same(ranks: list[int], payload: dict[int, torch.Tensor], op: str) -> None:

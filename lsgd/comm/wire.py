@@ -141,6 +141,12 @@ class LinkModel:
             total += self._stage(active)
         return total
 
+    def all_to_all(self, sizes: Sequence[int], members: Sequence[int]) -> float:
+        """All-to-all: every member sends ``sizes[j]`` bytes to member ``j``, in one stage."""
+        transfers = [(a, b, float(sizes[j])) for a in members
+                     for j, b in enumerate(members) if a != b]
+        return self._stage(transfers)
+
     def exchange(self, nbytes: int, pairs: Sequence[tuple[int, int]]) -> float:
         """Simultaneous pairwise exchanges: ``B`` each way along every pair, one stage."""
         transfers = [(a, b, float(nbytes)) for a, b in pairs] + [(b, a, float(nbytes)) for a, b in pairs]

@@ -81,6 +81,12 @@ class Pending:
     payload: dict[int, Any] = field(default_factory=dict)
     result: dict[int, Any] = field(default_factory=dict)
     duration: float = 0.0
+    # Started transfers (non-blocking): when each member started it, whether it has
+    # arrived, when it finishes on the virtual clock, and the members waiting for it.
+    started: dict[int, float] = field(default_factory=dict)
+    complete: bool = False
+    finish: float = 0.0
+    waiting: set[int] = field(default_factory=set)
 
 
 class World:
@@ -101,6 +107,7 @@ class World:
         self.done = [False] * world_size
         self.waiting_for: list[str] = [""] * world_size
         self.pending: dict[tuple, Pending] = {}
+        self.queue_end = [0.0] * world_size  # when each worker's last started transfer ends
         self.random = [RandomState.seeded(s) for s in seeds]
         self.failure: tuple[int | None, BaseException | None, str] | None = None
 
@@ -224,6 +231,76 @@ class World:
             self._pass_turn(rank)
             self._wait_turn(rank)
             return pending.result[rank], pending.duration
+
+
+    # -- started (non-blocking) transfers ------------------------------------------
+    def start_collective(self, rank: int, key: tuple, op: str, members: list[int],
+                         payload: Any, compute: Callable[[dict[int, Any]], dict[int, Any]],
+                         transfer: float = 0.0) -> Pending:
+        """Start a transfer without giving up the turn; :meth:`wait_collective` finishes it.
+
+        The last member to start it computes the results at once (the payloads are
+        the members' send buffers, untouched until they wait). It begins at the
+        latest start among its members, or at the end of a member's previous
+        started transfer if that is later (each worker's transfers run one after
+        another, as on its background thread under torch.distributed), and takes
+        ``transfer`` seconds.
+        """
+        with self.cv:
+            self._computed(rank)
+            describe = f"started {op} #{key[-1]} among ranks {members}"
+            pending = self.pending.get(key)
+            if pending is None:
+                pending = self.pending[key] = Pending(op, members, describe)
+            elif pending.op != op or pending.members != members:
+                self.failure = (rank, None, f"mismatched transfers: rank {rank} started "
+                                f"{describe} while ranks {sorted(pending.payload)} started "
+                                f"{pending.describe}")
+                self.cv.notify_all()
+                raise WorkerAborted()
+            pending.payload[rank] = payload
+            pending.started[rank] = self.clock[rank]
+            if len(pending.payload) == len(members):
+                del self.pending[key]
+                try:
+                    pending.result = compute(pending.payload)
+                except BaseException as error:
+                    self.failure = (rank, error, f"{describe} failed: {error!r}")
+                    self.cv.notify_all()
+                    raise WorkerAborted() from error
+                # Each member's earlier transfers have all arrived by now (they were
+                # started first, by every member), so their ends are final.
+                begin = max(max(pending.started.values()),
+                            max(self.queue_end[m] for m in members))
+                pending.finish = begin + transfer
+                pending.duration = transfer
+                pending.complete = True
+                for member in members:
+                    self.queue_end[member] = pending.finish
+                for member in pending.waiting:
+                    self.clock[member] = max(self.clock[member], pending.finish)
+                    self.ready[member] = True
+                    self.waiting_for[member] = ""
+                self.cv.notify_all()
+            self.resumed[rank] = time.perf_counter()  # computing goes on from here
+            return pending
+
+    def wait_collective(self, rank: int, pending: Pending) -> tuple[Any, float]:
+        """Wait until ``pending`` has arrived; this worker's clock moves to its finish.
+        Returns (this member's result, the transfer's modeled seconds)."""
+        with self.cv:
+            self._computed(rank)
+            if not pending.complete:
+                pending.waiting.add(rank)
+                self.random[rank] = RandomState.capture()
+                self.ready[rank] = False
+                self.waiting_for[rank] = f"wait for the {pending.describe}"
+                self._pass_turn(rank)
+                self._wait_turn(rank)
+            else:
+                self.clock[rank] = max(self.clock[rank], pending.finish)
+                self.resumed[rank] = time.perf_counter()
+            return pending.result.get(rank), pending.duration
 
 
 def step_times(step_time: Sequence[float] | Mapping[int, float] | None, world_size: int

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from lsgd.comm.base import check_layout
+from lsgd.comm.info import check_layout
 from lsgd.launcher.worker import LaunchError
 from lsgd.links.spec import Link
 

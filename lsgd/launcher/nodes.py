@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lsgd.comm.base import check_layout
+from lsgd.comm.info import check_layout
 from lsgd.launcher.worker import (LaunchError, before_start, start_method, threads_for,
                                   vouch_for_fork)
 from lsgd.links.netns import ShapedNetwork, node_address

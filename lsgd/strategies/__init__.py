@@ -2,7 +2,8 @@
 
 from lsgd.strategies.aldsgd import ALDSGD
 from lsgd.strategies.allreduce import AllReduce
-from lsgd.strategies.base import DivergedError, Strategy
+from lsgd.strategies.base import Strategy
+from lsgd.strategies.health import DivergedError
 from lsgd.strategies.decentralized import Decentralized
 from lsgd.strategies.diloco import DiLoCo
 from lsgd.strategies.dpsgd import DPSGD

@@ -21,7 +21,7 @@ result), so every worker skips that optimizer step without a message, as
 This costs one finiteness check of the gradients (one synchronisation) per
 step. If, at a skipped step, the parameters themselves are not finite (the
 same on every replica), every worker raises
-:class:`~lsgd.strategies.base.DivergedError`: skipping cannot recover them.
+:class:`~lsgd.strategies.health.DivergedError`: skipping cannot recover them.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -59,10 +59,10 @@ from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.strategies import buffers as bn
 from lsgd.strategies.guard import driving, guard
-from lsgd.strategies.health import DivergedError, check_same_model
+from lsgd.strategies.health import Recovery, check_same_model
+from lsgd.strategies.pipeline import InFlight, Pipeline
 from lsgd.strategies.report import Report
 from lsgd.strategies.rounds import Cadence, Rounds
-from lsgd.functional import all_finite
 from lsgd.strategies.state import on_state_, state_tensors
 
 INITS = ("broadcast", "independent")
@@ -80,7 +80,7 @@ def as_loss_tensor(loss: torch.Tensor | float, owner: str) -> torch.Tensor:
     raise ValueError(f"{owner}.step: loss must be a tensor or a number, got {loss!r}")
 
 
-class Strategy:
+class Strategy(Recovery):
     """Base class: wraps ``model`` and ``optimizer`` and owns the communication.
 
     Args:
@@ -149,6 +149,7 @@ class Strategy:
         self.wait_seconds = 0.0  # time inside rounds: waiting for the others, and the transfer
         self.at_sync_point = True
         self._rounds = Rounds(self.comm, [], self.asynchronous)
+        self._pipeline: Pipeline | None = None  # overlapped or compressed rounds in flight
         self._check_same_model()
         if self.init == "broadcast":
             self._broadcast_initial_state()
@@ -190,6 +191,7 @@ class Strategy:
             self._after_step(loss)
             self._rounds.after_step(self.steps)
             self.at_sync_point = not self.asynchronous
+            self._apply_due()
             while (group := self._rounds.next()) is not None:
                 start = self.comm.now()
                 self._round([c.name for c in group])
@@ -209,6 +211,40 @@ class Strategy:
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
         """The method's every-step rules after the ``self.steps``-th optimizer step."""
+
+    def settle(self) -> None:
+        """Wait until every round's transfer in flight has arrived (``overlap``); each is
+        still applied at its own step. Call before evaluating or timing a pause, so
+        that no transfer runs while the clock is stopped; a no-op otherwise."""
+        if self._pipeline:
+            start = self.comm.now()
+            self._pipeline.settle()
+            self.wait_seconds += self.comm.now() - start
+
+    def _launch(self, item: InFlight) -> None:
+        """A round's transfer, started: applied now if due (``overlap=0``), else kept
+        in flight until its step."""
+        if item.apply_at <= self.steps:
+            item.wait()
+            self._apply(item)
+        else:
+            assert self._pipeline is not None
+            self._pipeline.add(item)
+
+    def _apply_due(self) -> None:
+        """Apply the transfers in flight that are due after this step (started
+        ``overlap`` steps ago), before any round of this step starts."""
+        if not self._pipeline:
+            return
+        for item in self._pipeline.due(self.steps):
+            start = self.comm.now()
+            item.wait()
+            self._apply(item)
+            self.wait_seconds += self.comm.now() - start
+
+    def _apply(self, item: InFlight) -> None:
+        """Apply a round whose transfer has arrived (methods with overlapped rounds)."""
+        raise NotImplementedError
 
     def _use_cadences(self, cadences: list[Cadence]) -> None:
         """Declare this method's kinds of round, local before global (end of ``__init__``)."""
@@ -334,6 +370,8 @@ class Strategy:
             "wait_seconds": self.wait_seconds,
             "schedule": self._rounds.state(),
             "traffic": {c: dataclasses.asdict(self.traffic(c)) for c in TRAFFIC},
+            # After the transfers in flight arrived (they are waited for here):
+            **({"in_flight": self._pipeline.state()} if self._pipeline is not None else {}),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -362,6 +400,8 @@ class Strategy:
         for c in TRAFFIC:
             saved = CommStats(**state["traffic"][c])
             self._baseline[c] = self.comm.stats(c).minus(saved)
+        if self._pipeline is not None:
+            self._pipeline.load(state.get("in_flight", []), self._device())
 
     # -- helpers for subclasses -----------------------------------------
     def _check_same_model(self) -> None:
@@ -369,62 +409,6 @@ class Strategy:
         (:func:`~lsgd.strategies.health.check_same_model`)."""
         every = self._state + (self._bn_average.tensors if self._bn_average else [])
         check_same_model(self.comm, every, self.name, self._device())
-
-    def _diverged_error(self, what: str = "state", step: int | None = None) -> DivergedError:
-        """The error every worker raises when no worker is left healthy (at ``step``,
-        by default the last step taken)."""
-        step = self.steps if step is None else step
-        return DivergedError(
-            f"{self.name}: every worker's {what} is NaN or infinite at step {step}: "
-            "lower the learning rate (or clip the gradients, or warm the learning rate up) "
-            "and restart from the last checkpoint"
-        )
-
-    def _reset_to(self, source: Sequence[torch.Tensor]) -> None:
-        """Reset this diverged worker: ``x <- source`` exactly, optimizer state cleared.
-
-        ``source`` is shaped like the state (the leader's, the center, the
-        healthy workers' mean). The optimizer's per-parameter state (momentum,
-        Adam's moments and step) is dropped, since it is likely NaN too; it
-        restarts from scratch at the next step. Counted in :attr:`resets`. No
-        communication.
-        """
-        if self._state:
-            torch._foreach_copy_(self._state, list(source))
-        for group in self.optimizer.param_groups:
-            for p in group["params"]:
-                self.optimizer.state.pop(p, None)
-        self.resets += 1
-        self._after_reset()
-
-    def _after_reset(self) -> None:
-        """What else the method forgets after :meth:`_reset_to` (the leader score's window)."""
-
-    def _healthy_sum_into(self, flat: FlatBuffer, among: Among = "world") -> tuple[bool, int]:
-        """``flat <-`` the sum of the *healthy* states among ``among``; ``(mine healthy, count)``.
-
-        The rare path of the averaging methods, taken when an average came out
-        NaN or infinite: each worker contributes its state if finite, zeros
-        otherwise (one all-reduce of the state, ``"train"`` traffic), and the
-        number of healthy workers is summed (one all-reduce of one float64,
-        ``"control"`` traffic). Every member gets the same count; among all
-        workers a count of 0 raises :class:`DivergedError` on every worker.
-        """
-        flat.copy_from(self._state)
-        healthy = all_finite(flat.buffers)
-        if not healthy:
-            for buffer in flat.buffers:
-                buffer.zero_()
-        for buffer in flat.buffers:
-            self.comm.all_reduce_(buffer, op="sum", among=among)
-        count = torch.tensor([1.0 if healthy else 0.0], dtype=torch.float64,
-                             device=self._device())
-        with self.comm.category("control"):
-            self.comm.all_reduce_(count, op="sum", among=among)
-        healthy_count = int(count.item())
-        if healthy_count == 0 and among == "world":
-            raise self._diverged_error()
-        return healthy, healthy_count
 
     def _broadcast_initial_state(self) -> None:
         with self.comm.category("init"):

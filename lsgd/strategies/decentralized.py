@@ -36,7 +36,7 @@ it received in that exchange, its optimizer state cleared
 (``report().resets``); if none was finite it stays as it is and tries again
 at its next exchange. Checking costs one finiteness check of the own and the
 received states per communication (one synchronisation), nothing sent.
-:class:`~lsgd.strategies.base.DivergedError` is best effort here: a worker
+:class:`~lsgd.strategies.health.DivergedError` is best effort here: a worker
 sees only its neighbours, so it is raised (on every worker at once) only when
 the active graph of a communication is complete and every state in it is non
 finite; otherwise workers with no finite neighbour wait for one.

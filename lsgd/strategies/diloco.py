@@ -32,7 +32,7 @@ one float64 of ``"control"`` traffic). The outer step then takes that mean;
 healthy workers continue from the new ``θ_g``, and a diverged worker is reset
 to it with its inner optimizer state cleared (``report().resets``). With no
 healthy worker every worker raises
-:class:`~lsgd.strategies.base.DivergedError`. A healthy round costs one
+:class:`~lsgd.strategies.health.DivergedError`. A healthy round costs one
 finiteness check of the mean (one synchronisation) and nothing else.
 """
 
@@ -48,8 +48,10 @@ from torch import nn
 from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.flat import FlatBuffer
-from lsgd.strategies.base import Strategy
 from lsgd.functional import all_finite
+from lsgd.strategies.averaging import MERGES, AveragingRounds, index
+from lsgd.strategies.base import Strategy
+from lsgd.strategies.pipeline import InFlight, Pipeline, check_options
 from lsgd.strategies.rounds import Cadence
 
 
@@ -62,8 +64,21 @@ class DiLoCo(Strategy):
         outer_lr: the outer optimizer's learning rate (> 0; DiLoCo's 0.7).
         outer_momentum: its Nesterov momentum, in [0, 1) (DiLoCo's 0.9; 0 is
             plain SGD).
+        overlap: K, steps between the start of a round's all-reduce and its outer
+            step (0: at once, the round blocks); in ``[0, period)``.
+        fragments: F, parts of the state sent in turn, one every ``period / F``
+            steps (1: the whole state every ``period`` steps).
+        compress: ``"none"``, ``"bf16"`` or ``"int8"``: the pseudo-gradients'
+            wire format.
+        merge: with overlap, how the outer step meets the inner steps taken
+            while it was in flight: ``"keep"`` (default), ``"replace"`` or ``"mix"``
+            (:mod:`lsgd.strategies.averaging`).
+        error_feedback: with compression, each worker adds what the codec lost of
+            its last pseudo-gradient into its next one.
         comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`
-            (``bn_buffers``: ``"average"``, in the round's all-reduce, or ``"local"``).
+            (``bn_buffers``: ``"average"``, in the round's all-reduce, or ``"local"``;
+            with any of the options above, in a blocking all-reduce of their own
+            at each round).
 
     ``global_state`` holds ``θ_g``; ``center()`` is the mean of the workers'
     states (one all-reduce, ``"eval"`` traffic), which is ``θ_g`` right after
@@ -82,6 +97,11 @@ class DiLoCo(Strategy):
         period: int = 16,
         outer_lr: float = 0.7,
         outer_momentum: float = 0.9,
+        overlap: int = 0,
+        fragments: int = 1,
+        compress: str = "none",
+        merge: str = "keep",
+        error_feedback: bool = False,
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
@@ -92,6 +112,12 @@ class DiLoCo(Strategy):
             raise ValueError(f"DiLoCo: outer_lr must be a finite number > 0, got {outer_lr!r}")
         self.outer_momentum = _validate.momentum("DiLoCo", "outer_momentum", outer_momentum)
         self.outer_lr = float(outer_lr)
+        self.overlap, self.fragments, self.compress = check_options(
+            "DiLoCo", self.period, overlap, fragments, compress, False)
+        self.merge = _validate.choice("DiLoCo", "merge", merge, MERGES)
+        pipelined = bool(self.overlap or self.fragments > 1 or self.compress != "none")
+        if pipelined:  # the state is the parameters; buffers are averaged on their own
+            self.rounds_average_state = False
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers)
         # The state is the parameters, then the floating buffers: θ_g is its first part.
@@ -105,13 +131,37 @@ class DiLoCo(Strategy):
         self._delta = FlatBuffer(self.global_state.views)  # Δ, the outer optimizer's .grad
         for buffer, grad in zip(self.global_state.buffers, self._delta.buffers):
             buffer.grad = grad
-        self.outer_optimizer = torch.optim.SGD(
-            self.global_state.buffers, lr=self.outer_lr, momentum=self.outer_momentum,
-            nesterov=self.outer_momentum > 0)
         self._mean = FlatBuffer(self._state)
-        self._use_cadences([Cadence("global", self.period, "world")])
+        self._rounds_of: AveragingRounds | None = None
+        if not pipelined:
+            self.outer_optimizer = self._outer_sgd(self.global_state.buffers)
+            self._use_cadences([Cadence("global", self.period, "world")])
+            return
+        self._rounds_of = AveragingRounds(
+            self.comm, self._state, fragments=self.fragments, overlap=self.overlap,
+            compress=self.compress, merge=self.merge, error_feedback=bool(error_feedback))
+        parts = self._rounds_of.fragments
+        # One outer optimizer per fragment, over its slice of θ_g (Δ's slice its .grad).
+        self._outer_parts = []
+        for f in range(parts.count):
+            pieces = parts.of(self.global_state, f)
+            for piece, grad in zip(pieces, parts.of(self._delta, f)):
+                piece.grad = grad
+            self._outer_parts.append(self._outer_sgd(pieces))
+        self.outer_optimizer = self._outer_parts[0]
+        self._pipeline = Pipeline()
+        self._use_cadences(parts.cadences(self.period))
+
+    def _outer_sgd(self, params: list[torch.Tensor]) -> torch.optim.SGD:
+        return torch.optim.SGD(params, lr=self.outer_lr, momentum=self.outer_momentum,
+                               nesterov=self.outer_momentum > 0)
 
     def _round(self, names: list[str]) -> None:
+        if self._rounds_of is not None:  # overlapped, in fragments or compressed
+            (fragment,) = (index(n) for n in names)
+            self._launch(self._rounds_of.start(fragment, self.steps, self.global_state))
+            self.rounds += 1
+            return
         self._average_into(self._mean)
         healthy = all_finite(self._mean.buffers)  # a finite mean: every worker is healthy
         if not healthy:  # the rare path: the mean of the healthy workers instead
@@ -133,10 +183,43 @@ class DiLoCo(Strategy):
         self.outer_optimizer.step()
         torch._foreach_copy_(mean_parameters, self.global_state.views)
 
+    def _apply(self, item: InFlight) -> None:
+        """A fragment's mean has landed: the outer step on its slice of θ_g, then the
+        worker's slice moves to it (merged with the steps taken since the round)."""
+        assert self._rounds_of is not None
+        mean, fragment = item.tensors["mean"], item.info["fragment"]
+        if not all_finite(mean):  # the rare path: every worker to the healthy mean
+            self._recover()
+            return
+        parts = self._rounds_of.fragments
+        theta, delta = parts.of(self.global_state, fragment), parts.of(self._delta, fragment)
+        if self.compress == "none":  # the mean of the states: Δ = θ_g - mean
+            torch._foreach_copy_(delta, theta)
+            torch._foreach_sub_(delta, mean)
+        else:  # the mean of θ_g - x, decoded identically on every worker
+            torch._foreach_copy_(delta, mean)
+        self._outer_parts[fragment].step()
+        self._rounds_of.land(item, theta)
+
+    def _recover(self) -> None:
+        """A round's mean was NaN or infinite: θ_g and every worker go to the mean of the
+        healthy workers' states (blocking, uncompressed); diverged workers are reset."""
+        healthy, count = self._healthy_sum_into(self._mean)
+        torch._foreach_div_(self._mean.buffers, float(count))
+        self.global_state.copy_from(self._mean.views)
+        if healthy:
+            self._mean.copy_to(self._state)
+        else:
+            self._reset_to(self._mean.views)
+
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["global"] = [b.clone() for b in self.global_state.buffers]
-        state["outer"] = copy.deepcopy(self.outer_optimizer.state_dict()["state"])
+        if self._rounds_of is None:
+            state["outer"] = copy.deepcopy(self.outer_optimizer.state_dict()["state"])
+            return state
+        state["outer_parts"] = [copy.deepcopy(o.state_dict()["state"]) for o in self._outer_parts]
+        state["rounds_of"] = self._rounds_of.state()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -145,7 +228,15 @@ class DiLoCo(Strategy):
         super().load_state_dict(state)
         for buffer, value in zip(self.global_state.buffers, state["global"]):
             buffer.copy_(value)
-        self.outer_optimizer.load_state_dict({
-            "state": copy.deepcopy(dict(state["outer"])),
-            "param_groups": self.outer_optimizer.state_dict()["param_groups"],
-        })
+        if self._rounds_of is None:
+            _load_outer(self.outer_optimizer, state["outer"])
+            return
+        for optimizer, saved in zip(self._outer_parts, state["outer_parts"]):
+            _load_outer(optimizer, saved)
+        self._rounds_of.load(state["rounds_of"])
+
+
+def _load_outer(optimizer: torch.optim.Optimizer, saved: Mapping[str, Any]) -> None:
+    """The outer optimizer's momentum from a checkpoint; its hyperparameters stay."""
+    optimizer.load_state_dict({"state": copy.deepcopy(dict(saved)),
+                               "param_groups": optimizer.state_dict()["param_groups"]})

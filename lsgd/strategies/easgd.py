@@ -27,7 +27,7 @@ the elastic force of every healthy worker exactly as it was::
 Healthy workers take their usual ``x <- x - alpha (x - c)`` (old center); a
 diverged worker is reset to the new center, its optimizer state cleared
 (``report().resets``). With ``H = 0`` every worker raises
-:class:`~lsgd.strategies.base.DivergedError`. A healthy round costs one
+:class:`~lsgd.strategies.health.DivergedError`. A healthy round costs one
 finiteness check of ``x_bar`` (one synchronisation) and nothing else.
 
 With ``asynchronous=True`` round ``r`` falls due when all workers together
@@ -47,8 +47,10 @@ from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elastic_step_, pull_
-from lsgd.strategies.base import Strategy
 from lsgd.functional import all_finite
+from lsgd.strategies.averaging import AveragingRounds, index
+from lsgd.strategies.base import Strategy
+from lsgd.strategies.pipeline import InFlight, Pipeline, check_options
 from lsgd.strategies.rounds import Cadence
 
 
@@ -59,6 +61,11 @@ class EASGD(Strategy):
         moving_rate: beta in [0, 1] (default 0.43, the value the LSGD paper took
             from EASGD); the elastic pull of each worker is ``alpha = beta / W``.
         period: tau, local steps between rounds.
+        overlap, fragments, compress, error_feedback: overlapped, fragmented and
+            compressed rounds (:mod:`lsgd.strategies.averaging`): the elastic step
+            of a round started ``overlap`` steps earlier pulls the worker's state of
+            now toward the center, which moves toward that round's mean; compressed,
+            the workers send ``c - x``.
         comm, init, sync_buffers, bn_buffers, asynchronous: see
             :class:`~lsgd.strategies.base.Strategy` (``bn_buffers``: ``"average"``, the
             default, ``"pull"`` or ``"local"``).
@@ -77,6 +84,10 @@ class EASGD(Strategy):
         *,
         moving_rate: float = 0.43,
         period: int = 16,
+        overlap: int = 0,
+        fragments: int = 1,
+        compress: str = "none",
+        error_feedback: bool = False,
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
@@ -85,6 +96,8 @@ class EASGD(Strategy):
     ) -> None:
         self.moving_rate = _validate.fraction("EASGD", "moving_rate", moving_rate)
         self.period = _validate.positive_int("EASGD", "period", period)
+        self.overlap, self.fragments, self.compress = check_options(
+            "EASGD", self.period, overlap, fragments, compress, asynchronous)
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers, asynchronous=asynchronous)
         self.alpha = self.moving_rate / self.world_size
@@ -94,9 +107,22 @@ class EASGD(Strategy):
             with torch.no_grad(), self.comm.category("init"):
                 for buffer in self.center_state.buffers:
                     self.comm.all_reduce_(buffer, op="mean")
-        self._use_cadences([Cadence("global", self.period, "world")])
+        self._rounds_of: AveragingRounds | None = None
+        if self.overlap or self.fragments > 1 or self.compress != "none":
+            self._rounds_of = AveragingRounds(
+                self.comm, self._state, fragments=self.fragments, overlap=self.overlap,
+                compress=self.compress, merge="replace", error_feedback=bool(error_feedback))
+            self._pipeline = Pipeline()
+            self._use_cadences(self._rounds_of.fragments.cadences(self.period))
+        else:
+            self._use_cadences([Cadence("global", self.period, "world")])
 
     def _round(self, names: list[str]) -> None:
+        if self._rounds_of is not None:  # overlapped, in fragments or compressed
+            (fragment,) = (index(n) for n in names)
+            self._launch(self._rounds_of.start(fragment, self.steps, self.center_state))
+            self.rounds += 1
+            return
         self._average_into(self._mean)
         if all_finite(self._mean.buffers):
             elastic_step_(self._state, self.center_state.views, self._mean.views,
@@ -104,6 +130,22 @@ class EASGD(Strategy):
         else:
             self._round_without_diverged()
         self.rounds += 1
+
+    def _apply(self, item: InFlight) -> None:
+        """A fragment's mean has landed: the elastic step of the worker's slice now
+        toward the center's slice, which moves toward the mean."""
+        assert self._rounds_of is not None
+        mean, fragment = item.tensors["mean"], item.info["fragment"]
+        if not all_finite(mean):  # the rare path, on the whole state
+            self._round_without_diverged()
+            return
+        center = self._rounds_of.fragments.of(self.center_state, fragment)
+        if self.compress != "none":  # the mean of c - x: x_bar = c - mean
+            torch._foreach_neg_(mean)
+            torch._foreach_add_(mean, center)
+        now = self._rounds_of.current(fragment)
+        elastic_step_(now, center, mean, self.alpha, self.moving_rate)
+        self._rounds_of.write_back()
 
     def _round_without_diverged(self) -> None:
         """The round again, the diverged workers counted as sitting at the center.
@@ -131,9 +173,13 @@ class EASGD(Strategy):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["center"] = [b.clone() for b in self.center_state.buffers]
+        if self._rounds_of is not None:
+            state["rounds_of"] = self._rounds_of.state()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         for buffer, value in zip(self.center_state.buffers, state["center"]):
             buffer.copy_(value)
+        if self._rounds_of is not None:
+            self._rounds_of.load(state["rounds_of"])

@@ -6,8 +6,12 @@ import zlib
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 
 from lsgd.comm import Communicator
+from lsgd.comm.base import Among
+from lsgd.flat import FlatBuffer
+from lsgd.functional import all_finite
 
 
 class DivergedError(RuntimeError):
@@ -55,3 +59,75 @@ def check_same_model(comm: Communicator, state: Sequence[torch.Tensor], owner: s
         f"{owner}: {each} (seen from worker {comm.rank}); every worker must build the "
         "same model (same layers, shapes and dtypes, and the same bn_buffers)"
     )
+
+
+class Recovery:
+    """What a strategy does about diverged workers (mixed into
+    :class:`~lsgd.strategies.base.Strategy`, whose attributes it uses)."""
+
+    name: str
+    steps: int
+    resets: int
+    comm: Communicator
+    optimizer: torch.optim.Optimizer
+    _state: list[torch.Tensor]
+    _module: nn.Module
+
+    def _device(self) -> torch.device:
+        raise NotImplementedError
+
+    def _diverged_error(self, what: str = "state", step: int | None = None) -> DivergedError:
+        """The error every worker raises when no worker is left healthy (at ``step``,
+        by default the last step taken)."""
+        step = self.steps if step is None else step
+        return DivergedError(
+            f"{self.name}: every worker's {what} is NaN or infinite at step {step}: "
+            "lower the learning rate (or clip the gradients, or warm the learning rate up) "
+            "and restart from the last checkpoint"
+        )
+
+    def _reset_to(self, source: Sequence[torch.Tensor]) -> None:
+        """Reset this diverged worker: ``x <- source`` exactly, optimizer state cleared.
+
+        ``source`` is shaped like the state (the leader's, the center, the
+        healthy workers' mean). The optimizer's per-parameter state (momentum,
+        Adam's moments and step) is dropped, since it is likely NaN too; it
+        restarts from scratch at the next step. Counted in :attr:`resets`. No
+        communication.
+        """
+        if self._state:
+            torch._foreach_copy_(self._state, list(source))
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                self.optimizer.state.pop(p, None)
+        self.resets += 1
+        self._after_reset()
+
+    def _after_reset(self) -> None:
+        """What else the method forgets after :meth:`_reset_to` (the leader score's window)."""
+
+    def _healthy_sum_into(self, flat: FlatBuffer, among: Among = "world") -> tuple[bool, int]:
+        """``flat <-`` the sum of the *healthy* states among ``among``; ``(mine healthy, count)``.
+
+        The rare path of the averaging methods, taken when an average came out
+        NaN or infinite: each worker contributes its state if finite, zeros
+        otherwise (one all-reduce of the state, ``"train"`` traffic), and the
+        number of healthy workers is summed (one all-reduce of one float64,
+        ``"control"`` traffic). Every member gets the same count; among all
+        workers a count of 0 raises :class:`DivergedError` on every worker.
+        """
+        flat.copy_from(self._state)
+        healthy = all_finite(flat.buffers)
+        if not healthy:
+            for buffer in flat.buffers:
+                buffer.zero_()
+        for buffer in flat.buffers:
+            self.comm.all_reduce_(buffer, op="sum", among=among)
+        count = torch.tensor([1.0 if healthy else 0.0], dtype=torch.float64,
+                             device=self._device())
+        with self.comm.category("control"):
+            self.comm.all_reduce_(count, op="sum", among=among)
+        healthy_count = int(count.item())
+        if healthy_count == 0 and among == "world":
+            raise self._diverged_error()
+        return healthy, healthy_count

@@ -50,7 +50,7 @@ exactly (a reset: its optimizer state and its loss window are cleared, so old
 NaN losses do not keep it out; counted in ``report().resets``). The state
 check is lazy (folded into the gathered score on the device), so a healthy
 round costs no extra synchronisation and no extra byte. If no score among all
-workers is finite, every worker raises :class:`~lsgd.strategies.base.DivergedError`
+workers is finite, every worker raises :class:`~lsgd.strategies.health.DivergedError`
 at that election; a group whose every member diverged at a local round keeps
 its old leader until the next global round resets it.
 
@@ -64,7 +64,6 @@ step boundary, so fast workers take more steps between rounds than slow ones
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -74,36 +73,16 @@ from torch import nn
 
 from lsgd import _validate
 from lsgd.comm import Communicator
-from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elect, finite_flag, pull_, pull_two_
 from lsgd.leader import Scorer
 from lsgd.strategies.base import Strategy, as_loss_tensor
+from lsgd.strategies.levels import DEFAULTS, Level, one_spelling
+from lsgd.strategies.pipeline import InFlight, Pipeline, check_options
 from lsgd.strategies.rounds import Cadence
 
 
-DEFAULTS = {"pull": 0.1, "scope": 0.01, "period": 16}
 SCOPE_PULLS = ("after-step", "algorithm-1")
-
-
-@dataclasses.dataclass
-class _Level:
-    """One level of leadership: the local one (a group) or the global one (all)."""
-
-    name: str  # "local" | "global"
-    among: Among  # which workers elect this level's leader: "group" | "world"
-    members: list[int]
-    pull: float
-    scope: float
-    period: int
-    snapshot: FlatBuffer
-    leader: int | None = None
-    rounds: int = 0
-    switches: int = 0
-
-    @property
-    def scope_weight(self) -> float:
-        return self.scope / self.period
 
 
 class LSGD(Strategy):
@@ -127,6 +106,11 @@ class LSGD(Strategy):
             every-step pull is computed, and whether the leader takes it (above).
         leader_momentum: mu in [0, 1), Nesterov momentum of the round's pull
             (above; default 0, plain LSGD).
+        overlap: K, steps between the start of a round's broadcast and its pull
+            (0: at once, the round blocks), in ``[0, period)``.
+        compress: ``"none"``, ``"bf16"`` or ``"int8"``: the leader sends the
+            difference between its state and the level's reference (the last
+            leader state every member reconstructed) in this wire format.
         comm, init, sync_buffers, asynchronous: see :class:`~lsgd.strategies.base.Strategy`.
     """
 
@@ -151,6 +135,8 @@ class LSGD(Strategy):
         eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         scope_pull: str = "after-step",
         leader_momentum: float = 0.0,
+        overlap: int = 0,
+        compress: str = "none",
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
@@ -171,16 +157,18 @@ class LSGD(Strategy):
             global_period = _validate.positive_int(owner, "global_period", global_period)
         self.scope_pull = _validate.choice(owner, "scope_pull", scope_pull, SCOPE_PULLS)
         self.leader_momentum = _validate.momentum(owner, "leader_momentum", leader_momentum)
+        self.overlap, _, self.compress = check_options(owner, period, overlap, 1, compress,
+                                                       asynchronous)
         self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers, asynchronous=asynchronous)
         info = self.comm.info
-        self.levels: list[_Level] = []
+        self.levels: list[Level] = []
         if info.groups == 1:
             # Single leader: the one level may be spelled either way, not both differently.
-            g_pull = _one_spelling(owner, "pull", given["pull"], pull_global)
-            g_scope = _one_spelling(owner, "scope", given["scope"], scope_global)
-            g_period = _one_spelling(owner, "period", given["period"], global_period)
+            g_pull = one_spelling(owner, "pull", given["pull"], pull_global)
+            g_scope = one_spelling(owner, "scope", given["scope"], scope_global)
+            g_period = one_spelling(owner, "period", given["period"], global_period)
         else:
             g_pull = pull if pull_global is None else pull_global
             g_scope = scope if scope_global is None else scope_global
@@ -194,11 +182,11 @@ class LSGD(Strategy):
             _validate.multiple_of(owner, "global_period", g_period, "period", period)
             if local:
                 self.levels.append(
-                    _Level("local", "group", info.group_members(), pull, scope, period,
+                    Level("local", "group", info.group_members(), pull, scope, period,
                            FlatBuffer(self._state))
                 )
         self.levels.append(
-            _Level("global", "world", list(range(info.world_size)), g_pull, g_scope, g_period,
+            Level("global", "world", list(range(info.world_size)), g_pull, g_scope, g_period,
                    FlatBuffer(self._state))
         )
         self.device = self._device()
@@ -210,6 +198,11 @@ class LSGD(Strategy):
         self._velocity = {lv.name: FlatBuffer(self._state) for lv in self.levels
                           if self.leader_momentum > 0}
         self._lag = FlatBuffer(self._state) if self._velocity else None
+        if self.overlap or self.compress != "none":
+            self._pipeline = Pipeline()
+            if self.compress != "none" and self.init == "broadcast":
+                for level in self.levels:  # the first reference: the state all start from
+                    level.snapshot.copy_from(self._state)
         self._use_cadences([Cadence(lv.name, lv.period, lv.among) for lv in self.levels])
 
     # -- public views ----------------------------------------------------
@@ -288,7 +281,7 @@ class LSGD(Strategy):
             a, b = active
             pull_two_(self._state, a.snapshot.views, a.scope_weight, b.snapshot.views, b.scope_weight)
 
-    def _communicate(self, levels: list[_Level], pull: bool) -> None:
+    def _communicate(self, levels: list[Level], pull: bool) -> None:
         """Elect the leader of each level, broadcast its state, pull (local first).
 
         The score gathered is +inf when this worker's state is not finite
@@ -320,27 +313,61 @@ class LSGD(Strategy):
             if winner is None:  # a whole group diverged: the next global round resets it
                 continue
             leader = level.members[winner]
-            if self.rank == leader:
-                level.snapshot.copy_from(self._state)
-            for buffer in level.snapshot.buffers:
-                self.comm.broadcast_(buffer, src=leader, among=level.among)
-            if diverged:
-                self._reset_to(level.snapshot.views)
-                diverged = False
-            elif pull and self.rank != leader:
-                self._round_pull(level)
-            elif pull and level.name in self._velocity:
-                for buffer in self._velocity[level.name].buffers:
-                    buffer.zero_()  # the leader's lag is zero
-            if level.leader is not None and level.leader != leader:
-                level.switches += 1
-            level.leader = leader
-            self.leader_history.append((self.steps, level.name, leader))
             if pull:
                 level.rounds += 1
                 self.rounds += 1
+            if self._pipeline is not None:  # overlapped or compressed
+                self._launch(self._start_level(level, leader, diverged, pull))
+            else:
+                if self.rank == leader:
+                    level.snapshot.copy_from(self._state)
+                for buffer in level.snapshot.buffers:
+                    self.comm.broadcast_(buffer, src=leader, among=level.among)
+                self._land(level, leader, diverged, pull)
+            diverged = False
 
-    def _round_pull(self, level: _Level) -> None:
+    def _start_level(self, level: Level, leader: int, diverged: bool, pull: bool) -> InFlight:
+        """Start the broadcast of the leader's state (compressed: its difference from
+        the level's reference, the snapshot every member holds) behind the next
+        ``overlap`` steps (none for the first election)."""
+        payload = FlatBuffer(self._state)
+        if self.rank == leader:
+            payload.copy_from(self._state)
+            if self.compress != "none":
+                torch._foreach_sub_(payload.buffers, level.snapshot.buffers)
+        handles = [self.comm.start_broadcast(b, leader, level.among, codec=self.compress)
+                   for b in payload.buffers]
+        return InFlight(self.steps, self.steps + (self.overlap if pull else 0), level.name,
+                        handles, {"leader": payload.buffers},
+                        {"leader": leader, "diverged": diverged, "pull": pull})
+
+    def _apply(self, item: InFlight) -> None:
+        """The leader's state (as it was when the round started) has landed: it becomes
+        the level's snapshot, then the pull, as in a blocking round."""
+        level = next(lv for lv in self.levels if lv.name == item.name)
+        if self.compress != "none":  # the reference moves by the decoded difference
+            torch._foreach_add_(level.snapshot.buffers, item.tensors["leader"])
+        else:
+            torch._foreach_copy_(level.snapshot.buffers, item.tensors["leader"])
+        info = item.info
+        self._land(level, info["leader"], info["diverged"], info["pull"])
+
+    def _land(self, level: Level, leader: int, diverged: bool, pull: bool) -> None:
+        """The level's snapshot holds the leader's state: reset a diverged worker to it,
+        or pull toward it; note the leader."""
+        if diverged:
+            self._reset_to(level.snapshot.views)
+        elif pull and self.rank != leader:
+            self._round_pull(level)
+        elif pull and level.name in self._velocity:
+            for buffer in self._velocity[level.name].buffers:
+                buffer.zero_()  # the leader's lag is zero
+        if level.leader is not None and level.leader != leader:
+            level.switches += 1
+        level.leader = leader
+        self.leader_history.append((self.steps, level.name, leader))
+
+    def _round_pull(self, level: Level) -> None:
         """``x <- x - pull (x - leader)``; with leader momentum, the Nesterov form."""
         if not self._velocity:
             pull_(self._state, level.snapshot.views, level.pull)
@@ -394,16 +421,3 @@ class LSGD(Strategy):
         for name, velocity in self._velocity.items():
             for buffer, value in zip(velocity.buffers, saved.get(name, [])):
                 buffer.copy_(value)
-
-
-def _one_spelling(owner: str, name: str, plain: Any, global_: Any) -> Any:
-    """With one group, ``name`` and ``name_global`` are the same knob: take the one given."""
-    if global_ is None:
-        return DEFAULTS[name] if plain is None else plain
-    if plain is None or plain == global_:
-        return global_
-    global_name = "global_period" if name == "period" else f"{name}_global"
-    raise ValueError(
-        f"{owner}: with groups=1 there is a single leader set by {name}; got both "
-        f"{name}={plain!r} and {global_name}={global_!r}; pass one of them"
-    )

@@ -7,7 +7,8 @@ global one (a collective among all workers). :class:`Rounds` says, after each
 local step, which rounds to join now:
 
 * **synchronous**: a round of a cadence with period ``tau`` is due after the
-  worker's own step ``s`` when ``s % tau == 0``. All workers step in lockstep.
+  worker's own step ``s`` when ``s % tau`` equals the cadence's offset (0 unless
+  it has one). All workers step in lockstep.
 * **asynchronous** (docs/algorithms.md, "LSGD, asynchronous"): every local step adds
   one to a counter shared by all workers (the c10d store; no communication
   between workers otherwise). Round ``r`` of a cadence with period ``tau`` falls
@@ -35,11 +36,14 @@ from lsgd.comm.base import Among
 
 @dataclasses.dataclass(frozen=True)
 class Cadence:
-    """Rounds of one kind: ``name``, every ``period`` steps, among ``among``."""
+    """Rounds of one kind: ``name``, every ``period`` steps, among ``among``; with an
+    ``offset`` (synchronous rounds only) at the steps ``s`` with ``s % period == offset``
+    (a fragment's rounds, see :mod:`lsgd.strategies.averaging`)."""
 
     name: str
     period: int
     among: Among  # "world" | "group": which workers take part
+    offset: int = 0
 
 
 class Rounds:
@@ -68,7 +72,7 @@ class Rounds:
         if not self.cadences:
             return
         if not self.asynchronous:
-            due = [c for c in self.cadences if steps % c.period == 0]
+            due = [c for c in self.cadences if steps % c.period == c.offset]
             if due:
                 self._pending.append((steps, due))
             return

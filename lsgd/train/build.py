@@ -25,10 +25,13 @@ from lsgd import augment, data as datasets
 from lsgd.links.netns import LinkSetupError, shaped_links_possible
 from lsgd.models import build_model
 from lsgd.topology import Topology, from_spec
-from lsgd.train.config import DECENTRALIZED, TrainConfig
+from lsgd.train.checks import DECENTRALIZED, OVERLAPPED
+from lsgd.train.config import TrainConfig
 from lsgd.train.ranges import flag
 
 EVAL_BATCH = 1000
+PIPELINE_DEFAULTS = {"overlap": 0, "fragments": 1, "compress": "none", "merge": "keep",
+                     "error_feedback": False}
 
 
 class UsageError(Exception):
@@ -121,6 +124,9 @@ def strategy_knobs(cfg: TrainConfig) -> dict[str, Any]:
     knobs["init"] = cfg.init
     if cfg.method in ("lsgd", "easgd", "local-sgd"):
         knobs["asynchronous"] = cfg.asynchronous
+    if cfg.method in OVERLAPPED:  # given only when set, so that defaults stay the method's
+        knobs.update({name: getattr(cfg, name) for name, default in PIPELINE_DEFAULTS.items()
+                      if getattr(cfg, name) != default})
     if cfg.method == "lsgd":
         knobs.update(pull=cfg.pull, scope=cfg.scope, period=cfg.period,
                      pull_global=cfg.pull_global, scope_global=cfg.scope_global,

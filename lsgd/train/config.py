@@ -9,7 +9,6 @@ command line. The resolved config is saved as ``config.toml`` in the run folder.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import sys
@@ -22,12 +21,12 @@ from typing import Any
 import tomli_w
 
 from lsgd._validate import is_int, is_number
-from lsgd.links.spec import parse_link
-from lsgd.registry import strategy_class, strategy_names
+from lsgd.comm.codec import CODECS
+from lsgd.strategies.averaging import MERGES
 from lsgd.strategies.buffers import MODES as BN_MODES
 from lsgd.strategies.lsgd import SCOPE_PULLS
-from lsgd.train.ranges import (EVAL_EVERY, NON_NEGATIVE_INTS, POSITIVE_INTS, RANGES, as_float,
-                               count_limit, eval_every_errors, flag, range_text, within)
+from lsgd.train.checks import METHODS, config_errors
+from lsgd.train.ranges import EVAL_EVERY, flag
 
 
 if sys.version_info >= (3, 11):
@@ -35,9 +34,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-METHODS = tuple(strategy_names())  # the registry's names
-DECENTRALIZED = ("dpsgd", "matcha", "al-dsgd")
-ASYNCHRONOUS = ("lsgd", "easgd", "local-sgd")
 ALIASES = {"async": "asynchronous"}  # TOML keys accepted besides the field names
 OPTIMIZERS = ("sgd", "adam", "adamw", "lars")
 SCHEDULES = ("constant", "step", "minutes", "plateau")
@@ -137,6 +133,22 @@ class TrainConfig:
                               "pseudo-gradient, every --period steps")
     outer_momentum: float = _f(0.9, "DiLoCo: Nesterov momentum of the outer SGD, in [0, 1) "
                                     "(0: plain SGD)")
+    # Hiding and shrinking communication (lsgd, diloco, local-sgd, easgd)
+    overlap: int = _f(0, "steps a round's transfer runs behind local training before it "
+                         "is applied (0: the round blocks); below --period")
+    fragments: int = _f(1, "diloco, local-sgd, easgd: send the state in F parts, one every "
+                           "--period/F steps (F divides --period)")
+    compress: str = _f("none", "wire format of the rounds: none (float32), bf16, or int8 "
+                               "(blocks of 256 values with a scale each); what is sent is "
+                               "the difference from a reference every worker holds",
+                       choices=CODECS)
+    merge: str = _f("keep", "diloco, local-sgd with --overlap: how the new average meets the "
+                            "steps taken while it was in flight: keep them (added on top), "
+                            "replace (drop them, as torchft), mix (half of each)",
+                    choices=MERGES)
+    error_feedback: bool = _f(False, "with --compress: each worker adds what the codec lost "
+                                     "of its last message into its next one (diloco, "
+                                     "local-sgd, easgd)")
     # Decentralized methods (dpsgd, matcha, al-dsgd)
     topology: str = _f("ring", "communication graph: ring, torus, complete, erdos-renyi, with "
                                "options as KIND:key=value,... (ring:stride=3, "
@@ -238,80 +250,12 @@ class TrainConfig:
         return faults
 
     def validate(self) -> None:
-        """Raise ``ValueError`` listing every bad value at once."""
-        errors: list[str] = []
-        for f in dataclasses.fields(self):
-            choices = f.metadata.get("choices")
-            value = getattr(self, f.name)
-            if choices and value not in choices:
-                errors.append(f"--{flag(f.name)} {value!r}: choose one of {', '.join(choices)}")
-        for name in POSITIVE_INTS:
-            value = getattr(self, name)
-            if value is not None and not 1 <= value <= count_limit(name):
-                errors.append(f"--{flag(name)} must be a positive integer of at most "
-                              f"{count_limit(name)}, got {value}")
-        for name in NON_NEGATIVE_INTS:
-            value = getattr(self, name)
-            if not 0 <= value <= count_limit(name):
-                errors.append(f"--{flag(name)} must be an integer in [0, {count_limit(name)}], "
-                              f"got {value}")
-        if self.workers >= 1 and self.groups >= 1 and self.workers % self.groups:
-            errors.append(f"--groups {self.groups} must divide --workers {self.workers}")
-        for name, bounds in RANGES.items():
-            value = getattr(self, name)
-            if value is not None and not within(value, *bounds):
-                errors.append(f"--{flag(name)} must be {range_text(*bounds)}, got {value}")
-        at_or_after_start = (0, math.inf, True, False)
-        bad_drops = [d for d in self.drops if not within(d, *at_or_after_start)]
-        if bad_drops:
-            errors.append(f"--drops {' '.join(f'{d:g}' for d in bad_drops)}: every drop must be "
-                          f"{range_text(*at_or_after_start)} (epochs or minutes)")
-        if self.global_period and self.period >= 1 and self.global_period % self.period:
-            errors.append(f"--global-period {self.global_period} must be a multiple of "
-                          f"--period {self.period}")
-        errors += eval_every_errors(str(self.eval_every).strip())
-        if self.schedule in ("step", "minutes") and not self.drops:
-            errors.append(f"--schedule {self.schedule} needs --drops (e.g. --drops 30 60)")
-        if self.mixing_weight not in ("auto", "max-degree") and not within(
-                as_float(self.mixing_weight), 0, 1, False, True):
-            errors.append(f"--mixing-weight {self.mixing_weight!r}: give auto, max-degree "
-                          f"or a number in (0, 1]")
-        if self.bn_buffers != "auto" and self.method in METHODS:
-            allowed = strategy_class(self.method).bn_modes
-            if self.bn_buffers not in allowed:
-                errors.append(f"--bn-buffers {self.bn_buffers}: --method {self.method} takes "
-                              f"{', '.join(allowed)}")
-            elif not self.sync_buffers and self.bn_buffers != "local":
-                errors.append(f"--bn-buffers {self.bn_buffers} with sync_buffers = false: "
-                              "give only --bn-buffers")
-        if self.asynchronous and self.method not in ASYNCHRONOUS:
-            errors.append(f"--async works with --method {', '.join(ASYNCHRONOUS)}; "
-                          f"{self.method} is synchronous")
-        if self.link is not None:
-            try:
-                parse_link(self.link)
-            except ValueError as error:
-                errors.append(f"--link {self.link!r}: {error}")
-            if self.straggle and self.backend == "threads" and self.step_seconds is None:
-                errors.append("--straggle with --link under --backend threads: the modeled "
-                              "clock measures each step's compute; give --step-seconds (a "
-                              "fixed step time that --straggle multiplies) or drop one of them")
-        if self.step_seconds is not None and (self.backend != "threads" or self.link is None):
-            errors.append(f"--step-seconds {self.step_seconds:g}: sets the step time on the "
-                          "simulator's modeled clock; give it with --backend threads and --link")
-        for item in self.straggle:
-            match = re.fullmatch(r"(\d+):(\d+(?:\.\d*)?)", item.strip())
-            if not match or not 0 <= int(match.group(1)) < self.workers or float(match.group(2)) < 1:
-                errors.append(f"--straggle {item!r}: give RANK:FACTOR with a rank in "
-                              f"[0, {self.workers}) and a factor >= 1, e.g. 3:2.5")
-        for item in self.fault:
-            match = re.fullmatch(r"(nan|kill):(\d+):(\d+)", item.strip())
-            if not match or not 0 <= int(match.group(2)) < self.workers or int(match.group(3)) < 1:
-                errors.append(f"--fault {item!r}: give KIND:RANK:STEP with KIND nan or kill, a "
-                              f"rank in [0, {self.workers}) and a step >= 1, e.g. nan:1:30")
-            elif match.group(1) == "kill" and self.backend == "threads":
-                errors.append(f"--fault {item!r}: kill needs worker processes; drop "
-                              "--backend threads")
+        """Raise ``ValueError`` listing every bad value at once (:mod:`lsgd.train.checks`)."""
+        errors = [f"--{flag(f.name)} {getattr(self, f.name)!r}: choose one of "
+                  f"{', '.join(f.metadata['choices'])}" for f in dataclasses.fields(self)
+                  if f.metadata.get("choices") and
+                  getattr(self, f.name) not in f.metadata["choices"]]
+        errors += config_errors(self)
         if errors:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
 

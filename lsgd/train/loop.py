@@ -43,7 +43,8 @@ from lsgd.train import checkpoint, outputs
 from lsgd.train.build import (UsageError, Source, graphs_of, load_data, make_optimizer,
                               make_strategy, pick_device, preflight, steps_per_epoch)
 from lsgd.train.clock import Pace
-from lsgd.train.config import DECENTRALIZED, TrainConfig
+from lsgd.train.checks import DECENTRALIZED
+from lsgd.train.config import TrainConfig
 from lsgd.train.evaluate import broadcast_model, evaluate, gather_named, recalibrate_bn
 from lsgd.train.faults import Faults
 from lsgd.train.schedule import Schedule
@@ -326,6 +327,10 @@ class Worker:
             self.data_seconds += t1 - t0
             self.train_seconds += self.clock() - c0
             evaluate_now, save, stop = pace.due(self.steps, self.train_seconds)
+            if evaluate_now or save or stop:  # nothing travels while the clock is stopped
+                c1 = self.clock()
+                self.strategy.settle()
+                self.train_seconds += self.clock() - c1
             if evaluate_now or stop:
                 self.record(self.evaluate_all())
                 last_eval_step = self.steps

@@ -26,7 +26,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
                                              "scope_global", "c_b", "c_d", "p_b", "p_d")},
 }
 POSITIVE_INTS = ("workers", "groups", "batch_size", "period", "leader_window", "patience",
-                 "gossip_period", "steps", "global_period")
+                 "gossip_period", "steps", "global_period", "fragments")
 NON_NEGATIVE_INTS = ("bn_recalibrate", "checkpoint_every", "restarts")
 #: The largest count or interval any setting takes: above it a value is a mistake
 #: (a slip of the keyboard), not a plan; workers are started on this one machine.

@@ -1,0 +1,128 @@
+"""Wire formats for compressed transfers: what a float32 tensor becomes on the wire.
+
+A codec turns a flat float32 tensor into bytes (a ``uint8`` tensor) and back.
+It is a property of a transfer, not of a method: what is encoded (usually a
+difference from a reference every worker holds, see docs/algorithms.md,
+"Compressed rounds") is the strategy's business, how it travels is the
+communicator's. Bytes are counted as they travel, scales included.
+
+* ``"bf16"``: each value rounded to bfloat16 (8 exponent bits, 8 of mantissa),
+  2 bytes per value: 0.50 of float32.
+* ``"int8"``: values in blocks of :data:`BLOCK` (256); each block carries one
+  float32 scale ``s = max |x| / 127`` and its values as ``round(x / s)`` in
+  ``[-127, 127]``: ``n + 4 ceil(n / 256)`` bytes, 0.254 of float32. The
+  rounding error of a value is at most ``s / 2``, half a step of its block.
+
+A non-finite value stays non-finite: its block's scale becomes NaN or
+infinite and every value of the block decodes as NaN or infinite, so a
+diverged worker is still seen as diverged after a compressed transfer.
+
+The compressed all-reduce of both backends is built from three functions here,
+so that gloo processes and the simulator compute the same bits
+(:mod:`lsgd.comm.compressed`): :func:`chunks` (who owns which part),
+:func:`encode` and :func:`reduce_encoded` (the owner's float32 sum of the
+decoded contributions, encoded again).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+CODECS = ("none", "bf16", "int8")
+BLOCK = 256  # values per int8 block; chunks of an all-reduce start at block boundaries
+
+
+def check(name: str) -> str:
+    """``name`` if it is a codec (see :data:`CODECS`); ``ValueError`` otherwise."""
+    if name not in CODECS:
+        raise ValueError(f"compress must be one of {', '.join(CODECS)}, got {name!r}")
+    return name
+
+
+def nbytes(codec: str, numel: int) -> int:
+    """Bytes on the wire for ``numel`` float32 values under ``codec``."""
+    if codec == "bf16":
+        return 2 * numel
+    if codec == "int8":
+        return numel + 4 * math.ceil(numel / BLOCK)
+    return 4 * numel
+
+
+def encode(codec: str, values: torch.Tensor) -> torch.Tensor:
+    """``values`` (flat float32) as the bytes ``codec`` sends (a new ``uint8`` tensor)."""
+    values = values.reshape(-1)
+    if codec == "bf16":
+        return values.to(torch.bfloat16).view(torch.uint8)
+    assert codec == "int8", codec
+    n = values.numel()
+    blocks = math.ceil(n / BLOCK)
+    padded = torch.zeros(blocks * BLOCK, dtype=torch.float32, device=values.device)
+    padded[:n].copy_(values)
+    padded = padded.view(blocks, BLOCK)
+    scale = padded.abs().amax(dim=1) / 127.0  # NaN or inf when the block is not finite
+    divisor = torch.where(scale == 0, torch.ones_like(scale), scale)
+    steps = torch.nan_to_num(torch.round(padded / divisor[:, None]), nan=0.0, posinf=0.0,
+                             neginf=0.0).clamp_(-127, 127)
+    quantized = steps.to(torch.int8).view(-1)[:n]
+    return torch.cat([quantized.view(torch.uint8), scale.view(torch.uint8)])
+
+
+def decode(codec: str, data: torch.Tensor, numel: int) -> torch.Tensor:
+    """The float32 values that ``data`` (from :func:`encode`) stands for (a new tensor)."""
+    # Copies, so that a part cut from a larger receive buffer at any offset can be
+    # viewed as wider values (a view needs an offset aligned to their size).
+    if codec == "bf16":
+        return data[:2 * numel].clone().view(torch.bfloat16).to(torch.float32)
+    assert codec == "int8", codec
+    blocks = math.ceil(numel / BLOCK)
+    quantized = data[:numel].view(torch.int8).to(torch.float32)
+    scale = data[numel:numel + 4 * blocks].clone().view(torch.float32)
+    padded = torch.zeros(blocks * BLOCK, dtype=torch.float32, device=data.device)
+    padded[:numel].copy_(quantized)
+    # 0 * inf and 0 * NaN are NaN: a non-finite block stays non-finite throughout.
+    return (padded.view(blocks, BLOCK) * scale[:, None]).view(-1)[:numel]
+
+
+def roundtrip(codec: str, values: torch.Tensor) -> torch.Tensor:
+    """What ``values`` become after a trip over the wire (a new tensor)."""
+    return decode(codec, encode(codec, values), values.numel())
+
+
+def chunks(codec: str, numel: int, n: int) -> list[tuple[int, int]]:
+    """``n`` contiguous ``(start, end)`` parts of ``numel`` values, one per member of an
+    all-reduce, as equal as whole int8 blocks allow (so no block straddles two parts,
+    and encoding the parts one by one equals encoding the whole)."""
+    unit = BLOCK if codec == "int8" else 1
+    units = math.ceil(numel / unit)
+    bounds = [min(numel, unit * ((units * i) // n)) for i in range(n + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def reduce_encoded(codec: str, parts: Sequence[torch.Tensor], numel: int, mean: bool
+                   ) -> torch.Tensor:
+    """The owner's step of a compressed all-reduce: decode every member's encoded part
+    (in rank order), add them in float32, divide by their number for a mean, and
+    encode the result for the all-gather. Never sums in the low-precision format,
+    so nothing overflows or loses the small contributions."""
+    total = decode(codec, parts[0], numel).clone()
+    for part in parts[1:]:
+        total.add_(decode(codec, part, numel))
+    if mean:
+        total.div_(len(parts))
+    return encode(codec, total)
+
+
+def all_reduce_bytes(codec: str, numel: int, n: int, position: int) -> tuple[int, int]:
+    """(sent, received) by the member at ``position`` of ``n`` in a compressed all-reduce
+    of ``numel`` values: an all-to-all of the encoded parts (each member keeps its own),
+    then a ring all-gather of the reduced parts, each padded to the longest."""
+    if n <= 1:
+        return 0, 0
+    sizes = [nbytes(codec, end - start) for start, end in chunks(codec, numel, n)]
+    longest = max(sizes)
+    sent = sum(sizes) - sizes[position] + (n - 1) * longest
+    received = (n - 1) * sizes[position] + (n - 1) * longest
+    return sent, received

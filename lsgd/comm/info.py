@@ -1,0 +1,73 @@
+"""Where a worker sits (:class:`WorkerInfo`) and what it moved (:class:`CommStats`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from lsgd import _validate
+
+
+@dataclasses.dataclass
+class CommStats:
+    """What one worker moved in one category."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    seconds: float = 0.0
+    calls: int = 0
+
+    def add(self, sent: int, received: int, seconds: float) -> None:
+        self.bytes_sent += int(sent)
+        self.bytes_received += int(received)
+        self.seconds += seconds
+        self.calls += 1
+
+    def minus(self, other: CommStats) -> CommStats:
+        """The counts accumulated since ``other`` was taken."""
+        return CommStats(
+            self.bytes_sent - other.bytes_sent,
+            self.bytes_received - other.bytes_received,
+            self.seconds - other.seconds,
+            self.calls - other.calls,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """Where a worker sits: its rank, the world size and its group."""
+
+    rank: int
+    world_size: int
+    groups: int
+
+    @property
+    def group_size(self) -> int:
+        return self.world_size // self.groups
+
+    @property
+    def group(self) -> int:
+        """Index of this worker's group (its node)."""
+        return self.rank // self.group_size
+
+    @property
+    def group_rank(self) -> int:
+        """Position of this worker inside its group (its local rank)."""
+        return self.rank % self.group_size
+
+    def group_members(self, group: int | None = None) -> list[int]:
+        """Global ranks of ``group`` (default: this worker's group)."""
+        g = self.group if group is None else group
+        return list(range(g * self.group_size, (g + 1) * self.group_size))
+
+
+def check_layout(world_size: int, groups: int) -> None:
+    """Raise ``ValueError`` unless ``groups`` splits ``world_size`` evenly."""
+    if not _validate.is_int(world_size) or world_size < 1:
+        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    if not _validate.is_int(groups) or groups < 1:
+        raise ValueError(f"groups must be a positive integer, got {groups!r}")
+    if world_size % groups != 0:
+        raise ValueError(
+            f"groups={groups} must divide the number of workers world_size={world_size}; "
+            f"use a divisor such as 1 or {world_size}"
+        )

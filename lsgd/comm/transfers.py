@@ -1,0 +1,181 @@
+"""Non-blocking collectives: what a started transfer is, and the handle that finishes it.
+
+``comm.start_all_reduce(...)``, ``start_broadcast(...)`` and
+``start_all_gather(...)`` return a :class:`Handle` at once; the transfer runs
+while the worker computes, and ``handle.wait()`` blocks until it has arrived
+(then the tensor holds the result; for an all-gather ``wait`` returns it). A
+strategy starts a round's transfer, keeps taking local steps, and waits for
+it when it applies the result (docs/algorithms.md, "Overlapped rounds"). The
+tensors given to a started transfer belong to it until ``wait`` returns: the
+caller must neither read nor write them before.
+
+Every backend runs started transfers *in order*: a worker's transfers form one
+queue, separate from its blocking collectives, and every worker starts the
+same transfers in the same order (strategies start them at the same steps),
+so the two never mix. Under torch.distributed the queue is a background thread
+with process groups of its own (:mod:`lsgd.comm.distributed`); in the
+simulator a transfer started at virtual time ``t`` finishes at
+``max(t over its members, the end of the member's previous transfer) +`` its
+modeled time, and waiting costs only what is left of that.
+
+Bytes and seconds are counted when the handle is waited, under the traffic
+category that was current when the transfer started, with the same formulas
+as the blocking collectives (:mod:`lsgd.comm.wire`, :mod:`lsgd.comm.codec`);
+the seconds are the transfer's own, not the time the caller waited.
+
+Compressed transfers (``codec`` ``"bf16"`` or ``"int8"``, float32 tensors):
+
+* all-reduce: each member encodes its tensor in ``n`` parts; an all-to-all
+  hands part ``j`` of every member to member ``j``, which decodes them, adds
+  them in float32 and encodes the sum (or mean); an all-gather of those parts
+  gives every member the same bytes, which all decode. Every member, the
+  owner of a part included, ends with exactly the same values.
+* broadcast: the source encodes, the bytes travel as a broadcast does, and
+  every member (the source included) decodes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from lsgd.comm import codec as codecs
+from lsgd.comm.chain import chain_heads, chunk_count
+
+KINDS = ("all_reduce", "broadcast", "all_gather")
+
+
+@dataclasses.dataclass
+class Transfer:
+    """One started collective: its kind, tensor, members and wire format."""
+
+    kind: str  # one of KINDS
+    tensor: torch.Tensor
+    among: str  # "world" | "group"
+    op: str = "mean"  # all_reduce: "sum" | "mean"
+    src: int = 0  # broadcast: the source's global rank
+    codec: str = "none"
+    chained: bool = False  # broadcast: lsgd's pipelined chain of the nodes
+
+    def payload_bytes(self) -> int:
+        """Bytes of one member's tensor on the wire (encoded, when compressed)."""
+        if self.codec == "none":
+            return self.tensor.numel() * self.tensor.element_size()
+        return codecs.nbytes(self.codec, self.tensor.numel())
+
+
+class Handle:
+    """A started transfer; :meth:`wait` finishes it (once) and counts its traffic."""
+
+    def __init__(self, finish: Callable[[], tuple[Any, float]],
+                 count: Callable[[float], None]) -> None:
+        self._finish = finish
+        self._count = count
+        self._result: Any = None
+        self.done = False
+
+    def wait(self) -> Any:
+        """Block until the transfer has arrived; its result (the all-gathered tensor,
+        else None: the tensor given holds the result)."""
+        if not self.done:
+            self._result, seconds = self._finish()
+            self.done = True
+            self._count(seconds)
+        return self._result
+
+
+def done_handle(result: Any = None) -> Handle:
+    """A handle whose transfer needs nothing more (one worker, or restored from a
+    checkpoint after it had arrived)."""
+    return Handle(lambda: (result, 0.0), lambda seconds: None)
+
+
+def run(comm: Any, transfer: Transfer) -> tuple[Any, float]:
+    """Carry out ``transfer`` with ``comm``'s blocking primitives; (result, seconds).
+
+    Used by the torch.distributed communicator on its background thread (whose
+    primitives then use its background process groups); the simulator computes
+    the same results from all members' tensors at once (:func:`compute`).
+    """
+    t = transfer
+    if t.kind == "all_gather":
+        return comm._all_gather(t.tensor, t.among)
+    if t.kind == "all_reduce":
+        if t.codec == "none":
+            return None, comm._all_reduce(t.tensor, t.op, t.among)
+        return None, _compressed_all_reduce(comm, t)
+    # broadcast
+    start = time.perf_counter()
+    members = comm.among_members(t.among)
+    wire = (t.tensor.reshape(-1) if t.codec == "none" else
+            codecs.encode(t.codec, t.tensor) if comm.rank == t.src else
+            torch.empty(t.payload_bytes(), dtype=torch.uint8, device=t.tensor.device))
+    if t.chained:
+        info = comm.info
+        heads = chain_heads(t.src, info.groups, info.group_size)
+        comm._chain_broadcast(wire, t.src, heads, chunk_count(t.payload_bytes()))
+    elif len(members) > 1:
+        comm._broadcast(wire, t.src, t.among)
+    if t.codec != "none":
+        t.tensor.view(-1).copy_(codecs.decode(t.codec, wire, t.tensor.numel()))
+    return None, time.perf_counter() - start
+
+
+def _compressed_all_reduce(comm: Any, t: Transfer) -> float:
+    """The all-to-all / reduce / all-gather of a compressed all-reduce (see above)."""
+    start = time.perf_counter()
+    flat = t.tensor.view(-1)
+    members = comm.among_members(t.among)
+    n, me = len(members), members.index(comm.rank)
+    parts = codecs.chunks(t.codec, flat.numel(), n)
+    sizes = [codecs.nbytes(t.codec, end - begin) for begin, end in parts]
+    mine = parts[me][1] - parts[me][0]
+    received = comm._all_to_all([codecs.encode(t.codec, flat[b:e]) for b, e in parts],
+                                [sizes[me]] * n, t.among)
+    reduced = codecs.reduce_encoded(t.codec, received, mine, t.op == "mean")
+    padded = torch.zeros(max(sizes), dtype=torch.uint8, device=flat.device)
+    padded[:reduced.numel()].copy_(reduced)
+    gathered, _ = comm._all_gather(padded, t.among)
+    for row, (begin, end) in zip(gathered, parts):
+        flat[begin:end].copy_(codecs.decode(t.codec, row, end - begin))
+    return time.perf_counter() - start
+
+
+def compute(transfer: Transfer, tensors: dict[int, torch.Tensor], ranks: list[int]
+            ) -> Any:
+    """The result of ``transfer`` computed from every member's tensor (``tensors`` by
+    rank, ``ranks`` in collective order), written into them in place as :func:`run`
+    would leave them; an all-gather returns the stacked tensor. The simulator's way,
+    with the same arithmetic in the same order as :func:`run`."""
+    t = transfer
+    if t.kind == "all_gather":
+        return torch.stack([tensors[r] for r in ranks])
+    if t.kind == "broadcast":
+        source = tensors[t.src]
+        if t.codec != "none":
+            source.view(-1).copy_(codecs.roundtrip(t.codec, source.view(-1)))
+        for r in ranks:
+            if r != t.src:
+                tensors[r].copy_(source)
+        return None
+    if t.codec == "none":
+        total = tensors[ranks[0]].clone()
+        for r in ranks[1:]:
+            total.add_(tensors[r])
+        if t.op == "mean":
+            total.div_(len(ranks))
+        for r in ranks:
+            tensors[r].copy_(total)
+        return None
+    flats = [tensors[r].view(-1) for r in ranks]
+    for begin, end in codecs.chunks(t.codec, flats[0].numel(), len(ranks)):
+        encoded = [codecs.encode(t.codec, flat[begin:end]) for flat in flats]
+        reduced = codecs.reduce_encoded(t.codec, encoded, end - begin, t.op == "mean")
+        values = codecs.decode(t.codec, reduced, end - begin)
+        for flat in flats:
+            flat[begin:end].copy_(values)
+    return None

@@ -1,0 +1,109 @@
+"""Rounds whose transfer runs behind the next local steps: what is in flight, and when
+it lands.
+
+With ``overlap=K`` a periodic method starts its round's transfer at the round
+step ``s`` (a non-blocking collective, :mod:`lsgd.comm.transfers`), keeps
+taking local steps, and applies the result right after local step ``s + K``
+(docs/algorithms.md, "Overlapped rounds"). ``K = 0`` applies it at once, in
+the same step, as a blocking round does. :class:`InFlight` is one such
+transfer with the buffers it lands in and what its application needs;
+:class:`Pipeline` holds them in the order they were started.
+
+A checkpoint never loses a transfer: :meth:`Pipeline.state` first waits for
+every transfer in flight (its data arrived, not yet applied) and stores its
+buffers, and a resumed run applies them at the same steps as the run that
+was not interrupted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from lsgd import _validate
+from lsgd.comm.codec import CODECS
+from lsgd.comm.transfers import Handle, done_handle
+
+
+@dataclasses.dataclass
+class InFlight:
+    """A round's transfer: started after local step ``started``, applied after
+    ``apply_at``; ``tensors`` are the buffers its results land in (and copies its
+    application needs), ``info`` small facts about it (JSON-able)."""
+
+    started: int
+    apply_at: int
+    name: str
+    handles: list[Handle]
+    tensors: dict[str, list[torch.Tensor]]
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def wait(self) -> None:
+        for handle in self.handles:
+            handle.wait()
+
+
+class Pipeline:
+    """The transfers in flight of one worker, oldest first."""
+
+    def __init__(self) -> None:
+        self._items: deque[InFlight] = deque()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, item: InFlight) -> None:
+        self._items.append(item)
+
+    def due(self, steps: int) -> list[InFlight]:
+        """The transfers to apply after local step ``steps`` (removed), oldest first."""
+        ready = []
+        while self._items and self._items[0].apply_at <= steps:
+            ready.append(self._items.popleft())
+        return ready
+
+    def settle(self) -> None:
+        """Wait until every transfer in flight has arrived (nothing is applied)."""
+        for item in self._items:
+            item.wait()
+
+    def state(self) -> list[dict[str, Any]]:
+        """The transfers in flight, arrived (:meth:`settle`), with copies of their buffers."""
+        self.settle()
+        return [{"started": item.started, "apply_at": item.apply_at, "name": item.name,
+                 "info": dict(item.info),
+                 "tensors": {key: [t.clone() for t in tensors]
+                             for key, tensors in item.tensors.items()}}
+                for item in self._items]
+
+    def load(self, states: list[Mapping[str, Any]], device: torch.device) -> None:
+        """Continue with the transfers of :meth:`state`, as arrived."""
+        self._items = deque(
+            InFlight(int(s["started"]), int(s["apply_at"]), str(s["name"]), [done_handle()],
+                     {key: [t.to(device) for t in tensors]
+                      for key, tensors in s["tensors"].items()}, dict(s["info"]))
+            for s in states)
+
+
+def check_options(owner: str, period: int, overlap: Any, fragments: Any, compress: Any,
+                  asynchronous: bool) -> tuple[int, int, str]:
+    """``overlap``, ``fragments`` and ``compress`` of a periodic method, checked against
+    its ``period`` (the shortest when it has several): ``0 <= overlap < period``, a
+    whole number of ``fragments`` dividing the period; synchronous rounds only."""
+    if not _validate.is_int(overlap) or not 0 <= overlap < period:
+        raise ValueError(f"{owner}: overlap must be a whole number of steps in [0, {period}) "
+                         f"(below the period, so that a round lands before the next one "
+                         f"starts), got {overlap!r}")
+    fragments = _validate.positive_int(owner, "fragments", fragments)
+    if period % fragments:
+        raise ValueError(f"{owner}: fragments={fragments} must divide the period {period}, "
+                         f"so that a fragment goes every {period}/fragments steps")
+    _validate.choice(owner, "compress", compress, CODECS)
+    if asynchronous and (overlap or fragments > 1 or compress != "none"):
+        raise ValueError(f"{owner}: overlap, fragments and compress need synchronous rounds; "
+                         "drop asynchronous=True (--async) or these options")
+    return overlap, fragments, compress
