@@ -21,6 +21,7 @@ METHODS = {
     "local-sgd": lsgd.LocalSGD,
     "allreduce": lsgd.AllReduce,
     "sgd": lsgd.Independent,
+    "diloco": lsgd.DiLoCo,
 }
 
 
@@ -100,6 +101,7 @@ def train_small(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
         loss.backward()
         strategy.step(loss)
         losses.append(loss.item())
+    strategy.settle()  # rounds still in flight arrive (and are counted)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return {"state": state, "losses": losses, "stats": strategy.stats,
             "rng": float(torch.rand(()))}

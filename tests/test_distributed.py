@@ -26,6 +26,18 @@ TRAIN = {
     "allreduce_2": (2, 1, {"method": "allreduce", "steps": 4}),
     "ddp_2": (2, 1, {"method": "ddp", "steps": 4}),
     "easgd_2": (2, 1, {"method": "easgd", "steps": 4, "kwargs": {"period": 2}}),
+    # overlapped, fragmented, compressed rounds (and the defaults spelled out)
+    "diloco_int8": (4, 2, {"method": "diloco", "steps": 10, "batchnorm": False, "kwargs": {
+        "period": 4, "overlap": 2, "fragments": 2, "compress": "int8", "error_feedback": True}}),
+    "lsgd_int8": (4, 2, {"method": "lsgd", "steps": 10, "batchnorm": False, "kwargs": {
+        "period": 2, "global_period": 4, "overlap": 1, "compress": "int8"}}),
+    "local_sgd_bf16": (4, 2, {"method": "local-sgd", "steps": 10, "batchnorm": False, "kwargs": {
+        "period": 4, "overlap": 3, "compress": "bf16"}}),
+    "easgd_overlap": (4, 2, {"method": "easgd", "steps": 10, "kwargs": {
+        "period": 4, "overlap": 2, "fragments": 4}}),
+    "diloco_defaults": (4, 2, {"method": "diloco", "steps": 10, "kwargs": {
+        "period": 4, "overlap": 0, "fragments": 1, "compress": "none"}}),
+    "diloco_plain": (4, 2, {"method": "diloco", "steps": 10, "kwargs": {"period": 4}}),
 }
 LAYOUTS = sorted({(w, g) for w, g, *_ in CASES.values()} | {(w, g) for w, g, _ in TRAIN.values()})
 
@@ -97,3 +109,30 @@ def test_allreduce_traffic_is_a_ring_allreduce() -> None:
         per_step = ring + buffers * [2, 1, 0, 0][rank]
         assert stats["bytes_sent"] == spec["steps"] * per_step
         assert stats["rounds"] == spec["steps"]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name,exact", [("diloco_int8", True), ("lsgd_int8", True),
+                                        ("local_sgd_bf16", True), ("easgd_overlap", False)])
+def test_overlapped_and_compressed_rounds_under_gloo_match_the_simulator(name: str,
+                                                                         exact: bool) -> None:
+    """Compressed all-reduces add in rank order under both backends, so those runs agree
+    bit for bit (without BatchNorm, whose statistics are averaged by gloo's own
+    all-reduce, which adds plain floats in its own order)."""
+    world, groups, spec = TRAIN[name]
+    processes = [r[name] for r in launched(world, groups)]
+    simulated = lsgd.simulate(scenarios.train_small, world, groups, args=(spec,))
+    for p, s in zip(processes, simulated):
+        _assert_states_close(p["state"], s["state"], 0.0 if exact else 1e-5)
+        for key in ("bytes_sent", "bytes_received", "rounds"):
+            assert p["stats"][key] == s["stats"][key], key
+
+
+@pytest.mark.timeout(240)
+def test_the_default_options_under_gloo_are_the_blocking_rounds() -> None:
+    world, groups, _ = TRAIN["diloco_plain"]
+    for result in launched(world, groups):
+        plain, given = result["diloco_plain"], result["diloco_defaults"]
+        for key in plain["state"]:
+            assert torch.equal(plain["state"][key], given["state"][key]), key
+        assert plain["stats"]["bytes_sent"] == given["stats"]["bytes_sent"]
