@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lsgd.bench import peer
 from lsgd.bench.common import Result, in_parallel, median, train
 from lsgd.plots import pyplot, save
 from lsgd.train.build import UsageError
@@ -59,13 +60,38 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     "dpsgd": ("dpsgd", {}, [{"gossip_period": 1}, {"gossip_period": 4}]),
     "matcha": ("matcha", {}, [{"gossip_period": 1}, {"gossip_period": 4}]),
     "al-dsgd": ("al-dsgd", {}, [{"gossip_period": 1}, {"gossip_period": 4}]),
+    # Hidden and shrunk rounds at each method's tuned period, the overlap covering a
+    # round's transfer at 20 Mbit/s (see lsgd bench equal-steps for their cost per step).
+    "lsgd-overlap": ("lsgd", {"overlap": 3}, [{"period": 4}]),
+    "lsgd-overlap-int8": ("lsgd", {"overlap": 3, "compress": "int8"}, [{"period": 4}]),
+    "lsgd-multi-overlap": ("lsgd", {"overlap": 3}, [{"period": 4, "global_period": 16}]),
+    "lsgd-multi-overlap-int8": ("lsgd", {"overlap": 3, "compress": "int8"},
+                                [{"period": 4, "global_period": 16}]),
+    "diloco-overlap": ("diloco", {"overlap": 4}, [{"period": 16}]),
+    "diloco-overlap-int8": ("diloco", {"overlap": 4, "compress": "int8"}, [{"period": 16}]),
+    "diloco-streaming": ("diloco", {"fragments": 2, "overlap": 2}, [{"period": 16}]),
+    "diloco-streaming-int8": ("diloco", {"fragments": 2, "overlap": 2, "compress": "int8"},
+                              [{"period": 16}]),
+    "local-sgd-overlap": ("local-sgd", {"overlap": 4}, [{"period": 16}]),
+    "local-sgd-overlap-int8": ("local-sgd", {"overlap": 4, "compress": "int8"},
+                               [{"period": 16}]),
+    # The peer, torchft 0.2.0 (lsgd.bench.peer): its DiLoCo, and its Streaming DiLoCo
+    # with 2 fragments and fragment_sync_delay 2.
+    "torchft-diloco": ("torchft-diloco", {}, [{"period": 16}]),
+    "torchft-streaming": ("torchft-streaming", {}, [{"period": 16}]),
 }
+SINGLE_WORKER_NODES = "one worker per node: no local level"
 SETTINGS = {
     # name: (workers, groups, default backend, methods left out and why)
-    "time-to-accuracy": (4, 4, "processes", {"lsgd-multi": "one worker per node: no local level"}),
-    "twelve-workers": (12, 3, "threads",
-                       {"lsgd": "several workers per node make LSGD multi-leader: lsgd-multi",
-                        "lsgd-momentum": "an option of LSGD, measured at 4 nodes"}),
+    "time-to-accuracy": (4, 4, "processes", {
+        "lsgd-multi": SINGLE_WORKER_NODES, "lsgd-multi-overlap": SINGLE_WORKER_NODES,
+        "lsgd-multi-overlap-int8": SINGLE_WORKER_NODES}),
+    "twelve-workers": (12, 3, "threads", {
+        "lsgd": "several workers per node make LSGD multi-leader: lsgd-multi",
+        "lsgd-overlap": "several workers per node: lsgd-multi-overlap",
+        "lsgd-overlap-int8": "several workers per node: lsgd-multi-overlap-int8",
+        "lsgd-momentum": "an option of LSGD, measured at 4 nodes",
+        **dict.fromkeys(peer.METHODS, "torchft runs as processes on shaped links")}),
 }
 
 
@@ -95,7 +121,8 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
     method, fixed, _ = METHODS[name]
     slug = "-".join(f"{k}{v}" for k, v in knobs.items()) or "default"
     start = time.perf_counter()
-    summary = train(out / "runs" / link / f"{name}-{slug}-seed{seed}",
+    trainer = peer.train if method in peer.METHODS else train
+    summary = trainer(out / "runs" / link / f"{name}-{slug}-seed{seed}",
                     method=method, workers=layout[0], groups=layout[1], link=link,
                     backend=opts["backend"], model=opts["model"], dataset=opts["dataset"],
                     batch_size=opts["batch_size"], minutes=opts["budget"] / 60,
@@ -133,6 +160,12 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     _check_parallel(opts)
     jobs = opts.get("jobs") or 1
     workers, groups, _, left_out = SETTINGS[setting]
+    left_out = dict(left_out)
+    for name in peer.METHODS:
+        if opts["backend"] != "processes":
+            left_out[name] = "torchft runs as processes (--backend processes)"
+        elif not peer.available() and opts.get("reuse") != "only":
+            left_out[name] = "torchft is not installed (pip install 'lsgd[torchft]')"
     methods = [m for m in opts.get("methods") or METHODS if m not in left_out]
     layout = (workers, groups)
     given = _given_knobs(opts.get("knobs") or {}, methods, left_out, layout)
@@ -164,7 +197,8 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
                               + (" (given)" if m in given else "") for m in methods)
         + (f" (tuned on seed {TUNING_SEED}, link {opts['links'][0]})" if tuned else ""),
     ]
-    notes += [f"{m}: left out ({why})" for m, why in left_out.items()]
+    notes += [f"{m}: left out ({why})" for m, why in left_out.items()
+              if m in (opts.get("methods") or METHODS)]
     return Result(setting, f"Time to {100 * opts['target']:g}% test accuracy of the center",
                   ["link", "method", "time s", "spread s", "steps", "best acc",
                    "ratio lsgd/method", "MB sent/worker"],
@@ -206,8 +240,9 @@ def _given_knobs(given: dict[str, dict[str, int]], methods: list[str], left_out:
                     else "it has no knobs to set")
             raise UsageError(f"--knobs {name}: unknown {unknown}; {hint}")
         try:
-            make_config({"method": method, "workers": layout[0], "groups": layout[1],
-                         **fixed, **knobs})
+            if method not in peer.METHODS:
+                make_config({"method": method, "workers": layout[0], "groups": layout[1],
+                             **fixed, **knobs})
         except ValueError as error:
             raise UsageError(f"--knobs {name}: {error}") from None
         ordered[name] = {key: knobs[key] for key in tunable if key in knobs}
