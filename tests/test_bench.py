@@ -18,7 +18,7 @@ from lsgd.bench.common import RECORD_FILES, write
 def test_time_to_accuracy_quick_ranks_every_method_on_one_time_axis(tmp_path: Path) -> None:
     result = accuracy.run(tmp_path, True, {})
     methods = [row[1] for row in result.rows]
-    assert methods == [m for m in accuracy.METHODS if m != "lsgd-multi"]
+    assert methods == [m for m in accuracy.QUICK if m != "lsgd-multi"]
     by_method = {row[1]: row for row in result.rows}
     # The MLP on the digits passes 80% within 8 simulated seconds under every method
     # (it reached 95-99% here), and LSGD's own ratio is 1.
@@ -30,6 +30,10 @@ def test_time_to_accuracy_quick_ranks_every_method_on_one_time_axis(tmp_path: Pa
     # link; LSGD with period 4 sends it once per 4 steps along the chain of nodes.
     per_step = {r["method"]: r["comm_seconds"] / r["steps_done"] for r in result.data["runs"]}
     assert per_step["allreduce"] > 3 * per_step["lsgd"], per_step
+    # DiLoCo in two fragments, behind 2 steps and in int8, sends about a quarter of
+    # DiLoCo's bytes per step (the same period 16)
+    sent = {r["method"]: r["bytes_per_worker"] / r["steps_done"] for r in result.data["runs"]}
+    assert 0.2 * sent["diloco"] < sent["diloco-streaming-int8"] < 0.3 * sent["diloco"], sent
     saved = json.loads(write(result, tmp_path).read_text())
     assert saved["rows"] == json.loads(json.dumps(result.rows))
     assert (tmp_path / "time-to-accuracy.txt").read_text().startswith("Time to 80%")
@@ -228,3 +232,57 @@ def test_reuse_only_trains_nothing_and_names_the_missing_run(
     assert "--reuse-only: no finished run with these settings in" in err
     assert "drop --reuse-only to train the missing runs" in err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_equal_steps_quick_compares_each_form_with_its_plain_one(tmp_path: Path) -> None:
+    from lsgd.bench import equal_steps
+
+    result = equal_steps.run(tmp_path, True, {})
+    rows = {(row[0], row[1]): row for row in result.rows}
+    assert list(rows) == [(m, v) for m, variants in equal_steps.QUICK.items() for v in variants]
+    for (method, variant), row in rows.items():
+        assert row[3] > 0.9, row  # the MLP learns the digits in 40 steps under every form
+        assert row[4] == pytest.approx(100 * (row[3] - rows[(method, "plain")][3]), abs=0.01)
+    # int8 rounds send about a quarter of the plain bytes (DiLoCo, the same period)
+    assert rows[("diloco", "int8")][5] < 0.3 * rows[("diloco", "plain")][5]
+    again = equal_steps.run(tmp_path, True, {"reuse": "only"})
+    assert again.rows == result.rows
+
+
+def test_torchft_synchronises_whole_layers_in_groups_of_about_equal_size() -> None:
+    from lsgd.bench import peer
+    from lsgd.models import build_model
+
+    model = build_model("cnn7", (1, 28, 28), 10)
+    one, two = peer._fragments(model, 1), peer._fragments(model, 2)
+    sizes = [sum(p.numel() for p in part.parameters()) for part in two]
+    assert len(one) == 1 and sum(p.numel() for p in one[0].parameters()) == sum(sizes)
+    assert len(two) == 2 and sizes[0] == 1664 + 204928  # the two first convolutions
+    firsts = [id(p) for p in two[0].parameters()]
+    assert firsts == [id(p) for p in list(model.parameters())[:4]]  # the model's own tensors
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_torchft_diloco_trains_on_the_same_shards_and_leaves_a_record(tmp_path: Path) -> None:
+    from lsgd.bench import peer
+
+    if not peer.available():
+        pytest.skip("torchft is not installed (pip install 'lsgd[torchft]')")
+    settings = dict(method="torchft-diloco", workers=4, groups=4, link=None, model="mlp",
+                    dataset="digits", batch_size=32, minutes=0.1, eval_every="3s", seed=0,
+                    period=8)
+    summary = peer.train(tmp_path / "run", **settings)
+    assert summary["test_accuracy"] > 0.8 and summary["rounds"] >= 1
+    assert summary["bytes_sent_per_worker"] == pytest.approx(
+        summary["rounds"] * 2 * 3 / 4 * 4 * sum(p.numel() for p in _mlp().parameters()))
+    again = peer.train(tmp_path / "run", reuse="only", **settings)
+    assert again["reused"] and again["rows"] == summary["rows"]
+
+
+def _mlp() -> object:
+    from lsgd.models import build_model
+
+    return build_model("mlp", (1, 8, 8), 10)

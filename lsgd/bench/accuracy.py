@@ -81,6 +81,9 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     "torchft-streaming": ("torchft-streaming", {}, [{"period": 16}]),
 }
 SINGLE_WORKER_NODES = "one worker per node: no local level"
+#: The quick mode's methods: every plain one, and one hidden and shrunk form of two.
+QUICK = ["lsgd", "lsgd-multi", "lsgd-momentum", "easgd", "local-sgd", "diloco", "allreduce",
+         "dpsgd", "matcha", "al-dsgd", "lsgd-overlap-int8", "diloco-streaming-int8"]
 SETTINGS = {
     # name: (workers, groups, default backend, methods left out and why)
     "time-to-accuracy": (4, 4, "processes", {
@@ -99,7 +102,7 @@ def _defaults(quick: bool, setting: str) -> dict[str, Any]:
     if quick:
         return {"links": ["20mbit"], "seeds": 1, "budget": 8.0, "target": 0.8,
                 "model": "mlp", "dataset": "digits", "backend": "threads", "batch_size": 32,
-                "tune": False}
+                "tune": False, "methods": QUICK}
     workers, groups, backend, _ = SETTINGS[setting]
     return {"links": ["1gbit", "100mbit", "20mbit"], "seeds": 2, "budget": 240.0,
             "target": 0.88, "model": "cnn7", "dataset": "fashion-mnist",

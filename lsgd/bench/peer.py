@@ -103,7 +103,7 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
                "bytes_sent_per_worker": totals["bytes"], "comm_seconds_per_worker": None,
                "rounds": totals["rounds"], "time_axis": "wall-clock seconds of training"}
     write_json(run / "summary.json", summary)
-    return summary | {"rows": rows, "run": str(run)}
+    return summary | {"rows": read_csv(run / "metrics.csv"), "run": str(run)}
 
 
 def _finished(run: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
