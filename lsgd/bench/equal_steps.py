@@ -98,11 +98,13 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                               options.get("reuse") or False))
                 where.append((method, label))
     results = in_parallel(_one, calls, options.get("jobs") or 1)
-    rows, data, plain_mean = [], [], {}
+    rows: list[list[Any]] = []
+    data: list[dict[str, Any]] = []
+    plain_mean: dict[str, float] = {}  # each method's plain form, its first variant
     for key in dict.fromkeys(where):
         runs = [r for r, w in zip(results, where) if w == key]
         mean = statistics.fmean(r["center"] for r in runs)
-        plain_mean.setdefault(key[0], mean)  # the first variant of a method is its plain form
+        plain_mean.setdefault(key[0], mean)
         rows.append([key[0], key[1], " / ".join(f"{100 * r['center']:.2f}" for r in runs),
                      mean, round(100 * (mean - plain_mean[key[0]]), 2),
                      statistics.fmean(r["bytes"] for r in runs) / 1e6])

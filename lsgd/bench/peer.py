@@ -87,10 +87,11 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
     if workers != groups:
         raise ValueError(f"{method}: one worker per node (a replica group of one process)")
     start = time.perf_counter()
-    launch_options = {"link": link} if link else {}
     results = lsgd.launch(_worker, workers, groups, args=(settings,), timeout=300.0,
-                          **launch_options)
-    rows, totals = results[0]["rows"], results[0]["totals"]
+                          link=link or None)
+    first = results[0]
+    assert first is not None, "rank 0 returns the run's rows"
+    rows, totals = first["rows"], first["totals"]
     run.mkdir(parents=True, exist_ok=True)
     (run / "config.toml").write_text(tomli_w.dumps(settings))
     write_csv(run / "metrics.csv", rows, METRIC_FIELDS)
@@ -126,7 +127,8 @@ def _fragments(model: Any, count: int) -> list[Any]:
     layers = [m for m in model.modules()
               if not list(m.children()) and any(True for _ in m.parameters())]
     sizes = [sum(p.numel() for p in m.parameters()) for m in layers]
-    total, groups, done = sum(sizes), [[] for _ in range(count)], 0
+    groups: list[list[nn.Module]] = [[] for _ in range(count)]
+    total, done = sum(sizes), 0
     for layer, size in zip(layers, sizes):
         index = min(count - 1, int(count * done / total))
         groups[index].append(layer)

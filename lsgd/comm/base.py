@@ -51,7 +51,7 @@ import dataclasses
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
@@ -60,13 +60,11 @@ from torch import nn
 from lsgd import _validate
 from lsgd.comm import codec as codecs
 from lsgd.comm.data_parallel import DataParallel, collective_data_parallel
-from lsgd.comm.info import CommStats, WorkerInfo, check_layout
+from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_layout
 from lsgd.comm.chain import chain_bytes, chain_heads, chunk_count
 from lsgd.comm.transfers import Handle, Transfer, done_handle
 from lsgd.comm.wire import broadcast_bytes, ring_allreduce_bytes
 
-Among = Literal["world", "group"]
-ReduceOp = Literal["sum", "mean"]
 
 
 class Communicator(ABC):

@@ -21,15 +21,12 @@ skip the average (and the simulator would silently do it), so
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
 from lsgd.flat import FlatBuffer
-
-if TYPE_CHECKING:
-    from lsgd.comm.base import Communicator
 
 NOT_THROUGH_MODEL = (
     "{owner}: the forward pass of this step did not go through strategy.model, so the "
@@ -86,7 +83,17 @@ class DataParallel(nn.Module):
             self._average()
 
 
-def collective_data_parallel(comm: Communicator, module: nn.Module,
+class Collectives(Protocol):
+    """What :func:`collective_data_parallel` needs of a communicator."""
+
+    def all_reduce_(self, tensor: torch.Tensor, op: Any = ..., among: Any = ...,
+                    codec: str = ...) -> torch.Tensor: ...
+
+    def broadcast_(self, tensor: torch.Tensor, src: int, among: Any = ...,
+                   codec: str = ...) -> torch.Tensor: ...
+
+
+def collective_data_parallel(comm: Collectives, module: nn.Module,
                              sync_buffers: bool = True) -> DataParallel:
     """Data parallelism from ``comm``'s own collectives (the simulator's): after the
     backward pass one all-reduce (mean) of the flattened gradients, and before each

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from lsgd import _validate
+
+Among = Literal["world", "group"]  # who takes part in a collective: all, or this node
+ReduceOp = Literal["sum", "mean"]
 
 
 @dataclasses.dataclass

@@ -45,6 +45,7 @@ import torch
 
 from lsgd.comm import codec as codecs
 from lsgd.comm.chain import chain_heads, chunk_count
+from lsgd.comm.info import Among, ReduceOp
 
 KINDS = ("all_reduce", "broadcast", "all_gather")
 
@@ -55,8 +56,8 @@ class Transfer:
 
     kind: str  # one of KINDS
     tensor: torch.Tensor
-    among: str  # "world" | "group"
-    op: str = "mean"  # all_reduce: "sum" | "mean"
+    among: Among
+    op: ReduceOp = "mean"  # all_reduce
     src: int = 0  # broadcast: the source's global rank
     codec: str = "none"
     chained: bool = False  # broadcast: lsgd's pipelined chain of the nodes

@@ -148,6 +148,21 @@ class World:
         if self.step_time is None:
             self.clock[rank] += time.perf_counter() - self.resumed[rank]
 
+    def _enter(self, rank: int, key: tuple, op: str, members: list[int], kind: str,
+               what: str, verb: str) -> Pending:
+        """The pending collective ``key``, created by its first member; a mismatch (another
+        op or other members under the same key) fails the whole simulation."""
+        describe = f"{kind}{op} #{key[-1]} among ranks {members}"
+        pending = self.pending.get(key)
+        if pending is None:
+            pending = self.pending[key] = Pending(op, members, describe)
+        elif pending.op != op or pending.members != members:
+            self.failure = (rank, None, f"mismatched {what}: rank {rank} {verb} {describe} "
+                            f"while ranks {sorted(pending.payload)} {verb} {pending.describe}")
+            self.cv.notify_all()
+            raise WorkerAborted()
+        return pending
+
     def start(self, rank: int) -> None:
         with self.cv:
             self._wait_turn(rank)
@@ -195,29 +210,17 @@ class World:
         """
         with self.cv:
             self._computed(rank)
-            describe = f"{op} #{key[-1]} among ranks {members}"
-            pending = self.pending.get(key)
-            if pending is None:
-                pending = self.pending[key] = Pending(op, members, describe)
-            elif pending.op != op or pending.members != members:
-                self.failure = (
-                    rank,
-                    None,
-                    f"mismatched collectives: rank {rank} called {describe} while "
-                    f"ranks {sorted(pending.payload)} called {pending.describe}",
-                )
-                self.cv.notify_all()
-                raise WorkerAborted()
+            pending = self._enter(rank, key, op, members, "", "collectives", "called")
             pending.payload[rank] = payload
             self.random[rank] = RandomState.capture()
             self.ready[rank] = False
-            self.waiting_for[rank] = describe
+            self.waiting_for[rank] = pending.describe
             if len(pending.payload) == len(members):
                 del self.pending[key]
                 try:
                     pending.result, duration = compute(pending.payload)
                 except BaseException as error:  # a shape mismatch, for example
-                    self.failure = (rank, error, f"{describe} failed: {error!r}")
+                    self.failure = (rank, error, f"{pending.describe} failed: {error!r}")
                     self.cv.notify_all()
                     raise WorkerAborted() from error
                 finish = max(self.clock[m] for m in members) + transfer
@@ -248,16 +251,7 @@ class World:
         """
         with self.cv:
             self._computed(rank)
-            describe = f"started {op} #{key[-1]} among ranks {members}"
-            pending = self.pending.get(key)
-            if pending is None:
-                pending = self.pending[key] = Pending(op, members, describe)
-            elif pending.op != op or pending.members != members:
-                self.failure = (rank, None, f"mismatched transfers: rank {rank} started "
-                                f"{describe} while ranks {sorted(pending.payload)} started "
-                                f"{pending.describe}")
-                self.cv.notify_all()
-                raise WorkerAborted()
+            pending = self._enter(rank, key, op, members, "started ", "transfers", "started")
             pending.payload[rank] = payload
             pending.started[rank] = self.clock[rank]
             if len(pending.payload) == len(members):
@@ -265,7 +259,7 @@ class World:
                 try:
                     pending.result = compute(pending.payload)
                 except BaseException as error:
-                    self.failure = (rank, error, f"{describe} failed: {error!r}")
+                    self.failure = (rank, error, f"{pending.describe} failed: {error!r}")
                     self.cv.notify_all()
                     raise WorkerAborted() from error
                 # Each member's earlier transfers have all arrived by now (they were
