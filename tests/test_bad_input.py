@@ -299,6 +299,8 @@ CASES = [
     ("overlap-dpsgd", ["--method", "dpsgd", "--overlap", "2"], ["--overlap 2", "--method dpsgd"]),
     ("overlap-async", ["--overlap", "2", "--async"], ["--overlap 2", "--async"]),
     ("merge-lsgd", ["--merge", "mix"], ["--merge mix", "diloco or local-sgd"]),
+    ("merge-without-overlap", ["--method", "diloco", "--merge", "replace"],
+     ["--merge replace", "add --overlap K"]),
     ("error-feedback-uncompressed", ["--method", "diloco", "--error-feedback"],
      ["--error-feedback", "--compress bf16 or int8"]),
     ("config-missing", ["--config", "{tmp}/nowhere.toml"],

@@ -99,6 +99,14 @@ def test_diloco_takes_the_outer_step_on_the_round_mean_then_merges(merge: str) -
         assert res["x"][5] == pytest.approx(expected, rel=0, abs=1e-12), (r, merge)
 
 
+@pytest.mark.parametrize("method", ["diloco", "local-sgd"])
+def test_a_merge_without_overlap_is_refused(method: str) -> None:
+    model = Vector([1.0])
+    with pytest.raises(ValueError, match="needs overlap > 0"):
+        lsgd.make_strategy(method, model, torch.optim.SGD(model.parameters(), lr=0.1),
+                           comm=lsgd.comm.LocalCommunicator(), fragments=1, merge="mix")
+
+
 def test_local_sgd_lands_the_round_average_and_keeps_the_progress_since() -> None:
     out = _run("local-sgd", 6, period=4, overlap=2)
     mean4 = [sum(_free(r, 4)[i] for r in range(W)) / W for i in range(2)]

@@ -48,6 +48,9 @@ VARIANTS: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {
         ("overlap 4 + int8", {"overlap": 4, "compress": "int8"}),
         ("2 fragments, overlap 2", {"fragments": 2, "overlap": 2}),
         ("2 fragments, overlap 2 + int8", {"fragments": 2, "overlap": 2, "compress": "int8"}),
+        ("overlap 4, mix + int8", {"overlap": 4, "merge": "mix", "compress": "int8"}),
+        ("2 fragments, overlap 2, mix", {"fragments": 2, "overlap": 2, "merge": "mix"}),
+        ("no overlap, outer lr 0.35 (control)", {"outer_lr": 0.35}),
     ]),
     "local-sgd": ({"method": "local-sgd", "period": 16}, [
         ("plain", {}),
@@ -56,6 +59,8 @@ VARIANTS: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {
         ("int8", {"compress": "int8"}),
         ("int8, error feedback", {"compress": "int8", "error_feedback": True}),
         ("overlap 4 + int8", {"overlap": 4, "compress": "int8"}),
+        ("overlap 4, replace", {"overlap": 4, "merge": "replace"}),
+        ("overlap 4, mix", {"overlap": 4, "merge": "mix"}),
     ]),
     "easgd": ({"method": "easgd", "period": 16}, [
         ("plain", {}),

@@ -26,7 +26,8 @@ SGD): ``"keep"`` moves the worker to the new value plus its own progress
 since the round started (``target + (x_now - x_s)``); ``"replace"`` sets it
 to the new value (torchft's default, the steps since ``s`` are lost);
 ``"mix"`` takes ``0.5 target + 0.5 x_now`` (Streaming DiLoCo's merge).
-With ``overlap=0`` the three are the same but for ``"mix"``.
+Without overlap no step was taken since the round: the worker takes the new
+value, whatever the merge.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 
 import torch
 
+from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.comm import codec as codecs
 from lsgd.flat import FlatBuffer
@@ -62,6 +64,15 @@ class Fragments:
         """One kind of round per part, each every ``period`` steps at its offset."""
         return [Cadence(name(f), period, "world", offset=(f + 1) * period // self.count % period)
                 for f in range(self.count)]
+
+
+def check_merge(owner: str, merge: str, overlap: int) -> str:
+    """``merge``, one of :data:`MERGES`; one other than the default needs ``overlap``."""
+    _validate.choice(owner, "merge", merge, MERGES)
+    if merge != "keep" and not overlap:
+        raise ValueError(f"{owner}: merge={merge!r} says how an average meets the steps taken "
+                         "while it was in flight; it needs overlap > 0")
+    return merge
 
 
 def name(fragment: int) -> str:
@@ -110,7 +121,7 @@ class AveragingRounds:
                               out=lost)
         handles = [self.comm.start_all_reduce(t, "mean", codec=self.compress) for t in message]
         tensors = {"mean": message}
-        if self.overlap and self.merge != "replace":
+        if self.overlap and self.merge == "keep":
             tensors["start"] = [t.clone() for t in now]
         return InFlight(steps, steps + self.overlap, name(fragment), handles, tensors,
                         {"fragment": fragment})
@@ -138,11 +149,11 @@ class AveragingRounds:
         """Move the fragment of ``item`` to ``target`` (the new average, or DiLoCo's
         global state after its outer step), merged with the steps since the round."""
         now = self.current(item.info["fragment"])
-        if self.merge == "mix":
+        if self.overlap and self.merge == "mix":
             torch._foreach_lerp_(now, list(target), 1.0 - MIX)
-        elif self.merge == "keep" and "start" in item.tensors:
+        elif self.overlap and self.merge == "keep":
             torch._foreach_sub_(now, item.tensors["start"])
             torch._foreach_add_(now, list(target))
-        else:
+        else:  # "replace", and every merge without overlap: no step was taken since
             torch._foreach_copy_(now, list(target))
         self.write_back()

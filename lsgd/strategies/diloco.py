@@ -49,7 +49,7 @@ from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.flat import FlatBuffer
 from lsgd.functional import all_finite
-from lsgd.strategies.averaging import MERGES, AveragingRounds, index
+from lsgd.strategies.averaging import AveragingRounds, check_merge, index
 from lsgd.strategies.base import Strategy
 from lsgd.strategies.pipeline import InFlight, Pipeline, check_options
 from lsgd.strategies.rounds import Cadence
@@ -114,7 +114,7 @@ class DiLoCo(Strategy):
         self.outer_lr = float(outer_lr)
         self.overlap, self.fragments, self.compress = check_options(
             "DiLoCo", self.period, overlap, fragments, compress, False)
-        self.merge = _validate.choice("DiLoCo", "merge", merge, MERGES)
+        self.merge = check_merge("DiLoCo", merge, self.overlap)
         pipelined = bool(self.overlap or self.fragments > 1 or self.compress != "none")
         if pipelined:  # the state is the parameters; buffers are averaged on their own
             self.rounds_average_state = False

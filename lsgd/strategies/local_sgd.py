@@ -37,7 +37,7 @@ from lsgd.comm import Communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import all_finite
-from lsgd.strategies.averaging import MERGES, AveragingRounds, index
+from lsgd.strategies.averaging import AveragingRounds, check_merge, index
 from lsgd.strategies.base import Strategy
 from lsgd.strategies.pipeline import InFlight, Pipeline, check_options
 from lsgd.strategies.rounds import Cadence
@@ -90,7 +90,7 @@ class LocalSGD(Strategy):
         )
         self.overlap, self.fragments, self.compress = check_options(
             "LocalSGD", self.period, overlap, fragments, compress, asynchronous)
-        self.merge = _validate.choice("LocalSGD", "merge", merge, MERGES)
+        self.merge = check_merge("LocalSGD", merge, self.overlap)
         pipelined = bool(self.overlap or self.fragments > 1 or self.compress != "none")
         if pipelined and hierarchical:
             raise ValueError("LocalSGD: overlap, fragments and compress work with one level "

@@ -118,6 +118,9 @@ def _pipeline_errors(cfg: Any) -> list[str]:
                       f"{'--async' if cfg.asynchronous else '--hierarchical'}")
     if cfg.merge != "keep" and cfg.method not in ("diloco", "local-sgd"):
         errors.append(f"--merge {cfg.merge}: works with --method diloco or local-sgd")
+    elif cfg.merge != "keep" and cfg.overlap == 0:
+        errors.append(f"--merge {cfg.merge}: says how an average meets the steps taken while "
+                      "it was in flight; add --overlap K")
     if cfg.error_feedback and (cfg.compress == "none" or cfg.method == "lsgd"):
         errors.append("--error-feedback: needs --compress bf16 or int8 with diloco, "
                       "local-sgd or easgd (LSGD's reference already carries what was lost)")
