@@ -353,7 +353,7 @@ def test_a_checkpoint_taken_with_a_transfer_in_flight_resumes_exactly(method: st
 # -- the defaults are the blocking rounds ----------------------------------------------------
 @pytest.mark.parametrize("method,defaults", [
     ("lsgd", {"overlap": 0, "compress": "none"}),
-    ("diloco", {"overlap": 0, "fragments": 1, "compress": "none", "merge": "keep"}),
+    ("diloco", {"overlap": 0, "fragments": 1, "compress": "none"}),
     ("local-sgd", {"overlap": 0, "fragments": 1, "compress": "none"}),
     ("easgd", {"overlap": 0, "fragments": 1, "compress": "none"}),
 ])

@@ -71,7 +71,8 @@ class DiLoCo(Strategy):
         compress: ``"none"``, ``"bf16"`` or ``"int8"``: the pseudo-gradients'
             wire format.
         merge: with overlap, how the outer step meets the inner steps taken
-            while it was in flight: ``"keep"`` (default), ``"replace"`` or ``"mix"``
+            while it was in flight: ``"mix"`` (default: half the new global state,
+            half the worker's), ``"keep"`` or ``"replace"``
             (:mod:`lsgd.strategies.averaging`).
         error_feedback: with compression, each worker adds what the codec lost of
             its last pseudo-gradient into its next one.
@@ -100,7 +101,7 @@ class DiLoCo(Strategy):
         overlap: int = 0,
         fragments: int = 1,
         compress: str = "none",
-        merge: str = "keep",
+        merge: str | None = None,
         error_feedback: bool = False,
         comm: Communicator | None = None,
         init: str = "broadcast",
@@ -114,7 +115,7 @@ class DiLoCo(Strategy):
         self.outer_lr = float(outer_lr)
         self.overlap, self.fragments, self.compress = check_options(
             "DiLoCo", self.period, overlap, fragments, compress, False)
-        self.merge = check_merge("DiLoCo", merge, self.overlap)
+        self.merge = check_merge("DiLoCo", merge, self.overlap, "mix")
         pipelined = bool(self.overlap or self.fragments > 1 or self.compress != "none")
         if pipelined:  # the state is the parameters; buffers are averaged on their own
             self.rounds_average_state = False

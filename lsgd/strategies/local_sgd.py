@@ -54,7 +54,7 @@ class LocalSGD(Strategy):
         overlap, fragments, compress, merge, error_feedback: overlapped,
             fragmented and compressed averages, as :class:`~lsgd.strategies.diloco.DiLoCo`
             with outer learning rate 1 and no momentum (not hierarchical; see
-            :mod:`lsgd.strategies.averaging`).
+            :mod:`lsgd.strategies.averaging`); ``merge`` defaults to ``"keep"``.
         comm, init, sync_buffers, bn_buffers, asynchronous: see
             :class:`~lsgd.strategies.base.Strategy` (``bn_buffers``: ``"average"``, in the
             round's all-reduce, or ``"local"``).
@@ -76,7 +76,7 @@ class LocalSGD(Strategy):
         overlap: int = 0,
         fragments: int = 1,
         compress: str = "none",
-        merge: str = "keep",
+        merge: str | None = None,
         error_feedback: bool = False,
         comm: Communicator | None = None,
         init: str = "broadcast",
@@ -90,7 +90,7 @@ class LocalSGD(Strategy):
         )
         self.overlap, self.fragments, self.compress = check_options(
             "LocalSGD", self.period, overlap, fragments, compress, asynchronous)
-        self.merge = check_merge("LocalSGD", merge, self.overlap)
+        self.merge = check_merge("LocalSGD", merge, self.overlap, "keep")
         pipelined = bool(self.overlap or self.fragments > 1 or self.compress != "none")
         if pipelined and hierarchical:
             raise ValueError("LocalSGD: overlap, fragments and compress work with one level "

@@ -30,7 +30,7 @@ from lsgd.train.config import TrainConfig
 from lsgd.train.ranges import flag
 
 EVAL_BATCH = 1000
-PIPELINE_DEFAULTS = {"overlap": 0, "fragments": 1, "compress": "none", "merge": "keep",
+PIPELINE_DEFAULTS = {"overlap": 0, "fragments": 1, "compress": "none", "merge": "auto",
                      "error_feedback": False}
 
 

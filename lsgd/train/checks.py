@@ -116,9 +116,9 @@ def _pipeline_errors(cfg: Any) -> list[str]:
     if given and (cfg.asynchronous or cfg.hierarchical):
         errors.append(f"{', '.join(given)}: need synchronous rounds at one level; drop "
                       f"{'--async' if cfg.asynchronous else '--hierarchical'}")
-    if cfg.merge != "keep" and cfg.method not in ("diloco", "local-sgd"):
+    if cfg.merge != "auto" and cfg.method not in ("diloco", "local-sgd"):
         errors.append(f"--merge {cfg.merge}: works with --method diloco or local-sgd")
-    elif cfg.merge != "keep" and cfg.overlap == 0:
+    elif cfg.merge != "auto" and cfg.overlap == 0:
         errors.append(f"--merge {cfg.merge}: says how an average meets the steps taken while "
                       "it was in flight; add --overlap K")
     if cfg.error_feedback and (cfg.compress == "none" or cfg.method == "lsgd"):

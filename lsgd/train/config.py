@@ -142,10 +142,11 @@ class TrainConfig:
                                "(blocks of 256 values with a scale each); what is sent is "
                                "the difference from a reference every worker holds",
                        choices=CODECS)
-    merge: str = _f("keep", "diloco, local-sgd with --overlap: how the new average meets the "
+    merge: str = _f("auto", "diloco, local-sgd with --overlap: how the new average meets the "
                             "steps taken while it was in flight: keep them (added on top), "
-                            "replace (drop them, as torchft), mix (half of each)",
-                    choices=MERGES)
+                            "replace (drop them, as torchft), mix (half of each); auto: the "
+                            "method's own, mix for diloco, keep for local-sgd",
+                    choices=("auto", *MERGES))
     error_feedback: bool = _f(False, "with --compress: each worker adds what the codec lost "
                                      "of its last message into its next one (diloco, "
                                      "local-sgd, easgd)")
