@@ -50,6 +50,11 @@ def test_volume_quick_counts_what_the_algorithms_send(tmp_path: Path) -> None:
             assert value["theory"] < value["measured"] < 2 * value["theory"], key
         else:
             assert value["measured"] == pytest.approx(value["theory"], rel=1e-3), key
+    for method in ("lsgd", "local-sgd"):  # compressed rounds, counted as they travel
+        for period in (1, 4):
+            plain = counted[f"{method}/{period}"]["measured"]
+            assert 0.48 <= counted[f"{method} bf16/{period}"]["measured"] / plain <= 0.52
+            assert counted[f"{method} int8/{period}"]["measured"] / plain <= 0.27
     for timed in result.data["timed"]:  # only where links can be shaped (root)
         # No faster than the link allows (a token bucket's burst goes through at once).
         assert timed["chain"] >= timed["floor"], timed

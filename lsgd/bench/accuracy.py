@@ -148,7 +148,7 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
                       if not math.isnan(r["center_accuracy"])],
             "bytes_per_worker": summary["bytes_sent_per_worker"],
             "comm_seconds": summary.get("comm_seconds_per_worker"),
-            "steps_done": summary["steps"]}
+            "steps_done": summary["steps"], "seconds": summary.get("train_seconds")}
 
 
 def _score(run: dict[str, Any]) -> tuple[float, float]:
@@ -193,7 +193,8 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
         "time/steps: until the center first reaches the target (median over seeds, "
         "[min-max]); '-' when a run did not reach it within the budget; best: the best "
         "center accuracy within the budget (median); MB sent: per worker in the whole "
-        "run (median). ratio: LSGD's time to the target "
+        "run (median); steps/s: local steps per worker and second of training (median). "
+        "ratio: LSGD's time to the target "
         "divided by the method's (below 1: LSGD is faster; multi-leader LSGD's in the "
         "12-worker setting).",
         "knobs: " + "; ".join(f"{m} {chosen[m] or 'defaults'}"
@@ -204,7 +205,7 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
               if m in (opts.get("methods") or METHODS)]
     return Result(setting, f"Time to {100 * opts['target']:g}% test accuracy of the center",
                   ["link", "method", "time s", "spread s", "steps", "best acc",
-                   "ratio lsgd/method", "MB sent/worker"],
+                   "ratio lsgd/method", "MB sent/worker", "steps/s"],
                   rows, notes, {"options": opts, "chosen": chosen, "summary": summary,
                                 "runs": runs, "tuning": tuning}, figures)
 
@@ -294,9 +295,10 @@ def _table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any]
             summary[f"{link}/{name}"] = {"time": times[name], "reached": len(reached),
                                          "runs": len(mine), "best": best}
             sent = [r["bytes_per_worker"] for r in mine if r.get("bytes_per_worker") is not None]
+            pace = [r["steps_done"] / r["seconds"] for r in mine if r.get("seconds")]
             rows.append([link, name, times[name], spread,
                          median(steps) if len(steps) == len(mine) else None, best, None,
-                         median(sent) / 1e6 if sent else None])
+                         median(sent) / 1e6 if sent else None, median(pace) if pace else None])
         ref = times[reference] if reference is not None else None
         for row in rows[-len(methods):]:
             theirs = times[row[1]]

@@ -4,7 +4,9 @@ Part 1 (counted, in the simulator, which counts exactly what gloo counts):
 each method trains CNN7 on 4 workers (one group) for a whole number of its
 periods; the bytes each worker sent per local step, the value the algorithm
 says it should be (``B`` is the model's parameter bytes, ``W`` the workers,
-``p`` the period; see docs/algorithms.md), and the ratio to all-reduce.
+``p`` the period; see docs/algorithms.md), and the ratio to all-reduce. LSGD
+and local SGD also with their rounds compressed (``lsgd int8``: bfloat16 or
+int8 blocks with one float scale each), counted as they travel, scales included.
 
 Part 2 (timed, on links the kernel shapes; needs root): 4 nodes of one worker
 each; the seconds of one broadcast of the model's state (LSGD's round moves
@@ -26,16 +28,23 @@ from torch.nn import functional as F
 
 import lsgd
 from lsgd.bench.common import Result, median
+from lsgd.comm import codec
 from lsgd.links import netns, parse_link
 from lsgd.models import build_model
 
 WORKERS = 4
-METHODS = ("allreduce", "lsgd", "easgd", "local-sgd", "dpsgd")
+METHODS = ("allreduce", "lsgd", "easgd", "local-sgd", "dpsgd",
+           "lsgd bf16", "lsgd int8", "local-sgd bf16", "local-sgd int8")
 PERIODS = (1, 4, 16, 64)
 
 
-def _theory(method: str, period: int, b: float, w: int) -> float:
-    """Bytes per worker per step that the algorithm sends (means over the workers)."""
+def _theory(label: str, period: int, b: float, w: int) -> float:
+    """Bytes per worker per step that the algorithm sends (means over the workers); a
+    compressed round sends the codec's share of the state's bytes."""
+    method, _, compress = label.partition(" ")
+    if compress:
+        values = int(b // 4)
+        return _theory(method, period, b, w) * codec.nbytes(compress, values) / (4 * values)
     ring = 2 * (w - 1) / w * b
     if method == "allreduce":
         return ring
@@ -48,12 +57,15 @@ def _theory(method: str, period: int, b: float, w: int) -> float:
     return math.nan
 
 
-def _count(info: lsgd.WorkerInfo, method: str, period: int, steps: int, model: str
+def _count(info: lsgd.WorkerInfo, label: str, period: int, steps: int, model: str
            ) -> dict[str, float]:
     torch.manual_seed(0)
     net = build_model(model, (1, 28, 28), 10)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    method, _, compress = label.partition(" ")
     knobs: dict[str, Any] = {} if method == "allreduce" else {"period": period}
+    if compress:
+        knobs["compress"] = compress
     strategy = lsgd.make_strategy(method, net, opt, **knobs)
     start = strategy.report().bytes_sent  # the initial broadcast is not a step's traffic
     g = torch.Generator().manual_seed(info.rank)

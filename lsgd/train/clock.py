@@ -107,3 +107,12 @@ class Pace:
         for key in STATE:
             if key in state:
                 setattr(self, key, state[key])
+
+
+def time_axis(cfg: TrainConfig, modeled: bool) -> str:
+    """What the run's ``time`` column measures (``summary.json``'s ``time_axis``)."""
+    if not modeled:
+        return "wall-clock seconds of training"
+    compute = (f"{cfg.step_seconds:g} s per local step" if cfg.step_seconds is not None
+               else "measured compute")
+    return f"simulated seconds: {compute} plus modeled transfers"

@@ -42,7 +42,7 @@ from lsgd.strategies import DivergedError
 from lsgd.train import checkpoint, outputs
 from lsgd.train.build import (UsageError, Source, graphs_of, load_data, make_optimizer,
                               make_strategy, pick_device, preflight, steps_per_epoch)
-from lsgd.train.clock import Pace
+from lsgd.train.clock import Pace, time_axis
 from lsgd.train.checks import DECENTRALIZED
 from lsgd.train.config import TrainConfig
 from lsgd.train.evaluate import broadcast_model, evaluate, gather_named, recalibrate_bn
@@ -434,15 +434,6 @@ class Worker:
             except ImportError:
                 pass
         return summary
-
-
-def time_axis(cfg: TrainConfig, modeled: bool) -> str:
-    """What the run's ``time`` column measures (``summary.json``'s ``time_axis``)."""
-    if not modeled:
-        return "wall-clock seconds of training"
-    compute = (f"{cfg.step_seconds:g} s per local step" if cfg.step_seconds is not None
-               else "measured compute")
-    return f"simulated seconds: {compute} plus modeled transfers"
 
 
 def _none_if_nan(value: float) -> float | None:

@@ -1,0 +1,20 @@
+"""Rewrite every marked benchmark table of README.md and docs/benchmarks.md from the
+records in records/ (see lsgd/bench/records.py); trains nothing.
+
+    python scripts/tables.py
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from lsgd.bench import records
+
+ROOT = Path(__file__).resolve().parents[1]
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as scratch:
+        for page in records.PAGES:
+            changed = records.refresh(ROOT / page, ROOT, Path(scratch))
+            print(f"{page}: {changed} table(s) rewritten")
