@@ -25,7 +25,7 @@ from lsgd.registry import make_strategy, strategy_names
 from lsgd import topology
 from lsgd.topology import Topology
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "ALDSGD",
