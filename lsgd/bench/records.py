@@ -42,10 +42,13 @@ def blocks(text: str) -> list[tuple[str, str, str]]:
 def derive(args_text: str, root: Path, scratch: Path) -> Result:
     """The result of ``lsgd bench ARGS`` from the records under ``root`` (the repository);
     ``scratch`` is a folder to work in (figures are drawn where runs are read)."""
-    from lsgd.bench.command import _options
-    from lsgd.cli import build_parser
+    import argparse
 
-    args = build_parser().parse_args(["bench", *shlex.split(args_text)])
+    from lsgd.bench.command import _options, add_bench_parser
+
+    parser = argparse.ArgumentParser(prog="lsgd")
+    add_bench_parser(parser.add_subparsers())
+    args = parser.parse_args(["bench", *shlex.split(args_text)])
     (name,) = args.names
     records = root / args.out
     if name not in TRAINED:
