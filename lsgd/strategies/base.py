@@ -58,6 +58,7 @@ from lsgd.comm import CommStats, Communicator, get_communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.strategies import buffers as bn
+from lsgd.strategies import elastic
 from lsgd.strategies.guard import driving, guard
 from lsgd.strategies.health import Recovery, check_same_model
 from lsgd.strategies.pipeline import InFlight, Pipeline
@@ -106,6 +107,8 @@ class Strategy(Recovery):
     bn_modes: tuple[str, ...] = ("pull", "local")
     #: Whether a round averages the whole state (then ``"average"`` buffers ride in it).
     rounds_average_state = False
+    #: Whether the method runs elastic rounds (lsgd.strategies.elastic).
+    supports_elastic = False
 
     def __init__(
         self,
@@ -150,9 +153,16 @@ class Strategy(Recovery):
         self.at_sync_point = True
         self._rounds = Rounds(self.comm, [], self.asynchronous)
         self._pipeline: Pipeline | None = None  # overlapped or compressed rounds in flight
-        self._check_same_model()
-        if self.init == "broadcast":
-            self._broadcast_initial_state()
+        # Elastic (torchft): nothing is exchanged outside rounds; a worker joins at its
+        # first step (lsgd.strategies.elastic), from the same seed or healed from a peer.
+        self._elastic = bool(getattr(self.comm, "elastic", False))
+        self._joined = not self._elastic
+        if self._elastic:
+            elastic.check_method(self)
+        else:
+            self._check_same_model()
+            if self.init == "broadcast":
+                self._broadcast_initial_state()
         # The communicator may outlive several strategies: count from here.
         self._baseline = {c: self.comm.stats(c) for c in TRAFFIC}
 
@@ -180,8 +190,14 @@ class Strategy(Recovery):
 
         Asynchronously, the rounds joined stop after one among all workers, so
         that :attr:`at_sync_point` is set there; a round left over is joined at
-        the next step.
+        the next step. An elastic worker's first step joins the job
+        (:func:`lsgd.strategies.elastic.join`); if the job was running, that step
+        is spent on the joining round.
         """
+        if not self._joined:
+            self._joined = True
+            if elastic.join(self, self._round_group):
+                return
         if self._before_optimizer_step():
             with driving(self.optimizer):
                 self.optimizer.step()
@@ -194,14 +210,22 @@ class Strategy(Recovery):
             self._apply_due()
             while (group := self._rounds.next()) is not None:
                 start = self.comm.now()
-                self._round([c.name for c in group])
-                if self._bn_average is not None:
-                    self._bn_average(self.comm, "world" if any(
-                        c.among == "world" for c in group) else "group")
+                names = [c.name for c in group]
+                if self._elastic:
+                    elastic.run_round(self, lambda: self._round_group(names))
+                else:
+                    self._round_group(names)
                 self.wait_seconds += self.comm.now() - start
                 if self.asynchronous and any(c.among == "world" for c in group):
                     self.at_sync_point = True
                     break
+
+    def _round_group(self, names: list[str]) -> None:
+        """The rounds ``names`` that fell due together, then the BatchNorm average."""
+        self._round(names)
+        if self._bn_average is not None:
+            world = any(c.among == "world" for c in self._rounds.cadences if c.name in names)
+            self._bn_average(self.comm, "world" if world else "group")
 
     def _before_optimizer_step(self) -> bool:
         """What the method does between ``backward()`` and the optimizer step;
@@ -249,6 +273,8 @@ class Strategy(Recovery):
     def _use_cadences(self, cadences: list[Cadence]) -> None:
         """Declare this method's kinds of round, local before global (end of ``__init__``)."""
         self._rounds = Rounds(self.comm, cadences, self.asynchronous)
+        if self._elastic:
+            elastic.check(self)
 
     def _round(self, names: list[str]) -> None:
         """Run the rounds ``names`` (cadence names), which fell due together."""

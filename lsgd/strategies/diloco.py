@@ -87,6 +87,7 @@ class DiLoCo(Strategy):
     """
 
     name = "diloco"
+    supports_elastic = True
     bn_modes = ("average", "local")
     rounds_average_state = True
 

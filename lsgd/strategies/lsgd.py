@@ -117,6 +117,7 @@ class LSGD(Strategy):
     name = "lsgd"
     supports_asynchronous = True
     bn_modes = ("average", "pull", "local")
+    supports_elastic = True
 
     def __init__(
         self,
@@ -255,7 +256,7 @@ class LSGD(Strategy):
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
         self.scorer.record(None if loss is None else as_loss_tensor(loss, "LSGD"), "LSGD")
-        if self.steps == 1:
+        if self.steps == 1 and not self._elastic:  # elastic: nothing outside rounds
             initial = [lv for lv in self.levels if lv.scope > 0 and lv.period > 1]
             if initial:
                 self._communicate(initial, pull=False)

@@ -1,0 +1,114 @@
+"""Elastic rounds: what a periodic method does when workers leave and return.
+
+With an :class:`~lsgd.comm.elastic.ElasticCommunicator` (torchft), every
+round of LSGD, DiLoCo or local SGD is a quorum point and runs among the live
+workers only (docs/reliability.md, "Elastic training"):
+
+* **Leaving.** A worker that died, or did not ask for the quorum within the
+  lighthouse's join timeout, is simply not a member of the next round; the
+  others go on without a restart and their step counts never go back. A
+  failure *inside* a round (a member died during its collectives) makes the
+  round fail on the workers that saw it: they apply nothing of it, and keep
+  training from where they are. A worker that commits fewer rounds than the
+  others is healed at its next round, like a new one.
+* **Electing without the leader.** Scores are gathered among the members;
+  absent workers have no score (NaN) and cannot be elected. If the leader
+  died, the round elects the best of the members.
+* **Joining.** A worker that (re)starts asks for a quorum at its first step.
+  torchft heals it from an up-to-date member: it receives that member's
+  model and strategy state (step count, round counters, the leader score's
+  window; DiLoCo's global parameters and outer momentum; the references of
+  the pulls), counted as ``"join"`` traffic. It then takes part in the same
+  round as a *diverged* worker (its state set to NaN), so that the round's own
+  rule resets it exactly: LSGD copies the elected leader's state, DiLoCo and
+  local SGD take the mean of the other members (DiLoCo after its outer step);
+  its optimizer state starts afresh. Its next step is the job's next step.
+  It never waits for a checkpoint file.
+* **Counting.** Step counts are each worker's own (equal among the members of
+  a round, since rounds fall every ``period`` steps); a joining worker takes
+  its source's. Committed rounds are torchft's step.
+
+A round of a single worker that joins alone (no member is ahead of it) moves
+nothing: that is the first round of a job.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lsgd.comm.elastic import RoundFailed
+
+if TYPE_CHECKING:
+    from lsgd.strategies.base import Strategy
+
+
+def check_method(strategy: Strategy) -> None:
+    """Raise ``ValueError`` unless ``strategy``'s method has elastic rounds (at construction)."""
+    if not getattr(strategy, "supports_elastic", False):
+        raise ValueError(f"{strategy.name}: elastic training runs LSGD, DiLoCo and local SGD; "
+                         f"{strategy.name} is not one of them")
+
+
+def check(strategy: Strategy) -> None:
+    """Raise ``ValueError`` unless ``strategy``'s options allow elastic rounds (once its
+    rounds are declared); then register what a joining worker receives."""
+    name = strategy.name
+    if strategy.asynchronous:
+        raise ValueError(f"{name}: elastic training runs synchronous rounds; "
+                         "drop asynchronous=True (--asynchronous)")
+    if strategy._pipeline is not None or getattr(strategy, "_rounds_of", None) is not None:
+        raise ValueError(f"{name}: elastic training runs blocking, uncompressed rounds in one "
+                         "fragment; drop overlap, fragments and compress")
+    if len(strategy._rounds.cadences) != 1:
+        raise ValueError(f"{name}: elastic training runs one level of rounds among all "
+                         "workers (one worker per node, single-leader)")
+    strategy.comm.set_state(lambda: _send(strategy),  # type: ignore[attr-defined]
+                            lambda state: _take(strategy, state))
+
+
+def _send(strategy: Strategy) -> dict[str, Any]:
+    """What a joining worker receives from this one."""
+    return {"model": strategy.module.state_dict(), "strategy": strategy.state_dict()}
+
+
+def _take(strategy: Strategy, state: dict[str, Any]) -> None:
+    """Take a peer's state (torchft's heal); this worker's own counts of traffic,
+    resets and waiting stay its own."""
+    own = (dict(strategy._baseline), strategy.resets, strategy.wait_seconds)
+    strategy.module.load_state_dict(state["model"])
+    strategy.load_state_dict(state["strategy"])
+    strategy._baseline, strategy.resets, strategy.wait_seconds = own
+
+
+def run_round(strategy: Strategy, body: Callable[[], None]) -> bool:
+    """One round as a quorum point: ``body`` (the method's collectives and rule) among
+    the members; a healed worker enters it as diverged. Whether it was committed."""
+    comm = strategy.comm
+    try:
+        comm.begin_round()  # type: ignore[attr-defined]
+        if comm.healed:  # type: ignore[attr-defined]
+            for tensor in strategy._state:
+                tensor.fill_(math.nan)
+        body()
+    except RoundFailed:
+        pass
+    return bool(comm.end_round())  # type: ignore[attr-defined]
+
+
+def join(strategy: Strategy, round_of: Callable[[list[str]], None]) -> bool:
+    """A worker's first quorum, at its first step. If it was healed (the job was
+    running) it takes part in the others' round, due at its new step count, and
+    ``True`` is returned: that step is spent joining."""
+    def body() -> None:
+        if strategy.comm.healed:  # type: ignore[attr-defined]
+            due = [c.name for c in strategy._rounds.cadences
+                   if strategy.steps % c.period == c.offset]
+            round_of(due)
+
+    with torch.no_grad():
+        run_round(strategy, body)
+    return bool(strategy.comm.healed)  # type: ignore[attr-defined]
