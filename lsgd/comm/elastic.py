@@ -43,8 +43,10 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
+import logging
 import os
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -113,6 +115,10 @@ class ElasticCommunicator(Communicator):
         require_torchft()
         super().__init__(WorkerInfo(rank=slot, world_size=slots, groups=1))
         os.environ.setdefault("RUST_LOG", "error")
+        # torchft warns at every new quorum that it cannot reset NCCL's flight recorder,
+        # and torch that a received checkpoint's buffer is read-only: neither matters here.
+        logging.getLogger("torchft.manager").setLevel(logging.ERROR)
+        warnings.filterwarnings("ignore", message="The given buffer is not writable")
         import torch.distributed as dist
         from torchft.manager import Manager
         from torchft.process_group import ProcessGroupGloo
