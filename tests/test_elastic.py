@@ -9,7 +9,7 @@ without it. The checks of bad input and of the missing extra run everywhere.
 from __future__ import annotations
 
 import importlib.util
-import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,8 +31,8 @@ class _Elastic(LocalCommunicator):
 
     elastic = True
 
-    def set_state(self, save: Any, load: Any) -> None:
-        self.registered = (save, load)
+    def add_state(self, name: str, save: Any, load: Any) -> None:
+        self.registered = (name, save, load)
 
 
 def _model() -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -84,17 +84,21 @@ def test_bad_slots(kwargs: dict[str, Any], message: str) -> None:
 
 # -- real processes ----------------------------------------------------------------
 
-def _job(method: str, faults: list[tuple[Any, ...]], *, restarts: int = 1,
+def _job(method: str, faults: list[tuple[Any, ...]], tmp: Path, *, restarts: int = 1,
          join_timeout: float = 30.0, steps: int = STEPS) -> list[dict[str, Any]]:
-    from lsgd.launcher.elastic import launch_elastic
-    from lsgd.train.elastic import elastic_worker
+    from lsgd.train.config import make_config
+    from lsgd.train.elastic import train_elastic
+    from lsgd.train.runner import prepare
 
-    settings = {"config": {"method": method, "model": "mlp", "dataset": "digits",
-                           "period": PERIOD, "batch_size": 32, "seed": 0},
-                "steps": steps, "timeout": 10.0, "faults": faults, "hang_seconds": 2.0,
-                "t0": time.time()}
-    return launch_elastic(elastic_worker, SLOTS, args=(settings,), restarts=restarts,
-                          timeout=240.0, join_timeout=join_timeout)
+    cfg = make_config({"method": method, "model": "mlp", "dataset": "digits",
+                       "workers": SLOTS, "period": PERIOD, "batch_size": 32, "seed": 0,
+                       "steps": steps, "elastic": True, "restarts": restarts,
+                       "join_timeout": join_timeout, "timeout": 10.0, "quiet": True,
+                       "out": str(tmp / "run")})
+    prepare(cfg, cfg.out_dir)
+    summary, records = train_elastic(cfg, faults)
+    assert summary["steps"] == steps and (tmp / "run" / "metrics.csv").is_file()
+    return records
 
 
 def _steps(record: dict[str, Any]) -> list[int]:
@@ -111,12 +115,12 @@ def _survivor_checks(records: list[dict[str, Any]], survivors: list[int]) -> Non
 @needs_torchft
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_lsgd_survives_its_leader_and_then_another_worker() -> None:
+def test_lsgd_survives_its_leader_and_then_another_worker(tmp_path: Path) -> None:
     """The leader of step 30 (worker 0 with these seeds) dies, then worker 2 before
     step 60 (two failures in a row); each is restarted by its own agent, rejoins
     within two rounds as an exact copy of the elected leader, and the job ends with
     every worker, the survivors never going back a step."""
-    records = _job("lsgd", [("kill", "leader", 30), ("kill", 2, 60)])
+    records = _job("lsgd", [("kill", "leader", 30), ("kill", 2, 60)], tmp_path)
     restarted = [r["slot"] for r in records if r["attempt"] == 1]
     assert restarted == [0, 2]
     _survivor_checks(records, [1])
@@ -135,8 +139,8 @@ def test_lsgd_survives_its_leader_and_then_another_worker() -> None:
 @needs_torchft
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_diloco_survives_a_kill_and_every_copy_of_the_global_state_agrees() -> None:
-    records = _job("diloco", [("kill", 1, 44)])
+def test_diloco_survives_a_kill_and_every_copy_of_the_global_state_agrees(tmp_path: Path) -> None:
+    records = _job("diloco", [("kill", 1, 44)], tmp_path)
     _survivor_checks(records, [0, 2])
     joined = records[1]
     assert joined["attempt"] == 1 and joined["heals"] == 1
@@ -149,12 +153,13 @@ def test_diloco_survives_a_kill_and_every_copy_of_the_global_state_agrees() -> N
 @needs_torchft
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_hung_worker_is_left_behind_and_healed_when_it_returns() -> None:
+def test_a_hung_worker_is_left_behind_and_healed_when_it_returns(tmp_path: Path) -> None:
     """Worker 0 sleeps 2 s at step 20 (its heartbeats go on): after the lighthouse's
     join timeout (0.5 s) the others go on without it; when it wakes it is behind,
     is healed from a live peer at its next round and jumps to the job's step."""
     steps = 2000
-    records = _job("local-sgd", [("hang", 0, 20)], restarts=0, join_timeout=0.5, steps=steps)
+    records = _job("local-sgd", [("hang", 0, 20, 2.0)], tmp_path, restarts=0, join_timeout=0.5,
+                   steps=steps)
     for record in records:
         taken = _steps(record)
         assert record["attempt"] == 0 and taken[-1] == steps

@@ -47,6 +47,7 @@ _RUNNERS = {
     "fidelity": ("fidelity", "run"),
     "startup": ("startup", "run"),
     "equal-steps": ("equal_steps", "run"),
+    "elastic": ("elastic", "run"),
 }
 
 

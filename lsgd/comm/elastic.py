@@ -45,6 +45,7 @@ import datetime
 import importlib.util
 import logging
 import os
+import socket
 import time
 import warnings
 from collections.abc import Callable
@@ -118,6 +119,8 @@ class ElasticCommunicator(Communicator):
         # torchft warns at every new quorum that it cannot reset NCCL's flight recorder,
         # and torch that a received checkpoint's buffer is read-only: neither matters here.
         logging.getLogger("torchft.manager").setLevel(logging.ERROR)
+        if address != "127.0.0.1":  # torchft's HTTP checkpoint transport advertises this
+            socket.gethostname = lambda: address  # type: ignore[assignment]
         warnings.filterwarnings("ignore", message="The given buffer is not writable")
         import torch.distributed as dist
         from torchft.manager import Manager
@@ -127,8 +130,7 @@ class ElasticCommunicator(Communicator):
         self._store = dist.TCPStore(host_name=address, port=0, is_master=True,
                                     wait_for_workers=False)
         self._pg = ProcessGroupGloo(timeout=patience)
-        self._save: Callable[[], dict[str, Any]] = dict
-        self._load: Callable[[dict[str, Any]], None] = lambda state: None
+        self._parts: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {}
         self._members: list[int] | None = None
         self.healed = False  # whether the last begin_round healed this worker
         self.heals = 0
@@ -142,19 +144,19 @@ class ElasticCommunicator(Communicator):
             connect_timeout=datetime.timedelta(seconds=60), init_sync=False)
 
     # -- what a healed worker receives ------------------------------------
-    def set_state(self, save: Callable[[], dict[str, Any]],
-                  load: Callable[[dict[str, Any]], None]) -> None:
-        """What an up-to-date worker sends to a healing one (``save``), and how the
-        healing one takes it (``load``)."""
-        self._save, self._load = save, load
+    def add_state(self, name: str, save: Callable[[], Any], load: Callable[[Any], None]) -> None:
+        """A part of what an up-to-date worker sends to a healing one: ``save()`` there,
+        ``load(value)`` here (the parts are taken in the order they were added)."""
+        self._parts[name] = (save, load)
 
     def _on_send(self) -> dict[str, Any]:
-        return _cloned(self._save())
+        return _cloned({name: save() for name, (save, _) in self._parts.items()})
 
     def _on_heal(self, state: dict[str, Any]) -> None:
         size = _payload_bytes(state)
         self._record_in("join", 0, size, 0.0)
-        self._load(state)
+        for name, (_, load) in self._parts.items():
+            load(state[name])
         self.healed = True
         self.heals += 1
 

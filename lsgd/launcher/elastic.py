@@ -13,6 +13,7 @@ interpreters), so ``fn`` and ``args`` must be picklable. Loopback only.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pickle
@@ -25,6 +26,9 @@ from typing import Any, TypeVar
 
 from lsgd.comm.elastic import require_torchft, start_lighthouse
 from lsgd.launcher.worker import LaunchError
+from lsgd.links.spec import Link
+
+LIGHTHOUSE_PORT = 29510  # inside node 0's namespace
 
 T = TypeVar("T")
 
@@ -39,6 +43,7 @@ def launch_elastic(
     threads_per_worker: int | None = None,
     join_timeout: float = 30.0,
     heartbeat_timeout: float = 2.0,
+    link: str | Link | None = None,
 ) -> list[T]:
     """Run ``fn(info, slot, slots, lighthouse, *args)`` for each of ``slots`` workers;
     their results by slot. ``timeout`` bounds the whole job (seconds); a worker
@@ -48,33 +53,45 @@ def launch_elastic(
     if not isinstance(restarts, int) or restarts < 0:
         raise ValueError(f"launch_elastic: restarts must be 0 or more, got {restarts!r}")
     require_torchft()
-    port = _free_port()
-    lighthouse = start_lighthouse(port, 1, bind_host="127.0.0.1", join_timeout=join_timeout,
-                                  heartbeat_timeout=heartbeat_timeout)
     threads = threads_per_worker or max(1, (os.cpu_count() or 1) // slots)
-    context = multiprocessing.get_context("spawn")
-    with tempfile.TemporaryDirectory(prefix="lsgd-elastic-") as folder:
-        paths = [Path(folder) / f"slot{slot}.pkl" for slot in range(slots)]
+    with contextlib.ExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lsgd-elastic-")))
+        context = multiprocessing.get_context("spawn")
+        if link is None:
+            port = _free_port()
+            lighthouse = start_lighthouse(port, 1, bind_host="127.0.0.1",
+                                          join_timeout=join_timeout,
+                                          heartbeat_timeout=heartbeat_timeout)
+            stack.callback(lighthouse.shutdown)
+            where = [(None, "127.0.0.1")] * slots
+            address = f"http://127.0.0.1:{port}"
+        else:
+            from lsgd.links.netns import ShapedNetwork, node_address
+
+            net = stack.enter_context(ShapedNetwork(slots, link))
+            where = [(net.namespaces[n], node_address(n)) for n in range(slots)]
+            server = context.Process(target=_lighthouse, name="lsgd-lighthouse",
+                                     args=(where[0][0], LIGHTHOUSE_PORT, join_timeout,
+                                           heartbeat_timeout), daemon=True)
+            server.start()
+            stack.callback(_stop, server)
+            address = f"http://{node_address(0)}:{LIGHTHOUSE_PORT}"
+        paths = [folder / f"slot{slot}.pkl" for slot in range(slots)]
         agents = [context.Process(
             target=_agent, name=f"lsgd-elastic-agent-{slot}",
-            args=(fn, slot, slots, f"http://127.0.0.1:{port}", tuple(args), restarts,
-                  timeout, threads, str(paths[slot])))
+            args=(fn, slot, slots, address, tuple(args), restarts, timeout, threads,
+                  str(paths[slot]), *where[slot]))
             for slot in range(slots)]
-        try:
-            for agent in agents:
-                agent.start()
-            deadline = time.monotonic() + timeout
-            for agent in agents:
-                agent.join(max(0.0, deadline - time.monotonic()))
-            late = [slot for slot, agent in enumerate(agents) if agent.is_alive()]
-            if late:
-                raise LaunchError(f"elastic job: workers {late} still running after {timeout} s")
-        finally:
-            for agent in agents:
-                if agent.is_alive():
-                    agent.kill()
-                    agent.join(5)
-            lighthouse.shutdown()
+        for agent in agents:
+            stack.callback(_stop, agent)
+        for agent in agents:
+            agent.start()
+        deadline = time.monotonic() + timeout
+        for agent in agents:
+            agent.join(max(0.0, deadline - time.monotonic()))
+        late = [slot for slot, agent in enumerate(agents) if agent.is_alive()]
+        if late:
+            raise LaunchError(f"elastic job: workers {late} still running after {timeout} s")
         outcomes = [_read(path) for path in paths]
     failures = [line for outcome in outcomes for line in outcome["failures"]]
     if failures:
@@ -84,10 +101,18 @@ def launch_elastic(
 
 def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
            args: tuple[Any, ...], restarts: int, timeout: float, threads: int,
-           path: str) -> None:
-    """One worker's agent (a spawned process): torch's elastic agent with restarts."""
+           path: str, namespace: str | None, address: str) -> None:
+    """One worker's agent (a spawned process, in its node's namespace on shaped links):
+    torch's elastic agent with restarts."""
     from lsgd.launcher.local import launch_local
 
+    if namespace is not None:
+        from lsgd.links.netns import enter_namespace
+
+        enter_namespace(namespace)
+        os.environ["GLOO_SOCKET_IFNAME"] = "eth0"
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d: no reverse DNS here
+        args = (*args, address)  # fn's keyword ``address``, as the last positional
     outcome: dict[str, Any]
     try:
         (result,) = launch_local(fn, 1, 1, args=(slot, slots, lighthouse, *args),
@@ -97,6 +122,27 @@ def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
     except LaunchError as error:
         outcome = {"result": None, "failures": [f"worker {slot}: {error}"]}
     Path(path).write_bytes(pickle.dumps(outcome))
+
+
+def _lighthouse(namespace: str, port: int, join_timeout: float,
+                heartbeat_timeout: float) -> None:
+    """The lighthouse in node 0's namespace (a spawned process), until it is stopped."""
+    from lsgd.links.netns import enter_namespace
+
+    enter_namespace(namespace)
+    server = start_lighthouse(port, 1, join_timeout=join_timeout,
+                              heartbeat_timeout=heartbeat_timeout)
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        server.shutdown()
+
+
+def _stop(process: Any) -> None:
+    if process.is_alive():
+        process.kill()
+        process.join(5)
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -116,6 +116,15 @@ def _setns(fd: int) -> None:
         raise OSError(ctypes.get_errno(), "setns into a network namespace failed")
 
 
+def enter_namespace(name: str) -> None:
+    """Move the calling process into the network namespace ``name`` (under /run/netns)."""
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        _setns(fd)
+    finally:
+        os.close(fd)
+
+
 def node_address(node: int) -> str:
     """Node ``node``'s address on the shaped network."""
     return f"{SUBNET}.{FIRST_HOST + node}"
@@ -246,11 +255,7 @@ class ShapedNetwork:
     def enter(self, node: int) -> None:
         """Move the calling process into node ``node``'s network namespace (for a
         process forked to run there: its sockets then see only that node's links)."""
-        fd = os.open(f"/run/netns/{self.namespaces[node]}", os.O_RDONLY)
-        try:
-            _setns(fd)
-        finally:
-            os.close(fd)
+        enter_namespace(self.namespaces[node])
 
     def __enter__(self) -> ShapedNetwork:
         # SIGTERM becomes an exception here, so that ``__exit__`` still cleans up.

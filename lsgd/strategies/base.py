@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -153,10 +153,11 @@ class Strategy(Recovery):
         self.at_sync_point = True
         self._rounds = Rounds(self.comm, [], self.asynchronous)
         self._pipeline: Pipeline | None = None  # overlapped or compressed rounds in flight
-        # Elastic (torchft): nothing is exchanged outside rounds; a worker joins at its
-        # first step (lsgd.strategies.elastic), from the same seed or healed from a peer.
+        # Elastic (torchft, lsgd.strategies.elastic): nothing is exchanged outside rounds.
         self._elastic = bool(getattr(self.comm, "elastic", False))
         self._joined = not self._elastic
+        #: Elastic: called inside every round after the method's rule (the trainer's hook).
+        self.on_round: Callable[[], None] | None = None
         if self._elastic:
             elastic.check_method(self)
         else:

@@ -66,7 +66,7 @@ def check(strategy: Strategy) -> None:
     if len(strategy._rounds.cadences) != 1:
         raise ValueError(f"{name}: elastic training runs one level of rounds among all "
                          "workers (one worker per node, single-leader)")
-    strategy.comm.set_state(lambda: _send(strategy),  # type: ignore[attr-defined]
+    strategy.comm.add_state("strategy", lambda: _send(strategy),  # type: ignore[attr-defined]
                             lambda state: _take(strategy, state))
 
 
@@ -84,9 +84,10 @@ def _take(strategy: Strategy, state: dict[str, Any]) -> None:
     strategy._baseline, strategy.resets, strategy.wait_seconds = own
 
 
-def run_round(strategy: Strategy, body: Callable[[], None]) -> bool:
+def run_round(strategy: Strategy, body: Callable[[], None], hook: bool = True) -> bool:
     """One round as a quorum point: ``body`` (the method's collectives and rule) among
-    the members; a healed worker enters it as diverged. Whether it was committed."""
+    the members, then ``strategy.on_round`` if set and ``hook``; a healed worker enters
+    it as diverged. Whether it was committed."""
     comm = strategy.comm
     try:
         comm.begin_round()  # type: ignore[attr-defined]
@@ -94,6 +95,8 @@ def run_round(strategy: Strategy, body: Callable[[], None]) -> bool:
             for tensor in strategy._state:
                 tensor.fill_(math.nan)
         body()
+        if hook and strategy.on_round is not None:
+            strategy.on_round()
     except RoundFailed:
         pass
     return bool(comm.end_round())  # type: ignore[attr-defined]
@@ -103,12 +106,17 @@ def join(strategy: Strategy, round_of: Callable[[list[str]], None]) -> bool:
     """A worker's first quorum, at its first step. If it was healed (the job was
     running) it takes part in the others' round, due at its new step count, and
     ``True`` is returned: that step is spent joining."""
+    healed: list[bool] = []
+
     def body() -> None:
         if strategy.comm.healed:  # type: ignore[attr-defined]
+            healed.append(True)
             due = [c.name for c in strategy._rounds.cadences
                    if strategy.steps % c.period == c.offset]
             round_of(due)
+            if strategy.on_round is not None:
+                strategy.on_round()
 
     with torch.no_grad():
-        run_round(strategy, body)
-    return bool(strategy.comm.healed)  # type: ignore[attr-defined]
+        run_round(strategy, body, hook=False)
+    return bool(healed)

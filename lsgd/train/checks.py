@@ -65,6 +65,10 @@ def config_errors(cfg: Any) -> list[str]:
             errors.append(f"--bn-buffers {cfg.bn_buffers} with sync_buffers = false: "
                           "give only --bn-buffers")
     errors += _pipeline_errors(cfg)
+    if cfg.elastic:
+        errors += _elastic_errors(cfg)
+    elif cfg.min_workers != 1 or cfg.join_timeout != 30.0:
+        errors.append("--min-workers and --join-timeout are settings of --elastic; add it")
     if cfg.asynchronous and cfg.method not in ASYNCHRONOUS:
         errors.append(f"--async works with --method {', '.join(ASYNCHRONOUS)}; "
                       f"{cfg.method} is synchronous")
@@ -93,6 +97,31 @@ def config_errors(cfg: Any) -> list[str]:
         elif match.group(1) == "kill" and cfg.backend == "threads":
             errors.append(f"--fault {item!r}: kill needs worker processes; drop "
                           "--backend threads")
+    return errors
+
+
+ELASTIC = ("lsgd", "diloco", "local-sgd")
+
+
+def _elastic_errors(cfg: Any) -> list[str]:
+    """What --elastic (lsgd.train.elastic) does not take."""
+    errors: list[str] = []
+    if cfg.method not in ELASTIC:
+        errors.append(f"--elastic works with --method {', '.join(ELASTIC)}; not {cfg.method}")
+    if cfg.groups not in (1, cfg.workers):
+        errors.append(f"--elastic --groups {cfg.groups}: each worker is a node of its own; "
+                      f"give --groups {cfg.workers} (or leave it out)")
+    if cfg.min_workers > cfg.workers:
+        errors.append(f"--min-workers {cfg.min_workers}: at most --workers {cfg.workers}")
+    unsupported = [flag_ for flag_, given in (
+        ("--async", cfg.asynchronous), ("--hierarchical", cfg.hierarchical),
+        ("--overlap", cfg.overlap != 0), ("--fragments", cfg.fragments != 1),
+        ("--compress", cfg.compress != "none"), ("--checkpoint-every", cfg.checkpoint_every),
+        ("--resume", cfg.resume), ("--backend threads", cfg.backend == "threads"),
+        ("--straggle", cfg.straggle)) if given]
+    if unsupported:
+        errors.append(f"--elastic runs blocking rounds of one level from a fresh start, in "
+                      f"processes; drop {', '.join(unsupported)}")
     return errors
 
 

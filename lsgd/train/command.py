@@ -92,25 +92,32 @@ def print_summary(summary: dict[str, Any]) -> None:
                    f"{summary['backend']})"),
         ("model / data", f"{summary['model']} on {summary['dataset']}"),
         ("center test accuracy", pct(summary["test_accuracy"])),
-        ("leader test accuracy", pct(summary["leader_test_accuracy"])),
+        ("leader test accuracy", pct(summary.get("leader_test_accuracy"))),
         ("steps / epochs", f"{summary['steps']:g} / {summary['epochs']:.2f}"
                            + (" (mean of the workers)" if summary.get("asynchronous") else "")),
-        ("steps per worker", " ".join(str(n) for n in summary.get("worker_steps", []))
-                             + f" ({summary.get('steps_per_second', 0):.1f} steps/s in all)"),
-        ("time in rounds", " ".join(f"{t:.1f}" for t in summary.get("worker_wait_seconds", []))
-                           + _clock_unit(summary)),
         ("training time", f"{summary['train_seconds']:.1f} s "
-                          f"({summary['seconds_per_epoch'] or 0:.1f} s/epoch)"),
-        ("data loading", f"{100 * summary['data_loading_fraction']:.1f}% of step time"),
+                          f"({summary.get('seconds_per_epoch') or 0:.1f} s/epoch)"),
+        ("data loading", "-" if summary.get("data_loading_fraction") is None
+                         else f"{100 * summary['data_loading_fraction']:.1f}% of step time"),
         ("sent per worker", f"{summary['bytes_sent_per_worker'] / 1e6:.2f} MB "
                             f"in {summary['rounds']} rounds"),
         ("run folder", summary["out"]),
     ]
+    if "worker_steps" in summary:  # not in elastic runs, whose workers come and go
+        rows[5:5] = [
+            ("steps per worker", " ".join(str(n) for n in summary["worker_steps"])
+                                 + f" ({summary.get('steps_per_second', 0):.1f} steps/s in all)"),
+            ("time in rounds", " ".join(f"{t:.1f}" for t in summary["worker_wait_seconds"])
+                               + _clock_unit(summary))]
     if summary.get("link"):
-        rows.insert(-1, ("link", f"{summary['link']} ({summary['link_kind']}); communicating "
-                                 + " ".join(f"{t:.1f}" for t in
-                                            summary.get("worker_comm_seconds", []))
-                                 + " s per worker"))
+        comm = summary.get("worker_comm_seconds")
+        rows.insert(-1, ("link", f"{summary['link']} ({summary['link_kind']})" + (
+            "; communicating " + " ".join(f"{t:.1f}" for t in comm) + " s per worker"
+            if comm else "")))
+    if summary.get("elastic"):
+        rows.insert(-1, ("elastic", f"{summary['members_at_end']} of {summary['workers']} "
+                                    f"workers at the end; {summary['heals']} heal(s) from a "
+                                    "live worker"))
     if summary.get("plots"):
         rows.append(("plots", ", ".join(summary["plots"])))
     width = max(len(k) for k, _ in rows)

@@ -185,6 +185,13 @@ class TrainConfig:
     restarts: int = _f(0, "restart the workers up to N times after a failure (a worker "
                           "killed, a node lost), from the latest checkpoint; under torchrun "
                           "use its --max-restarts instead")
+    elastic: bool = _f(False, "keep training when workers fail (torchft, pip install "
+                              "'lsgd[torchft]'): the others go on without a restart, and a "
+                              "worker started again (--restarts) rejoins from a live one; "
+                              "lsgd, diloco and local-sgd, one worker per node")
+    min_workers: int = _f(1, "--elastic: rounds with fewer workers are not committed")
+    join_timeout: float = _f(30.0, "--elastic: seconds a round waits for a live worker that has "
+                                   "not come to it (a slow or hung one) before going on without")
     fault: list[str] = _f((), "for tests: KIND:RANK:STEP makes worker RANK fail at its step "
                               "STEP; KIND nan (its loss becomes NaN) or kill (SIGKILL, first "
                               "attempt only); repeatable")

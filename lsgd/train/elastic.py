@@ -1,128 +1,264 @@
-"""One elastic worker (torchft): trains ``lsgd train``'s model and data for a fixed
-number of steps while workers leave and return (:mod:`lsgd.strategies.elastic`).
+"""``lsgd train --elastic``: a run that goes on when workers fail (torchft).
 
-:func:`elastic_worker` is what :func:`lsgd.launcher.elastic.launch_elastic` runs
-in every slot: the dataset, model (the same initial model on every worker,
-from the seed), inner optimizer and strategy of ``lsgd train``'s configuration,
-with an :class:`~lsgd.comm.elastic.ElasticCommunicator`. Worker ``slot`` reads
-its own shard of each epoch; its batch is chosen by its step count, so a
-joining worker, which takes the job's step count, goes on with the job's next
-batch. Faults for tests and benchmarks, each ``(kind, slot, step)``, on a
-worker's first attempt only: ``kill`` (SIGKILL before that step, as ``lsgd
-train --fault``) and ``hang`` (sleep for ``hang_seconds`` before it, its
-heartbeats going on); ``slot`` may be ``"leader"``: the worker that is the
-leader elected last at that step (LSGD).
+Each worker is a torchft replica group of one process, started by an elastic
+agent of its own (:func:`lsgd.launcher.elastic.launch_elastic`), with an
+:class:`~lsgd.comm.elastic.ElasticCommunicator`; the strategy's rounds are the
+quorum points (:mod:`lsgd.strategies.elastic`). Everything the workers decide
+together is decided inside a round, among its members, right after the
+method's rule (``Strategy.on_round``):
 
-It returns the worker's record: its step count after each step with the time
-(``trace``), its rounds, heals, failed rounds and the bytes it sent, received
-and received in heals, and the test accuracy of the center (the average of
-the members' models, one all-reduce in a last round, ``"eval"`` traffic; the
-worker's own model if that round fails).
+* **the clock and the budgets**: the members all-gather their training
+  seconds (``"control"`` traffic) and take the largest; the run stops at the
+  first round where the step count (the same on every member) or that clock
+  reaches its budget;
+* **evaluations**, at the first round where ``--eval-every`` (steps or
+  seconds) is due: the center (the members' mean, one all-reduce, ``"eval"``
+  traffic) is evaluated on the test set, each member its own interleaved
+  slice; the sums are gathered, and every member appends the same row;
+* **who writes**: the member with the lowest slot writes ``metrics.csv`` and,
+  at the end, ``summary.json`` and the figures.
+
+A joining worker receives with the strategy's state the run's own (its rows,
+training seconds, next evaluation, learning-rate schedule), so it continues
+the run where the others are. Worker ``slot`` reads its shard of each epoch,
+the batch chosen by its step count. No checkpoint is written or read.
+
+Faults for tests and benchmarks, on a worker's first attempt only:
+``--fault kill:R:S`` (SIGKILL before step S), ``nan:R:S``, and in
+:func:`elastic_worker`'s ``extra_faults`` ``("kill" | "hang", slot, step)``
+where ``slot`` may be ``"leader"`` (the leader elected last) and a hang takes
+a fourth item, its seconds (default 10; the worker's heartbeats go on).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import signal
 import time
 from typing import Any
 
+import torch
+from torch.nn import functional as F
+
+from lsgd import data as datasets
+from lsgd.comm.elastic import ElasticCommunicator
+from lsgd.models import build_model
+from lsgd.strategies.state import on_state_
+from lsgd.train import outputs
+from lsgd.train.build import Source, load_data, make_optimizer, steps_per_epoch, strategy_knobs
+from lsgd.train.config import TrainConfig
+from lsgd.train.evaluate import evaluate
+from lsgd.train.faults import Faults
+from lsgd.train.schedule import Schedule
+
 ATTEMPT = "TORCHELASTIC_RESTART_COUNT"
 
 
-def elastic_worker(info: Any, slot: int, slots: int, lighthouse: str,
-                   settings: dict[str, Any]) -> dict[str, Any]:
-    """Train worker ``slot`` of ``slots`` until its step count reaches ``settings["steps"]``.
+class ElasticRun:
+    """One worker of an elastic run (see the module docstring)."""
 
-    ``settings``: the :class:`~lsgd.train.config.TrainConfig` fields under
-    ``"config"``, ``"steps"``, ``"timeout"`` (seconds per collective),
-    ``"faults"`` (a list of ``(kind, slot, step)``), ``"hang_seconds"``,
-    ``"t0"`` (the job's start, :func:`time.time`).
-    """
-    import torch
-    from torch.nn import functional as F
+    def __init__(self, slot: int, slots: int, lighthouse: str, cfg: TrainConfig,
+                 address: str, t0: float, extra_faults: list[tuple[Any, ...]]) -> None:
+        import lsgd
 
-    from lsgd import data as datasets
-    from lsgd.comm.elastic import ElasticCommunicator
-    from lsgd.models import build_model
-    from lsgd.train.build import Source, load_data, make_optimizer, steps_per_epoch, strategy_knobs
-    from lsgd.train.config import make_config
-    from lsgd.train.evaluate import evaluate
+        self.slot, self.cfg, self.t0 = slot, cfg, t0
+        self.attempt = int(os.environ.get(ATTEMPT, "0"))
+        self.started = time.time() - t0
+        self.comm = ElasticCommunicator(slot, slots, lighthouse=lighthouse, address=address,
+                                        min_members=cfg.min_workers, timeout=cfg.timeout)
+        self.source = Source(load_data(cfg), cfg, torch.device("cpu"))
+        torch.manual_seed(cfg.seed)  # the same initial model on every worker
+        self.model = build_model(cfg.model, self.source.input_shape(), self.source.data.classes)
+        self.opt = make_optimizer(cfg, self.model)
+        self.strategy = lsgd.make_strategy(cfg.method, self.model, self.opt, comm=self.comm,
+                                           **strategy_knobs(cfg))
+        self.strategy.on_round = self._after_round
+        self.comm.add_state("run", self._send, self._take)
+        self.schedule = Schedule(self.opt, cfg.schedule, cfg.drops, cfg.drop_factor,
+                                 cfg.patience, cfg.warmup_epochs)
+        torch.manual_seed(cfg.seed * 7919 + 1 + slot + 101 * self.attempt)
+        self.generator = torch.Generator().manual_seed(
+            cfg.seed * 7919 + 10_000 + slot + 101 * self.attempt)
+        self.per_epoch = steps_per_epoch(cfg, self.source.n_train)
+        budget = cfg.budgets()
+        self.max_steps = min(budget.get("steps", math.inf),
+                             math.ceil(budget["epochs"] * self.per_epoch)
+                             if "epochs" in budget else math.inf)
+        self.max_seconds = budget.get("minutes", math.inf) * 60
+        kind, every = cfg.eval_interval()
+        if kind == "auto":
+            kind, every = (("steps", max(1, int(self.max_steps) // 10))
+                           if math.isfinite(self.max_steps) else ("seconds", self.max_seconds / 10))
+        self.eval_kind, self.eval_every, self.next_eval = kind, every, every
+        self.faults = Faults(cfg.faults(), slot, self.attempt)
+        self.extra_faults = list(extra_faults) if self.attempt == 0 else []
+        self.train_seconds, self.rows, self.stop = 0.0, [], False
+        self.trace: list[tuple[float, int]] = []
+        self.join_gap: float | None = None
+        self.writer = False  # the lowest member of the last round writes the files
 
-    import lsgd
+    # -- what a joining worker receives ---------------------------------------
+    def _send(self) -> dict[str, Any]:
+        return {"train_seconds": self.train_seconds, "rows": self.rows,
+                "next_eval": self.next_eval, "schedule": self.schedule.state_dict()}
 
-    attempt = int(os.environ.get(ATTEMPT, "0"))
-    t0 = float(settings.get("t0", time.time()))
-    cfg = make_config(dict(settings["config"], workers=slots, backend="processes"))
-    comm = ElasticCommunicator(slot, slots, lighthouse=lighthouse,
-                               timeout=float(settings.get("timeout", 30.0)))
-    source = Source(load_data(cfg), cfg, torch.device("cpu"))
-    torch.manual_seed(cfg.seed)  # the same initial model on every worker
-    model = build_model(cfg.model, source.input_shape(), source.data.classes)
-    optimizer = make_optimizer(cfg, model)
-    strategy = lsgd.make_strategy(cfg.method, model, optimizer, comm=comm,
-                                  **strategy_knobs(cfg))
-    generator = torch.Generator().manual_seed(cfg.seed * 7919 + 10_000 + slot + 101 * attempt)
-    per_epoch = steps_per_epoch(cfg, source.n_train)
-    faults = [tuple(fault) for fault in settings.get("faults", [])] if attempt == 0 else []
-    trace: list[tuple[float, int]] = []
-    started = time.time() - t0
-    order, epoch = None, -1
-    join_gap: float | None = None
-    while strategy.steps < settings["steps"]:
-        step = strategy.steps
-        for kind, who, at in faults:
-            if at == step and who in (slot, "leader" if _leads(strategy, slot) else None):
+    def _take(self, state: dict[str, Any]) -> None:
+        self.train_seconds = float(state["train_seconds"])
+        self.rows = list(state["rows"])
+        self.next_eval = float(state["next_eval"])
+        self.schedule.load_state_dict(state["schedule"])
+
+    # -- inside every round ---------------------------------------------------
+    def _after_round(self) -> None:
+        """Agree on the clock; stop or evaluate when due (collective among the members)."""
+        comm = self.comm
+        with comm.category("control"):
+            clock = float(torch.nan_to_num(comm.all_gather(
+                torch.tensor([self.train_seconds], dtype=torch.float64)), nan=0.0).max())
+        steps = self.strategy.steps
+        stop = steps >= self.max_steps or clock >= self.max_seconds
+        position = steps if self.eval_kind == "steps" else clock
+        if stop or position >= self.next_eval:
+            self.rows.append(self._evaluate(clock))
+            while self.next_eval <= position:
+                self.next_eval += self.eval_every
+            self.schedule.observe(self.rows[-1]["center_loss"])
+            members = comm.members()
+            self.writer = members[0] == self.slot
+            if self.writer:
+                fields = outputs.METRIC_FIELDS + [k for k in self.rows[-1]
+                                                  if k not in outputs.METRIC_FIELDS]
+                outputs.write_csv(self.cfg.out_dir / "metrics.csv", self.rows, fields)
+        self.stop = stop
+
+    def _evaluate(self, clock: float) -> dict[str, Any]:
+        comm, members = self.comm, self.comm.members()
+        center = copy.deepcopy(self.model)
+        with comm.category("eval"):
+            on_state_(center, lambda buffer: comm.all_reduce_(buffer, op="mean"))
+        loss, correct, count = evaluate(center, self.source, members.index(self.slot),
+                                        len(members))
+        report = self.strategy.report()
+        mine = torch.tensor([loss, correct, count, report.bytes_sent, self.comm.heals],
+                            dtype=torch.float64)
+        with comm.category("eval"):
+            table = comm.all_gather(mine)
+        sums = torch.nansum(table, dim=0)
+        total = float(sums[2])
+        return {"time": clock, "wall_time": time.time() - self.t0,
+                "steps": float(self.strategy.steps),
+                "epoch": self.strategy.steps / self.per_epoch,
+                "lr": self.opt.param_groups[0]["lr"],
+                "center_loss": float(sums[0]) / total, "center_accuracy": float(sums[1]) / total,
+                "leader_rank": getattr(self.strategy, "leader_rank", None),
+                "leader_loss": math.nan, "leader_accuracy": math.nan, "train_loss": math.nan,
+                "bytes_sent_per_worker": float(sums[3]) / len(members),
+                "rounds": report.rounds, "members": len(members),
+                "heals": int(sums[4])}
+
+    # -- the loop -------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        cfg, strategy = self.cfg, self.strategy
+        order, epoch = None, -1
+        while not self.stop:
+            step = strategy.steps
+            self._faults(step)
+            if step // self.per_epoch != epoch:
+                epoch = step // self.per_epoch
+                order = datasets.shard(self.source.n_train, self.slot, self.comm.world_size,
+                                       epoch, cfg.seed)
+            assert order is not None
+            batch = step % self.per_epoch
+            t0 = time.perf_counter()
+            x, y = self.source.train_batch(order[batch * cfg.batch_size:
+                                                 (batch + 1) * cfg.batch_size], self.generator)
+            self.schedule.at(step / self.per_epoch, self.train_seconds / 60)
+            loss = F.cross_entropy(self.model(x), y)
+            if self.faults.active:
+                loss = self.faults.apply(loss, step + 1)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            joined_before = self.comm.heals
+            strategy.step(loss)  # its rounds run _after_round
+            if self.comm.heals == joined_before:  # a heal brought the run's own clock
+                self.train_seconds += time.perf_counter() - t0
+            self.trace.append((time.time() - self.t0, strategy.steps))
+            if self.join_gap is None and self.comm.heals:
+                self.join_gap = _gap_to_target(strategy)
+        return self._result()
+
+    def _faults(self, step: int) -> None:
+        leads = getattr(self.strategy, "leader_rank", None) == self.slot
+        for kind, who, at, *seconds in self.extra_faults:
+            if at == step and who in (self.slot, "leader" if leads else None):
                 if kind == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
-                time.sleep(float(settings.get("hang_seconds", 10.0)))
-        if step // per_epoch != epoch:
-            epoch = step // per_epoch
-            order = datasets.shard(source.n_train, slot, slots, epoch, cfg.seed)
-        batch = step % per_epoch
-        assert order is not None
-        x, y = source.train_batch(order[batch * cfg.batch_size:(batch + 1) * cfg.batch_size],
-                                  generator)
-        loss = F.cross_entropy(model(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        strategy.step(loss)
-        trace.append((time.time() - t0, strategy.steps))
-        if join_gap is None and comm.heals:
-            join_gap = _gap_to_target(strategy)
-    center = _center(strategy, comm)
-    _, correct, count = evaluate(center, source)
-    report = strategy.report()
-    result = {"slot": slot, "attempt": attempt, "started": started, "trace": trace,
-              "steps": strategy.steps, "rounds": report.rounds, "resets": report.resets,
-              "heals": comm.heals, "failed_rounds": comm.failed_rounds,
-              "committed_rounds": comm.committed_rounds(),
-              "bytes_sent": report.bytes_sent, "bytes_received": report.bytes_received,
-              "join_bytes": comm.stats("join").bytes_received,
-              "accuracy": correct / count, "join_gap": join_gap,
-              "leader_history": list(getattr(strategy, "leader_history", []))}
-    comm.close()
-    return result
+                time.sleep(seconds[0] if seconds else 10.0)
+
+    def _result(self) -> dict[str, Any]:
+        report = self.strategy.report()
+        last = self.rows[-1] if self.rows else {}
+        result = {"slot": self.slot, "attempt": self.attempt, "started": self.started,
+                  "trace": self.trace, "steps": self.strategy.steps, "rounds": report.rounds,
+                  "resets": report.resets, "heals": self.comm.heals,
+                  "failed_rounds": self.comm.failed_rounds,
+                  "committed_rounds": self.comm.committed_rounds(),
+                  "bytes_sent": report.bytes_sent, "bytes_received": report.bytes_received,
+                  "join_bytes": self.comm.stats("join").bytes_received,
+                  "accuracy": last.get("center_accuracy", math.nan),
+                  "join_gap": self.join_gap, "writer": self.writer,
+                  "leader_history": list(getattr(self.strategy, "leader_history", []))}
+        if self.writer:
+            result["summary"] = self._summary(last)
+        self.comm.close()
+        return result
+
+    def _summary(self, last: dict[str, Any]) -> dict[str, Any]:
+        from lsgd.train.plots import plot_run
+
+        cfg = self.cfg
+        summary = {
+            "method": cfg.method, "model": cfg.model, "dataset": cfg.dataset,
+            "workers": cfg.workers, "groups": cfg.groups, "backend": "processes",
+            "elastic": True, "test_accuracy": last["center_accuracy"],
+            "leader_test_accuracy": None, "leader_rank": last["leader_rank"],
+            "test_loss": last["center_loss"], "steps": self.strategy.steps,
+            "epochs": self.strategy.steps / self.per_epoch,
+            "wall_seconds": time.time() - self.t0, "train_seconds": self.train_seconds,
+            "seconds_per_epoch": self.train_seconds * self.per_epoch / max(1, self.strategy.steps),
+            "steps_per_second": self.strategy.steps / max(self.train_seconds, 1e-12),
+            "bytes_sent_per_worker": last["bytes_sent_per_worker"], "rounds": last["rounds"],
+            "members_at_end": last["members"], "heals": last["heals"],
+            "link": cfg.link, "link_kind": "shaped" if cfg.link else None,
+            "time_axis": "wall-clock seconds of training (the members' largest)",
+            "out": str(cfg.out_dir)}
+        outputs.write_json(cfg.out_dir / "summary.json", summary)
+        summary["plots"] = [str(p) for p in plot_run(cfg.out_dir)]
+        return summary
 
 
-def _center(strategy: Any, comm: Any) -> Any:
-    """The average of the members' models after the last step, from a last round."""
-    import copy
+def elastic_worker(info: Any, slot: int, slots: int, lighthouse: str, cfg: TrainConfig,
+                   t0: float, extra_faults: list[tuple[Any, ...]] = (),  # type: ignore[assignment]
+                   address: str = "127.0.0.1") -> dict[str, Any]:
+    """What :func:`~lsgd.launcher.elastic.launch_elastic` runs in every slot."""
+    return ElasticRun(slot, slots, lighthouse, cfg, address, t0, list(extra_faults)).run()
 
-    from lsgd.strategies.elastic import run_round
-    from lsgd.strategies.state import on_state_
 
-    replica = copy.deepcopy(strategy.module)
-    done: list[bool] = []
+def train_elastic(cfg: TrainConfig, extra_faults: list[tuple[Any, ...]] = ()  # type: ignore[assignment]
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Run ``cfg`` elastically into its run folder; (the summary, every slot's record)."""
+    from lsgd.launcher.elastic import launch_elastic
 
-    def body() -> None:
-        with comm.category("eval"):
-            on_state_(replica, lambda buffer: comm.all_reduce_(buffer, op="mean"))
-        done.append(True)
-
-    run_round(strategy, body)
-    return replica if done else strategy.module
+    records = launch_elastic(elastic_worker, cfg.workers, args=(cfg, time.time(),
+                                                                list(extra_faults)),
+                             restarts=cfg.restarts, timeout=cfg.timeout + 3600.0,
+                             join_timeout=cfg.join_timeout, link=cfg.link)
+    summaries = [r["summary"] for r in records if "summary" in r]
+    if not summaries:
+        raise RuntimeError("elastic run: no worker was left to write the summary")
+    return summaries[-1], records
 
 
 def _gap_to_target(strategy: Any) -> float:
@@ -134,11 +270,8 @@ def _gap_to_target(strategy: Any) -> float:
     elif hasattr(strategy, "global_state"):
         target = strategy.global_state.views
     else:
-        return float("nan")
+        return math.nan
     gaps = [float((a - b).abs().max()) for a, b in zip(strategy._state, target) if a.numel()]
-    return float("nan") if any(math.isnan(g) for g in gaps) else max(gaps, default=0.0)
+    return math.nan if any(math.isnan(g) for g in gaps) else max(gaps, default=0.0)
 
 
-def _leads(strategy: Any, slot: int) -> bool:
-    """Whether worker ``slot`` is the leader elected last (LSGD; never for the others)."""
-    return getattr(strategy, "leader_rank", None) == slot

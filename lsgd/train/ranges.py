@@ -18,6 +18,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "drop_factor": (0, 1, False, False),
     "warmup_epochs": (0, 1e6, True, True),
     "timeout": (0, 1e7, False, True),  # seconds: about 116 days
+    "join_timeout": (0, 1e7, False, True),
     "epochs": (0, 1e6, False, True),
     "minutes": (0, 1e8, False, True),
     "step_seconds": (0, 1e6, False, True),
@@ -26,7 +27,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
                                              "scope_global", "c_b", "c_d", "p_b", "p_d")},
 }
 POSITIVE_INTS = ("workers", "groups", "batch_size", "period", "leader_window", "patience",
-                 "gossip_period", "steps", "global_period", "fragments")
+                 "gossip_period", "steps", "global_period", "fragments", "min_workers")
 NON_NEGATIVE_INTS = ("bn_recalibrate", "checkpoint_every", "restarts")
 #: The largest count or interval any setting takes: above it a value is a mistake
 #: (a slip of the keyboard), not a plan; workers are started on this one machine.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -133,6 +134,10 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
         finally:
             shutdown()
     prepare(cfg, out)
+    if cfg.elastic:
+        from lsgd.train.elastic import train_elastic
+
+        return train_elastic(cfg)[0]
     if cfg.backend == "threads":
         results = lsgd.simulate(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
                                 seed=cfg.seed, step_time=cfg.step_times(),
@@ -177,6 +182,13 @@ def check_before_start(cfg: TrainConfig) -> None:
     from lsgd.train import loop
 
     loop.preflight(cfg)
+    if cfg.elastic:
+        if under_torchrun():
+            raise UsageError("--elastic starts its own agents and lighthouse; run it with "
+                             "lsgd train, not under torchrun (docs/multinode.md, \"Elastic\")")
+        if importlib.util.find_spec("torchft") is None:
+            raise UsageError("--elastic needs torchft, an optional extra: "
+                             "pip install 'lsgd[torchft]'")
     if cfg.resume and not under_torchrun():
         _check_resumable(cfg)
 

@@ -1,0 +1,132 @@
+"""Elastic: a worker killed mid-run, survived on torchft against restarted from a checkpoint.
+
+Four nodes behind shaped 100 Mbit/s links (``--links``; the loopback where
+links cannot be shaped) train CNN7 on Fashion-MNIST for 240 steps (the quick
+mode: three workers on the loopback, an MLP on the 8x8 digits); worker 2
+SIGKILLs itself before step 100 and is started again by its agent. Side by
+side:
+
+* **elastic** (``lsgd.launcher.elastic``, torchft): the survivors go on; the
+  killed worker rejoins at a round, healed from a live peer;
+* **restart from a checkpoint** (``lsgd train --restarts 1 --checkpoint-every C``,
+  torch's elastic agent): every worker stops, and all start again from the
+  latest checkpoint;
+* each without the fault, as the reference.
+
+Reported: the wall time of the whole job (from the benchmark's clock, so a
+restarted run counts every attempt), the steps that workers took twice
+(elastic: none by construction, checked from every survivor's trace; restart:
+``W`` workers times the steps since the last checkpoint), the seconds from
+the kill (when the survivors had taken step ``K - 1``) until the killed worker
+had rejoined (elastic only), the bytes a heal moved, and the test accuracy of
+the center at the end. LSGD and DiLoCo.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from lsgd.bench.common import Result
+
+NAME = "elastic"
+COLUMNS = ["method", "how", "fault", "wall s", "steps redone", "rejoin s", "heal MB",
+           "center acc"]
+
+
+def _setup(quick: bool, link: str | None) -> dict[str, Any]:
+    common = {"seed": 0, "quiet": True, "restarts": 1, "link": link,
+              "groups": None if link is None else 0}
+    if quick:
+        return common | {"workers": 3, "model": "mlp", "dataset": "digits", "steps": 96,
+                         "kill": 40, "period": 8, "every": 16, "batch_size": 32}
+    return common | {"workers": 4, "model": "cnn7", "dataset": "fashion-mnist", "steps": 240,
+                     "kill": 100, "period": 16, "every": 40, "batch_size": 64}
+
+
+def _config(method: str, setup: dict[str, Any], fault: bool, run: Path,
+            **extra: Any) -> Any:
+    from lsgd.train.config import make_config
+
+    settings = {key: setup[key] for key in ("workers", "model", "dataset", "steps", "period",
+                                             "batch_size", "seed", "quiet", "restarts", "link")}
+    if setup["link"] is not None:
+        settings["groups"] = setup["workers"]
+    return make_config(settings | {"method": method, "out": str(run),
+                                   "eval_every": str(setup["steps"]),
+                                   "fault": [f"kill:2:{setup['kill']}"] if fault else []}
+                       | extra)
+
+
+def _elastic(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> dict[str, Any]:
+    from lsgd.train.elastic import train_elastic
+    from lsgd.train.runner import prepare
+
+    cfg = _config(method, setup, fault, folder / f"{method}-elastic-{int(fault)}", elastic=True)
+    prepare(cfg, cfg.out_dir)
+    start = time.perf_counter()
+    summary, records = train_elastic(cfg)
+    wall = time.perf_counter() - start
+    kill = setup["kill"]
+    survivors = [r for r in records if r["attempt"] == 0]
+    redone = sum(_steps_back(r["trace"]) for r in survivors)
+    rejoin = float("nan")
+    joined = [r for r in records if r["attempt"] > 0]
+    if joined:
+        killed_at = max(t for r in survivors for t, s in r["trace"] if s == kill - 1)
+        rejoin = joined[0]["trace"][0][0] - killed_at
+    return {"wall": wall, "redone": redone, "rejoin": rejoin,
+            "heal_mb": sum(r["join_bytes"] for r in records) / 1e6,
+            "accuracy": summary["test_accuracy"]}
+
+
+def _steps_back(trace: list[tuple[float, int]]) -> int:
+    """Steps a worker took again: how far its step count ever went back, summed."""
+    steps = [s for _, s in trace]
+    return sum(max(0, a - b + 1) for a, b in zip(steps, steps[1:]) if b <= a)
+
+
+def _restart(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> dict[str, Any]:
+    from lsgd.train import runner
+
+    kill, every = setup["kill"], setup["every"]
+    cfg = _config(method, setup, fault, folder / f"{method}-restart-{int(fault)}",
+                  backend="processes", checkpoint_every=every)
+    start = time.perf_counter()
+    summary = runner.train(cfg)
+    wall = time.perf_counter() - start
+    assert summary is not None
+    redone = setup["workers"] * (kill - (kill // every) * every) if fault else 0
+    return {"wall": wall, "redone": redone, "rejoin": float("nan"), "heal_mb": 0.0,
+            "accuracy": summary["test_accuracy"]}
+
+
+def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    from lsgd.links.netns import shaping_problem
+
+    links = options.get("links") or ([] if quick or shaping_problem() else ["100mbit"])
+    setup = _setup(quick, links[0] if links else None)
+    methods = options.get("methods") or ["lsgd", "diloco"]
+    rows, data = [], {"setup": setup, "runs": {}}
+    with tempfile.TemporaryDirectory(prefix="lsgd-elastic-") as folder:
+        for method in methods:
+            for how in ("elastic", "restart"):
+                for fault in (False, True):
+                    got = (_elastic if how == "elastic" else _restart)(
+                        method, setup, fault, Path(folder))
+                    label = f"kill:2:{setup['kill']}" if fault else "none"
+                    data["runs"][f"{method}/{how}/{label}"] = got
+                    rows.append([method, "elastic (torchft)" if how == "elastic"
+                                 else f"restart, checkpoint every {setup['every']}",
+                                 label, got["wall"], got["redone"], got["rejoin"],
+                                 got["heal_mb"], got["accuracy"]])
+    where = f"{setup['workers']} nodes behind {setup['link']} shaped links" if setup["link"] \
+        else f"{setup['workers']} workers on the loopback"
+    notes = [f"{where}, {setup['model']} on "
+             f"{setup['dataset']}, {setup['steps']} steps, period {setup['period']}, seed 0; "
+             "worker 2 SIGKILLs itself before the step named and is restarted once by its "
+             "agent. Wall time from the benchmark's clock (every attempt)."]
+    return Result(NAME, "Elastic: survive a killed worker, or restart from a checkpoint",
+                  COLUMNS, rows, notes, data)
