@@ -17,7 +17,9 @@ from lsgd.comm import (
     simulate,
     worker_info,
 )
+from lsgd.comm.elastic import ElasticCommunicator
 from lsgd.launcher import LaunchError, launch
+from lsgd.launcher.elastic import launch_elastic
 from lsgd.optim import LARS, lars_param_groups
 from lsgd.strategies import EASGD, LSGD, AllReduce, Independent, LocalSGD, Strategy
 from lsgd.strategies import ALDSGD, DPSGD, MATCHA, Decentralized, DiLoCo, DivergedError, Report
@@ -25,7 +27,7 @@ from lsgd.registry import make_strategy, strategy_names
 from lsgd import topology
 from lsgd.topology import Topology
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "ALDSGD",
@@ -38,6 +40,7 @@ __all__ = [
     "DiLoCo",
     "DivergedError",
     "EASGD",
+    "ElasticCommunicator",
     "Independent",
     "LaunchError",
     "LARS",
@@ -52,6 +55,7 @@ __all__ = [
     "get_communicator",
     "lars_param_groups",
     "launch",
+    "launch_elastic",
     "make_strategy",
     "simulate",
     "strategy_names",

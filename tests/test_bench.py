@@ -292,3 +292,20 @@ def _mlp() -> object:
     from lsgd.models import build_model
 
     return build_model("mlp", (1, 8, 8), 10)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_elastic_quick_survives_where_a_restart_redoes_steps(tmp_path: Path) -> None:
+    import importlib.util
+
+    from lsgd.bench import runner
+
+    if importlib.util.find_spec("torchft") is None:
+        pytest.skip("torchft is not installed (pip install 'lsgd[torchft]')")
+    result = runner("elastic")(tmp_path, True, {"methods": ["lsgd"]})
+    rows = {(row[1].split()[0], row[2]): row for row in result.rows}
+    survived, restarted = rows[("elastic", "kill:2:40")], rows[("restart,", "kill:2:40")]
+    assert survived[4] == 0 and 0 < survived[5] < 30 and survived[6] > 0  # redone, rejoin s, MB
+    assert restarted[4] == 3 * 8  # 3 workers back from step 32 to 40
+    assert survived[7] > 0.9 and abs(survived[7] - rows[("elastic", "none")][7]) < 0.03

@@ -9,6 +9,7 @@ without it. The checks of bad input and of the missing extra run everywhere.
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,14 @@ from torch import nn
 
 import lsgd
 from lsgd.comm.base import LocalCommunicator
+from lsgd.links.netns import shaping_problem
 
 HAVE_TORCHFT = importlib.util.find_spec("torchft") is not None
 needs_torchft = pytest.mark.skipif(not HAVE_TORCHFT, reason="torchft is not installed "
                                    "(pip install 'lsgd[torchft]')")
 
 STEPS, PERIOD, SLOTS = 96, 8, 3
+SHAPING = shaping_problem()
 
 
 class _Elastic(LocalCommunicator):
@@ -41,8 +44,9 @@ def _model() -> tuple[nn.Module, torch.optim.Optimizer]:
 
 
 @pytest.mark.parametrize("method, knobs, message", [
-    ("easgd", {}, "runs LSGD, DiLoCo and local SGD"),
-    ("allreduce", {}, "runs LSGD, DiLoCo and local SGD"),
+    ("dpsgd", {}, "runs LSGD, DiLoCo, local SGD and EASGD"),
+    ("allreduce", {}, "runs LSGD, DiLoCo, local SGD and EASGD"),
+    ("easgd", {"init": "independent"}, "drop init='independent'"),
     ("lsgd", {"overlap": 2}, "drop overlap, fragments and compress"),
     ("diloco", {"compress": "int8"}, "drop overlap, fragments and compress"),
     ("local-sgd", {"asynchronous": True}, "drop asynchronous=True"),
@@ -62,10 +66,10 @@ def test_an_elastic_strategy_sends_nothing_at_construction() -> None:
 
 
 def test_without_torchft_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lsgd.comm import elastic
+    from lsgd.comm import elastic, quorum
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(elastic.importlib.util, "find_spec",
+    monkeypatch.setattr(quorum.importlib.util, "find_spec",
                         lambda name, *a: None if name == "torchft" else real(name, *a))
     with pytest.raises(RuntimeError, match=r"pip install 'lsgd\[torchft\]'"):
         elastic.ElasticCommunicator(0, 2, lighthouse="http://127.0.0.1:1")
@@ -85,19 +89,23 @@ def test_bad_slots(kwargs: dict[str, Any], message: str) -> None:
 # -- real processes ----------------------------------------------------------------
 
 def _job(method: str, faults: list[tuple[Any, ...]], tmp: Path, *, restarts: int = 1,
-         join_timeout: float = 30.0, steps: int = STEPS) -> list[dict[str, Any]]:
+         join_timeout: float = 30.0, steps: int = STEPS,
+         link: str | None = None, groups: int | None = None,
+         extra: dict[str, Any] | None = None) -> list[Any]:
     from lsgd.train.config import make_config
     from lsgd.train.elastic import train_elastic
     from lsgd.train.runner import prepare
 
     cfg = make_config({"method": method, "model": "mlp", "dataset": "digits",
-                       "workers": SLOTS, "period": PERIOD, "batch_size": 32, "seed": 0,
+                       "workers": (extra or {}).get("workers", SLOTS), "period": PERIOD, "batch_size": 32, "seed": 0,
                        "steps": steps, "elastic": True, "restarts": restarts,
                        "join_timeout": join_timeout, "timeout": 10.0, "quiet": True,
-                       "out": str(tmp / "run")})
+                       "out": str(tmp / "run"), "link": link,
+                       "groups": groups or (SLOTS if link else 1), **(extra or {})})
     prepare(cfg, cfg.out_dir)
     summary, records = train_elastic(cfg, faults)
     assert summary["steps"] == steps and (tmp / "run" / "metrics.csv").is_file()
+    assert summary["members_at_end"] == sum(r is not None for r in records)  # workers
     return records
 
 
@@ -105,11 +113,12 @@ def _steps(record: dict[str, Any]) -> list[int]:
     return [steps for _, steps in record["trace"]]
 
 
-def _survivor_checks(records: list[dict[str, Any]], survivors: list[int]) -> None:
+def _survivor_checks(records: list[dict[str, Any] | None], survivors: list[int]) -> None:
     """Survivors took every step once, in order, with no restart."""
     for slot in survivors:
-        assert records[slot]["attempt"] == 0
-        assert _steps(records[slot]) == list(range(1, STEPS + 1))
+        record = records[slot]
+        assert record is not None and record["attempt"] == 0
+        assert _steps(record) == list(range(1, STEPS + 1))
 
 
 @needs_torchft
@@ -167,3 +176,106 @@ def test_a_hung_worker_is_left_behind_and_healed_when_it_returns(tmp_path: Path)
     hung = _steps(records[0])
     assert records[0]["heals"] >= 1 and records[0]["join_bytes"] > 0
     assert max(b - a for a, b in zip(hung, hung[1:])) > PERIOD  # the heal moved it forward
+
+
+@needs_torchft
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_easgd_survives_a_kill_and_the_joiner_takes_the_center(tmp_path: Path) -> None:
+    records = _job("easgd", [("kill", 0, 36)], tmp_path)
+    _survivor_checks(records, [1, 2])
+    joined = records[0]
+    assert joined["attempt"] == 1 and joined["heals"] == 1 and joined["join_gap"] == 0.0
+    assert _steps(joined)[0] <= 36 + 2 * PERIOD and records[1]["accuracy"] > 0.8
+
+
+@needs_torchft
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(SHAPING is not None, reason=f"no shaped links here: {SHAPING}")
+def test_on_shaped_links_lsgd_and_diloco_survive_a_kill(tmp_path: Path) -> None:
+    """Three nodes behind 100 Mbit/s links, the lighthouse in node 0's namespace."""
+    for method in ("lsgd", "diloco"):
+        records = _job(method, [("kill", 1, 44)], tmp_path / method, link="100mbit")
+        _survivor_checks(records, [0, 2])
+        joined = records[1]
+        assert joined["attempt"] == 1 and joined["heals"] == 1 and joined["join_gap"] == 0.0
+        assert _steps(joined)[0] <= 44 + 2 * PERIOD
+
+
+@needs_torchft
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_node_lost_for_good_leaves_the_others_to_finish(tmp_path: Path) -> None:
+    """Worker 2 dies and its agent may not restart it (a node lost): the others finish."""
+    records = _job("lsgd", [("kill", 2, 40)], tmp_path, restarts=0)
+    assert records[2] is None
+    _survivor_checks(records, [0, 1])
+
+
+@needs_torchft
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_when_the_lighthouse_dies_every_worker_stops_and_says_so(tmp_path: Path) -> None:
+    """Two nodes as on separate machines (one torchrun each, torchft's own lighthouse);
+    the lighthouse is killed: no round can form, and both workers stop with a clear
+    error within the --timeout of 15 s."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time as clock
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    binary = shutil.which("torchft_lighthouse") or str(Path(sys.executable).parent
+                                                       / "torchft_lighthouse")
+    lighthouse = subprocess.Popen([binary, "--min_replicas", "1", "--bind", f"127.0.0.1:{port}",
+                                   "--heartbeat_timeout_ms", "2000"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  env={**os.environ, "RUST_LOG": "error"})
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+         "--max-restarts", "0", "-m", "lsgd", "train", "--elastic", "--workers", "2",
+         "--slot", str(k), "--lighthouse", f"http://127.0.0.1:{port}", "--address",
+         "127.0.0.1", "--model", "mlp", "--dataset", "digits", "--steps", "1000000",
+         "--period", "8", "--eval-every", "100000", "--timeout", "15", "--quiet",
+         "--out", str(tmp_path / f"node{k}")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for k in range(2)]
+    try:
+        deadline = clock.monotonic() + 90
+        while not all((tmp_path / f"node{k}" / "config.toml").exists() for k in range(2)):
+            assert clock.monotonic() < deadline, "the nodes did not start"
+            clock.sleep(0.5)
+        clock.sleep(8)  # training, round after round
+        assert all(node.poll() is None for node in nodes)
+        lighthouse.kill()
+        outputs = [node.communicate(timeout=120)[0] for node in nodes]
+    finally:
+        for process in (*nodes, lighthouse):
+            if process.poll() is None:
+                process.kill()
+    for node, output in zip(nodes, outputs):
+        assert node.returncode != 0
+        assert "LighthouseLost" in output and "does not answer" in output, output[-3000:]
+
+
+@needs_torchft
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_multi_leader_lsgd_survives_a_node_that_fails_and_returns(tmp_path: Path) -> None:
+    """Two nodes of two workers (a leader per node and a global one); worker 3 dies
+    before step 30, and its agent restarts node 1, both workers: node 0 never stops,
+    node 1 rejoins within two global rounds as exact copies of the global leader."""
+    records = _job("lsgd", [("kill", 3, 30)], tmp_path, groups=2,
+                   extra={"workers": 4, "period": 4, "global_period": 8})
+    for rank in (0, 1):
+        assert records[rank]["attempt"] == 0
+        assert _steps(records[rank]) == list(range(1, STEPS + 1))
+    for rank in (2, 3):
+        joined = records[rank]
+        assert joined["attempt"] == 1 and joined["heals"] == 1 and joined["join_gap"] == 0.0
+        assert _steps(joined)[0] <= 30 + 2 * 8
+    levels = {level for record in records for _, level, _ in record["leader_history"]}
+    assert levels == {"local", "global"} and records[0]["accuracy"] > 0.8

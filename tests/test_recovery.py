@@ -66,6 +66,8 @@ def test_a_killed_worker_is_restarted_from_the_last_checkpoint(
     assert summary["restarts"] == 1
     [event] = summary["resumes"]
     assert event["kind"] == "restart" and event["from_step"] == 40, event
+    # The summary covers the whole run, both attempts: more wall time than training time.
+    assert summary["wall_seconds"] > summary["train_seconds"]
     # Killed before its step 50: rank 0 got at most to the round of step 52.
     assert 0 < summary["steps_redone"] <= INTERVAL, event
     assert summary["steps"] == 100

@@ -1,37 +1,42 @@
-"""Elastic membership on torchft: collectives among the workers of the current quorum.
+"""Elastic membership on torchft: collectives among the nodes of the current quorum.
 
 :class:`ElasticCommunicator` lets a periodic method go on when workers die
 and take them back when they return, with torchft (the optional extra
-``pip install 'lsgd[torchft]'``) as the engine: each worker is a torchft
-*replica group* of one process with a ``Manager``; a lighthouse
-(``torchft_lighthouse``, or :func:`start_lighthouse`) forms a *quorum* of the
-live workers at each round. lsgd adds no membership protocol of its own.
+``pip install 'lsgd[torchft]'``) as the engine: each *node* is a torchft
+replica group (one process, or ``per_node`` processes started together by one
+elastic agent) with a ``Manager`` in every process; a lighthouse
+(``torchft_lighthouse``, or :func:`~lsgd.comm.quorum.start_lighthouse`) forms a
+*quorum* of the live nodes at each round. lsgd adds no membership protocol of
+its own.
 
-A worker keeps a fixed *slot* ``0 .. W-1`` (its rank; a restarted worker takes
-its old slot back). A round is a quorum point::
+Node ``n`` keeps its number across restarts; its workers are the global ranks
+``n * per_node + k``, ``k`` the local rank. A round among all workers is a
+quorum point::
 
-    comm.begin_round()     # the quorum: who takes part (members()); a worker
-                           # behind the others is healed here from a live peer
-    ...collectives...      # among the members only
+    comm.begin_round()     # the quorum: which nodes take part (members()); a node
+                           # behind the others is healed here from a live one
+    ...collectives...      # among the members' workers only
     comm.end_round()       # torchft's commit: False if anything failed
 
-Between ``begin_round`` and ``end_round`` the collectives run among the
-members, in the order of their slots: ``all_reduce_`` sums or averages over
-the members, ``broadcast_`` takes a member's slot as ``src``, and
-``all_gather`` returns ``W`` rows where the rows of absent slots are NaN (0
-for integer tensors). A collective that fails (a member died, or did not
-answer within ``timeout``) leaves its tensor as it was and raises
-:class:`RoundFailed`; the round is then not committed (see
-:mod:`lsgd.strategies.elastic` for what the methods do about it). Nothing
-may be exchanged outside a round.
+Between ``begin_round`` and ``end_round`` the collectives among ``"world"`` run
+among the members' workers, in rank order: inside each node over its own
+process group (torch.distributed's default group of the node's agent), across
+nodes over torchft's process group, which joins the workers of the same local
+rank. ``all_reduce_`` sums or averages over the members' workers; ``broadcast_``
+takes a member's rank as ``src`` (its node's worker of that local rank receives
+it across nodes, then hands it on inside its node); ``all_gather`` returns
+``W`` rows, those of absent workers NaN (0 for integer tensors). A collective
+across nodes that fails (a node died, or did not answer within ``timeout``)
+leaves its tensor as it was and raises :class:`~lsgd.comm.quorum.RoundFailed`;
+the round is then not committed (:mod:`lsgd.strategies.elastic` says what the
+methods do). Collectives among a node's ``"group"`` need no round: a worker
+that dies takes its node down with it, and its agent restarts the node.
 
-Healing (torchft's): at the quorum, a worker whose count of committed
-rounds is below the others' receives the state that ``state_dict`` returns
-on an up-to-date peer, over torchft's HTTP checkpoint transport, before
-the round's collectives; ``load_state_dict`` is called with it. Its bytes
-are counted as received under the ``"join"`` category (the sender's are
-not counted). Each worker runs a c10d ``TCPStore`` of its own for its
-replica group.
+Healing (torchft's): at the quorum, a node whose count of committed rounds is
+below the others' receives, worker by worker, what the parts registered with
+:meth:`add_state` return on the same local rank of an up-to-date node, over
+torchft's HTTP checkpoint transport, before the round's collectives. Its bytes
+are counted as received under the ``"join"`` category.
 
 Not available here: the non-blocking collectives (overlapped or compressed
 rounds), pairwise exchange and the shared counter of asynchronous methods.
@@ -42,7 +47,6 @@ workers run on gloo.
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import logging
 import os
 import socket
@@ -55,91 +59,86 @@ import torch
 
 from lsgd.comm.base import Communicator
 from lsgd.comm.info import Among, ReduceOp, WorkerInfo
+from lsgd.comm.quorum import (EXTRA, LighthouseLost, RoundFailed, answers, cloned,
+                              options, payload_bytes, require_torchft, start_lighthouse)
 
-EXTRA = "pip install 'lsgd[torchft]'"
-
-
-class RoundFailed(RuntimeError):
-    """A collective of this round failed (a member died or did not answer in time):
-    the round is dropped, and the next round forms a new quorum."""
-
-
-def require_torchft(what: str = "elastic training") -> None:
-    """Raise ``RuntimeError`` naming the extra unless torchft can be imported."""
-    if importlib.util.find_spec("torchft") is None:
-        raise RuntimeError(f"{what} needs torchft, an optional extra: {EXTRA}")
-
-
-def start_lighthouse(port: int = 29510, min_members: int = 1, *, bind_host: str = "[::]",
-                     join_timeout: float = 30.0, heartbeat_timeout: float = 2.0) -> Any:
-    """torchft's lighthouse server on ``port``; call ``.shutdown()`` on what it returns.
-
-    A quorum forms once every live worker asked for it, or ``join_timeout``
-    seconds after ``min_members`` did; a worker whose heartbeats stop for
-    ``heartbeat_timeout`` seconds (it died, or its process stopped) is left
-    out of the next quorum.
-    """
-    require_torchft("the lighthouse")
-    os.environ.setdefault("RUST_LOG", "error")
-    from torchft._torchft import LighthouseServer
-
-    return LighthouseServer(bind=f"{bind_host}:{port}", min_replicas=min_members,
-                            join_timeout_ms=int(join_timeout * 1000),
-                            heartbeat_timeout_ms=int(heartbeat_timeout * 1000))
+__all__ = ["EXTRA", "ElasticCommunicator", "LighthouseLost", "RoundFailed", "start_lighthouse"]
 
 
 class ElasticCommunicator(Communicator):
     """Collectives among the members of each round's torchft quorum.
 
     Args:
-        slot: this worker's slot in ``[0, slots)`` (its rank, kept across restarts).
-        slots: the number of workers the job is made for (its world size).
+        slot: this worker's node in ``[0, slots)`` (kept across restarts).
+        slots: the number of nodes the job is made for.
         lighthouse: the lighthouse's address, ``http://host:port``.
-        address: the address this worker's servers listen on and advertise
-            (its node's address; loopback by default).
-        min_members: rounds with fewer members are not committed.
+        address: the address this node's servers listen on and advertise
+            (loopback by default).
+        per_node: workers per node; above 1 they must share torch.distributed's
+            default process group (the node's agent started them together)
+            and its store (``MASTER_ADDR``, ``MASTER_PORT``); nodes are then the
+            groups (multi-leader LSGD's local level).
+        local_rank: this worker's rank inside its node.
+        min_members: rounds with fewer member nodes are not committed.
         timeout: seconds a collective or a heal may take before the round fails.
-        quorum_timeout: seconds to wait for a quorum.
+        quorum_timeout: seconds to wait for a quorum; when none came and the
+            lighthouse does not answer, :class:`LighthouseLost` is raised.
     """
 
     elastic = True
     pipelined_broadcast = False
 
     def __init__(self, slot: int, slots: int, *, lighthouse: str, address: str = "127.0.0.1",
-                 min_members: int = 1, timeout: float = 30.0,
-                 quorum_timeout: float = 300.0) -> None:
+                 per_node: int = 1, local_rank: int = 0, min_members: int = 1,
+                 timeout: float = 30.0, quorum_timeout: float = 300.0) -> None:
+        name = "ElasticCommunicator"
         if not isinstance(slot, int) or not 0 <= slot < slots:
-            raise ValueError(f"ElasticCommunicator: slot must be in [0, {slots}), got {slot!r}")
+            raise ValueError(f"{name}: slot must be in [0, {slots}), got {slot!r}")
+        if not isinstance(per_node, int) or per_node < 1:
+            raise ValueError(f"{name}: per_node must be a positive integer, got {per_node!r}")
+        if not isinstance(local_rank, int) or not 0 <= local_rank < per_node:
+            raise ValueError(f"{name}: local_rank must be in [0, {per_node}), got {local_rank!r}")
         if not isinstance(min_members, int) or not 1 <= min_members <= slots:
-            raise ValueError(
-                f"ElasticCommunicator: min_members must be in [1, {slots}], got {min_members!r}")
+            raise ValueError(f"{name}: min_members must be in [1, {slots}], got {min_members!r}")
         require_torchft()
-        super().__init__(WorkerInfo(rank=slot, world_size=slots, groups=1))
+        super().__init__(WorkerInfo(rank=slot * per_node + local_rank,
+                                    world_size=slots * per_node,
+                                    groups=slots if per_node > 1 else 1))
         os.environ.setdefault("RUST_LOG", "error")
         # torchft warns at every new quorum that it cannot reset NCCL's flight recorder,
         # and torch that a received checkpoint's buffer is read-only: neither matters here.
         logging.getLogger("torchft.manager").setLevel(logging.ERROR)
+        warnings.filterwarnings("ignore", message="The given buffer is not writable")
         if address != "127.0.0.1":  # torchft's HTTP checkpoint transport advertises this
             socket.gethostname = lambda: address  # type: ignore[assignment]
-        warnings.filterwarnings("ignore", message="The given buffer is not writable")
         import torch.distributed as dist
         from torchft.manager import Manager
         from torchft.process_group import ProcessGroupGloo
 
+        self.node, self.per_node, self.local_rank = slot, per_node, local_rank
+        if per_node > 1 and not (dist.is_initialized() and dist.get_world_size() == per_node):
+            raise RuntimeError(f"{name}: per_node={per_node} needs the node's {per_node} workers "
+                               "in torch.distributed's default process group (start them with "
+                               "one agent per node: lsgd.launch_elastic(..., per_node=...))")
+        if per_node > 1:  # the node's agent's store, shared by its workers
+            store_addr, store_port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        else:
+            self._store = dist.TCPStore(host_name=address, port=0, is_master=True,
+                                        wait_for_workers=False)
+            store_addr, store_port = address, self._store.port
         patience = datetime.timedelta(seconds=timeout)
-        self._store = dist.TCPStore(host_name=address, port=0, is_master=True,
-                                    wait_for_workers=False)
         self._pg = ProcessGroupGloo(timeout=patience)
         self._parts: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {}
-        self._members: list[int] | None = None
+        self._nodes: list[int] | None = None
+        self._lighthouse = lighthouse
         self.healed = False  # whether the last begin_round healed this worker
         self.heals = 0
         self.failed_rounds = 0
         self.manager = Manager(
             pg=self._pg, min_replica_size=min_members, use_async_quorum=False,
             load_state_dict=self._on_heal, state_dict=self._on_send,
-            replica_id=f"lsgd{slot}", store_addr=address, store_port=self._store.port,
-            rank=0, world_size=1, lighthouse_addr=lighthouse, hostname=address,
+            replica_id=f"lsgd{slot}", store_addr=store_addr, store_port=store_port,
+            rank=local_rank, world_size=per_node, lighthouse_addr=lighthouse, hostname=address,
             timeout=patience, quorum_timeout=datetime.timedelta(seconds=quorum_timeout),
             connect_timeout=datetime.timedelta(seconds=60), init_sync=False)
 
@@ -150,11 +149,10 @@ class ElasticCommunicator(Communicator):
         self._parts[name] = (save, load)
 
     def _on_send(self) -> dict[str, Any]:
-        return _cloned({name: save() for name, (save, _) in self._parts.items()})
+        return cloned({name: save() for name, (save, _) in self._parts.items()})
 
     def _on_heal(self, state: dict[str, Any]) -> None:
-        size = _payload_bytes(state)
-        self._record_in("join", 0, size, 0.0)
+        self._record_in("join", 0, payload_bytes(state), 0.0)
         for name, (_, load) in self._parts.items():
             load(state[name])
         self.healed = True
@@ -162,34 +160,55 @@ class ElasticCommunicator(Communicator):
 
     # -- rounds -----------------------------------------------------------
     def begin_round(self) -> None:
-        """Join this round's quorum (healing this worker first if it is behind).
+        """Join this round's quorum (healing this node first if it is behind).
 
-        Raises :class:`RoundFailed` when the quorum or the heal failed; call
-        :meth:`end_round` in any case."""
+        Raises :class:`RoundFailed` when the quorum or the heal failed (call
+        :meth:`end_round` in any case), :class:`LighthouseLost` when no quorum
+        came and the lighthouse does not answer."""
         self.healed = False
-        self._members = []
-        self.manager.start_quorum()
-        if self.manager.errored() is not None:
-            raise RoundFailed(f"worker {self.rank}: the quorum failed: {self.manager.errored()}")
-        members = list(getattr(self._pg, "_global_ranks", None) or [])
-        if not members or self.rank not in members:
-            members = self._gather_slots()
-        if members.index(self.rank) != self.manager.participating_rank():
-            raise RoundFailed(f"worker {self.rank}: quorum order {members} does not match "
+        self._nodes = []
+        try:
+            self.manager.start_quorum()
+            error = self.manager.errored()
+        except Exception as exc:  # torchft raises when no quorum came back in time
+            error = exc
+        if error is not None:
+            if not answers(self._lighthouse):
+                raise LighthouseLost(
+                    f"worker {self.rank}: the lighthouse at {self._lighthouse} does not answer "
+                    f"(stopped, or its node is down): {error}. Every round forms there, so "
+                    "elastic training cannot go on without it: start the run again, "
+                    "lighthouse included") from None
+            raise RoundFailed(f"worker {self.rank}: the quorum failed: {error}")
+        ranks = list(getattr(self._pg, "_global_ranks", None) or [])  # node * per_node + k
+        nodes = [r // self.per_node for r in ranks]
+        if self.node not in nodes:
+            nodes = self._gather_nodes()
+        if nodes.index(self.node) != self.manager.participating_rank():
+            raise RoundFailed(f"worker {self.rank}: quorum order {nodes} does not match "
                               f"its participating rank {self.manager.participating_rank()}")
-        self._members = members
+        self._nodes = nodes
 
     def end_round(self) -> bool:
         """Leave the round: whether it was committed (no member saw a failure)."""
-        self._members = None
+        self._nodes = None
         committed = bool(self.manager.should_commit())
         if not committed:
             self.failed_rounds += 1
         return committed
 
+    def member_nodes(self) -> list[int]:
+        """The nodes taking part in the current round, in order."""
+        if self._nodes is None:
+            raise RuntimeError(
+                f"worker {self.rank}: an elastic communicator exchanges among all workers "
+                "only inside a round (between begin_round() and end_round())")
+        return list(self._nodes)
+
     def members(self) -> list[int]:
-        """The slots taking part in the current round, in order."""
-        return list(self._round_members())
+        """The ranks of the workers taking part in the current round, in order."""
+        s = self.per_node
+        return [node * s + k for node in self.member_nodes() for k in range(s)]
 
     def committed_rounds(self) -> int:
         """Rounds this worker committed (a healed worker takes its source's count)."""
@@ -199,37 +218,47 @@ class ElasticCommunicator(Communicator):
         """Stop this worker's torchft servers (its checkpoint server and manager)."""
         self.manager.shutdown(wait=False)
 
-    def _round_members(self) -> list[int]:
-        if self._members is None:
-            raise RuntimeError(
-                f"worker {self.rank}: an elastic communicator exchanges only inside a round "
-                "(between begin_round() and end_round())")
-        return self._members
-
-    def _gather_slots(self) -> list[int]:
-        """The members' slots in participating order (one all-gather of an int64)."""
+    def _gather_nodes(self) -> list[int]:
+        """The member nodes in participating order (one all-gather of an int64)."""
         n = self.manager.num_participants()
         out = [torch.zeros(1, dtype=torch.int64) for _ in range(n)]
-        self._members = list(range(n))  # a placeholder while the gather runs
-        self._run(lambda: self._pg.allgather([out], [torch.tensor([self.rank])], _opts("gather")))
+        self._nodes = list(range(n))  # a placeholder while the gather runs
+        self._across(lambda: self._pg.allgather([out], [torch.tensor([self.node])],
+                                                options("gather")))
         return [int(t) for t in out]
 
     # -- layout seen by the collectives -------------------------------------
     def among_size(self, among: Among) -> int:
-        return len(self._round_members())
+        return len(self.member_nodes()) * self.per_node if among == "world" else self.per_node
 
     def among_members(self, among: Among) -> list[int]:
-        return self.members()
+        return self.members() if among == "world" else self.info.group_members()
+
+    def all_gather(self, tensor: torch.Tensor, among: Among = "world") -> torch.Tensor:
+        """``world``: ``W`` rows, one per rank, those of absent workers NaN (0 for integers)."""
+        if self.among_size(among) > 1:
+            return super().all_gather(tensor, among)
+        mine = tensor.detach().clone().unsqueeze(0)
+        return mine if among == "group" else self._table([mine], tensor)
+
+    def _table(self, blocks: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+        """``W`` rows from one block of ``per_node`` rows per member node."""
+        fill = float("nan") if like.is_floating_point() else 0
+        out = torch.full((self.world_size, *like.shape), fill, dtype=like.dtype,
+                         device=like.device)
+        for node, block in zip(self.member_nodes(), blocks):
+            out[node * self.per_node:(node + 1) * self.per_node] = block
+        return out
 
     # -- primitives ---------------------------------------------------------
-    def _run(self, start: Callable[[], Any]) -> float:
-        """Run one collective of the torchft process group; seconds taken.
+    def _across(self, start: Callable[[], Any]) -> float:
+        """Run one collective across nodes (torchft's process group); seconds taken.
         A failure is reported to the manager and raised as :class:`RoundFailed`."""
         t0 = time.perf_counter()
         try:
             start().wait()
             error = self._pg.errored()
-        except Exception as exc:  # a dead or silent peer: gloo's error or timeout
+        except Exception as exc:  # a dead or silent node: gloo's error or timeout
             error = exc
         if error is not None:
             self.manager.report_error(error if isinstance(error, Exception)
@@ -238,30 +267,48 @@ class ElasticCommunicator(Communicator):
         return time.perf_counter() - t0
 
     def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
+        import torch.distributed as dist
+
+        t0 = time.perf_counter()
         work = tensor.detach().clone()
-        seconds = self._run(lambda: self._pg.allreduce([work], _opts("sum")))
+        if self.per_node > 1:
+            dist.all_reduce(work)
+        if among == "world":
+            self._across(lambda: self._pg.allreduce([work], options("sum")))
         if op == "mean":
-            work /= len(self._round_members())
+            work /= self.among_size(among)
         tensor.copy_(work)
-        return seconds
+        return time.perf_counter() - t0
 
     def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
+        import torch.distributed as dist
+
+        t0 = time.perf_counter()
         work = tensor.detach().clone()
-        root = self._round_members().index(src)
-        seconds = self._run(lambda: self._pg.broadcast([work], _opts("broadcast", root)))
+        node, local = divmod(src, self.per_node)
+        if among == "world" and self.local_rank == local:
+            root = self.member_nodes().index(node)
+            self._across(lambda: self._pg.broadcast([work], options("broadcast", root)))
+        if self.per_node > 1:
+            dist.broadcast(work, src=local)
         tensor.copy_(work)
-        return seconds
+        return time.perf_counter() - t0
 
     def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
-        members = self._round_members()
-        parts = [torch.empty_like(tensor) for _ in members]
-        seconds = self._run(lambda: self._pg.allgather([parts], [tensor], _opts("gather")))
-        fill = float("nan") if tensor.is_floating_point() else 0
-        out = torch.full((self.world_size, *tensor.shape), fill, dtype=tensor.dtype,
-                         device=tensor.device)
-        for slot, part in zip(members, parts):
-            out[slot] = part
-        return out, seconds
+        import torch.distributed as dist
+
+        t0 = time.perf_counter()
+        local = [torch.empty_like(tensor) for _ in range(self.per_node)]
+        if self.per_node > 1:
+            dist.all_gather(local, tensor)
+        else:
+            local = [tensor.detach().clone()]
+        block = torch.stack(local)
+        if among == "group":
+            return block, time.perf_counter() - t0
+        blocks = [torch.empty_like(block) for _ in self.member_nodes()]
+        self._across(lambda: self._pg.allgather([blocks], [block], options("gather")))
+        return self._table(blocks, tensor), time.perf_counter() - t0
 
     def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
                          chunks: int) -> float:
@@ -280,39 +327,3 @@ class ElasticCommunicator(Communicator):
 
     def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int], among: Among) -> Any:
         raise NotImplementedError("elastic training has no all-to-all")
-
-
-def _opts(kind: str, root: int = 0) -> Any:
-    """c10d's options object for a collective of ``kind``."""
-    c10d = torch._C._distributed_c10d
-    if kind == "sum":
-        opts = c10d.AllreduceOptions()
-        opts.reduceOp = c10d.ReduceOp.SUM
-    elif kind == "broadcast":
-        opts = c10d.BroadcastOptions()
-        opts.rootRank = root
-    else:
-        opts = c10d.AllgatherOptions()
-    return opts
-
-
-def _cloned(value: Any) -> Any:
-    """``value`` with every tensor copied (what a healing peer reads cannot change under it)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, dict):
-        return {k: _cloned(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cloned(v) for v in value)
-    return value
-
-
-def _payload_bytes(value: Any) -> int:
-    """Bytes of the tensors in ``value`` (what a heal moved, framing aside)."""
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, dict):
-        return sum(_payload_bytes(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_payload_bytes(v) for v in value)
-    return 0

@@ -18,13 +18,14 @@ import multiprocessing
 import os
 import pickle
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lsgd.comm.elastic import require_torchft, start_lighthouse
+from lsgd.comm.quorum import require_torchft, start_lighthouse
 from lsgd.launcher.worker import LaunchError
 from lsgd.links.spec import Link
 
@@ -44,16 +45,22 @@ def launch_elastic(
     join_timeout: float = 30.0,
     heartbeat_timeout: float = 2.0,
     link: str | Link | None = None,
+    per_node: int = 1,
 ) -> list[T]:
-    """Run ``fn(info, slot, slots, lighthouse, *args)`` for each of ``slots`` workers;
-    their results by slot. ``timeout`` bounds the whole job (seconds); a worker
-    that failed more than ``restarts`` times raises :class:`LaunchError`."""
+    """Run ``fn(info, slot, slots, lighthouse, *args)`` in ``per_node`` workers on each of
+    ``slots`` nodes (``info``: the worker's place in its node); their results by
+    global rank (``slot * per_node + info.rank``). ``timeout`` bounds the whole
+    job (seconds). A node whose workers failed more than ``restarts`` times is
+    lost for good: its results are ``None`` and its error is printed, since the
+    others went on without it; :class:`LaunchError` only when no node finished."""
     if not isinstance(slots, int) or slots < 1:
         raise ValueError(f"launch_elastic: slots must be a positive integer, got {slots!r}")
+    if not isinstance(per_node, int) or per_node < 1:
+        raise ValueError(f"launch_elastic: per_node must be a positive integer, got {per_node!r}")
     if not isinstance(restarts, int) or restarts < 0:
         raise ValueError(f"launch_elastic: restarts must be 0 or more, got {restarts!r}")
     require_torchft()
-    threads = threads_per_worker or max(1, (os.cpu_count() or 1) // slots)
+    threads = threads_per_worker or max(1, (os.cpu_count() or 1) // (slots * per_node))
     with contextlib.ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lsgd-elastic-")))
         context = multiprocessing.get_context("spawn")
@@ -80,7 +87,7 @@ def launch_elastic(
         agents = [context.Process(
             target=_agent, name=f"lsgd-elastic-agent-{slot}",
             args=(fn, slot, slots, address, tuple(args), restarts, timeout, threads,
-                  str(paths[slot]), *where[slot]))
+                  str(paths[slot]), *where[slot], per_node))
             for slot in range(slots)]
         for agent in agents:
             stack.callback(_stop, agent)
@@ -94,16 +101,19 @@ def launch_elastic(
             raise LaunchError(f"elastic job: workers {late} still running after {timeout} s")
         outcomes = [_read(path) for path in paths]
     failures = [line for outcome in outcomes for line in outcome["failures"]]
-    if failures:
+    if all(outcome["results"] is None for outcome in outcomes):
         raise LaunchError("elastic job failed:\n" + "\n".join(failures))
-    return [outcome["result"] for outcome in outcomes]
+    for line in failures:  # the others finished without it
+        print(f"lost for good (its restarts spent): {line}", file=sys.stderr, flush=True)
+    return [result for outcome in outcomes
+            for result in (outcome["results"] or [None] * per_node)]
 
 
 def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
            args: tuple[Any, ...], restarts: int, timeout: float, threads: int,
-           path: str, namespace: str | None, address: str) -> None:
-    """One worker's agent (a spawned process, in its node's namespace on shaped links):
-    torch's elastic agent with restarts."""
+           path: str, namespace: str | None, address: str, per_node: int) -> None:
+    """One node's agent (a spawned process, in its namespace on shaped links): torch's
+    elastic agent with restarts, which starts the node's workers together."""
     from lsgd.launcher.local import launch_local
 
     if namespace is not None:
@@ -115,12 +125,12 @@ def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
         args = (*args, address)  # fn's keyword ``address``, as the last positional
     outcome: dict[str, Any]
     try:
-        (result,) = launch_local(fn, 1, 1, args=(slot, slots, lighthouse, *args),
-                                 timeout=timeout, threads_per_worker=threads,
-                                 max_restarts=restarts)
-        outcome = {"result": result, "failures": []}
+        results = launch_local(fn, per_node, 1, args=(slot, slots, lighthouse, *args),
+                               timeout=timeout, threads_per_worker=threads,
+                               max_restarts=restarts)
+        outcome = {"results": results, "failures": []}
     except LaunchError as error:
-        outcome = {"result": None, "failures": [f"worker {slot}: {error}"]}
+        outcome = {"results": None, "failures": [f"node {slot}: {error}"]}
     Path(path).write_bytes(pickle.dumps(outcome))
 
 
@@ -149,7 +159,7 @@ def _read(path: Path) -> dict[str, Any]:
     try:
         return pickle.loads(path.read_bytes())
     except (OSError, pickle.UnpicklingError, EOFError):
-        return {"result": None, "failures": [f"{path.stem}: its agent left no outcome"]}
+        return {"results": None, "failures": [f"{path.stem}: its agent left no outcome"]}
 
 
 def _free_port() -> int:

@@ -212,7 +212,7 @@ class Strategy(Recovery):
             while (group := self._rounds.next()) is not None:
                 start = self.comm.now()
                 names = [c.name for c in group]
-                if self._elastic:
+                if self._elastic and any(c.among == "world" for c in group):
                     elastic.run_round(self, lambda: self._round_group(names))
                 else:
                     self._round_group(names)

@@ -30,6 +30,10 @@ diverged worker is reset to the new center, its optimizer state cleared
 :class:`~lsgd.strategies.health.DivergedError`. A healthy round costs one
 finiteness check of ``x_bar`` (one synchronisation) and nothing else.
 
+Elastic rounds (:mod:`lsgd.strategies.elastic`): a worker absent from a round
+counts as sitting at the center, as a diverged one does, so ``x_bar`` is
+``(sum of the members' states + (W - n) c) / W`` for ``n`` members.
+
 With ``asynchronous=True`` round ``r`` falls due when all workers together
 have taken ``r * W * period`` steps (see :mod:`lsgd.strategies.rounds`).
 """
@@ -74,6 +78,7 @@ class EASGD(Strategy):
     """
 
     name = "easgd"
+    supports_elastic = True
     supports_asynchronous = True
     bn_modes = ("average", "pull", "local")
 
@@ -124,6 +129,11 @@ class EASGD(Strategy):
             self.rounds += 1
             return
         self._average_into(self._mean)
+        members = self.comm.among_size("world")
+        if members < self.world_size:  # elastic: absent workers count as sitting at the center
+            torch._foreach_mul_(self._mean.buffers, members / self.world_size)
+            torch._foreach_add_(self._mean.buffers, self.center_state.buffers,
+                                alpha=1 - members / self.world_size)
         if all_finite(self._mean.buffers):
             elastic_step_(self._state, self.center_state.views, self._mean.views,
                           self.alpha, self.moving_rate)

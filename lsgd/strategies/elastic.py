@@ -27,30 +27,37 @@ workers only (docs/reliability.md, "Elastic training"):
 * **Counting.** Step counts are each worker's own (equal among the members of
   a round, since rounds fall every ``period`` steps); a joining worker takes
   its source's. Committed rounds are torchft's step.
+* **Nodes of several workers.** A node is one replica group, restarted whole
+  by its agent when one of its workers dies. Rounds among a node's workers
+  (multi-leader LSGD's local level, hierarchical local SGD's local average)
+  are no quorum points: they run inside the node only.
 
-A round of a single worker that joins alone (no member is ahead of it) moves
-nothing: that is the first round of a job.
+A worker's first quorum, at its first step, moves nothing when no member is
+ahead of it: that is the first round of a job.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from lsgd.comm.elastic import RoundFailed
 
-if TYPE_CHECKING:
-    from lsgd.strategies.base import Strategy
+Strategy = Any  # lsgd.strategies.base.Strategy (which imports this module)
 
 
 def check_method(strategy: Strategy) -> None:
     """Raise ``ValueError`` unless ``strategy``'s method has elastic rounds (at construction)."""
     if not getattr(strategy, "supports_elastic", False):
-        raise ValueError(f"{strategy.name}: elastic training runs LSGD, DiLoCo and local SGD; "
-                         f"{strategy.name} is not one of them")
+        raise ValueError(f"{strategy.name}: elastic training runs LSGD, DiLoCo, local SGD "
+                         f"and EASGD; {strategy.name} is not one of them")
+    if strategy.init != "broadcast":
+        raise ValueError(f"{strategy.name}: elastic workers start from the same model (the "
+                         "same seed), with nothing exchanged outside rounds; drop "
+                         "init='independent'")
 
 
 def check(strategy: Strategy) -> None:
@@ -63,9 +70,9 @@ def check(strategy: Strategy) -> None:
     if strategy._pipeline is not None or getattr(strategy, "_rounds_of", None) is not None:
         raise ValueError(f"{name}: elastic training runs blocking, uncompressed rounds in one "
                          "fragment; drop overlap, fragments and compress")
-    if len(strategy._rounds.cadences) != 1:
-        raise ValueError(f"{name}: elastic training runs one level of rounds among all "
-                         "workers (one worker per node, single-leader)")
+    if sum(c.among == "world" for c in strategy._rounds.cadences) != 1:
+        raise ValueError(f"{name}: elastic training needs one kind of round among all "
+                         "workers (drop fragments)")
     strategy.comm.add_state("strategy", lambda: _send(strategy),  # type: ignore[attr-defined]
                             lambda state: _take(strategy, state))
 
@@ -85,9 +92,9 @@ def _take(strategy: Strategy, state: dict[str, Any]) -> None:
 
 
 def run_round(strategy: Strategy, body: Callable[[], None], hook: bool = True) -> bool:
-    """One round as a quorum point: ``body`` (the method's collectives and rule) among
-    the members, then ``strategy.on_round`` if set and ``hook``; a healed worker enters
-    it as diverged. Whether it was committed."""
+    """One round among all workers as a quorum point: ``body`` (the method's collectives
+    and rule) among the members, then ``strategy.on_round`` if set and ``hook``; a
+    healed worker enters it as diverged. Whether it was committed."""
     comm = strategy.comm
     try:
         comm.begin_round()  # type: ignore[attr-defined]

@@ -67,8 +67,10 @@ def config_errors(cfg: Any) -> list[str]:
     errors += _pipeline_errors(cfg)
     if cfg.elastic:
         errors += _elastic_errors(cfg)
-    elif cfg.min_workers != 1 or cfg.join_timeout != 30.0:
-        errors.append("--min-workers and --join-timeout are settings of --elastic; add it")
+    elif (cfg.min_workers != 1 or cfg.join_timeout != 30.0 or cfg.lighthouse or
+          cfg.slot is not None or cfg.address):
+        errors.append("--min-workers, --join-timeout, --lighthouse, --slot and --address are "
+                      "settings of --elastic; add it")
     if cfg.asynchronous and cfg.method not in ASYNCHRONOUS:
         errors.append(f"--async works with --method {', '.join(ASYNCHRONOUS)}; "
                       f"{cfg.method} is synchronous")
@@ -100,7 +102,7 @@ def config_errors(cfg: Any) -> list[str]:
     return errors
 
 
-ELASTIC = ("lsgd", "diloco", "local-sgd")
+ELASTIC = ("lsgd", "diloco", "local-sgd", "easgd")
 
 
 def _elastic_errors(cfg: Any) -> list[str]:
@@ -108,16 +110,19 @@ def _elastic_errors(cfg: Any) -> list[str]:
     errors: list[str] = []
     if cfg.method not in ELASTIC:
         errors.append(f"--elastic works with --method {', '.join(ELASTIC)}; not {cfg.method}")
-    if cfg.groups not in (1, cfg.workers):
-        errors.append(f"--elastic --groups {cfg.groups}: each worker is a node of its own; "
-                      f"give --groups {cfg.workers} (or leave it out)")
-    if cfg.min_workers > cfg.workers:
-        errors.append(f"--min-workers {cfg.min_workers}: at most --workers {cfg.workers}")
+    if (cfg.lighthouse is None) != (cfg.slot is None):
+        errors.append("--elastic on separate machines needs both --lighthouse and --slot "
+                      "(one torchrun per node, docs/multinode.md); give both or neither")
+    nodes = cfg.groups if cfg.groups > 1 else cfg.workers
+    if cfg.slot is not None and not 0 <= cfg.slot < nodes:
+        errors.append(f"--slot {cfg.slot}: give a node number in [0, {nodes})")
+    if cfg.min_workers > nodes:
+        errors.append(f"--min-workers {cfg.min_workers}: at most the {nodes} nodes")
     unsupported = [flag_ for flag_, given in (
-        ("--async", cfg.asynchronous), ("--hierarchical", cfg.hierarchical),
-        ("--overlap", cfg.overlap != 0), ("--fragments", cfg.fragments != 1),
+        ("--async", cfg.asynchronous), ("--overlap", cfg.overlap != 0), ("--fragments", cfg.fragments != 1),
         ("--compress", cfg.compress != "none"), ("--checkpoint-every", cfg.checkpoint_every),
         ("--resume", cfg.resume), ("--backend threads", cfg.backend == "threads"),
+        ("--init independent", cfg.init != "broadcast"),
         ("--straggle", cfg.straggle)) if given]
     if unsupported:
         errors.append(f"--elastic runs blocking rounds of one level from a fresh start, in "

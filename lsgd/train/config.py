@@ -188,10 +188,17 @@ class TrainConfig:
     elastic: bool = _f(False, "keep training when workers fail (torchft, pip install "
                               "'lsgd[torchft]'): the others go on without a restart, and a "
                               "worker started again (--restarts) rejoins from a live one; "
-                              "lsgd, diloco and local-sgd, one worker per node")
-    min_workers: int = _f(1, "--elastic: rounds with fewer workers are not committed")
+                              "lsgd, diloco, local-sgd and easgd; nodes: --groups, or one "
+                              "per worker")
+    min_workers: int = _f(1, "--elastic: rounds with fewer nodes are not committed")
     join_timeout: float = _f(30.0, "--elastic: seconds a round waits for a live worker that has "
                                    "not come to it (a slow or hung one) before going on without")
+    lighthouse: str | None = _f(None, "--elastic under torchrun, one per node: the torchft "
+                                      "lighthouse's address, http://HOST:29510")
+    slot: int | None = _f(None, "--elastic under torchrun: this node's number, 0 .. nodes - 1 "
+                                "(kept across restarts)")
+    address: str | None = _f(None, "--elastic under torchrun: this node's address, which its "
+                                   "servers advertise to the others (default: its hostname)")
     fault: list[str] = _f((), "for tests: KIND:RANK:STEP makes worker RANK fail at its step "
                               "STEP; KIND nan (its loss becomes NaN) or kill (SIGKILL, first "
                               "attempt only); repeatable")

@@ -1,9 +1,10 @@
 """``lsgd train --elastic``: a run that goes on when workers fail (torchft).
 
-Each worker is a torchft replica group of one process, started by an elastic
-agent of its own (:func:`lsgd.launcher.elastic.launch_elastic`), with an
-:class:`~lsgd.comm.elastic.ElasticCommunicator`; the strategy's rounds are the
-quorum points (:mod:`lsgd.strategies.elastic`). Everything the workers decide
+Each node (``--groups`` of them, or one per worker) is a torchft replica
+group started by an elastic agent of its own
+(:func:`lsgd.launcher.elastic.launch_elastic`), every worker with an
+:class:`~lsgd.comm.elastic.ElasticCommunicator`; the strategy's rounds among
+all workers are the quorum points (:mod:`lsgd.strategies.elastic`). Everything the workers decide
 together is decided inside a round, among its members, right after the
 method's rule (``Strategy.on_round``):
 
@@ -20,13 +21,13 @@ method's rule (``Strategy.on_round``):
 
 A joining worker receives with the strategy's state the run's own (its rows,
 training seconds, next evaluation, learning-rate schedule), so it continues
-the run where the others are. Worker ``slot`` reads its shard of each epoch,
+the run where the others are. Worker ``r`` reads its shard of each epoch,
 the batch chosen by its step count. No checkpoint is written or read.
 
 Faults for tests and benchmarks, on a worker's first attempt only:
 ``--fault kill:R:S`` (SIGKILL before step S), ``nan:R:S``, and in
-:func:`elastic_worker`'s ``extra_faults`` ``("kill" | "hang", slot, step)``
-where ``slot`` may be ``"leader"`` (the leader elected last) and a hang takes
+:func:`elastic_worker`'s ``extra_faults`` ``("kill" | "hang", rank, step)``
+where ``rank`` may be ``"leader"`` (the leader elected last) and a hang takes
 a fourth item, its seconds (default 10; the worker's heartbeats go on).
 """
 
@@ -59,15 +60,19 @@ ATTEMPT = "TORCHELASTIC_RESTART_COUNT"
 class ElasticRun:
     """One worker of an elastic run (see the module docstring)."""
 
-    def __init__(self, slot: int, slots: int, lighthouse: str, cfg: TrainConfig,
-                 address: str, t0: float, extra_faults: list[tuple[Any, ...]]) -> None:
+    def __init__(self, slot: int, slots: int, local_rank: int, lighthouse: str,
+                 cfg: TrainConfig, address: str, t0: float,
+                 extra_faults: list[tuple[Any, ...]]) -> None:
         import lsgd
 
-        self.slot, self.cfg, self.t0 = slot, cfg, t0
+        self.cfg, self.t0 = cfg, t0
         self.attempt = int(os.environ.get(ATTEMPT, "0"))
         self.started = time.time() - t0
         self.comm = ElasticCommunicator(slot, slots, lighthouse=lighthouse, address=address,
-                                        min_members=cfg.min_workers, timeout=cfg.timeout)
+                                        per_node=cfg.workers // slots, local_rank=local_rank,
+                                        min_members=cfg.min_workers, timeout=cfg.timeout,
+                                        quorum_timeout=cfg.timeout)
+        self.rank = self.slot = self.comm.rank  # faults, shards and files go by global rank
         self.source = Source(load_data(cfg), cfg, torch.device("cpu"))
         torch.manual_seed(cfg.seed)  # the same initial model on every worker
         self.model = build_model(cfg.model, self.source.input_shape(), self.source.data.classes)
@@ -126,7 +131,7 @@ class ElasticRun:
                 self.next_eval += self.eval_every
             self.schedule.observe(self.rows[-1]["center_loss"])
             members = comm.members()
-            self.writer = members[0] == self.slot
+            self.writer = members[0] == self.rank
             if self.writer:
                 fields = outputs.METRIC_FIELDS + [k for k in self.rows[-1]
                                                   if k not in outputs.METRIC_FIELDS]
@@ -242,8 +247,16 @@ class ElasticRun:
 def elastic_worker(info: Any, slot: int, slots: int, lighthouse: str, cfg: TrainConfig,
                    t0: float, extra_faults: list[tuple[Any, ...]] = (),  # type: ignore[assignment]
                    address: str = "127.0.0.1") -> dict[str, Any]:
-    """What :func:`~lsgd.launcher.elastic.launch_elastic` runs in every slot."""
-    return ElasticRun(slot, slots, lighthouse, cfg, address, t0, list(extra_faults)).run()
+    """What :func:`~lsgd.launcher.elastic.launch_elastic` runs in every worker of node
+    ``slot`` (``info``: its place in the node; None for a node of one worker)."""
+    local_rank = 0 if info is None else info.rank
+    return ElasticRun(slot, slots, local_rank, lighthouse, cfg, address, t0,
+                      list(extra_faults)).run()
+
+
+def nodes_of(cfg: TrainConfig) -> int:
+    """An elastic run's nodes: ``--groups`` when above 1, else one per worker."""
+    return cfg.groups if cfg.groups > 1 else cfg.workers
 
 
 def train_elastic(cfg: TrainConfig, extra_faults: list[tuple[Any, ...]] = ()  # type: ignore[assignment]
@@ -251,11 +264,12 @@ def train_elastic(cfg: TrainConfig, extra_faults: list[tuple[Any, ...]] = ()  # 
     """Run ``cfg`` elastically into its run folder; (the summary, every slot's record)."""
     from lsgd.launcher.elastic import launch_elastic
 
-    records = launch_elastic(elastic_worker, cfg.workers, args=(cfg, time.time(),
-                                                                list(extra_faults)),
+    nodes = nodes_of(cfg)
+    records = launch_elastic(elastic_worker, nodes, args=(cfg, time.time(), list(extra_faults)),
                              restarts=cfg.restarts, timeout=cfg.timeout + 3600.0,
-                             join_timeout=cfg.join_timeout, link=cfg.link)
-    summaries = [r["summary"] for r in records if "summary" in r]
+                             join_timeout=cfg.join_timeout, link=cfg.link,
+                             per_node=cfg.workers // nodes)
+    summaries = [r["summary"] for r in records if r is not None and "summary" in r]
     if not summaries:
         raise RuntimeError("elastic run: no worker was left to write the summary")
     return summaries[-1], records
@@ -264,11 +278,14 @@ def train_elastic(cfg: TrainConfig, extra_faults: list[tuple[Any, ...]] = ()  # 
 def _gap_to_target(strategy: Any) -> float:
     """After joining: the largest difference between the worker's state and what the
     joining round reset it to (LSGD: the leader's state; DiLoCo: the global
-    parameters); NaN for local SGD, whose target (the mean) no worker keeps."""
+    parameters; EASGD: the center); NaN for local SGD, whose target (the mean)
+    no worker keeps."""
     if hasattr(strategy, "levels"):
         target = strategy.levels[-1].snapshot.views
     elif hasattr(strategy, "global_state"):
         target = strategy.global_state.views
+    elif hasattr(strategy, "center_state"):
+        target = strategy.center_state.views
     else:
         return math.nan
     gaps = [float((a - b).abs().max()) for a, b in zip(strategy._state, target) if a.numel()]

@@ -89,7 +89,8 @@ class Worker:
         self.loss_count = torch.zeros((), dtype=torch.float64, device=self.device)
         self.resets_seen = self.skipped_seen = 0
         self.last_train_loss = math.nan
-        self.start = time.perf_counter()
+        started = float(os.environ.get(STARTED, time.time()))
+        self.start = time.perf_counter() - (time.time() - started)
         self.tensorboard: outputs.TensorBoard | None = None
         # Restarted by the elastic agent (torchrun --max-restarts, lsgd train --restarts):
         # the same command again, which continues from the latest good checkpoint.
@@ -434,6 +435,9 @@ class Worker:
             except ImportError:
                 pass
         return summary
+
+
+STARTED = "LSGD_RUN_STARTED"  # time.time() of the run's start: restarted attempts keep it
 
 
 def _none_if_nan(value: float) -> float | None:

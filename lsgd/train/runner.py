@@ -20,7 +20,9 @@ import dataclasses
 import datetime
 import importlib.util
 import os
+import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +117,8 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
     from lsgd.train import loop
 
     out = cfg.out_dir
+    if under_torchrun() and cfg.elastic:
+        return _elastic_node(cfg, out)
     if under_torchrun():
         from lsgd.comm import shutdown
         from lsgd.comm.distributed import init_from_env
@@ -134,6 +138,7 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
         finally:
             shutdown()
     prepare(cfg, out)
+    os.environ[loop.STARTED] = repr(time.time())  # restarted attempts count from here
     if cfg.elastic:
         from lsgd.train.elastic import train_elastic
 
@@ -146,6 +151,28 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
         results = lsgd.launch(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
                               timeout=cfg.timeout, link=cfg.link, max_restarts=cfg.restarts)
     return results[0]
+
+
+def _elastic_node(cfg: TrainConfig, out: Path) -> dict[str, Any] | None:
+    """``lsgd train --elastic --slot K --lighthouse URL`` under one torchrun per node: one of
+    this node's workers; the run's summary if it wrote the run's files."""
+    import lsgd
+    from lsgd.train.elastic import elastic_worker
+
+    local = int(os.environ.get("RANK", "0"))  # torchrun --standalone: ranks within the node
+    if local == 0 and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0:
+        prepare(cfg, out)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # the node's workers share a process group
+        from lsgd.comm.distributed import init_from_env
+
+        init_from_env(datetime.timedelta(seconds=cfg.timeout))
+    assert cfg.slot is not None and cfg.lighthouse is not None, "validated"
+    info = lsgd.WorkerInfo(rank=local, world_size=int(os.environ.get("WORLD_SIZE", "1")),
+                           groups=1)
+    record = elastic_worker(info, cfg.slot, cfg.workers // int(os.environ.get("WORLD_SIZE", "1")),
+                            cfg.lighthouse, cfg, time.time(), [],
+                            address=cfg.address or socket.gethostname())
+    return record.get("summary")
 
 
 def _note_shared_store() -> None:
@@ -183,9 +210,13 @@ def check_before_start(cfg: TrainConfig) -> None:
 
     loop.preflight(cfg)
     if cfg.elastic:
-        if under_torchrun():
-            raise UsageError("--elastic starts its own agents and lighthouse; run it with "
-                             "lsgd train, not under torchrun (docs/multinode.md, \"Elastic\")")
+        if under_torchrun() and cfg.lighthouse is None:
+            raise UsageError("--elastic under torchrun runs one node's worker: give --slot K and "
+                             "--lighthouse http://HOST:29510 (docs/multinode.md); without "
+                             "torchrun, lsgd train --elastic starts every worker itself")
+        if not under_torchrun() and cfg.lighthouse is not None:
+            raise UsageError("--lighthouse and --slot are for one torchrun per node; without "
+                             "torchrun, lsgd train --elastic starts the lighthouse itself")
         if importlib.util.find_spec("torchft") is None:
             raise UsageError("--elastic needs torchft, an optional extra: "
                              "pip install 'lsgd[torchft]'")

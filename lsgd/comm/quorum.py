@@ -1,0 +1,99 @@
+"""torchft, as lsgd's elastic runs use it: the extra, the lighthouse, the errors, the
+options of its process group's collectives, and what a heal moves.
+
+Nothing here imports torchft until it is used, so ``import lsgd`` works without
+the optional extra (``pip install 'lsgd[torchft]'``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+from typing import Any
+
+import torch
+
+EXTRA = "pip install 'lsgd[torchft]'"
+
+
+class RoundFailed(RuntimeError):
+    """A collective of this round failed (a member died or did not answer in time):
+    the round is dropped, and the next round forms a new quorum."""
+
+
+class LighthouseLost(RuntimeError):
+    """The lighthouse does not answer: no round can form, so elastic training stops."""
+
+
+def require_torchft(what: str = "elastic training") -> None:
+    """Raise ``RuntimeError`` naming the extra unless torchft can be imported."""
+    if importlib.util.find_spec("torchft") is None:
+        raise RuntimeError(f"{what} needs torchft, an optional extra: {EXTRA}")
+
+
+def start_lighthouse(port: int = 29510, min_members: int = 1, *, bind_host: str = "[::]",
+                     join_timeout: float = 30.0, heartbeat_timeout: float = 2.0) -> Any:
+    """torchft's lighthouse server on ``port``; call ``.shutdown()`` on what it returns.
+
+    A quorum forms once every live worker asked for it, or ``join_timeout``
+    seconds after ``min_members`` did; a worker whose heartbeats stop for
+    ``heartbeat_timeout`` seconds (it died, or its process stopped) is left
+    out of the next quorum.
+    """
+    require_torchft("the lighthouse")
+    os.environ.setdefault("RUST_LOG", "error")
+    from torchft._torchft import LighthouseServer
+
+    return LighthouseServer(bind=f"{bind_host}:{port}", min_replicas=min_members,
+                            join_timeout_ms=int(join_timeout * 1000),
+                            heartbeat_timeout_ms=int(heartbeat_timeout * 1000))
+
+
+def answers(url: str, seconds: float = 2.0) -> bool:
+    """Whether something accepts connections at ``url`` (``http://host:port``)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80),
+                                      timeout=seconds):
+            return True
+    except OSError:
+        return False
+
+
+def options(kind: str, root: int = 0) -> Any:
+    """c10d's options object for a collective of ``kind``."""
+    c10d = torch._C._distributed_c10d
+    if kind == "sum":
+        opts = c10d.AllreduceOptions()
+        opts.reduceOp = c10d.ReduceOp.SUM
+    elif kind == "broadcast":
+        opts = c10d.BroadcastOptions()
+        opts.rootRank = root
+    else:
+        opts = c10d.AllgatherOptions()
+    return opts
+
+
+def cloned(value: Any) -> Any:
+    """``value`` with every tensor copied (what a healing peer reads cannot change under it)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: cloned(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(cloned(v) for v in value)
+    return value
+
+
+def payload_bytes(value: Any) -> int:
+    """Bytes of the tensors in ``value`` (what a heal moved, framing aside)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(payload_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(payload_bytes(v) for v in value)
+    return 0
