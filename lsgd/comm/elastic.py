@@ -120,12 +120,22 @@ class ElasticCommunicator(Communicator):
             raise RuntimeError(f"{name}: per_node={per_node} needs the node's {per_node} workers "
                                "in torch.distributed's default process group (start them with "
                                "one agent per node: lsgd.launch_elastic(..., per_node=...))")
-        if per_node > 1:  # the node's agent's store, shared by its workers
-            store_addr, store_port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-        else:
+        # torchft's store for the node: a fresh one every attempt, on the node's first worker
+        # (a store that outlived a restart would hand the others the dead attempt's manager).
+        store_addr = address
+        if local_rank == 0:
             self._store = dist.TCPStore(host_name=address, port=0, is_master=True,
                                         wait_for_workers=False)
-            store_addr, store_port = address, self._store.port
+            store_port = self._store.port
+        if per_node > 1:  # its port reaches the node's others through the agent's store
+            attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            shared = dist.PrefixStore(f"lsgd-elastic/{attempt}", dist.TCPStore(
+                os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                timeout=datetime.timedelta(seconds=timeout)))
+            if local_rank == 0:
+                shared.set("torchft-store", str(store_port))
+            else:
+                store_port = int(shared.get("torchft-store"))
         patience = datetime.timedelta(seconds=timeout)
         self._pg = ProcessGroupGloo(timeout=patience)
         self._parts: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {}
@@ -172,6 +182,7 @@ class ElasticCommunicator(Communicator):
             error = self.manager.errored()
         except Exception as exc:  # torchft raises when no quorum came back in time
             error = exc
+        error = self._node_agrees(error)
         if error is not None:
             if not answers(self._lighthouse):
                 raise LighthouseLost(
@@ -192,7 +203,10 @@ class ElasticCommunicator(Communicator):
     def end_round(self) -> bool:
         """Leave the round: whether it was committed (no member saw a failure)."""
         self._nodes = None
-        committed = bool(self.manager.should_commit())
+        try:
+            committed = bool(self.manager.should_commit())
+        except Exception:  # the node's own workers did not agree in time: not committed
+            committed = False
         if not committed:
             self.failed_rounds += 1
         return committed
@@ -251,20 +265,36 @@ class ElasticCommunicator(Communicator):
         return out
 
     # -- primitives ---------------------------------------------------------
-    def _across(self, start: Callable[[], Any]) -> float:
-        """Run one collective across nodes (torchft's process group); seconds taken.
-        A failure is reported to the manager and raised as :class:`RoundFailed`."""
-        t0 = time.perf_counter()
-        try:
-            start().wait()
-            error = self._pg.errored()
-        except Exception as exc:  # a dead or silent node: gloo's error or timeout
-            error = exc
+    def _across(self, start: Callable[[], Any] | None) -> None:
+        """Run one collective across nodes (torchft's process group; ``None``: this worker
+        takes no part in it). Every worker of the node then learns whether any of them saw
+        it fail (one node-local all-reduce of a flag), and all raise :class:`RoundFailed`
+        together, so that the node's own collectives stay in step."""
+        error: Any = None
+        if start is not None:
+            try:
+                start().wait()
+                error = self._pg.errored()
+            except Exception as exc:  # a dead or silent node: gloo's error or timeout
+                error = exc
+        error = self._node_agrees(error)
         if error is not None:
             self.manager.report_error(error if isinstance(error, Exception)
                                       else RuntimeError(str(error)))
             raise RoundFailed(f"worker {self.rank}: a collective failed: {error}")
-        return time.perf_counter() - t0
+
+    def _node_agrees(self, error: Any) -> Any:
+        """``error``, or one if another worker of this node saw one (a node-local
+        all-reduce of a flag; nothing with one worker per node)."""
+        if self.per_node == 1:
+            return error
+        import torch.distributed as dist
+
+        seen = torch.tensor([0.0 if error is None else 1.0])
+        dist.all_reduce(seen)
+        if error is None and float(seen) > 0:
+            return RuntimeError("another worker of this node saw it fail")
+        return error
 
     def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
         import torch.distributed as dist
@@ -286,9 +316,10 @@ class ElasticCommunicator(Communicator):
         t0 = time.perf_counter()
         work = tensor.detach().clone()
         node, local = divmod(src, self.per_node)
-        if among == "world" and self.local_rank == local:
+        if among == "world":
             root = self.member_nodes().index(node)
-            self._across(lambda: self._pg.broadcast([work], options("broadcast", root)))
+            self._across((lambda: self._pg.broadcast([work], options("broadcast", root)))
+                         if self.local_rank == local else None)
         if self.per_node > 1:
             dist.broadcast(work, src=local)
         tensor.copy_(work)

@@ -97,7 +97,7 @@ class ElasticRun:
             kind, every = (("steps", max(1, int(self.max_steps) // 10))
                            if math.isfinite(self.max_steps) else ("seconds", self.max_seconds / 10))
         self.eval_kind, self.eval_every, self.next_eval = kind, every, every
-        self.faults = Faults(cfg.faults(), slot, self.attempt)
+        self.faults = Faults(cfg.faults(), self.rank, self.attempt)
         self.extra_faults = list(extra_faults) if self.attempt == 0 else []
         self.train_seconds, self.rows, self.stop = 0.0, [], False
         self.trace: list[tuple[float, int]] = []

@@ -55,7 +55,8 @@ __all__ = ["UsageError", "Worker", "preflight", "run_worker"]
 class Worker:
     """The state of one worker's run; ``run()`` trains and returns rank 0's summary."""
 
-    def __init__(self, info: lsgd.WorkerInfo, cfg: TrainConfig) -> None:
+    def __init__(self, info: lsgd.WorkerInfo, cfg: TrainConfig,
+                 started: float | None = None) -> None:
         self.info, self.cfg = info, cfg
         self.rank, self.world = info.rank, info.world_size
         self.comm = lsgd.get_communicator()
@@ -89,8 +90,8 @@ class Worker:
         self.loss_count = torch.zeros((), dtype=torch.float64, device=self.device)
         self.resets_seen = self.skipped_seen = 0
         self.last_train_loss = math.nan
-        started = float(os.environ.get(STARTED, time.time()))
-        self.start = time.perf_counter() - (time.time() - started)
+        # The run's start (time.time()), kept by restarted attempts: wall_seconds covers them.
+        self.start = time.perf_counter() - (time.time() - (started or time.time()))
         self.tensorboard: outputs.TensorBoard | None = None
         # Restarted by the elastic agent (torchrun --max-restarts, lsgd train --restarts):
         # the same command again, which continues from the latest good checkpoint.
@@ -437,13 +438,12 @@ class Worker:
         return summary
 
 
-STARTED = "LSGD_RUN_STARTED"  # time.time() of the run's start: restarted attempts keep it
-
-
 def _none_if_nan(value: float) -> float | None:
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
-def run_worker(info: lsgd.WorkerInfo, cfg: TrainConfig) -> dict[str, Any] | None:
-    """Train as worker ``info.rank``; rank 0 returns the run's summary."""
-    return Worker(info, cfg).run()
+def run_worker(info: lsgd.WorkerInfo, cfg: TrainConfig,
+               started: float | None = None) -> dict[str, Any] | None:
+    """Train as worker ``info.rank``; rank 0 returns the run's summary. ``started``: when
+    the run began (``time.time()``), so that a restarted attempt's summary covers it all."""
+    return Worker(info, cfg, started).run()

@@ -138,7 +138,6 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
         finally:
             shutdown()
     prepare(cfg, out)
-    os.environ[loop.STARTED] = repr(time.time())  # restarted attempts count from here
     if cfg.elastic:
         from lsgd.train.elastic import train_elastic
 
@@ -148,8 +147,9 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
                                 seed=cfg.seed, step_time=cfg.step_times(),
                                 link=cfg.link)
     else:
-        results = lsgd.launch(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
-                              timeout=cfg.timeout, link=cfg.link, max_restarts=cfg.restarts)
+        results = lsgd.launch(loop.run_worker, cfg.workers, cfg.groups,
+                              args=(cfg, time.time()), timeout=cfg.timeout, link=cfg.link,
+                              max_restarts=cfg.restarts)
     return results[0]
 
 
