@@ -156,8 +156,7 @@ class Strategy(Recovery):
         # Elastic (torchft, lsgd.strategies.elastic): nothing is exchanged outside rounds.
         self._elastic = bool(getattr(self.comm, "elastic", False))
         self._joined = not self._elastic
-        #: Elastic: called inside every round after the method's rule (the trainer's hook).
-        self.on_round: Callable[[], None] | None = None
+        self.on_round: Callable[[], None] | None = None  # elastic: the trainer's hook
         if self._elastic:
             elastic.check_method(self)
         else:
@@ -212,12 +211,13 @@ class Strategy(Recovery):
             while (group := self._rounds.next()) is not None:
                 start = self.comm.now()
                 names = [c.name for c in group]
-                if self._elastic and any(c.among == "world" for c in group):
+                world = any(c.among == "world" for c in group)
+                if self._elastic and world:
                     elastic.run_round(self, lambda: self._round_group(names))
                 else:
                     self._round_group(names)
                 self.wait_seconds += self.comm.now() - start
-                if self.asynchronous and any(c.among == "world" for c in group):
+                if self.asynchronous and world:
                     self.at_sync_point = True
                     break
 

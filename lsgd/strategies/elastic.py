@@ -113,17 +113,15 @@ def join(strategy: Strategy, round_of: Callable[[list[str]], None]) -> bool:
     """A worker's first quorum, at its first step. If it was healed (the job was
     running) it takes part in the others' round, due at its new step count, and
     ``True`` is returned: that step is spent joining."""
-    healed: list[bool] = []
+    comm = strategy.comm
 
-    def body() -> None:
-        if strategy.comm.healed:  # type: ignore[attr-defined]
-            healed.append(True)
-            due = [c.name for c in strategy._rounds.cadences
-                   if strategy.steps % c.period == c.offset]
-            round_of(due)
+    def body() -> None:  # the hook only after a round of the method's own
+        if comm.healed:
+            round_of([c.name for c in strategy._rounds.cadences
+                      if strategy.steps % c.period == c.offset])
             if strategy.on_round is not None:
                 strategy.on_round()
 
     with torch.no_grad():
         run_round(strategy, body, hook=False)
-    return bool(healed)
+    return bool(comm.healed)  # still set after the round: begin_round resets it

@@ -102,7 +102,7 @@ def config_errors(cfg: Any) -> list[str]:
     return errors
 
 
-ELASTIC = ("lsgd", "diloco", "local-sgd", "easgd")
+ELASTIC = tuple(n for n in METHODS if strategy_class(n).supports_elastic)
 
 
 def _elastic_errors(cfg: Any) -> list[str]:
@@ -113,17 +113,18 @@ def _elastic_errors(cfg: Any) -> list[str]:
     if (cfg.lighthouse is None) != (cfg.slot is None):
         errors.append("--elastic on separate machines needs both --lighthouse and --slot "
                       "(one torchrun per node, docs/multinode.md); give both or neither")
-    nodes = cfg.groups if cfg.groups > 1 else cfg.workers
+    nodes = cfg.elastic_nodes()
     if cfg.slot is not None and not 0 <= cfg.slot < nodes:
         errors.append(f"--slot {cfg.slot}: give a node number in [0, {nodes})")
     if cfg.min_workers > nodes:
         errors.append(f"--min-workers {cfg.min_workers}: at most the {nodes} nodes")
     unsupported = [flag_ for flag_, given in (
-        ("--async", cfg.asynchronous), ("--overlap", cfg.overlap != 0), ("--fragments", cfg.fragments != 1),
-        ("--compress", cfg.compress != "none"), ("--checkpoint-every", cfg.checkpoint_every),
-        ("--resume", cfg.resume), ("--backend threads", cfg.backend == "threads"),
-        ("--init independent", cfg.init != "broadcast"),
-        ("--straggle", cfg.straggle)) if given]
+        ("--async", cfg.asynchronous), ("--overlap", cfg.overlap != 0),
+        ("--fragments", cfg.fragments != 1), ("--compress", cfg.compress != "none"),
+        ("--checkpoint-every", cfg.checkpoint_every), ("--resume", cfg.resume),
+        ("--backend threads", cfg.backend == "threads"),
+        ("--init independent", cfg.init != "broadcast"), ("--straggle", cfg.straggle))
+        if given]
     if unsupported:
         errors.append(f"--elastic runs blocking rounds of one level from a fresh start, in "
                       f"processes; drop {', '.join(unsupported)}")

@@ -274,6 +274,11 @@ class TrainConfig:
         if errors:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
 
+    def elastic_nodes(self) -> int:
+        """An elastic run's nodes (torchft replica groups): ``groups`` when above 1, else
+        one per worker."""
+        return self.groups if self.groups > 1 else self.workers
+
     def budgets(self) -> dict[str, float]:
         """The budgets given; one epoch if none is."""
         given = {k: getattr(self, k) for k in ("epochs", "steps", "minutes")

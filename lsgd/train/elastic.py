@@ -72,7 +72,7 @@ class ElasticRun:
                                         per_node=cfg.workers // slots, local_rank=local_rank,
                                         min_members=cfg.min_workers, timeout=cfg.timeout,
                                         quorum_timeout=cfg.timeout)
-        self.rank = self.slot = self.comm.rank  # faults, shards and files go by global rank
+        self.rank = self.comm.rank  # faults, shards and files go by global rank
         self.source = Source(load_data(cfg), cfg, torch.device("cpu"))
         torch.manual_seed(cfg.seed)  # the same initial model on every worker
         self.model = build_model(cfg.model, self.source.input_shape(), self.source.data.classes)
@@ -143,7 +143,7 @@ class ElasticRun:
         center = copy.deepcopy(self.model)
         with comm.category("eval"):
             on_state_(center, lambda buffer: comm.all_reduce_(buffer, op="mean"))
-        loss, correct, count = evaluate(center, self.source, members.index(self.slot),
+        loss, correct, count = evaluate(center, self.source, members.index(self.rank),
                                         len(members))
         report = self.strategy.report()
         mine = torch.tensor([loss, correct, count, report.bytes_sent, self.comm.heals],
@@ -172,7 +172,7 @@ class ElasticRun:
             self._faults(step)
             if step // self.per_epoch != epoch:
                 epoch = step // self.per_epoch
-                order = datasets.shard(self.source.n_train, self.slot, self.comm.world_size,
+                order = datasets.shard(self.source.n_train, self.rank, self.comm.world_size,
                                        epoch, cfg.seed)
             assert order is not None
             batch = step % self.per_epoch
@@ -195,9 +195,9 @@ class ElasticRun:
         return self._result()
 
     def _faults(self, step: int) -> None:
-        leads = getattr(self.strategy, "leader_rank", None) == self.slot
+        leads = getattr(self.strategy, "leader_rank", None) == self.rank
         for kind, who, at, *seconds in self.extra_faults:
-            if at == step and who in (self.slot, "leader" if leads else None):
+            if at == step and who in (self.rank, "leader" if leads else None):
                 if kind == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
                 time.sleep(seconds[0] if seconds else 10.0)
@@ -205,7 +205,7 @@ class ElasticRun:
     def _result(self) -> dict[str, Any]:
         report = self.strategy.report()
         last = self.rows[-1] if self.rows else {}
-        result = {"slot": self.slot, "attempt": self.attempt, "started": self.started,
+        result = {"slot": self.rank, "attempt": self.attempt, "started": self.started,
                   "trace": self.trace, "steps": self.strategy.steps, "rounds": report.rounds,
                   "resets": report.resets, "heals": self.comm.heals,
                   "failed_rounds": self.comm.failed_rounds,
@@ -254,17 +254,12 @@ def elastic_worker(info: Any, slot: int, slots: int, lighthouse: str, cfg: Train
                       list(extra_faults)).run()
 
 
-def nodes_of(cfg: TrainConfig) -> int:
-    """An elastic run's nodes: ``--groups`` when above 1, else one per worker."""
-    return cfg.groups if cfg.groups > 1 else cfg.workers
-
-
 def train_elastic(cfg: TrainConfig, extra_faults: list[tuple[Any, ...]] = ()  # type: ignore[assignment]
                   ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Run ``cfg`` elastically into its run folder; (the summary, every slot's record)."""
     from lsgd.launcher.elastic import launch_elastic
 
-    nodes = nodes_of(cfg)
+    nodes = cfg.elastic_nodes()
     records = launch_elastic(elastic_worker, nodes, args=(cfg, time.time(), list(extra_faults)),
                              restarts=cfg.restarts, timeout=cfg.timeout + 3600.0,
                              join_timeout=cfg.join_timeout, link=cfg.link,

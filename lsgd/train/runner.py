@@ -159,19 +159,18 @@ def _elastic_node(cfg: TrainConfig, out: Path) -> dict[str, Any] | None:
     import lsgd
     from lsgd.train.elastic import elastic_worker
 
-    local = int(os.environ.get("RANK", "0"))  # torchrun --standalone: ranks within the node
+    # torchrun --standalone: RANK and WORLD_SIZE are this node's own.
+    local, per_node = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     if local == 0 and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0:
         prepare(cfg, out)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # the node's workers share a process group
+    if per_node > 1:  # the node's workers share a process group
         from lsgd.comm.distributed import init_from_env
 
         init_from_env(datetime.timedelta(seconds=cfg.timeout))
     assert cfg.slot is not None and cfg.lighthouse is not None, "validated"
-    info = lsgd.WorkerInfo(rank=local, world_size=int(os.environ.get("WORLD_SIZE", "1")),
-                           groups=1)
-    record = elastic_worker(info, cfg.slot, cfg.workers // int(os.environ.get("WORLD_SIZE", "1")),
-                            cfg.lighthouse, cfg, time.time(), [],
-                            address=cfg.address or socket.gethostname())
+    info = lsgd.WorkerInfo(rank=local, world_size=per_node, groups=1)
+    record = elastic_worker(info, cfg.slot, cfg.workers // per_node, cfg.lighthouse, cfg,
+                            time.time(), [], address=cfg.address or socket.gethostname())
     return record.get("summary")
 
 
@@ -218,8 +217,9 @@ def check_before_start(cfg: TrainConfig) -> None:
             raise UsageError("--lighthouse and --slot are for one torchrun per node; without "
                              "torchrun, lsgd train --elastic starts the lighthouse itself")
         if importlib.util.find_spec("torchft") is None:
-            raise UsageError("--elastic needs torchft, an optional extra: "
-                             "pip install 'lsgd[torchft]'")
+            from lsgd.comm.quorum import EXTRA
+
+            raise UsageError(f"--elastic needs torchft, an optional extra: {EXTRA}")
     if cfg.resume and not under_torchrun():
         _check_resumable(cfg)
 
