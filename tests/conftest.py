@@ -22,6 +22,10 @@ def workdir(tmp_path: Path) -> Path:
     for name in FASHION_FILES:
         (tmp_path / "fashion" / name).write_bytes(b"")
     (tmp_path / "file").write_text("not a folder\n")
+    (tmp_path / "empty.txt").write_text("\n\n")
+    (tmp_path / "binary.bin").write_bytes(b"abc\0def")
+    (tmp_path / "latin1.txt").write_bytes("caf\u00e9 au lait\n".encode("latin-1"))
+    (tmp_path / "short.txt").write_text("In the beginning.\n" * 40)
     run = tmp_path / "run"
     run.mkdir()
     saved = TrainConfig(method="lsgd", model="mlp", dataset="synthetic", workers=2, groups=1,

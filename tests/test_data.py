@@ -211,7 +211,8 @@ def test_missing_cifar_names_the_expected_files(tmp_path: Path) -> None:
 
 
 def test_load_dataset_registry(tmp_path: Path) -> None:
-    assert set(DATASETS) == {"fashion-mnist", "cifar10", "cifar100", "imagenet", "digits", "synthetic"}
+    assert set(DATASETS) == {"fashion-mnist", "cifar10", "cifar100", "imagenet", "digits", "synthetic",
+                             "kjv", "text"}
     with pytest.raises(ValueError) as info:
         load_dataset("mnist")
     for name in DATASETS:

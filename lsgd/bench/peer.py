@@ -53,6 +53,12 @@ import tomli_w
 from lsgd.train.outputs import METRIC_FIELDS, read_csv, write_csv, write_json
 
 METHODS = {"torchft-diloco": (1, 0), "torchft-streaming": (2, 2)}  # (fragments, delay)
+#: The settings of ``lsgd train`` a torchft run takes as lsgd's runs do (the task's
+#: sizes, the inner and outer optimizers, the schedule, the target); others (a
+#: backend, a modeled step time) do not apply to it and are left out.
+HONOURED = ("context", "layers", "width", "heads", "eval_tokens", "data_dir", "optimizer",
+            "lr", "momentum", "nesterov", "weight_decay", "schedule", "warmup_epochs",
+            "outer_lr", "outer_momentum", "target")
 LIGHTHOUSE_PORT = 29510  # inside node 0's namespace only
 CLOCK_EVERY = 4  # steps between broadcasts of rank 0's training clock
 
@@ -65,16 +71,18 @@ def available() -> bool:
 def train(run: Path, *, method: str, workers: int, groups: int, link: str | None,
           model: str, dataset: str, batch_size: int, minutes: float, eval_every: str,
           seed: int, period: int = 16, reuse: bool | str = False,
-          **ignored: Any) -> dict[str, Any]:
+          **others: Any) -> dict[str, Any]:
     """One torchft run into ``run``; its summary with the metrics rows under ``"rows"``
-    (as :func:`lsgd.bench.common.train`). ``reuse`` reads a finished run back."""
+    (as :func:`lsgd.bench.common.train`). ``reuse`` reads a finished run back.
+    ``others``: settings of ``lsgd train``, of which those in :data:`HONOURED` apply."""
     from lsgd.bench.common import MissingRecord
 
     fragments, delay = METHODS[method]
     settings = {"engine": "torchft", "method": method, "workers": workers, "groups": groups,
                 "link": link or "", "model": model, "dataset": dataset,
                 "batch_size": batch_size, "minutes": minutes, "eval_every": eval_every,
-                "seed": seed, "period": period, "fragments": fragments, "delay": delay}
+                "seed": seed, "period": period, "fragments": fragments, "delay": delay,
+                **{key: others[key] for key in HONOURED if others.get(key) is not None}}
     done = _finished(run, settings) if reuse else None
     if done is not None:
         return done | {"rows": read_csv(run / "metrics.csv"), "run": str(run), "reused": True}
@@ -94,11 +102,15 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
     rows, totals = first["rows"], first["totals"]
     run.mkdir(parents=True, exist_ok=True)
     (run / "config.toml").write_text(tomli_w.dumps(settings))
-    write_csv(run / "metrics.csv", rows, METRIC_FIELDS)
+    write_csv(run / "metrics.csv", rows,
+              METRIC_FIELDS + [key for key in rows[-1] if key not in METRIC_FIELDS])
     summary = {"method": method, "model": model, "dataset": dataset, "workers": workers,
                "groups": groups, "backend": "processes", "link": link,
                "link_kind": "shaped" if link else None, "engine": "torchft",
-               "test_accuracy": rows[-1]["center_accuracy"], "steps": totals["steps"],
+               "test_accuracy": rows[-1]["center_accuracy"],
+               "test_loss": rows[-1]["center_loss"], **first["task"],
+               "target": settings.get("target"), "reached_target": totals["reached"],
+               "steps": totals["steps"],
                "train_seconds": totals["train_seconds"],
                "wall_seconds": time.perf_counter() - start,
                "bytes_sent_per_worker": totals["bytes"], "comm_seconds_per_worker": None,
@@ -137,22 +149,20 @@ def _fragments(model: Any, count: int) -> list[Any]:
 
 
 def _worker(info: Any, settings: dict[str, Any]) -> dict[str, Any] | None:
-    """One replica group: lsgd's data and model, torchft's Manager and DiLoCo."""
+    """One replica group: lsgd's task and model, torchft's Manager and DiLoCo."""
     import datetime
     import os
     import socket
 
     import torch
     import torch.distributed as dist
-    from torch.nn import functional as F
 
     import lsgd
-    from lsgd import data as datasets
     from lsgd.links.netns import node_address
-    from lsgd.models import build_model
-    from lsgd.train.build import Source, load_data, make_optimizer, steps_per_epoch
+    from lsgd.tasks import reaches
+    from lsgd.train.build import build_model_of, make_optimizer, make_schedule, make_task
     from lsgd.train.config import make_config
-    from lsgd.train.evaluate import evaluate, gather_named
+    from lsgd.train.evaluate import gather_named
 
     address = node_address(info.group) if settings["link"] else "127.0.0.1"
     socket.gethostname = lambda: address  # type: ignore[assignment]  # torchft's HTTP transport
@@ -165,15 +175,17 @@ def _worker(info: Any, settings: dict[str, Any]) -> dict[str, Any] | None:
     comm, rank, world = lsgd.get_communicator(), info.rank, info.world_size
     cfg = make_config({"method": "diloco", "model": settings["model"],
                        "dataset": settings["dataset"], "batch_size": settings["batch_size"],
-                       "workers": world, "seed": settings["seed"], "backend": "processes"})
+                       "workers": world, "seed": settings["seed"], "backend": "processes",
+                       "minutes": settings["minutes"], "eval_every": settings["eval_every"],
+                       **{key: settings[key] for key in HONOURED if key in settings}})
     device = torch.device("cpu")
-    source = Source(load_data(cfg), cfg, device)
-    torch.manual_seed(cfg.seed)  # as lsgd train: the same initial model everywhere
-    model = build_model(cfg.model, source.input_shape(), source.data.classes)
+    task = make_task(cfg, device)
+    model = build_model_of(cfg, task)  # as lsgd train: the same initial model everywhere
     inner = make_optimizer(cfg, model)
     torch.manual_seed(cfg.seed * 7919 + 1 + rank)
     generator = torch.Generator().manual_seed(cfg.seed * 7919 + 10_000 + rank)
-    per_epoch = steps_per_epoch(cfg, source.n_train)
+    per_epoch = task.steps_per_epoch
+    schedule = make_schedule(cfg, inner, per_epoch)
     parts = _fragments(model, settings["fragments"])
     outers = [torch.optim.SGD(part.parameters(), lr=cfg.outer_lr, momentum=cfg.outer_momentum,
                               nesterov=True) for part in parts]
@@ -194,44 +206,51 @@ def _worker(info: Any, settings: dict[str, Any]) -> dict[str, Any] | None:
     fragment_bytes = [sum(p.numel() * p.element_size() for p in part.parameters())
                       for part in parts]
     rows: list[dict[str, Any]] = []
-    steps, epoch, batch, seconds, shared = 0, 0, 0, 0.0, 0.0
-    budget, every = 60 * settings["minutes"], float(settings["eval_every"].rstrip("s"))
+    steps, seconds, shared = 0, 0.0, 0.0
+    reached: dict[str, float] | None = None
+    budget = 60 * settings["minutes"]
+    kind, every = cfg.eval_interval()
     next_eval = every
-    order = datasets.shard(source.n_train, rank, world, epoch, cfg.seed)
     diloco = DiLoCo(manager, parts, inner, outers, sync_every=settings["period"],
                     backup_device=device, pin_memory=False,
                     fragment_sync_delay=settings["delay"])
     with diloco:
         while True:
-            if batch == per_epoch:
-                epoch, batch = epoch + 1, 0
-                order = datasets.shard(source.n_train, rank, world, epoch, cfg.seed)
             t0 = time.perf_counter()
-            x, y = source.train_batch(order[batch * cfg.batch_size:(batch + 1) * cfg.batch_size],
-                                      generator)
-            loss = F.cross_entropy(model(x), y)
+            x, y = task.train_batch(rank, world, steps // per_epoch, steps % per_epoch,
+                                    generator)
+            schedule.at(steps / per_epoch, shared / 60)
+            loss = task.loss(model(x), y)
             inner.zero_grad(set_to_none=True)
             loss.backward()
             inner.step()  # torchft's hooks: the quorum and the (started) all-reduce when due
-            steps, batch = steps + 1, batch + 1
+            steps += 1
             seconds += time.perf_counter() - t0
-            if steps % CLOCK_EVERY:
+            due = kind == "steps" and steps >= next_eval
+            if steps % CLOCK_EVERY and not due:
                 continue
             clock = torch.tensor([seconds], dtype=torch.float64)
             with comm.category("control"):
                 comm.broadcast_(clock, src=0)
             shared = float(clock)
-            if shared < next_eval and shared < budget:
+            due = due or (kind == "seconds" and shared >= next_eval)
+            if not due and shared < budget:
                 continue
             t1 = time.perf_counter()
             for fragment in diloco._fragments:  # nothing travels while the clock is stopped
                 for work in fragment._allreduce_work:
                     work.wait()
             seconds += time.perf_counter() - t1
-            rows.append(_evaluate(comm, model, source, rank, world, shared, steps, per_epoch,
-                                  gather_named, evaluate))
-            next_eval += every
-            if shared >= budget:
+            rows.append(_evaluate(comm, model, task, rank, world, shared, steps, per_epoch,
+                                  gather_named))
+            schedule.observe(rows[-1]["center_loss"])
+            while next_eval <= (steps if kind == "steps" else shared):
+                next_eval += every
+            value = rows[-1][task.column]
+            if reached is None and cfg.target is not None and reaches(task.metric, value,
+                                                                      cfg.target):
+                reached = {"time": shared, "steps": float(steps), "value": value}
+            if shared >= budget or reached is not None:
                 break
     syncs = manager.current_step()  # committed synchronisations, one fragment each
     sent = sum(2 * (world - 1) * fragment_bytes[s % len(parts)] / world for s in range(syncs))
@@ -239,13 +258,14 @@ def _worker(info: Any, settings: dict[str, Any]) -> dict[str, Any] | None:
     manager.shutdown(wait=False)
     if lighthouse is not None:
         lighthouse.shutdown()
-    totals = {"steps": steps, "train_seconds": seconds, "bytes": sent, "rounds": syncs}
-    return {"rows": rows, "totals": totals} if rank == 0 else None
+    totals = {"steps": steps, "train_seconds": seconds, "bytes": sent, "rounds": syncs,
+              "reached": reached}
+    return {"rows": rows, "totals": totals, "task": task.summary(rows)} if rank == 0 else None
 
 
-def _evaluate(comm: Any, model: Any, source: Any, rank: int, world: int, shared: float,
-              steps: int, per_epoch: int, gather_named: Any, evaluate: Any) -> dict[str, Any]:
-    """The center's test loss and accuracy (its slice of the test set on each worker)."""
+def _evaluate(comm: Any, model: Any, task: Any, rank: int, world: int, shared: float,
+              steps: int, per_epoch: int, gather_named: Any) -> dict[str, Any]:
+    """The center's loss and accuracy (its slice of the evaluation set on each worker)."""
     import copy
 
     from lsgd.strategies.state import on_state_
@@ -253,11 +273,11 @@ def _evaluate(comm: Any, model: Any, source: Any, rank: int, world: int, shared:
     center = copy.deepcopy(model)
     with comm.category("eval"):
         on_state_(center, lambda buffer: comm.all_reduce_(buffer, op="mean"))
-    loss, correct, count = evaluate(center, source, rank, world)
-    every = gather_named(comm, {"loss": loss, "correct": correct, "count": count},
-                         next(model.parameters()).device)
+    sums = task.evaluate(center, rank, world)
+    every = gather_named(comm, {"loss": sums.loss, "correct": sums.correct,
+                                "count": sums.count}, next(model.parameters()).device)
     total = float(every["count"].sum())
     return {"time": shared, "steps": float(steps), "epoch": steps / per_epoch,
-            "center_loss": float(every["loss"].sum()) / total,
-            "center_accuracy": float(every["correct"].sum()) / total,
-            "leader_rank": None, "leader_loss": math.nan, "leader_accuracy": math.nan}
+            **task.columns("center", float(every["loss"].sum()) / total,
+                           float(every["correct"].sum()) / total),
+            "leader_rank": None, **task.columns("leader", math.nan, math.nan)}

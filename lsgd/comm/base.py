@@ -59,7 +59,7 @@ from torch import nn
 
 from lsgd import _validate
 from lsgd.comm import codec as codecs
-from lsgd.comm.data_parallel import DataParallel, collective_data_parallel
+from lsgd.comm.data_parallel import DataParallel, GradientCompression, collective_data_parallel
 from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_layout
 from lsgd.comm.chain import chain_bytes, chain_heads, chunk_count
 from lsgd.comm.transfers import Handle, Transfer, done_handle
@@ -204,14 +204,16 @@ class Communicator(ABC):
             self._barrier()
 
     def data_parallel(self, module: nn.Module, sync_buffers: bool = True,
-                      options: dict[str, Any] | None = None) -> DataParallel:
+                      options: dict[str, Any] | None = None,
+                      compression: GradientCompression | None = None) -> DataParallel:
         """``module`` for data-parallel training: gradients averaged every step.
 
         Returns the module to call in the forward pass; call its
         ``synchronize()`` after ``backward()`` and before the optimizer step
         (see :mod:`lsgd.comm.data_parallel`). ``options`` are
-        DistributedDataParallel's keyword arguments (torch.distributed only).
-        Here, from this communicator's own collectives
+        DistributedDataParallel's keyword arguments and ``compression`` one of
+        its communication hooks (torch.distributed only). Here, from this
+        communicator's own collectives
         (:func:`~lsgd.comm.data_parallel.collective_data_parallel`).
         """
         if options:
@@ -219,6 +221,12 @@ class Communicator(ABC):
                 f"data_parallel: options {sorted(options)} are DistributedDataParallel's and "
                 f"apply under torch.distributed only, not to {type(self).__name__}"
             )
+        if compression is not None and compression.active and self.world_size > 1:
+            raise ValueError(
+                f"data_parallel: {compression.kind} gradients are PyTorch's DDP communication "
+                "hook, which runs inside DistributedDataParallel in worker processes; "
+                f"{type(self).__name__} has no DDP: use worker processes (lsgd.launch, "
+                "torchrun; lsgd train --backend processes)")
         if self.world_size == 1:
             return DataParallel(module)
         return collective_data_parallel(self, module, sync_buffers)

@@ -16,11 +16,16 @@ collectives). Both backends check the same thing the same way: the forward pass 
 the step must have gone through this module, otherwise DDP would silently
 skip the average (and the simulator would silently do it), so
 :meth:`DataParallel.synchronize` raises instead.
+
+A :class:`GradientCompression` asks for one of PyTorch's own DDP
+communication hooks instead of the plain all-reduce (torch.distributed only):
+torch's ``bf16_compress_hook`` or its PowerSGD hook (see :mod:`lsgd.comm.ddp`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -33,6 +38,40 @@ NOT_THROUGH_MODEL = (
     "gradients were not averaged across workers; call strategy.model(x) (not your own "
     "model) in the training forward pass"
 )
+
+
+#: The gradient compressions of all-reduce: PyTorch's DDP communication hooks.
+GRADIENT_COMPRESSIONS = ("none", "bf16", "powersgd")
+
+
+@dataclass(frozen=True)
+class GradientCompression:
+    """Which of PyTorch's DDP communication hooks averages the gradients.
+
+    ``kind``: ``"none"`` (DDP's all-reduce), ``"bf16"`` (torch's
+    ``bf16_compress_hook``: the bucket cast to bfloat16, all-reduced, cast back)
+    or ``"powersgd"`` (torch's ``powerSGD_hook``, Vogels et al. 2019,
+    https://arxiv.org/abs/1905.13727: each gradient matrix sent as two rank-
+    ``rank`` factors P and Q, with error feedback and warm start; vectors sent
+    whole; plain all-reduce for the first ``warmup`` steps).
+    """
+
+    kind: str = "none"
+    rank: int = 1
+    warmup: int = 10
+
+    def __post_init__(self) -> None:
+        if self.kind not in GRADIENT_COMPRESSIONS:
+            raise ValueError(f"gradient compression {self.kind!r}: choose one of "
+                             f"{', '.join(GRADIENT_COMPRESSIONS)}")
+        if self.kind == "powersgd" and (self.rank < 1 or self.warmup < 2):
+            raise ValueError(f"PowerSGD: rank {self.rank} must be at least 1 and warmup "
+                             f"{self.warmup} at least 2 steps (its error feedback and warm "
+                             "start need two plain steps first)")
+
+    @property
+    def active(self) -> bool:
+        return self.kind != "none"
 
 
 class DataParallel(nn.Module):
@@ -48,9 +87,12 @@ class DataParallel(nn.Module):
 
     def __init__(self, module: nn.Module, inner: nn.Module | None = None,
                  average: Callable[[], None] | None = None,
-                 before_forward: Callable[[], None] | None = None) -> None:
+                 before_forward: Callable[[], None] | None = None,
+                 hook_state: Any = None) -> None:
         super().__init__()
         self.module = module
+        #: The communication hook's own state (PowerSGD's), or None.
+        self.hook_state = hook_state
         # Kept out of the submodules: parameters and state_dict stay the model's.
         self._inner = [inner if inner is not None else module]
         self._average = average

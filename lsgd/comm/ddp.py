@@ -6,6 +6,24 @@ runs DDP's own all-reduce and counts it (ring all-reduce of each gradient
 bucket, ``2 (W - 1) / W`` of its bytes per worker). DDP broadcasts rank 0's
 floating buffers before each forward (``forward_sync_buffers``, formerly
 ``broadcast_buffers``); that traffic is counted at each step.
+
+With a :class:`~lsgd.comm.data_parallel.GradientCompression` the counting hook
+calls one of PyTorch's own hooks instead of DDP's all-reduce (never a copy of
+them), and counts what that hook sends:
+
+* ``bf16``: ``default_hooks.bf16_compress_hook``, 2 bytes per value. DDP
+  refuses to register that function by its name unless NCCL runs it; called
+  from lsgd's hook, it runs on gloo too (gloo all-reduces bfloat16 tensors);
+* ``powersgd``: ``powerSGD_hook.powerSGD_hook`` with a ``PowerSGDState`` of
+  the given rank and warm-up (torch's other defaults: error feedback, warm
+  start, ``min_compression_rate`` 2). What it sends is what torch's own
+  accounting adds to ``state.total_numel_after_compression`` for the bucket:
+  for each matrix it compresses (n x m, viewed from the gradient) the factors
+  P (n x r) and Q (m x r), each all-reduced; the other tensors whole. During
+  the warm-up it all-reduces the whole bucket. Its gradients go in one bucket
+  (``bucket_cap_mb`` of the model's size, unless ``options`` give one).
+
+Each all-reduce is counted as a ring's, ``2 (W - 1) / W`` of its bytes per worker.
 """
 
 from __future__ import annotations
@@ -18,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from lsgd.comm.data_parallel import DataParallel
+from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.wire import broadcast_bytes, ring_allreduce_bytes
 
 if TYPE_CHECKING:
@@ -28,12 +46,11 @@ if TYPE_CHECKING:
 
 
 def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, module: nn.Module,
-                      sync_buffers: bool = True,
-                      options: dict[str, Any] | None = None) -> DataParallel:
-    """``module`` under DDP on ``process_group`` (CUDA: ``device_ids`` of its device);
-    the traffic is counted in ``comm`` (the communicator of that group)."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
+                      sync_buffers: bool = True, options: dict[str, Any] | None = None,
+                      compression: GradientCompression = GradientCompression()) -> DataParallel:
+    """``module`` under DDP on ``process_group`` (CUDA: ``device_ids`` of its device),
+    its gradients averaged by DDP's all-reduce or the hook ``compression`` names; the
+    traffic is counted in ``comm`` (the communicator of that group)."""
     device = next(module.parameters()).device
     # Newer torch renamed broadcast_buffers (deprecated) to forward_sync_buffers.
     ddp_args = inspect.signature(nn.parallel.DistributedDataParallel).parameters
@@ -41,6 +58,13 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
     kwargs: dict[str, Any] = {sync_flag: sync_buffers}
     if device.type == "cuda":
         kwargs["device_ids"] = [device]
+    if compression.kind == "powersgd":
+        # PowerSGD's hook starts its later all-reduces from the callbacks of earlier ones,
+        # on the backend's threads: with two buckets, two such chains race, and gloo
+        # matched the collectives of different buckets across workers ("Received data
+        # size doesn't match expected size", 4 workers). One bucket keeps one chain.
+        grads = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+        kwargs["bucket_cap_mb"] = grads // 2**20 + 1
     kwargs.update(options or {})
     ddp = nn.parallel.DistributedDataParallel(module, process_group=process_group, **kwargs)
     world = comm.world_size
@@ -54,12 +78,19 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
     # process ("Resource deadlock avoided"). So it holds the communicator weakly.
     counted = weakref.ref(comm)
 
+    state, reduce = torch_hook(process_group, compression)
+
     # DDP checks a hook's annotations against real classes, which postponed
     # annotations would turn into strings: leave bucket and return unannotated.
     def counting_allreduce(pg: Any, bucket):  # type: ignore[no-untyped-def]
         buffer = bucket.buffer()
-        volume = ring_allreduce_bytes(buffer.numel() * buffer.element_size(), world)
+        values = buffer.numel()
+        width = 2 if compression.kind == "bf16" else buffer.element_size()
+        before = getattr(state, "total_numel_after_compression", 0)
         start = time.perf_counter()
+        future = reduce(state, bucket)
+        compressed = getattr(state, "total_numel_after_compression", 0) - before
+        volume = ring_allreduce_bytes((compressed or values) * width, world)
 
         def done(fut: torch.futures.Future) -> torch.Tensor:
             now = time.perf_counter()
@@ -69,7 +100,7 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
             finished[0] = now
             return fut.value()[0] if isinstance(fut.value(), list) else fut.value()
 
-        return default_hooks.allreduce_hook(pg, bucket).then(done)
+        return future.then(done)
 
     ddp.register_comm_hook(process_group, counting_allreduce)
     buffer_bytes = sum(b.numel() * b.element_size() for b in module.buffers()) if sync_buffers else 0
@@ -80,4 +111,21 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
         if buffer_bytes:
             comm.record(sent, received, 0.0)
 
-    return DataParallel(module, inner=ddp, average=count_buffer_broadcast)
+    return DataParallel(module, inner=ddp, average=count_buffer_broadcast,
+                        hook_state=state if compression.kind == "powersgd" else None)
+
+
+def torch_hook(process_group: dist.ProcessGroup, compression: GradientCompression
+               ) -> tuple[Any, Any]:
+    """(state, hook): the PyTorch communication hook that ``compression`` names, and the
+    state it is called with (the process group, or PowerSGD's ``PowerSGDState``)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if compression.kind == "bf16":
+        return process_group, default_hooks.bf16_compress_hook
+    if compression.kind == "powersgd":
+        state = powerSGD_hook.PowerSGDState(
+            process_group=process_group, matrix_approximation_rank=compression.rank,
+            start_powerSGD_iter=compression.warmup)
+        return state, powerSGD_hook.powerSGD_hook
+    return process_group, default_hooks.allreduce_hook

@@ -45,7 +45,7 @@ from torch import nn
 
 from lsgd.comm.base import Among, Communicator, ReduceOp
 from lsgd.comm.info import WorkerInfo, check_layout
-from lsgd.comm.data_parallel import DataParallel
+from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.errors import communication_errors, seconds_text
 from lsgd.comm.lanes import BackgroundLane, on_background
 from lsgd.comm.transfers import Transfer
@@ -205,13 +205,16 @@ class DistCommunicator(Communicator):
         return "chain" if dist.get_backend(self._pg) == "nccl" else "tree"
 
     def data_parallel(self, module: nn.Module, sync_buffers: bool = True,
-                      options: dict[str, Any] | None = None) -> DataParallel:
-        """DistributedDataParallel on this process group, its traffic counted."""
+                      options: dict[str, Any] | None = None,
+                      compression: GradientCompression | None = None) -> DataParallel:
+        """DistributedDataParallel on this process group, its traffic counted; with
+        ``compression``, one of torch's communication hooks (:mod:`lsgd.comm.ddp`)."""
         if self.world_size == 1:
             return DataParallel(module)
         from lsgd.comm.ddp import ddp_data_parallel
 
-        return ddp_data_parallel(self, self.process_group, module, sync_buffers, options)
+        return ddp_data_parallel(self, self.process_group, module, sync_buffers, options,
+                                 compression or GradientCompression())
 
     @property
     def store(self) -> dist.Store:

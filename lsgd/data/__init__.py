@@ -14,6 +14,10 @@ In memory (a :class:`Dataset`, images float32 ``[N, C, H, W]``, labels int64 ``[
 * scikit-learn's bundled 8x8 digits (no download needed).
 * :func:`synthetic`: a learnable Gaussian-prototype task for quick runs.
 
+Text, as byte tokens (a :class:`TextData`, see :mod:`lsgd.data.text`): the
+King James Bible from Debian's ``bible-kjv`` package (``kjv``), or any UTF-8
+text file or folder (``text``, from ``data_dir``).
+
 Decoded lazily (an :class:`ImageFolder`, too big for memory): ImageNet-style
 ``train/<class>/*.JPEG`` and ``val/<class>/*.JPEG`` folders, read with Pillow
 (the optional extra ``pip install 'lsgd[imagenet]'``).
@@ -33,6 +37,8 @@ from lsgd.data.imagenet import (IMAGENET_MEAN, IMAGENET_STD, ImageFolder, imagen
                                 imagenet_dir, random_resized_crop_params)
 from lsgd.data.mnist import DEBIAN_FASHION_MNIST, digits, fashion_mnist, fashion_mnist_dir, read_idx
 from lsgd.data.synthetic import synthetic
+from lsgd.data import text as text_module
+from lsgd.data.text import TextData, kjv, text
 
 __all__ = [
     "CIFAR100_MEAN",
@@ -41,6 +47,8 @@ __all__ = [
     "CIFAR_NORMALIZATION",
     "CIFAR_STD",
     "DATASETS",
+    "TEXT_DATASETS",
+    "TextData",
     "FACTS",
     "DEBIAN_FASHION_MNIST",
     "Dataset",
@@ -60,11 +68,16 @@ __all__ = [
     "read_idx",
     "shard",
     "synthetic",
+    "kjv",
+    "text",
 ]
 
 
-#: The dataset names :func:`load_dataset` knows.
-DATASETS = ("fashion-mnist", "cifar10", "cifar100", "imagenet", "digits", "synthetic")
+#: The text datasets (byte tokens, for language models).
+TEXT_DATASETS = ("kjv", "text")
+#: The dataset names :func:`load_dataset` knows: images, then text.
+DATASETS = ("fashion-mnist", "cifar10", "cifar100", "imagenet", "digits", "synthetic",
+            *TEXT_DATASETS)
 
 
 #: What is known of each dataset without reading it: an image's shape as the model
@@ -91,17 +104,23 @@ def locate(name: str, data_dir: str | os.PathLike[str] | None = None) -> str | N
             cifar_dir(data_dir, int(key[len("cifar"):]))
         elif key == "imagenet":
             imagenet_dir(data_dir)
-    except FileNotFoundError as error:
+        elif key == "kjv" and not text_module.kjv_cached():
+            text_module.bible_program()
+        elif key == "text":
+            text_module.text_files(data_dir)
+    except (FileNotFoundError, ValueError) as error:
         return str(error)
     return None
 
 
-def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> Dataset | ImageFolder:
+def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None
+                 ) -> Dataset | ImageFolder | TextData:
     """The dataset called ``name`` (one of :data:`DATASETS`), read from ``data_dir``.
 
     ``data_dir`` (default ``$LSGD_DATA``) is the dataset's own folder or a folder
     holding it; digits and synthetic need none. ImageNet comes back as a lazily
-    decoded :class:`ImageFolder`, the rest as an in-memory :class:`Dataset`.
+    decoded :class:`ImageFolder`, text (``kjv``, ``text``) as :class:`TextData`, the
+    rest as an in-memory :class:`Dataset`.
     """
     key = name.lower()
     if key == "fashion-mnist":
@@ -114,4 +133,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> D
         return digits()
     if key == "synthetic":
         return synthetic()
+    if key == "kjv":
+        return kjv()
+    if key == "text":
+        return text(data_dir)
     raise ValueError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}")

@@ -22,11 +22,22 @@ This costs one finiteness check of the gradients (one synchronisation) per
 step. If, at a skipped step, the parameters themselves are not finite (the
 same on every replica), every worker raises
 :class:`~lsgd.strategies.health.DivergedError`: skipping cannot recover them.
+
+``compress="bf16"`` and ``powersgd=RANK`` average the gradients with one of
+PyTorch's own DDP communication hooks instead (worker processes only: the
+simulator has no DDP and refuses them): ``bf16_compress_hook`` (half the
+bytes) or PowerSGD (Vogels, Karimireddy & Jaggi, NeurIPS 2019,
+https://arxiv.org/abs/1905.13727: rank-``RANK`` factors of each gradient
+matrix, with error feedback, after ``powersgd_warmup`` plain steps); see
+:mod:`lsgd.comm.ddp` for what each sends. Both change what is averaged, so
+the replicas stay identical but the step is no longer exactly SGD's on the
+mean gradient.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +45,7 @@ import torch
 from torch import nn
 
 from lsgd.comm import Communicator
+from lsgd.comm.data_parallel import GradientCompression
 from lsgd.strategies.base import Strategy
 from lsgd.functional import all_finite
 
@@ -49,6 +61,10 @@ class AllReduce(Strategy):
             the default) or ``"local"``.
         ddp_kwargs: extra keyword arguments for ``DistributedDataParallel``
             (real processes only).
+        compress: ``"none"`` or ``"bf16"`` (torch's ``bf16_compress_hook``).
+        powersgd: the rank of torch's PowerSGD hook (0: off).
+        powersgd_warmup: PowerSGD's plain all-reduce steps before it compresses
+            (torch's ``start_powerSGD_iter``, at least 2).
 
     Workers always start from rank 0's state (data parallelism needs identical
     replicas), so there is no ``init`` argument.
@@ -66,10 +82,15 @@ class AllReduce(Strategy):
         sync_buffers: bool = True,
         bn_buffers: str | None = None,
         ddp_kwargs: dict[str, Any] | None = None,
+        compress: str = "none",
+        powersgd: int = 0,
+        powersgd_warmup: int = 10,
     ) -> None:
+        self.compression = gradient_compression(compress, powersgd, powersgd_warmup)
         super().__init__(model, optimizer, comm=comm, init="broadcast", sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers)
-        self._parallel = self.comm.data_parallel(model, self.sync_buffers, ddp_kwargs)
+        self._parallel = self.comm.data_parallel(model, self.sync_buffers, ddp_kwargs,
+                                                 self.compression)
         self.skipped_steps = 0  # optimizer steps skipped for a non-finite averaged gradient
 
     @property
@@ -97,13 +118,43 @@ class AllReduce(Strategy):
         return copy.deepcopy(self._module)
 
     def _report_fields(self) -> dict[str, Any]:
-        return {"details": {"skipped_steps": self.skipped_steps}}
+        return {"details": {"skipped_steps": self.skipped_steps,
+                            "gradient_compression": self.compression.kind}}
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["skipped_steps"] = self.skipped_steps
+        hook = self._parallel.hook_state
+        if hook is not None:  # PowerSGD's errors, factors and step count
+            quiet = logging.getLogger(type(hook).__module__)  # says the group is not saved
+            level = quiet.level
+            quiet.setLevel(logging.ERROR)
+            try:
+                state["powersgd"] = hook.__getstate__()
+            finally:
+                quiet.setLevel(level)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.skipped_steps = int(state.get("skipped_steps", 0))
+        hook = self._parallel.hook_state
+        if hook is not None and "powersgd" in state:
+            group = hook.process_group  # not saved: the one of this run
+            hook.__setstate__(dict(state["powersgd"]))
+            hook.process_group = group
+
+
+def gradient_compression(compress: str, powersgd: int, powersgd_warmup: int
+                         ) -> GradientCompression:
+    """All-reduce's ``compress`` and ``powersgd`` knobs as one of torch's hooks;
+    ``ValueError`` naming what to give instead."""
+    if compress not in ("none", "bf16"):
+        raise ValueError(f"allreduce: compress={compress!r}: PyTorch's DDP communication "
+                         "hooks compress to bf16 (compress='bf16') or by PowerSGD "
+                         "(powersgd=RANK); it has no int8 hook")
+    if powersgd and compress != "none":
+        raise ValueError(f"allreduce: compress={compress!r} and powersgd={powersgd}: give one")
+    if powersgd:
+        return GradientCompression("powersgd", int(powersgd), int(powersgd_warmup))
+    return GradientCompression(compress)

@@ -1,7 +1,7 @@
 """The pieces of one worker's run, built from its configuration.
 
-The device, the dataset and its batches (``Source``), the optimizer, and the
-strategy (through :func:`lsgd.make_strategy`, with the knobs each method takes
+The device, the task (its data, batches, model and evaluation:
+:mod:`lsgd.tasks`), the optimizer and its schedule, and the strategy (through :func:`lsgd.make_strategy`, with the knobs each method takes
 from the configuration in :func:`strategy_knobs`), plus the checks that run in
 the launching process before any worker starts (:func:`preflight`).
 """
@@ -9,6 +9,7 @@ the launching process before any worker starts (:func:`preflight`).
 from __future__ import annotations
 
 import functools
+import math
 import os
 import pickle
 import tempfile
@@ -24,12 +25,13 @@ import lsgd
 from lsgd import augment, data as datasets
 from lsgd.links.netns import LinkSetupError, shaped_links_possible
 from lsgd.models import build_model
+from lsgd.models.gpt import build_language_model
+from lsgd.tasks import ImageClassification, LanguageModelling, Task, image_steps_per_epoch
 from lsgd.topology import Topology, from_spec
 from lsgd.train.checks import DECENTRALIZED, OVERLAPPED
 from lsgd.train.config import TrainConfig
 from lsgd.train.ranges import flag
-
-EVAL_BATCH = 1000
+from lsgd.train.schedule import Schedule
 PIPELINE_DEFAULTS = {"overlap": 0, "fragments": 1, "compress": "none", "merge": "auto",
                      "error_feedback": False}
 
@@ -48,11 +50,11 @@ def pick_device(cfg: TrainConfig) -> torch.device:
 
 
 @functools.lru_cache(maxsize=2)
-def _load(name: str, data_dir: str | None) -> datasets.Dataset | datasets.ImageFolder:
+def _load(name: str, data_dir: str | None) -> datasets.Dataset | datasets.ImageFolder | datasets.TextData:
     return datasets.load_dataset(name, data_dir)
 
 
-def load_data(cfg: TrainConfig) -> datasets.Dataset | datasets.ImageFolder:
+def load_data(cfg: TrainConfig) -> datasets.Dataset | datasets.ImageFolder | datasets.TextData:
     """The dataset, read once per process (simulated workers share it, read only)."""
     try:
         return _load(cfg.dataset, cfg.data_dir)
@@ -60,43 +62,47 @@ def load_data(cfg: TrainConfig) -> datasets.Dataset | datasets.ImageFolder:
         raise UsageError(str(error)) from error
 
 
-class Source:
-    """Batches of one dataset on one device, with the chosen augmentation."""
+def make_task(cfg: TrainConfig, device: torch.device, data: Any = None) -> Task:
+    """The run's task on ``device`` (its dataset read by :func:`load_data` unless given):
+    language modelling for a text dataset, image classification otherwise; a
+    :class:`UsageError` for what does not fit (a batch larger than a worker's shard, a
+    text shorter than a window, an unknown augmentation)."""
+    data = load_data(cfg) if data is None else data
+    try:
+        if isinstance(data, datasets.TextData):
+            return LanguageModelling(data, model=cfg.model, context=cfg.context,
+                                     layers=cfg.layers, width=cfg.width, heads=cfg.heads,
+                                     batch_size=cfg.batch_size, workers=cfg.workers,
+                                     eval_tokens=cfg.eval_tokens, device=device)
+        return ImageClassification(data, dataset=cfg.dataset, model=cfg.model,
+                                   augment_preset=cfg.augment, batch_size=cfg.batch_size,
+                                   workers=cfg.workers, seed=cfg.seed, device=device)
+    except ValueError as error:
+        if str(error).startswith("--"):  # it names its option
+            raise UsageError(str(error)) from error
+        where = f"--dataset {cfg.dataset}" if cfg.language else f"--augment {cfg.augment}"
+        raise UsageError(f"{where}: {error}") from error
 
-    def __init__(self, data: datasets.Dataset | datasets.ImageFolder, cfg: TrainConfig,
-                 device: torch.device) -> None:
-        self.data = data
-        self.device = device
-        self.in_memory = isinstance(data, datasets.Dataset)
-        preset = augment.paper_preset(cfg.dataset, cfg.model) if cfg.augment == "auto" else cfg.augment
-        self.preset = preset
-        self.train_fn = augment.train_transform(preset)
-        self.test_fn = augment.test_transform(preset)
-        self.n_train = len(data.train_y)
-        self.n_test = len(data.test_y)
 
-    def input_shape(self) -> tuple[int, int, int]:
-        if not self.in_memory:
-            return tuple(self.data.input_shape)  # type: ignore[return-value]
-        return tuple(self.test_fn(self.data.test_x[:1]).shape[1:])  # type: ignore[return-value]
+def build_model_of(cfg: TrainConfig, task: Task) -> nn.Module:
+    """The task's model, the same on every worker (torch seeded with ``cfg.seed``); a
+    :class:`UsageError` when it needs an extra that is not installed."""
+    torch.manual_seed(cfg.seed)
+    try:
+        return task.build_model()
+    except ImportError as error:
+        raise UsageError(f"--model {cfg.model}: {error}") from error
 
-    def train_batch(self, idx: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.in_memory:
-            x, y = self.data.load(idx, train=True, generator=generator)
-        else:
-            x = self.train_fn(self.data.train_x[idx], generator)
-            y = self.data.train_y[idx]
-        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
-    def test_batches(self, part: int = 0, parts: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The test set, or its ``part``-th of ``parts`` interleaved slices."""
-        indices = torch.arange(part, self.n_test, parts)
-        for idx in indices.split(EVAL_BATCH):
-            if not self.in_memory:
-                x, y = self.data.load(idx, train=False)
-            else:
-                x, y = self.test_fn(self.data.test_x[idx]), self.data.test_y[idx]
-            yield x.to(self.device), y.to(self.device)
+def make_schedule(cfg: TrainConfig, optimizer: torch.optim.Optimizer,
+                  steps_per_epoch: int) -> Schedule:
+    """The run's learning-rate schedule; ``cosine`` decays over the budget."""
+    budget = cfg.budgets()
+    horizon = min(budget.get("epochs", math.inf),
+                  budget.get("steps", math.inf) / steps_per_epoch)
+    return Schedule(optimizer, cfg.schedule, cfg.drops, cfg.drop_factor, cfg.patience,
+                    cfg.warmup_epochs, horizon_epochs=horizon,
+                    horizon_minutes=budget.get("minutes", math.inf))
 
 
 def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
@@ -119,7 +125,11 @@ def strategy_knobs(cfg: TrainConfig) -> dict[str, Any]:
     knobs: dict[str, Any] = {"sync_buffers": cfg.sync_buffers}
     if cfg.bn_buffers != "auto":
         knobs["bn_buffers"] = cfg.bn_buffers
-    if cfg.method == "allreduce":
+    if cfg.method == "allreduce":  # torch's gradient hooks, given only when set
+        if cfg.compress != "none":
+            knobs["compress"] = cfg.compress
+        if cfg.powersgd:
+            knobs.update(powersgd=cfg.powersgd, powersgd_warmup=cfg.powersgd_warmup)
         return knobs
     knobs["init"] = cfg.init
     if cfg.method in ("lsgd", "easgd", "local-sgd"):
@@ -188,45 +198,32 @@ def graphs_of(cfg: TrainConfig) -> list[Topology]:
     return graphs
 
 
-def steps_per_epoch(cfg: TrainConfig, n_train: int) -> int:
-    """Batches in one worker's shard (drop-last); a usage error if there are none."""
-    steps = n_train // cfg.workers // cfg.batch_size
-    if steps == 0:
-        raise UsageError(
-            f"--batch-size {cfg.batch_size} is larger than a worker's shard "
-            f"({n_train // cfg.workers} examples); lower it or use fewer workers")
-    return steps
-
-
 def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
     """Check, in the launching process, what would otherwise fail in every worker:
     the device, the dataset, the augmentation, the model on the dataset's input, the
     graphs, the links, and the run folder.
 
     With ``read_data=False`` (``lsgd train --dry-run``) nothing is read or created:
-    the dataset's files are only looked for and its shape taken from
+    the dataset's files are only looked for and an image's shape taken from
     :data:`lsgd.data.FACTS`, and the run folder is only checked to be creatable.
     Returns notes on what could not be checked then (an empty list otherwise).
     """
     pick_device(cfg)
     notes: list[str] = []
-    if read_data:
-        data = _read_dataset(cfg)
-        try:
-            source = Source(data, cfg, torch.device("cpu"))
-        except ValueError as error:
-            raise UsageError(f"--augment {cfg.augment}: {error}") from error
-        input_shape, classes, n_train = source.input_shape, source.data.classes, source.n_train
+    if cfg.language:
+        notes = _check_language(cfg, read_data)
+    elif read_data:
+        task = make_task(cfg, torch.device("cpu"), _read_dataset(cfg))
+        assert isinstance(task, ImageClassification)
+        _check_image_model(cfg, task.input_shape, task.classes)
     else:
         input_shape, classes, n_train, notes = _dataset_facts(cfg)
-    if n_train is not None:
-        steps_per_epoch(cfg, n_train)
-    try:  # the input the model sees (after the test transform), then the model on it
-        shape = input_shape()
-        with torch.device("meta"):
-            build_model(cfg.model, shape, classes)
-    except ValueError as error:
-        raise UsageError(f"--model {cfg.model} on --dataset {cfg.dataset}: {error}") from error
+        if n_train is not None:
+            try:
+                image_steps_per_epoch(n_train, cfg.workers, cfg.batch_size)
+            except ValueError as error:
+                raise UsageError(str(error)) from None
+        _check_image_model(cfg, input_shape, classes)
     if cfg.method in DECENTRALIZED:
         try:
             graphs_of(cfg)
@@ -249,11 +246,46 @@ def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
     return notes
 
 
+def _check_image_model(cfg: TrainConfig, input_shape: Callable[[], tuple[int, ...]],
+                       classes: int) -> None:
+    """The model built (on the meta device) for the input it sees after the test transform."""
+    try:
+        shape = input_shape()
+        with torch.device("meta"):
+            build_model(cfg.model, shape, classes)
+    except ValueError as error:
+        raise UsageError(f"--model {cfg.model} on --dataset {cfg.dataset}: {error}") from error
+
+
+def _check_language(cfg: TrainConfig, read_data: bool) -> list[str]:
+    """A language-modelling run's text (read, or with ``read_data=False`` only looked
+    for) and model (built on the meta device; its extra installed)."""
+    notes: list[str] = []
+    if read_data:
+        make_task(cfg, torch.device("cpu"), _read_dataset(cfg))
+    else:
+        missing = datasets.locate(cfg.dataset, cfg.data_dir)
+        if missing and cfg.dataset.lower() == "text":
+            raise UsageError(f"--dataset text --data-dir {cfg.data_dir}: {missing}")
+        if missing:
+            notes.append(f"dry run: {missing.split('; ')[0]} (a real run stops there; a dry "
+                         "run reads no data)")
+    try:
+        with torch.device("meta"):
+            build_language_model(cfg.model, 256, cfg.context, cfg.layers, cfg.width,
+                                 cfg.heads)
+    except ImportError as error:
+        raise UsageError(f"--model {cfg.model}: {error}") from error
+    except ValueError as error:
+        raise UsageError(f"--model {cfg.model}: {error}") from error
+    return notes
+
+
 def _dataset_facts(
     cfg: TrainConfig,
 ) -> tuple[Callable[[], tuple[int, ...]], int, int | None, list[str]]:
     """Without reading the dataset: the input shape the model sees (a function, as
-    :meth:`Source.input_shape`), the classes, the training examples (None: unknown)
+    :meth:`ImageClassification.input_shape`), the classes, the training examples (None: unknown)
     and notes on files not found where a run looks."""
     key = cfg.dataset.lower()
     if key not in datasets.FACTS:

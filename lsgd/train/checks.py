@@ -10,7 +10,9 @@ import math
 import re
 from typing import Any
 
+from lsgd.data import TEXT_DATASETS
 from lsgd.links.spec import parse_link
+from lsgd.models.gpt import LANGUAGE_MODELS
 from lsgd.registry import strategy_class, strategy_names
 from lsgd.train.ranges import (NON_NEGATIVE_INTS, POSITIVE_INTS, RANGES, as_float,
                                count_limit, eval_every_errors, flag, range_text, within)
@@ -65,6 +67,7 @@ def config_errors(cfg: Any) -> list[str]:
             errors.append(f"--bn-buffers {cfg.bn_buffers} with sync_buffers = false: "
                           "give only --bn-buffers")
     errors += _pipeline_errors(cfg)
+    errors += _task_errors(cfg)
     if cfg.elastic:
         errors += _elastic_errors(cfg)
     elif (cfg.min_workers != 1 or cfg.join_timeout != 30.0 or cfg.lighthouse or
@@ -123,7 +126,8 @@ def _elastic_errors(cfg: Any) -> list[str]:
         ("--fragments", cfg.fragments != 1), ("--compress", cfg.compress != "none"),
         ("--checkpoint-every", cfg.checkpoint_every), ("--resume", cfg.resume),
         ("--backend threads", cfg.backend == "threads"),
-        ("--init independent", cfg.init != "broadcast"), ("--straggle", cfg.straggle))
+        ("--init independent", cfg.init != "broadcast"), ("--straggle", cfg.straggle),
+        ("--target", cfg.target is not None))
         if given]
     if unsupported:
         errors.append(f"--elastic runs blocking rounds of one level from a fresh start, in "
@@ -131,9 +135,50 @@ def _elastic_errors(cfg: Any) -> list[str]:
     return errors
 
 
-def _pipeline_errors(cfg: Any) -> list[str]:
-    """What is wrong with --overlap, --fragments, --compress, --merge, --error-feedback."""
+#: The language models' size settings, and their defaults.
+MODEL_SIZES = {"context": 128, "layers": 4, "width": 128, "heads": 4, "eval_tokens": 65536}
+
+
+def _task_errors(cfg: Any) -> list[str]:
+    """A model of the other task, a size that does not fit, a target out of range."""
     errors: list[str] = []
+    text = cfg.dataset.lower() in TEXT_DATASETS
+    if text and cfg.model not in LANGUAGE_MODELS:
+        errors.append(f"--model {cfg.model} on --dataset {cfg.dataset}: a text dataset trains "
+                      f"a language model; choose --model {' or '.join(LANGUAGE_MODELS)}")
+    elif not text and cfg.model in LANGUAGE_MODELS:
+        errors.append(f"--model {cfg.model} is a language model; train it on --dataset "
+                      f"{' or '.join(TEXT_DATASETS)} (and --data-dir for text)")
+    if not text:
+        given = [f"--{flag(name)} {getattr(cfg, name)}" for name, default in MODEL_SIZES.items()
+                 if getattr(cfg, name) != default]
+        if given:
+            errors.append(f"{', '.join(given)}: size a language model (--model gpt or "
+                          f"hf-gpt2 on a text dataset); {cfg.model} has its own shape")
+    elif cfg.heads >= 1 and cfg.width >= 1 and cfg.width % cfg.heads:
+        errors.append(f"--heads {cfg.heads} must divide --width {cfg.width} (each head takes "
+                      "width / heads channels)")
+    if text and cfg.augment not in ("auto", "none"):
+        errors.append(f"--augment {cfg.augment}: augmentation is for images; drop it for "
+                      f"--dataset {cfg.dataset}")
+    if cfg.target is not None:
+        if text and not within(cfg.target, 0, math.inf, False, False):
+            errors.append(f"--target {cfg.target}: a validation loss in nats per byte, a "
+                          "finite number > 0 (e.g. 1.5)")
+        elif not text and not within(cfg.target, 0, 1, False, True):
+            errors.append(f"--target {cfg.target}: a test accuracy in (0, 1], e.g. 0.88")
+    return errors
+
+
+def _pipeline_errors(cfg: Any) -> list[str]:
+    """What is wrong with --overlap, --fragments, --compress, --merge, --error-feedback,
+    --powersgd."""
+    errors: list[str] = []
+    if cfg.method == "allreduce":
+        return _gradient_hook_errors(cfg)
+    if cfg.powersgd or cfg.powersgd_warmup != 10:
+        errors.append(f"--powersgd {cfg.powersgd}: PowerSGD compresses all-reduce's "
+                      "gradients; give it with --method allreduce")
     given = [f"--{flag(name)} {getattr(cfg, name)}" for name, default in
              (("overlap", 0), ("fragments", 1), ("compress", "none")) if getattr(cfg, name) != default]
     if given and cfg.method not in OVERLAPPED:
@@ -159,4 +204,33 @@ def _pipeline_errors(cfg: Any) -> list[str]:
     if cfg.error_feedback and (cfg.compress == "none" or cfg.method == "lsgd"):
         errors.append("--error-feedback: needs --compress bf16 or int8 with diloco, "
                       "local-sgd or easgd (LSGD's reference already carries what was lost)")
+    return errors
+
+
+def _gradient_hook_errors(cfg: Any) -> list[str]:
+    """All-reduce takes torch's bf16 or PowerSGD hook, in worker processes, and no rounds."""
+    errors: list[str] = []
+    rounds = [f"--{flag(name)} {getattr(cfg, name)}" for name, default in
+              (("overlap", 0), ("fragments", 1), ("merge", "auto"), ("error_feedback", False))
+              if getattr(cfg, name) != default]
+    if rounds:
+        errors.append(f"{', '.join(rounds)}: all-reduce averages gradients every step, it has "
+                      "no rounds to hide; it shrinks them with --compress bf16 or --powersgd "
+                      "RANK (PyTorch's communication hooks)")
+    if cfg.compress == "int8":
+        errors.append("--compress int8 with allreduce: PyTorch's DDP hooks compress to bf16 "
+                      "(--compress bf16) or by PowerSGD (--powersgd RANK); it has no int8 hook")
+    if cfg.powersgd and cfg.compress != "none":
+        errors.append(f"--powersgd {cfg.powersgd} and --compress {cfg.compress}: give one")
+    if cfg.powersgd_warmup != 10 and not cfg.powersgd:
+        errors.append(f"--powersgd-warmup {cfg.powersgd_warmup}: a setting of --powersgd RANK; "
+                      "add it or drop --powersgd-warmup")
+    elif cfg.powersgd_warmup < 2 and cfg.powersgd:
+        errors.append(f"--powersgd-warmup {cfg.powersgd_warmup}: give at least 2 steps (PowerSGD's "
+                      "error feedback and warm start need two plain steps first)")
+    hook = "--powersgd" if cfg.powersgd else "--compress bf16" if cfg.compress != "none" else None
+    if hook and cfg.backend == "threads":
+        errors.append(f"{hook} with allreduce: PyTorch's communication hooks run inside "
+                      "DistributedDataParallel in worker processes; the simulator has none: "
+                      "drop --backend threads")
     return errors

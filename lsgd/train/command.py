@@ -81,6 +81,25 @@ def _clock_unit(summary: dict[str, Any]) -> str:
     return " step-times per worker (simulator's virtual clock)"
 
 
+def _headline_rows(summary: dict[str, Any], pct: Any) -> list[tuple[str, str]]:
+    """The center's (and the leader's) figures: test accuracy for images; validation
+    loss, bits per byte, perplexity and next-byte accuracy for text."""
+    reached = summary.get("reached_target")
+    target = ([("target", f"{summary['target']:g} reached at {reached['time']:.1f} s, step "
+                          f"{reached['steps']:g}" if reached else
+                          f"{summary['target']:g} not reached")]
+              if summary.get("target") is not None else [])
+    if summary.get("metric") != "loss":
+        return [("center test accuracy", pct(summary["test_accuracy"])),
+                ("leader test accuracy", pct(summary.get("leader_test_accuracy"))), *target]
+    leader = summary.get("leader_test_loss")
+    return [("center validation loss", f"{summary['validation_loss']:.4f} nats/byte, "
+                                       f"{summary['bits_per_byte']:.3f} bits/byte, "
+                                       f"perplexity {summary['perplexity']:.2f}"),
+            ("leader validation loss", "-" if leader is None else f"{leader:.4f} nats/byte"),
+            ("next-byte accuracy", pct(summary["test_accuracy"])), *target]
+
+
 def print_summary(summary: dict[str, Any]) -> None:
     def pct(value: Any) -> str:
         return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
@@ -91,8 +110,7 @@ def print_summary(summary: dict[str, Any]) -> None:
                    f"({summary['workers']} workers, {summary['groups']} group(s), "
                    f"{summary['backend']})"),
         ("model / data", f"{summary['model']} on {summary['dataset']}"),
-        ("center test accuracy", pct(summary["test_accuracy"])),
-        ("leader test accuracy", pct(summary.get("leader_test_accuracy"))),
+        *_headline_rows(summary, pct),
         ("steps / epochs", f"{summary['steps']:g} / {summary['epochs']:.2f}"
                            + (" (mean of the workers)" if summary.get("asynchronous") else "")),
         ("training time", f"{summary['train_seconds']:.1f} s "
@@ -104,7 +122,8 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("run folder", summary["out"]),
     ]
     if "worker_steps" in summary:  # not in elastic runs, whose workers come and go
-        rows[5:5] = [
+        after = next(i for i, (key, _) in enumerate(rows) if key == "steps / epochs") + 1
+        rows[after:after] = [
             ("steps per worker", " ".join(str(n) for n in summary["worker_steps"])
                                  + f" ({summary.get('steps_per_second', 0):.1f} steps/s in all)"),
             ("time in rounds", " ".join(f"{t:.1f}" for t in summary["worker_wait_seconds"])
@@ -134,8 +153,9 @@ def add_plot_parser(subparsers: Any) -> None:
                     "and steps.")
     parser.add_argument("runs", nargs="+", help="run folders written by lsgd train")
     parser.add_argument("--out", default="comparison.png", help="PNG to write")
-    parser.add_argument("--metric", choices=list(METRICS), default="error",
-                        help="the center's test error (%%) or its test loss (default: error)")
+    parser.add_argument("--metric", choices=list(METRICS), default=None,
+                        help="the center's test error (%%) or its test loss (default: error; "
+                             "loss for language models)")
     parser.add_argument("--zoom", type=float, metavar="FRACTION",
                         help="add a panel on the last FRACTION (0 < FRACTION < 1) of the time "
                              "axis, with its own y range")

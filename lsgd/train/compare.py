@@ -4,11 +4,12 @@ Every method gets the same settings (model, data, seed, workers, link, budget,
 evaluation times) and a run folder of its own, ``--out/METHOD``; they run one
 after another, so none shares the machine with another. Every setting of every
 method is checked before the first one starts. At the end a table compares
-them: the center's final and best test accuracy, the time until each method
-first reached a common accuracy (the lowest of the methods' best, so every
-method reached it), the training time, the steps, and the bytes and seconds
-each worker spent communicating; ``--out/comparison.png`` draws the center's
-test error of every method against training time and steps, and
+them: the center's final and best test accuracy (a language model's
+validation loss), the time until each method first reached a common value
+(the worst of the methods' best, so every method reached it), the training
+time, the steps, and the bytes and seconds each worker spent communicating;
+``--out/comparison.png`` draws the center's test error (validation loss) of
+every method against training time and steps (and bytes sent), and
 ``--out/comparison.txt`` keeps the table.
 """
 
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lsgd.tasks import HEADLINES, best, reaches
 from lsgd.train.build import UsageError
 from lsgd.train.runner import (check_before_start, check_new_run, dry_run,
                                launch_from_this_process, resolve, train_and_report,
@@ -89,23 +91,30 @@ def comparison_text(runs: list[TrainConfig], summaries: list[dict[str, Any] | No
     """The table of the methods side by side, and what it was measured on."""
     curves = {cfg.method: read_csv(cfg.out_dir / "metrics.csv") if summary else []
               for cfg, summary in zip(runs, summaries)}
-    bests = [max(_accuracies(rows), default=math.nan) for rows in curves.values() if rows]
-    common = math.floor(1000 * min(bests)) / 1000 if bests and not any(map(math.isnan, bests)) \
-        else math.nan
-    header = ["method", "center acc", "best acc", f"time to {_pct(common)}", "train time",
-              "steps/worker", "MB sent/worker", "s comm/worker"]
+    metric = next((s.get("metric", "accuracy") for s in summaries if s), "accuracy")
+    column, higher = HEADLINES[metric]
+    bests = [best(metric, _values(rows, column)) for rows in curves.values() if rows]
+    # The worst of the methods' best values, so that every method reached it.
+    common = math.nan
+    if bests and not any(map(math.isnan, bests)):
+        common = (math.floor(1000 * min(bests)) / 1000 if higher
+                  else math.ceil(1000 * max(bests)) / 1000)
+    show = _pct if metric == "accuracy" else _nats
+    name = "acc" if metric == "accuracy" else "val loss"
+    header = ["method", f"center {name}", f"best {name}", f"time to {show(common)}",
+              "train time", "steps/worker", "MB sent/worker", "s comm/worker"]
     rows = []
     for cfg, summary in zip(runs, summaries):
         if summary is None:
             rows.append([cfg.method, "diverged", "-", "-", "-", "-", "-", "-"])
             continue
         points = curves[cfg.method]
-        reached = next((row["time"] for row in points
-                        if _accuracy(row) >= common), None) if not math.isnan(common) else None
+        reached = next((row["time"] for row in points if reaches(metric, _value(row, column),
+                                                                  common)), None)
         comm = summary.get("worker_comm_seconds") or []
         rows.append([
-            cfg.method, _pct(summary["test_accuracy"]), _pct(max(_accuracies(points),
-                                                                 default=math.nan)),
+            cfg.method, show(_value(points[-1], column) if points else math.nan),
+            show(best(metric, _values(points, column))),
             f"{reached:.1f} s" if reached is not None else "-",
             f"{summary['train_seconds']:.1f} s", f"{summary['steps']:g}",
             f"{summary['bytes_sent_per_worker'] / 1e6:.2f}",
@@ -119,24 +128,30 @@ def comparison_text(runs: list[TrainConfig], summaries: list[dict[str, Any] | No
     where = (f"link {first.link} between {first.groups} nodes, "
              f"{'modeled on the simulator clock' if first.backend == 'threads' else 'shaped'}"
              if first.link else f"{first.backend}, no link")
+    what = ("the lowest of the methods' best accuracies" if higher
+            else "the highest of the methods' lowest validation losses (nats per byte)")
     lines += ["", f"{first.model} on {first.dataset}, {first.workers} workers, {where}; "
-              f"time to {_pct(common)}: training time until the center first reached the "
-              "lowest of the methods' best accuracies (evaluated every "
-              f"{first.eval_every}); s comm: seconds each worker spent in collectives."]
+              f"time to {show(common)}: training time until the center first reached "
+              f"{what} (evaluated every {first.eval_every}); s comm: seconds each worker "
+              "spent in collectives."]
     return "\n".join(lines)
 
 
-def _accuracy(row: dict[str, Any]) -> float:
-    value = row.get("center_accuracy")
+def _value(row: dict[str, Any], column: str) -> float:
+    value = row.get(column)
     return value if isinstance(value, float) else math.nan
 
 
-def _accuracies(rows: list[dict[str, Any]]) -> list[float]:
-    return [a for a in map(_accuracy, rows) if not math.isnan(a)]
+def _values(rows: list[dict[str, Any]], column: str) -> list[float]:
+    return [v for v in (_value(row, column) for row in rows) if not math.isnan(v)]
 
 
 def _pct(value: float) -> str:
     return "-" if math.isnan(value) else f"{100 * value:.1f}%"
+
+
+def _nats(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.3f}"
 
 
 def _figure(folders: list[Path], path: Path) -> Path | None:

@@ -22,6 +22,7 @@ import tomli_w
 
 from lsgd._validate import is_int, is_number
 from lsgd.comm.codec import CODECS
+from lsgd.data import TEXT_DATASETS
 from lsgd.strategies.averaging import MERGES
 from lsgd.strategies.buffers import MODES as BN_MODES
 from lsgd.strategies.lsgd import SCOPE_PULLS
@@ -36,7 +37,7 @@ else:  # pragma: no cover
 
 ALIASES = {"async": "asynchronous"}  # TOML keys accepted besides the field names
 OPTIMIZERS = ("sgd", "adam", "adamw", "lars")
-SCHEDULES = ("constant", "step", "minutes", "plateau")
+SCHEDULES = ("constant", "step", "minutes", "plateau", "cosine")
 BACKENDS = ("processes", "threads", "auto")
 DEVICES = ("auto", "cpu", "cuda")
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -51,14 +52,28 @@ class TrainConfig:
     method: str = _f("lsgd", "distributed method; several, comma-separated (lsgd,allreduce), "
                              "train one run each, side by side, into --out/METHOD, then "
                              "print a table and draw comparison.png", choices=METHODS)
-    model: str = _f("cnn7", "model: cnn7, resnet20, vgg16, wrn-28-10 (any wrn-D-K), "
-                            "resnet50, mlp")
+    model: str = _f("cnn7", "model: for images cnn7, resnet20, vgg16, wrn-28-10 (any "
+                            "wrn-D-K), resnet50, mlp; for text gpt (lsgd's transformer) or "
+                            "hf-gpt2 (Hugging Face's GPT-2 from a config: pip install "
+                            "'lsgd[hf]')")
     dataset: str = _f("fashion-mnist",
-                      "dataset: fashion-mnist, cifar10, cifar100, imagenet, digits, synthetic")
+                      "dataset: images fashion-mnist, cifar10, cifar100, imagenet, digits, "
+                      "synthetic; text kjv (the King James Bible, Debian's bible-kjv) or "
+                      "text (--data-dir FILE_OR_FOLDER of UTF-8 text)")
     data_dir: str | None = _f(None, "dataset folder (default: $LSGD_DATA, else the Debian "
-                                    "package's folder for Fashion-MNIST)")
+                                    "package's folder for Fashion-MNIST); for --dataset "
+                                    "text, the UTF-8 file or folder of files")
     augment: str = _f("auto", "augmentation preset (auto: the papers' choice for the dataset "
                               "and model; none to turn off)")
+    # Language models (--dataset kjv or text)
+    context: int = _f(128, "language models: tokens (bytes) a window holds and the model "
+                           "attends over")
+    layers: int = _f(4, "language models: transformer blocks")
+    width: int = _f(128, "language models: width of the residual stream")
+    heads: int = _f(4, "language models: attention heads (divides --width)")
+    eval_tokens: int = _f(65536, "language models: validation bytes predicted at each "
+                                 "evaluation, in windows spread over the validation text "
+                                 "(0: all of it)")
     # Workers
     workers: int = _f(4, "number of workers W")
     groups: int = _f(1, "groups (nodes) of workers; several groups make LSGD multi-leader")
@@ -93,23 +108,26 @@ class TrainConfig:
     steps: int | None = _f(None, "local steps per worker (with --async, the workers' mean)")
     minutes: float | None = _f(None, "wall-clock minutes")
     # Inner optimizer
-    optimizer: str = _f("sgd", "inner optimizer of every worker", choices=OPTIMIZERS)
-    lr: float = _f(0.05, "learning rate")
+    optimizer: str = _f("sgd", "inner optimizer of every worker (text: adamw)",
+                        choices=OPTIMIZERS)
+    lr: float = _f(0.05, "learning rate (text: 0.002)")
     momentum: float = _f(0.9, "momentum (SGD, LARS)")
     nesterov: bool = _f(True, "Nesterov momentum (SGD, LARS)")
-    weight_decay: float = _f(1e-4, "weight decay")
+    weight_decay: float = _f(1e-4, "weight decay (text: 0.1)")
     trust_coefficient: float = _f(0.001, "LARS trust coefficient eta: a layer's local lr is "
                                          "eta * ||w|| / (||g|| + weight_decay * ||w||) "
                                          "(1 where ||w|| or ||g|| is 0)")
-    batch_size: int = _f(128, "batch size per worker")
+    batch_size: int = _f(128, "batch size per worker: images, or text windows (text: 16)")
     # Learning-rate schedule
     schedule: str = _f("constant", "constant; step (drop at --drops epochs); minutes (drop at "
                                    "--drops minutes); plateau (drop when the center's test loss "
-                                   "stops improving)", choices=SCHEDULES)
+                                   "stops improving); cosine (from the lr down to a tenth of "
+                                   "it over the budget: --steps, --epochs or --minutes) "
+                                   "(text: cosine)", choices=SCHEDULES)
     drops: list[float] = _f((), "epochs or minutes at which the lr is multiplied by --drop-factor")
     drop_factor: float = _f(0.1, "factor of each drop")
     patience: int = _f(3, "plateau: evaluations without improvement before a drop")
-    warmup_epochs: float = _f(0.0, "linear warm-up from 0 over this many epochs")
+    warmup_epochs: float = _f(0.0, "linear warm-up from 0 over this many epochs (text: 0.05)")
     # LSGD
     pull: float = _f(0.1, "LSGD lambda: fraction of the way to the leader at a round")
     scope: float = _f(0.01, "LSGD gamma: every-step pull of gamma/period toward the leader")
@@ -140,7 +158,8 @@ class TrainConfig:
                            "--period/F steps (F divides --period)")
     compress: str = _f("none", "wire format of the rounds: none (float32), bf16, or int8 "
                                "(blocks of 256 values with a scale each); what is sent is "
-                               "the difference from a reference every worker holds",
+                               "the difference from a reference every worker holds; with "
+                               "allreduce, bf16 is PyTorch's bf16 gradient hook",
                        choices=CODECS)
     merge: str = _f("auto", "diloco, local-sgd with --overlap: how the new average meets the "
                             "steps taken while it was in flight: keep them (added on top), "
@@ -150,6 +169,11 @@ class TrainConfig:
     error_feedback: bool = _f(False, "with --compress: each worker adds what the codec lost "
                                      "of its last message into its next one (diloco, "
                                      "local-sgd, easgd)")
+    powersgd: int = _f(0, "allreduce: average the gradients with PyTorch's PowerSGD "
+                          "communication hook of this rank (0: off); with --compress bf16, "
+                          "allreduce uses PyTorch's bf16 hook instead (worker processes only)")
+    powersgd_warmup: int = _f(10, "allreduce --powersgd: steps of plain all-reduce before "
+                                  "PowerSGD compresses (torch's start_powerSGD_iter, >= 2)")
     # Decentralized methods (dpsgd, matcha, al-dsgd)
     topology: str = _f("ring", "communication graph: ring, torus, complete, erdos-renyi, with "
                                "options as KIND:key=value,... (ring:stride=3, "
@@ -180,6 +204,9 @@ class TrainConfig:
                                  "of its state, and one more pass over the test set)")
     eval_workers: bool = _f(False, "also evaluate every worker (not only center and leader)")
     bn_recalibrate: int = _f(0, "refresh the center's BatchNorm statistics with N batches")
+    target: float | None = _f(None, "stop once the center reaches this at an evaluation: a "
+                                    "test accuracy in (0, 1] for images, a validation loss "
+                                    "in nats per byte for text (summary.json says when)")
     checkpoint_every: int = _f(0, "steps between checkpoints (0: only at the end); the last "
                                   "two are kept")
     restarts: int = _f(0, "restart the workers up to N times after a failure (a worker "
@@ -225,6 +252,11 @@ class TrainConfig:
         self.fault = [str(v) for v in self.fault]
 
     # -- derived -------------------------------------------------------------
+    @property
+    def language(self) -> bool:
+        """Whether the run trains a language model (a text dataset)."""
+        return self.dataset.lower() in TEXT_DATASETS
+
     @property
     def out_dir(self) -> Path:
         return Path(self.out or f"runs/{self.method}-{self.dataset}-{self.workers}w")
@@ -397,8 +429,19 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     return settings
 
 
+#: The defaults of a language-modelling run (``--dataset kjv`` or ``text``) where they
+#: differ from an image run's: AdamW with warm-up and cosine decay, smaller batches.
+TEXT_DEFAULTS: dict[str, Any] = {"optimizer": "adamw", "lr": 0.002, "weight_decay": 0.1,
+                                 "batch_size": 16, "schedule": "cosine",
+                                 "warmup_epochs": 0.05}
+
+
 def make_config(settings: dict[str, Any]) -> TrainConfig:
-    """A validated config from field values (TOML file merged with the command line)."""
+    """A validated config from field values (TOML file merged with the command line);
+    settings not given take :data:`TEXT_DEFAULTS` for a text dataset, else the fields'
+    defaults."""
+    if str(settings.get("dataset", "")).lower() in TEXT_DATASETS:
+        settings = TEXT_DEFAULTS | settings
     cfg = TrainConfig(**settings)
     cfg.validate()
     return cfg

@@ -41,18 +41,14 @@ import time
 from typing import Any
 
 import torch
-from torch.nn import functional as F
 
-from lsgd import data as datasets
 from lsgd.comm.elastic import ElasticCommunicator
-from lsgd.models import build_model
 from lsgd.strategies.state import on_state_
 from lsgd.train import outputs
-from lsgd.train.build import Source, load_data, make_optimizer, steps_per_epoch, strategy_knobs
+from lsgd.train.build import (build_model_of, make_optimizer, make_schedule, make_task,
+                              strategy_knobs)
 from lsgd.train.config import TrainConfig
-from lsgd.train.evaluate import evaluate
 from lsgd.train.faults import Faults
-from lsgd.train.schedule import Schedule
 
 ATTEMPT = "TORCHELASTIC_RESTART_COUNT"
 
@@ -73,20 +69,18 @@ class ElasticRun:
                                         min_members=cfg.min_workers, timeout=cfg.timeout,
                                         quorum_timeout=cfg.timeout)
         self.rank = self.comm.rank  # faults, shards and files go by global rank
-        self.source = Source(load_data(cfg), cfg, torch.device("cpu"))
-        torch.manual_seed(cfg.seed)  # the same initial model on every worker
-        self.model = build_model(cfg.model, self.source.input_shape(), self.source.data.classes)
+        self.task = make_task(cfg, torch.device("cpu"))
+        self.model = build_model_of(cfg, self.task)  # the same initial model on every worker
         self.opt = make_optimizer(cfg, self.model)
         self.strategy = lsgd.make_strategy(cfg.method, self.model, self.opt, comm=self.comm,
                                            **strategy_knobs(cfg))
         self.strategy.on_round = self._after_round
         self.comm.add_state("run", self._send, self._take)
-        self.schedule = Schedule(self.opt, cfg.schedule, cfg.drops, cfg.drop_factor,
-                                 cfg.patience, cfg.warmup_epochs)
+        self.per_epoch = self.task.steps_per_epoch
+        self.schedule = make_schedule(cfg, self.opt, self.per_epoch)
         torch.manual_seed(cfg.seed * 7919 + 1 + slot + 101 * self.attempt)
         self.generator = torch.Generator().manual_seed(
             cfg.seed * 7919 + 10_000 + slot + 101 * self.attempt)
-        self.per_epoch = steps_per_epoch(cfg, self.source.n_train)
         budget = cfg.budgets()
         self.max_steps = min(budget.get("steps", math.inf),
                              math.ceil(budget["epochs"] * self.per_epoch)
@@ -143,11 +137,10 @@ class ElasticRun:
         center = copy.deepcopy(self.model)
         with comm.category("eval"):
             on_state_(center, lambda buffer: comm.all_reduce_(buffer, op="mean"))
-        loss, correct, count = evaluate(center, self.source, members.index(self.rank),
-                                        len(members))
+        sums = self.task.evaluate(center, members.index(self.rank), len(members))
         report = self.strategy.report()
-        mine = torch.tensor([loss, correct, count, report.bytes_sent, self.comm.heals],
-                            dtype=torch.float64)
+        mine = torch.tensor([sums.loss, sums.correct, sums.count, report.bytes_sent,
+                             self.comm.heals], dtype=torch.float64)
         with comm.category("eval"):
             table = comm.all_gather(mine)
         sums = torch.nansum(table, dim=0)
@@ -156,31 +149,24 @@ class ElasticRun:
                 "steps": float(self.strategy.steps),
                 "epoch": self.strategy.steps / self.per_epoch,
                 "lr": self.opt.param_groups[0]["lr"],
-                "center_loss": float(sums[0]) / total, "center_accuracy": float(sums[1]) / total,
+                **self.task.columns("center", float(sums[0]) / total, float(sums[1]) / total),
                 "leader_rank": getattr(self.strategy, "leader_rank", None),
-                "leader_loss": math.nan, "leader_accuracy": math.nan, "train_loss": math.nan,
+                **self.task.columns("leader", math.nan, math.nan), "train_loss": math.nan,
                 "bytes_sent_per_worker": float(sums[3]) / len(members),
                 "rounds": report.rounds, "members": len(members),
                 "heals": int(sums[4])}
 
     # -- the loop -------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        cfg, strategy = self.cfg, self.strategy
-        order, epoch = None, -1
+        strategy, task = self.strategy, self.task
         while not self.stop:
             step = strategy.steps
             self._faults(step)
-            if step // self.per_epoch != epoch:
-                epoch = step // self.per_epoch
-                order = datasets.shard(self.source.n_train, self.rank, self.comm.world_size,
-                                       epoch, cfg.seed)
-            assert order is not None
-            batch = step % self.per_epoch
             t0 = time.perf_counter()
-            x, y = self.source.train_batch(order[batch * cfg.batch_size:
-                                                 (batch + 1) * cfg.batch_size], self.generator)
+            x, y = task.train_batch(self.rank, self.comm.world_size, step // self.per_epoch,
+                                    step % self.per_epoch, self.generator)
             self.schedule.at(step / self.per_epoch, self.train_seconds / 60)
-            loss = F.cross_entropy(self.model(x), y)
+            loss = task.loss(self.model(x), y)
             if self.faults.active:
                 loss = self.faults.apply(loss, step + 1)
             self.opt.zero_grad(set_to_none=True)
@@ -238,7 +224,7 @@ class ElasticRun:
             "members_at_end": last["members"], "heals": last["heals"],
             "link": cfg.link, "link_kind": "shaped" if cfg.link else None,
             "time_axis": "wall-clock seconds of training (the members' largest)",
-            "out": str(cfg.out_dir)}
+            "out": str(cfg.out_dir), **self.task.summary(self.rows)}
         outputs.write_json(cfg.out_dir / "summary.json", summary)
         summary["plots"] = [str(p) for p in plot_run(cfg.out_dir)]
         return summary

@@ -1,10 +1,10 @@
-"""Evaluation: the center and the leader on the test set, shared among the workers.
+"""Evaluation: the center and the leader on the evaluation set, shared among the workers.
 
 Every worker holds the center (one all-reduce of the states) and a copy of
 the leader (one broadcast of its state), evaluates its own interleaved slice
-of the test set, and the sums are all-gathered; all of it counts as
-``"eval"`` traffic. Per-worker values travel as named columns
-(:func:`gather_named`), never by position.
+of the task's evaluation set (:meth:`lsgd.tasks.Task.evaluate`), and the sums
+are all-gathered; all of it counts as ``"eval"`` traffic. Per-worker values
+travel as named columns (:func:`gather_named`), never by position.
 """
 
 from __future__ import annotations
@@ -13,29 +13,9 @@ import copy
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 import lsgd
 from lsgd.strategies.base import on_state_
-from lsgd.train.build import Source
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, source: Source, part: int = 0, parts: int = 1) -> tuple[float, int, int]:
-    """Summed test loss, correct predictions and count of ``model`` on a slice of the test set.
-
-    Runs in eval mode and restores the mode it found.
-    """
-    was_training = model.training
-    model.eval()
-    loss_sum, correct, count = 0.0, 0, 0
-    for x, y in source.test_batches(part, parts):
-        out = model(x)
-        loss_sum += float(F.cross_entropy(out, y, reduction="sum"))
-        correct += int((out.argmax(1) == y).sum())
-        count += len(y)
-    model.train(was_training)
-    return loss_sum, correct, count
 
 
 def broadcast_model(comm: lsgd.Communicator, model: nn.Module, src: int) -> nn.Module:

@@ -29,25 +29,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn import functional as F
 from tqdm import tqdm
 
 import lsgd
-from lsgd import data as datasets
-from lsgd.models import build_model
 from lsgd.functional import finite_each
 from lsgd.plots import draw_graphs
+from lsgd.tasks import reaches
 from lsgd.train.plots import plot_run
 from lsgd.strategies import DivergedError
 from lsgd.train import checkpoint, outputs
-from lsgd.train.build import (UsageError, Source, graphs_of, load_data, make_optimizer,
-                              make_strategy, pick_device, preflight, steps_per_epoch)
+from lsgd.train.build import (UsageError, build_model_of, graphs_of, make_optimizer,
+                              make_schedule, make_strategy, make_task, pick_device, preflight)
 from lsgd.train.clock import Pace, time_axis
 from lsgd.train.checks import DECENTRALIZED
 from lsgd.train.config import TrainConfig
-from lsgd.train.evaluate import broadcast_model, evaluate, gather_named, recalibrate_bn
+from lsgd.train.evaluate import broadcast_model, gather_named, recalibrate_bn
 from lsgd.train.faults import Faults
-from lsgd.train.schedule import Schedule
 
 __all__ = ["UsageError", "Worker", "preflight", "run_worker"]
 
@@ -62,17 +59,15 @@ class Worker:
         self.comm = lsgd.get_communicator()
         self.run_dir = cfg.out_dir
         self.device = pick_device(cfg)
-        self.source = Source(load_data(cfg), cfg, self.device)
-        torch.manual_seed(cfg.seed)  # the same initial model everywhere
-        self.model = build_model(cfg.model, self.source.input_shape(), self.source.data.classes)
+        self.task = make_task(cfg, self.device)
+        self.model = build_model_of(cfg, self.task)  # the same initial model everywhere
         self.model.to(self.device)
         self.opt = make_optimizer(cfg, self.model)
         self.strategy = make_strategy(cfg, self.model, self.opt)
-        self.schedule = Schedule(self.opt, cfg.schedule, cfg.drops, cfg.drop_factor, cfg.patience,
-                                 cfg.warmup_epochs)
+        self.steps_per_epoch = self.task.steps_per_epoch
+        self.schedule = make_schedule(cfg, self.opt, self.steps_per_epoch)
         torch.manual_seed(cfg.seed * 7919 + 1 + self.rank)  # per-worker dropout stream
         self.generator = torch.Generator().manual_seed(cfg.seed * 7919 + 10_000 + self.rank)
-        self.steps_per_epoch = steps_per_epoch(cfg, self.source.n_train)
         self.pace = Pace(cfg, self.steps_per_epoch, self.strategy, self.device)
         self.asynchronous = self.strategy.asynchronous
         simulated = lsgd.comm.current_simulated() is not None  # stragglers use its clock
@@ -100,6 +95,7 @@ class Worker:
         self.identity = {"method": cfg.method, "model": cfg.model, "dataset": cfg.dataset,
                          "groups": info.groups}
         self.restarts: list[dict[str, Any]] = []  # resumes and restarts of this run so far
+        self.reached: dict[str, float] | None = None  # where the center first met --target
         resume = cfg.resume
         if not resume and self.attempt > 0 and checkpoint.complete(self.run_dir):
             resume = str(self.run_dir)
@@ -118,7 +114,7 @@ class Worker:
             **self.pace.state_dict(),
             "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
             "strategy": self.strategy.state_dict(), "schedule": self.schedule.state_dict(),
-            "rng": rng,
+            "rng": rng, "reached": self.reached,
         }
         if self.rank == 0:
             state["rows"] = self.rows
@@ -173,6 +169,7 @@ class Worker:
         if "cuda" in state["rng"] and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
         self.rows = state.get("rows", [])
+        self.reached = state.get("reached")
 
     def save_checkpoint(self) -> None:
         """Collective: every worker writes its file; rank 0 completes the checkpoint.
@@ -196,10 +193,11 @@ class Worker:
 
     # -- evaluation ----------------------------------------------------------------
     def evaluate_all(self) -> dict[str, Any]:
-        """Collective: test loss and accuracy of the center, the leader (and each worker).
+        """Collective: loss and accuracy of the center, the leader (and each worker) on
+        the task's evaluation set, with the figures the task derives from them.
 
         Every worker holds the center (and a copy of the leader, one broadcast) and
-        evaluates its own interleaved slice of the test set; the sums are gathered.
+        evaluates its own interleaved slice of the evaluation set; the sums are gathered.
         """
         cfg, strategy = self.cfg, self.strategy
         report = strategy.report()
@@ -208,21 +206,22 @@ class Worker:
             center = strategy.center()
             leader_model = (broadcast_model(self.comm, self.model, leader)
                             if leader is not None and cfg.eval_leader else None)
+        task = self.task
         if cfg.bn_recalibrate:  # the same fixed batches on every worker
-            order = datasets.shard(self.source.n_train, 0, self.world, 0, cfg.seed)
             fixed = torch.Generator().manual_seed(cfg.seed)
-            recalibrate_bn(center, [
-                self.source.train_batch(order[i * cfg.batch_size:(i + 1) * cfg.batch_size], fixed)[0]
-                for i in range(min(cfg.bn_recalibrate, self.steps_per_epoch))
-            ])
+            recalibrate_bn(center, [task.train_batch(0, self.world, 0, i, fixed)[0]
+                                    for i in range(min(cfg.bn_recalibrate, self.steps_per_epoch))])
         nan = math.nan
-        c_loss, c_correct, count = evaluate(center, self.source, self.rank, self.world)
-        l_loss, l_correct, _ = (evaluate(leader_model, self.source, self.rank, self.world)
-                                if leader_model is not None else (nan, nan, count))
+        own = task.evaluate(center, self.rank, self.world)
+        c_loss, c_correct, count = own.loss, own.correct, own.count
+        l_loss, l_correct = nan, nan
+        if leader_model is not None:
+            led = task.evaluate(leader_model, self.rank, self.world)
+            l_loss, l_correct = led.loss, led.correct
         own_accuracy = nan
         if cfg.eval_workers:
-            _, correct, n = evaluate(self.model, self.source)
-            own_accuracy = correct / n
+            mine = task.evaluate(self.model)
+            own_accuracy = mine.correct / mine.count
         finite_losses = float(self.loss_count)
         train_loss = (float(self.loss_sum) / finite_losses if finite_losses
                       else self.last_train_loss)
@@ -244,11 +243,11 @@ class Worker:
             "steps": self.pace.shared_steps,
             "epoch": self.pace.shared_steps / self.steps_per_epoch,
             "lr": self.opt.param_groups[0]["lr"],
-            "center_loss": float(every["center_loss"].sum()) / total,
-            "center_accuracy": float(every["center_correct"].sum()) / total,
+            **task.columns("center", float(every["center_loss"].sum()) / total,
+                           float(every["center_correct"].sum()) / total),
             "leader_rank": leader,
-            "leader_loss": float(every["leader_loss"].sum()) / total,
-            "leader_accuracy": float(every["leader_correct"].sum()) / total,
+            **task.columns("leader", float(every["leader_loss"].sum()) / total,
+                           float(every["leader_correct"].sum()) / total),
             "train_loss": float(every["train_loss"].mean()),
             "bytes_sent_per_worker": float(every["bytes_sent"].mean()),
             "rounds": report.rounds,
@@ -286,6 +285,16 @@ class Worker:
     def _epochs_done(self) -> float:
         return self.pace.mean_steps(self.steps) / self.steps_per_epoch
 
+    def _note_target(self, row: dict[str, Any]) -> bool:
+        """Whether the center has reached ``--target`` (at ``row`` or before); the first
+        row that did is kept. Every worker sees the same rows, so all stop together."""
+        target = self.cfg.target
+        if target is not None and self.reached is None and reaches(
+                self.task.metric, row[self.task.column], target):
+            self.reached = {"time": row["time"], "steps": row["steps"],
+                            "value": row[self.task.column]}
+        return self.reached is not None
+
     def run(self) -> dict[str, Any] | None:
         cfg, pace = self.cfg, self.pace
         if self.rank == 0 and cfg.tensorboard:
@@ -296,21 +305,18 @@ class Worker:
             disable=self.rank != 0 or cfg.quiet or not sys.stderr.isatty(),
             bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} {unit} [{elapsed}<{remaining}{postfix}]",
         )
-        order = datasets.shard(self.source.n_train, self.rank, self.world, self.epoch, cfg.seed)
+        task = self.task
         self.model.train()
         last_eval_step = -1
-        stop = pace.done()
+        stop = pace.done() or self.reached is not None
         while not stop:
             if self.batch == self.steps_per_epoch:
                 self.epoch, self.batch = self.epoch + 1, 0
-                order = datasets.shard(self.source.n_train, self.rank, self.world, self.epoch,
-                                       cfg.seed)
             t0, c0 = time.perf_counter(), self.clock()
-            idx = order[self.batch * cfg.batch_size:(self.batch + 1) * cfg.batch_size]
-            x, y = self.source.train_batch(idx, self.generator)
+            x, y = task.train_batch(self.rank, self.world, self.epoch, self.batch, self.generator)
             t1 = time.perf_counter()
             self.schedule.at(self._epochs_done(), pace.shared_seconds / 60)
-            loss = F.cross_entropy(self.strategy.model(x), y)
+            loss = task.loss(self.strategy.model(x), y)
             if self.faults.active:
                 loss = self.faults.apply(loss, self.steps + 1)
             self.opt.zero_grad(set_to_none=True)
@@ -334,8 +340,10 @@ class Worker:
                 self.strategy.settle()
                 self.train_seconds += self.clock() - c1
             if evaluate_now or stop:
-                self.record(self.evaluate_all())
+                row = self.evaluate_all()
+                self.record(row)
                 last_eval_step = self.steps
+                stop = self._note_target(row) or stop
             if save:
                 self.save_checkpoint()
             if not progress.disable:
@@ -369,7 +377,8 @@ class Worker:
         report = self.strategy.report()
         fields = {"epoch": f"{self._epochs_done():.2f}", "loss": f"{loss:.3f}"}
         if self.rows:
-            fields["center acc"] = f"{self.rows[-1]['center_accuracy']:.4f}"
+            name = "center acc" if self.task.metric == "accuracy" else "val loss"
+            fields[name] = f"{self.rows[-1][self.task.column]:.4f}"
         if report.leader_rank is not None:
             fields["leader"] = str(report.leader_rank)
         fields["sent"] = f"{report.bytes_sent / 1e6:.1f} MB"
@@ -397,6 +406,7 @@ class Worker:
             "workers": self.world, "groups": self.info.groups, "backend": self.cfg.backend,
             "test_accuracy": last["center_accuracy"], "test_loss": last["center_loss"],
             "leader_test_accuracy": _none_if_nan(last["leader_accuracy"]),
+            "leader_test_loss": _none_if_nan(last["leader_loss"]),
             "leader_rank": last["leader_rank"],
             "steps": steps, "epochs": epochs,
             "wall_seconds": time.perf_counter() - self.start,
@@ -426,6 +436,8 @@ class Worker:
             "resumes": self.restarts,
             "time_axis": time_axis(self.cfg, self.modeled),
             "out": str(self.run_dir),
+            **self.task.summary(self.rows),
+            "target": self.cfg.target, "reached_target": self.reached,
         }
         outputs.write_json(self.run_dir / "summary.json", summary)
         summary["plots"] = [str(p) for p in plot_run(self.run_dir)]

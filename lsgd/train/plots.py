@@ -3,6 +3,8 @@
 * test error of the center against training time and against steps (the
   LSGD paper's headline plot), one curve per run, and likewise its test loss
   (the paper's Figures 9-12), optionally with a zoom on the last part of time;
+  for a language model its validation loss (nats per byte), the headline,
+  against time, steps and bytes sent per worker;
 * the leader's rank over iterations and the elections each worker won (the
   paper's Figure 5).
 
@@ -44,14 +46,26 @@ METRICS: dict[str, tuple[str, Callable[[float], float], str]] = {
     "error": ("center_accuracy", lambda acc: 100 * (1 - acc), "test error of the center (%)"),
     "loss": ("center_loss", lambda loss: loss, "test loss of the center"),
 }
+#: The y-axis labels of a language model's runs (their evaluation set is a validation text).
+TEXT_LABELS = {"error": "next-byte error of the center (%)",
+               "loss": "validation loss of the center (nats/byte)"}
 
 
-def _curve(run: Path, metric: str) -> tuple[list[float], list[float], list[float]]:
-    """(times, steps, values) of one run's ``metric``, rows without a value left out."""
+def headline(runs: Sequence[Path]) -> str:
+    """What ``plot_runs`` draws by default: the test error, or for runs whose headline
+    is a loss (language models) the loss."""
+    return "loss" if any(_summary(run).get("metric") == "loss" for run in runs) else "error"
+
+
+def _curve(run: Path, metric: str, x: str = "steps"
+           ) -> tuple[list[float], list[float], list[float]]:
+    """(times, ``x`` (steps), values) of one run's ``metric``, rows without a value left
+    out."""
     column, transform, _ = METRICS[metric]
     rows = [r for r in read_csv(run / "metrics.csv")
-            if isinstance(r.get(column), float) and math.isfinite(r[column])]
-    return ([r["time"] for r in rows], [r["steps"] for r in rows],
+            if isinstance(r.get(column), float) and math.isfinite(r[column])
+            and isinstance(r.get(x), float) and math.isfinite(r[x])]
+    return ([r["time"] for r in rows], [r[x] for r in rows],
             [transform(r[column]) for r in rows])
 
 
@@ -61,14 +75,16 @@ def _zoom_window(times: Sequence[float], fraction: float) -> tuple[float, float]
     return hi - fraction * (hi - lo), hi
 
 
-def plot_runs(runs: Sequence[Path], out: Path, metric: str = "error",
+def plot_runs(runs: Sequence[Path], out: Path, metric: str | None = None,
               zoom: float | None = None) -> Path | None:
     """Overlay the center's test error (``metric="error"``) or test loss (``"loss"``)
-    of several runs against time and steps.
+    of several runs against time and steps (default: :func:`headline`); for a loss,
+    also against the bytes each worker sent.
 
-    With ``zoom`` (a fraction in (0, 1)) a third panel shows the last ``zoom`` of
+    With ``zoom`` (a fraction in (0, 1)) a further panel shows the last ``zoom`` of
     the time axis with its own y range, where the curves of long runs bunch up.
     """
+    metric = metric or headline(runs)
     if metric not in METRICS:
         raise ValueError(f"plot_runs: unknown metric {metric!r}; choose one of "
                          f"{', '.join(METRICS)}")
@@ -77,8 +93,11 @@ def plot_runs(runs: Sequence[Path], out: Path, metric: str = "error",
     plt = pyplot()
     if plt is None:
         return None
-    ylabel = METRICS[metric][2]
-    fig, axes = plt.subplots(1, 2 if zoom is None else 3, figsize=(11 if zoom is None else 16, 4))
+    text = any(_summary(run).get("metric") == "loss" for run in runs)
+    ylabel = TEXT_LABELS[metric] if text else METRICS[metric][2]
+    by_bytes = metric == "loss"
+    count = 2 + by_bytes + (zoom is not None)
+    fig, axes = plt.subplots(1, count, figsize=(5.5 * count, 4))
     by_time, by_steps = axes[0], axes[1]
     curves = []
     for run in runs:
@@ -89,9 +108,15 @@ def plot_runs(runs: Sequence[Path], out: Path, metric: str = "error",
         curves.append((times, steps, values, label))
         by_time.plot(times, values, marker=".", label=label)
         by_steps.plot(steps, values, marker=".", label=label)
+        if by_bytes:
+            sent = _curve(run, metric, "bytes_sent_per_worker")
+            axes[2].plot([b / 1e6 for b in sent[1]], sent[2], marker=".", label=label)
     panels = [(by_time, "training time (s)"), (by_steps, "local steps per worker")]
+    if by_bytes:
+        axes[2].set_xscale("symlog", linthresh=1.0)
+        panels.append((axes[2], "MB sent per worker"))
     if zoom is not None:
-        last = axes[2]
+        last = axes[-1]
         panels.append((last, "training time (s)"))
         if curves:
             start, end = _zoom_window([t for times, *_ in curves for t in times], zoom)
@@ -180,8 +205,12 @@ def plot_leaders(run: Path, out: Path) -> Path | None:
 
 
 def plot_run(run: Path) -> list[Path]:
-    """A run's own figures, in its folder: test_error.png, test_loss.png, leaders.png."""
-    made = [plot_runs([run], run / "test_error.png"),
-            plot_runs([run], run / "test_loss.png", metric="loss"),
-            plot_leaders(run, run / "leaders.png")]
+    """A run's own figures, in its folder: test_error.png and test_loss.png (a language
+    model: validation_loss.png), leaders.png."""
+    if headline([run]) == "loss":
+        made = [plot_runs([run], run / "validation_loss.png", metric="loss")]
+    else:
+        made = [plot_runs([run], run / "test_error.png"),
+                plot_runs([run], run / "test_loss.png", metric="loss")]
+    made.append(plot_leaders(run, run / "leaders.png"))
     return [p for p in made if p is not None]

@@ -27,8 +27,10 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
                                              "scope_global", "c_b", "c_d", "p_b", "p_d")},
 }
 POSITIVE_INTS = ("workers", "groups", "batch_size", "period", "leader_window", "patience",
-                 "gossip_period", "steps", "global_period", "fragments", "min_workers")
-NON_NEGATIVE_INTS = ("bn_recalibrate", "checkpoint_every", "restarts")
+                 "gossip_period", "steps", "global_period", "fragments", "min_workers",
+                 "context", "layers", "width", "heads")
+NON_NEGATIVE_INTS = ("bn_recalibrate", "checkpoint_every", "restarts", "eval_tokens",
+                     "powersgd", "powersgd_warmup")
 #: The largest count or interval any setting takes: above it a value is a mistake
 #: (a slip of the keyboard), not a plan; workers are started on this one machine.
 MAX_COUNT = 10**9
@@ -37,9 +39,16 @@ MAX_WORKERS = 1024
 EVAL_EVERY = r"(\d+)|(\d+(?:\.\d*)?|\.\d+)\s*(?:s|sec|seconds)"
 
 
+#: The largest size of a language model's dimension: a larger one is a slip, not a model
+#: for this trainer.
+MAX_MODEL_SIZE = 65536
+
+
 def count_limit(name: str) -> int:
     """The largest value the integer setting ``name`` takes."""
-    return MAX_WORKERS if name in ("workers", "groups") else MAX_COUNT
+    if name in ("workers", "groups"):
+        return MAX_WORKERS
+    return MAX_MODEL_SIZE if name in ("context", "layers", "width", "heads") else MAX_COUNT
 
 
 def flag(name: str) -> str:

@@ -10,6 +10,12 @@ The learning rate is ``base * warmup * drop_factor ** drops`` where
   ImageNet), or the drops that ``ReduceLROnPlateau`` decided on the center's
   test loss (``plateau``: ``patience`` evaluations without improvement).
 
+``cosine`` multiplies by ``f + (1 - f) (1 + cos(pi p)) / 2`` instead, the
+``CosineAnnealingLR`` rule down to ``f = COSINE_FLOOR`` of the base rate,
+where ``p`` in [0, 1] is how far the run is through its budget: the larger of
+``epoch / horizon_epochs`` and ``minutes / horizon_minutes`` (the usual
+schedule of language-model training, warm-up then cosine decay).
+
 ``torch.optim.lr_scheduler.LambdaLR`` applies the product to the optimizer,
 because the run's position is a fractional epoch (asynchronously, the
 workers' mean) or a number of minutes, not a count of ``scheduler.step()``
@@ -23,6 +29,7 @@ evaluations), so the workers' learning rates never diverge.
 from __future__ import annotations
 
 import bisect
+import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -30,7 +37,9 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 
-KINDS = ("constant", "step", "minutes", "plateau")
+KINDS = ("constant", "step", "minutes", "plateau", "cosine")
+#: Where ``cosine`` ends, as a multiple of the base learning rate.
+COSINE_FLOOR = 0.1
 
 
 class Schedule:
@@ -42,11 +51,13 @@ class Schedule:
 
     def __init__(self, optimizer: torch.optim.Optimizer, kind: str = "constant",
                  drops: Sequence[float] = (), drop_factor: float = 0.1, patience: int = 3,
-                 warmup_epochs: float = 0.0) -> None:
+                 warmup_epochs: float = 0.0, horizon_epochs: float = math.inf,
+                 horizon_minutes: float = math.inf) -> None:
         if kind not in KINDS:
             raise ValueError(f"schedule must be one of {', '.join(KINDS)}, got {kind!r}")
         self.kind, self.drops = kind, sorted(drops)
         self.drop_factor, self.warmup_epochs = drop_factor, warmup_epochs
+        self.horizon_epochs, self.horizon_minutes = horizon_epochs, horizon_minutes
         self.epoch = self.minutes = 0.0
         self._plateau_opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
         # torch drops once the bad evaluations exceed its patience; ours once they reach it.
@@ -59,6 +70,10 @@ class Schedule:
         warm = 1.0 if self.warmup_epochs <= 0 else min(1.0, self.epoch / self.warmup_epochs)
         if self.kind == "plateau":
             return warm * self._plateau_opt.param_groups[0]["lr"]
+        if self.kind == "cosine":
+            done = min(1.0, max(self.epoch / self.horizon_epochs,
+                                self.minutes / self.horizon_minutes))
+            return warm * (COSINE_FLOOR + (1 - COSINE_FLOOR) * (1 + math.cos(math.pi * done)) / 2)
         position = {"step": self.epoch, "minutes": self.minutes}.get(self.kind)
         passed = 0 if position is None else bisect.bisect_right(self.drops, position)
         return warm * self.drop_factor**passed
