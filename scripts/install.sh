@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a new machine: a virtual environment in .venv with a
 # pinned CPU build of torch and lsgd (editable, with the extras given as the
-# first argument, default "test,plot"), and the Fashion-MNIST Debian package.
+# first argument, default "test,plot"), and two Debian packages of data:
+# dataset-fashion-mnist (images) and bible-kjv (the King James Bible, text).
 # Safe to run again: when nothing that matters changed (pyproject.toml, the
 # extras, Python, torch) the packages are not installed again.
 set -euo pipefail
@@ -35,13 +36,20 @@ else
 fi
 
 FASHION=/usr/share/datasets/fashion-mnist
+missing=""
 if [ ! -f "$FASHION/train-images-idx3-ubyte.gz" ] && [ -z "${LSGD_DATA:-}" ]; then
+    missing="dataset-fashion-mnist"
+fi
+command -v bible >/dev/null || missing="$missing bible-kjv"
+if [ -n "$missing" ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
     if command -v apt-get >/dev/null; then
         $SUDO apt-get update -qq >/dev/null
-        $SUDO apt-get install -y -qq dataset-fashion-mnist >/dev/null
+        # shellcheck disable=SC2086  # the package names, one word each
+        $SUDO apt-get install -y -qq $missing >/dev/null
     else
-        echo "warning: no apt-get; put the Fashion-MNIST IDX files in a folder and set LSGD_DATA" >&2
+        echo "warning: no apt-get to install$missing; put the Fashion-MNIST IDX files in a" \
+             "folder and set LSGD_DATA, and give text with --dataset text --data-dir FILE" >&2
     fi
 fi

@@ -9,6 +9,11 @@ docs/benchmarks.md for the full runs and what they show.
 time-to-accuracy   4 workers as 4 nodes behind 1 Gbit/s, 100 and 20 Mbit/s
                    links: every method's time to a target accuracy
 twelve-workers     the paper's 12 workers as 3 nodes of 4, on the modeled link
+time-to-loss       the language model (GPT on the King James Bible) on 4 nodes
+                   behind slow links: every method's time to a validation loss,
+                   all-reduce also with PyTorch's bf16 and PowerSGD hooks
+equal-tokens       the language model: validation loss after the same steps
+                   (tokens) against all-reduce, and the bytes each sent
 volume             bytes per worker and step for each method and period; the
                    seconds of one LSGD round on shaped links against B/rate
 overhead           a local step under each strategy against plain PyTorch
@@ -39,6 +44,8 @@ Runner = Callable[[Path, bool, dict[str, Any]], Result]
 _RUNNERS = {
     "time-to-accuracy": ("accuracy", "run"),
     "twelve-workers": ("accuracy", "run_twelve"),
+    "time-to-loss": ("accuracy", "run_text"),
+    "equal-tokens": ("equal_tokens", "run"),
     "volume": ("volume", "run"),
     "overhead": ("overhead", "run"),
     "stragglers": ("stragglers", "run"),

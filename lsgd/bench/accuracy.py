@@ -1,15 +1,21 @@
-"""Time to accuracy on slow links, every method side by side (the headline).
+"""Time to a target on slow links, every method side by side (the headline).
 
 Each method trains the same model on the same data with the same learning
 rate and batch size, for the same budget of training time, behind links of a
 given rate between nodes; the center (the average of the workers' models) is
-evaluated every ``eval`` seconds of training time. For each link and method:
-the time and the steps until the center first reaches the target accuracy
-(median over the seeds, with the spread), and the best accuracy within the
-budget. One figure per link: the center's test error against time, as in the
-LSGD paper's Figures 2 to 4.
+evaluated every ``eval`` seconds of training time, or with ``--eval-steps N``
+every N steps (a grid that resolves a step count; the evaluation is off the
+training clock either way, and a run stops at the target). For each link and
+method: the time and the steps until the center first reaches the target
+(median over the seeds, with the spread), the best value within the budget,
+the seconds per step, and the time that the median steps at the median pace
+predict (a check of the measured time: time to target = steps to target x
+seconds per step). One figure per link: the center's test error (validation
+loss) against time, as in the LSGD paper's Figures 2 to 4. Runs are started
+seed by seed, every method of a seed before the next seed (A B C A B C), so
+that a drift of the machine's speed touches every method alike.
 
-Two settings:
+Three settings:
 
 * ``time-to-accuracy``: 4 workers as 4 nodes (one worker per node), worker
   processes behind links that the kernel shapes (``--backend processes``,
@@ -18,6 +24,9 @@ Two settings:
   transfers).
 * ``twelve-workers``: the paper's 12 workers as 3 nodes of 4, on the modeled
   link (12 processes would share 2 cores).
+* ``time-to-loss``: the language-model workload, ``time-to-accuracy``'s 4 nodes
+  training lsgd's GPT on the King James Bible to a target validation loss
+  (nats per byte); all-reduce also with PyTorch's bf16 and PowerSGD hooks.
 
 Knobs are tuned per method on a seed of their own (``TUNING_SEED``) on the
 first link: each method's small grid (its period, or its gossip period) is run
@@ -42,7 +51,9 @@ from typing import Any
 
 from lsgd.bench import peer
 from lsgd.bench.common import Result, in_parallel, median, train
+from lsgd.data import TEXT_DATASETS
 from lsgd.plots import pyplot, save
+from lsgd.tasks import HEADLINES, best, reaches
 from lsgd.train.build import UsageError
 
 TUNING_SEED = 1000
@@ -57,6 +68,9 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     "local-sgd": ("local-sgd", {}, [{"period": 16}, {"period": 4}]),
     "diloco": ("diloco", {}, [{"period": 16}, {"period": 4}]),
     "allreduce": ("allreduce", {}, [{}]),
+    # All-reduce with PyTorch's own DDP communication hooks (worker processes only).
+    "allreduce-bf16": ("allreduce", {"compress": "bf16"}, [{}]),
+    "allreduce-powersgd": ("allreduce", {"powersgd": 4}, [{}]),
     "dpsgd": ("dpsgd", {}, [{"gossip_period": 1}, {"gossip_period": 4}]),
     "matcha": ("matcha", {}, [{"gossip_period": 1}, {"gossip_period": 4}]),
     "al-dsgd": ("al-dsgd", {}, [{"gossip_period": 1}, {"gossip_period": 4}]),
@@ -81,9 +95,16 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     "torchft-streaming": ("torchft-streaming", {}, [{"period": 16}]),
 }
 SINGLE_WORKER_NODES = "one worker per node: no local level"
+HOOKS = ("allreduce-bf16", "allreduce-powersgd")  # PyTorch's hooks: worker processes only
 #: The quick mode's methods: every plain one, and one hidden and shrunk form of two.
 QUICK = ["lsgd", "lsgd-multi", "lsgd-momentum", "easgd", "local-sgd", "diloco", "allreduce",
          "dpsgd", "matcha", "al-dsgd", "lsgd-overlap-int8", "diloco-streaming-int8"]
+#: The language model's quick mode: the periodic methods and all-reduce.
+QUICK_TEXT = ["lsgd", "diloco", "diloco-streaming-int8", "local-sgd", "allreduce"]
+#: What the language-model runs share besides the model and data: AdamW (the text
+#: defaults) at a constant learning rate after a warm-up, so that every method takes the
+#: same step at the same step count whatever its speed.
+TEXT_TRAINING = {"schedule": "constant", "lr": 0.001, "warmup_epochs": 0.1}
 SETTINGS = {
     # name: (workers, groups, default backend, methods left out and why)
     "time-to-accuracy": (4, 4, "processes", {
@@ -95,26 +116,52 @@ SETTINGS = {
         "lsgd-overlap-int8": "several workers per node: lsgd-multi-overlap-int8",
         "lsgd-momentum": "an option of LSGD, measured at 4 nodes",
         **dict.fromkeys(peer.METHODS, "torchft runs as processes on shaped links")}),
+    "time-to-loss": (4, 4, "processes", {
+        "lsgd-multi": SINGLE_WORKER_NODES, "lsgd-multi-overlap": SINGLE_WORKER_NODES,
+        "lsgd-multi-overlap-int8": SINGLE_WORKER_NODES}),
 }
 
 
 def _defaults(quick: bool, setting: str) -> dict[str, Any]:
+    text = setting == "time-to-loss"
+    if quick and text:  # a one-block GPT on the Bible, seconds long
+        return {"links": ["20mbit"], "seeds": 1, "budget": 10.0, "target": 3.3,
+                "model": "gpt", "dataset": "kjv", "backend": "threads", "batch_size": 8,
+                "tune": False, "methods": QUICK_TEXT, "eval_steps": 5,
+                "task": {**TEXT_TRAINING, "lr": 0.003, "context": 32, "layers": 1,
+                         "width": 32, "heads": 2, "eval_tokens": 2048}}
     if quick:
         return {"links": ["20mbit"], "seeds": 1, "budget": 8.0, "target": 0.8,
                 "model": "mlp", "dataset": "digits", "backend": "threads", "batch_size": 32,
                 "tune": False, "methods": QUICK}
     workers, groups, backend, _ = SETTINGS[setting]
+    if text:
+        return {"links": ["20mbit", "100mbit"], "seeds": 3, "budget": 300.0, "target": 2.0,
+                "model": "gpt", "dataset": "kjv", "backend": backend, "batch_size": 16,
+                "tune": False, "eval_steps": 10, "task": dict(TEXT_TRAINING)}
     return {"links": ["1gbit", "100mbit", "20mbit"], "seeds": 2, "budget": 240.0,
             "target": 0.88, "model": "cnn7", "dataset": "fashion-mnist",
             "backend": backend, "batch_size": 128, "tune": True}
 
 
-def _reached(rows: list[dict[str, float]], target: float) -> tuple[float | None, float | None]:
-    """(time, steps) of the first evaluation at or above ``target``."""
+def metric_of(opts: dict[str, Any]) -> str:
+    """The headline the runs are ranked by: validation loss for text, else test accuracy."""
+    return "loss" if opts["dataset"] in TEXT_DATASETS else "accuracy"
+
+
+def _reached(rows: list[dict[str, float]], target: float, metric: str = "accuracy"
+             ) -> tuple[float | None, float | None]:
+    """(time, steps) of the first evaluation at ``target`` or better."""
+    column = HEADLINES[metric][0]
     for row in rows:
-        if not math.isnan(row["center_accuracy"]) and row["center_accuracy"] >= target:
+        if reaches(metric, row[column], target):
             return row["time"], row["steps"]
     return None, None
+
+
+def _show(metric: str, value: float) -> str:
+    """A target or best value as the tables say it: 86%, or 2.1 (nats per byte)."""
+    return f"{100 * value:g}%" if metric == "accuracy" else f"{value:g}"
 
 
 def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
@@ -122,38 +169,44 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
     """One training run and what the table needs of it; prints a line when it ends
     (``where``: its place in the benchmark, e.g. "run 3 of 16")."""
     method, fixed, _ = METHODS[name]
+    metric = metric_of(opts)
+    column = HEADLINES[metric][0]
     slug = "-".join(f"{k}{v}" for k, v in knobs.items()) or "default"
     start = time.perf_counter()
     trainer = peer.train if method in peer.METHODS else train
+    # On a step grid a run stops at the target; on a clock grid it trains the budget.
+    grid = ({"eval_every": str(opts["eval_steps"]), "target": opts["target"]}
+            if opts.get("eval_steps") else {"eval_every": f"{opts['eval']:g}s"})
     summary = trainer(out / "runs" / link / f"{name}-{slug}-seed{seed}",
-                    method=method, workers=layout[0], groups=layout[1], link=link,
-                    backend=opts["backend"], model=opts["model"], dataset=opts["dataset"],
-                    batch_size=opts["batch_size"], minutes=opts["budget"] / 60,
-                    eval_every=f"{opts['eval']:g}s", seed=seed, reuse=opts.get("reuse", False),
-                    step_seconds=opts.get("step_seconds"), **fixed, **knobs)
+                      method=method, workers=layout[0], groups=layout[1], link=link,
+                      backend=opts["backend"], model=opts["model"], dataset=opts["dataset"],
+                      batch_size=opts["batch_size"], minutes=opts["budget"] / 60, seed=seed,
+                      reuse=opts.get("reuse", False), step_seconds=opts.get("step_seconds"),
+                      **grid, **opts.get("task", {}), **fixed, **knobs)
     rows = summary.pop("rows")
-    time_, steps = _reached(rows, opts["target"])
-    best = max((r["center_accuracy"] for r in rows if not math.isnan(r["center_accuracy"])),
-               default=math.nan)
-    reached = (f"{100 * opts['target']:g}% at {time_:.1f} s" if time_ is not None
+    time_, steps = _reached(rows, opts["target"], metric)
+    top = best(metric, [r[column] for r in rows])
+    reached = (f"{_show(metric, opts['target'])} at {time_:.1f} s" if time_ is not None
                else "target missed")
     knobs_text = "".join(f" {key} {value}" for key, value in knobs.items())
     took = ("read back" if summary.get("reused")
             else f"{(time.perf_counter() - start) / 60:.1f} min")
     print(f"  [{where}, {took}] {name}{knobs_text}, {link}, seed {seed}: "
-          f"{reached}, best {100 * best:.2f}%", file=sys.stderr, flush=True)
+          f"{reached}, best {_show(metric, round(top, 4))}", file=sys.stderr, flush=True)
     return {"method": name, "link": link, "seed": seed, "knobs": knobs, "time": time_,
-            "steps": steps, "best": best, "run": summary["run"],
-            "curve": [(r["time"], 1 - r["center_accuracy"]) for r in rows
-                      if not math.isnan(r["center_accuracy"])],
+            "steps": steps, "best": top, "metric": metric, "run": summary["run"],
+            "curve": [(r["time"], 1 - r[column] if metric == "accuracy" else r[column])
+                      for r in rows if not math.isnan(r[column])],
             "bytes_per_worker": summary["bytes_sent_per_worker"],
             "comm_seconds": summary.get("comm_seconds_per_worker"),
             "steps_done": summary["steps"], "seconds": summary.get("train_seconds")}
 
 
 def _score(run: dict[str, Any]) -> tuple[float, float]:
-    """Smaller is better: time to target, then the best accuracy."""
-    return (run["time"] if run["time"] is not None else math.inf, -run["best"])
+    """Smaller is better: time to target, then the best value (accuracy: the highest)."""
+    higher = run.get("metric", "accuracy") == "accuracy"
+    return (run["time"] if run["time"] is not None else math.inf,
+            -run["best"] if higher else run["best"])
 
 
 def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to-accuracy"
@@ -169,6 +222,12 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
             left_out[name] = "torchft runs as processes (--backend processes)"
         elif not peer.available() and opts.get("reuse") != "only":
             left_out[name] = "torchft is not installed (pip install 'lsgd[torchft]')"
+    if opts["backend"] != "processes":
+        left_out.update(dict.fromkeys(HOOKS, "PyTorch's DDP hooks run in worker processes "
+                                             "(--backend processes)"))
+    metric = metric_of(opts)
+    if metric == "accuracy" and not 0 < opts["target"] <= 1:
+        raise UsageError(f"--target {opts['target']}: give a test accuracy in (0, 1], e.g. 0.88")
     methods = [m for m in opts.get("methods") or METHODS if m not in left_out]
     layout = (workers, groups)
     given = _given_knobs(opts.get("knobs") or {}, methods, left_out, layout)
@@ -181,19 +240,27 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     for name in tuned:
         chosen[name] = min((t for t in tuning if t["method"] == name), key=_score)["knobs"]
     seeds = _seeds(opts)
+    # Interleaved: every method of a seed, then the next seed (A B C A B C).
     runs = in_parallel(_one, _numbered("run", [(out, name, link, seed, chosen[name], opts, layout)
-                                               for link in opts["links"] for name in methods
-                                               for seed in seeds]), jobs)
+                                               for seed in seeds for link in opts["links"]
+                                               for name in methods]), jobs)
     rows, summary = _table(runs, methods, opts)
     figures = _figures(out, setting, runs, opts)
+    what = "center accuracy" if metric == "accuracy" else "validation loss of the center"
+    grid = (f"every {opts['eval_steps']} steps, a run stopping at the target"
+            if opts.get("eval_steps") else f"every {opts['eval']:g} s of training")
     notes = [
         f"{workers} workers as {groups} nodes, {opts['model']} on {opts['dataset']}, batch "
         f"{opts['batch_size']} per worker, {opts['budget']:g} s of training per run, "
-        f"seed(s) {', '.join(map(str, seeds))}, backend {opts['backend']} ({_clock(opts)}).",
+        f"seed(s) {', '.join(map(str, seeds))}, backend {opts['backend']} ({_clock(opts)}); "
+        f"the center evaluated {grid}"
+        + (f"; {', '.join(f'{k} {v}' for k, v in opts['task'].items())}"
+           if opts.get("task") else "") + ".",
         "time/steps: until the center first reaches the target (median over seeds, "
         "[min-max]); '-' when a run did not reach it within the budget; best: the best "
-        "center accuracy within the budget (median); MB sent: per worker in the whole "
-        "run (median); steps/s: local steps per worker and second of training (median). "
+        f"{what} within the budget (median); MB sent: per worker in the whole "
+        "run (median); steps/s: local steps per worker and second of training (median); "
+        "predicted s: the median steps at the median steps/s, against the measured time. "
         "ratio: LSGD's time to the target "
         "divided by the method's (below 1: LSGD is faster; multi-leader LSGD's in the "
         "12-worker setting).",
@@ -203,9 +270,15 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     ]
     notes += [f"{m}: left out ({why})" for m, why in left_out.items()
               if m in (opts.get("methods") or METHODS)]
-    return Result(setting, f"Time to {100 * opts['target']:g}% test accuracy of the center",
-                  ["link", "method", "time s", "spread s", "steps", "best acc",
-                   "ratio lsgd/method", "MB sent/worker", "steps/s"],
+    title = (f"Time to {_show(metric, opts['target'])} test accuracy of the center"
+             if metric == "accuracy" else
+             f"Time to a validation loss of {_show(metric, opts['target'])} nats per byte "
+             "(the center)")
+    return Result(setting, title,
+                  ["link", "method", "time s", "spread s", "steps",
+                   "best acc" if metric == "accuracy" else "best loss",
+                   "ratio lsgd/method", "MB sent/worker", "steps/s", "steps spread",
+                   "predicted s"],
                   rows, notes, {"options": opts, "chosen": chosen, "summary": summary,
                                 "runs": runs, "tuning": tuning}, figures)
 
@@ -291,20 +364,40 @@ def _table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any]
             times[name] = mid if math.isfinite(mid) else None
             steps = [r["steps"] for r in mine if r["steps"] is not None]
             spread = f"{min(reached):.0f}-{max(reached):.0f}" if len(reached) > 1 else None
+            step_spread = f"{min(steps):.0f}-{max(steps):.0f}" if len(steps) > 1 else None
             best = median([r["best"] for r in mine])
             summary[f"{link}/{name}"] = {"time": times[name], "reached": len(reached),
-                                         "runs": len(mine), "best": best}
+                                         "runs": len(mine), "best": best, "spread": spread}
             sent = [r["bytes_per_worker"] for r in mine if r.get("bytes_per_worker") is not None]
             pace = [r["steps_done"] / r["seconds"] for r in mine if r.get("seconds")]
             rows.append([link, name, times[name], spread,
                          median(steps) if len(steps) == len(mine) else None, best, None,
-                         median(sent) / 1e6 if sent else None, median(pace) if pace else None])
+                         median(sent) / 1e6 if sent else None, median(pace) if pace else None,
+                         step_spread, _predicted(runs, name, link, median(pace) if pace else None)])
         ref = times[reference] if reference is not None else None
         for row in rows[-len(methods):]:
             theirs = times[row[1]]
             row[6] = ref / theirs if theirs and ref else None
             summary[f"{link}/{row[1]}"]["ratio"] = row[6]
     return rows, summary
+
+
+def _predicted(runs: list[dict[str, Any]], name: str, link: str, pace: float | None
+               ) -> float | str | None:
+    """Steps to the target over steps per second: the time the method's step count and
+    its pace on ``link`` predict. A run's steps to the target do not depend on the link
+    (the same seed takes the same steps), so where every run on ``link`` missed the
+    target within the budget, the steps come from the same method on another link (the
+    value then ends in ``*``)."""
+    if not pace:
+        return None
+    here = [r for r in runs if r["method"] == name and r["link"] == link]
+    steps = [r["steps"] for r in here if r["steps"] is not None]
+    if steps and len(steps) == len(here):
+        return median(steps) / pace
+    elsewhere = [r["steps"] for r in runs if r["method"] == name and r["link"] != link
+                 and r["steps"] is not None]
+    return f"{median(elsewhere) / pace:.0f}*" if elsewhere and not steps else None
 
 
 def _figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str, Any]
@@ -314,16 +407,20 @@ def _figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str
         return []
     paths = []
     first = _seeds(opts)[0]  # the curves of one seed per figure
+    accuracy = metric_of(opts) == "accuracy"
+    scale = 100 if accuracy else 1
     for link in opts["links"]:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for run in runs:
             if run["link"] == link and run["seed"] == first and run["curve"]:
                 xs, ys = zip(*run["curve"])
-                ax.plot(xs, [100 * y for y in ys], marker=".", label=run["method"])
-        ax.axhline(100 * (1 - opts["target"]), color="grey", linestyle=":", linewidth=1)
+                ax.plot(xs, [scale * y for y in ys], marker=".", label=run["method"])
+        ax.axhline(100 * (1 - opts["target"]) if accuracy else opts["target"], color="grey",
+                   linestyle=":", linewidth=1)
         ax.set_xlabel("training time (s)" + ("" if opts["backend"] == "processes"
                                              else ", simulated"))
-        ax.set_ylabel("test error of the center (%)")
+        ax.set_ylabel("test error of the center (%)" if accuracy
+                      else "validation loss of the center (nats/byte)")
         ax.set_title(f"{setting}: {opts['model']}, link {link}")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
@@ -336,10 +433,16 @@ def run_twelve(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     return run(out, quick, options, setting="twelve-workers")
 
 
+def run_text(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    """The language model's time to a target validation loss (4 nodes)."""
+    return run(out, quick, options, setting="time-to-loss")
+
+
 def headline(result: Result) -> str:
     """The time to the target of every method (rows) on every link (columns), as a
     Markdown table: the README's summary of a time-to-accuracy result."""
     opts, summary = result.data["options"], result.data["summary"]
+    accuracy = metric_of(opts) == "accuracy"
     links = list(opts["links"])
     methods = list(dict.fromkeys(row[1] for row in result.rows))
     lines = ["| method | " + " | ".join(links) + " |", "|---|" + "---|" * len(links)]
@@ -347,11 +450,14 @@ def headline(result: Result) -> str:
         cells = []
         for link in links:
             entry = summary[f"{link}/{name}"]
+            spread = f" [{entry['spread']}]" if entry.get("spread") and entry["runs"] > 2 else ""
             if entry["time"] is not None:
-                cells.append(f"{entry['time']:.0f} s")
+                cells.append(f"{entry['time']:.0f} s{spread}")
             elif entry["reached"]:
                 cells.append(f"{entry['reached']} of {entry['runs']} seeds")
-            else:
+            elif accuracy:
                 cells.append(f"never (best {100 * entry['best']:.1f}%)")
+            else:
+                cells.append(f"never (best {entry['best']:.3f})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,12 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds of training per run (time to accuracy, stragglers)")
     parser.add_argument("--target", type=float, default=None,
-                        help="target test accuracy of the center, e.g. 0.88")
+                        help="the center's target: a test accuracy, e.g. 0.88, or for "
+                             "time-to-loss a validation loss in nats per byte, e.g. 2.0")
+    parser.add_argument("--eval-steps", type=int, default=None, metavar="N",
+                        help="time to accuracy/loss: evaluate the center every N steps (a "
+                             "grid in steps, off the training clock) instead of every "
+                             "budget/12 seconds, and stop each run at the target")
     parser.add_argument("--methods", default=None,
                         help="comma-separated subset of the methods (time to accuracy)")
     parser.add_argument("--backend", choices=("processes", "threads"), default=None,
@@ -86,8 +92,11 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--seeds {args.seeds}: give at least 1")
     if args.budget is not None and not args.budget > 0:
         raise UsageError(f"--budget {args.budget}: give a positive number of seconds")
-    if args.target is not None and not 0 < args.target <= 1:
-        raise UsageError(f"--target {args.target}: give an accuracy in (0, 1], e.g. 0.88")
+    if args.target is not None and not 0 < args.target < math.inf:
+        raise UsageError(f"--target {args.target}: give a test accuracy in (0, 1], e.g. 0.88, "
+                         "or a validation loss > 0")
+    if args.eval_steps is not None and not 1 <= args.eval_steps <= 10**9:
+        raise UsageError(f"--eval-steps {args.eval_steps}: give a positive number of steps")
     if args.step_seconds is not None and not within(args.step_seconds,
                                                     *RANGES["step_seconds"]):
         raise UsageError(f"--step-seconds {args.step_seconds}: give a positive number of "
@@ -104,7 +113,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     sets = _names("--sets", args.sets, SETS)
     methods = _names("--methods", args.methods, METHODS)
     return {"links": links, "seeds": args.seeds, "first_seed": args.first_seed,
-            "budget": args.budget, "target": args.target,
+            "budget": args.budget, "target": args.target, "eval_steps": args.eval_steps,
             "methods": methods, "backend": args.backend,
             "step_seconds": args.step_seconds, "jobs": args.jobs, "repeats": args.repeats,
             "sets": sets,

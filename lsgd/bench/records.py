@@ -28,7 +28,7 @@ from lsgd.bench.common import Result, read_result
 
 #: Benchmarks whose tables come from training runs kept as records.
 TRAINED = {"time-to-accuracy", "twelve-workers", "stragglers", "decentralized", "fidelity",
-           "equal-steps"}
+           "equal-steps", "time-to-loss", "equal-tokens"}
 BLOCK = re.compile(r"(<!-- (records|headline): lsgd bench (.+?) -->\n)(.*?)(\n<!-- end \2 -->)",
                    re.S)
 PAGES = ("README.md", "docs/benchmarks.md")

@@ -38,7 +38,7 @@ from lsgd.data.imagenet import (IMAGENET_MEAN, IMAGENET_STD, ImageFolder, imagen
 from lsgd.data.mnist import DEBIAN_FASHION_MNIST, digits, fashion_mnist, fashion_mnist_dir, read_idx
 from lsgd.data.synthetic import synthetic
 from lsgd.data import text as text_module
-from lsgd.data.text import TextData, kjv, text
+from lsgd.data.text import TextData, kjv, user_text
 
 __all__ = [
     "CIFAR100_MEAN",
@@ -69,7 +69,7 @@ __all__ = [
     "shard",
     "synthetic",
     "kjv",
-    "text",
+    "user_text",
 ]
 
 
@@ -136,5 +136,5 @@ def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None
     if key == "kjv":
         return kjv()
     if key == "text":
-        return text(data_dir)
+        return user_text(data_dir)
     raise ValueError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}")

@@ -171,7 +171,7 @@ def split_tail(text: str, share: float = VALIDATION_SHARE) -> tuple[str, str]:
     return text[:cut], text[cut:]
 
 
-def text(path: str | os.PathLike[str] | None) -> TextData:
+def user_text(path: str | os.PathLike[str] | None) -> TextData:
     """A user's UTF-8 text (a file or a folder) as byte tokens, its last 5% held out."""
     train, valid = split_tail(read_text(path))
     return TextData("text", _bytes(train), _bytes(valid),

@@ -1,0 +1,99 @@
+"""The language model at equal tokens: every method's validation loss after the same
+number of steps, against all-reduce's, with the bytes each sent (the DiLoCo paper's
+comparison, on this machine's scale).
+
+Each variant trains lsgd's GPT on the King James Bible with 4 workers (4
+single-worker nodes, batch 16 windows of 128 bytes per worker, AdamW with
+warm-up and cosine decay over the run) for the same number of local steps from
+the same seeds, so every worker reads the same number of tokens whatever the
+method. Reported: the center's validation loss at the end (each seed, their
+mean), its difference from all-reduce's mean in percent, the MB each worker
+sent, and how many times fewer bytes than all-reduce. A step budget makes each
+number exact for its seed, whatever the machine's load; the simulator runs
+lsgd's methods (no link: only steps count here), worker processes run
+all-reduce with PyTorch's bf16 and PowerSGD hooks (the simulator has no DDP).
+The quick mode: a one-block GPT, 30 steps, one seed, three variants.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from lsgd.bench.common import Result, in_parallel, train
+from lsgd.train.build import UsageError
+
+NAME = "equal-tokens"
+STEPS = 400
+WORKERS = 4
+HOOKED = ("compress", "powersgd")  # settings that need worker processes
+#: label -> settings; the first is the reference.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "allreduce": {"method": "allreduce"},
+    "allreduce bf16": {"method": "allreduce", "compress": "bf16"},
+    "allreduce powersgd 4": {"method": "allreduce", "powersgd": 4},
+    "lsgd, period 32, int8": {"method": "lsgd", "period": 32, "compress": "int8"},
+    "diloco, period 32": {"method": "diloco", "period": 32},
+    "diloco, period 32, int8": {"method": "diloco", "period": 32, "compress": "int8"},
+    "diloco streaming, period 32, 2 fragments, overlap 2, int8": {
+        "method": "diloco", "period": 32, "fragments": 2, "overlap": 2, "compress": "int8"},
+    "local-sgd, period 32, int8": {"method": "local-sgd", "period": 32, "compress": "int8"},
+}
+QUICK = ["allreduce", "diloco, period 32, int8", "local-sgd, period 32, int8"]
+#: The GPT and its training: the text defaults, at lsgd's default sizes.
+FULL = {"dataset": "kjv", "model": "gpt", "lr": 0.001, "warmup_epochs": 0.1}
+SMALL = {"dataset": "kjv", "model": "gpt", "lr": 0.003, "context": 32, "layers": 1,
+         "width": 32, "heads": 2, "batch_size": 8, "eval_tokens": 2048}
+
+
+def _one(out: Path, label: str, settings: dict[str, Any], steps: int, seed: int, quick: bool,
+         reuse: bool | str) -> dict[str, Any]:
+    """The center's validation loss and the bytes per worker after ``steps`` steps."""
+    slug = "-".join(f"{k}{v}" for k, v in sorted(settings.items()))
+    processes = any(key in settings and settings["method"] == "allreduce" for key in HOOKED)
+    summary = train(out / "runs" / f"{slug}-s{steps}-seed{seed}", reuse=reuse,
+                    workers=WORKERS, groups=WORKERS,
+                    backend="processes" if processes else "threads", steps=steps,
+                    eval_every=str(steps), seed=seed, **(SMALL if quick else FULL), **settings)
+    return {"seed": seed, "loss": summary["rows"][-1]["center_loss"],
+            "bytes": summary["bytes_sent_per_worker"]}
+
+
+def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    seeds = list(range(options.get("seeds") or (1 if quick else 3)))
+    steps = 30 if quick else STEPS
+    chosen = options.get("variants") or (QUICK if quick else list(VARIANTS))
+    unknown = [v for v in chosen if v not in VARIANTS]
+    if unknown:
+        raise UsageError(f"equal-tokens: unknown variant(s) {unknown}; choose from "
+                         f"{', '.join(VARIANTS)}")
+    reference = next(iter(VARIANTS))
+    chosen = [reference] + [v for v in chosen if v != reference]
+    calls = [(out, label, VARIANTS[label], steps, seed, quick, options.get("reuse") or False)
+             for seed in seeds for label in chosen]  # interleaved, seed by seed
+    results = in_parallel(_one, calls, options.get("jobs") or 1)
+    by_label = {label: [r for r, call in zip(results, calls) if call[1] == label]
+                for label in chosen}
+    base_loss = statistics.fmean(r["loss"] for r in by_label[reference])
+    base_bytes = statistics.fmean(r["bytes"] for r in by_label[reference])
+    rows: list[list[Any]] = []
+    for label, runs in by_label.items():
+        loss = statistics.fmean(r["loss"] for r in runs)
+        sent = statistics.fmean(r["bytes"] for r in runs)
+        rows.append([label, " / ".join(f"{r['loss']:.4f}" for r in runs), loss,
+                     round(100 * (loss - base_loss) / base_loss, 2), sent / 1e6,
+                     base_bytes / sent if sent else None])
+    model = ("a one-block GPT (context 32, width 32)" if quick
+             else "lsgd's GPT (4 blocks, width 128, 4 heads, context 128)")
+    notes = [f"{WORKERS} workers as {WORKERS} nodes, {model} on the King James Bible, "
+             f"{steps} steps per worker, seeds {', '.join(map(str, seeds))}: the center's "
+             "validation loss at the end (nats per byte, each seed), their mean, its "
+             f"difference from {reference}'s mean (%), MB sent per worker (mean), and how "
+             "many times fewer bytes than all-reduce."]
+    return Result(NAME, f"Validation loss after {steps} steps (equal tokens) against "
+                  "all-reduce, and the bytes sent",
+                  ["variant", "loss each seed", "mean loss", "vs allreduce %",
+                   "MB sent/worker", "x fewer bytes"], rows, notes,
+                  {"runs": [{"variant": label, "runs": runs} for label, runs in by_label.items()],
+                   "steps": steps, "seeds": seeds})
