@@ -103,8 +103,11 @@ QUICK = ["lsgd", "lsgd-multi", "lsgd-momentum", "easgd", "local-sgd", "diloco", 
 QUICK_TEXT = ["lsgd", "diloco", "diloco-streaming-int8", "local-sgd", "allreduce"]
 #: What the language-model runs share besides the model and data: AdamW (the text
 #: defaults) at a constant learning rate after a warm-up, so that every method takes the
-#: same step at the same step count whatever its speed.
-TEXT_TRAINING = {"schedule": "constant", "lr": 0.001, "warmup_epochs": 0.1}
+#: same step at the same step count whatever its speed; DiLoCo's outer learning rate
+#: (its and torchft's) at 0.35, which a sweep in the simulator chose (docs/language.md);
+#: 16,384 validation bytes per evaluation, so that a fine grid of them stays cheap.
+TEXT_TRAINING = {"schedule": "constant", "lr": 0.001, "warmup_epochs": 0.1, "outer_lr": 0.35,
+                 "eval_tokens": 16384}
 SETTINGS = {
     # name: (workers, groups, default backend, methods left out and why)
     "time-to-accuracy": (4, 4, "processes", {
@@ -197,6 +200,9 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
             "steps": steps, "best": top, "metric": metric, "run": summary["run"],
             "curve": [(r["time"], 1 - r[column] if metric == "accuracy" else r[column])
                       for r in rows if not math.isnan(r[column])],
+            "sent_curve": [(r["bytes_sent_per_worker"], r[column]) for r in rows
+                           if not math.isnan(r[column])
+                           and not math.isnan(r.get("bytes_sent_per_worker", math.nan))],
             "bytes_per_worker": summary["bytes_sent_per_worker"],
             "comm_seconds": summary.get("comm_seconds_per_worker"),
             "steps_done": summary["steps"], "seconds": summary.get("train_seconds")}
@@ -244,7 +250,7 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     runs = in_parallel(_one, _numbered("run", [(out, name, link, seed, chosen[name], opts, layout)
                                                for seed in seeds for link in opts["links"]
                                                for name in methods]), jobs)
-    rows, summary = _table(runs, methods, opts)
+    rows, summary = _table(runs, methods, opts, _simulated_steps(opts.get("steps_from")))
     figures = _figures(out, setting, runs, opts)
     what = "center accuracy" if metric == "accuracy" else "validation loss of the center"
     grid = (f"every {opts['eval_steps']} steps, a run stopping at the target"
@@ -347,8 +353,27 @@ def _clock(opts: dict[str, Any]) -> str:
     return f"modeled links, simulated time: {compute} plus modeled transfers"
 
 
-def _table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any]
-           ) -> tuple[list[list[Any]], dict[str, Any]]:
+def _simulated_steps(path: str | None) -> dict[str, float]:
+    """``--steps-from RESULT.json`` (a result of the same benchmark run in the simulator,
+    ``--backend threads``, typically with more seeds): each method's median steps to the
+    target, over the runs that reached it."""
+    if not path:
+        return {}
+    from lsgd.bench.common import read_result
+
+    try:
+        stored = read_result(Path(path))
+    except (OSError, ValueError, KeyError) as error:
+        raise UsageError(f"--steps-from {path}: not a benchmark result ({error})") from None
+    steps: dict[str, list[float]] = {}
+    for run in stored.data.get("runs", []):
+        if run.get("steps") is not None:
+            steps.setdefault(run["method"], []).append(run["steps"])
+    return {name: median(values) for name, values in steps.items()}
+
+
+def _table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any],
+           simulated: dict[str, float] | None = None) -> tuple[list[list[Any]], dict[str, Any]]:
     rows: list[list[Any]] = []
     summary: dict[str, Any] = {}
     # Ratios are LSGD's time over each method's; without LSGD in the run there are none.
@@ -373,7 +398,8 @@ def _table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any]
             rows.append([link, name, times[name], spread,
                          median(steps) if len(steps) == len(mine) else None, best, None,
                          median(sent) / 1e6 if sent else None, median(pace) if pace else None,
-                         step_spread, _predicted(runs, name, link, median(pace) if pace else None)])
+                         step_spread, _predicted(runs, name, link, median(pace) if pace else None,
+                                                 (simulated or {}).get(name))])
         ref = times[reference] if reference is not None else None
         for row in rows[-len(methods):]:
             theirs = times[row[1]]
@@ -382,15 +408,18 @@ def _table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any]
     return rows, summary
 
 
-def _predicted(runs: list[dict[str, Any]], name: str, link: str, pace: float | None
-               ) -> float | str | None:
+def _predicted(runs: list[dict[str, Any]], name: str, link: str, pace: float | None,
+               simulated: float | None = None) -> float | str | None:
     """Steps to the target over steps per second: the time the method's step count and
-    its pace on ``link`` predict. A run's steps to the target do not depend on the link
-    (the same seed takes the same steps), so where every run on ``link`` missed the
-    target within the budget, the steps come from the same method on another link (the
-    value then ends in ``*``)."""
+    its pace on ``link`` predict. The steps are the simulator's (``simulated``, from
+    ``--steps-from``) where given, else the runs' own. A run's steps to the target do
+    not depend on the link (the same seed takes the same steps), so where every run on
+    ``link`` missed the target within the budget, the steps come from the same method
+    on another link (the value then ends in ``*``)."""
     if not pace:
         return None
+    if simulated is not None:
+        return simulated / pace
     here = [r for r in runs if r["method"] == name and r["link"] == link]
     steps = [r["steps"] for r in here if r["steps"] is not None]
     if steps and len(steps) == len(here):
@@ -410,20 +439,32 @@ def _figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str
     accuracy = metric_of(opts) == "accuracy"
     scale = 100 if accuracy else 1
     for link in opts["links"]:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        # A language model's figure also has its loss against the MB each worker sent.
+        fig, axes = plt.subplots(1, 1 if accuracy else 2, figsize=(7 if accuracy else 13, 4.5),
+                                 squeeze=False)
+        ax = axes[0][0]
         for run in runs:
             if run["link"] == link and run["seed"] == first and run["curve"]:
                 xs, ys = zip(*run["curve"])
                 ax.plot(xs, [scale * y for y in ys], marker=".", label=run["method"])
-        ax.axhline(100 * (1 - opts["target"]) if accuracy else opts["target"], color="grey",
-                   linestyle=":", linewidth=1)
+                if not accuracy and run.get("sent_curve"):
+                    sent, losses = zip(*run["sent_curve"])
+                    axes[0][1].plot([b / 1e6 for b in sent], losses, marker=".",
+                                    label=run["method"])
+        for panel in axes[0]:
+            panel.axhline(100 * (1 - opts["target"]) if accuracy else opts["target"],
+                          color="grey", linestyle=":", linewidth=1)
+            panel.set_ylabel("test error of the center (%)" if accuracy
+                             else "validation loss of the center (nats/byte)")
+            panel.legend(fontsize=8)
+            panel.grid(alpha=0.3)
         ax.set_xlabel("training time (s)" + ("" if opts["backend"] == "processes"
                                              else ", simulated"))
-        ax.set_ylabel("test error of the center (%)" if accuracy
-                      else "validation loss of the center (nats/byte)")
         ax.set_title(f"{setting}: {opts['model']}, link {link}")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
+        if not accuracy:
+            axes[0][1].set_xscale("log")
+            axes[0][1].set_xlabel("MB sent per worker (log scale)")
+            axes[0][1].set_title("against the bytes sent")
         paths.append(str(save(fig, out / f"{setting}-{link}.png")))
     return paths
 

@@ -42,6 +42,10 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--target", type=float, default=None,
                         help="the center's target: a test accuracy, e.g. 0.88, or for "
                              "time-to-loss a validation loss in nats per byte, e.g. 2.0")
+    parser.add_argument("--steps-from", default=None, metavar="RESULT.json",
+                        help="time to accuracy/loss: predict each time from these steps to "
+                             "the target (the same benchmark run in the simulator, e.g. with "
+                             "more seeds) and the pace measured here")
     parser.add_argument("--eval-steps", type=int, default=None, metavar="N",
                         help="time to accuracy/loss: evaluate the center every N steps (a "
                              "grid in steps, off the training clock) instead of every "
@@ -114,6 +118,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     methods = _names("--methods", args.methods, METHODS)
     return {"links": links, "seeds": args.seeds, "first_seed": args.first_seed,
             "budget": args.budget, "target": args.target, "eval_steps": args.eval_steps,
+            "steps_from": args.steps_from,
             "methods": methods, "backend": args.backend,
             "step_seconds": args.step_seconds, "jobs": args.jobs, "repeats": args.repeats,
             "sets": sets,

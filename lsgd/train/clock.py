@@ -6,7 +6,9 @@ workers) and, for time budgets, rank 0's training clock, broadcast about once
 a second of training (``"control"`` traffic: with the clock goes the number of
 steps until the next broadcast, at most ``CLOCK_SYNC_EVERY``, so a run of slow
 steps, all-reduce on a slow link say, stops within about a second of its
-budget instead of up to ``CLOCK_SYNC_EVERY`` steps after it). Asynchronously
+budget instead of up to ``CLOCK_SYNC_EVERY`` steps after it; and at every
+evaluation on a step grid, so that its row has the time of its own step).
+Asynchronously
 (``--async``): the workers' total step count and their latest clock, agreed
 at each sync point (right after a round among all workers), the only place
 where asynchronous workers act together.
@@ -77,7 +79,10 @@ class Pace:
             (self.shared_seconds,) = self.strategy.agree(train_seconds)
             self.shared_steps = self.strategy.total_steps / self.world  # exact after agree
         else:
-            if self.uses_clock and steps >= self.next_clock_sync:
+            # An evaluation on the step grid reads the clock of its own step: it is due on
+            # every worker alike, so rank 0's clock is broadcast there too.
+            on_grid = self.eval_kind == "steps" and steps >= self.next_eval
+            if self.uses_clock and (steps >= self.next_clock_sync or on_grid):
                 # Rank 0's clock, and (its choice) how many steps until the next broadcast.
                 gap = min(CLOCK_SYNC_EVERY, max(1, int(CLOCK_SYNC_SECONDS * steps
                                                        / max(train_seconds, 1e-9))))
