@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lsgd import cli
-from lsgd.bench import accuracy, stragglers, volume
+from lsgd.bench import accuracy, ranking, stragglers, volume
 from lsgd.bench.common import RECORD_FILES, write
 
 
@@ -113,9 +113,9 @@ def test_reuse_reads_back_a_finished_run_only_when_its_settings_match(tmp_path: 
 def test_time_to_accuracy_gives_no_ratio_without_lsgd() -> None:
     run = {"link": "20mbit", "seed": 0, "time": 10.0, "steps": 40, "best": 0.9}
     runs = [run | {"method": "local-sgd"}, run | {"method": "easgd", "time": 20.0}]
-    rows, _ = accuracy._table(runs, ["local-sgd", "easgd"], {"links": ["20mbit"]})
+    rows, _ = ranking.table(runs, ["local-sgd", "easgd"], {"links": ["20mbit"]})
     assert [row[6] for row in rows] == [None, None]
-    rows, _ = accuracy._table(runs + [run | {"method": "lsgd", "time": 5.0}],
+    rows, _ = ranking.table(runs + [run | {"method": "lsgd", "time": 5.0}],
                               ["lsgd", "local-sgd", "easgd"], {"links": ["20mbit"]})
     assert [row[6] for row in rows] == [1.0, 0.5, 0.25]
 
@@ -309,3 +309,36 @@ def test_elastic_quick_survives_where_a_restart_redoes_steps(tmp_path: Path) -> 
     assert survived[4] == 0 and 0 < survived[5] < 30 and survived[6] > 0  # redone, rejoin s, MB
     assert restarted[4] == 3 * 8  # 3 workers back from step 32 to 40
     assert survived[7] > 0.9 and abs(survived[7] - rows[("elastic", "none")][7]) < 0.03
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_time_to_loss_quick_ranks_the_language_model_by_its_validation_loss(
+        tmp_path: Path) -> None:
+    result = accuracy.run_text(tmp_path, True, {})
+    assert result.title.startswith("Time to a validation loss of 3.3 nats per byte")
+    by_method = {row[1]: row for row in result.rows}
+    assert list(by_method) == accuracy.QUICK_TEXT
+    for name, row in by_method.items():
+        assert row[2] is not None and row[5] <= 3.3, row  # reached; its best is a loss
+        # Each run stops at the target, so its steps at its pace give its time.
+        assert row[10] == pytest.approx(row[2], rel=0.05), row
+    sent = {r["method"]: r["bytes_per_worker"] / r["steps_done"] for r in result.data["runs"]}
+    assert sent["allreduce"] > 10 * sent["diloco"], sent
+    assert (tmp_path / "time-to-loss-20mbit.png").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_equal_tokens_quick_compares_losses_and_bytes_with_all_reduce(tmp_path: Path) -> None:
+    from lsgd.bench import equal_tokens
+
+    result = equal_tokens.run(tmp_path, True, {})
+    rows = {row[0]: row for row in result.rows}
+    assert list(rows) == equal_tokens.QUICK
+    assert rows["allreduce"][3] == 0 and rows["allreduce"][5] == pytest.approx(1.0)
+    for label in equal_tokens.QUICK[1:]:  # int8 rounds every 32 steps: over 100x fewer bytes
+        assert rows[label][5] > 100, rows[label]
+        assert rows[label][2] < 5.0  # all of them learned (from 5.55)
+    again = equal_tokens.run(tmp_path, True, {"reuse": "only"})
+    assert again.rows == result.rows

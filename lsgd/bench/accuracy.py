@@ -49,10 +49,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lsgd.bench import peer
-from lsgd.bench.common import Result, in_parallel, median, train
-from lsgd.data import TEXT_DATASETS
-from lsgd.plots import pyplot, save
+from lsgd.bench import peer, ranking
+from lsgd.bench.common import Result, in_parallel, train
+from lsgd.bench.ranking import metric_of
 from lsgd.tasks import HEADLINES, best, reaches
 from lsgd.train.build import UsageError
 
@@ -139,17 +138,12 @@ def _defaults(quick: bool, setting: str) -> dict[str, Any]:
                 "tune": False, "methods": QUICK}
     workers, groups, backend, _ = SETTINGS[setting]
     if text:
-        return {"links": ["20mbit", "100mbit"], "seeds": 3, "budget": 300.0, "target": 2.0,
+        return {"links": ["20mbit", "100mbit"], "seeds": 3, "budget": 240.0, "target": 2.2,
                 "model": "gpt", "dataset": "kjv", "backend": backend, "batch_size": 16,
                 "tune": False, "eval_steps": 10, "task": dict(TEXT_TRAINING)}
     return {"links": ["1gbit", "100mbit", "20mbit"], "seeds": 2, "budget": 240.0,
             "target": 0.88, "model": "cnn7", "dataset": "fashion-mnist",
             "backend": backend, "batch_size": 128, "tune": True}
-
-
-def metric_of(opts: dict[str, Any]) -> str:
-    """The headline the runs are ranked by: validation loss for text, else test accuracy."""
-    return "loss" if opts["dataset"] in TEXT_DATASETS else "accuracy"
 
 
 def _reached(rows: list[dict[str, float]], target: float, metric: str = "accuracy"
@@ -177,9 +171,14 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
     slug = "-".join(f"{k}{v}" for k, v in knobs.items()) or "default"
     start = time.perf_counter()
     trainer = peer.train if method in peer.METHODS else train
-    # On a step grid a run stops at the target; on a clock grid it trains the budget.
-    grid = ({"eval_every": str(opts["eval_steps"]), "target": opts["target"]}
-            if opts.get("eval_steps") else {"eval_every": f"{opts['eval']:g}s"})
+    # On a step grid a run stops at the target and tests the center only (no leader: a
+    # second transfer of a state on a slow link at every evaluation, off the clock but
+    # not off the benchmark's hours); on a clock grid it trains the budget.
+    grid: dict[str, Any] = {"eval_every": f"{opts['eval']:g}s"}
+    if opts.get("eval_steps"):
+        grid = {"eval_every": str(opts["eval_steps"]), "target": opts["target"]}
+        if method not in peer.METHODS:  # torchft's runs test no leader anyway
+            grid["eval_leader"] = False
     summary = trainer(out / "runs" / link / f"{name}-{slug}-seed{seed}",
                       method=method, workers=layout[0], groups=layout[1], link=link,
                       backend=opts["backend"], model=opts["model"], dataset=opts["dataset"],
@@ -250,8 +249,9 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     runs = in_parallel(_one, _numbered("run", [(out, name, link, seed, chosen[name], opts, layout)
                                                for seed in seeds for link in opts["links"]
                                                for name in methods]), jobs)
-    rows, summary = _table(runs, methods, opts, _simulated_steps(opts.get("steps_from")))
-    figures = _figures(out, setting, runs, opts)
+    rows, summary = ranking.table(runs, methods, opts,
+                                  ranking.simulated_steps(opts.get("steps_from")))
+    figures = ranking.figures(out, setting, runs, opts)
     what = "center accuracy" if metric == "accuracy" else "validation loss of the center"
     grid = (f"every {opts['eval_steps']} steps, a run stopping at the target"
             if opts.get("eval_steps") else f"every {opts['eval']:g} s of training")
@@ -353,122 +353,6 @@ def _clock(opts: dict[str, Any]) -> str:
     return f"modeled links, simulated time: {compute} plus modeled transfers"
 
 
-def _simulated_steps(path: str | None) -> dict[str, float]:
-    """``--steps-from RESULT.json`` (a result of the same benchmark run in the simulator,
-    ``--backend threads``, typically with more seeds): each method's median steps to the
-    target, over the runs that reached it."""
-    if not path:
-        return {}
-    from lsgd.bench.common import read_result
-
-    try:
-        stored = read_result(Path(path))
-    except (OSError, ValueError, KeyError) as error:
-        raise UsageError(f"--steps-from {path}: not a benchmark result ({error})") from None
-    steps: dict[str, list[float]] = {}
-    for run in stored.data.get("runs", []):
-        if run.get("steps") is not None:
-            steps.setdefault(run["method"], []).append(run["steps"])
-    return {name: median(values) for name, values in steps.items()}
-
-
-def _table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any],
-           simulated: dict[str, float] | None = None) -> tuple[list[list[Any]], dict[str, Any]]:
-    rows: list[list[Any]] = []
-    summary: dict[str, Any] = {}
-    # Ratios are LSGD's time over each method's; without LSGD in the run there are none.
-    reference = next((m for m in ("lsgd", "lsgd-multi") if m in methods), None)
-    for link in opts["links"]:
-        times: dict[str, float | None] = {}
-        for name in methods:
-            mine = [r for r in runs if r["link"] == link and r["method"] == name]
-            reached = [r["time"] for r in mine if r["time"] is not None]
-            # The median counts runs that missed the target as infinitely slow.
-            all_times = sorted(r["time"] if r["time"] is not None else math.inf for r in mine)
-            mid = median(all_times) if all_times else math.nan
-            times[name] = mid if math.isfinite(mid) else None
-            steps = [r["steps"] for r in mine if r["steps"] is not None]
-            spread = f"{min(reached):.0f}-{max(reached):.0f}" if len(reached) > 1 else None
-            step_spread = f"{min(steps):.0f}-{max(steps):.0f}" if len(steps) > 1 else None
-            best = median([r["best"] for r in mine])
-            summary[f"{link}/{name}"] = {"time": times[name], "reached": len(reached),
-                                         "runs": len(mine), "best": best, "spread": spread}
-            sent = [r["bytes_per_worker"] for r in mine if r.get("bytes_per_worker") is not None]
-            pace = [r["steps_done"] / r["seconds"] for r in mine if r.get("seconds")]
-            rows.append([link, name, times[name], spread,
-                         median(steps) if len(steps) == len(mine) else None, best, None,
-                         median(sent) / 1e6 if sent else None, median(pace) if pace else None,
-                         step_spread, _predicted(runs, name, link, median(pace) if pace else None,
-                                                 (simulated or {}).get(name))])
-        ref = times[reference] if reference is not None else None
-        for row in rows[-len(methods):]:
-            theirs = times[row[1]]
-            row[6] = ref / theirs if theirs and ref else None
-            summary[f"{link}/{row[1]}"]["ratio"] = row[6]
-    return rows, summary
-
-
-def _predicted(runs: list[dict[str, Any]], name: str, link: str, pace: float | None,
-               simulated: float | None = None) -> float | str | None:
-    """Steps to the target over steps per second: the time the method's step count and
-    its pace on ``link`` predict. The steps are the simulator's (``simulated``, from
-    ``--steps-from``) where given, else the runs' own. A run's steps to the target do
-    not depend on the link (the same seed takes the same steps), so where every run on
-    ``link`` missed the target within the budget, the steps come from the same method
-    on another link (the value then ends in ``*``)."""
-    if not pace:
-        return None
-    if simulated is not None:
-        return simulated / pace
-    here = [r for r in runs if r["method"] == name and r["link"] == link]
-    steps = [r["steps"] for r in here if r["steps"] is not None]
-    if steps and len(steps) == len(here):
-        return median(steps) / pace
-    elsewhere = [r["steps"] for r in runs if r["method"] == name and r["link"] != link
-                 and r["steps"] is not None]
-    return f"{median(elsewhere) / pace:.0f}*" if elsewhere and not steps else None
-
-
-def _figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str, Any]
-             ) -> list[str]:
-    plt = pyplot()
-    if plt is None:
-        return []
-    paths = []
-    first = _seeds(opts)[0]  # the curves of one seed per figure
-    accuracy = metric_of(opts) == "accuracy"
-    scale = 100 if accuracy else 1
-    for link in opts["links"]:
-        # A language model's figure also has its loss against the MB each worker sent.
-        fig, axes = plt.subplots(1, 1 if accuracy else 2, figsize=(7 if accuracy else 13, 4.5),
-                                 squeeze=False)
-        ax = axes[0][0]
-        for run in runs:
-            if run["link"] == link and run["seed"] == first and run["curve"]:
-                xs, ys = zip(*run["curve"])
-                ax.plot(xs, [scale * y for y in ys], marker=".", label=run["method"])
-                if not accuracy and run.get("sent_curve"):
-                    sent, losses = zip(*run["sent_curve"])
-                    axes[0][1].plot([b / 1e6 for b in sent], losses, marker=".",
-                                    label=run["method"])
-        for panel in axes[0]:
-            panel.axhline(100 * (1 - opts["target"]) if accuracy else opts["target"],
-                          color="grey", linestyle=":", linewidth=1)
-            panel.set_ylabel("test error of the center (%)" if accuracy
-                             else "validation loss of the center (nats/byte)")
-            panel.legend(fontsize=8)
-            panel.grid(alpha=0.3)
-        ax.set_xlabel("training time (s)" + ("" if opts["backend"] == "processes"
-                                             else ", simulated"))
-        ax.set_title(f"{setting}: {opts['model']}, link {link}")
-        if not accuracy:
-            axes[0][1].set_xscale("log")
-            axes[0][1].set_xlabel("MB sent per worker (log scale)")
-            axes[0][1].set_title("against the bytes sent")
-        paths.append(str(save(fig, out / f"{setting}-{link}.png")))
-    return paths
-
-
 def run_twelve(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     """The paper's 12-worker setting (3 nodes of 4) on the modeled link."""
     return run(out, quick, options, setting="twelve-workers")
@@ -479,26 +363,3 @@ def run_text(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     return run(out, quick, options, setting="time-to-loss")
 
 
-def headline(result: Result) -> str:
-    """The time to the target of every method (rows) on every link (columns), as a
-    Markdown table: the README's summary of a time-to-accuracy result."""
-    opts, summary = result.data["options"], result.data["summary"]
-    accuracy = metric_of(opts) == "accuracy"
-    links = list(opts["links"])
-    methods = list(dict.fromkeys(row[1] for row in result.rows))
-    lines = ["| method | " + " | ".join(links) + " |", "|---|" + "---|" * len(links)]
-    for name in methods:
-        cells = []
-        for link in links:
-            entry = summary[f"{link}/{name}"]
-            spread = f" [{entry['spread']}]" if entry.get("spread") and entry["runs"] > 2 else ""
-            if entry["time"] is not None:
-                cells.append(f"{entry['time']:.0f} s{spread}")
-            elif entry["reached"]:
-                cells.append(f"{entry['reached']} of {entry['runs']} seeds")
-            elif accuracy:
-                cells.append(f"never (best {100 * entry['best']:.1f}%)")
-            else:
-                cells.append(f"never (best {entry['best']:.3f})")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)

@@ -23,7 +23,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from lsgd.bench import accuracy, runner
+from lsgd.bench import ranking, runner
 from lsgd.bench.common import Result, read_result
 
 #: Benchmarks whose tables come from training runs kept as records.
@@ -61,7 +61,7 @@ def derive(args_text: str, root: Path, scratch: Path) -> Result:
 
 def table(kind: str, result: Result) -> str:
     """A block's table: the result's Markdown, or its headline (README)."""
-    return accuracy.headline(result) if kind == "headline" else result.markdown()
+    return ranking.headline(result) if kind == "headline" else result.markdown()
 
 
 def refresh(page: Path, root: Path, scratch: Path) -> int:

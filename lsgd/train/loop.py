@@ -38,6 +38,7 @@ from lsgd.tasks import reaches
 from lsgd.train.plots import plot_run
 from lsgd.strategies import DivergedError
 from lsgd.train import checkpoint, outputs
+from lsgd.train import summary as run_summary
 from lsgd.train.build import (UsageError, build_model_of, graphs_of, make_optimizer,
                               make_schedule, make_strategy, make_task, pick_device, preflight)
 from lsgd.train.clock import Pace, time_axis
@@ -397,47 +398,30 @@ class Worker:
             self.tensorboard.close()
         if self.rank != 0:
             return None
-        last = self.rows[-1]
         worker_steps = [int(v) for v in every["steps"]]
         steps = sum(worker_steps) / self.world if self.asynchronous else self.steps
         epochs = steps / self.steps_per_epoch
+        cfg = self.cfg
         summary = {
-            "method": self.cfg.method, "model": self.cfg.model, "dataset": self.cfg.dataset,
-            "workers": self.world, "groups": self.info.groups, "backend": self.cfg.backend,
-            "test_accuracy": last["center_accuracy"], "test_loss": last["center_loss"],
-            "leader_test_accuracy": _none_if_nan(last["leader_accuracy"]),
-            "leader_test_loss": _none_if_nan(last["leader_loss"]),
-            "leader_rank": last["leader_rank"],
+            "method": cfg.method, "model": cfg.model, "dataset": cfg.dataset,
+            "workers": self.world, "groups": self.info.groups, "backend": cfg.backend,
+            **run_summary.of_evaluations(self.rows, self.task, cfg.target, self.reached),
             "steps": steps, "epochs": epochs,
             "wall_seconds": time.perf_counter() - self.start,
             "train_seconds": self.train_seconds,
             "seconds_per_epoch": self.train_seconds / epochs if epochs else None,
-            "data_loading_fraction": float(
-                (every["data_seconds"] / every["train_seconds"].clamp_min(1e-12)).mean()),
-            "bytes_sent_per_worker": float(every["bytes_sent"].mean()),
-            "bytes_received_per_worker": float(every["bytes_received"].mean()),
-            "comm_seconds_per_worker": float(every["comm_seconds"].mean()),
+            **run_summary.of_workers(every),
             "rounds": report.rounds,
             "leader_switches": report.leader_switches,
             "asynchronous": self.asynchronous,
-            "straggle": {str(r): f for r, f in self.cfg.straggler_factors().items()},
-            "total_steps": sum(worker_steps),
-            "steps_per_second": sum(worker_steps) / max(float(every["train_seconds"].mean()), 1e-12),
-            "worker_steps": worker_steps,
-            "worker_rounds": [int(v) for v in every["rounds"]],
-            "worker_wait_seconds": [float(v) for v in every["wait_seconds"]],
-            "worker_comm_seconds": [float(v) for v in every["comm_seconds"]],
-            "link": self.cfg.link,
-            "link_kind": ("modeled" if self.modeled else "shaped") if self.cfg.link else None,
-            "worker_resets": [int(v) for v in every["resets"]],
-            "skipped_steps": int(every["skipped_steps"].max()),
+            "straggle": {str(r): f for r, f in cfg.straggler_factors().items()},
+            "link": cfg.link,
+            "link_kind": ("modeled" if self.modeled else "shaped") if cfg.link else None,
             "restarts": sum(1 for r in self.restarts if r["kind"] == "restart"),
             "steps_redone": sum(r["steps_redone"] or 0 for r in self.restarts),
             "resumes": self.restarts,
-            "time_axis": time_axis(self.cfg, self.modeled),
+            "time_axis": time_axis(cfg, self.modeled),
             "out": str(self.run_dir),
-            **self.task.summary(self.rows),
-            "target": self.cfg.target, "reached_target": self.reached,
         }
         outputs.write_json(self.run_dir / "summary.json", summary)
         summary["plots"] = [str(p) for p in plot_run(self.run_dir)]
@@ -448,10 +432,6 @@ class Worker:
             except ImportError:
                 pass
         return summary
-
-
-def _none_if_nan(value: float) -> float | None:
-    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def run_worker(info: lsgd.WorkerInfo, cfg: TrainConfig,
