@@ -272,3 +272,34 @@ def test_every_method_trains_the_language_model(method: str, options: list[str],
     summary = json.loads((out / "summary.json").read_text())
     assert summary["validation_loss"] < 4.5  # from 5.55 (ln 256) in 24 steps
     assert summary["steps"] == 24 and summary["bytes_sent_per_worker"] > 0 or method == "sgd"
+
+
+def test_lsgd_train_without_the_bible_program_says_how_to_install_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from lsgd.cli import main
+    from lsgd.train import build
+
+    monkeypatch.setattr(texts.shutil, "which", lambda name: None)
+    monkeypatch.setenv("LSGD_CACHE", str(tmp_path / "empty-cache"))
+    build._load.cache_clear()  # the Bible may have been read in this process before
+    try:
+        code = main(["train", "--dataset", "kjv", "--model", "gpt", "--quiet",
+                     "--out", str(tmp_path / "run")])
+    finally:
+        build._load.cache_clear()
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "sudo apt-get install bible-kjv" in err and "--dataset text" in err
+
+
+def test_hf_gpt2_without_transformers_names_the_extra(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from lsgd.cli import main
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import fails as if absent
+    code = main(["train", "--dataset", "text", "--data-dir", str(_text_file(tmp_path)),
+                 "--model", "hf-gpt2", "--quiet", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--model hf-gpt2" in err and "pip install 'lsgd[hf]'" in err
