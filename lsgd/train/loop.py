@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 import lsgd
 from lsgd.functional import finite_each
@@ -37,7 +36,7 @@ from lsgd.plots import draw_graphs
 from lsgd.tasks import reaches
 from lsgd.train.plots import plot_run
 from lsgd.strategies import DivergedError
-from lsgd.train import checkpoint, outputs
+from lsgd.train import checkpoint, outputs, progress
 from lsgd.train import summary as run_summary
 from lsgd.train.build import (UsageError, build_model_of, graphs_of, make_optimizer,
                               make_schedule, make_strategy, make_task, pick_device, preflight)
@@ -97,6 +96,7 @@ class Worker:
                          "groups": info.groups}
         self.restarts: list[dict[str, Any]] = []  # resumes and restarts of this run so far
         self.reached: dict[str, float] | None = None  # where the center first met --target
+        self.log_lines = False  # a line per evaluation on stderr (no terminal to draw a bar)
         resume = cfg.resume
         if not resume and self.attempt > 0 and checkpoint.complete(self.run_dir):
             resume = str(self.run_dir)
@@ -272,6 +272,8 @@ class Worker:
         self.schedule.observe(row["center_loss"])  # the same value on every worker
         if self.rank != 0:
             return
+        if self.log_lines:
+            print(progress.line(self.task, self.pace, row), file=sys.stderr, flush=True)
         self.rows.append(row)
         fields = outputs.METRIC_FIELDS + [k for k in row if k not in outputs.METRIC_FIELDS]
         outputs.write_csv(self.run_dir / "metrics.csv", self.rows, fields)
@@ -300,12 +302,9 @@ class Worker:
         cfg, pace = self.cfg, self.pace
         if self.rank == 0 and cfg.tensorboard:
             self.tensorboard = outputs.TensorBoard(self.run_dir)
-        progress = tqdm(
-            total=pace.max_steps if pace.by_steps else pace.max_seconds,
-            unit="step" if pace.by_steps else "s", initial=0, dynamic_ncols=True,
-            disable=self.rank != 0 or cfg.quiet or not sys.stderr.isatty(),
-            bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} {unit} [{elapsed}<{remaining}{postfix}]",
-        )
+        bar = progress.bar(pace, disable=self.rank != 0 or cfg.quiet or not sys.stderr.isatty())
+        # Without a terminal (a log file, CI) a line per evaluation says how far it is.
+        self.log_lines = self.rank == 0 and not cfg.quiet and bar.disable
         task = self.task
         self.model.train()
         last_eval_step = -1
@@ -347,15 +346,17 @@ class Worker:
                 stop = self._note_target(row) or stop
             if save:
                 self.save_checkpoint()
-            if not progress.disable:
+            if not bar.disable:
                 if evaluate_now or self.steps % 10 == 0:
-                    progress.set_postfix(self._progress_fields(float(loss.detach())), refresh=False)
-                progress.update((pace.mean_steps(self.steps) if pace.by_steps
-                                 else pace.shared_seconds) - progress.n)
+                    bar.set_postfix(progress.fields(self.task, self.strategy.report(), self.rows,
+                                                    self._epochs_done(), float(loss.detach())),
+                                    refresh=False)
+                bar.update((pace.mean_steps(self.steps) if pace.by_steps
+                            else pace.shared_seconds) - bar.n)
         if last_eval_step != self.steps:  # a resumed run that was already done
             self.record(self.evaluate_all())
         self.save_checkpoint()
-        progress.close()
+        bar.close()
         if self.progress_file is not None:
             self.progress_file.close()
         return self.finish()
@@ -372,18 +373,6 @@ class Worker:
             self.skipped_seen = skipped
             print(f"step {self.steps}: the averaged gradient was NaN or infinite; every worker "
                   f"skipped the step ({skipped} so far)", file=sys.stderr, flush=True)
-
-    def _progress_fields(self, loss: float) -> dict[str, str]:
-        """What the bar shows besides progress (only computed when it redraws)."""
-        report = self.strategy.report()
-        fields = {"epoch": f"{self._epochs_done():.2f}", "loss": f"{loss:.3f}"}
-        if self.rows:
-            name = "center acc" if self.task.metric == "accuracy" else "val loss"
-            fields[name] = f"{self.rows[-1][self.task.column]:.4f}"
-        if report.leader_rank is not None:
-            fields["leader"] = str(report.leader_rank)
-        fields["sent"] = f"{report.bytes_sent / 1e6:.1f} MB"
-        return fields
 
     def finish(self) -> dict[str, Any] | None:
         report = self.strategy.report()
