@@ -162,6 +162,7 @@ def test_both_tasks_evaluate_through_the_same_sums() -> None:
     assert row["center_perplexity"] == pytest.approx(math.exp(2))
     assert task.metric == "loss" and task.column == "center_loss" and not task.higher_is_better
     assert bits_per_byte(math.log(2)) == 1.0 and perplexity(1e6) == math.inf
+    assert math.isnan(perplexity(math.nan))  # nothing evaluated: no perplexity either
 
 
 def test_the_image_task_reads_the_shards_it_read_before() -> None:

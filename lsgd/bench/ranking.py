@@ -117,14 +117,17 @@ def figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str,
         fig, axes = plt.subplots(1, 1 if accuracy else 2, figsize=(7 if accuracy else 13, 4.5),
                                  squeeze=False)
         ax = axes[0][0]
-        for run in runs:
-            if run["link"] == link and run["seed"] == first and run["curve"]:
-                xs, ys = zip(*run["curve"])
-                ax.plot(xs, [scale * y for y in ys], marker=".", label=run["method"])
-                if not accuracy and run.get("sent_curve"):
-                    sent, losses = zip(*run["sent_curve"])
-                    axes[0][1].plot([b / 1e6 for b in sent], losses, marker=".",
-                                    label=run["method"])
+        shown = [run for run in runs
+                 if run["link"] == link and run["seed"] == first and run["curve"]]
+        for i, run in enumerate(shown):
+            # Ten colours, then the same ten dashed: no two methods look alike.
+            style = {"marker": ".", "label": run["method"], "color": f"C{i % 10}",
+                     "linestyle": "-" if i < 10 else "--"}
+            xs, ys = zip(*run["curve"])
+            ax.plot(xs, [scale * y for y in ys], **style)
+            if not accuracy and run.get("sent_curve"):
+                sent, losses = zip(*run["sent_curve"])
+                axes[0][1].plot([b / 1e6 for b in sent], losses, **style)
         for panel in axes[0]:
             panel.axhline(100 * (1 - opts["target"]) if accuracy else opts["target"],
                           color="grey", linestyle=":", linewidth=1)

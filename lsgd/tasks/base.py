@@ -138,5 +138,7 @@ def bits_per_byte(nats: float) -> float:
 
 
 def perplexity(nats: float) -> float:
-    """``exp(loss)``; infinite past what a float holds."""
+    """``exp(loss)``; infinite past what a float holds, NaN for NaN (nothing evaluated)."""
+    if math.isnan(nats):
+        return nats
     return math.exp(nats) if nats < 700 else math.inf
