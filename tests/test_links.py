@@ -189,3 +189,22 @@ def test_lsgd_train_on_shaped_links_records_the_link(tmp_path: Path) -> None:
     sent = summary["bytes_sent_per_worker"] - (summary["rounds"] + 1) * burst
     assert sent > 0 and max(summary["worker_comm_seconds"]) >= 8 * sent / 200e6, summary
     assert _our_namespaces() == []
+
+
+def test_rank_0s_progress_and_warnings_reach_the_terminal_from_node_0s_log(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Behind shaped links a node's output goes to a log file; what rank 0 prints for
+    its user is relayed as it arrives, a line cut by a read included, and nothing else."""
+    from lsgd.launcher.nodes import _Relay
+
+    log = tmp_path / "node-0.log"
+    relay = _Relay(log)
+    relay.poll()  # no log yet: nothing, no error
+    log.write_text("torchrun chatter\nstep 10 of 100: center validation loss 3.1 nats/byte\nwar")
+    relay.poll()
+    with open(log, "a") as more:
+        more.write("ning: restart 1: continuing from step 8\n")
+    relay.poll()
+    assert capsys.readouterr().err.splitlines() == [
+        "step 10 of 100: center validation loss 3.1 nats/byte",
+        "warning: restart 1: continuing from step 8"]

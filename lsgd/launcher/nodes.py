@@ -100,7 +100,8 @@ def launch_on_links(
             else:
                 agents.append((_exec_agent(net, node, job, result, log, env, work), log))
         try:
-            codes = _wait(agents, deadline=time.monotonic() + timeout + 3600.0)
+            codes = _wait(agents, deadline=time.monotonic() + timeout + 3600.0,
+                          relay=_Relay(work / "node-0.log"))
         finally:
             for process, log in agents:
                 if process.poll() is None:
@@ -204,11 +205,42 @@ def _fork_agent(net: ShapedNetwork, node: int, job: dict[str, Any], result: str,
         os._exit(code)
 
 
-def _wait(agents: list[tuple[Any, Any]], deadline: float) -> list[int]:
+class _Relay:
+    """Shows on this process's stderr what rank 0 prints for its user (a line per
+    evaluation, lsgd's warnings) while the nodes run: their output goes to a log
+    file per node, rank 0's to node 0's."""
+
+    SHOWN = ("step ", "warning: ")
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def poll(self) -> None:
+        try:
+            with open(self.path, "rb") as log:
+                log.seek(self.offset)
+                data = log.read()
+        except OSError:
+            return
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for line in lines:
+            text = line.decode(errors="replace").rstrip("\r")
+            if text.startswith(self.SHOWN):
+                print(text, file=sys.stderr, flush=True)
+
+
+def _wait(agents: list[tuple[Any, Any]], deadline: float,
+          relay: _Relay | None = None) -> list[int]:
     """Wait for every agent; after the first failure the rest get ``GRACE_SECONDS``."""
     failed_at: float | None = None
+    shown_at = 0.0
     while True:
         codes = [process.poll() for process, _ in agents]
+        if relay is not None and (time.monotonic() - shown_at > 1.0
+                                  or all(code is not None for code in codes)):
+            relay.poll()
+            shown_at = time.monotonic()
         if all(code is not None for code in codes):
             return [int(code) for code in codes if code is not None]
         now = time.monotonic()

@@ -232,7 +232,7 @@ class TrainConfig:
     out: str | None = _f(None, "run folder (default runs/METHOD-DATASET-Ww)")
     resume: str | None = _f(None, "continue the run in this folder where it stopped")
     seed: int = _f(0, "random seed")
-    quiet: bool = _f(False, "no progress bar")
+    quiet: bool = _f(False, "no progress bar, no line per evaluation")
     dry_run: bool = _f(False, "check and print the resolved settings, then exit without "
                               "loading data or training")
     tensorboard: bool = _f(False, "also log to TensorBoard in the run folder")
