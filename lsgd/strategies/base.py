@@ -64,6 +64,7 @@ from lsgd.strategies.health import Recovery, check_same_model
 from lsgd.strategies.pipeline import InFlight, Pipeline
 from lsgd.strategies.report import Report
 from lsgd.strategies.rounds import Cadence, Rounds
+from lsgd.strategies.seams import Seams
 from lsgd.strategies.state import on_state_, state_tensors
 
 INITS = ("broadcast", "independent")
@@ -81,7 +82,7 @@ def as_loss_tensor(loss: torch.Tensor | float, owner: str) -> torch.Tensor:
     raise ValueError(f"{owner}.step: loss must be a tensor or a number, got {loss!r}")
 
 
-class Strategy(Recovery):
+class Strategy(Recovery, Seams):
     """Base class: wraps ``model`` and ``optimizer`` and owns the communication.
 
     Args:

@@ -67,10 +67,10 @@ def check(strategy: Strategy) -> None:
     if strategy.asynchronous:
         raise ValueError(f"{name}: elastic training runs synchronous rounds; "
                          "drop asynchronous=True (--asynchronous)")
-    if strategy._pipeline is not None or getattr(strategy, "_rounds_of", None) is not None:
+    if strategy.hides_rounds:
         raise ValueError(f"{name}: elastic training runs blocking, uncompressed rounds in one "
                          "fragment; drop overlap, fragments and compress")
-    if sum(c.among == "world" for c in strategy._rounds.cadences) != 1:
+    if sum(c.among == "world" for c in strategy.cadences) != 1:
         raise ValueError(f"{name}: elastic training needs one kind of round among all "
                          "workers (drop fragments)")
     strategy.comm.add_state("strategy", lambda: _send(strategy),  # type: ignore[attr-defined]
@@ -85,10 +85,10 @@ def _send(strategy: Strategy) -> dict[str, Any]:
 def _take(strategy: Strategy, state: dict[str, Any]) -> None:
     """Take a peer's state (torchft's heal); this worker's own counts of traffic,
     resets and waiting stay its own."""
-    own = (dict(strategy._baseline), strategy.resets, strategy.wait_seconds)
+    own = strategy.own_counts()
     strategy.module.load_state_dict(state["model"])
     strategy.load_state_dict(state["strategy"])
-    strategy._baseline, strategy.resets, strategy.wait_seconds = own
+    strategy.restore_own_counts(own)
 
 
 def run_round(strategy: Strategy, body: Callable[[], None], hook: bool = True) -> bool:
@@ -99,7 +99,7 @@ def run_round(strategy: Strategy, body: Callable[[], None], hook: bool = True) -
     try:
         comm.begin_round()  # type: ignore[attr-defined]
         if comm.healed:  # type: ignore[attr-defined]
-            for tensor in strategy._state:
+            for tensor in strategy.local_state:
                 tensor.fill_(math.nan)
         body()
         if hook and strategy.on_round is not None:
@@ -117,7 +117,7 @@ def join(strategy: Strategy, round_of: Callable[[list[str]], None]) -> bool:
 
     def body() -> None:  # the hook only after a round of the method's own
         if comm.healed:
-            round_of([c.name for c in strategy._rounds.cadences
+            round_of([c.name for c in strategy.cadences
                       if strategy.steps % c.period == c.offset])
             if strategy.on_round is not None:
                 strategy.on_round()

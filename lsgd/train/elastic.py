@@ -269,7 +269,7 @@ def _gap_to_target(strategy: Any) -> float:
         target = strategy.center_state.views
     else:
         return math.nan
-    gaps = [float((a - b).abs().max()) for a, b in zip(strategy._state, target) if a.numel()]
+    gaps = [float((a - b).abs().max()) for a, b in zip(strategy.local_state, target) if a.numel()]
     return math.nan if any(math.isnan(g) for g in gaps) else max(gaps, default=0.0)
 
 
