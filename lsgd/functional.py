@@ -64,6 +64,32 @@ def elastic_step_(
     pull_(center, mean, beta)
 
 
+def lags_(out: Tensors, xs: Tensors, targets: Sequence[tuple[Tensors, float]]) -> None:
+    """``out <- sum over (t, w) of w (x - t)``: the weighted distances to several
+    targets (LSGD's every-step pull toward each level's leader, taken at once)."""
+    out, xs = list(out), list(xs)
+    (first, weight), *rest = targets
+    torch._foreach_copy_(out, xs)
+    torch._foreach_sub_(out, list(first))
+    torch._foreach_mul_(out, weight)
+    for target, w in rest:
+        torch._foreach_add_(out, xs, alpha=w)
+        torch._foreach_add_(out, list(target), alpha=-w)
+
+
+def nesterov_pull_(xs: Tensors, targets: Tensors, weight: float, velocity: Tensors,
+                   lag: Tensors, mu: float) -> None:
+    """A pull through Nesterov momentum: with ``d = x - target``, ``v <- mu v + d`` and
+    ``x <- x - weight (d + mu v)``; ``lag`` is scratch space shaped like ``xs``."""
+    xs, lag, velocity = list(xs), list(lag), list(velocity)
+    torch._foreach_copy_(lag, xs)
+    torch._foreach_sub_(lag, list(targets))  # d = x - target
+    torch._foreach_mul_(velocity, mu)
+    torch._foreach_add_(velocity, lag)  # v <- mu v + d
+    torch._foreach_add_(lag, velocity, alpha=mu)  # d + mu v
+    torch._foreach_add_(xs, lag, alpha=-weight)
+
+
 def elect(scores: torch.Tensor) -> int | None:
     """Index of the lowest finite score; ties go to the lowest index.
 

@@ -151,3 +151,7 @@ CASES: dict[str, tuple[int, int, str, dict[str, Any], Callable[[list[dict[str, A
         check_hierarchical),
     "chain_broadcast": (4, 2, "chain", {"sources": [3, 1], "n": CHAIN_VALUES}, check_chain),
 }
+
+from tests.cases_hidden import HIDDEN_CASES  # noqa: E402
+
+CASES.update(HIDDEN_CASES)

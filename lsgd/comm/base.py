@@ -62,7 +62,7 @@ from lsgd.comm import codec as codecs
 from lsgd.comm.data_parallel import DataParallel, GradientCompression, collective_data_parallel
 from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_layout
 from lsgd.comm.chain import chain_bytes, chain_heads, chunk_count
-from lsgd.comm.transfers import Handle, Transfer, done_handle
+from lsgd.comm.transfers import LANES, Handle, Transfer, done_handle
 from lsgd.comm.wire import broadcast_bytes, ring_allreduce_bytes
 
 
@@ -272,12 +272,16 @@ class Communicator(ABC):
                                                transfer.chained)
         return self._started(transfer, sent, received)
 
-    def start_all_gather(self, tensor: torch.Tensor, among: Among = "world") -> Handle:
-        """Start gathering every member's ``tensor``; ``wait()`` returns them stacked."""
+    def start_all_gather(self, tensor: torch.Tensor, among: Among = "world",
+                         lane: str = "bulk") -> Handle:
+        """Start gathering every member's ``tensor``; ``wait()`` returns them stacked.
+        ``lane="control"`` runs it apart from the states in flight (:data:`LANES`)."""
         self._check(tensor, among)
+        if lane not in LANES:
+            raise ValueError(f"start_all_gather: lane must be one of {LANES}, got {lane!r}")
         n = self.among_size(among)
         volume = (n - 1) * _nbytes(tensor)
-        transfer = Transfer("all_gather", tensor.contiguous(), among)
+        transfer = Transfer("all_gather", tensor.contiguous(), among, lane=lane)
         if n == 1:
             return done_handle(tensor.detach().clone().unsqueeze(0))
         return self._started(transfer, volume, volume)

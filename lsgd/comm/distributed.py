@@ -47,7 +47,7 @@ from lsgd.comm.base import Among, Communicator, ReduceOp
 from lsgd.comm.info import WorkerInfo, check_layout
 from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.errors import communication_errors, seconds_text
-from lsgd.comm.lanes import BackgroundLane, on_background
+from lsgd.comm.lanes import BackgroundLane, current_lane
 from lsgd.comm.transfers import Transfer
 from lsgd.comm.transfers import run as run_transfer
 
@@ -182,7 +182,7 @@ class DistCommunicator(Communicator):
         if self._subgroup is not None:
             self._waits["group"] = (self._waits["world"] if self._subgroup is self._pg
                                     else self._timeout)
-        self._lane: BackgroundLane | None = None  # started transfers, once there is one
+        self._lanes: dict[str, BackgroundLane] = {}  # started transfers, by lane, once any
 
     def _node_subgroup(self, world: dist.ProcessGroup) -> dist.ProcessGroup | None:
         """The process group of this worker's node within ``world`` (collective): a
@@ -251,7 +251,8 @@ class DistCommunicator(Communicator):
         absent: Callable[[], list[int] | None] | None = None
         if among is not None:
             scope = "world" if among == "world" else f"group{self.info.group}"
-            scope = f"background-{scope}" if on_background() else scope
+            lane = current_lane()
+            scope = f"{lane.name}-{scope}" if lane is not None else scope
             self._calls[scope] = number = self._calls.get(scope, 0) + 1
             members = self.among_members(among)
             absent = functools.partial(self._roll_call, f"{scope}/{number}", members)
@@ -287,12 +288,10 @@ class DistCommunicator(Communicator):
             return None
 
     def _groups(self) -> tuple[dist.ProcessGroup, dist.ProcessGroup | None]:
-        """(world, node subgroup) of the calling thread: the background lane's on its
+        """(world, node subgroup) of the calling thread: a background lane's on its
         thread, the communicator's own elsewhere."""
-        if on_background():
-            assert self._lane is not None
-            return self._lane.groups
-        return self._pg, self._subgroup
+        lane = current_lane()
+        return lane.groups if lane is not None else (self._pg, self._subgroup)
 
     def _group(self, among: Among) -> dist.ProcessGroup:
         world, node = self._groups()
@@ -301,11 +300,13 @@ class DistCommunicator(Communicator):
         return group
 
     def _start(self, transfer: Transfer) -> Callable[[], tuple[Any, float]]:
-        if self._lane is None:  # collective: every worker starts its first transfer together
+        lane = self._lanes.get(transfer.lane)
+        if lane is None:  # collective: every worker starts the lane's first transfer together
             world = dist.new_group(ranks=self._global, timeout=self._timeout)
-            device = transfer.tensor.device
-            self._lane = BackgroundLane((world, self._node_subgroup(world)), device)
-        future = self._lane.submit(functools.partial(run_transfer, self, transfer))
+            lane = BackgroundLane(transfer.lane, (world, self._node_subgroup(world)),
+                                  transfer.tensor.device)
+            self._lanes[transfer.lane] = lane
+        future = lane.submit(functools.partial(run_transfer, self, transfer))
         return future.result
 
     def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int],

@@ -1,15 +1,16 @@
-"""The background lane of a torch.distributed worker: started transfers, in order.
+"""The background lanes of a torch.distributed worker: started transfers, in order.
 
 :meth:`~lsgd.comm.base.Communicator.start_all_reduce` and its kin return at
-once; under torch.distributed the transfer runs on this worker's background
-thread, one after another in the order started, over process groups of its
-own (a copy of the world group and of the node subgroups, created once,
-collectively, when the first transfer starts). Collectives of different
-process groups never wait for each other, and each group sees its
-collectives in the same order on every worker (the main thread's blocking
-ones in program order, the background ones in start order), so training, a
-round's transfer in flight and an evaluation's all-reduce can all proceed at
-once without mismatching.
+once; under torch.distributed the transfer runs on a background thread of
+its lane (``"bulk"`` for states, ``"control"`` for small messages such as an
+election's scores), one after another in the order started, over process
+groups of the lane's own (a copy of the world group and of the node
+subgroups, created once, collectively, when the lane's first transfer
+starts). Collectives of different process groups never wait for each other,
+and each group sees its collectives in the same order on every worker (the
+main thread's blocking ones in program order, each lane's in start order),
+so training, a round's transfer in flight, a score exchange and an
+evaluation's all-reduce can all proceed at once without mismatching.
 
 A started transfer may carry several collectives (a compressed all-reduce is
 an all-to-all and an all-gather; the pipelined chain broadcast is a chain of
@@ -33,9 +34,9 @@ import torch
 _here = threading.local()
 
 
-def on_background() -> bool:
-    """Whether the calling thread is a background lane's."""
-    return getattr(_here, "background", False)
+def current_lane() -> BackgroundLane | None:
+    """The background lane whose thread is calling; None on any other thread."""
+    return getattr(_here, "lane", None)
 
 
 class BackgroundLane:
@@ -43,12 +44,13 @@ class BackgroundLane:
     (world, node subgroup or None), used by the communicator's primitives when they run
     on this thread."""
 
-    def __init__(self, groups: tuple[Any, Any], device: torch.device) -> None:
+    def __init__(self, name: str, groups: tuple[Any, Any], device: torch.device) -> None:
+        self.name = name
         self.groups = groups
         self._device = device
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = (
             queue.SimpleQueue())
-        self._thread = threading.Thread(target=self._serve, name="lsgd-background",
+        self._thread = threading.Thread(target=self._serve, name=f"lsgd-{name}",
                                         daemon=True)
         self._thread.start()
 
@@ -63,7 +65,7 @@ class BackgroundLane:
         self._calls.put(None)
 
     def _serve(self) -> None:
-        _here.background = True
+        _here.lane = self
         if self._device.type == "cuda":
             torch.cuda.set_device(self._device)
         while (item := self._calls.get()) is not None:

@@ -194,8 +194,8 @@ class SimCommunicator(Communicator):
             return dict.fromkeys(ranks)
 
         pending = self._world.start_collective(
-            self.rank, self._key(transfer.among, "started"), transfer.kind, members, transfer,
-            compute, seconds)
+            self.rank, self._key(transfer.among, f"started {transfer.lane}"), transfer.kind,
+            members, transfer, compute, seconds, transfer.lane)
         return lambda: self._world.wait_collective(self.rank, pending)
 
     def _exchange(

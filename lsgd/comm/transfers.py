@@ -9,14 +9,20 @@ it when it applies the result (docs/algorithms.md, "Overlapped rounds"). The
 tensors given to a started transfer belong to it until ``wait`` returns: the
 caller must neither read nor write them before.
 
-Every backend runs started transfers *in order*: a worker's transfers form one
-queue, separate from its blocking collectives, and every worker starts the
-same transfers in the same order (strategies start them at the same steps),
-so the two never mix. Under torch.distributed the queue is a background thread
-with process groups of its own (:mod:`lsgd.comm.distributed`); in the
-simulator a transfer started at virtual time ``t`` finishes at
-``max(t over its members, the end of the member's previous transfer) +`` its
-modeled time, and waiting costs only what is left of that.
+Every backend runs started transfers *in order* within a *lane*: a worker's
+transfers of one lane form one queue, separate from its blocking collectives
+and from its other lane, and every worker starts the same transfers in the
+same order (strategies start them at the same steps), so they never mix.
+Two lanes exist (:data:`LANES`): ``"bulk"`` for rounds' states and
+``"control"`` for small messages (an election's scores), so that a score
+exchange never queues behind a state in flight. Under torch.distributed each
+lane is a background thread with process groups of its own
+(:mod:`lsgd.comm.distributed`); in the simulator a transfer started at
+virtual time ``t`` finishes at ``max(t over its members, the end of the
+member's previous transfer of the same lane) +`` its modeled time, and
+waiting costs only what is left of that. The modeled link gives each lane
+the whole rate (a control message is a few bytes: on a real link it shares
+the queue of the link's shaper, at most 100 ms at lsgd's shaped links).
 
 Bytes and seconds are counted when the handle is waited, under the traffic
 category that was current when the transfer started, with the same formulas
@@ -48,6 +54,10 @@ from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.info import Among, ReduceOp
 
 KINDS = ("all_reduce", "broadcast", "all_gather")
+#: The queues a worker's started transfers run in: ``"bulk"`` (rounds' states) and
+#: ``"control"`` (small messages such as an election's scores), each in order, neither
+#: waiting for the other.
+LANES = ("bulk", "control")
 
 
 @dataclasses.dataclass
@@ -61,6 +71,7 @@ class Transfer:
     src: int = 0  # broadcast: the source's global rank
     codec: str = "none"
     chained: bool = False  # broadcast: lsgd's pipelined chain of the nodes
+    lane: str = "bulk"  # one of LANES
 
     def payload_bytes(self) -> int:
         """Bytes of one member's tensor on the wire (encoded, when compressed)."""

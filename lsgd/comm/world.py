@@ -107,7 +107,8 @@ class World:
         self.done = [False] * world_size
         self.waiting_for: list[str] = [""] * world_size
         self.pending: dict[tuple, Pending] = {}
-        self.queue_end = [0.0] * world_size  # when each worker's last started transfer ends
+        # when each worker's last started transfer of each lane ends
+        self.queue_end: dict[str, list[float]] = {}
         self.random = [RandomState.seeded(s) for s in seeds]
         self.failure: tuple[int | None, BaseException | None, str] | None = None
 
@@ -239,15 +240,15 @@ class World:
     # -- started (non-blocking) transfers ------------------------------------------
     def start_collective(self, rank: int, key: tuple, op: str, members: list[int],
                          payload: Any, compute: Callable[[dict[int, Any]], dict[int, Any]],
-                         transfer: float = 0.0) -> Pending:
+                         transfer: float = 0.0, lane: str = "bulk") -> Pending:
         """Start a transfer without giving up the turn; :meth:`wait_collective` finishes it.
 
         The last member to start it computes the results at once (the payloads are
         the members' send buffers, untouched until they wait). It begins at the
         latest start among its members, or at the end of a member's previous
-        started transfer if that is later (each worker's transfers run one after
-        another, as on its background thread under torch.distributed), and takes
-        ``transfer`` seconds.
+        started transfer of the same ``lane`` if that is later (each worker's
+        transfers of a lane run one after another, as on that lane's background
+        thread under torch.distributed), and takes ``transfer`` seconds.
         """
         with self.cv:
             self._computed(rank)
@@ -264,13 +265,13 @@ class World:
                     raise WorkerAborted() from error
                 # Each member's earlier transfers have all arrived by now (they were
                 # started first, by every member), so their ends are final.
-                begin = max(max(pending.started.values()),
-                            max(self.queue_end[m] for m in members))
+                ends = self.queue_end.setdefault(lane, [0.0] * self.world_size)
+                begin = max(max(pending.started.values()), max(ends[m] for m in members))
                 pending.finish = begin + transfer
                 pending.duration = transfer
                 pending.complete = True
                 for member in members:
-                    self.queue_end[member] = pending.finish
+                    ends[member] = pending.finish
                 for member in pending.waiting:
                     self.clock[member] = max(self.clock[member], pending.finish)
                     self.ready[member] = True

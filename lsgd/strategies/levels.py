@@ -5,7 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
+
+from lsgd import _validate
 from lsgd.comm.base import Among
+from lsgd.comm.info import WorkerInfo
 from lsgd.flat import FlatBuffer
 
 DEFAULTS = {"pull": 0.1, "scope": 0.01, "period": 16}
@@ -30,6 +34,15 @@ class Level:
     def scope_weight(self) -> float:
         return self.scope / self.period
 
+    def state(self) -> dict[str, Any]:
+        return {"leader": self.leader, "rounds": self.rounds, "switches": self.switches,
+                "snapshot": [b.clone() for b in self.snapshot.buffers]}
+
+    def load(self, saved: dict[str, Any]) -> None:
+        self.leader, self.rounds, self.switches = saved["leader"], saved["rounds"], saved["switches"]
+        for buffer, value in zip(self.snapshot.buffers, saved["snapshot"]):
+            buffer.copy_(value)
+
 
 def one_spelling(owner: str, name: str, plain: Any, global_: Any) -> Any:
     """With one group, ``name`` and ``name_global`` are the same knob: take the one given."""
@@ -42,3 +55,62 @@ def one_spelling(owner: str, name: str, plain: Any, global_: Any) -> Any:
         f"{owner}: with groups=1 there is a single leader set by {name}; got both "
         f"{name}={plain!r} and {global_name}={global_!r}; pass one of them"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+    """LSGD's knobs, checked: the local level's (or the one level's) and the global ones
+    as given (None: not given)."""
+
+    pull: float
+    scope: float
+    period: int
+    pull_global: float | None
+    scope_global: float | None
+    global_period: int | None
+    given: dict[str, Any]  # pull, scope, period as the caller gave them (None: default)
+
+
+def check_knobs(owner: str, pull: float | None, scope: float | None, period: int | None,
+                pull_global: float | None, scope_global: float | None,
+                global_period: int | None) -> Knobs:
+    """Raise ``ValueError`` naming a knob out of its range; the knobs with defaults."""
+    given = {"pull": pull, "scope": scope, "period": period}
+    return Knobs(
+        _validate.fraction(owner, "pull", DEFAULTS["pull"] if pull is None else pull),
+        _validate.fraction(owner, "scope", DEFAULTS["scope"] if scope is None else scope),
+        _validate.positive_int(owner, "period", DEFAULTS["period"] if period is None else period),
+        None if pull_global is None else _validate.fraction(owner, "pull_global", pull_global),
+        None if scope_global is None else _validate.fraction(owner, "scope_global",
+                                                             scope_global),
+        None if global_period is None else _validate.positive_int(owner, "global_period",
+                                                                  global_period),
+        given)
+
+
+def build_levels(owner: str, k: Knobs, info: WorkerInfo, state: list[torch.Tensor]
+                 ) -> list[Level]:
+    """The levels, local before global. One group: the global level only, set by either
+    spelling. Several: a local level when groups have several workers, and a global one
+    (``pull_global``/``scope_global`` default to the local knobs, ``global_period`` to
+    ``4 * period``, or ``period`` when every group is one worker)."""
+    levels = []
+    if info.groups == 1:
+        g_pull = one_spelling(owner, "pull", k.given["pull"], k.pull_global)
+        g_scope = one_spelling(owner, "scope", k.given["scope"], k.scope_global)
+        g_period = one_spelling(owner, "period", k.given["period"], k.global_period)
+    else:
+        g_pull = k.pull if k.pull_global is None else k.pull_global
+        g_scope = k.scope if k.scope_global is None else k.scope_global
+        local = info.group_size > 1
+        if k.global_period is not None:
+            g_period = k.global_period
+        else:
+            g_period = 4 * k.period if local else k.period
+        _validate.multiple_of(owner, "global_period", g_period, "period", k.period)
+        if local:
+            levels.append(Level("local", "group", info.group_members(), k.pull, k.scope,
+                                k.period, FlatBuffer(state)))
+    levels.append(Level("global", "world", list(range(info.world_size)), g_pull, g_scope,
+                        g_period, FlatBuffer(state)))
+    return levels

@@ -1,65 +1,36 @@
 """Leader SGD (Teng et al., "Leader Stochastic Gradient Descent for Distributed
-Training of Deep Learning Models", NeurIPS 2019), synchronous.
+Training of Deep Learning Models", NeurIPS 2019, https://arxiv.org/abs/1905.10395),
+single-leader and multi-leader, synchronous and asynchronous.
 
-Each worker runs its own optimizer. Workers are pulled toward the best
-performer (the *leader*, lowest recent training loss), never toward an average:
+Each worker runs its own optimizer and is pulled toward the best performer
+(the *leader*, lowest recent training loss), never toward an average
+(docs/algorithms.md, "LSGD, synchronous"):
 
-1. every local step, after the optimizer step, a small pull toward the leaders
-   elected at the last communication (stale leaders are fine, Theorem 2)::
+1. every local step, after the optimizer step, toward the leaders of the last
+   round (stale leaders are fine, Theorem 2)::
 
        x <- x - (scope / period) (x - leader_local) - (scope_global / global_period) (x - leader_global)
 
 2. every ``period`` steps (a local round): elect the leader of each group,
    broadcast its state inside the group, ``x <- x - pull (x - leader_local)``;
-3. every ``global_period`` steps (a global round): elect the leader of all
-   workers, broadcast its state to everyone, ``x <- x - pull_global (x - leader_global)``.
+3. every ``global_period`` steps (a global round): the same among all workers.
 
-When both rounds fall on one step the local round goes first. A leader's own
-pull terms are zero: it takes a plain optimizer step. Before the first round
-the pull targets come from an election on the first batch's losses (no pull
-then; skipped at a level whose ``scope`` is 0, where targets are never used).
+The local round goes first when both fall on one step; a leader takes no pull.
+Communicated per round: one all-gather of the scores (one serves both levels
+when both are due) and one broadcast of the leader's state, nothing else.
 
-Two options change the rules (``docs/algorithms.md``, "LSGD, synchronous"):
-
-* ``scope_pull="algorithm-1"`` computes the every-step pull at the point where
-  the gradient was taken, as the paper's Algorithm 1 writes the update,
-  ``x <- x - eta g(x) - (scope / period)(x - leader)``, with ``x`` the point
-  before the optimizer step, and pulls the leader toward its own stale copy
-  too. The default ``"after-step"`` pulls the point after the step and
-  exempts the leader.
-* ``leader_momentum=mu`` > 0 sends a round's pull through a Nesterov momentum
-  kept by each worker for each level: with ``d = x - leader``,
-  ``v <- mu v + d`` and ``x <- x - pull (d + mu v)`` (an outer Nesterov step
-  toward the leader, with ``pull`` as its learning rate, as DiLoCo steps
-  toward the average); the leader's ``v`` is zeroed. ``mu = 0`` is LSGD.
-  Neither option sends anything more.
-
-Single-leader LSGD is ``groups=1``: only the global level exists, set by
-``pull``, ``scope`` and ``period`` (the ``*_global`` spellings are accepted too).
-With several groups, ``pull``/``scope``/``period`` set the local level and
-``pull_global``/``scope_global``/``global_period`` the global one.
-
-Communicated per round: one all-gather of the scores (``W`` floats for a global
-round, ``W / groups`` for a local one; one all-gather serves both when both are
-due) and one broadcast of the leader's state. Nothing else.
-
-A diverged worker (its score, or any value of its state, NaN or infinite)
-gathers the score +inf, so it is never elected. At its next election it
-receives the leader's state like everyone and, instead of the pull, copies it
-exactly (a reset: its optimizer state and its loss window are cleared, so old
-NaN losses do not keep it out; counted in ``report().resets``). The state
-check is lazy (folded into the gathered score on the device), so a healthy
-round costs no extra synchronisation and no extra byte. If no score among all
-workers is finite, every worker raises :class:`~lsgd.strategies.health.DivergedError`
-at that election; a group whose every member diverged at a local round keeps
-its old leader until the next global round resets it.
-
-Asynchronous LSGD (``asynchronous=True``, the paper's practical algorithm):
-local round ``r`` falls due when all workers together have taken
-``r * W * period`` steps, global round ``r`` at ``r * W * global_period``
-(a counter in the c10d store); each worker joins each round once, at its next
-step boundary, so fast workers take more steps between rounds than slow ones
-(see :mod:`lsgd.strategies.rounds`). The pulls are the same.
+Hidden rounds (docs/algorithms.md, "LSGD, hidden rounds"): ``overlap=K`` pulls
+``K`` steps after the broadcast starts, toward the leader as it was then;
+``fragments=F`` sends the leader's state in ``F`` parts, part ``f`` at
+``period * f / F`` steps after the election, each pulled as it lands;
+``compress`` sends the leader's difference from the last leader state every
+member holds; ``election="early"`` (the default with overlap or fragments)
+gathers the scores on the control lane one step before the round
+(:mod:`lsgd.strategies.election`), so that a round step holds no blocking
+collective. Diverged workers (a NaN or infinite score or state) are never
+elected and copy the leader instead of pulling (:mod:`lsgd.strategies.health`).
+Asynchronous rounds fall due by all workers' steps together
+(:mod:`lsgd.strategies.rounds`).
 """
 
 from __future__ import annotations
@@ -74,10 +45,12 @@ from torch import nn
 from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.flat import FlatBuffer
-from lsgd.functional import elect, finite_flag, pull_, pull_two_
+from lsgd.functional import elect, lags_, nesterov_pull_, pull_, pull_two_
 from lsgd.leader import Scorer
+from lsgd.strategies.averaging import Fragments
 from lsgd.strategies.base import Strategy, as_loss_tensor
-from lsgd.strategies.levels import DEFAULTS, Level, one_spelling
+from lsgd.strategies.election import ELECTIONS, Election
+from lsgd.strategies.levels import Level, build_levels, check_knobs
 from lsgd.strategies.pipeline import InFlight, Pipeline, check_options
 from lsgd.strategies.rounds import Cadence
 
@@ -108,6 +81,11 @@ class LSGD(Strategy):
             (above; default 0, plain LSGD).
         overlap: K, steps between the start of a round's broadcast and its pull
             (0: at once, the round blocks), in ``[0, period)``.
+        fragments: F, parts of the leader's state sent in turn, one every
+            ``period / F`` steps after the election (1: the whole state at once).
+        election: ``"round"`` (the scores gathered at the round step) or
+            ``"early"`` (one step before, on the control lane; the default with
+            overlap or fragments).
         compress: ``"none"``, ``"bf16"`` or ``"int8"``: the leader sends the
             difference between its state and the level's reference (the last
             leader state every member reconstructed) in this wire format.
@@ -137,7 +115,9 @@ class LSGD(Strategy):
         scope_pull: str = "after-step",
         leader_momentum: float = 0.0,
         overlap: int = 0,
+        fragments: int = 1,
         compress: str = "none",
+        election: str | None = None,
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool = True,
@@ -145,51 +125,26 @@ class LSGD(Strategy):
         asynchronous: bool = False,
     ) -> None:
         owner = "LSGD"
-        given = {"pull": pull, "scope": scope, "period": period}
-        pull = _validate.fraction(owner, "pull", DEFAULTS["pull"] if pull is None else pull)
-        scope = _validate.fraction(owner, "scope", DEFAULTS["scope"] if scope is None else scope)
-        period = _validate.positive_int(
-            owner, "period", DEFAULTS["period"] if period is None else period)
-        if pull_global is not None:
-            pull_global = _validate.fraction(owner, "pull_global", pull_global)
-        if scope_global is not None:
-            scope_global = _validate.fraction(owner, "scope_global", scope_global)
-        if global_period is not None:
-            global_period = _validate.positive_int(owner, "global_period", global_period)
+        knobs = check_knobs(owner, pull, scope, period, pull_global, scope_global,
+                            global_period)
+        period = knobs.period
         self.scope_pull = _validate.choice(owner, "scope_pull", scope_pull, SCOPE_PULLS)
         self.leader_momentum = _validate.momentum(owner, "leader_momentum", leader_momentum)
-        self.overlap, _, self.compress = check_options(owner, period, overlap, 1, compress,
-                                                       asynchronous)
+        self.overlap, self.fragments, self.compress = check_options(
+            owner, period, overlap, fragments, compress, asynchronous)
+        hidden = bool(self.overlap) or self.fragments > 1
+        election = _validate.choice(owner, "election", "early" if hidden and election is None
+                                    else election or "round", ELECTIONS)
+        if election == "early" and asynchronous:
+            raise ValueError(f"{owner}: election='early' needs synchronous rounds (a round of "
+                             "asynchronous LSGD falls due at a step no worker knows "
+                             "before); drop asynchronous=True or election='early'")
         self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
+        self.election = Election(election, self.scorer)
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers, asynchronous=asynchronous)
         info = self.comm.info
-        self.levels: list[Level] = []
-        if info.groups == 1:
-            # Single leader: the one level may be spelled either way, not both differently.
-            g_pull = one_spelling(owner, "pull", given["pull"], pull_global)
-            g_scope = one_spelling(owner, "scope", given["scope"], scope_global)
-            g_period = one_spelling(owner, "period", given["period"], global_period)
-        else:
-            g_pull = pull if pull_global is None else pull_global
-            g_scope = scope if scope_global is None else scope_global
-            # With one worker per group there is no local level: the global level is
-            # the only one and runs every ``period`` steps unless told otherwise.
-            local = info.group_size > 1
-            if global_period is not None:
-                g_period = global_period
-            else:
-                g_period = 4 * period if local else period
-            _validate.multiple_of(owner, "global_period", g_period, "period", period)
-            if local:
-                self.levels.append(
-                    Level("local", "group", info.group_members(), pull, scope, period,
-                           FlatBuffer(self._state))
-                )
-        self.levels.append(
-            Level("global", "world", list(range(info.world_size)), g_pull, g_scope, g_period,
-                   FlatBuffer(self._state))
-        )
+        self.levels = build_levels(owner, knobs, info, self._state)
         self.device = self._device()
         self.leader_history: list[tuple[int, str, int | None]] = []
         # algorithm-1: the pre-step pull, subtracted after the optimizer step
@@ -199,12 +154,24 @@ class LSGD(Strategy):
         self._velocity = {lv.name: FlatBuffer(self._state) for lv in self.levels
                           if self.leader_momentum > 0}
         self._lag = FlatBuffer(self._state) if self._velocity else None
-        if self.overlap or self.compress != "none":
+        for level in self.levels:
+            if level.period % self.fragments:
+                raise ValueError(f"{owner}: fragments={self.fragments} must divide every "
+                                 f"level's period; the {level.name} one is {level.period}")
+        self._parts = Fragments(FlatBuffer(self._state), self.fragments)
+        self._work = FlatBuffer(self._state) if self.fragments > 1 else None
+        self._frozen = False  # diverged, copying a leader's fragments: no optimizer step
+        if self.overlap or self.compress != "none" or self.fragments > 1:
             self._pipeline = Pipeline()
             if self.compress != "none" and self.init == "broadcast":
                 for level in self.levels:  # the first reference: the state all start from
                     level.snapshot.copy_from(self._state)
-        self._use_cadences([Cadence(lv.name, lv.period, lv.among) for lv in self.levels])
+        self._use_cadences([Cadence(_part_name(lv.name, f), lv.period, lv.among,
+                                    offset=f * lv.period // self.fragments)
+                            for lv in self.levels for f in range(self.fragments)])
+        if self._elastic and election == "early":  # after the checks of every hidden form
+            raise ValueError(f"{owner}: elastic training runs blocking rounds; drop "
+                             "election='early'")
 
     # -- public views ----------------------------------------------------
     @property
@@ -232,38 +199,46 @@ class LSGD(Strategy):
 
     # -- the rule ----------------------------------------------------------
     def _before_optimizer_step(self) -> bool:
-        if self._scope_delta is not None:
+        if self._scope_delta is not None and not self._frozen:
             with torch.no_grad():
                 self._scope_pending = self._pre_step_pull()
-        return True
+        return not self._frozen
 
     def _pre_step_pull(self) -> bool:
         """Algorithm 1's every-step pull at the pre-step point ``x``, into
         ``_scope_delta``: ``d = sum over levels of (scope / period)(x - leader)``,
         the leader's own level included (toward its stale copy). Whether any."""
         active = [lv for lv in self.levels if lv.scope > 0 and lv.leader is not None]
-        if not active:
-            return False
-        delta = self._scope_delta.views  # type: ignore[union-attr]
-        first, *rest = active
-        torch._foreach_copy_(delta, self._state)
-        torch._foreach_sub_(delta, first.snapshot.views)
-        torch._foreach_mul_(delta, first.scope_weight)
-        for level in rest:
-            torch._foreach_add_(delta, self._state, alpha=level.scope_weight)
-            torch._foreach_add_(delta, level.snapshot.views, alpha=-level.scope_weight)
-        return True
+        if active:
+            lags_(self._scope_delta.views, self._state,  # type: ignore[union-attr]
+                  [(lv.snapshot.views, lv.scope_weight) for lv in active])
+        return bool(active)
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
         self.scorer.record(None if loss is None else as_loss_tensor(loss, "LSGD"), "LSGD")
-        if self.steps == 1 and not self._elastic:  # elastic: nothing outside rounds
+        early = self.election.rule == "early"
+        if self.steps == 1 and not self._elastic and not early:  # elastic: only rounds
             initial = [lv for lv in self.levels if lv.scope > 0 and lv.period > 1]
             if initial:
                 self._communicate(initial, pull=False)
-        self._scope_pull()
+        if not self._frozen:
+            self._scope_pull()
+        if early:
+            due = [lv for lv in self.levels if (self.steps + 1) % lv.period == 0]
+            if due:
+                among = "world" if any(lv.among == "world" for lv in due) else "group"
+                self.election.start_early(self.comm, self._module, self._state, self.device,
+                                          among)
 
     def _round(self, names: list[str]) -> None:
-        self._communicate([lv for lv in self.levels if lv.name in names], pull=True)
+        elections = [lv for lv in self.levels if lv.name in names]
+        if elections:
+            self._communicate(elections, pull=True)
+        for f in range(1, self.fragments):  # later parts of the leaders elected before
+            for level in self.levels:
+                elected = self.election.elected.get(level.name)
+                if _part_name(level.name, f) in names and elected is not None:
+                    self._launch(self._start_level(level, *elected, pull=True, part=f))
 
     def _scope_pull(self) -> None:
         """Every-step pull toward the (stale) leaders of the last communication."""
@@ -294,12 +269,9 @@ class LSGD(Strategy):
         window was just emptied by a reset (no loss since) scores NaN without
         being diverged: it is not elected, and pulls normally.
         """
-        score = self.scorer.score(self._module, self.device)
-        finite = finite_flag(self._state).to(score.device)
-        score = torch.where(finite, score, torch.full_like(score, math.inf))
         world = any(lv.among == "world" for lv in levels)
-        gathered = self.comm.all_gather(score.reshape(1), among="world" if world else "group")
-        scores = gathered.reshape(-1).to("cpu", torch.float64)  # one synchronisation
+        scores = self.election.gather(self.comm, self._module, self._state, self.device,
+                                      "world" if world else "group")
         if world and not bool(torch.isfinite(scores).any()):
             raise self._diverged_error("state or training loss")
         own = float(scores[self.rank if world else self.comm.info.group_rank])
@@ -311,13 +283,17 @@ class LSGD(Strategy):
             else:
                 level_scores = scores
             winner = elect(level_scores)
+            if pull:
+                self.election.elected[level.name] = None
             if winner is None:  # a whole group diverged: the next global round resets it
                 continue
             leader = level.members[winner]
             if pull:
                 level.rounds += 1
                 self.rounds += 1
-            if self._pipeline is not None:  # overlapped or compressed
+                self.election.elected[level.name] = (leader, diverged)
+                self._frozen = self._frozen or (diverged and self.fragments > 1)
+            if self._pipeline is not None:  # hidden, fragmented or compressed
                 self._launch(self._start_level(level, leader, diverged, pull))
             else:
                 if self.rank == leader:
@@ -327,31 +303,48 @@ class LSGD(Strategy):
                 self._land(level, leader, diverged, pull)
             diverged = False
 
-    def _start_level(self, level: Level, leader: int, diverged: bool, pull: bool) -> InFlight:
-        """Start the broadcast of the leader's state (compressed: its difference from
-        the level's reference, the snapshot every member holds) behind the next
-        ``overlap`` steps (none for the first election)."""
-        payload = FlatBuffer(self._state)
-        if self.rank == leader:
-            payload.copy_from(self._state)
-            if self.compress != "none":
-                torch._foreach_sub_(payload.buffers, level.snapshot.buffers)
+    def _start_level(self, level: Level, leader: int, diverged: bool, pull: bool,
+                     part: int = 0) -> InFlight:
+        """Start the broadcast of the leader's state, or of its part ``part`` of
+        ``fragments`` (compressed: its difference from the level's reference, the
+        snapshot every member holds), behind the next ``overlap`` steps (none for the
+        first election)."""
+        whole = self.fragments == 1
+        if whole:
+            payload = FlatBuffer(self._state)
+            if self.rank == leader:
+                payload.copy_from(self._state)
+            buffers, reference = payload.buffers, level.snapshot.buffers
+        else:
+            assert self._work is not None
+            self._work.copy_from(self._state)
+            buffers = [t.clone() for t in self._parts.of(self._work, part)]
+            reference = self._parts.of(level.snapshot, part)
+        if self.rank == leader and self.compress != "none":
+            torch._foreach_sub_(buffers, reference)
         handles = [self.comm.start_broadcast(b, leader, level.among, codec=self.compress)
-                   for b in payload.buffers]
-        return InFlight(self.steps, self.steps + (self.overlap if pull else 0), level.name,
-                        handles, {"leader": payload.buffers},
-                        {"leader": leader, "diverged": diverged, "pull": pull})
+                   for b in buffers]
+        return InFlight(self.steps, self.steps + (self.overlap if pull else 0),
+                        _part_name(level.name, part), handles, {"leader": buffers},
+                        {"leader": leader, "diverged": diverged, "pull": pull,
+                         "level": level.name, "part": part})
 
     def _apply(self, item: InFlight) -> None:
-        """The leader's state (as it was when the round started) has landed: it becomes
-        the level's snapshot, then the pull, as in a blocking round."""
-        level = next(lv for lv in self.levels if lv.name == item.name)
-        if self.compress != "none":  # the reference moves by the decoded difference
-            torch._foreach_add_(level.snapshot.buffers, item.tensors["leader"])
-        else:
-            torch._foreach_copy_(level.snapshot.buffers, item.tensors["leader"])
+        """The leader's state or part (as it was when its broadcast started) has landed:
+        it becomes the level's snapshot (part), then the pull, as in a blocking round."""
         info = item.info
-        self._land(level, info["leader"], info["diverged"], info["pull"])
+        level = next(lv for lv in self.levels if lv.name == info.get("level", item.name))
+        part = int(info.get("part", 0))
+        snapshot = level.snapshot.buffers if self.fragments == 1 else self._parts.of(
+            level.snapshot, part)
+        if self.compress != "none":  # the reference moves by the decoded difference
+            torch._foreach_add_(snapshot, item.tensors["leader"])
+        else:
+            torch._foreach_copy_(snapshot, item.tensors["leader"])
+        if self.fragments == 1:
+            self._land(level, info["leader"], info["diverged"], info["pull"])
+        else:
+            self._land_part(level, part, info["leader"], info["diverged"])
 
     def _land(self, level: Level, leader: int, diverged: bool, pull: bool) -> None:
         """The level's snapshot holds the leader's state: reset a diverged worker to it,
@@ -359,28 +352,61 @@ class LSGD(Strategy):
         if diverged:
             self._reset_to(level.snapshot.views)
         elif pull and self.rank != leader:
-            self._round_pull(level)
+            self._round_pull(level, self._state, level.snapshot.views,
+                             *self._momentum_views(level, None))
         elif pull and level.name in self._velocity:
             for buffer in self._velocity[level.name].buffers:
                 buffer.zero_()  # the leader's lag is zero
+        self._note_leader(level, leader)
+
+    def _land_part(self, level: Level, part: int, leader: int, diverged: bool) -> None:
+        """Part ``part`` of the leader's state is in the level's snapshot: a diverged
+        worker copies it (and, after the last part, is reset to the whole snapshot and
+        trains again), the others pull that part toward it."""
+        assert self._work is not None
+        if self.rank == leader and not diverged:
+            if level.name in self._velocity:
+                for buffer in self._parts.of(self._velocity[level.name], part):
+                    buffer.zero_()
+        else:
+            self._work.copy_from(self._state)
+            x, target = self._parts.of(self._work, part), self._parts.of(level.snapshot, part)
+            if diverged:
+                torch._foreach_copy_(x, target)
+            else:
+                self._round_pull(level, x, target, *self._momentum_views(level, part))
+            self._work.copy_to(self._state)
+        if diverged and part == self.fragments - 1:
+            self._frozen = False
+            self._reset_to(level.snapshot.views)
+        if part == 0:
+            self._note_leader(level, leader)
+
+    def _note_leader(self, level: Level, leader: int) -> None:
         if level.leader is not None and level.leader != leader:
             level.switches += 1
         level.leader = leader
         self.leader_history.append((self.steps, level.name, leader))
 
-    def _round_pull(self, level: Level) -> None:
-        """``x <- x - pull (x - leader)``; with leader momentum, the Nesterov form."""
+    def _momentum_views(self, level: Level, part: int | None
+                        ) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
+        """The level's velocity and the lag buffer (the whole state, or part ``part``)."""
         if not self._velocity:
-            pull_(self._state, level.snapshot.views, level.pull)
-            return
-        lag, velocity, mu = self._lag, self._velocity[level.name], self.leader_momentum
-        assert lag is not None
-        lag.copy_from(self._state)
-        torch._foreach_sub_(lag.views, level.snapshot.views)  # d = x - leader
-        torch._foreach_mul_(velocity.buffers, mu)
-        torch._foreach_add_(velocity.buffers, lag.buffers)  # v <- mu v + d
-        torch._foreach_add_(lag.buffers, velocity.buffers, alpha=mu)  # d + mu v
-        torch._foreach_add_(self._state, lag.views, alpha=-level.pull)
+            return None, None
+        assert self._lag is not None
+        velocity = self._velocity[level.name]
+        if part is None:
+            return velocity.views, self._lag.views
+        return self._parts.of(velocity, part), self._parts.of(self._lag, part)
+
+    def _round_pull(self, level: Level, x: list[torch.Tensor], leader: list[torch.Tensor],
+                    velocity: list[torch.Tensor] | None, lag: list[torch.Tensor] | None
+                    ) -> None:
+        """``x <- x - pull (x - leader)``; with leader momentum, the Nesterov form."""
+        if velocity is None or lag is None:
+            pull_(x, leader, level.pull)
+        else:
+            nesterov_pull_(x, leader, level.pull, velocity, lag, self.leader_momentum)
 
     def _after_reset(self) -> None:
         """Forget the losses of the diverged past: the window refills from the next step;
@@ -394,16 +420,9 @@ class LSGD(Strategy):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["scorer"] = self.scorer.state()
-        state["levels"] = {
-            lv.name: {
-                "leader": lv.leader,
-                "rounds": lv.rounds,
-                "switches": lv.switches,
-                "snapshot": [b.clone() for b in lv.snapshot.buffers],
-            }
-            for lv in self.levels
-        }
+        state["levels"] = {lv.name: lv.state() for lv in self.levels}
         state["leader_history"] = list(self.leader_history)
+        state["election"] = self.election.state() | {"frozen": self._frozen}
         if self._velocity:
             state["velocity"] = {name: [b.clone() for b in v.buffers]
                                  for name, v in self._velocity.items()}
@@ -413,12 +432,17 @@ class LSGD(Strategy):
         super().load_state_dict(state)
         self.scorer.load(state["scorer"])
         for lv in self.levels:
-            saved = state["levels"][lv.name]
-            lv.leader, lv.rounds, lv.switches = saved["leader"], saved["rounds"], saved["switches"]
-            for buffer, value in zip(lv.snapshot.buffers, saved["snapshot"]):
-                buffer.copy_(value)
+            lv.load(state["levels"][lv.name])
         self.leader_history = [tuple(h) for h in state["leader_history"]]  # type: ignore[misc]
+        self.election.load(state.get("election", {}))
+        self._frozen = bool(state.get("election", {}).get("frozen", False))
         saved = state.get("velocity", {})
         for name, velocity in self._velocity.items():
             for buffer, value in zip(velocity.buffers, saved.get(name, [])):
                 buffer.copy_(value)
+
+
+def _part_name(level: str, part: int) -> str:
+    """The cadence (and transfer) name of a level's part ``part``: the level's own name
+    for the first part (the election's round), ``"level/part"`` for the others."""
+    return level if part == 0 else f"{level}/{part}"

@@ -141,7 +141,8 @@ def strategy_knobs(cfg: TrainConfig) -> dict[str, Any]:
         knobs.update(pull=cfg.pull, scope=cfg.scope, period=cfg.period,
                      pull_global=cfg.pull_global, scope_global=cfg.scope_global,
                      global_period=cfg.global_period, leader_window=cfg.leader_window,
-                     scope_pull=cfg.scope_pull, leader_momentum=cfg.leader_momentum)
+                     scope_pull=cfg.scope_pull, leader_momentum=cfg.leader_momentum,
+                     election=None if cfg.election == "auto" else cfg.election)
     elif cfg.method == "easgd":
         knobs.update(moving_rate=cfg.moving_rate, period=cfg.period)
     elif cfg.method == "local-sgd":

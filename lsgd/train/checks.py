@@ -124,7 +124,7 @@ def _elastic_errors(cfg: Any) -> list[str]:
     unsupported = [flag_ for flag_, given in (
         ("--async", cfg.asynchronous), ("--overlap", cfg.overlap != 0),
         ("--fragments", cfg.fragments != 1), ("--compress", cfg.compress != "none"),
-        ("--checkpoint-every", cfg.checkpoint_every), ("--resume", cfg.resume),
+        ("--election early", cfg.election == "early"), ("--checkpoint-every", cfg.checkpoint_every), ("--resume", cfg.resume),
         ("--backend threads", cfg.backend == "threads"),
         ("--init independent", cfg.init != "broadcast"), ("--straggle", cfg.straggle),
         ("--target", cfg.target is not None))
@@ -184,9 +184,12 @@ def _pipeline_errors(cfg: Any) -> list[str]:
     if given and cfg.method not in OVERLAPPED:
         errors.append(f"{', '.join(given)}: --method {cfg.method} has no rounds to hide "
                       f"or shrink; these work with {', '.join(OVERLAPPED)}")
-    if cfg.fragments > 1 and cfg.method == "lsgd":
-        errors.append(f"--fragments {cfg.fragments}: LSGD's round elects one leader for "
-                      "the whole state; fragments work with diloco, local-sgd, easgd")
+    if cfg.election != "auto" and cfg.method != "lsgd":
+        errors.append(f"--election {cfg.election}: says when LSGD elects its leader; give it "
+                      "with --method lsgd")
+    elif cfg.election == "early" and cfg.asynchronous:
+        errors.append("--election early: needs synchronous rounds (an asynchronous round "
+                      "falls due at a step no worker knows before); drop --async")
     if cfg.period >= 1 and not 0 <= cfg.overlap < cfg.period:
         errors.append(f"--overlap {cfg.overlap}: give a whole number of steps in "
                       f"[0, {cfg.period}), below --period {cfg.period}, so that a "

@@ -1,0 +1,89 @@
+"""LSGD's elections: this worker's score, gathered from every member, when and where.
+
+A worker's score is its :class:`~lsgd.leader.Scorer`'s (the mean of its last
+training losses, or an evaluation loss), made ``+inf`` when any value of its
+state is not finite (checked on the device, no extra synchronisation), so
+that a diverged worker is never elected. Every member elects from the same
+gathered scores (:func:`lsgd.functional.elect`).
+
+Two rules say when the scores are gathered (docs/algorithms.md, "LSGD, the
+early election"):
+
+* ``"round"``: at the round step ``s`` itself, a blocking all-gather; the
+  leader is the best worker after step ``s``.
+* ``"early"``: after step ``s - 1`` every worker starts the all-gather on the
+  ``"control"`` lane (:mod:`lsgd.comm.transfers`), apart from any state in
+  flight, and at step ``s`` it waits for what has long arrived: the leader is
+  the best worker after step ``s - 1``, one step stale (Theorem 2 of the LSGD
+  paper lets the pull target be stale). A round step then holds no blocking
+  collective. Nothing more is sent: one all-gather of a float64 per worker.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from lsgd.comm import Communicator
+from lsgd.comm.base import Among
+from lsgd.comm.transfers import Handle, done_handle
+from lsgd.functional import finite_flag
+from lsgd.leader import Scorer
+
+ELECTIONS = ("round", "early")
+
+
+class Election:
+    """Gathers the scores of a round's election, at the round (``"round"``) or one step
+    before it on the control lane (``"early"``)."""
+
+    def __init__(self, rule: str, scorer: Scorer) -> None:
+        self.rule = rule
+        self.scorer = scorer
+        self._early: tuple[Among, Handle] | None = None  # started after step s - 1
+        #: each level's leader of the current period and whether this worker had
+        #: diverged at its election (None: no leader), for the later fragments
+        self.elected: dict[str, tuple[int, bool] | None] = {}
+
+    def _score(self, module: Any, state: list[torch.Tensor], device: torch.device
+               ) -> torch.Tensor:
+        score = self.scorer.score(module, device)
+        finite = finite_flag(state).to(score.device)
+        return torch.where(finite, score, torch.full_like(score, math.inf)).reshape(1)
+
+    def start_early(self, comm: Communicator, module: Any, state: list[torch.Tensor],
+                    device: torch.device, among: Among) -> None:
+        """Start gathering the scores for the round after the next step (``"early"``)."""
+        score = self._score(module, state, device)
+        self._early = (among, comm.start_all_gather(score, among=among, lane="control"))
+
+    def gather(self, comm: Communicator, module: Any, state: list[torch.Tensor],
+               device: torch.device, among: Among) -> torch.Tensor:
+        """Every member's score (float64 on the CPU, in rank order among ``among``): the
+        early gather when one was started for this round, else gathered now."""
+        if self._early is not None:
+            early_among, handle = self._early
+            self._early = None
+            assert early_among == among, "an early election among other workers"
+            gathered = handle.wait()
+        else:
+            gathered = comm.all_gather(self._score(module, state, device), among=among)
+        return gathered.reshape(-1).to("cpu", torch.float64)  # one synchronisation
+
+    # -- checkpointing ---------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """The leaders of the period and the early gather in flight, arrived."""
+        early = None
+        if self._early is not None:
+            among, handle = self._early
+            early = {"among": among, "scores": handle.wait().clone()}
+        return {"early": early, "elected": dict(self.elected)}
+
+    def load(self, state: dict[str, Any]) -> None:
+        early = state.get("early")
+        self._early = None if early is None else (early["among"],
+                                                  done_handle(early["scores"]))
+        self.elected = {name: None if e is None else (int(e[0]), bool(e[1]))
+                        for name, e in state.get("elected", {}).items()}
