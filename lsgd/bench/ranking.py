@@ -50,8 +50,10 @@ def table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any],
            simulated: dict[str, float] | None = None) -> tuple[list[list[Any]], dict[str, Any]]:
     rows: list[list[Any]] = []
     summary: dict[str, Any] = {}
-    # Ratios are LSGD's time over each method's; without LSGD in the run there are none.
-    reference = next((m for m in ("lsgd", "lsgd-multi") if m in methods), None)
+    # Ratios are LSGD's time over each method's (its plain form, else its hidden family);
+    # without LSGD in the run there are none.
+    reference = next((m for m in ("lsgd", "lsgd-multi", "lsgd-hidden", "lsgd-multi-hidden")
+                      if m in methods), None)
     for link in opts["links"]:
         times: dict[str, float | None] = {}
         for name in methods:
