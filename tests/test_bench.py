@@ -171,7 +171,9 @@ def test_given_knobs_skip_tuning_and_first_seed_picks_the_seeds(tmp_path: Path) 
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--knobs", "dpsgd"], "--knobs 'dpsgd': expected METHOD:KEY=VALUE"),
-    (["--knobs", "dpsgd:gossip_period=0"], "'gossip_period=0' is not KEY=VALUE with a positive"),
+    (["--knobs", "dpsgd:gossip_period=0"], "--gossip-period must be a positive integer"),
+    (["--knobs", "dpsgd:gossip_period="], "'gossip_period=' is not KEY=VALUE"),
+    (["--knobs", "lsgd-multi-hidden:period=8,compress=zip"], "--compress 'zip'"),
     (["--knobs", "dpsgd:gossip_period=4", "--knobs", "dpsgd:gossip_period=1"], "given twice"),
     (["--knobs", "dpsgd:period=4"],
      "--knobs dpsgd: unknown ['period']; its knobs are gossip_period"),
@@ -342,3 +344,21 @@ def test_equal_tokens_quick_compares_losses_and_bytes_with_all_reduce(tmp_path: 
         assert rows[label][2] < 5.0  # all of them learned (from 5.55)
     again = equal_tokens.run(tmp_path, True, {"reuse": "only"})
     assert again.rows == result.rows
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_scaling_quick_sets_time_and_bytes_against_the_number_of_workers(
+        tmp_path: Path) -> None:
+    from lsgd.bench import scaling
+
+    result = scaling.run(tmp_path, True, {"methods": ["allreduce", "lsgd-multi-hidden"]})
+    assert [(row[0], row[1], row[2]) for row in result.rows] == [
+        (size, size // 2, name) for size in (2, 4, 8)
+        for name in ("allreduce", "lsgd-multi-hidden")]
+    rows = {(row[0], row[2]): row for row in result.rows}
+    for size in (4, 8):  # behind the slow link: a hidden int8 round every 4 steps sends
+        # a small share of an all-reduce of the gradients every step
+        assert rows[size, "lsgd-multi-hidden"][6] < 0.2 * rows[size, "allreduce"][6], rows
+    assert rows[2, "allreduce"][6] > 0  # one node of two: all-reduce inside it, free
+    assert (tmp_path / "scaling.png").is_file()

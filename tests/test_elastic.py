@@ -44,8 +44,8 @@ def _model() -> tuple[nn.Module, torch.optim.Optimizer]:
 
 
 @pytest.mark.parametrize("method, knobs, message", [
-    ("dpsgd", {}, "runs LSGD, DiLoCo, local SGD and EASGD"),
-    ("allreduce", {}, "runs LSGD, DiLoCo, local SGD and EASGD"),
+    ("dpsgd", {}, "runs diloco, easgd, local-sgd, lsgd; dpsgd is not one of them"),
+    ("allreduce", {}, "runs diloco, easgd, local-sgd, lsgd; allreduce"),
     ("easgd", {"init": "independent"}, "drop init='independent'"),
     ("lsgd", {"overlap": 2}, "drop overlap, fragments and compress"),
     ("diloco", {"compress": "int8"}, "drop overlap, fragments and compress"),

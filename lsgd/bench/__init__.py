@@ -9,6 +9,8 @@ docs/benchmarks.md for the full runs and what they show.
 time-to-accuracy   4 workers as 4 nodes behind 1 Gbit/s, 100 and 20 Mbit/s
                    links: every method's time to a target accuracy
 twelve-workers     the paper's 12 workers as 3 nodes of 4, on the modeled link
+scaling            4, 16 and 64 workers in nodes of 4 on the modeled clock: time
+                   to a target and bytes per worker against the number of workers
 time-to-loss       the language model (GPT on the King James Bible) on 4 nodes
                    behind slow links: every method's time to a validation loss,
                    all-reduce also with PyTorch's bf16 and PowerSGD hooks
@@ -44,6 +46,7 @@ Runner = Callable[[Path, bool, dict[str, Any]], Result]
 _RUNNERS = {
     "time-to-accuracy": ("accuracy", "run"),
     "twelve-workers": ("accuracy", "run_twelve"),
+    "scaling": ("scaling", "run"),
     "time-to-loss": ("accuracy", "run_text"),
     "equal-tokens": ("equal_tokens", "run"),
     "volume": ("volume", "run"),

@@ -137,7 +137,18 @@ def _names(flag: str, text: str | None, known: Any) -> list[str] | None:
     return names
 
 
-def _knobs(specs: list[str]) -> dict[str, dict[str, int]]:
+def _value(text: str) -> int | float | str:
+    """A knob's value: a whole number, a fraction (``pull=0.25``) or a word
+    (``compress=int8``); whether it fits the knob is checked where the method runs."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _knobs(specs: list[str]) -> dict[str, dict[str, Any]]:
     """``--knobs`` values (``METHOD:KEY=VALUE,...``) as {method: {key: value}}; whether
     the method and its keys fit the benchmark is checked where it runs."""
     example = "e.g. --knobs dpsgd:gossip_period=4"
@@ -150,17 +161,12 @@ def _knobs(specs: list[str]) -> dict[str, dict[str, int]]:
         if name in given:
             raise UsageError(f"--knobs {name}: given twice; put all its knobs in one "
                              f"--knobs {name}:KEY=VALUE,KEY=VALUE")
-        knobs: dict[str, int] = {}
+        knobs: dict[str, Any] = {}
         for pair in filter(None, (part.strip() for part in pairs.split(","))):
             key, equals, value = pair.partition("=")
-            try:
-                number = int(value)
-            except ValueError:
-                number = 0
-            if not equals or number < 1:
-                raise UsageError(f"--knobs {spec!r}: {pair!r} is not KEY=VALUE with a "
-                                 f"positive whole VALUE; {example}")
-            knobs[key.strip().replace("-", "_")] = number
+            if not equals or not key.strip() or not value.strip():
+                raise UsageError(f"--knobs {spec!r}: {pair!r} is not KEY=VALUE; {example}")
+            knobs[key.strip().replace("-", "_")] = _value(value.strip())
         given[name] = knobs
     return given
 

@@ -12,7 +12,8 @@ measured in time by ``time-to-accuracy``.
 
 Each method keeps the period it was tuned to on slow links (LSGD 4, DiLoCo and
 local SGD 16, EASGD 16); ``overlap`` is the steps that cover a round's transfer
-at 20 Mbit/s there. Overlapped DiLoCo and local SGD are run with each merge
+at 20 Mbit/s there. LSGD's hidden forms elect early (one step before the
+round) unless a row says "election at the round", its form before lsgd 0.6. Overlapped DiLoCo and local SGD are run with each merge
 (``merge``): these runs chose the defaults, mix for DiLoCo, keep for local SGD. ``--seeds N`` takes seeds 0 to N-1 (default 2). The quick
 mode: an MLP on the digits, 40 steps, one seed, a few variants.
 """
@@ -33,10 +34,17 @@ WORKERS = 4
 VARIANTS: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {
     "lsgd": ({"method": "lsgd", "period": 4}, [
         ("plain", {}),
+        ("overlap 3, election at the round", {"overlap": 3, "election": "round"}),
         ("overlap 3", {"overlap": 3}),
         ("bf16", {"compress": "bf16"}),
         ("int8", {"compress": "int8"}),
+        ("overlap 3 + int8, election at the round", {"overlap": 3, "compress": "int8",
+                                                     "election": "round"}),
         ("overlap 3 + int8", {"overlap": 3, "compress": "int8"}),
+        ("early election, no overlap", {"election": "early"}),
+        ("2 fragments, overlap 1", {"fragments": 2, "overlap": 1}),
+        ("2 fragments, overlap 1 + int8", {"fragments": 2, "overlap": 1, "compress": "int8"}),
+        ("4 fragments, no overlap", {"fragments": 4}),
     ]),
     "diloco": ({"method": "diloco", "period": 16}, [
         ("plain", {}),

@@ -27,7 +27,7 @@ from lsgd.bench import ranking, runner
 from lsgd.bench.common import Result, read_result
 
 #: Benchmarks whose tables come from training runs kept as records.
-TRAINED = {"time-to-accuracy", "twelve-workers", "stragglers", "decentralized", "fidelity",
+TRAINED = {"time-to-accuracy", "twelve-workers", "scaling", "stragglers", "decentralized", "fidelity",
            "equal-steps", "time-to-loss", "equal-tokens"}
 BLOCK = re.compile(r"(<!-- (records|headline): lsgd bench (.+?) -->\n)(.*?)(\n<!-- end \2 -->)",
                    re.S)

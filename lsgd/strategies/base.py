@@ -64,7 +64,7 @@ from lsgd.strategies.health import Recovery, check_same_model
 from lsgd.strategies.pipeline import InFlight, Pipeline
 from lsgd.strategies.report import Report
 from lsgd.strategies.rounds import Cadence, Rounds
-from lsgd.strategies.seams import Seams
+from lsgd.strategies.seams import Seams, supporting
 from lsgd.strategies.state import on_state_, state_tensors
 
 INITS = ("broadcast", "independent")
@@ -103,13 +103,10 @@ class Strategy(Recovery, Seams):
     """
 
     name = "strategy"
-    supports_asynchronous = False
     #: The method's ``bn_buffers`` modes, its default first.
     bn_modes: tuple[str, ...] = ("pull", "local")
     #: Whether a round averages the whole state (then ``"average"`` buffers ride in it).
     rounds_average_state = False
-    #: Whether the method runs elastic rounds (lsgd.strategies.elastic).
-    supports_elastic = False
 
     def __init__(
         self,
@@ -123,10 +120,8 @@ class Strategy(Recovery, Seams):
         asynchronous: bool = False,
     ) -> None:
         if asynchronous and not self.supports_asynchronous:
-            raise ValueError(
-                f"{self.name}: asynchronous=True is available for LSGD, EASGD and LocalSGD "
-                f"only; {self.name} is synchronous"
-            )
+            raise ValueError(f"{self.name}: asynchronous=True is available for "
+                             f"{', '.join(supporting('supports_asynchronous'))} only")
         if not isinstance(model, nn.Module):
             raise ValueError(f"{self.name}: model must be a torch.nn.Module, got {type(model)!r}")
         if not isinstance(optimizer, torch.optim.Optimizer):

@@ -168,6 +168,7 @@ class Decentralized(Strategy):
     """
 
     name = "decentralized"
+    uses_graph = True
 
     def __init__(
         self,

@@ -88,6 +88,7 @@ class DiLoCo(Strategy):
 
     name = "diloco"
     supports_elastic = True
+    supports_hidden_rounds = True
     bn_modes = ("average", "local")
     rounds_average_state = True
 

@@ -79,6 +79,7 @@ class EASGD(Strategy):
 
     name = "easgd"
     supports_elastic = True
+    supports_hidden_rounds = True
     supports_asynchronous = True
     bn_modes = ("average", "pull", "local")
 

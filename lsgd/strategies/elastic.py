@@ -45,15 +45,17 @@ from typing import Any
 import torch
 
 from lsgd.comm.elastic import RoundFailed
+from lsgd.strategies.seams import supporting
 
 Strategy = Any  # lsgd.strategies.base.Strategy (which imports this module)
 
 
 def check_method(strategy: Strategy) -> None:
     """Raise ``ValueError`` unless ``strategy``'s method has elastic rounds (at construction)."""
-    if not getattr(strategy, "supports_elastic", False):
-        raise ValueError(f"{strategy.name}: elastic training runs LSGD, DiLoCo, local SGD "
-                         f"and EASGD; {strategy.name} is not one of them")
+    if not strategy.supports_elastic:
+        raise ValueError(f"{strategy.name}: elastic training runs "
+                         f"{', '.join(supporting('supports_elastic'))}; {strategy.name} is "
+                         "not one of them")
     if strategy.init != "broadcast":
         raise ValueError(f"{strategy.name}: elastic workers start from the same model (the "
                          "same seed), with nothing exchanged outside rounds; drop "

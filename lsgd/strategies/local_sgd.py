@@ -62,6 +62,7 @@ class LocalSGD(Strategy):
 
     name = "local-sgd"
     supports_elastic = True
+    supports_hidden_rounds = True
     supports_asynchronous = True
     bn_modes = ("average", "local")
     rounds_average_state = True

@@ -96,6 +96,7 @@ class LSGD(Strategy):
     supports_asynchronous = True
     bn_modes = ("average", "pull", "local")
     supports_elastic = True
+    supports_hidden_rounds = True
 
     def __init__(
         self,

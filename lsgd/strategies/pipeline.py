@@ -103,7 +103,10 @@ def check_options(owner: str, period: int, overlap: Any, fragments: Any, compres
         raise ValueError(f"{owner}: fragments={fragments} must divide the period {period}, "
                          f"so that a fragment goes every {period}/fragments steps")
     _validate.choice(owner, "compress", compress, CODECS)
-    if asynchronous and (overlap or fragments > 1 or compress != "none"):
-        raise ValueError(f"{owner}: overlap, fragments and compress need synchronous rounds; "
-                         "drop asynchronous=True (--async) or these options")
+    given = [f"{name}={value!r}" for name, value, default in (
+        ("overlap", overlap, 0), ("fragments", fragments, 1), ("compress", compress, "none"))
+        if value != default]
+    if asynchronous and given:
+        raise ValueError(f"{owner}: {', '.join(given)} need synchronous rounds; drop "
+                         "asynchronous=True (--async) or these options")
     return overlap, fragments, compress

@@ -11,8 +11,34 @@ from lsgd.comm import CommStats
 from lsgd.strategies.rounds import Cadence, Rounds
 
 
+def supporting(capability: str) -> list[str]:
+    """The names of the methods whose class declares ``capability`` (a class flag of
+    :class:`~lsgd.strategies.base.Strategy` such as ``supports_asynchronous``): each
+    capability is declared once, on the method, and every check reads it here."""
+    found: dict[str, None] = {}
+    pending = list(Seams.__subclasses__())
+    while pending:
+        cls = pending.pop(0)
+        pending += cls.__subclasses__()
+        if getattr(cls, capability, False) and "name" in vars(cls):
+            found[vars(cls)["name"]] = None
+    return sorted(found)
+
+
 class Seams:
-    """Mixed into :class:`Strategy`, which sets the attributes annotated here."""
+    """Mixed into :class:`Strategy`, which sets the attributes annotated here.
+
+    What a method supports is declared here once, as a class flag that the method's
+    class overrides; the library's and the command line's checks read the flags."""
+
+    #: Rounds by all workers' steps together (``asynchronous=True``).
+    supports_asynchronous = False
+    #: Elastic rounds (:mod:`lsgd.strategies.elastic`).
+    supports_elastic = False
+    #: Rounds that take ``overlap``, ``fragments`` and ``compress``.
+    supports_hidden_rounds = False
+    #: Exchanges along a communication graph (``--topology``), not rounds of all.
+    uses_graph = False
 
     _state: list[torch.Tensor]
     _rounds: Rounds

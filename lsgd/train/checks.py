@@ -18,9 +18,10 @@ from lsgd.train.ranges import (NON_NEGATIVE_INTS, POSITIVE_INTS, RANGES, as_floa
                                count_limit, eval_every_errors, flag, range_text, within)
 
 METHODS = tuple(strategy_names())  # the registry's names
-DECENTRALIZED = ("dpsgd", "matcha", "al-dsgd")
-ASYNCHRONOUS = ("lsgd", "easgd", "local-sgd")
-OVERLAPPED = ("lsgd", "diloco", "local-sgd", "easgd")  # overlap, fragments, compress
+# What each method supports is declared on its class (lsgd.strategies.seams.supporting).
+DECENTRALIZED = tuple(n for n in METHODS if strategy_class(n).uses_graph)
+ASYNCHRONOUS = tuple(n for n in METHODS if strategy_class(n).supports_asynchronous)
+OVERLAPPED = tuple(n for n in METHODS if strategy_class(n).supports_hidden_rounds)
 
 
 def config_errors(cfg: Any) -> list[str]:
