@@ -39,7 +39,7 @@ def strategy_class(name: str) -> type[Strategy]:
         ) from None
 
 
-def strategy_knobs(name: str) -> list[str]:
+def accepted_knobs(name: str) -> list[str]:
     """The keyword arguments that the strategy ``name`` accepts."""
     parameters = inspect.signature(strategy_class(name).__init__).parameters
     return [p.name for p in parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
@@ -54,7 +54,7 @@ def make_strategy(name: str, model: nn.Module, optimizer: torch.optim.Optimizer,
     ones it does.
     """
     cls = strategy_class(name)
-    accepted = strategy_knobs(name)
+    accepted = accepted_knobs(name)
     unknown = sorted(set(knobs) - set(accepted))
     if unknown:
         raise ValueError(

@@ -12,7 +12,7 @@ from torch import nn
 import lsgd
 from lsgd.comm.base import LocalCommunicator
 from lsgd.data import digits
-from lsgd.strategies.rounds import Cadence, Rounds
+from lsgd.strategies.schedule import Cadence, RoundSchedule
 
 STRAGGLER = 3
 
@@ -36,7 +36,7 @@ class _Counter(LocalCommunicator):
 
 def test_async_rounds_fall_due_by_the_total_and_are_joined_once_in_order():
     comm = _Counter(world_size=4)
-    rounds = Rounds(comm, [Cadence("local", 2, "group"), Cadence("global", 4, "world")],
+    rounds = RoundSchedule(comm, [Cadence("local", 2, "group"), Cadence("global", 4, "world")],
                     asynchronous=True)
     comm.others = 7  # each of our steps comes with 7 of the others: total 8 per step
     joined = []
@@ -62,7 +62,7 @@ def test_async_rounds_fall_due_by_the_total_and_are_joined_once_in_order():
 
 
 def test_sync_rounds_fall_due_by_own_steps():
-    rounds = Rounds(LocalCommunicator(), [Cadence("local", 2, "group"),
+    rounds = RoundSchedule(LocalCommunicator(), [Cadence("local", 2, "group"),
                                           Cadence("global", 4, "world")], asynchronous=False)
     due = []
     for step in range(1, 9):
@@ -76,7 +76,7 @@ def test_sync_rounds_fall_due_by_own_steps():
 def test_resumed_rounds_continue_from_the_last_joined_round():
     comm = _Counter(world_size=2)
     comm.others = 1
-    rounds = Rounds(comm, [Cadence("global", 3, "world")], asynchronous=True)
+    rounds = RoundSchedule(comm, [Cadence("global", 3, "world")], asynchronous=True)
     for step in range(1, 7):  # counter 2, 4, ..., 12: rounds due at 6 and 12
         rounds.after_step(step)
         while rounds.next() is not None:
@@ -85,7 +85,7 @@ def test_resumed_rounds_continue_from_the_last_joined_round():
     assert saved == {"joined": {"global": 2}, "last_due": 12, "total": 12}
     fresh_comm = _Counter(world_size=2)  # a new job: its counter starts at 0 again
     fresh_comm.others = 1
-    resumed = Rounds(fresh_comm, [Cadence("global", 3, "world")], asynchronous=True)
+    resumed = RoundSchedule(fresh_comm, [Cadence("global", 3, "world")], asynchronous=True)
     resumed.load(saved)
     resumed.after_step(7)  # counter 12 + 2 = 14: no round (next due at 18)
     assert resumed.next() is None

@@ -20,7 +20,7 @@ import lsgd
 from lsgd import registry
 from lsgd.cli import main
 from lsgd.train import checkpoint
-from lsgd.train.build import strategy_knobs
+from lsgd.train.build import knobs_from_config
 from lsgd.train.config import make_config
 from tests.scenarios import SmallNet, Vector, batches
 
@@ -258,10 +258,10 @@ def test_bad_knobs_name_the_parameter_and_value(kwargs: dict[str, Any], message:
 
 def test_the_trainer_passes_period_and_the_outer_knobs() -> None:
     cfg = make_config({"method": "diloco", "period": 8, "outer_lr": 0.5, "outer_momentum": 0.8})
-    knobs = strategy_knobs(cfg)
+    knobs = knobs_from_config(cfg)
     assert {k: knobs[k] for k in ("period", "outer_lr", "outer_momentum")} == {
         "period": 8, "outer_lr": 0.5, "outer_momentum": 0.8}
-    assert set(knobs) <= set(registry.strategy_knobs("diloco"))
+    assert set(knobs) <= set(registry.accepted_knobs("diloco"))
     with pytest.raises(ValueError) as caught:
         make_config({"method": "diloco", "outer_lr": 0.0, "outer_momentum": 1.0})
     assert re.search(r"--outer-lr must be a finite number > 0, got 0.0", str(caught.value))

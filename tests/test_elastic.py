@@ -281,3 +281,27 @@ def test_multi_leader_lsgd_survives_a_node_that_fails_and_returns(tmp_path: Path
         _rejoined_checks(records[rank], 30)
     levels = {level for record in records for _, level, _ in record["leader_history"]}
     assert levels == {"local", "global"} and records[0]["accuracy"] > 0.8
+
+
+def test_lsgds_lighthouse_listens_on_the_address_it_is_given_only() -> None:
+    """Bound to 127.0.0.1, the lighthouse is not reachable at 127.0.0.2 (another address
+    of the same machine's loopback), where a server on every interface would be."""
+    import socket
+
+    pytest.importorskip("torchft")
+    from lsgd.comm.quorum import start_lighthouse
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    server = start_lighthouse(port, 1, host="127.0.0.1")
+    try:
+        def reachable(host: str) -> bool:
+            with socket.socket() as client:
+                client.settimeout(2)
+                return client.connect_ex((host, port)) == 0
+        assert reachable("127.0.0.1")
+        assert not reachable("127.0.0.2")
+    finally:
+        server.shutdown()

@@ -40,7 +40,7 @@ from torch.nn import functional as F
 import lsgd
 from lsgd.bench.common import Result, median
 from lsgd.models import build_model
-from lsgd.registry import strategy_knobs
+from lsgd.registry import accepted_knobs
 
 NAME = "overhead"
 TITLE = "Overhead: a step under each strategy against plain PyTorch (2 gloo processes)"
@@ -58,7 +58,7 @@ Timings = list[tuple[float, float, bool]]  # (wall s, CPU s, a round was held) p
 
 def knobs(method: str) -> dict[str, Any]:
     """Default knobs, with ``period=8`` where the strategy takes a period."""
-    return {"period": PERIOD} if "period" in strategy_knobs(method) else {}
+    return {"period": PERIOD} if "period" in accepted_knobs(method) else {}
 
 
 Stepper = tuple[nn.Module, torch.optim.Optimizer, Callable[[torch.Tensor], bool]]

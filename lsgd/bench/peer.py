@@ -14,9 +14,9 @@ them back.
 Each node is a torchft replica group of one process with a TCPStore of its own
 on the node's address; rank 0 also runs torchft's lighthouse, which forms the
 quorum (every replica: ``min_replica_size = W``) at each synchronisation.
-torchft's HTTP checkpoint transport advertises ``socket.gethostname()``, which
-inside a node's network namespace must be the node's own address: the workers
-answer it with that address. torchft's DiLoCo synchronises through its own
+Its manager advertises the node's address (``hostname=``) and heals over the
+process group (torchft's ``PGTransport``), so nothing advertises the machine's
+host name or serves the model over HTTP. torchft's DiLoCo synchronises through its own
 process group; lsgd's communicator (the launcher's process group) is used only
 to evaluate the center, to agree on the training clock, as lsgd's runs do,
 and to start and stop together.
@@ -152,7 +152,6 @@ def _worker(info: Any, settings: dict[str, Any]) -> dict[str, Any] | None:
     """One replica group: lsgd's task and model, torchft's Manager and DiLoCo."""
     import datetime
     import os
-    import socket
 
     import torch
     import torch.distributed as dist
@@ -165,10 +164,10 @@ def _worker(info: Any, settings: dict[str, Any]) -> dict[str, Any] | None:
     from lsgd.train.evaluate import gather_named
 
     address = node_address(info.group) if settings["link"] else "127.0.0.1"
-    socket.gethostname = lambda: address  # type: ignore[assignment]  # torchft's HTTP transport
     os.environ.setdefault("RUST_LOG", "error")  # torchft's servers log every quorum otherwise
     from torchft._torchft import LighthouseServer
     from torchft.local_sgd import DiLoCo
+    from torchft.checkpointing.pg_transport import PGTransport
     from torchft.manager import Manager
     from torchft.process_group import ProcessGroupGloo
 
@@ -194,14 +193,16 @@ def _worker(info: Any, settings: dict[str, Any]) -> dict[str, Any] | None:
     comm.barrier()  # the lighthouse listens before anyone asks it for a quorum
     store = dist.TCPStore(host_name=address, port=0, is_master=True, wait_for_workers=False)
     patience = datetime.timedelta(seconds=300)
+    pg = ProcessGroupGloo(timeout=patience)
     manager = Manager(
-        pg=ProcessGroupGloo(timeout=patience), min_replica_size=world, use_async_quorum=False,
+        pg=pg, min_replica_size=world, use_async_quorum=False,
         load_state_dict=lambda state: model.load_state_dict(state["model"]),
         state_dict=lambda: {"model": model.state_dict()}, replica_id=f"node{info.group}",
         store_addr=address, store_port=store.port, rank=0, world_size=1,
         lighthouse_addr=f"http://{node_address(0) if settings['link'] else address}:"
                         f"{LIGHTHOUSE_PORT}",
         hostname=address, timeout=patience, quorum_timeout=patience,
+        checkpoint_transport=PGTransport(pg, timeout=patience, device=device),
         connect_timeout=datetime.timedelta(seconds=60), init_sync=False)
     fragment_bytes = [sum(p.numel() * p.element_size() for p in part.parameters())
                       for part in parts]

@@ -171,3 +171,23 @@ def headline(result: Result) -> str:
                 cells.append(f"never (best {entry['best']:.3f})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def tuning(result: Result) -> str:
+    """The tuning runs of a time-to-accuracy result (one seed, the first link), as a
+    Markdown table: each method's grid point, its time and steps to the target, its
+    best value, steps per second, and which point was chosen."""
+    chosen = result.data["chosen"]
+    accuracy = metric_of(result.data["options"]) == "accuracy"
+    lines = ["| method | knobs | time s | steps | best | steps/s | chosen |",
+             "|---|---|---|---|---|---|---|"]
+    for run in result.data["tuning"]:
+        knobs = ", ".join(f"{key} {value}" for key, value in run["knobs"].items())
+        pace = run["steps_done"] / run["seconds"] if run.get("seconds") else math.nan
+        best = f"{100 * run['best']:.2f}%" if accuracy else f"{run['best']:.3f}"
+        lines.append(
+            f"| {run['method']} | {knobs} | "
+            + ("-" if run["time"] is None else f"{run['time']:.1f}")
+            + f" | {'-' if run['steps'] is None else run['steps']} | {best} | {pace:.2f} | "
+            + ("yes" if chosen.get(run["method"]) == run["knobs"] else "") + " |")
+    return "\n".join(lines)

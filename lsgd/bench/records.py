@@ -29,7 +29,8 @@ from lsgd.bench.common import Result, read_result
 #: Benchmarks whose tables come from training runs kept as records.
 TRAINED = {"time-to-accuracy", "twelve-workers", "scaling", "stragglers", "decentralized", "fidelity",
            "equal-steps", "time-to-loss", "equal-tokens"}
-BLOCK = re.compile(r"(<!-- (records|headline): lsgd bench (.+?) -->\n)(.*?)(\n<!-- end \2 -->)",
+BLOCK = re.compile(r"(<!-- (records|headline|tuning): lsgd bench (.+?) -->\n)(.*?)"
+                   r"(\n<!-- end \2 -->)",
                    re.S)
 PAGES = ("README.md", "docs/benchmarks.md")
 
@@ -60,8 +61,10 @@ def derive(args_text: str, root: Path, scratch: Path) -> Result:
 
 
 def table(kind: str, result: Result) -> str:
-    """A block's table: the result's Markdown, or its headline (README)."""
-    return ranking.headline(result) if kind == "headline" else result.markdown()
+    """A block's table: the result's Markdown, its headline (README), or its tuning runs."""
+    if kind == "headline":
+        return ranking.headline(result)
+    return ranking.tuning(result) if kind == "tuning" else result.markdown()
 
 
 def refresh(page: Path, root: Path, scratch: Path) -> int:

@@ -19,7 +19,7 @@ diverged worker is still seen as diverged after a compressed transfer.
 
 The compressed all-reduce of both backends is built from three functions here,
 so that gloo processes and the simulator compute the same bits
-(:mod:`lsgd.comm.compressed`): :func:`chunks` (who owns which part),
+(:mod:`lsgd.comm.transfers`): :func:`chunks` (who owns which part),
 :func:`encode` and :func:`reduce_encoded` (the owner's float32 sum of the
 decoded contributions, encoded again).
 """

@@ -35,8 +35,10 @@ that dies takes its node down with it, and its agent restarts the node.
 Healing (torchft's): at the quorum, a node whose count of committed rounds is
 below the others' receives, worker by worker, what the parts registered with
 :meth:`add_state` return on the same local rank of an up-to-date node, over
-torchft's HTTP checkpoint transport, before the round's collectives. Its bytes
-are counted as received under the ``"join"`` category.
+torchft's process-group checkpoint transport (``PGTransport``: point-to-point
+sends over the quorum's process group, no server of its own), before the
+round's collectives. Its bytes are counted as received under the ``"join"``
+category.
 
 Not available here: the non-blocking collectives (overlapped or compressed
 rounds), pairwise exchange and the shared counter of asynchronous methods.
@@ -49,7 +51,6 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import socket
 import time
 import warnings
 from collections.abc import Callable
@@ -109,9 +110,8 @@ class ElasticCommunicator(Communicator):
         # and torch that a received checkpoint's buffer is read-only: neither matters here.
         logging.getLogger("torchft.manager").setLevel(logging.ERROR)
         warnings.filterwarnings("ignore", message="The given buffer is not writable")
-        if address != "127.0.0.1":  # torchft's HTTP checkpoint transport advertises this
-            socket.gethostname = lambda: address  # type: ignore[assignment]
         import torch.distributed as dist
+        from torchft.checkpointing.pg_transport import PGTransport
         from torchft.manager import Manager
         from torchft.process_group import ProcessGroupGloo
 
@@ -149,6 +149,9 @@ class ElasticCommunicator(Communicator):
             load_state_dict=self._on_heal, state_dict=self._on_send,
             replica_id=f"lsgd{slot}", store_addr=store_addr, store_port=store_port,
             rank=local_rank, world_size=per_node, lighthouse_addr=lighthouse, hostname=address,
+            # heals over the process group of the quorum: no HTTP server of the whole state
+            checkpoint_transport=PGTransport(self._pg, timeout=patience,
+                                             device=torch.device("cpu")),
             timeout=patience, quorum_timeout=datetime.timedelta(seconds=quorum_timeout),
             connect_timeout=datetime.timedelta(seconds=60), init_sync=False)
 

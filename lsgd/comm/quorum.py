@@ -32,9 +32,11 @@ def require_torchft(what: str = "elastic training") -> None:
         raise RuntimeError(f"{what} needs torchft, an optional extra: {EXTRA}")
 
 
-def start_lighthouse(port: int = 29510, min_members: int = 1, *, bind_host: str = "[::]",
+def start_lighthouse(port: int = 29510, min_members: int = 1, *, host: str = "127.0.0.1",
                      join_timeout: float = 30.0, heartbeat_timeout: float = 2.0) -> Any:
-    """torchft's lighthouse server on ``port``; call ``.shutdown()`` on what it returns.
+    """torchft's lighthouse server on ``host:port`` (it listens on that address only,
+    not on every interface: give the node's address on the private network the
+    workers share); call ``.shutdown()`` on what it returns.
 
     A quorum forms once every live worker asked for it, or ``join_timeout``
     seconds after ``min_members`` did; a worker whose heartbeats stop for
@@ -45,7 +47,8 @@ def start_lighthouse(port: int = 29510, min_members: int = 1, *, bind_host: str 
     os.environ.setdefault("RUST_LOG", "error")
     from torchft._torchft import LighthouseServer
 
-    return LighthouseServer(bind=f"{bind_host}:{port}", min_replicas=min_members,
+    bind = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+    return LighthouseServer(bind=bind, min_replicas=min_members,
                             join_timeout_ms=int(join_timeout * 1000),
                             heartbeat_timeout_ms=int(heartbeat_timeout * 1000))
 

@@ -66,7 +66,7 @@ def launch_elastic(
         context = multiprocessing.get_context("spawn")
         if link is None:
             port = _free_port()
-            lighthouse = start_lighthouse(port, 1, bind_host="127.0.0.1",
+            lighthouse = start_lighthouse(port, 1, host="127.0.0.1",
                                           join_timeout=join_timeout,
                                           heartbeat_timeout=heartbeat_timeout)
             stack.callback(lighthouse.shutdown)
@@ -140,7 +140,9 @@ def _lighthouse(namespace: str, port: int, join_timeout: float,
     from lsgd.links.netns import enter_namespace
 
     enter_namespace(namespace)
-    server = start_lighthouse(port, 1, join_timeout=join_timeout,
+    from lsgd.links.netns import node_address
+
+    server = start_lighthouse(port, 1, host=node_address(0), join_timeout=join_timeout,
                               heartbeat_timeout=heartbeat_timeout)
     try:
         while True:

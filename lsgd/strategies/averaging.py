@@ -44,7 +44,7 @@ from lsgd.comm import Communicator
 from lsgd.comm import codec as codecs
 from lsgd.flat import FlatBuffer
 from lsgd.strategies.pipeline import InFlight
-from lsgd.strategies.rounds import Cadence
+from lsgd.strategies.schedule import Cadence
 
 MERGES = ("keep", "replace", "mix")
 MIX = 0.5  # Streaming DiLoCo's weight of the local state in a "mix" merge

@@ -13,10 +13,10 @@ variance); ``bn_buffers="average"`` averages those at every round instead, and
 ``"local"`` never sends them (see :mod:`lsgd.strategies.buffers`). Integer
 buffers (``num_batches_tracked``) are never communicated.
 
-Periodic methods declare their kinds of round (:class:`~lsgd.strategies.rounds.Cadence`)
-and implement ``_round``; this class decides when rounds fall due, by the
+Periodic methods declare their kinds of round (:class:`~lsgd.strategies.schedule.Cadence`)
+and implement ``_run_rounds``; this class decides when rounds fall due, by the
 worker's own steps or, with ``asynchronous=True``, by the total steps of all
-workers (see :mod:`lsgd.strategies.rounds`). Asynchronous workers can only
+workers (see :mod:`lsgd.strategies.schedule`). Asynchronous workers can only
 act together (stop, evaluate, checkpoint) at a *sync point*, right after a
 round among all workers::
 
@@ -63,7 +63,7 @@ from lsgd.strategies.guard import driving, guard
 from lsgd.strategies.health import Recovery, check_same_model
 from lsgd.strategies.pipeline import InFlight, Pipeline
 from lsgd.strategies.report import Report
-from lsgd.strategies.rounds import Cadence, Rounds
+from lsgd.strategies.schedule import Cadence, RoundSchedule
 from lsgd.strategies.seams import Seams, supporting
 from lsgd.strategies.state import on_state_, state_tensors
 
@@ -147,7 +147,7 @@ class Strategy(Recovery, Seams):
         self.asynchronous = bool(asynchronous)
         self.wait_seconds = 0.0  # time inside rounds: waiting for the others, and the transfer
         self.at_sync_point = True
-        self._rounds = Rounds(self.comm, [], self.asynchronous)
+        self._schedule = RoundSchedule(self.comm, [], self.asynchronous)
         self._pipeline: Pipeline | None = None  # overlapped or compressed rounds in flight
         # Elastic (torchft, lsgd.strategies.elastic): nothing is exchanged outside rounds.
         self._elastic = bool(getattr(self.comm, "elastic", False))
@@ -192,7 +192,7 @@ class Strategy(Recovery, Seams):
         """
         if not self._joined:
             self._joined = True
-            if elastic.join(self, self._round_group):
+            if elastic.join(self, self._join_rounds):
                 return
         if self._before_optimizer_step():
             with driving(self.optimizer):
@@ -201,27 +201,27 @@ class Strategy(Recovery, Seams):
         self.comm.local_step()
         with torch.no_grad():
             self._after_step(loss)
-            self._rounds.after_step(self.steps)
+            self._schedule.after_step(self.steps)
             self.at_sync_point = not self.asynchronous
             self._apply_due()
-            while (group := self._rounds.next()) is not None:
+            while (group := self._schedule.next()) is not None:
                 start = self.comm.now()
                 names = [c.name for c in group]
                 world = any(c.among == "world" for c in group)
                 if self._elastic and world:
-                    elastic.run_round(self, lambda: self._round_group(names))
+                    elastic.run_round(self, lambda: self._join_rounds(names))
                 else:
-                    self._round_group(names)
+                    self._join_rounds(names)
                 self.wait_seconds += self.comm.now() - start
                 if self.asynchronous and world:
                     self.at_sync_point = True
                     break
 
-    def _round_group(self, names: list[str]) -> None:
+    def _join_rounds(self, names: list[str]) -> None:
         """The rounds ``names`` that fell due together, then the BatchNorm average."""
-        self._round(names)
+        self._run_rounds(names)
         if self._bn_average is not None:
-            world = any(c.among == "world" for c in self._rounds.cadences if c.name in names)
+            world = any(c.among == "world" for c in self._schedule.cadences if c.name in names)
             self._bn_average(self.comm, "world" if world else "group")
 
     def _before_optimizer_step(self) -> bool:
@@ -269,11 +269,11 @@ class Strategy(Recovery, Seams):
 
     def _use_cadences(self, cadences: list[Cadence]) -> None:
         """Declare this method's kinds of round, local before global (end of ``__init__``)."""
-        self._rounds = Rounds(self.comm, cadences, self.asynchronous)
+        self._schedule = RoundSchedule(self.comm, cadences, self.asynchronous)
         if self._elastic:
             elastic.check(self)
 
-    def _round(self, names: list[str]) -> None:
+    def _run_rounds(self, names: list[str]) -> None:
         """Run the rounds ``names`` (cadence names), which fell due together."""
         raise NotImplementedError
 
@@ -284,7 +284,7 @@ class Strategy(Recovery, Seams):
 
         Asynchronously, the shared counter; synchronously ``W * steps``.
         """
-        return self._rounds.total if self.asynchronous else self.steps * self.world_size
+        return self._schedule.total if self.asynchronous else self.steps * self.world_size
 
     def agree(self, *values: float) -> tuple[float, ...]:
         """The largest of each value over all workers (collective, ``"control"`` traffic).
@@ -303,12 +303,12 @@ class Strategy(Recovery, Seams):
             return tuple(float(v) for v in values)
         # The shared counter rides along: nobody steps at a sync point, so the
         # largest value seen is its exact value, which every worker then holds.
-        mine = torch.tensor([float(v) for v in values] + [float(self._rounds.total)],
+        mine = torch.tensor([float(v) for v in values] + [float(self._schedule.total)],
                             dtype=torch.float64, device=self._device())
         with self.comm.category("control"):
             table = self.comm.all_gather(mine)
         agreed = [float(v) for v in table.amax(dim=0).cpu()]
-        self._rounds.total = int(agreed.pop())
+        self._schedule.total = int(agreed.pop())
         return tuple(agreed)
 
     def should_stop(self, wish: bool) -> bool:
@@ -391,7 +391,7 @@ class Strategy(Recovery, Seams):
             "resets": self.resets,
             "bn_buffers": self.bn_buffers,
             "wait_seconds": self.wait_seconds,
-            "schedule": self._rounds.state(),
+            "schedule": self._schedule.state(),
             "traffic": {c: dataclasses.asdict(self.traffic(c)) for c in TRAFFIC},
             # After the transfers in flight arrived (they are waited for here):
             **({"in_flight": self._pipeline.state()} if self._pipeline is not None else {}),
@@ -419,7 +419,7 @@ class Strategy(Recovery, Seams):
         self.resets = int(state.get("resets", 0))
         self.wait_seconds = float(state.get("wait_seconds", 0.0))
         if "schedule" in state:
-            self._rounds.load(state["schedule"])
+            self._schedule.load(state["schedule"])
         for c in TRAFFIC:
             saved = CommStats(**state["traffic"][c])
             self._baseline[c] = self.comm.stats(c).minus(saved)

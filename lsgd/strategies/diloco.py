@@ -52,7 +52,7 @@ from lsgd.functional import all_finite
 from lsgd.strategies.averaging import AveragingRounds, check_merge, index
 from lsgd.strategies.base import Strategy
 from lsgd.strategies.pipeline import InFlight, Pipeline, check_options
-from lsgd.strategies.rounds import Cadence
+from lsgd.strategies.schedule import Cadence
 
 
 class DiLoCo(Strategy):
@@ -135,15 +135,15 @@ class DiLoCo(Strategy):
         for buffer, grad in zip(self.global_state.buffers, self._delta.buffers):
             buffer.grad = grad
         self._mean = FlatBuffer(self._state)
-        self._rounds_of: AveragingRounds | None = None
+        self._hidden_rounds: AveragingRounds | None = None
         if not pipelined:
             self.outer_optimizer = self._outer_sgd(self.global_state.buffers)
             self._use_cadences([Cadence("global", self.period, "world")])
             return
-        self._rounds_of = AveragingRounds(
+        self._hidden_rounds = AveragingRounds(
             self.comm, self._state, fragments=self.fragments, overlap=self.overlap,
             compress=self.compress, merge=self.merge, error_feedback=bool(error_feedback))
-        parts = self._rounds_of.fragments
+        parts = self._hidden_rounds.fragments
         # One outer optimizer per fragment, over its slice of θ_g (Δ's slice its .grad).
         self._outer_parts = []
         for f in range(parts.count):
@@ -159,10 +159,10 @@ class DiLoCo(Strategy):
         return torch.optim.SGD(params, lr=self.outer_lr, momentum=self.outer_momentum,
                                nesterov=self.outer_momentum > 0)
 
-    def _round(self, names: list[str]) -> None:
-        if self._rounds_of is not None:  # overlapped, in fragments or compressed
+    def _run_rounds(self, names: list[str]) -> None:
+        if self._hidden_rounds is not None:  # overlapped, in fragments or compressed
             (fragment,) = (index(n) for n in names)
-            self._launch(self._rounds_of.start(fragment, self.steps, self.global_state))
+            self._launch(self._hidden_rounds.start(fragment, self.steps, self.global_state))
             self.rounds += 1
             return
         self._average_into(self._mean)
@@ -189,12 +189,12 @@ class DiLoCo(Strategy):
     def _apply(self, item: InFlight) -> None:
         """A fragment's mean has landed: the outer step on its slice of θ_g, then the
         worker's slice moves to it (merged with the steps taken since the round)."""
-        assert self._rounds_of is not None
+        assert self._hidden_rounds is not None
         mean, fragment = item.tensors["mean"], item.info["fragment"]
         if not all_finite(mean):  # the rare path: every worker to the healthy mean
             self._recover()
             return
-        parts = self._rounds_of.fragments
+        parts = self._hidden_rounds.fragments
         theta, delta = parts.of(self.global_state, fragment), parts.of(self._delta, fragment)
         if self.compress == "none":  # the mean of the states: Δ = θ_g - mean
             torch._foreach_copy_(delta, theta)
@@ -202,7 +202,7 @@ class DiLoCo(Strategy):
         else:  # the mean of θ_g - x, decoded identically on every worker
             torch._foreach_copy_(delta, mean)
         self._outer_parts[fragment].step()
-        self._rounds_of.land(item, theta)
+        self._hidden_rounds.land(item, theta)
 
     def _recover(self) -> None:
         """A round's mean was NaN or infinite: θ_g and every worker go to the mean of the
@@ -218,11 +218,11 @@ class DiLoCo(Strategy):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["global"] = [b.clone() for b in self.global_state.buffers]
-        if self._rounds_of is None:
+        if self._hidden_rounds is None:
             state["outer"] = copy.deepcopy(self.outer_optimizer.state_dict()["state"])
             return state
         state["outer_parts"] = [copy.deepcopy(o.state_dict()["state"]) for o in self._outer_parts]
-        state["rounds_of"] = self._rounds_of.state()
+        state["rounds_of"] = self._hidden_rounds.state()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -231,12 +231,12 @@ class DiLoCo(Strategy):
         super().load_state_dict(state)
         for buffer, value in zip(self.global_state.buffers, state["global"]):
             buffer.copy_(value)
-        if self._rounds_of is None:
+        if self._hidden_rounds is None:
             _load_outer(self.outer_optimizer, state["outer"])
             return
         for optimizer, saved in zip(self._outer_parts, state["outer_parts"]):
             _load_outer(optimizer, saved)
-        self._rounds_of.load(state["rounds_of"])
+        self._hidden_rounds.load(state["rounds_of"])
 
 
 def _load_outer(optimizer: torch.optim.Optimizer, saved: Mapping[str, Any]) -> None:

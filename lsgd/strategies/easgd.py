@@ -35,7 +35,7 @@ counts as sitting at the center, as a diverged one does, so ``x_bar`` is
 ``(sum of the members' states + (W - n) c) / W`` for ``n`` members.
 
 With ``asynchronous=True`` round ``r`` falls due when all workers together
-have taken ``r * W * period`` steps (see :mod:`lsgd.strategies.rounds`).
+have taken ``r * W * period`` steps (see :mod:`lsgd.strategies.schedule`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from lsgd.functional import all_finite
 from lsgd.strategies.averaging import AveragingRounds, index
 from lsgd.strategies.base import Strategy
 from lsgd.strategies.pipeline import InFlight, Pipeline, check_options
-from lsgd.strategies.rounds import Cadence
+from lsgd.strategies.schedule import Cadence
 
 
 class EASGD(Strategy):
@@ -113,20 +113,20 @@ class EASGD(Strategy):
             with torch.no_grad(), self.comm.category("init"):
                 for buffer in self.center_state.buffers:
                     self.comm.all_reduce_(buffer, op="mean")
-        self._rounds_of: AveragingRounds | None = None
+        self._hidden_rounds: AveragingRounds | None = None
         if self.overlap or self.fragments > 1 or self.compress != "none":
-            self._rounds_of = AveragingRounds(
+            self._hidden_rounds = AveragingRounds(
                 self.comm, self._state, fragments=self.fragments, overlap=self.overlap,
                 compress=self.compress, merge="replace", error_feedback=bool(error_feedback))
             self._pipeline = Pipeline()
-            self._use_cadences(self._rounds_of.fragments.cadences(self.period))
+            self._use_cadences(self._hidden_rounds.fragments.cadences(self.period))
         else:
             self._use_cadences([Cadence("global", self.period, "world")])
 
-    def _round(self, names: list[str]) -> None:
-        if self._rounds_of is not None:  # overlapped, in fragments or compressed
+    def _run_rounds(self, names: list[str]) -> None:
+        if self._hidden_rounds is not None:  # overlapped, in fragments or compressed
             (fragment,) = (index(n) for n in names)
-            self._launch(self._rounds_of.start(fragment, self.steps, self.center_state))
+            self._launch(self._hidden_rounds.start(fragment, self.steps, self.center_state))
             self.rounds += 1
             return
         self._average_into(self._mean)
@@ -145,18 +145,18 @@ class EASGD(Strategy):
     def _apply(self, item: InFlight) -> None:
         """A fragment's mean has landed: the elastic step of the worker's slice now
         toward the center's slice, which moves toward the mean."""
-        assert self._rounds_of is not None
+        assert self._hidden_rounds is not None
         mean, fragment = item.tensors["mean"], item.info["fragment"]
         if not all_finite(mean):  # the rare path, on the whole state
             self._round_without_diverged()
             return
-        center = self._rounds_of.fragments.of(self.center_state, fragment)
+        center = self._hidden_rounds.fragments.of(self.center_state, fragment)
         if self.compress != "none":  # the mean of c - x: x_bar = c - mean
             torch._foreach_neg_(mean)
             torch._foreach_add_(mean, center)
-        now = self._rounds_of.current(fragment)
+        now = self._hidden_rounds.current(fragment)
         elastic_step_(now, center, mean, self.alpha, self.moving_rate)
-        self._rounds_of.write_back()
+        self._hidden_rounds.write_back()
 
     def _round_without_diverged(self) -> None:
         """The round again, the diverged workers counted as sitting at the center.
@@ -184,13 +184,13 @@ class EASGD(Strategy):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["center"] = [b.clone() for b in self.center_state.buffers]
-        if self._rounds_of is not None:
-            state["rounds_of"] = self._rounds_of.state()
+        if self._hidden_rounds is not None:
+            state["rounds_of"] = self._hidden_rounds.state()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         for buffer, value in zip(self.center_state.buffers, state["center"]):
             buffer.copy_(value)
-        if self._rounds_of is not None:
-            self._rounds_of.load(state["rounds_of"])
+        if self._hidden_rounds is not None:
+            self._hidden_rounds.load(state["rounds_of"])

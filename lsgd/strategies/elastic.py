@@ -1,7 +1,7 @@
 """Elastic rounds: what a periodic method does when workers leave and return.
 
 With an :class:`~lsgd.comm.elastic.ElasticCommunicator` (torchft), every
-round of LSGD, DiLoCo or local SGD is a quorum point and runs among the live
+round of LSGD, DiLoCo, local SGD or EASGD is a quorum point and runs among the live
 workers only (docs/reliability.md, "Elastic training"):
 
 * **Leaving.** A worker that died, or did not ask for the quorum within the

@@ -21,7 +21,7 @@ average (one synchronisation) and nothing else.
 
 With ``asynchronous=True`` the ``r``-th average falls due when all workers
 together have taken ``r * W * period`` steps (``r * W * global_period`` for the
-global one; see :mod:`lsgd.strategies.rounds`).
+global one; see :mod:`lsgd.strategies.schedule`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from lsgd.functional import all_finite
 from lsgd.strategies.averaging import AveragingRounds, check_merge, index
 from lsgd.strategies.base import Strategy
 from lsgd.strategies.pipeline import InFlight, Pipeline, check_options
-from lsgd.strategies.rounds import Cadence
+from lsgd.strategies.schedule import Cadence
 
 
 class LocalSGD(Strategy):
@@ -107,9 +107,9 @@ class LocalSGD(Strategy):
                                   "period", self.period)
         self._mean = FlatBuffer(self._state)
         self.skipped_rounds = 0  # group averages skipped: the whole group had diverged
-        self._rounds_of: AveragingRounds | None = None
+        self._hidden_rounds: AveragingRounds | None = None
         if pipelined:
-            self._rounds_of = AveragingRounds(
+            self._hidden_rounds = AveragingRounds(
                 self.comm, self._state, fragments=self.fragments, overlap=self.overlap,
                 compress=self.compress, merge=self.merge, error_feedback=bool(error_feedback))
             # The last average, the same on every worker: what compressed rounds send
@@ -120,7 +120,7 @@ class LocalSGD(Strategy):
                     for buffer in self.reference.buffers:
                         self.comm.all_reduce_(buffer, op="mean")
             self._pipeline = Pipeline()
-            self._use_cadences(self._rounds_of.fragments.cadences(self.period))
+            self._use_cadences(self._hidden_rounds.fragments.cadences(self.period))
         elif not self.hierarchical:
             self._use_cadences([Cadence("global", self.period, "world")])
         elif self.comm.info.group_size > 1:
@@ -129,10 +129,10 @@ class LocalSGD(Strategy):
         else:  # groups of one: only the global average moves anything
             self._use_cadences([Cadence("global", self.global_period, "world")])
 
-    def _round(self, names: list[str]) -> None:
-        if self._rounds_of is not None:  # overlapped, in fragments or compressed
+    def _run_rounds(self, names: list[str]) -> None:
+        if self._hidden_rounds is not None:  # overlapped, in fragments or compressed
             (fragment,) = (index(n) for n in names)
-            self._launch(self._rounds_of.start(fragment, self.steps, self.reference))
+            self._launch(self._hidden_rounds.start(fragment, self.steps, self.reference))
             self.rounds += 1
             return
         # When both fall due together the global average subsumes the local one.
@@ -147,17 +147,17 @@ class LocalSGD(Strategy):
     def _apply(self, item: InFlight) -> None:
         """A fragment's average has landed: the worker's slice moves to it (merged with
         the steps taken since the round); compressed, the reference becomes it."""
-        assert self._rounds_of is not None
+        assert self._hidden_rounds is not None
         mean = item.tensors["mean"]
         if not all_finite(mean):  # the rare path: every worker to the healthy mean
             self._average_healthy("world")
             self.reference.copy_from(self._state)
             return
         if self.compress != "none":  # the mean of reference - x: the average is their difference
-            average = self._rounds_of.fragments.of(self.reference, item.info["fragment"])
+            average = self._hidden_rounds.fragments.of(self.reference, item.info["fragment"])
             torch._foreach_sub_(average, mean)
             mean = average
-        self._rounds_of.land(item, mean)
+        self._hidden_rounds.land(item, mean)
 
     def _average_healthy(self, among: Among) -> None:
         """The average again over the healthy members; diverged ones are reset to it."""
@@ -177,15 +177,15 @@ class LocalSGD(Strategy):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["skipped_rounds"] = self.skipped_rounds
-        if self._rounds_of is not None:
+        if self._hidden_rounds is not None:
             state["reference"] = [b.clone() for b in self.reference.buffers]
-            state["rounds_of"] = self._rounds_of.state()
+            state["rounds_of"] = self._hidden_rounds.state()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.skipped_rounds = int(state.get("skipped_rounds", 0))
-        if self._rounds_of is not None:
+        if self._hidden_rounds is not None:
             for buffer, value in zip(self.reference.buffers, state["reference"]):
                 buffer.copy_(value)
-            self._rounds_of.load(state["rounds_of"])
+            self._hidden_rounds.load(state["rounds_of"])

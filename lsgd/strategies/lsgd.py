@@ -30,7 +30,7 @@ gathers the scores on the control lane one step before the round
 collective. Diverged workers (a NaN or infinite score or state) are never
 elected and copy the leader instead of pulling (:mod:`lsgd.strategies.health`).
 Asynchronous rounds fall due by all workers' steps together
-(:mod:`lsgd.strategies.rounds`).
+(:mod:`lsgd.strategies.schedule`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from lsgd.strategies.base import Strategy, as_loss_tensor
 from lsgd.strategies.election import ELECTIONS, Election
 from lsgd.strategies.levels import Level, build_levels, check_knobs
 from lsgd.strategies.pipeline import InFlight, Pipeline, check_options
-from lsgd.strategies.rounds import Cadence
+from lsgd.strategies.schedule import Cadence
 
 
 SCOPE_PULLS = ("after-step", "algorithm-1")
@@ -231,7 +231,7 @@ class LSGD(Strategy):
                 self.election.start_early(self.comm, self._module, self._state, self.device,
                                           among)
 
-    def _round(self, names: list[str]) -> None:
+    def _run_rounds(self, names: list[str]) -> None:
         elections = [lv for lv in self.levels if lv.name in names]
         if elections:
             self._communicate(elections, pull=True)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from lsgd.comm import CommStats
-from lsgd.strategies.rounds import Cadence, Rounds
+from lsgd.strategies.schedule import Cadence, RoundSchedule
 
 
 def supporting(capability: str) -> list[str]:
@@ -41,7 +41,7 @@ class Seams:
     uses_graph = False
 
     _state: list[torch.Tensor]
-    _rounds: Rounds
+    _schedule: RoundSchedule
     _pipeline: Any
     _baseline: dict[str, CommStats]
     resets: int
@@ -50,12 +50,12 @@ class Seams:
     @property
     def hides_rounds(self) -> bool:
         """Whether rounds stay in flight across steps (overlap, compression, fragments)."""
-        return self._pipeline is not None or getattr(self, "_rounds_of", None) is not None
+        return self._pipeline is not None or getattr(self, "_hidden_rounds", None) is not None
 
     @property
     def cadences(self) -> list[Cadence]:
         """The kinds of round this strategy runs, each with its period and offset."""
-        return list(self._rounds.cadences)
+        return list(self._schedule.cadences)
 
     @property
     def local_state(self) -> list[torch.Tensor]:

@@ -2,7 +2,7 @@
 
 The device, the task (its data, batches, model and evaluation:
 :mod:`lsgd.tasks`), the optimizer and its schedule, and the strategy (through :func:`lsgd.make_strategy`, with the knobs each method takes
-from the configuration in :func:`strategy_knobs`), plus the checks that run in
+from the configuration in :func:`knobs_from_config`), plus the checks that run in
 the launching process before any worker starts (:func:`preflight`).
 """
 
@@ -120,7 +120,7 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
                      eta=cfg.trust_coefficient)
 
 
-def strategy_knobs(cfg: TrainConfig) -> dict[str, Any]:
+def knobs_from_config(cfg: TrainConfig) -> dict[str, Any]:
     """The keyword arguments of ``cfg.method``'s strategy, from the configuration."""
     knobs: dict[str, Any] = {"sync_buffers": cfg.sync_buffers}
     if cfg.bn_buffers != "auto":
@@ -169,7 +169,7 @@ def make_strategy(cfg: TrainConfig, model: nn.Module, opt: torch.optim.Optimizer
     """The run's strategy around ``model`` and ``opt`` (see :func:`lsgd.make_strategy`)."""
     if cfg.method == "lsgd":
         check_single_leader(cfg, lsgd.get_communicator().groups)
-    return lsgd.make_strategy(cfg.method, model, opt, **strategy_knobs(cfg))
+    return lsgd.make_strategy(cfg.method, model, opt, **knobs_from_config(cfg))
 
 
 def check_single_leader(cfg: TrainConfig, groups: int) -> None:

@@ -46,7 +46,7 @@ from lsgd.comm.elastic import ElasticCommunicator
 from lsgd.strategies.state import on_state_
 from lsgd.train import outputs
 from lsgd.train.build import (build_model_of, make_optimizer, make_schedule, make_task,
-                              strategy_knobs)
+                              knobs_from_config)
 from lsgd.train.config import TrainConfig
 from lsgd.train.faults import Faults
 
@@ -73,7 +73,7 @@ class ElasticRun:
         self.model = build_model_of(cfg, self.task)  # the same initial model on every worker
         self.opt = make_optimizer(cfg, self.model)
         self.strategy = lsgd.make_strategy(cfg.method, self.model, self.opt, comm=self.comm,
-                                           **strategy_knobs(cfg))
+                                           **knobs_from_config(cfg))
         self.strategy.on_round = self._after_round
         self.comm.add_state("run", self._send, self._take)
         self.per_epoch = self.task.steps_per_epoch

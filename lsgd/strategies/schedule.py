@@ -3,7 +3,7 @@ by the total steps of all workers.
 
 A periodic method (LSGD, EASGD, local SGD) has one or two *cadences*: a local
 one (a collective inside the worker's group, every ``period`` steps) and a
-global one (a collective among all workers). :class:`Rounds` says, after each
+global one (a collective among all workers). :class:`RoundSchedule` says, after each
 local step, which rounds to join now:
 
 * **synchronous**: a round of a cadence with period ``tau`` is due after the
@@ -46,7 +46,7 @@ class Cadence:
     offset: int = 0
 
 
-class Rounds:
+class RoundSchedule:
     """The rounds due after each local step of one worker.
 
     Args:
