@@ -198,13 +198,18 @@ def test_rank_0s_progress_and_warnings_reach_the_terminal_from_node_0s_log(
     from lsgd.launcher.nodes import _Relay
 
     log = tmp_path / "node-0.log"
-    relay = _Relay(log)
+    relay = _Relay(log, progress=True)
     relay.poll()  # no log yet: nothing, no error
     log.write_text("torchrun chatter\nstep 10 of 100: center validation loss 3.1 nats/byte\nwar")
     relay.poll()
     with open(log, "a") as more:
         more.write("ning: restart 1: continuing from step 8\n")
     relay.poll()
+    other = tmp_path / "node-2.log"  # another node's: its faults and warnings, no progress
+    other.write_text("step 10 of 100: not rank 0's\nfault: worker 2 kills itself (SIGKILL) "
+                     "at step 9\n")
+    _Relay(other).poll()
     assert capsys.readouterr().err.splitlines() == [
         "step 10 of 100: center validation loss 3.1 nats/byte",
-        "warning: restart 1: continuing from step 8"]
+        "warning: restart 1: continuing from step 8",
+        "fault: worker 2 kills itself (SIGKILL) at step 9"]

@@ -196,3 +196,17 @@ def test_a_checkpoint_of_the_single_folder_layout_still_loads(tmp_path: Path) ->
     found, problems = checkpoint.usable(tmp_path, 1)
     assert found is not None and found.path == folder and problems == []
     assert torch.equal(checkpoint.read(found, 0)["model"]["w"], torch.ones(2))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_worker_killed_before_the_first_checkpoint_restarts_from_step_0_and_says_so(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    summary = _train(tmp_path / "run", restarts=1, fault=["kill:1:50"], checkpoint_every=0)
+    assert summary["restarts"] == 1
+    [event] = summary["resumes"]
+    assert event["kind"] == "restart" and event["from_step"] == 0 and event["checkpoint"] is None
+    # Killed before its step 50: rank 0 got to the round of step 48 or 52, all redone.
+    assert 40 <= summary["steps_redone"] <= 56, event
+    assert summary["steps"] == 100
+    assert "restart 1: no checkpoint was written before the failure" in capfd.readouterr().err

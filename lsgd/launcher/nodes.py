@@ -101,7 +101,8 @@ def launch_on_links(
                 agents.append((_exec_agent(net, node, job, result, log, env, work), log))
         try:
             codes = _wait(agents, deadline=time.monotonic() + timeout + 3600.0,
-                          relay=_Relay(work / "node-0.log"))
+                          relays=[_Relay(work / f"node-{node}.log", progress=node == 0)
+                                  for node in range(groups)])
         finally:
             for process, log in agents:
                 if process.poll() is None:
@@ -206,14 +207,15 @@ def _fork_agent(net: ShapedNetwork, node: int, job: dict[str, Any], result: str,
 
 
 class _Relay:
-    """Shows on this process's stderr what rank 0 prints for its user (a line per
-    evaluation, lsgd's warnings) while the nodes run: their output goes to a log
-    file per node, rank 0's to node 0's."""
+    """Shows on this process's stderr what the workers print for their user while the
+    nodes run (their output goes to a log file per node): from node 0's log, rank 0's
+    line per evaluation; from every node's, lsgd's warnings and injected faults."""
 
-    SHOWN = ("step ", "warning: ")
+    SHOWN = ("warning: ", "fault: ")
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, progress: bool = False) -> None:
         self.path, self.offset, self.partial = path, 0, b""
+        self.shown = ("step ", *self.SHOWN) if progress else self.SHOWN
 
     def poll(self) -> None:
         try:
@@ -226,20 +228,21 @@ class _Relay:
         *lines, self.partial = (self.partial + data).split(b"\n")
         for line in lines:
             text = line.decode(errors="replace").rstrip("\r")
-            if text.startswith(self.SHOWN):
+            if text.startswith(self.shown):
                 print(text, file=sys.stderr, flush=True)
 
 
 def _wait(agents: list[tuple[Any, Any]], deadline: float,
-          relay: _Relay | None = None) -> list[int]:
+          relays: list[_Relay] = ()) -> list[int]:  # type: ignore[assignment]
     """Wait for every agent; after the first failure the rest get ``GRACE_SECONDS``."""
     failed_at: float | None = None
     shown_at = 0.0
     while True:
         codes = [process.poll() for process, _ in agents]
-        if relay is not None and (time.monotonic() - shown_at > 1.0
-                                  or all(code is not None for code in codes)):
-            relay.poll()
+        if relays and (time.monotonic() - shown_at > 1.0
+                       or all(code is not None for code in codes)):
+            for relay in relays:
+                relay.poll()
             shown_at = time.monotonic()
         if all(code is not None for code in codes):
             return [int(code) for code in codes if code is not None]

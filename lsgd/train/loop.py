@@ -102,6 +102,8 @@ class Worker:
             resume = str(self.run_dir)
         if resume:
             self._resume(Path(resume))
+        elif self.attempt > 0:
+            self._restart_from_scratch()
         self.progress_file = checkpoint.Progress(self.run_dir) if self.rank == 0 else None
 
     # -- checkpoints ---------------------------------------------------------------
@@ -156,6 +158,20 @@ class Worker:
             if self.attempt > 0:
                 checkpoint.warn(f"restart {self.attempt}: continuing from {chosen.path.name} "
                                 f"(step {self.steps}; {redone} steps to redo)")
+
+    def _restart_from_scratch(self) -> None:
+        """A restart with no checkpoint to continue from: every step again, said and
+        counted (before this worker's progress mark is written anew)."""
+        if self.rank != 0:
+            return
+        reached = checkpoint.reached(self.run_dir)
+        self.restarts.append({"kind": "restart", "attempt": self.attempt, "from_step": 0,
+                              "reached_step": reached, "steps_redone": reached,
+                              "checkpoint": None})
+        checkpoint.warn(f"restart {self.attempt}: no checkpoint was written before the "
+                        f"failure (--checkpoint-every N writes one every N steps); starting "
+                        f"again from step 0 ({'?' if reached is None else reached} steps to "
+                        "redo)")
 
     def _restore(self, state: dict[str, Any]) -> None:
         for key in ("steps", "epoch", "batch", "train_seconds", "data_seconds"):
