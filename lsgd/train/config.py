@@ -156,9 +156,8 @@ class TrainConfig:
                          "is applied (0: the round blocks); below --period")
     fragments: int = _f(1, "send the state in F parts, one every --period/F steps (F "
                            "divides --period); lsgd: the leader's, elected once a period")
-    election: str = _f("auto", "lsgd: when the scores are gathered: at the round step "
-                               "(round, blocking), or one step before on a lane of their "
-                               "own (early); auto: early with --overlap or --fragments",
+    election: str = _f("auto", "lsgd: gather the scores at the round (round, blocking) or "
+                               "a step before (early); auto: early if hidden or fragmented",
                        choices=("auto", "round", "early"))
     compress: str = _f("none", "wire format of the rounds: none (float32), bf16, or int8 "
                                "(blocks of 256 values with a scale each); what is sent is "
