@@ -188,6 +188,6 @@ def tuning(result: Result) -> str:
         lines.append(
             f"| {run['method']} | {knobs} | "
             + ("-" if run["time"] is None else f"{run['time']:.1f}")
-            + f" | {'-' if run['steps'] is None else run['steps']} | {best} | {pace:.2f} | "
+            + f" | {'-' if run['steps'] is None else int(run['steps'])} | {best} | {pace:.2f} | "
             + ("yes" if chosen.get(run["method"]) == run["knobs"] else "") + " |")
     return "\n".join(lines)
