@@ -1,35 +1,26 @@
 """Batched data augmentation on tensors, reproducible per worker.
 
 Every function takes a whole ``[B, C, H, W]`` batch on any device and does one
-vectorized operation (index arithmetic, no Python loop over images). Randomness
-comes from an explicit ``torch.Generator`` (on the CPU or on the batch's device;
-``None`` uses the default one), so each worker seeding its own generator gets a
-reproducible stream of augmented batches::
+vectorized operation (no Python loop over images). Randomness comes from an
+explicit ``torch.Generator`` (``None``: the default one), so a worker seeding
+its own gets a reproducible stream, e.g.
+``train_transform("cifar-28")(x, generator=torch.Generator().manual_seed(seed * 1000 + rank))``.
 
-    g = torch.Generator().manual_seed(seed * 1000 + rank)
-    train = train_transform("cifar-28")
-    x = train(data.train_x[batch], generator=g)
-
-The papers' pipelines are named presets (:data:`PRESETS`), applied after the
+The papers' pipelines are presets (:data:`PRESETS`), applied after the
 dataset's normalization (:mod:`lsgd.data`):
 
-``"cifar-28"``      CNN7 and ResNet20 on CIFAR: random 28x28 crop and horizontal
-                    flip (p=1/2); test on the center 28x28 crop.
-``"cifar-32-pad"``  VGG16 on CIFAR: pad 4 pixels (to 40x40) with black, random
-                    32x32 crop and flip; test on the image as is. Black is the
-                    normalized value of a zero pixel, ``-mean/std`` per channel,
-                    which is what torchvision's pad-before-normalize gives.
-``"cifar100-32-pad"`` the same for CIFAR-100, whose black differs (its own
-                    mean and std).
-``"fashion"``       Fashion-MNIST: no augmentation (the papers state none), train
-                    and test are the identity.
-``"fashion-crop"``  an optional Fashion-MNIST variant: pad 2 with the background
-                    (the smallest value in the batch, i.e. a zero pixel after
-                    normalization), random 28x28 crop, no flip; test identity.
-``"none"``          identity.
+``"cifar-28"``        CNN7, ResNet20 on CIFAR: random 28x28 crop and flip (p=1/2);
+                      test on the center 28x28 crop.
+``"cifar-32-pad"``    VGG16 on CIFAR: pad 4 with black (``-mean/std`` per channel,
+                      as torchvision's pad-before-normalize), random 32x32 crop
+                      and flip; test as is.
+``"cifar100-32-pad"`` the same with CIFAR-100's black.
+``"fashion"``         Fashion-MNIST: identity (the papers state no augmentation).
+``"fashion-crop"``    pad 2 with the batch's smallest value, random 28x28 crop.
+``"none"``            identity.
 
-ImageNet's transforms (random-resized crop, resize-and-center-crop) need each
-image at full size, so :class:`lsgd.data.ImageFolder` applies them while decoding.
+ImageNet's transforms need full-size images, so :class:`lsgd.data.ImageFolder`
+applies them while decoding.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The ``lsgd`` command line.
 
-One top-level subcommand per ``add_*_parser(subparsers)`` function, wired up in
-:func:`build_parser`; each sets ``handler`` (a function of the parsed
-arguments returning the exit code) and ``parser`` (for error messages) as
-defaults. Today::
-
-    lsgd train [--config run.toml] [--method lsgd] [--workers 4] ...   (lsgd.train.command)
-    lsgd plot RUN_DIR ... [--out fig.png]
-    lsgd repro toy [--out DIR] [--json] ...
-    lsgd repro matrix-completion [--dim D] [--ranks R ...] [--trials T] [--steps S] ...
-    lsgd bench NAME ... [--quick] [--out DIR] [--links 1gbit,20mbit] ...    (lsgd.bench)
+One subcommand per ``add_*_parser(subparsers)``, each beside the code it runs
+(:mod:`lsgd.train.command` for ``train`` and ``plot``, :mod:`lsgd.repro.command`
+for ``repro``, :mod:`lsgd.bench.command` for ``bench``). Each sets ``handler``
+(a function of the parsed arguments returning the exit code) and ``parser``
+(for error messages) as defaults.
 
 Exit codes: 0 success, 2 bad usage (argparse's message, no traceback), 130
 interrupted. matplotlib is imported only when a figure is drawn (it is the
@@ -19,243 +14,41 @@ optional ``plot`` extra).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import lsgd
 from lsgd.train.build import UsageError
 
 Handler = Callable[[argparse.Namespace], int]
-SubParsers = Any  # argparse._SubParsersAction, private in typeshed
 
 
-# -- argument types -------------------------------------------------------
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def int_list(text: str) -> list[int]:
-    """``"1,10"`` or ``"1"`` (used with ``nargs="+"``: ``--ranks 1 10`` or ``--ranks 1,10``)."""
-    return [positive_int(part) for part in text.split(",") if part.strip()]
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
-    return value
-
-
-# -- the parser -----------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from lsgd.bench.command import add_bench_parser
+    from lsgd.repro.command import add_repro_parser
+    from lsgd.train.command import add_plot_parser, add_train_parser
+
     parser = argparse.ArgumentParser(
         prog="lsgd",
         description="Communication-efficient distributed training: Leader SGD and baselines.",
     )
     parser.add_argument("--version", action="version", version=f"lsgd {lsgd.__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from lsgd.train.command import add_plot_parser, add_train_parser
-
-    add_train_parser(subparsers)
-    add_plot_parser(subparsers)
-    add_repro_parser(subparsers)
-    from lsgd.bench.command import add_bench_parser
-
-    add_bench_parser(subparsers)
+    for add in (add_train_parser, add_plot_parser, add_repro_parser, add_bench_parser):
+        add(subparsers)
     parser.set_defaults(handler=None, parser=parser)
     return parser
 
 
-def add_repro_parser(subparsers: SubParsers) -> argparse.ArgumentParser:
-    """``lsgd repro EXPERIMENT``: rerun the LSGD paper's small experiments."""
-    repro = subparsers.add_parser(
-        "repro",
-        help="rerun the LSGD paper's small experiments",
-        description="Rerun the LSGD paper's own small experiments through the library's "
-        "strategies (see docs/reproductions.md).",
-    )
-    experiments = repro.add_subparsers(dest="experiment", metavar="EXPERIMENT")
-    add_toy_parser(experiments)
-    add_matrix_completion_parser(experiments)
-    repro.set_defaults(handler=None, parser=repro)
-    return repro
-
-
-def _add_common(parser: argparse.ArgumentParser, out: str) -> None:
-    parser.add_argument("--out", default=out, metavar="DIR",
-                        help=f"folder for the PNGs and summary.json (default: {out})")
-    parser.add_argument("--json", action="store_true",
-                        help="print the results as JSON instead of a table")
-    parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
-
-
-def add_toy_parser(subparsers: SubParsers) -> argparse.ArgumentParser:
-    from lsgd.repro import toy
-
-    p = subparsers.add_parser(
-        "toy",
-        help="2-D landscape sin(pi r)/(pi r), 4 workers: LGD vs EAGD",
-        description="The 2-D landscape L = sin(pi r)/(pi r) with 4 workers from (-6, -4), "
-        "(-15, -18), (20, 11), (17, 8): LGD (pull 0.1) and EAGD (moving rate 0.43) with "
-        "full gradients and learning rate 0.1, plus LSGD with a scope pull and period 4, "
-        "local SGD and independent GD. Each runs until no worker moves more than --tol "
-        "in a step (checked every 10 steps) or --max-steps.",
-    )
-    _add_common(p, os.path.join("runs", "repro-toy"))
-    p.add_argument("--max-steps", type=positive_int, default=20_000,
-                   help="step limit per method (default: 20000)")
-    p.add_argument("--tol", type=positive_float, default=1e-10,
-                   help="stop when no coordinate moves more than this in a step "
-                   "(default: 1e-10)")
-    p.add_argument("--lr", type=positive_float, default=toy.LR, help="step (default: 0.1)")
-    p.add_argument("--pull", type=fraction, default=toy.PULL,
-                   help="LGD's pull lambda (default: 0.1)")
-    p.add_argument("--moving-rate", type=fraction, default=toy.MOVING_RATE,
-                   help="EAGD's moving rate beta (default: 0.43)")
-    p.set_defaults(handler=run_toy, parser=p)
-    return p
-
-
-def add_matrix_completion_parser(subparsers: SubParsers) -> argparse.ArgumentParser:
-    from lsgd.repro import matrix
-
-    p = subparsers.add_parser(
-        "matrix-completion",
-        help="low-rank factorization 1/4 ||M - X X^T||^2, 8 workers: LGD vs EAGD",
-        description="Low-rank factorization F(X) = 1/4 ||M - X X^T||_F^2, M = U U^T, with "
-        "8 workers from N(0, 1) starts: LGD vs EAGD (step 5e-4, pull 1/5, every step), "
-        "for each rank and trial. Prints the best worker's F/F(0) (median and range over "
-        "trials) and writes the paper's Figure 1.",
-    )
-    _add_common(p, os.path.join("runs", "repro-matrix-completion"))
-    p.add_argument("--dim", type=positive_int, default=matrix.DIM, help="d (default: 1000)")
-    p.add_argument("--ranks", type=int_list, nargs="+", default=[list(matrix.RANKS)],
-                   metavar="R", help="ranks r, e.g. --ranks 1 10 or --ranks 1,10 "
-                   "(default: 1 10 50 100)")
-    p.add_argument("--trials", type=positive_int, default=matrix.TRIALS,
-                   help="random trials per rank (default: 10)")
-    p.add_argument("--steps", type=positive_int, default=matrix.STEPS,
-                   help=f"iterations (default: {matrix.STEPS})")
-    p.add_argument("--seed", type=int, default=0, help="seed of U and the starts (default: 0)")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
-                   help="(default: float64)")
-    p.add_argument("--workers", type=positive_int, default=matrix.WORKERS,
-                   help="workers (default: 8)")
-    p.add_argument("--lr", type=positive_float, default=matrix.LR, help="step eta (default: 5e-4)")
-    p.add_argument("--pull", type=fraction, default=matrix.PULL,
-                   help="the paper's lambda (default: 0.2); the strategies get eta * lambda")
-    p.add_argument("--engine", choices=matrix.ENGINES, default="batched",
-                   help="batched tensors (default, fast) or the strategies on the simulator")
-    p.add_argument("--report-steps", type=int_list, nargs="+", default=None, metavar="S",
-                   help="step counts in the table (default: a few up to --steps)")
-    p.set_defaults(handler=run_matrix_completion, parser=p)
-    return p
-
-
-# -- handlers ---------------------------------------------------------------
-def run_toy(args: argparse.Namespace) -> int:
-    from lsgd.repro import Progress, toy
-
-    progress = Progress(enabled=not args.quiet)
-    try:
-        summary, runs = toy.run(max_steps=args.max_steps, tol=args.tol, pull=args.pull,
-                                moving_rate=args.moving_rate, lr=args.lr, progress=progress)
-    finally:
-        progress.close()
-    paths = toy.plot(runs, args.out)
-    _write_summary(args.out, summary)
-    _report(args, summary, toy.table(summary), paths)
-    return 0
-
-
-def run_matrix_completion(args: argparse.Namespace) -> int:
-    import torch
-
-    from lsgd.repro import Progress, matrix
-
-    parser: argparse.ArgumentParser = args.parser
-    ranks = sorted({r for group in args.ranks for r in group})
-    too_big = [r for r in ranks if r > args.dim]
-    if too_big:
-        parser.error(f"--ranks {too_big} exceed --dim {args.dim}")
-    at = sorted({s for group in args.report_steps for s in group}) if args.report_steps else None
-    if at and at[-1] > args.steps:
-        parser.error(f"--report-steps {[s for s in at if s > args.steps]} exceed --steps "
-                     f"{args.steps}")
-    try:
-        device = torch.device(args.device)
-    except RuntimeError:
-        parser.error(f"--device {args.device!r} is not a torch device (try cpu or cuda)")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device {args.device}: CUDA is not available on this machine")
-    progress = Progress(enabled=not args.quiet)
-    try:
-        result = matrix.run(
-            dim=args.dim, ranks=ranks, trials=args.trials, steps=args.steps, seed=args.seed,
-            workers=args.workers, lr=args.lr, pull=args.pull, device=str(device),
-            dtype=getattr(torch, args.dtype), engine=args.engine, progress=progress,
-        )
-    finally:
-        progress.close()
-    summary = matrix.summarize(result, at)
-    paths = matrix.plot(result, args.out)
-    _write_summary(args.out, summary)
-    _report(args, summary, matrix.table(summary), paths)
-    return 0
-
-
-def _write_summary(out: str, summary: dict[str, Any]) -> None:
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-
-
-def _report(args: argparse.Namespace, summary: dict[str, Any], table: str,
-            paths: Sequence[str]) -> None:
-    """The table (or JSON) on stdout; with ``--json`` the file notes go to stderr."""
-    notes = sys.stderr if args.json else sys.stdout
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        print(table)
-    for path in [*paths, os.path.join(args.out, "summary.json")]:
-        print(f"wrote {path}", file=notes)
-
-
-# -- entry point --------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (2 for bad usage)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
         handler: Handler | None = args.handler
-        if handler is None:  # a command group without its subcommand
+        if handler is None:  # no command
             args.parser.print_usage(sys.stderr)
-            missing = "an experiment" if args.command == "repro" else "a command"
-            print(f"{args.parser.prog}: error: choose {missing}; see "
+            print(f"{args.parser.prog}: error: choose a command; see "
                   f"{args.parser.prog} --help", file=sys.stderr)
             return 2
         return handler(args)

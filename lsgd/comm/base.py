@@ -1,47 +1,25 @@
 """The Communicator interface: the only way strategies move tensors.
 
-Two implementations share it: :class:`~lsgd.comm.distributed.DistCommunicator`
-(torch.distributed, gloo or NCCL) and
-:class:`~lsgd.comm.simulator.SimCommunicator` (workers as threads of one
-process). A third, :class:`LocalCommunicator`, is the trivial single worker.
+Implementations: :class:`~lsgd.comm.distributed.DistCommunicator`
+(torch.distributed, gloo or NCCL), :class:`~lsgd.comm.simulator.SimCommunicator`
+(workers as threads of one process) and :class:`LocalCommunicator` (one worker).
 
-Workers are numbered ``0 .. W-1`` and split into ``groups`` groups of
-``group_size`` consecutive ranks (a group is a node under torchrun). Every
-collective takes ``among="world"`` (all workers) or ``among="group"`` (the
-caller's group); ranks passed as ``src`` are always global ranks.
+Workers ``0 .. W-1`` form ``groups`` groups of ``group_size`` consecutive ranks
+(a group is a node under torchrun). Every collective takes ``among="world"`` or
+``among="group"``; ``src`` is always a global rank.
 
-Traffic accounting
-------------------
-Both implementations count the bytes each worker sends and receives as the
-algorithm that runs moves them on the wire (:mod:`lsgd.comm.wire`), so that
-over all workers the bytes sent equal the bytes received, and the numbers
-are the same under gloo and the simulator. For ``n`` participants and a
-payload of ``B`` bytes per worker:
+What is communicated: ``all_reduce`` (ring), ``broadcast`` (gloo's tree, NCCL's
+chain, or across nodes lsgd's pipelined chain, :mod:`lsgd.comm.chain`),
+``all_gather`` and the pairwise ``exchange`` of decentralized methods. Each
+worker counts the bytes it sends and receives as the algorithm moves them
+(:mod:`lsgd.comm.wire`), the same under gloo and the simulator, per traffic
+*category* (``"train"`` by default; ``"eval"`` keeps evaluation out of a
+method's cost).
 
-* ``all_reduce``: ring all-reduce, each worker sends and receives
-  ``2 (n - 1) / n * B``;
-* ``broadcast``: every worker but the source receives ``B``; who sends how
-  much depends on the algorithm (:attr:`Communicator.broadcast_algorithm`):
-  in gloo's binomial tree the source sends ``ceil(log2 n) B`` and inner
-  nodes forward, in NCCL's chain every worker but the last sends ``B``;
-  among all workers of several nodes, lsgd's pipelined chain of the nodes
-  (:mod:`lsgd.comm.chain`) replaces the tree;
-* ``all_gather``: each worker sends and receives ``(n - 1) * B``;
-* ``exchange`` (pairwise, for decentralized methods): each worker sends ``B``
-  to each peer and receives ``B`` from each.
-
-Traffic is counted per *category* (``"train"`` by default): evaluation
-traffic such as computing the center for a test goes under ``"eval"`` so it
-does not inflate the method's cost.
-
-Time and the shared step counter
---------------------------------
-Asynchronous methods need two more things, both here so that strategies stay
-backend-agnostic: :meth:`Communicator.add_count`, a counter shared by all
-workers (``TCPStore.add`` in the c10d store under torch.distributed), and a
-clock, :meth:`Communicator.now`. Strategies call :meth:`Communicator.local_step`
-after every local step: in the simulator that is when the worker's steps take
-time on its virtual clock, elsewhere it does nothing.
+For asynchronous methods: :meth:`Communicator.add_count`, a counter shared by
+all workers (the c10d store's ``add``), a clock, :meth:`Communicator.now`, and
+:meth:`Communicator.local_step`, called after every local step (the simulator
+advances the worker's virtual clock there; elsewhere it does nothing).
 """
 
 from __future__ import annotations

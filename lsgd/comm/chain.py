@@ -1,28 +1,21 @@
 """The pipelined chain broadcast across nodes: the plan every communicator follows.
 
-With one link per node, a broadcast in which the source's node sends the
-state to every other node (gloo's binomial tree sends it ``ceil(log2 n)``
-times through the source's link) costs up to ``(n - 1) B / rate``. The chain
+With one link per node, a tree broadcast sends the state through the source's
+link up to ``ceil(log2 n)`` times, ``(n - 1) B / rate`` at worst; the chain
 costs about ``B / rate``:
 
-1. The nodes form a chain that starts at the source's node and goes on in
-   node order (``node(src), node(src) + 1, ... mod groups``). Each node has a
-   *head*: the source on its own node, the node's first worker elsewhere.
-2. The state is cut into ``c`` chunks (:func:`chunk_count`, about 64 KB
-   each). Each head posts the receives of every chunk from the previous head
-   at once and forwards chunk ``k`` to the next head as soon as it has arrived,
-   while the later chunks arrive:
-   ``hops + c - 1`` stages of ``B / c``, each crossing every link at most once
-   each way.
-3. Inside each node the head broadcasts to its node's workers (gloo's tree on
-   the node's own fast links).
+1. The nodes form a chain from the source's node on in node order
+   (``node(src), node(src) + 1, ... mod groups``). Each node's *head* is the
+   source on its own node, the node's first worker elsewhere.
+2. The state is cut into ``c`` chunks of about 64 KB (:func:`chunk_count`);
+   each head forwards chunk ``k`` to the next head as soon as it has arrived:
+   ``hops + c - 1`` stages of ``B / c``, each crossing every link at most once.
+3. Inside each node the head broadcasts to its workers (gloo's tree).
 
-Bytes: every head but the last sends ``B`` along the chain, every head but the
-source receives ``B``; inside a node the tree's bytes (:func:`chain_bytes`).
-Communicators use it for broadcasts among all workers when there are several
-nodes and more than two workers (with two single-worker nodes the tree is the
-same single send), unless the backend's own broadcast is a chain already
-(NCCL's ring).
+Bytes (:func:`chain_bytes`): every head but the last sends ``B``, every head
+but the source receives ``B``, plus the tree's bytes inside each node.
+Communicators use it for world broadcasts with several nodes and more than two
+workers, unless the backend's broadcast is a chain already (NCCL's ring).
 """
 
 from __future__ import annotations

@@ -1,27 +1,20 @@
 """Wire formats for compressed transfers: what a float32 tensor becomes on the wire.
 
 A codec turns a flat float32 tensor into bytes (a ``uint8`` tensor) and back.
-It is a property of a transfer, not of a method: what is encoded (usually a
-difference from a reference every worker holds, see docs/algorithms.md,
-"Compressed rounds") is the strategy's business, how it travels is the
-communicator's. Bytes are counted as they travel, scales included.
+What is encoded (usually a difference from a reference every worker holds,
+docs/algorithms.md, "Compressed rounds") is the strategy's business; bytes are
+counted as they travel, scales included.
 
-* ``"bf16"``: each value rounded to bfloat16 (8 exponent bits, 8 of mantissa),
-  2 bytes per value: 0.50 of float32.
-* ``"int8"``: values in blocks of :data:`BLOCK` (256); each block carries one
-  float32 scale ``s = max |x| / 127`` and its values as ``round(x / s)`` in
-  ``[-127, 127]``: ``n + 4 ceil(n / 256)`` bytes, 0.254 of float32. The
-  rounding error of a value is at most ``s / 2``, half a step of its block.
+* ``"bf16"``: each value rounded to bfloat16, 2 bytes per value (0.50 of float32).
+* ``"int8"``: blocks of :data:`BLOCK` (256) values, each with one float32 scale
+  ``s = max |x| / 127`` and its values as ``round(x / s)`` in ``[-127, 127]``:
+  ``n + 4 ceil(n / 256)`` bytes (0.254 of float32), error at most ``s / 2``.
 
-A non-finite value stays non-finite: its block's scale becomes NaN or
-infinite and every value of the block decodes as NaN or infinite, so a
-diverged worker is still seen as diverged after a compressed transfer.
-
-The compressed all-reduce of both backends is built from three functions here,
-so that gloo processes and the simulator compute the same bits
-(:mod:`lsgd.comm.transfers`): :func:`chunks` (who owns which part),
-:func:`encode` and :func:`reduce_encoded` (the owner's float32 sum of the
-decoded contributions, encoded again).
+A non-finite value makes its whole block decode non-finite, so a diverged
+worker stays visibly diverged. The compressed all-reduce of both backends is
+built from :func:`chunks` (who owns which part), :func:`encode` and
+:func:`reduce_encoded` (the owner's float32 sum, encoded again), so gloo and
+the simulator compute the same bits.
 """
 
 from __future__ import annotations

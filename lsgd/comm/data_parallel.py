@@ -1,25 +1,17 @@
 """Data parallelism owned by the communicator: the module to call, and the gradient average.
 
-``comm.data_parallel(model)`` returns a :class:`DataParallel`, the module a
-user calls in the forward pass. Every step it averages the gradients of all
-workers (one ring all-reduce of the flattened gradients, ``2 (W - 1) / W``
-of the gradient bytes per worker) and keeps the floating buffers equal to
-rank 0's (one broadcast before each forward, as DistributedDataParallel's
-``broadcast_buffers``).
+``comm.data_parallel(model)`` returns a :class:`DataParallel`, the module a user
+calls in the forward pass. Every step it averages the gradients of all workers
+(one ring all-reduce of the flattened gradients) and keeps the floating buffers
+equal to rank 0's (one broadcast before each forward).
 
-Under torch.distributed the work is done by ``DistributedDataParallel``
-itself, overlapping the all-reduce with the backward pass (see
-:mod:`lsgd.comm.ddp`); in the simulator and for a single worker,
-:meth:`DataParallel.synchronize` all-reduces the gradients after the backward
-pass (:func:`collective_data_parallel`, from the communicator's own
-collectives). Both backends check the same thing the same way: the forward pass of
-the step must have gone through this module, otherwise DDP would silently
-skip the average (and the simulator would silently do it), so
-:meth:`DataParallel.synchronize` raises instead.
-
-A :class:`GradientCompression` asks for one of PyTorch's own DDP
-communication hooks instead of the plain all-reduce (torch.distributed only):
-torch's ``bf16_compress_hook`` or its PowerSGD hook (see :mod:`lsgd.comm.ddp`).
+Under torch.distributed ``DistributedDataParallel`` does the work, overlapping
+the all-reduce with the backward pass (:mod:`lsgd.comm.ddp`); in the simulator
+and for one worker :meth:`DataParallel.synchronize` all-reduces after the
+backward pass (:func:`collective_data_parallel`). Either way a step whose
+forward pass did not go through this module raises instead of silently
+skipping (or doing) the average. A :class:`GradientCompression` selects one of
+PyTorch's DDP hooks, bf16 or PowerSGD (torch.distributed only).
 """
 
 from __future__ import annotations
@@ -50,10 +42,10 @@ class GradientCompression:
 
     ``kind``: ``"none"`` (DDP's all-reduce), ``"bf16"`` (torch's
     ``bf16_compress_hook``: the bucket cast to bfloat16, all-reduced, cast back)
-    or ``"powersgd"`` (torch's ``powerSGD_hook``, Vogels et al. 2019,
-    https://arxiv.org/abs/1905.13727: each gradient matrix sent as two rank-
-    ``rank`` factors P and Q, with error feedback and warm start; vectors sent
-    whole; plain all-reduce for the first ``warmup`` steps).
+    or ``"powersgd"`` (torch's ``powerSGD_hook``, Vogels et al., arXiv:1905.13727:
+    each gradient matrix sent as two rank-``rank`` factors P and Q, with error
+    feedback and warm start; vectors sent whole; plain all-reduce for the first
+    ``warmup`` steps).
     """
 
     kind: str = "none"

@@ -1,27 +1,20 @@
 """Data parallelism under torch.distributed: DistributedDataParallel with traffic counted.
 
-:func:`ddp_data_parallel` wraps the model in ``DistributedDataParallel`` on
-the communicator's process group and registers a communication hook that
-runs DDP's own all-reduce and counts it (ring all-reduce of each gradient
-bucket, ``2 (W - 1) / W`` of its bytes per worker). DDP broadcasts rank 0's
-floating buffers before each forward (``forward_sync_buffers``, formerly
-``broadcast_buffers``); that traffic is counted at each step.
+:func:`ddp_data_parallel` wraps the model in ``DistributedDataParallel`` on the
+communicator's process group with a communication hook that runs DDP's own
+all-reduce of each gradient bucket and counts it. DDP's broadcast of rank 0's
+floating buffers before each forward is counted too.
 
-With a :class:`~lsgd.comm.data_parallel.GradientCompression` the counting hook
-calls one of PyTorch's own hooks instead of DDP's all-reduce (never a copy of
-them), and counts what that hook sends:
+With a :class:`~lsgd.comm.data_parallel.GradientCompression` the hook calls one
+of PyTorch's own hooks instead and counts what it sends:
 
-* ``bf16``: ``default_hooks.bf16_compress_hook``, 2 bytes per value. DDP
-  refuses to register that function by its name unless NCCL runs it; called
-  from lsgd's hook, it runs on gloo too (gloo all-reduces bfloat16 tensors);
-* ``powersgd``: ``powerSGD_hook.powerSGD_hook`` with a ``PowerSGDState`` of
-  the given rank and warm-up (torch's other defaults: error feedback, warm
-  start, ``min_compression_rate`` 2). What it sends is what torch's own
-  accounting adds to ``state.total_numel_after_compression`` for the bucket:
-  for each matrix it compresses (n x m, viewed from the gradient) the factors
-  P (n x r) and Q (m x r), each all-reduced; the other tensors whole. During
-  the warm-up it all-reduces the whole bucket. Its gradients go in one bucket
-  (``bucket_cap_mb`` of the model's size, unless ``options`` give one).
+* ``bf16``: ``default_hooks.bf16_compress_hook``, 2 bytes per value (called
+  from lsgd's hook it also runs on gloo);
+* ``powersgd``: ``powerSGD_hook.powerSGD_hook`` (PowerSGD, Vogels et al.,
+  arXiv:1905.13727) with the given rank and warm-up: for each compressed
+  ``n x m`` matrix the factors P (``n x r``) and Q (``m x r``), the other
+  tensors whole, the whole bucket during the warm-up, as torch's own
+  ``total_numel_after_compression`` counts them.
 
 Each all-reduce is counted as a ring's, ``2 (W - 1) / W`` of its bytes per worker.
 """

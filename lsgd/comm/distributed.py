@@ -1,30 +1,18 @@
 """The torch.distributed communicator (gloo on CPU, NCCL on GPU).
 
-Works under ``torchrun`` (``env://``: RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT) and with a process group the caller initialized.
-Groups are nodes: ``groups = WORLD_SIZE / LOCAL_WORLD_SIZE`` unless given
-(or set by ``LSGD_GROUPS``); a group is ``group_size`` consecutive ranks,
-which is how torchrun numbers the workers of a node. One subgroup per group
-is created with :func:`torch.distributed.new_subgroups`, collectively.
+Works under ``torchrun`` (``env://``) and with a process group the caller
+initialized. Groups are nodes: ``groups = WORLD_SIZE / LOCAL_WORLD_SIZE``
+unless given (or set by ``LSGD_GROUPS``), one subgroup per node
+(:func:`torch.distributed.new_subgroups`). The shared step counter of
+asynchronous methods is one ``add`` on the default group's c10d store, under a
+key prefixed with ``lsgd/`` and torchrun's restart count.
 
-The shared step counter of asynchronous methods lives in the c10d store that
-the default process group already uses (a ``TCPStore`` served by rank 0 or by
-torchrun's agent): :meth:`add_count` is one ``store.add``, a round trip of
-about 0.05 ms on one machine (on a helper thread, see Failures below). Keys are prefixed with ``lsgd/`` and torchrun's
-restart count, so a restarted job starts from zero.
-
-Failures
---------
-Every collective, the pairwise exchange and the store are bounded by the
-timeout of the process group (``init_from_env(timeout)``, ``lsgd.launch(...,
-timeout=...)``, ``lsgd train --timeout``). When a worker dies, gloo's
-connections to it close and the others fail at once ("Connection closed by
-peer"); when it hangs, they fail once the timeout runs out. Either way the
-primitives raise :class:`CommunicationError`, whose message names this rank,
-the operation, how long it waited and the timeout, with torch's error chained.
-``TCPStore.add`` has no timeout of its own (it waits forever on a stopped
-store server), so :meth:`~DistCommunicator.add_count` runs it on a helper
-thread and gives up after the store's timeout.
+Failures: every collective, exchange and store call is bounded by the process
+group's timeout. A dead peer fails the others at once, a hung one once the
+timeout runs out; either way the primitives raise
+:class:`~lsgd.comm.errors.CommunicationError` naming this rank, the operation
+and how long it waited. ``TCPStore.add`` has no timeout of its own, so
+:meth:`~DistCommunicator.add_count` runs it on a helper thread.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
 """The background lanes of a torch.distributed worker: started transfers, in order.
 
-:meth:`~lsgd.comm.base.Communicator.start_all_reduce` and its kin return at
-once; under torch.distributed the transfer runs on a background thread of
-its lane (``"bulk"`` for states, ``"control"`` for small messages such as an
-election's scores), one after another in the order started, over process
-groups of the lane's own (a copy of the world group and of the node
-subgroups, created once, collectively, when the lane's first transfer
-starts). Collectives of different process groups never wait for each other,
-and each group sees its collectives in the same order on every worker (the
-main thread's blocking ones in program order, each lane's in start order),
-so training, a round's transfer in flight, a score exchange and an
-evaluation's all-reduce can all proceed at once without mismatching.
-
-A started transfer may carry several collectives (a compressed all-reduce is
-an all-to-all and an all-gather; the pipelined chain broadcast is a chain of
-point-to-point sends): running them on a thread, rather than as
-``async_op=True`` work, lets one transfer be any sequence of blocking calls.
-On a GPU the thread works on the worker's device with the default stream, so
-the transfer is ordered after the copies that filled its buffers; this path
-has not been run on a GPU.
+Under torch.distributed a started transfer
+(:meth:`~lsgd.comm.base.Communicator.start_all_reduce` and its kin) runs on its
+lane's background thread (``"bulk"`` for states, ``"control"`` for small
+messages), in start order, over process groups of the lane's own (copies of
+the world group and node subgroups, created collectively at the lane's first
+transfer). Each group then sees its collectives in the same order on every
+worker, so training, a round in flight, a score exchange and an evaluation's
+all-reduce proceed at once without mismatching. A thread, rather than
+``async_op=True``, lets one transfer be any sequence of blocking calls (a
+compressed all-reduce, the chain broadcast). On a GPU the thread uses the
+worker's device and default stream; this path has not been run on a GPU.
 """
 
 from __future__ import annotations

@@ -1,45 +1,27 @@
 """In-process simulator: W workers as threads of one process.
 
 ``simulate(fn, world_size=W, groups=n)`` runs ``fn(info)`` once per worker and
-returns the results by rank. The workers talk through
-:class:`SimCommunicator`, which has the same interface as the
-torch.distributed one, so strategy code runs unchanged.
+returns the results by rank. Workers talk through :class:`SimCommunicator`,
+which has the torch.distributed communicator's interface, so strategy code runs
+unchanged. Each simulated worker behaves like its own process:
 
-Each simulated worker behaves like its own process:
+* **One runs at a time.** The turn goes to the ready worker with the earliest
+  virtual clock (ties: the lowest rank) and passes when it enters a
+  collective, ends a local step or returns; a collective completes when its
+  last member arrives. The order depends on the program, the clocks and the
+  ranks alone, so a run is bit-for-bit repeatable (:mod:`lsgd.comm.world`).
+* **A virtual clock.** Each worker's clock advances by its step time
+  (``step_time``, 1.0 by default) at every local step; a collective completes
+  at its members' latest clock, and each member's clock jumps there.
+* **Private random state.** Each worker keeps its own torch, CUDA, ``random``
+  and NumPy generator state and swaps it in on its turn.
+* **Failure is global.** An exception in any worker unwinds the others
+  (:class:`WorkerAborted`), and ``simulate`` raises :class:`SimulationError`
+  naming the rank; a collective that can never complete is a deadlock,
+  reported with what each worker waited for.
 
-* **One runs at a time, in a fixed order.** A worker runs until it enters a
-  collective, ends a local step (or returns); then the turn passes to the
-  next ready worker (see the virtual clock below). A collective completes
-  when its last member arrives, and its members become ready again. The interleaving is therefore a function of the
-  program alone, never of thread timing, and a run is bit-for-bit repeatable.
-* **Private random state.** torch's global generator (and CUDA's, Python's
-  ``random`` and NumPy's legacy global state) is process-wide, so each worker
-  keeps its own copy and swaps it in on its turn; dropout, ``torch.randn`` and
-  shuffling draw from a per-worker stream exactly as in separate processes.
-* **Failure is global.** An exception in any worker wakes every other worker
-  (which then unwinds with :class:`WorkerAborted`) and ``simulate`` raises
-  :class:`SimulationError` naming the rank, chained to the original error. If
-  every live worker waits in a collective that can never complete, that is
-  reported as a deadlock with what each worker was waiting for.
-
-* **A virtual clock.** Each worker has a clock that advances by its *step
-  time* (``step_time``, 1.0 by default) at every local step
-  (:meth:`SimCommunicator.local_step`). The turn always goes to the ready
-  worker whose clock is earliest (ties: the lowest rank), so
-  workers of different speeds interleave as they would in real time: a worker
-  with step time 3 takes a third as many steps as one with step time 1 while
-  both run freely. A collective completes at the latest arrival time of its
-  members, and each member's clock jumps there: that jump is the time it waited.
-  Moving data costs no virtual time. The order depends on the clocks and
-  ranks alone, never on who ran last, so a run resumed at a point where all
-  clocks agree continues exactly as the uninterrupted one.
-* **Shared counters.** :meth:`SimCommunicator.add_count` (the c10d store's
-  ``add`` under torch.distributed) updates a counter of the world in the order
-  of the virtual clock.
-
-Collectives reduce in rank order, so sums are deterministic. Communication
-time in the statistics is the time spent moving data, not the time spent
-waiting for the other (serialized) workers.
+:meth:`SimCommunicator.add_count` updates a world counter in the order of the
+virtual clock. Collectives reduce in rank order, so sums are deterministic.
 """
 
 from __future__ import annotations

@@ -3,41 +3,23 @@
 ``comm.start_all_reduce(...)``, ``start_broadcast(...)`` and
 ``start_all_gather(...)`` return a :class:`Handle` at once; the transfer runs
 while the worker computes, and ``handle.wait()`` blocks until it has arrived
-(then the tensor holds the result; for an all-gather ``wait`` returns it). A
-strategy starts a round's transfer, keeps taking local steps, and waits for
-it when it applies the result (docs/algorithms.md, "Overlapped rounds"). The
-tensors given to a started transfer belong to it until ``wait`` returns: the
-caller must neither read nor write them before.
+(docs/algorithms.md, "Overlapped rounds"). The tensors belong to the transfer
+until ``wait`` returns.
 
-Every backend runs started transfers *in order* within a *lane*: a worker's
-transfers of one lane form one queue, separate from its blocking collectives
-and from its other lane, and every worker starts the same transfers in the
-same order (strategies start them at the same steps), so they never mix.
-Two lanes exist (:data:`LANES`): ``"bulk"`` for rounds' states and
-``"control"`` for small messages (an election's scores), so that a score
-exchange never queues behind a state in flight. Under torch.distributed each
-lane is a background thread with process groups of its own
-(:mod:`lsgd.comm.distributed`); in the simulator a transfer started at
-virtual time ``t`` finishes at ``max(t over its members, the end of the
-member's previous transfer of the same lane) +`` its modeled time, and
-waiting costs only what is left of that. The modeled link gives each lane
-the whole rate (a control message is a few bytes: on a real link it shares
-the queue of the link's shaper, at most 100 ms at lsgd's shaped links).
+Started transfers run in order within a *lane* (:data:`LANES`): ``"bulk"`` for
+rounds' states, ``"control"`` for small messages such as an election's scores,
+so a score exchange never queues behind a state. Under torch.distributed a lane
+is a background thread with process groups of its own (:mod:`lsgd.comm.lanes`);
+in the simulator a transfer finishes at the latest start among its members (or
+the end of the lane's previous transfer) plus its modeled time.
 
-Bytes and seconds are counted when the handle is waited, under the traffic
-category that was current when the transfer started, with the same formulas
-as the blocking collectives (:mod:`lsgd.comm.wire`, :mod:`lsgd.comm.codec`);
-the seconds are the transfer's own, not the time the caller waited.
-
-Compressed transfers (``codec`` ``"bf16"`` or ``"int8"``, float32 tensors):
-
-* all-reduce: each member encodes its tensor in ``n`` parts; an all-to-all
-  hands part ``j`` of every member to member ``j``, which decodes them, adds
-  them in float32 and encodes the sum (or mean); an all-gather of those parts
-  gives every member the same bytes, which all decode. Every member, the
-  owner of a part included, ends with exactly the same values.
-* broadcast: the source encodes, the bytes travel as a broadcast does, and
-  every member (the source included) decodes them.
+Bytes and seconds are counted at ``wait``, under the category current at the
+start, with the blocking collectives' formulas (:mod:`lsgd.comm.wire`,
+:mod:`lsgd.comm.codec`). Compressed transfers (``codec`` ``"bf16"`` or
+``"int8"``, float32 tensors): an all-reduce is an all-to-all of encoded parts,
+each owner's float32 sum encoded again, then an all-gather, so every member
+ends with the same values; a broadcast sends the source's encoding, which every
+member (the source included) decodes.
 """
 
 from __future__ import annotations

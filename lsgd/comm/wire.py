@@ -1,36 +1,26 @@
 """What each collective puts on the wire, and how long that takes over a link.
 
-Two questions, answered once for every backend:
+**Bytes** a worker sends and receives, as the algorithm really moves them (over
+all workers, bytes sent equal bytes received). For ``n`` members and ``B`` bytes:
 
-* **Bytes.** How many bytes a worker sends and receives in a collective, as the
-  algorithm that runs really moves them, so that over all workers the bytes
-  sent equal the bytes received. For ``n`` members and a payload of ``B``
-  bytes:
+- ring all-reduce: each member sends and receives ``2 (n - 1) / n * B``;
+- ring all-gather: each member sends and receives ``(n - 1) * B``;
+- broadcast, ``"tree"`` (gloo's binomial tree, also the simulator's): with
+  ``v`` a member's distance from the source, in round ``i`` (``i = 0 ..
+  ceil(log2 n) - 1``) every ``v < 2**i`` sends ``B`` to ``v + 2**i``; the source
+  sends ``ceil(log2 n) * B``, every other member receives ``B`` once;
+- broadcast, ``"chain"`` (NCCL's ring, lsgd's pipelined chain): every member
+  but the last sends ``B``, every member but the source receives ``B``;
+- pairwise exchange: ``B`` to and from each peer.
 
-  - ring all-reduce: each member sends and receives ``2 (n - 1) / n * B``;
-  - ring all-gather: each member sends and receives ``(n - 1) * B``;
-  - broadcast, ``"tree"`` (gloo's binomial tree, also the simulator's):
-    members are numbered by their distance ``v`` from the source
-    (``v = (position - source position) mod n``); in round ``i`` (``i = 0 ..
-    ceil(log2 n) - 1``) every ``v < 2**i`` sends ``B`` to ``v + 2**i`` when that
-    exists. The source sends ``ceil(log2 n) * B`` (it sends in every round, for
-    every ``n``), and each other member receives ``B`` once;
-  - broadcast, ``"chain"`` (NCCL's ring, and lsgd's pipelined chain): the
-    state passes along a chain that starts at the source; every member but
-    the last sends ``B``, every member but the source receives ``B``;
-  - pairwise exchange: ``B`` to and from each peer.
-
-* **Seconds.** How long a collective takes when workers sit on *nodes* (a
-  node is a group: one machine) and every node reaches the others through one
-  link of ``rate`` bits per second each way and ``latency`` seconds one way,
-  while traffic inside a node is free. This is the simulator's link model
-  (``lsgd.simulate(..., link=...)``); the real shaped links of
-  ``lsgd.launch(..., link=...)`` are what it is checked against. A collective
-  runs in stages (a ring's ``2 (n - 1)`` steps, a tree's rounds); a stage
-  takes ``latency + 8 * max_bytes / rate``, where ``max_bytes`` is the most
-  bytes any one node must send or receive across its link in that stage, and
-  stages run one after another. A stage with no traffic between nodes costs
-  nothing.
+**Seconds**, the simulator's link model (``lsgd.simulate(..., link=...)``,
+checked against the shaped links of ``lsgd.launch(..., link=...)``): each node
+(group) reaches the others through one link of ``rate`` bits per second each
+way and ``latency`` seconds one way; traffic inside a node is free. A
+collective runs in stages (a ring's ``2 (n - 1)`` steps, a tree's rounds), one
+after another; a stage takes ``latency + 8 * max_bytes / rate``, ``max_bytes``
+being the most any node sends or receives across its link in it, and nothing
+when no bytes cross a link.
 """
 
 from __future__ import annotations

@@ -1,29 +1,22 @@
 """Datasets as tensors, and exclusive per-worker shards.
 
-In memory (a :class:`Dataset`, images float32 ``[N, C, H, W]``, labels int64 ``[N]``):
+In memory (a :class:`Dataset`: images float32 ``[N, C, H, W]``, labels int64 ``[N]``):
 
-* Fashion-MNIST from its IDX files (gzipped or not): the folder given, else
-  ``$LSGD_DATA/fashion-mnist`` or ``$LSGD_DATA``, else Debian's
-  ``dataset-fashion-mnist`` package folder ``/usr/share/datasets/fashion-mnist``.
-  Normalized by the training set's mean and standard deviation.
-* CIFAR-10 / CIFAR-100 from the python-pickle folders of ``cifar-10-python.tar.gz``
-  / ``cifar-100-python.tar.gz`` (never downloaded by lsgd), normalized per channel:
-  CIFAR-10 with the papers' mean (0.4914, 0.4822, 0.4465) and std (0.2023, 0.1994,
-  0.2010), CIFAR-100 with its training set's mean (0.5071, 0.4865, 0.4409) and std
-  (0.2673, 0.2564, 0.2762).
-* scikit-learn's bundled 8x8 digits (no download needed).
+* Fashion-MNIST from its IDX files (the folder given, ``$LSGD_DATA``, or
+  Debian's ``/usr/share/datasets/fashion-mnist``), normalized by the training
+  set's mean and standard deviation;
+* CIFAR-10 / CIFAR-100 from their python-pickle folders (never downloaded),
+  normalized per channel (:mod:`lsgd.data.cifar`);
+* scikit-learn's bundled 8x8 digits;
 * :func:`synthetic`: a learnable Gaussian-prototype task for quick runs.
 
-Text, as byte tokens (a :class:`TextData`, see :mod:`lsgd.data.text`): the
-King James Bible from Debian's ``bible-kjv`` package (``kjv``), or any UTF-8
-text file or folder (``text``, from ``data_dir``).
+Text as byte tokens (a :class:`TextData`, :mod:`lsgd.data.text`): the King James
+Bible (``kjv``) or any UTF-8 text (``text``). Decoded lazily (an
+:class:`ImageFolder`): ImageNet-style ``train/`` and ``val/`` class folders,
+read with Pillow (the extra ``lsgd[imagenet]``).
 
-Decoded lazily (an :class:`ImageFolder`, too big for memory): ImageNet-style
-``train/<class>/*.JPEG`` and ``val/<class>/*.JPEG`` folders, read with Pillow
-(the optional extra ``pip install 'lsgd[imagenet]'``).
-
-:func:`load_dataset` picks one by name; :data:`DATASETS` lists the names. Each
-dataset names its paper augmentation preset in ``augment`` (see :mod:`lsgd.augment`).
+:func:`load_dataset` picks one by name from :data:`DATASETS`; each dataset
+names its augmentation preset in ``augment`` (:mod:`lsgd.augment`).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ class ImageFolder:
 
     It is not held in memory: ``len(folder)`` is the number of training images,
     ``train_y`` / ``test_y`` are all labels (cheap), and :meth:`load` decodes a
-    batch. Like :class:`Dataset` it has ``name``, ``classes``, ``input_shape``
+    batch. Like :class:`~lsgd.data.dataset.Dataset` it has ``name``, ``classes``, ``input_shape``
     and ``augment`` (``"none"``: the paper's ImageNet augmentation is applied by
     :meth:`load` while decoding, as tensors of one fixed size are needed).
 

@@ -1,22 +1,17 @@
 """Text as byte tokens: the King James Bible from Debian, or any UTF-8 text a user brings.
 
-Tokens are the text's UTF-8 bytes (a vocabulary of 256; no tokenizer to
-download). Two sources:
+Tokens are the text's UTF-8 bytes (a vocabulary of 256, no tokenizer). Sources:
 
-* ``kjv``: the King James Version of the Bible, printed by the ``bible``
-  program of Debian's ``bible-kjv`` package (``bible Gen1:1-Rev22:21``, about
-  4.3 MB), extracted once into a cache file (``$LSGD_CACHE``, else
+* ``kjv``: the King James Version, printed by the ``bible`` program of Debian's
+  ``bible-kjv`` package and cached once (``$LSGD_CACHE``, else
   ``$XDG_CACHE_HOME/lsgd`` or ``~/.cache/lsgd``). Validation: every 20th
-  chapter (the 20th, 40th, ... of the 1,189, counted through the whole
-  Bible: 59 chapters from every part of it, about 5% of the bytes); training:
-  the other chapters, in order.
-* ``text``: a UTF-8 file, or a folder of them (every regular file under it,
-  in the order of their paths, joined by newlines). Validation: the last 5%
-  of the bytes, from the start of the line where that part begins; training:
-  everything before it.
+  chapter of the 1,189 (about 5% of the bytes); training: the others, in order.
+* ``text``: a UTF-8 file, or every regular file under a folder in path order,
+  joined by newlines. Validation: the last 5% of the bytes, from the start of
+  its first line; training: everything before.
 
 Each worker trains on an exclusive contiguous shard of the training bytes
-(:func:`text_shard`: together the shards cover them exactly).
+(:func:`text_shard`).
 """
 
 from __future__ import annotations

@@ -1,23 +1,19 @@
-"""The papers' models as plain ``torch.nn`` modules.
+"""The papers' models as plain ``torch.nn`` modules (no torchvision).
 
-Every constructor takes the number of input channels and classes, so one
-architecture serves gray (Fashion-MNIST, digits) and colour (CIFAR, ImageNet)
-data. ``build_model(name, (C, H, W), classes)`` picks one by name from
-:data:`~lsgd.models.registry.MODELS`:
+Every constructor takes the input channels and classes, so one architecture
+serves gray and colour data. ``build_model(name, (C, H, W), classes)`` picks one
+from :data:`~lsgd.models.registry.MODELS`:
 
 =============  ==============================================================
-``cnn7``       EASGD's 7-layer CNN (Zhang, Choromanska & LeCun, 2015)
-``resnet20``   CIFAR ResNet-20, option-A shortcuts (He et al., 2016)
-``vgg16``      VGG-16 with BatchNorm, CIFAR variant (Simonyan & Zisserman 2015)
-``wrn-28-10``  WideResNet-28-10, pre-activation (Zagoruyko & Komodakis, 2016);
-               any ``wrn-D-K`` (D = 6n+4, K >= 1) builds too, e.g. ``wrn-16-4``
-``resnet50``   ResNet-50, bottlenecks 3-4-6-3 (He et al., 2016): the CIFAR stem
-               (3x3 stride-1 conv, no max-pool) on inputs up to 64x64, the
-               ImageNet stem (7x7 stride-2 conv, max-pool) on larger ones
-``mlp``        a small fully connected network (flatten, Linear/ReLU, Linear)
+``cnn7``       EASGD's 7-layer CNN (Zhang et al., arXiv:1412.6651)
+``resnet20``   CIFAR ResNet-20, option-A shortcuts (He et al., arXiv:1512.03385)
+``vgg16``      VGG-16 with BatchNorm, CIFAR variant (Simonyan & Zisserman,
+               arXiv:1409.1556)
+``wrn-28-10``  WideResNet-28-10, pre-activation (Zagoruyko & Komodakis,
+               arXiv:1605.07146); any ``wrn-D-K`` (D = 6n+4), e.g. ``wrn-16-4``
+``resnet50``   ResNet-50: the CIFAR stem on inputs up to 64x64, else ImageNet's
+``mlp``        a small fully connected network
 =============  ==============================================================
-
-No torchvision is needed: everything is written here.
 """
 
 from lsgd.models.cnn7 import CNN7, cnn7

@@ -1,4 +1,4 @@
-"""EASGD's 7-layer CNN (Zhang, Choromanska & LeCun, 2015)."""
+"""EASGD's 7-layer CNN (Zhang, Choromanska & LeCun, 2015, arXiv:1412.6651)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,7 @@ def _cnn7_feature_size(image_size: int) -> int:
 
 
 class CNN7(nn.Module):
-    """The 7-layer CNN of EASGD (Zhang, Choromanska & LeCun, "Deep learning
-    with Elastic Averaging SGD", NeurIPS 2015), used by the Leader SGD papers
-    (Teng et al., "Leader Stochastic Gradient Descent", 2019/2020).
+    """The 7-layer CNN of EASGD, used by the Leader SGD papers.
 
     conv 5x5 -> 64, ReLU, maxpool 2; conv 5x5 -> 128, ReLU, maxpool 2;
     conv 3x3 -> 64, ReLU; flatten; linear -> 256; dropout 0.5; linear ->

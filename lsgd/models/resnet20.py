@@ -1,4 +1,4 @@
-"""CIFAR ResNet-20 with option-A shortcuts (He et al., 2016)."""
+"""CIFAR ResNet-20 with option-A shortcuts (He et al., arXiv:1512.03385)."""
 
 from __future__ import annotations
 
@@ -46,8 +46,7 @@ class _BasicBlock(nn.Module):
 
 
 class ResNet20(nn.Module):
-    """ResNet-20 for CIFAR (He, Zhang, Ren & Sun, "Deep Residual Learning for
-    Image Recognition", CVPR 2016, section 4.2, n = 3).
+    """ResNet-20 for CIFAR (the paper's section 4.2, n = 3).
 
     3x3 conv -> 16, BN, ReLU; three stages of 3 basic blocks with 16, 32 and
     64 channels (stride 2 at the start of stages 2 and 3); global average

@@ -1,4 +1,4 @@
-"""ResNet-50, bottlenecks 3-4-6-3 (He et al., 2016): ImageNet or CIFAR stem."""
+"""ResNet-50, bottlenecks 3-4-6-3 (He et al., arXiv:1512.03385): ImageNet or CIFAR stem."""
 
 from __future__ import annotations
 
@@ -52,9 +52,8 @@ class _Bottleneck(nn.Module):
 
 
 class ResNet50(nn.Module):
-    """ResNet-50 (He, Zhang, Ren & Sun, "Deep Residual Learning for Image
-    Recognition", CVPR 2016, table 1), the same layout as torchvision's
-    ``resnet50`` (stride on the 3x3 conv, "v1.5").
+    """ResNet-50 (the paper's table 1) laid out as torchvision's ``resnet50``
+    (stride on the 3x3 conv, "v1.5").
 
     Stem ``"imagenet"``: 7x7 conv stride 2 -> 64, BN, ReLU, 3x3 max-pool
     stride 2 (224x224 -> 56x56). Stem ``"cifar"``: 3x3 conv stride 1 -> 64,

@@ -1,4 +1,4 @@
-"""VGG-16 with BatchNorm, CIFAR variant (Simonyan & Zisserman, 2015)."""
+"""VGG-16 with BatchNorm, CIFAR variant (Simonyan & Zisserman, arXiv:1409.1556)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ VGG16_MIN_SIZE = 32
 
 
 class VGG16(nn.Module):
-    """VGG-16 with BatchNorm, CIFAR variant (Simonyan & Zisserman, "Very Deep
-    Convolutional Networks for Large-Scale Image Recognition", ICLR 2015;
-    BatchNorm from Ioffe & Szegedy 2015; CIFAR head as in the common
-    ``pytorch-vgg-cifar10`` recipe).
+    """VGG-16 with BatchNorm (Ioffe & Szegedy, arXiv:1502.03167) and the CIFAR
+    head of the common ``pytorch-vgg-cifar10`` recipe.
 
     Thirteen 3x3 padded convs, each followed by BN and ReLU, in the stack
     64, 64, M, 128, 128, M, 256 x3, M, 512 x3, M, 512 x3, M (M = 2x2 max-pool);

@@ -1,4 +1,4 @@
-"""WideResNet, pre-activation (Zagoruyko & Komodakis, 2016)."""
+"""WideResNet, pre-activation (Zagoruyko & Komodakis, arXiv:1605.07146)."""
 
 from __future__ import annotations
 
@@ -35,8 +35,7 @@ class _WideBlock(nn.Module):
 
 
 class WideResNet(nn.Module):
-    """Wide Residual Network WRN-depth-widen (Zagoruyko & Komodakis, "Wide
-    Residual Networks", BMVC 2016), pre-activation blocks.
+    """Wide Residual Network WRN-depth-widen with pre-activation blocks.
 
     3x3 conv -> 16; three stages of ``(depth - 4) / 6`` wide basic blocks
     with 16k, 32k and 64k channels (k = ``widen``; stride 2 at the start of

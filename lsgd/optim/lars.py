@@ -1,4 +1,4 @@
-"""LARS: Layer-wise Adaptive Rate Scaling (You, Gitman & Ginsburg, 2017)."""
+"""LARS: Layer-wise Adaptive Rate Scaling (You, Gitman & Ginsburg, arXiv:1708.03888)."""
 
 from __future__ import annotations
 

@@ -1,21 +1,14 @@
 """Reproductions of the LSGD paper's own small experiments.
 
-Two experiments from Teng et al., "Leader Stochastic Gradient Descent for
-Distributed Training of Deep Learning Models" (NeurIPS 2019), that run on a
-laptop in a minute or so (setups in docs/algorithms.md, "The papers' own small
-experiments"):
-
-* :mod:`lsgd.repro.toy`: a 2-D landscape, 4 workers, LGD against EAGD
-  (``lsgd repro toy``);
-* :mod:`lsgd.repro.matrix`: low-rank matrix factorization, 8 workers, LGD
-  against EAGD (``lsgd repro matrix-completion``).
-
-Both run the library's own strategies (:class:`~lsgd.LSGD`,
-:class:`~lsgd.EASGD`, ...) on the in-process simulator with full-batch
-"losses", so they double as an end-to-end check of the library. This module
-holds what the two share: the one-parameter model, the description of a method
-as a strategy (through :func:`lsgd.make_strategy`), the full-batch worker
-loop on the simulator, and the progress bars.
+Two experiments of Teng et al., "Leader Stochastic Gradient Descent for
+Distributed Training of Deep Learning Models" (NeurIPS 2019, arXiv:1905.10395),
+each a minute or so on a laptop (docs/reproductions.md): :mod:`lsgd.repro.toy`,
+a 2-D landscape with 4 workers, and :mod:`lsgd.repro.matrix`, low-rank matrix
+factorization with 8 workers, both LGD against EAGD. They run the library's own
+strategies on the in-process simulator with full-batch "losses", so they double
+as an end-to-end check. This module holds what the two share: the
+one-parameter model, a method as a strategy (:func:`lsgd.make_strategy`), the
+full-batch worker loop and the progress bars.
 """
 
 from __future__ import annotations
@@ -197,8 +190,7 @@ def run_full_batch(
 class Progress:
     """Progress of the reproductions' runs: one tqdm bar per task, on stderr.
 
-    Shown only on a terminal and when ``enabled`` (``--quiet`` turns it off),
-    so logs stay free of redraws.
+    Shown only on a terminal and when ``enabled``, so logs stay free of redraws.
     """
 
     def __init__(self, enabled: bool = True, stream: IO[str] | None = None) -> None:

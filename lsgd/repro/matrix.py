@@ -6,52 +6,34 @@ Setup (docs/algorithms.md, "The papers' own small experiments")::
     F(X) = 1/4 ||M - X X^T||_F^2,   X in R^{d x r},   M = U U^T,   U_ij ~ N(0, 1)
     grad F(X) = (X X^T - M) X
 
-``d = 1000``, ``r`` in {1, 10, 50, 100}, 8 workers whose starts ``X_i0`` have
-i.i.d. N(0, 1) entries (the same starts for both methods), step
-``eta = 5e-4``, pull ``lambda = 1/5``, a round every step, 10 trials per rank.
-Every minimizer is global (``X = U Q`` for any orthogonal ``Q``), so the
-workers converge to *different* minimizers: EAGD's center, an average of them,
-is not a minimizer and its elastic force holds every worker off its own, while
-LGD's leader is (near) a minimizer and the pull toward it vanishes as the
-workers agree. Reported: the best worker's ``F / F(0)`` against steps, where
-``F(0) = 1/4 ||M||_F^2`` is the objective at ``X = 0``.
+8 workers from the same N(0, 1) starts for both methods, a round every step.
+Every minimizer is global (``X = U Q``, ``Q`` orthogonal), so the workers reach
+*different* ones: EAGD's center, their average, is not a minimizer and its
+elastic force holds every worker off its own, while LGD's leader is (near) one
+and the pull toward it vanishes. Reported: the best worker's ``F / F(0)``,
+``F(0) = 1/4 ||M||_F^2``, against steps.
 
-The paper writes both methods as one simultaneous update, with ``Z`` the
-leader (LGD) or the center (EAGD)::
+The paper's simultaneous update ``X <- (1 - eta lambda) X + eta lambda Z - eta
+grad F(X)`` (``Z``: the leader, or EAGD's center) becomes, in the library's
+step-then-pull order, LGD = ``LSGD(pull = eta lambda, scope = 0, period = 1)``
+and EAGD = ``EASGD(moving_rate = W eta lambda, period = 1)``: the gradient term
+carries an extra factor ``1 - eta lambda`` and the target is the post-step
+state. The leader is elected on ``F`` before the step.
 
-    X <- (1 - eta lambda) X + eta lambda Z - eta grad F(X)
-    c <- (1 - W eta lambda) c + W eta lambda mean_i X_i          (EAGD)
+Two engines compute the same thing (the tests check them to 1e-9):
+``"strategy"``, each worker a :class:`~lsgd.repro.Point` under the real strategy
+on the simulator (:func:`~lsgd.repro.run_full_batch`), and ``"batched"`` (the
+default), all workers of all trials as one ``[T, W, d, r]`` tensor in the
+strategies' order of operations.
 
-The library's strategies take the gradient step first and pull afterwards, so
-here LGD is ``LSGD(pull = eta lambda, scope = 0, period = 1)`` and EAGD is
-``EASGD(moving_rate = W eta lambda, period = 1)`` (``alpha = eta lambda``)::
-
-    Y = X - eta grad F(X);   X <- (1 - eta lambda) Y + eta lambda Z'
-
-with ``Z'`` the leader's (or workers') post-step state: the gradient term
-carries an extra factor ``(1 - eta lambda) = 1 - 1e-4`` and the target is one
-step further along. The leader is elected on ``F`` before the step.
-
-Two engines compute the same thing:
-
-* ``"strategy"``: each worker a :class:`~lsgd.repro.Point` under the real
-  strategy on the simulator (:func:`~lsgd.repro.run_full_batch`);
-* ``"batched"`` (the default, fast): all workers of all trials as one
-  ``[T, W, d, r]`` tensor with the strategies' exact order of operations
-  (gradient step; election on the pre-step ``F``; lerp toward the leader's
-  post-step state; or EASGD's elastic step). The tests check that it matches
-  the strategy engine to 1e-9.
-
-``F`` and its gradient cost ``O(d r^2)`` per worker, never forming a ``d x d``
-matrix: with ``U = Q R`` (thin QR) and ``X = Q B + P`` (``B = Q^T X``,
-``Q^T P = 0``), ``M - X X^T`` splits into orthogonal blocks and::
+``F`` and its gradient cost ``O(d r^2)``, never forming ``d x d``: with ``U = Q R``
+(thin QR) and ``X = Q B + P`` (``B = Q^T X``, ``Q^T P = 0``)::
 
     4 F = ||R R^T - B B^T||^2 + 2 <B^T B, P^T P> + ||P^T P||^2
-    grad F = X (B^T B + P^T P) - Q (R R^T B)          (X^T X = B^T B + P^T P)
+    grad F = X (B^T B + P^T P) - Q (R R^T B)
 
-Every term is a sum of squares (or of a product of two PSD matrices), so ``F``
-is accurate to rounding even at ``F / F(0) ~ 1e-30``, where expanding
-``||M||^2 - 2 ||U^T X||^2 + ||X^T X||^2`` would cancel at ``1e-16``.
+a sum of squares and PSD products, accurate to rounding even at
+``F / F(0) ~ 1e-30``, where expanding ``||M - X X^T||^2`` would cancel at 1e-16.
 """
 
 from __future__ import annotations

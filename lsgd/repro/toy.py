@@ -4,24 +4,19 @@ Setup (docs/algorithms.md, "The papers' own small experiments")::
 
     L(x, y) = sin(pi r) / (pi r),   r = sqrt(x^2 + y^2)    (L(0, 0) = 1)
 
-a radial "sinc" whose minima are rings: the deepest at r ~ 1.430
-(L ~ -0.2172), then r ~ 3.471 (-0.0913), r ~ 5.478 (-0.0580), r ~ 7.483
-(-0.0425), ... each ring shallower than the one inside it. Four workers start
-at (-6, -4), (-15, -18), (20, 11), (17, 8) and take full gradient steps with
-learning rate 0.1, communicating every step:
+a radial "sinc" whose minima are rings, each shallower than the one inside it:
+the deepest at r ~ 1.430 (L ~ -0.2172), then r ~ 3.471 (-0.0913), r ~ 5.478
+(-0.0580), ... Four workers start at (-6, -4), (-15, -18), (20, 11), (17, 8)
+and take full gradient steps, communicating every step:
 
-* LGD: LSGD with ``pull = 0.1``, ``scope = 0``, ``period = 1``: each step the
-  worker with the lowest L (before the step) leads, and every other worker
-  moves 0.1 of the way to the leader's new point;
-* EAGD: EASGD with ``moving_rate = beta = 0.43``, ``period = 1``
-  (``alpha = beta / 4``), the center starting at the mean of the starts.
+* LGD: LSGD with ``scope = 0``, ``period = 1``: the worker with the lowest L
+  (before the step) leads, every other moves ``pull`` of the way to its new point;
+* EAGD: EASGD with ``moving_rate = beta``, ``period = 1`` (``alpha = beta / 4``),
+  the center starting at the mean of the starts;
 
-For comparison also LSGD with the every-step scope pull and a period above 1,
-local SGD (averaging every few steps) and independent gradient descent.
-
-A run stops when the workers have stopped moving: every ``check_every = 10``
-steps the largest coordinate change of any worker in one step over those
-steps is compared with ``tol`` (default 1e-10), or after ``max_steps``.
+and for comparison LSGD with a scope pull and period above 1, local SGD and
+independent gradient descent. A run stops when no worker moved a coordinate
+more than ``tol`` in a step (checked every 10 steps), or after ``max_steps``.
 """
 
 from __future__ import annotations
