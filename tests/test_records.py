@@ -45,3 +45,66 @@ def test_a_marked_table_is_rewritten_from_its_records(tmp_path: Path) -> None:
                                 "| method | bytes |\n|---|---|\n| lsgd | 2.5 |\n"
                                 "<!-- end records -->\nmore\n")
     assert records.refresh(page, tmp_path, tmp_path / "scratch") == 0
+
+
+# The figures: every PNG under docs/figures is shown by a page, and those a page's
+# marked tables own are drawn again from the records (python scripts/figures.py).
+
+FIGURES = ROOT / "docs" / "figures"
+
+
+def test_every_figure_is_shown_by_a_page_and_small() -> None:
+    shown = records.shown(ROOT)
+    for path in sorted(FIGURES.iterdir()):
+        assert path.suffix == ".png", f"docs/figures/{path.name}: not a PNG"
+        assert path.name in shown, f"docs/figures/{path.name}: shown by no page"
+        assert path.stat().st_size <= 110_000, f"docs/figures/{path.name}: over 110 KB"
+
+
+def test_every_figure_a_page_shows_exists() -> None:
+    for name, pages in records.shown(ROOT).items():
+        assert (FIGURES / name).is_file(), f"{', '.join(pages)}: figures/{name} is missing"
+
+
+def test_every_time_to_target_table_has_its_figure() -> None:
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    owned = {args for tables in records.owned(text).values() for args in tables}
+    timed = [args for kind, args, _ in records.blocks(text)
+             if kind == "records" and args.split()[0] in records.CURVES]
+    assert len(timed) >= 10
+    for args in timed:
+        assert args in owned, f"lsgd bench {args}: no figure under its table"
+
+
+def test_figures_belong_to_the_tables_above_them() -> None:
+    text = ("# A\n<!-- records: lsgd bench x --out a -->\n|t|\n<!-- end records -->\n"
+            "<!-- records: lsgd bench x --out b -->\n|t|\n<!-- end records -->\n"
+            "![a](figures/ab.png)\n\n![b](figures/ab-too.png)\n"
+            "<!-- records: lsgd bench x --out c -->\n|t|\n<!-- end records -->\n"
+            "![c](figures/c.png)\n## B\n![d](figures/d.png)\n"
+            "<!-- tuning: lsgd bench x --out e -->\n|t|\n<!-- end tuning -->\n"
+            "![e](figures/e.png)\n")
+    assert records.owned(text) == {"ab.png": ["x --out a", "x --out b"],
+                                   "ab-too.png": ["x --out a", "x --out b"],
+                                   "c.png": ["x --out c"]}
+
+
+def test_the_figures_are_drawn_again_from_the_records(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    drawn = records.draw_figures(ROOT, tmp_path / "figures", tmp_path / "scratch")
+    owned = {name: tables for page in records.figure_pages(ROOT)
+             for name, tables in records.owned(page.read_text()).items()}
+    tables = {args: table for _, kind, args, table in _blocks() if kind == "records"}
+    assert set(drawn) == set(owned) and {"scaling.png", "hidden-20mbit.png"} <= set(owned)
+    for name, labels in drawn.items():
+        path = tmp_path / "figures" / name
+        assert path.is_file() and path.stat().st_size > 0, name
+        assert set(records.shown(ROOT)[name]) >= {"docs/benchmarks.md"}
+        if not labels:  # the benchmark's own figure
+            continue
+        for args in owned[name]:  # a line for every method of its tables
+            header, _, *rows = [line.strip("|").split(" | ") for line in
+                                tables[args].splitlines()]
+            column = [cell.strip() for cell in header].index("method")
+            methods = {row[column].strip() for row in rows}
+            assert methods <= {label.split(",")[0] for label in labels}, (name, args)

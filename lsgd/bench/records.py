@@ -14,14 +14,26 @@ benchmark that trains reads every run back (``--reuse-only``), one that only
 times (volume, overhead, simulator, startup) reads its stored ``NAME.json``.
 ``python scripts/tables.py`` rewrites every marked table from the records;
 the test suite checks that each one is what its records give.
+
+The figures under docs/figures are drawn from the same records. A figure
+shown on a page (``![caption](figures/NAME.png)``) belongs to the marked
+tables above it: those since the previous heading or figure (a figure right
+after another with no table between shares the other's tables). A table of
+times to a target (:data:`CURVES`) gets the center's test error, or a
+language model's validation loss, against time: one line per method and link,
+each its median seed's run. A figure named after its benchmark (``scaling.png``)
+is the one that benchmark draws. :func:`draw_figures` draws
+them all; ``python scripts/figures.py`` writes them into docs/figures.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import shutil
 from pathlib import Path
+from typing import Any
 
 from lsgd.bench import ranking, runner
 from lsgd.bench.common import Result, read_result
@@ -33,6 +45,10 @@ BLOCK = re.compile(r"(<!-- (records|headline|tuning): lsgd bench (.+?) -->\n)(.*
                    r"(\n<!-- end \2 -->)",
                    re.S)
 PAGES = ("README.md", "docs/benchmarks.md")
+#: Benchmarks whose tables are times to a target, with every run's curve in their data.
+CURVES = {"time-to-accuracy", "time-to-loss", "twelve-workers", "scaling"}
+FIGURE = re.compile(r"!\[[^\]]*\]\((?:docs/)?figures/([^)\s]+)\)")
+HEADING = re.compile(r"^#+ ", re.M)
 
 
 def blocks(text: str) -> list[tuple[str, str, str]]:
@@ -81,3 +97,109 @@ def refresh(page: Path, root: Path, scratch: Path) -> int:
 
     page.write_text(BLOCK.sub(replace, text))
     return changed
+
+
+def figure_pages(root: Path) -> list[Path]:
+    """The pages that may show figures: README.md and docs/*.md."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def shown(root: Path) -> dict[str, list[str]]:
+    """Every figure a page shows (its file name under docs/figures), with the pages."""
+    names: dict[str, list[str]] = {}
+    for page in figure_pages(root):
+        for name in FIGURE.findall(page.read_text()):
+            names.setdefault(name, []).append(str(page.relative_to(root)))
+    return names
+
+
+def owned(text: str) -> dict[str, list[str]]:
+    """The figures of a page drawn from its marked tables: each figure's name, with the
+    arguments of the ``records`` tables it belongs to (see the module's text)."""
+    events = sorted([(m.start(), "heading", "") for m in HEADING.finditer(text)]
+                    + [(m.start(), "table", m.group(3)) for m in BLOCK.finditer(text)
+                       if m.group(2) == "records"]
+                    + [(m.start(), "figure", m.group(1)) for m in FIGURE.finditer(text)])
+    figures: dict[str, list[str]] = {}
+    pending: list[str] = []
+    last: list[str] = []
+    for _, event, value in events:
+        if event == "heading":
+            pending, last = [], []
+        elif event == "table":
+            pending.append(value)
+        elif pending or last:
+            last = pending or last
+            figures[value] = last
+            pending = []
+    return figures
+
+
+def draw_figures(root: Path, out: Path, scratch: Path) -> dict[str, list[str]]:
+    """Draw every figure the pages of ``root`` own (:func:`owned`) from the records under
+    ``root`` into ``out``; each figure's name with the labels of its lines (none for a
+    benchmark's own figure)."""
+    drawn: dict[str, list[str]] = {}
+    for page in figure_pages(root):
+        for name, tables in owned(page.read_text()).items():
+            if name in drawn:
+                raise ValueError(f"{page.name}: figures/{name} is drawn twice")
+            drawn[name] = _draw(name, tables, root, out, scratch / name)
+    return drawn
+
+
+def _draw(name: str, tables: list[str], root: Path, out: Path, scratch: Path) -> list[str]:
+    results = []
+    for k, args in enumerate(tables):
+        result = derive(args, root, scratch / str(k))
+        own = [f for f in result.figures if Path(f).name == name == f"{result.name}.png"]
+        if own:  # the benchmark's own figure
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(own[0], out / name)
+            return []
+        if result.name not in CURVES:
+            raise ValueError(f"figures/{name}: lsgd bench {args} draws no such figure")
+        results.append(result)
+    from lsgd.bench.ranking import metric_of
+    from lsgd.plots import draw_curves
+
+    opts = results[0].data["options"]
+    accuracy = metric_of(opts) == "accuracy"
+    main = opts["links"][0]
+    panels: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {}
+    for result in results:
+        for run in result.data["runs"]:
+            size = re.search(r"/(\d+)-workers/", run["run"])
+            panel = f"{size.group(1)} workers" if size else ""
+            panels.setdefault(panel, {}).setdefault((run["link"], run["method"]), []).append(run)
+    scale = 100 if accuracy else 1
+    drawn = [(title, [(method if link == main else f"{method}, {link}",
+                       [(x, scale * y) for x, y in _median_run(runs, accuracy)["curve"]],
+                       link != main) for (link, method), runs in lines.items()
+                      if _median_run(runs, accuracy)["curve"]])  # an evaluated run
+             for title, lines in panels.items()]
+    seeds = max(len(runs) for lines in panels.values() for runs in lines.values())
+    what = ("one seed" if seeds == 1 else "the faster run of 2 seeds" if seeds == 2
+            else f"the median run of {seeds} seeds")
+    where = (f"{opts['model']} on {opts['dataset']}, {main} links, {what}" if "sizes" not in opts
+             else f"{opts['model']}, {main} between nodes of {opts['node']}")
+    if len(drawn) == 1:
+        drawn = [(where, drawn[0][1])]
+    else:
+        drawn = [(f"{title} ({where})" if i == 0 else title, curves)
+                 for i, (title, curves) in enumerate(drawn)]
+    draw_curves(drawn, out / name,
+                xlabel="training time (s" + (")" if opts["backend"] == "processes"
+                                             else ", modeled)"),
+                ylabel="test error of the center (%)" if accuracy
+                else "validation loss of the center (nats/byte)",
+                target=100 * (1 - opts["target"]) if accuracy else opts["target"])
+    return [label for _, curves in drawn for label, _, _ in curves]
+
+
+def _median_run(runs: list[dict[str, Any]], accuracy: bool) -> dict[str, Any]:
+    """The run of the median seed by time to the target (a miss counts as slowest, then
+    by its best value); of an even number, the faster of the middle two."""
+    ordered = sorted(runs, key=lambda run: (math.inf if run["time"] is None else run["time"],
+                                            -run["best"] if accuracy else run["best"]))
+    return ordered[(len(ordered) - 1) // 2]
