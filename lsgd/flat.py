@@ -22,6 +22,7 @@ class FlatBuffer:
             order.setdefault((t.dtype, t.device), []).append(i)
         self.buffers: list[torch.Tensor] = []
         views: list[torch.Tensor | None] = [None] * len(like)
+        self._layout: list[tuple[int, int, torch.Size]] = [(0, 0, torch.Size())] * len(like)
         for (dtype, device), indices in order.items():
             total = sum(like[i].numel() for i in indices)
             buffer = torch.zeros(total, dtype=dtype, device=device)
@@ -29,6 +30,7 @@ class FlatBuffer:
             for i in indices:
                 n = like[i].numel()
                 views[i] = buffer[offset : offset + n].view_as(like[i])
+                self._layout[i] = (len(self.buffers), offset, like[i].shape)
                 offset += n
             self.buffers.append(buffer)
         self.views: list[torch.Tensor] = [v for v in views if v is not None]
@@ -37,6 +39,10 @@ class FlatBuffer:
     @property
     def nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.buffers)
+
+    def views_of(self, buffers: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Views of ``buffers`` (laid out as :attr:`buffers`) shaped like :attr:`views`."""
+        return [buffers[b][o : o + shape.numel()].view(shape) for b, o, shape in self._layout]
 
     def copy_from(self, tensors: Sequence[torch.Tensor]) -> FlatBuffer:
         """Fill the buffer from ``tensors`` (same shapes); returns self."""

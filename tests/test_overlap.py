@@ -160,7 +160,7 @@ def _train(info: lsgd.WorkerInfo, method: str, kwargs: dict[str, Any], steps: in
                   "diloco": lambda s: s.global_state.buffers,
                   "local-sgd": lambda s: s.reference.buffers,
                   "easgd": lambda s: s.center_state.buffers}
-    pipelined = strategy._pipeline is not None
+    pipelined = strategy.hides_rounds
     return {"reference": [b.clone() for b in references[method](strategy)] if pipelined else [],
             "state": [p.detach().clone() for p in model.parameters()],
             "report": strategy.report()}
@@ -371,4 +371,4 @@ def test_the_default_options_are_the_blocking_rounds_bit_for_bit(method: str,
     model = SmallNet()
     strategy = lsgd.make_strategy(method, model, torch.optim.SGD(model.parameters(), lr=0.1),
                                   comm=lsgd.comm.LocalCommunicator(), **defaults)
-    assert strategy._pipeline is None  # the blocking rounds themselves
+    assert not strategy.hides_rounds  # the blocking rounds themselves

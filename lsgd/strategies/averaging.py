@@ -1,35 +1,37 @@
-"""Overlapped, fragmented and compressed rounds of the averaging methods (DiLoCo, local
-SGD, EASGD): the part they share.
+"""The round of the averaging methods (DiLoCo, local SGD, EASGD): one mechanism for
+blocking, overlapped, fragmented and compressed rounds.
 
-Each of these methods all-reduces the workers' states at a round and then
-applies its own rule to the mean. With any of the options below the round
-goes through :class:`AveragingRounds` instead of the plain blocking round
-(docs/algorithms.md, "Overlapped rounds", "Fragments", "Compressed rounds"):
+A round all-reduces the workers' states (or one part of them) and hands the
+mean to the method's rule (:meth:`Averaging._rule`). What is communicated per
+round: one all-reduce of the part (the whole state by default); nothing else
+on a healthy round. The options (docs/algorithms.md, "Hidden rounds"):
 
 * ``fragments=F``: the state, as one flat vector, is cut into ``F``
   contiguous parts of equal size; part ``f`` has rounds of its own every
   ``period`` steps at offset ``(f + 1) period / F`` (the last part at the
   period's multiples), so the link carries ``1 / F`` of the state at a time
-  (Streaming DiLoCo, Douillard et al. 2025).
+  (Streaming DiLoCo, https://arxiv.org/abs/2501.18512).
 * ``overlap=K``: the part's all-reduce starts at the round step ``s`` and its
   mean is applied after step ``s + K``; in between the worker trains on.
-* ``compress="bf16"|"int8"``: what is all-reduced is the difference
-  ``r - x`` between a reference ``r`` that every worker holds identically
-  (DiLoCo: the global state; local SGD: the last average; EASGD: the
-  center) and the worker's state, in the codec of :mod:`lsgd.comm.codec`;
-  the mean of the states is ``r`` minus the mean difference, the same on
-  every worker. With ``error_feedback`` each worker adds what the codec lost
-  of its last message (``m - decode(encode(m))``) into its next one.
+  ``K = 0`` applies it at once: the blocking round.
+* ``compress="bf16"|"int8"``: what is all-reduced is ``r - x``, the difference
+  between a reference ``r`` that every worker holds identically (DiLoCo: the
+  global state; local SGD: the last average; EASGD: the center) and the
+  worker's state, in the codec of :mod:`lsgd.comm.codec`. With
+  ``error_feedback`` each worker adds what the codec lost of its last message
+  (``m - decode(encode(m))``) into its next one.
 
-How the mean meets the steps taken since ``s`` (``merge``, DiLoCo and local
-SGD): ``"keep"`` moves the worker to the new value plus its own progress
-since the round started (``target + (x_now - x_s)``; local SGD's default);
-``"replace"`` sets it to the new value (torchft's default, the steps since
-``s`` are lost); ``"mix"`` takes ``0.5 target + 0.5 x_now`` (Streaming
-DiLoCo's merge; DiLoCo's default). The defaults are what trained best after
-240 steps (``lsgd bench equal-steps``).
+How the new value meets the steps taken since ``s`` (``merge``): ``"keep"``
+moves the worker to it plus its own progress since the round started
+(``target + (x_now - x_s)``); ``"replace"`` sets it (the steps since ``s`` are
+lost); ``"mix"`` takes ``0.5 target + 0.5 x_now`` (Streaming DiLoCo's merge).
 Without overlap no step was taken since the round: the worker takes the new
 value, whatever the merge.
+
+A mean that comes out NaN or infinite (the same on every member, so all agree
+without a message) is redone over the healthy members (:meth:`_recover`; one
+more all-reduce of the state and one count); each method says what a diverged
+worker is reset to.
 """
 
 from __future__ import annotations
@@ -42,8 +44,12 @@ import torch
 from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.comm import codec as codecs
+from lsgd.comm.base import Among
+from lsgd.comm.transfers import done_handle
 from lsgd.flat import FlatBuffer
-from lsgd.strategies.pipeline import InFlight
+from lsgd.functional import all_finite
+from lsgd.strategies.base import Strategy
+from lsgd.strategies.pipeline import InFlight, check_options
 from lsgd.strategies.schedule import Cadence
 
 MERGES = ("keep", "replace", "mix")
@@ -63,9 +69,18 @@ class Fragments:
         return [b[lo:hi] for b, (lo, hi) in zip(flat.buffers, self.bounds[f])]
 
     def cadences(self, period: int) -> list[Cadence]:
-        """One kind of round per part, each every ``period`` steps at its offset."""
-        return [Cadence(name(f), period, "world", offset=(f + 1) * period // self.count % period)
+        """One kind of round per part, each every ``period`` steps at its offset (one
+        part: the ``"global"`` round at the period's multiples)."""
+        if self.count == 1:
+            return [Cadence("global", period, "world")]
+        return [Cadence(f"fragment{f}", period, "world",
+                        offset=(f + 1) * period // self.count % period)
                 for f in range(self.count)]
+
+
+def part_of(cadence: str) -> int:
+    """The part a cadence's rounds send (``"global"``, ``"local"``: the whole state)."""
+    return int(cadence.removeprefix("fragment")) if cadence.startswith("fragment") else 0
 
 
 def check_merge(owner: str, merge: str | None, overlap: int, default: str) -> str:
@@ -81,20 +96,11 @@ def check_merge(owner: str, merge: str | None, overlap: int, default: str) -> st
     return merge
 
 
-def name(fragment: int) -> str:
-    """The cadence name of a fragment's rounds."""
-    return f"fragment{fragment}"
-
-
-def index(cadence: str) -> int:
-    """The fragment of a cadence named by :func:`name`."""
-    return int(cadence.removeprefix("fragment"))
-
-
 class AveragingRounds:
-    """Starts a fragment's all-reduce and writes what lands back into the state.
+    """Starts a part's all-reduce and writes what lands back into the state.
 
     ``state`` are the strategy's state tensors; ``merge`` one of :data:`MERGES`.
+    A round without overlap or codec runs the blocking all-reduce at once.
     """
 
     def __init__(self, comm: Communicator, state: Sequence[torch.Tensor], *, fragments: int,
@@ -109,28 +115,35 @@ class AveragingRounds:
         self.residual = (FlatBuffer(self.tensors)
                          if error_feedback and compress != "none" else None)
 
-    def start(self, fragment: int, steps: int, reference: FlatBuffer | None) -> InFlight:
-        """Start the all-reduce (mean) of ``fragment`` of the state, or, compressed, of
-        ``reference - state`` (plus the last residual with error feedback)."""
+    def start(self, part: int, steps: int, reference: FlatBuffer | None,
+              among: Among = "world") -> InFlight:
+        """Start the all-reduce (mean) of ``part`` of the state among ``among``, or,
+        compressed, of ``reference - state`` (plus the last residual with error feedback)."""
         self.work.copy_from(self.tensors)
-        now = self.fragments.of(self.work, fragment)
+        now = self.fragments.of(self.work, part)
         message = [t.clone() for t in now]
         if self.compress != "none":
             assert reference is not None
             torch._foreach_neg_(message)
-            torch._foreach_add_(message, self.fragments.of(reference, fragment))
+            torch._foreach_add_(message, self.fragments.of(reference, part))
             if self.residual is not None:
-                residual = self.fragments.of(self.residual, fragment)
+                residual = self.fragments.of(self.residual, part)
                 torch._foreach_add_(message, residual)
                 for lost, sent in zip(residual, message):  # what the codec will not carry
                     torch.sub(sent, codecs.roundtrip(self.compress, sent).view_as(sent),
                               out=lost)
-        handles = [self.comm.start_all_reduce(t, "mean", codec=self.compress) for t in message]
+        if self.overlap == 0 and self.compress == "none":  # the blocking round
+            for t in message:
+                self.comm.all_reduce_(t, "mean", among)
+            handles = [done_handle()]
+        else:
+            handles = [self.comm.start_all_reduce(t, "mean", among, codec=self.compress)
+                       for t in message]
         tensors = {"mean": message}
         if self.overlap and self.merge == "keep":
             tensors["start"] = [t.clone() for t in now]
-        return InFlight(steps, steps + self.overlap, name(fragment), handles, tensors,
-                        {"fragment": fragment})
+        return InFlight(steps, steps + self.overlap, f"fragment{part}", handles, tensors,
+                        {"fragment": part, "among": among})
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps of the rounds (the residuals of error feedback)."""
@@ -143,23 +156,97 @@ class AveragingRounds:
             for buffer, value in zip(self.residual.buffers, state["residual"]):
                 buffer.copy_(value)
 
-    def current(self, fragment: int) -> list[torch.Tensor]:
-        """The fragment's values now, as views of a flat copy; :meth:`write_back` stores them."""
+    def current(self, part: int) -> list[torch.Tensor]:
+        """The part's values now, as views of a flat copy; :meth:`write_back` stores them."""
         self.work.copy_from(self.tensors)
-        return self.fragments.of(self.work, fragment)
+        return self.fragments.of(self.work, part)
 
     def write_back(self) -> None:
         self.work.copy_to(self.tensors)
 
-    def land(self, item: InFlight, target: Sequence[torch.Tensor]) -> None:
-        """Move the fragment of ``item`` to ``target`` (the new average, or DiLoCo's
-        global state after its outer step), merged with the steps since the round."""
-        now = self.current(item.info["fragment"])
+    def land(self, part: int, target: Sequence[torch.Tensor],
+             start: Sequence[torch.Tensor] | None = None) -> None:
+        """Move ``part`` of the state to ``target`` (the new average, or DiLoCo's global
+        state after its outer step), merged with the steps since the round (``start``:
+        the part as it was then, for ``"keep"``)."""
+        now = self.current(part)
         if self.overlap and self.merge == "mix":
             torch._foreach_lerp_(now, list(target), 1.0 - MIX)
-        elif self.overlap and self.merge == "keep":
-            torch._foreach_sub_(now, item.tensors["start"])
+        elif self.overlap and self.merge == "keep" and start is not None:
+            torch._foreach_sub_(now, list(start))
             torch._foreach_add_(now, list(target))
         else:  # "replace", and every merge without overlap: no step was taken since
             torch._foreach_copy_(now, list(target))
         self.write_back()
+
+
+class Averaging(Strategy):
+    """A method whose round all-reduces the state and applies its rule to the mean.
+
+    A subclass calls :meth:`_setup_rounds` at the end of its ``__init__`` and
+    implements :meth:`_rule` (and :meth:`_reference` when it compresses).
+    """
+
+    supports_elastic = True
+    supports_hidden_rounds = True
+    default_merge = "keep"
+
+    def _hidden(self, owner: str, period: int, overlap: Any, fragments: Any, compress: Any,
+                merge: str | None, asynchronous: bool = False) -> bool:
+        """Check the options (before ``Strategy.__init__``); whether rounds are hidden.
+        A hidden round carries the parameters only; blocking rounds of a method that
+        averages the whole state carry its BatchNorm buffers too."""
+        self.overlap, self.fragments, self.compress = check_options(
+            owner, period, overlap, fragments, compress, asynchronous)
+        self.merge = check_merge(owner, merge, self.overlap, self.default_merge)
+        hidden = bool(self.overlap or self.fragments > 1 or self.compress != "none")
+        self.rounds_average_state = self.rounds_average_state and not hidden
+        return hidden
+
+    def _setup_rounds(self, error_feedback: bool, cadences: list[Cadence] | None = None) -> None:
+        """The rounds of this method, every ``self.period`` steps (or ``cadences``)."""
+        self._mean = FlatBuffer(self._state)  # the rare path's healthy mean
+        self._averaging = AveragingRounds(
+            self.comm, self._state, fragments=self.fragments, overlap=self.overlap,
+            compress=self.compress, merge=self.merge, error_feedback=bool(error_feedback))
+        self._use_cadences(cadences or self._averaging.fragments.cadences(self.period))
+
+    def _reference(self) -> FlatBuffer | None:
+        """The state every worker holds identically, what compressed rounds subtract from."""
+        return None
+
+    def _run_rounds(self, names: list[str]) -> None:
+        # Hierarchical local SGD: when both fall due the global average subsumes the local.
+        among: Among = "group" if names == ["local"] else "world"
+        part = part_of(names[-1])
+        self._launch(self._averaging.start(part, self.steps, self._reference(), among))
+        self.rounds += 1
+
+    def _apply(self, item: InFlight) -> None:
+        """The mean of a part has landed: the method's rule, or the healthy mean's."""
+        mean, part = item.tensors["mean"], int(item.info["fragment"])
+        among: Among = item.info.get("among", "world")
+        if all_finite(mean):
+            self._rule(part, mean, self.compress != "none", item.tensors.get("start"))
+            return
+        healthy, count = self._healthy_sum_into(self._mean, among)
+        self._recover(part, healthy, count, among)
+
+    def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
+              start: list[torch.Tensor] | None) -> None:
+        """Apply the round's mean of ``part`` (``encoded``: the mean of ``reference - x``)."""
+        raise NotImplementedError
+
+    def _recover(self, part: int, healthy: bool, count: int, among: Among) -> None:
+        """The mean was NaN or infinite: ``self._mean`` holds the sum of the healthy
+        members' states (``count`` of them); apply it, reset a diverged worker."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["rounds_of"] = self._averaging.state()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._averaging.load(state.get("rounds_of", {}))

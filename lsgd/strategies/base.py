@@ -148,7 +148,7 @@ class Strategy(Recovery, Seams):
         self.wait_seconds = 0.0  # time inside rounds: waiting for the others, and the transfer
         self.at_sync_point = True
         self._schedule = RoundSchedule(self.comm, [], self.asynchronous)
-        self._pipeline: Pipeline | None = None  # overlapped or compressed rounds in flight
+        self._pipeline = Pipeline()  # the rounds' transfers in flight (overlap)
         # Elastic (torchft, lsgd.strategies.elastic): nothing is exchanged outside rounds.
         self._elastic = bool(getattr(self.comm, "elastic", False))
         self._joined = not self._elastic
@@ -249,7 +249,6 @@ class Strategy(Recovery, Seams):
             item.wait()
             self._apply(item)
         else:
-            assert self._pipeline is not None
             self._pipeline.add(item)
 
     def _apply_due(self) -> None:
@@ -264,7 +263,7 @@ class Strategy(Recovery, Seams):
             self.wait_seconds += self.comm.now() - start
 
     def _apply(self, item: InFlight) -> None:
-        """Apply a round whose transfer has arrived (methods with overlapped rounds)."""
+        """Apply a round whose transfer has arrived."""
         raise NotImplementedError
 
     def _use_cadences(self, cadences: list[Cadence]) -> None:
@@ -394,7 +393,7 @@ class Strategy(Recovery, Seams):
             "schedule": self._schedule.state(),
             "traffic": {c: dataclasses.asdict(self.traffic(c)) for c in TRAFFIC},
             # After the transfers in flight arrived (they are waited for here):
-            **({"in_flight": self._pipeline.state()} if self._pipeline is not None else {}),
+            "in_flight": self._pipeline.state(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -423,8 +422,7 @@ class Strategy(Recovery, Seams):
         for c in TRAFFIC:
             saved = CommStats(**state["traffic"][c])
             self._baseline[c] = self.comm.stats(c).minus(saved)
-        if self._pipeline is not None:
-            self._pipeline.load(state.get("in_flight", []), self._device())
+        self._pipeline.load(state.get("in_flight", []), self._device())
 
     # -- helpers for subclasses -----------------------------------------
     def _check_same_model(self) -> None:
@@ -436,10 +434,3 @@ class Strategy(Recovery, Seams):
     def _broadcast_initial_state(self) -> None:
         with self.comm.category("init"):
             on_state_(self._module, lambda buffer: self.comm.broadcast_(buffer, src=0))
-
-    def _average_into(self, flat: FlatBuffer, among: Among = "world") -> None:
-        """``flat <- mean of the states among`` the world or this worker's group (one all-reduce per buffer)."""
-        flat.copy_from(self._state)
-        for buffer in flat.buffers:
-            self.comm.all_reduce_(buffer, op="mean", among=among)
-

@@ -1,39 +1,30 @@
 """DiLoCo (Douillard et al., "DiLoCo: Distributed Low-Communication Training of
-Language Models", 2023): local steps of an inner optimizer, and every
-``period`` steps an outer Nesterov step on the averaged pseudo-gradient
-(docs/algorithms.md, "DiLoCo").
+Language Models", 2023, https://arxiv.org/abs/2311.08105): local steps of an
+inner optimizer, and every ``period`` steps an outer Nesterov step on the
+averaged pseudo-gradient (docs/algorithms.md, "DiLoCo").
 
-Every worker holds an identical copy of the global parameters ``θ_g`` (a flat
-buffer), which start as the worker's parameters after the initial broadcast
-(the mean of the workers' initial parameters with ``init="independent"``).
-Each worker runs its own inner optimizer (its state is kept across rounds, as
-in DiLoCo). Every ``period`` (H) steps, with ``θ̄`` the mean of the workers'
-parameters (one all-reduce of the state)::
+Every worker holds an identical copy of the global parameters ``θ_g``, which
+start as the worker's parameters after the initial broadcast (the mean of
+the workers' initial parameters with ``init="independent"``). Each worker
+keeps its inner optimizer's state across rounds. Every ``period`` (H) steps,
+with ``θ̄`` the mean of the workers' parameters (one all-reduce of the state)::
 
     Δ   = θ_g - θ̄                    (the pseudo-gradient)
     v   <- μ v + Δ                     (torch.optim.SGD(nesterov=True) over θ_g,
     θ_g <- θ_g - lr_out (Δ + μ v)       no dampening or weight decay)
     θ   <- θ_g                         (on every worker)
 
-with ``lr_out = outer_lr`` (default 0.7) and ``μ = outer_momentum`` (default
-0.9, the paper's values); ``μ = 0`` is plain SGD, and ``outer_lr=1,
-outer_momentum=0`` is local SGD. Every worker applies the same step to the
-same ``θ̄``, so the copies of ``θ_g`` and ``v`` stay identical. With
-``sync_buffers=True`` the floating buffers (BatchNorm statistics) travel in
-the same all-reduce and are simply averaged: there is no outer step for
-buffers. **Communicated per round:** one all-reduce of the state, the same
-bytes as a round of local SGD, and nothing else.
+with ``lr_out = outer_lr`` (0.7) and ``μ = outer_momentum`` (0.9, the paper's
+values); ``outer_lr=1, outer_momentum=0`` is local SGD. Every worker applies
+the same step to the same ``θ̄``, so the copies of ``θ_g`` and ``v`` stay
+identical. BatchNorm statistics (``bn_buffers="average"``) are averaged, with
+no outer step. **Communicated per round:** one all-reduce of the state.
+Overlapped, fragmented and compressed rounds: :mod:`lsgd.strategies.averaging`
+(Streaming DiLoCo, https://arxiv.org/abs/2501.18512).
 
-Diverged workers (a state with a NaN or infinite value), as in local SGD:
-when ``θ̄`` comes out non-finite (the same on every worker, so all agree
-without a message), the mean is redone over the healthy workers only (each
-all-reduces its state if finite and zeros otherwise, plus the healthy count,
-one float64 of ``"control"`` traffic). The outer step then takes that mean;
-healthy workers continue from the new ``θ_g``, and a diverged worker is reset
-to it with its inner optimizer state cleared (``report().resets``). With no
-healthy worker every worker raises
-:class:`~lsgd.strategies.health.DivergedError`. A healthy round costs one
-finiteness check of the mean (one synchronisation) and nothing else.
+Diverged workers: when ``θ̄`` comes out non-finite, the mean is redone over
+the healthy workers; the outer step takes it, and a diverged worker is reset
+to the new ``θ_g`` with its inner optimizer state cleared.
 """
 
 from __future__ import annotations
@@ -47,15 +38,12 @@ from torch import nn
 
 from lsgd import _validate
 from lsgd.comm import Communicator
+from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
-from lsgd.functional import all_finite
-from lsgd.strategies.averaging import AveragingRounds, check_merge, index
-from lsgd.strategies.base import Strategy
-from lsgd.strategies.pipeline import InFlight, Pipeline, check_options
-from lsgd.strategies.schedule import Cadence
+from lsgd.strategies.averaging import Averaging
 
 
-class DiLoCo(Strategy):
+class DiLoCo(Averaging):
     """Inner optimizer steps; every ``period`` steps an outer Nesterov step on the
     mean pseudo-gradient, from which every worker continues.
 
@@ -87,10 +75,9 @@ class DiLoCo(Strategy):
     """
 
     name = "diloco"
-    supports_elastic = True
-    supports_hidden_rounds = True
     bn_modes = ("average", "local")
     rounds_average_state = True
+    default_merge = "mix"
 
     def __init__(
         self,
@@ -115,114 +102,75 @@ class DiLoCo(Strategy):
             raise ValueError(f"DiLoCo: outer_lr must be a finite number > 0, got {outer_lr!r}")
         self.outer_momentum = _validate.momentum("DiLoCo", "outer_momentum", outer_momentum)
         self.outer_lr = float(outer_lr)
-        self.overlap, self.fragments, self.compress = check_options(
-            "DiLoCo", self.period, overlap, fragments, compress, False)
-        self.merge = check_merge("DiLoCo", merge, self.overlap, "mix")
-        pipelined = bool(self.overlap or self.fragments > 1 or self.compress != "none")
-        if pipelined:  # the state is the parameters; buffers are averaged on their own
-            self.rounds_average_state = False
+        self._hidden("DiLoCo", self.period, overlap, fragments, compress, merge)
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers)
-        # The state is the parameters, then the floating buffers: θ_g is its first part.
-        self._parameters = len(list(model.parameters()))
-        self.global_state = FlatBuffer(self._state[: self._parameters])
-        self.global_state.copy_from(self._state[: self._parameters])
+        # θ_g, laid out like the state: the parameters, then (blocking rounds) the buffers.
+        self.global_state = FlatBuffer(self._state).copy_from(self._state)
         if self.init == "independent":
             with self.comm.category("init"):
                 for buffer in self.global_state.buffers:
                     self.comm.all_reduce_(buffer, op="mean")
-        self._delta = FlatBuffer(self.global_state.views)  # Δ, the outer optimizer's .grad
-        for buffer, grad in zip(self.global_state.buffers, self._delta.buffers):
-            buffer.grad = grad
-        self._mean = FlatBuffer(self._state)
-        self._hidden_rounds: AveragingRounds | None = None
-        if not pipelined:
-            self.outer_optimizer = self._outer_sgd(self.global_state.buffers)
-            self._use_cadences([Cadence("global", self.period, "world")])
-            return
-        self._hidden_rounds = AveragingRounds(
-            self.comm, self._state, fragments=self.fragments, overlap=self.overlap,
-            compress=self.compress, merge=self.merge, error_feedback=bool(error_feedback))
-        parts = self._hidden_rounds.fragments
-        # One outer optimizer per fragment, over its slice of θ_g (Δ's slice its .grad).
+        self._delta = FlatBuffer(self._state)  # Δ, the outer optimizer's .grad
+        self._setup_rounds(error_feedback)
+        self._parameters = len(list(model.parameters()))
+        parts = self._averaging.fragments
+        # One outer optimizer per part, over its slice of θ_g (Δ's slice its .grad); with
+        # the buffers in the state (one part), over the parameters' views only.
+        pieces = ([(self.global_state.views[: self._parameters],
+                    self._delta.views[: self._parameters])] if self._buffers_in_state else
+                  [(parts.of(self.global_state, f), parts.of(self._delta, f))
+                   for f in range(parts.count)])
         self._outer_parts = []
-        for f in range(parts.count):
-            pieces = parts.of(self.global_state, f)
-            for piece, grad in zip(pieces, parts.of(self._delta, f)):
-                piece.grad = grad
-            self._outer_parts.append(self._outer_sgd(pieces))
+        for params, grads in pieces:
+            for param, grad in zip(params, grads):
+                param.grad = grad
+            self._outer_parts.append(torch.optim.SGD(
+                params, lr=self.outer_lr, momentum=self.outer_momentum,
+                nesterov=self.outer_momentum > 0))
         self.outer_optimizer = self._outer_parts[0]
-        self._pipeline = Pipeline()
-        self._use_cadences(parts.cadences(self.period))
 
-    def _outer_sgd(self, params: list[torch.Tensor]) -> torch.optim.SGD:
-        return torch.optim.SGD(params, lr=self.outer_lr, momentum=self.outer_momentum,
-                               nesterov=self.outer_momentum > 0)
+    def _reference(self) -> FlatBuffer:
+        return self.global_state
 
-    def _run_rounds(self, names: list[str]) -> None:
-        if self._hidden_rounds is not None:  # overlapped, in fragments or compressed
-            (fragment,) = (index(n) for n in names)
-            self._launch(self._hidden_rounds.start(fragment, self.steps, self.global_state))
-            self.rounds += 1
-            return
-        self._average_into(self._mean)
-        healthy = all_finite(self._mean.buffers)  # a finite mean: every worker is healthy
-        if not healthy:  # the rare path: the mean of the healthy workers instead
-            healthy, count = self._healthy_sum_into(self._mean)
-            torch._foreach_div_(self._mean.buffers, float(count))
-        self._outer_step()
-        if healthy:
-            self._mean.copy_to(self._state)
+    def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
+              start: list[torch.Tensor] | None) -> None:
+        """DiLoCo's round: the outer step on the part of θ_g, then the worker's part
+        moves to it (merged with the steps taken since the round)."""
+        theta = self._outer_step(part, mean, encoded)
+        self._averaging.land(part, theta, start)
+
+    def _outer_step(self, part: int, mean: list[torch.Tensor], encoded: bool
+                    ) -> list[torch.Tensor]:
+        """``Δ = θ_g - θ̄`` on ``part`` (``encoded``: Δ is the mean received), the outer
+        optimizer's step; the buffers of θ_g take the mean. Returns the part of θ_g."""
+        parts = self._averaging.fragments
+        theta, delta = parts.of(self.global_state, part), parts.of(self._delta, part)
+        if encoded:  # the mean of θ_g - x, decoded identically on every worker
+            torch._foreach_copy_(delta, mean)
         else:
-            self._reset_to(self._mean.views)
-        self.rounds += 1
-
-    def _outer_step(self) -> None:
-        """``Δ = θ_g - θ̄``, the outer optimizer's step on ``θ_g``, and ``θ_g`` written
-        over the parameter part of ``self._mean`` (its buffers stay the average)."""
-        mean_parameters = self._mean.views[: self._parameters]
-        self._delta.copy_from(self.global_state.views)
-        torch._foreach_sub_(self._delta.views, mean_parameters)
-        self.outer_optimizer.step()
-        torch._foreach_copy_(mean_parameters, self.global_state.views)
-
-    def _apply(self, item: InFlight) -> None:
-        """A fragment's mean has landed: the outer step on its slice of θ_g, then the
-        worker's slice moves to it (merged with the steps taken since the round)."""
-        assert self._hidden_rounds is not None
-        mean, fragment = item.tensors["mean"], item.info["fragment"]
-        if not all_finite(mean):  # the rare path: every worker to the healthy mean
-            self._recover()
-            return
-        parts = self._hidden_rounds.fragments
-        theta, delta = parts.of(self.global_state, fragment), parts.of(self._delta, fragment)
-        if self.compress == "none":  # the mean of the states: Δ = θ_g - mean
             torch._foreach_copy_(delta, theta)
             torch._foreach_sub_(delta, mean)
-        else:  # the mean of θ_g - x, decoded identically on every worker
-            torch._foreach_copy_(delta, mean)
-        self._outer_parts[fragment].step()
-        self._hidden_rounds.land(item, theta)
+        self._outer_parts[part].step()
+        n = self._parameters
+        if self._buffers_in_state and len(self._state) > n:  # averaged, no outer step
+            torch._foreach_copy_(self.global_state.views[n:],
+                                 self.global_state.views_of(mean)[n:])
+        return theta
 
-    def _recover(self) -> None:
-        """A round's mean was NaN or infinite: θ_g and every worker go to the mean of the
-        healthy workers' states (blocking, uncompressed); diverged workers are reset."""
-        healthy, count = self._healthy_sum_into(self._mean)
+    def _recover(self, part: int, healthy: bool, count: int, among: Among) -> None:
+        """The outer step on the healthy workers' mean; a diverged worker is reset to θ_g."""
         torch._foreach_div_(self._mean.buffers, float(count))
-        self.global_state.copy_from(self._mean.views)
+        theta = self._outer_step(part, self._averaging.fragments.of(self._mean, part), False)
         if healthy:
-            self._mean.copy_to(self._state)
+            self._averaging.land(part, theta)
         else:
-            self._reset_to(self._mean.views)
+            self._reset_to(self.global_state.views)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["global"] = [b.clone() for b in self.global_state.buffers]
-        if self._hidden_rounds is None:
-            state["outer"] = copy.deepcopy(self.outer_optimizer.state_dict()["state"])
-            return state
         state["outer_parts"] = [copy.deepcopy(o.state_dict()["state"]) for o in self._outer_parts]
-        state["rounds_of"] = self._hidden_rounds.state()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -231,15 +179,6 @@ class DiLoCo(Strategy):
         super().load_state_dict(state)
         for buffer, value in zip(self.global_state.buffers, state["global"]):
             buffer.copy_(value)
-        if self._hidden_rounds is None:
-            _load_outer(self.outer_optimizer, state["outer"])
-            return
         for optimizer, saved in zip(self._outer_parts, state["outer_parts"]):
-            _load_outer(optimizer, saved)
-        self._hidden_rounds.load(state["rounds_of"])
-
-
-def _load_outer(optimizer: torch.optim.Optimizer, saved: Mapping[str, Any]) -> None:
-    """The outer optimizer's momentum from a checkpoint; its hyperparameters stay."""
-    optimizer.load_state_dict({"state": copy.deepcopy(dict(saved)),
-                               "param_groups": optimizer.state_dict()["param_groups"]})
+            optimizer.load_state_dict({"state": copy.deepcopy(dict(saved)),
+                                       "param_groups": optimizer.state_dict()["param_groups"]})

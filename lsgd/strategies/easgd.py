@@ -1,5 +1,6 @@
 """Elastic Averaging SGD (Zhang, Choromanska, LeCun, "Deep learning with Elastic
-Averaging SGD", NeurIPS 2015), synchronous, without a parameter server.
+Averaging SGD", NeurIPS 2015, https://arxiv.org/abs/1412.6651), synchronous,
+without a parameter server.
 
 Every worker holds an identical copy of the center ``c``, which starts as the
 average of the workers' initial states. Every ``period`` steps, with
@@ -49,16 +50,13 @@ from torch import nn
 
 from lsgd import _validate
 from lsgd.comm import Communicator
+from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elastic_step_, pull_
-from lsgd.functional import all_finite
-from lsgd.strategies.averaging import AveragingRounds, index
-from lsgd.strategies.base import Strategy
-from lsgd.strategies.pipeline import InFlight, Pipeline, check_options
-from lsgd.strategies.schedule import Cadence
+from lsgd.strategies.averaging import Averaging
 
 
-class EASGD(Strategy):
+class EASGD(Averaging):
     """Synchronous EASGD with the center held identically by every worker.
 
     Args:
@@ -78,10 +76,9 @@ class EASGD(Strategy):
     """
 
     name = "easgd"
-    supports_elastic = True
-    supports_hidden_rounds = True
     supports_asynchronous = True
     bn_modes = ("average", "pull", "local")
+    default_merge = "replace"
 
     def __init__(
         self,
@@ -102,69 +99,41 @@ class EASGD(Strategy):
     ) -> None:
         self.moving_rate = _validate.fraction("EASGD", "moving_rate", moving_rate)
         self.period = _validate.positive_int("EASGD", "period", period)
-        self.overlap, self.fragments, self.compress = check_options(
-            "EASGD", self.period, overlap, fragments, compress, asynchronous)
+        self._hidden("EASGD", self.period, overlap, fragments, compress, None, asynchronous)
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers, asynchronous=asynchronous)
         self.alpha = self.moving_rate / self.world_size
         self.center_state = FlatBuffer(self._state).copy_from(self._state)
-        self._mean = FlatBuffer(self._state)
         if self.init == "independent":
             with torch.no_grad(), self.comm.category("init"):
                 for buffer in self.center_state.buffers:
                     self.comm.all_reduce_(buffer, op="mean")
-        self._hidden_rounds: AveragingRounds | None = None
-        if self.overlap or self.fragments > 1 or self.compress != "none":
-            self._hidden_rounds = AveragingRounds(
-                self.comm, self._state, fragments=self.fragments, overlap=self.overlap,
-                compress=self.compress, merge="replace", error_feedback=bool(error_feedback))
-            self._pipeline = Pipeline()
-            self._use_cadences(self._hidden_rounds.fragments.cadences(self.period))
-        else:
-            self._use_cadences([Cadence("global", self.period, "world")])
+        self._setup_rounds(error_feedback)
 
-    def _run_rounds(self, names: list[str]) -> None:
-        if self._hidden_rounds is not None:  # overlapped, in fragments or compressed
-            (fragment,) = (index(n) for n in names)
-            self._launch(self._hidden_rounds.start(fragment, self.steps, self.center_state))
-            self.rounds += 1
-            return
-        self._average_into(self._mean)
-        members = self.comm.among_size("world")
-        if members < self.world_size:  # elastic: absent workers count as sitting at the center
-            torch._foreach_mul_(self._mean.buffers, members / self.world_size)
-            torch._foreach_add_(self._mean.buffers, self.center_state.buffers,
-                                alpha=1 - members / self.world_size)
-        if all_finite(self._mean.buffers):
-            elastic_step_(self._state, self.center_state.views, self._mean.views,
-                          self.alpha, self.moving_rate)
-        else:
-            self._round_without_diverged()
-        self.rounds += 1
+    def _reference(self) -> FlatBuffer:
+        return self.center_state
 
-    def _apply(self, item: InFlight) -> None:
-        """A fragment's mean has landed: the elastic step of the worker's slice now
-        toward the center's slice, which moves toward the mean."""
-        assert self._hidden_rounds is not None
-        mean, fragment = item.tensors["mean"], item.info["fragment"]
-        if not all_finite(mean):  # the rare path, on the whole state
-            self._round_without_diverged()
-            return
-        center = self._hidden_rounds.fragments.of(self.center_state, fragment)
-        if self.compress != "none":  # the mean of c - x: x_bar = c - mean
+    def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
+              start: list[torch.Tensor] | None) -> None:
+        """The elastic step of the worker's part now toward the center's part, which
+        moves toward the round's mean ``x̄`` (absent workers of an elastic round count
+        as sitting at the center)."""
+        center = self._averaging.fragments.of(self.center_state, part)
+        if encoded:  # the mean of c - x: x̄ = c - mean
             torch._foreach_neg_(mean)
             torch._foreach_add_(mean, center)
-        now = self._hidden_rounds.current(fragment)
+        members = self.comm.among_size("world")
+        if members < self.world_size:
+            torch._foreach_mul_(mean, members / self.world_size)
+            torch._foreach_add_(mean, center, alpha=1 - members / self.world_size)
+        now = self._averaging.current(part)
         elastic_step_(now, center, mean, self.alpha, self.moving_rate)
-        self._hidden_rounds.write_back()
+        self._averaging.write_back()
 
-    def _round_without_diverged(self) -> None:
-        """The round again, the diverged workers counted as sitting at the center.
-
-        ``x_bar' = (sum of the healthy states + (W - H) c) / W``; healthy
-        workers take the elastic step, diverged ones are reset to the new center.
-        """
-        healthy, count = self._healthy_sum_into(self._mean, "world")
+    def _recover(self, part: int, healthy: bool, count: int, among: Among) -> None:
+        """The round again, the diverged workers counted as sitting at the center:
+        ``x̄' = (sum of the healthy states + (W - H) c) / W``; healthy workers take the
+        elastic step, diverged ones are reset to the new center."""
         mean, center = self._mean.buffers, self.center_state.buffers
         torch._foreach_add_(mean, center, alpha=float(self.world_size - count))
         torch._foreach_div_(mean, float(self.world_size))
@@ -184,13 +153,9 @@ class EASGD(Strategy):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["center"] = [b.clone() for b in self.center_state.buffers]
-        if self._hidden_rounds is not None:
-            state["rounds_of"] = self._hidden_rounds.state()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         for buffer, value in zip(self.center_state.buffers, state["center"]):
             buffer.copy_(value)
-        if self._hidden_rounds is not None:
-            self._hidden_rounds.load(state["rounds_of"])

@@ -45,9 +45,8 @@ from typing import Any
 import torch
 
 from lsgd.comm.elastic import RoundFailed
+from lsgd.strategies.seams import Seams as Strategy
 from lsgd.strategies.seams import supporting
-
-Strategy = Any  # lsgd.strategies.base.Strategy (which imports this module)
 
 
 def check_method(strategy: Strategy) -> None:

@@ -1,27 +1,21 @@
-"""Local SGD: periodic model averaging, optionally hierarchical.
+"""Local SGD: periodic model averaging, optionally hierarchical (Lin et al., "Don't
+Use Large Mini-Batches, Use Local SGD", 2018, https://arxiv.org/abs/1808.07217).
 
 Every ``period`` steps ``x <- mean over workers of x`` (one all-reduce of the
 state). With ``hierarchical=True`` and several groups, the average every
 ``period`` steps is taken inside each group and every ``global_period`` steps
 across all workers (as PyTorch's ``HierarchicalModelAverager``); when both fall
 on one step only the global average is taken, since it subsumes the other.
-After an average the replicas of the averaged set are identical.
+After an average the replicas of the averaged set are identical. Overlapped,
+fragmented and compressed averages: :mod:`lsgd.strategies.averaging`.
 
-Diverged workers (a state with a NaN or infinite value): when an average
-comes out non-finite (the same on every member, so all agree without a
-message), it is redone over the healthy members only: each all-reduces its
-state if finite and zeros otherwise, plus the healthy count (one float64,
-``"control"`` traffic), and the sum is divided by that count. Every member
-then holds the healthy mean; a diverged member's optimizer state is cleared
-(``report().resets``). With no healthy worker among all, every worker raises
-:class:`~lsgd.strategies.health.DivergedError`; a group average whose whole
-group diverged is skipped (``details["skipped_rounds"]``) and the next global
-average resets the group. A healthy round costs one finiteness check of the
-average (one synchronisation) and nothing else.
-
-With ``asynchronous=True`` the ``r``-th average falls due when all workers
-together have taken ``r * W * period`` steps (``r * W * global_period`` for the
-global one; see :mod:`lsgd.strategies.schedule`).
+Diverged workers: when an average comes out non-finite it is redone over the
+healthy members, and a diverged member takes it with its optimizer state
+cleared (``report().resets``). A group average whose whole group diverged is
+skipped (``details["skipped_rounds"]``) and the next global average resets the
+group. With ``asynchronous=True`` the ``r``-th average falls due when all
+workers together have taken ``r * W * period`` steps
+(:mod:`lsgd.strategies.schedule`).
 """
 
 from __future__ import annotations
@@ -36,14 +30,11 @@ from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
-from lsgd.functional import all_finite
-from lsgd.strategies.averaging import AveragingRounds, check_merge, index
-from lsgd.strategies.base import Strategy
-from lsgd.strategies.pipeline import InFlight, Pipeline, check_options
+from lsgd.strategies.averaging import Averaging
 from lsgd.strategies.schedule import Cadence
 
 
-class LocalSGD(Strategy):
+class LocalSGD(Averaging):
     """Periodic model averaging.
 
     Args:
@@ -61,8 +52,6 @@ class LocalSGD(Strategy):
     """
 
     name = "local-sgd"
-    supports_elastic = True
-    supports_hidden_rounds = True
     supports_asynchronous = True
     bn_modes = ("average", "local")
     rounds_average_state = True
@@ -90,79 +79,54 @@ class LocalSGD(Strategy):
         self.global_period = _validate.positive_int(
             "LocalSGD", "global_period", 4 * self.period if global_period is None else global_period
         )
-        self.overlap, self.fragments, self.compress = check_options(
-            "LocalSGD", self.period, overlap, fragments, compress, asynchronous)
-        self.merge = check_merge("LocalSGD", merge, self.overlap, "keep")
-        pipelined = bool(self.overlap or self.fragments > 1 or self.compress != "none")
-        if pipelined and hierarchical:
+        hidden = self._hidden("LocalSGD", self.period, overlap, fragments, compress, merge,
+                              asynchronous)
+        if hidden and hierarchical:
             raise ValueError("LocalSGD: overlap, fragments and compress work with one level "
                              "of averaging; drop hierarchical=True (--hierarchical) or them")
-        if pipelined:  # the state is the parameters; buffers are averaged on their own
-            self.rounds_average_state = False
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers, asynchronous=asynchronous)
         self.hierarchical = bool(hierarchical) and 1 < self.comm.groups
         if self.hierarchical:
             _validate.multiple_of("LocalSGD", "global_period", self.global_period,
                                   "period", self.period)
-        self._mean = FlatBuffer(self._state)
         self.skipped_rounds = 0  # group averages skipped: the whole group had diverged
-        self._hidden_rounds: AveragingRounds | None = None
-        if pipelined:
-            self._hidden_rounds = AveragingRounds(
-                self.comm, self._state, fragments=self.fragments, overlap=self.overlap,
-                compress=self.compress, merge=self.merge, error_feedback=bool(error_feedback))
-            # The last average, the same on every worker: what compressed rounds send
-            # the difference from (the mean initial state with init="independent").
+        # Compressed: the last average, the same on every worker, what rounds send the
+        # difference from (the mean initial state with init="independent").
+        self.reference: FlatBuffer | None = None
+        if self.compress != "none":
             self.reference = FlatBuffer(self._state).copy_from(self._state)
-            if self.init == "independent" and self.compress != "none":
+            if self.init == "independent":
                 with self.comm.category("init"):
                     for buffer in self.reference.buffers:
                         self.comm.all_reduce_(buffer, op="mean")
-            self._pipeline = Pipeline()
-            self._use_cadences(self._hidden_rounds.fragments.cadences(self.period))
-        elif not self.hierarchical:
-            self._use_cadences([Cadence("global", self.period, "world")])
-        elif self.comm.info.group_size > 1:
-            self._use_cadences([Cadence("local", self.period, "group"),
-                                Cadence("global", self.global_period, "world")])
-        else:  # groups of one: only the global average moves anything
-            self._use_cadences([Cadence("global", self.global_period, "world")])
+        levels = None
+        if self.hierarchical and self.comm.info.group_size > 1:
+            levels = [Cadence("local", self.period, "group"),
+                      Cadence("global", self.global_period, "world")]
+        elif self.hierarchical:  # groups of one: only the global average moves anything
+            levels = [Cadence("global", self.global_period, "world")]
+        self._setup_rounds(error_feedback, levels)
 
-    def _run_rounds(self, names: list[str]) -> None:
-        if self._hidden_rounds is not None:  # overlapped, in fragments or compressed
-            (fragment,) = (index(n) for n in names)
-            self._launch(self._hidden_rounds.start(fragment, self.steps, self.reference))
-            self.rounds += 1
-            return
-        # When both fall due together the global average subsumes the local one.
-        among: Among = "world" if "global" in names else "group"
-        self._average_into(self._mean, among)
-        if all_finite(self._mean.buffers):
-            self._mean.copy_to(self._state)
-        else:
-            self._average_healthy(among)
-        self.rounds += 1
+    def _reference(self) -> FlatBuffer | None:
+        return self.reference
 
-    def _apply(self, item: InFlight) -> None:
-        """A fragment's average has landed: the worker's slice moves to it (merged with
-        the steps taken since the round); compressed, the reference becomes it."""
-        assert self._hidden_rounds is not None
-        mean = item.tensors["mean"]
-        if not all_finite(mean):  # the rare path: every worker to the healthy mean
-            self._average_healthy("world")
-            self.reference.copy_from(self._state)
-            return
-        if self.compress != "none":  # the mean of reference - x: the average is their difference
-            average = self._hidden_rounds.fragments.of(self.reference, item.info["fragment"])
+    def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
+              start: list[torch.Tensor] | None) -> None:
+        """The worker's part moves to the average (merged with the steps since the
+        round); compressed, the reference becomes it (the mean received is that of
+        ``reference - x``)."""
+        if encoded:
+            assert self.reference is not None
+            average = self._averaging.fragments.of(self.reference, part)
             torch._foreach_sub_(average, mean)
             mean = average
-        self._hidden_rounds.land(item, mean)
+        self._averaging.land(part, mean, start)
 
-    def _average_healthy(self, among: Among) -> None:
-        """The average again over the healthy members; diverged ones are reset to it."""
-        healthy, count = self._healthy_sum_into(self._mean, among)
-        if count == 0:  # a whole group diverged (a group round): left to the global round
+    def _recover(self, part: int, healthy: bool, count: int, among: Among) -> None:
+        """Every healthy member takes the healthy mean, a diverged one is reset to it; a
+        group whose members all diverged waits for the global average."""
+        if count == 0:
             self.skipped_rounds += 1
             return
         torch._foreach_div_(self._mean.buffers, float(count))
@@ -170,6 +134,8 @@ class LocalSGD(Strategy):
             self._mean.copy_to(self._state)
         else:
             self._reset_to(self._mean.views)
+        if self.reference is not None:
+            self.reference.copy_from(self._state)
 
     def _report_fields(self) -> dict[str, Any]:
         return {"details": {"skipped_rounds": self.skipped_rounds}}
@@ -177,15 +143,13 @@ class LocalSGD(Strategy):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["skipped_rounds"] = self.skipped_rounds
-        if self._hidden_rounds is not None:
+        if self.reference is not None:
             state["reference"] = [b.clone() for b in self.reference.buffers]
-            state["rounds_of"] = self._hidden_rounds.state()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.skipped_rounds = int(state.get("skipped_rounds", 0))
-        if self._hidden_rounds is not None:
+        if self.reference is not None:
             for buffer, value in zip(self.reference.buffers, state["reference"]):
                 buffer.copy_(value)
-            self._hidden_rounds.load(state["rounds_of"])

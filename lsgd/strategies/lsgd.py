@@ -44,6 +44,7 @@ from torch import nn
 
 from lsgd import _validate
 from lsgd.comm import Communicator
+from lsgd.comm.transfers import done_handle
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elect, lags_, nesterov_pull_, pull_, pull_two_
 from lsgd.leader import Scorer
@@ -51,7 +52,7 @@ from lsgd.strategies.averaging import Fragments
 from lsgd.strategies.base import Strategy, as_loss_tensor
 from lsgd.strategies.election import ELECTIONS, Election
 from lsgd.strategies.levels import Level, build_levels, check_knobs
-from lsgd.strategies.pipeline import InFlight, Pipeline, check_options
+from lsgd.strategies.pipeline import InFlight, check_options
 from lsgd.strategies.schedule import Cadence
 
 
@@ -160,13 +161,11 @@ class LSGD(Strategy):
                 raise ValueError(f"{owner}: fragments={self.fragments} must divide every "
                                  f"level's period; the {level.name} one is {level.period}")
         self._parts = Fragments(FlatBuffer(self._state), self.fragments)
-        self._work = FlatBuffer(self._state) if self.fragments > 1 else None
+        self._work = FlatBuffer(self._state)
         self._frozen = False  # diverged, copying a leader's fragments: no optimizer step
-        if self.overlap or self.compress != "none" or self.fragments > 1:
-            self._pipeline = Pipeline()
-            if self.compress != "none" and self.init == "broadcast":
-                for level in self.levels:  # the first reference: the state all start from
-                    level.snapshot.copy_from(self._state)
+        if self.compress != "none" and self.init == "broadcast":
+            for level in self.levels:  # the first reference: the state all start from
+                level.snapshot.copy_from(self._state)
         self._use_cadences([Cadence(_part_name(lv.name, f), lv.period, lv.among,
                                     offset=f * lv.period // self.fragments)
                             for lv in self.levels for f in range(self.fragments)])
@@ -220,8 +219,8 @@ class LSGD(Strategy):
         early = self.election.rule == "early"
         if self.steps == 1 and not self._elastic and not early:  # elastic: only rounds
             initial = [lv for lv in self.levels if lv.scope > 0 and lv.period > 1]
-            if initial:
-                self._communicate(initial, pull=False)
+            for level, leader, diverged in self._elect(initial, pull=False):
+                self._launch(self._send(level, leader, diverged, pull=False))
         if not self._frozen:
             self._scope_pull()
         if early:
@@ -232,14 +231,16 @@ class LSGD(Strategy):
                                           among)
 
     def _run_rounds(self, names: list[str]) -> None:
-        elections = [lv for lv in self.levels if lv.name in names]
-        if elections:
-            self._communicate(elections, pull=True)
-        for f in range(1, self.fragments):  # later parts of the leaders elected before
+        """LSGD's round: elect each level's leader, send its state (local level first);
+        later parts of the leaders elected at the period's start."""
+        for level, leader, diverged in self._elect(
+                [lv for lv in self.levels if lv.name in names], pull=True):
+            self._launch(self._send(level, leader, diverged, pull=True))
+        for f in range(1, self.fragments):
             for level in self.levels:
                 elected = self.election.elected.get(level.name)
                 if _part_name(level.name, f) in names and elected is not None:
-                    self._launch(self._start_level(level, *elected, pull=True, part=f))
+                    self._launch(self._send(level, *elected, pull=True, part=f))
 
     def _scope_pull(self) -> None:
         """Every-step pull toward the (stale) leaders of the last communication."""
@@ -258,18 +259,19 @@ class LSGD(Strategy):
             a, b = active
             pull_two_(self._state, a.snapshot.views, a.scope_weight, b.snapshot.views, b.scope_weight)
 
-    def _communicate(self, levels: list[Level], pull: bool) -> None:
-        """Elect the leader of each level, broadcast its state, pull (local first).
+    def _elect(self, levels: list[Level], pull: bool) -> list[tuple[Level, int, bool]]:
+        """Each level's leader from one gathered set of scores: ``(level, leader, this
+        worker diverged)``, local level first.
 
-        The score gathered is +inf when this worker's state is not finite
-        (checked on the device, no extra synchronisation). A worker whose
-        gathered score is not finite is diverged: it copies the leader's state
-        instead of pulling (:meth:`_reset_to`) at the first level of this
-        communication that elects a leader (the initial election included),
-        and pulls normally at the next one. A worker whose
-        window was just emptied by a reset (no loss since) scores NaN without
-        being diverged: it is not elected, and pulls normally.
+        The score is +inf when this worker's state is not finite (checked on the
+        device). A worker whose gathered score is not finite is diverged: it copies
+        the leader's state instead of pulling (:meth:`_reset_to`) at the first level
+        that elects a leader, and pulls normally at the next one. A worker whose
+        window was just emptied by a reset scores NaN without being diverged: it is
+        not elected, and pulls normally.
         """
+        if not levels:
+            return []
         world = any(lv.among == "world" for lv in levels)
         scores = self.election.gather(self.comm, self._module, self._state, self.device,
                                       "world" if world else "group")
@@ -278,57 +280,54 @@ class LSGD(Strategy):
         own = float(scores[self.rank if world else self.comm.info.group_rank])
         diverged = not math.isfinite(own) and (
             self.scorer.metric == "eval" or len(self.scorer.window) > 0)
-        for level in levels:  # self.levels order: local before global
-            if world and level.among == "group":
-                level_scores = scores[level.members[0] : level.members[-1] + 1]
-            else:
-                level_scores = scores
-            winner = elect(level_scores)
+        elected = []
+        for level in levels:
+            members = level.members
+            winner = elect(scores[members[0]: members[-1] + 1] if world and
+                           level.among == "group" else scores)
             if pull:
                 self.election.elected[level.name] = None
             if winner is None:  # a whole group diverged: the next global round resets it
                 continue
-            leader = level.members[winner]
+            leader = members[winner]
             if pull:
                 level.rounds += 1
                 self.rounds += 1
                 self.election.elected[level.name] = (leader, diverged)
                 self._frozen = self._frozen or (diverged and self.fragments > 1)
-            if self._pipeline is not None:  # hidden, fragmented or compressed
-                self._launch(self._start_level(level, leader, diverged, pull))
-            else:
-                if self.rank == leader:
-                    level.snapshot.copy_from(self._state)
-                for buffer in level.snapshot.buffers:
-                    self.comm.broadcast_(buffer, src=leader, among=level.among)
-                self._land(level, leader, diverged, pull)
+            elected.append((level, leader, diverged))
             diverged = False
+        return elected
 
-    def _start_level(self, level: Level, leader: int, diverged: bool, pull: bool,
-                     part: int = 0) -> InFlight:
-        """Start the broadcast of the leader's state, or of its part ``part`` of
-        ``fragments`` (compressed: its difference from the level's reference, the
-        snapshot every member holds), behind the next ``overlap`` steps (none for the
-        first election)."""
-        whole = self.fragments == 1
-        if whole:
-            payload = FlatBuffer(self._state)
+    def _send(self, level: Level, leader: int, diverged: bool, pull: bool,
+              part: int = 0) -> InFlight:
+        """Broadcast the leader's state, or its part ``part`` of ``fragments``
+        (compressed: its difference from the level's reference, the snapshot every
+        member holds), landing ``overlap`` steps later (at once for the first
+        election). Uncompressed and landing at once, it goes straight into the
+        level's snapshot (a blocking broadcast)."""
+        snapshot = self._parts.of(level.snapshot, part)
+        overlap = self.overlap if pull else 0
+        if self.compress == "none" and overlap == 0:  # the blocking round
             if self.rank == leader:
-                payload.copy_from(self._state)
-            buffers, reference = payload.buffers, level.snapshot.buffers
+                torch._foreach_copy_(snapshot, self._parts.of(self._copy_of_state(), part))
+            for buffer in snapshot:
+                self.comm.broadcast_(buffer, src=leader, among=level.among)
+            buffers, handles = snapshot, [done_handle()]
         else:
-            assert self._work is not None
-            self._work.copy_from(self._state)
-            buffers = [t.clone() for t in self._parts.of(self._work, part)]
-            reference = self._parts.of(level.snapshot, part)
-        if self.rank == leader and self.compress != "none":
-            torch._foreach_sub_(buffers, reference)
-        handles = [self.comm.start_broadcast(b, leader, level.among, codec=self.compress)
-                   for b in buffers]
-        return InFlight(self.steps, self.steps + (self.overlap if pull else 0),
-                        _part_name(level.name, part), handles, {"leader": buffers},
+            buffers = [t.clone() for t in self._parts.of(self._copy_of_state(), part)]
+            if self.rank == leader and self.compress != "none":
+                torch._foreach_sub_(buffers, snapshot)
+            handles = [self.comm.start_broadcast(b, leader, level.among, codec=self.compress)
+                       for b in buffers]
+        return InFlight(self.steps, self.steps + overlap, _part_name(level.name, part),
+                        handles, {"leader": buffers},
                         {"leader": leader, "diverged": diverged, "pull": pull,
                          "level": level.name, "part": part})
+
+    def _copy_of_state(self) -> FlatBuffer:
+        """The state, copied into the work buffer (laid out for the parts)."""
+        return self._work.copy_from(self._state)
 
     def _apply(self, item: InFlight) -> None:
         """The leader's state or part (as it was when its broadcast started) has landed:
@@ -338,10 +337,11 @@ class LSGD(Strategy):
         part = int(info.get("part", 0))
         snapshot = level.snapshot.buffers if self.fragments == 1 else self._parts.of(
             level.snapshot, part)
+        received = item.tensors["leader"]
         if self.compress != "none":  # the reference moves by the decoded difference
-            torch._foreach_add_(snapshot, item.tensors["leader"])
-        else:
-            torch._foreach_copy_(snapshot, item.tensors["leader"])
+            torch._foreach_add_(snapshot, received)
+        elif received[0].data_ptr() != snapshot[0].data_ptr():  # not received in place
+            torch._foreach_copy_(snapshot, received)
         if self.fragments == 1:
             self._land(level, info["leader"], info["diverged"], info["pull"])
         else:

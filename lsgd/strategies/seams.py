@@ -3,11 +3,13 @@ the strategy uses (the elastic layer, the elastic trainer) instead of its privat
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+from torch import nn
 
-from lsgd.comm import CommStats
+from lsgd.comm import CommStats, Communicator
 from lsgd.strategies.schedule import Cadence, RoundSchedule
 
 
@@ -40,9 +42,20 @@ class Seams:
     #: Exchanges along a communication graph (``--topology``), not rounds of all.
     uses_graph = False
 
+    #: The hidden-round options of the methods that take them (0, 1, "none": blocking).
+    overlap: int = 0
+    fragments: int = 1
+    compress: str = "none"
+
+    name: str
+    init: str
+    comm: Communicator
+    module: nn.Module
+    steps: int
+    asynchronous: bool
+    on_round: Callable[[], None] | None
     _state: list[torch.Tensor]
     _schedule: RoundSchedule
-    _pipeline: Any
     _baseline: dict[str, CommStats]
     resets: int
     wait_seconds: float
@@ -50,7 +63,7 @@ class Seams:
     @property
     def hides_rounds(self) -> bool:
         """Whether rounds stay in flight across steps (overlap, compression, fragments)."""
-        return self._pipeline is not None or getattr(self, "_hidden_rounds", None) is not None
+        return bool(self.overlap or self.fragments > 1 or self.compress != "none")
 
     @property
     def cadences(self) -> list[Cadence]:
@@ -62,6 +75,13 @@ class Seams:
         """This worker's parameters (and buffers, where rounds carry them), the tensors
         its rounds communicate, in order: the live tensors, not copies."""
         return self._state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything of the strategy's own needed to resume (see ``Strategy``)."""
+        raise NotImplementedError
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        raise NotImplementedError
 
     def own_counts(self) -> tuple[dict[str, CommStats], int, float]:
         """What stays this worker's own when it takes a peer's state: the traffic
