@@ -108,7 +108,7 @@ def worker(info: lsgd.WorkerInfo, cfg: Config) -> dict[str, Any]:
         epoch += 1
     seconds = time.perf_counter() - start
     center = strategy.center()  # collective: every worker takes part
-    stats = strategy.stats
+    stats = strategy.report().as_dict()
     report = {"method": cfg.method, "bytes_sent": stats["bytes_sent"], "rounds": stats["rounds"],
               "seconds": seconds, "leader_rank": stats.get("leader_rank")}
     if info.rank == 0:  # evaluate once

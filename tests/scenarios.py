@@ -48,18 +48,18 @@ def scripted(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
     strategy = METHODS[spec["method"]](model, opt, **kwargs)
     out: dict[str, Any] = {"x": [], "sent": [], "received": [], "leader": [], "local_leader": []}
     for step_losses in spec["losses"]:
-        before = strategy.stats
+        before = strategy.report().as_dict()
         if "grads" in spec:
             model.w.grad = torch.tensor(spec["grads"][info.rank], dtype=torch.float64)
         strategy.step(torch.tensor(step_losses[info.rank], dtype=torch.float64))
-        after = strategy.stats
+        after = strategy.report().as_dict()
         out["x"].append(model.w.detach().clone().tolist())
         out["sent"].append(after["bytes_sent"] - before["bytes_sent"])
         out["received"].append(after["bytes_received"] - before["bytes_received"])
         out["leader"].append(getattr(strategy, "leader_rank", None))
         out["local_leader"].append(getattr(strategy, "local_leader_rank", None))
     out["center"] = strategy.center().w.detach().clone().tolist()
-    out["stats"] = strategy.stats
+    out["stats"] = strategy.report().as_dict()
     return out
 
 
@@ -103,7 +103,7 @@ def train_small(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
         losses.append(loss.item())
     strategy.settle()  # rounds still in flight arrive (and are counted)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return {"state": state, "losses": losses, "stats": strategy.stats,
+    return {"state": state, "losses": losses, "stats": strategy.report().as_dict(),
             "rng": float(torch.rand(()))}
 
 

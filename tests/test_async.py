@@ -136,7 +136,7 @@ def _train(info: lsgd.WorkerInfo, method: str, asynchronous: bool, total: int,
     center = strategy.center()
     with torch.no_grad():
         accuracy = float((center(data.test_x).argmax(1) == data.test_y).float().mean())
-    stats = strategy.stats
+    stats = strategy.report().as_dict()
     stats.update(accuracy=accuracy, clock=strategy.comm.now(),
                  history=list(getattr(strategy, "leader_history", [])))
     return stats

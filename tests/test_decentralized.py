@@ -46,12 +46,12 @@ def scripted(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"x": [], "sent": [], "received": [], "peers": [], "active": [],
                            "best": [], "degree": []}
     for step in range(spec["steps"]):
-        before = strategy.stats
+        before = strategy.report().as_dict()
         model.w.grad = torch.zeros_like(model.w)
         losses = spec.get("losses")
         loss = losses[step % len(losses)][info.rank] if losses else 0.0
         strategy.step(torch.tensor(loss, dtype=torch.float64))
-        after = strategy.stats
+        after = strategy.report().as_dict()
         out["x"].append(model.w.detach().clone().tolist())
         out["sent"].append(after["bytes_sent"] - before["bytes_sent"])
         out["received"].append(after["bytes_received"] - before["bytes_received"])
@@ -61,7 +61,7 @@ def scripted(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
         out["degree"].append(after.get("degree_rank"))
     out["spread"] = strategy.spread()
     out["center"] = strategy.center().w.detach().tolist()
-    out["stats"] = strategy.stats
+    out["stats"] = strategy.report().as_dict()
     out["probabilities"] = [list(p.probabilities) for p in strategy.plans]
     out["weights"] = [p.weight for p in strategy.plans]
     return out
@@ -79,7 +79,7 @@ def train(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
         loss.backward()
         strategy.step(loss)
     return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()},
-            "stats": strategy.stats, "spread": strategy.spread()}
+            "stats": strategy.report().as_dict(), "spread": strategy.spread()}
 
 
 def exchange(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
@@ -399,7 +399,7 @@ def _resume(info: lsgd.WorkerInfo, method: str, kwargs: dict[str, Any], stop: in
         opt.zero_grad()
         loss.backward()
         strategy.step(loss)
-    return {"state": model.state_dict(), "stats": strategy.stats}
+    return {"state": model.state_dict(), "stats": strategy.report().as_dict()}
 
 
 @pytest.mark.parametrize("method,kwargs", [
@@ -457,7 +457,7 @@ def test_a_single_worker_never_communicates() -> None:
     model = Vector([1.0, 2.0])
     strategy = lsgd.ALDSGD(model, torch.optim.SGD(model.parameters(), lr=0.0))
     strategy.step(1.0)
-    assert model.w.tolist() == [1.0, 2.0] and strategy.stats["bytes_sent"] == 0
+    assert model.w.tolist() == [1.0, 2.0] and strategy.report().as_dict()["bytes_sent"] == 0
     assert strategy.spread() == 0.0
 
 
@@ -488,7 +488,7 @@ def learn_digits(info: lsgd.WorkerInfo, method: str, kwargs: dict[str, Any], ste
     center, spread = strategy.center(), strategy.spread()
     with torch.no_grad():
         accuracy = (center(data.test_x).argmax(1) == data.test_y).float().mean().item()
-    return {"accuracy": accuracy, "spread": spread, "stats": strategy.stats}
+    return {"accuracy": accuracy, "spread": spread, "stats": strategy.report().as_dict()}
 
 
 @pytest.mark.timeout(120)

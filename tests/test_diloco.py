@@ -170,7 +170,7 @@ def _resume(info: lsgd.WorkerInfo, kwargs: dict[str, Any], stop: int | None) -> 
             opt.load_state_dict(saved[1])
             strategy.load_state_dict(saved[2])
         _sgd_step(strategy.model, opt, x, y, strategy)
-    return {"state": model.state_dict(), "stats": strategy.stats,
+    return {"state": model.state_dict(), "stats": strategy.report().as_dict(),
             "global": [b.clone() for b in strategy.global_state.buffers],
             "outer": copy.deepcopy(strategy.outer_optimizer.state_dict()["state"])}
 

@@ -34,7 +34,7 @@ def _one_round(info: lsgd.WorkerInfo, method: str, kwargs: dict[str, Any],
     strategy.step(float(info.rank))  # the loss: worker 0 leads
     return {"mean": model.bn.running_mean.clone(), "count": int(model.bn.num_batches_tracked),
             "weight_before": weight, "weight": model.fc1.weight.detach().clone(),
-            "stats": strategy.stats, "mode": strategy.bn_buffers}
+            "stats": strategy.report().as_dict(), "mode": strategy.bn_buffers}
 
 
 @pytest.mark.parametrize("method", ["lsgd", "easgd"])
@@ -129,9 +129,24 @@ def test_a_state_saved_before_the_modes_asks_for_pull() -> None:
 
 def test_sync_buffers_false_still_means_local() -> None:
     model = SmallNet()
-    strategy = lsgd.LSGD(model, torch.optim.SGD(model.parameters(), lr=0.1), sync_buffers=False,
-                         comm=lsgd.get_communicator())
+    with pytest.warns(DeprecationWarning, match="sync_buffers is deprecated; pass "
+                                                "bn_buffers='local'"):
+        strategy = lsgd.LSGD(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                             sync_buffers=False, comm=lsgd.get_communicator())
     assert strategy.bn_buffers == "local" and strategy._bn_average is None
+
+
+def test_the_deprecated_spellings_warn_naming_what_to_write() -> None:
+    model = SmallNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    comm = lsgd.get_communicator()
+    with pytest.warns(DeprecationWarning, match="global_period= is the older spelling of "
+                                                "period=; pass period=8"):
+        strategy = lsgd.LSGD(model, opt, global_period=8, comm=comm)
+    assert strategy.levels[-1].period == 8
+    with pytest.warns(DeprecationWarning, match=r"lsgd.stats is deprecated; use report\(\)"):
+        flat = strategy.stats
+    assert flat == strategy.report().as_dict()
 
 
 # -- Algorithm 1's every-step pull ------------------------------------------------

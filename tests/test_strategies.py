@@ -69,7 +69,7 @@ def _resume(info: lsgd.WorkerInfo, method: str, kwargs: dict[str, Any], stop: in
         opt.zero_grad()
         loss.backward()
         strategy.step(loss)
-    return {"state": model.state_dict(), "stats": strategy.stats}
+    return {"state": model.state_dict(), "stats": strategy.report().as_dict()}
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ def _center(info: lsgd.WorkerInfo) -> dict[str, Any]:
     model = scenarios.Vector([float(info.rank), 2.0 * info.rank])
     strategy = lsgd.LSGD(model, torch.optim.SGD(model.parameters(), lr=0.0), init="independent")
     center = strategy.center()
-    return {"center": center.w.tolist(), "mine": model.w.tolist(), "stats": strategy.stats}
+    return {"center": center.w.tolist(), "mine": model.w.tolist(), "stats": strategy.report().as_dict()}
 
 
 def test_center_is_the_average_and_counts_as_evaluation_traffic() -> None:

@@ -158,7 +158,7 @@ class ALDSGD(Decentralized):
         eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         comm: Communicator | None = None,
         init: str = "broadcast",
-        sync_buffers: bool = True,
+        sync_buffers: bool | None = None,
         bn_buffers: str | None = None,
     ) -> None:
         owner = "ALDSGD"

@@ -79,7 +79,7 @@ class AllReduce(Strategy):
         optimizer: torch.optim.Optimizer,
         *,
         comm: Communicator | None = None,
-        sync_buffers: bool = True,
+        sync_buffers: bool | None = None,
         bn_buffers: str | None = None,
         ddp_kwargs: dict[str, Any] | None = None,
         compress: str = "none",

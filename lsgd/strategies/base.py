@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -91,7 +92,7 @@ class Strategy(Recovery, Seams):
         comm: the communicator; found from the environment when omitted.
         init: ``"broadcast"`` (every worker starts from rank 0's state, one
             broadcast at construction) or ``"independent"`` (each keeps its own).
-        sync_buffers: ``False`` is ``bn_buffers="local"`` (the older spelling).
+        sync_buffers: deprecated: ``False`` is ``bn_buffers="local"`` (warns).
         bn_buffers: what rounds do with the BatchNorm running statistics:
             ``"average"``, ``"pull"``, ``"local"`` or ``"broadcast"``, among the
             method's :attr:`bn_modes` (default: the first of them); see
@@ -115,7 +116,7 @@ class Strategy(Recovery, Seams):
         *,
         comm: Communicator | None = None,
         init: str = "broadcast",
-        sync_buffers: bool = True,
+        sync_buffers: bool | None = None,
         bn_buffers: str | None = None,
         asynchronous: bool = False,
     ) -> None:
@@ -129,7 +130,12 @@ class Strategy(Recovery, Seams):
                 f"{self.name}: optimizer must be a torch.optim.Optimizer, got {type(optimizer)!r}"
             )
         self.init = _validate.choice(self.name, "init", init, INITS)
-        self.bn_buffers = bn.resolve(self.name, self.bn_modes, bn_buffers, bool(sync_buffers))
+        if sync_buffers is not None:
+            instead = "bn_buffers='local'" if not sync_buffers else "nothing (the default)"
+            warnings.warn(f"{self.name}: sync_buffers is deprecated; pass {instead}",
+                          DeprecationWarning, stacklevel=3)
+        self.bn_buffers = bn.resolve(self.name, self.bn_modes, bn_buffers,
+                                     sync_buffers is not False)
         self.sync_buffers = self.bn_buffers != "local"
         self.comm = comm if comm is not None else get_communicator()
         self.optimizer = optimizer
@@ -368,7 +374,9 @@ class Strategy(Recovery, Seams):
 
     @property
     def stats(self) -> dict[str, Any]:
-        """:meth:`report` as a flat dict (``details`` merged in)."""
+        """Deprecated: ``report().as_dict()``, :meth:`report` as a flat dict (warns)."""
+        warnings.warn(f"{self.name}.stats is deprecated; use report() (or "
+                      "report().as_dict())", DeprecationWarning, stacklevel=2)
         return self.report().as_dict()
 
     def spread(self) -> float | None:

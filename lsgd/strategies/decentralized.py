@@ -182,7 +182,7 @@ class Decentralized(Strategy):
         mixing_weight: MixingWeight = None,
         comm: Communicator | None = None,
         init: str = "broadcast",
-        sync_buffers: bool = True,
+        sync_buffers: bool | None = None,
         bn_buffers: str | None = None,
     ) -> None:
         owner = type(self).__name__

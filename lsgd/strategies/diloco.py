@@ -94,7 +94,7 @@ class DiLoCo(Averaging):
         error_feedback: bool = False,
         comm: Communicator | None = None,
         init: str = "broadcast",
-        sync_buffers: bool = True,
+        sync_buffers: bool | None = None,
         bn_buffers: str | None = None,
     ) -> None:
         self.period = _validate.positive_int("DiLoCo", "period", period)

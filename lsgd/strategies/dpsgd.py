@@ -51,7 +51,7 @@ class DPSGD(Decentralized):
         mixing_weight: MixingWeight = None,
         comm: Communicator | None = None,
         init: str = "broadcast",
-        sync_buffers: bool = True,
+        sync_buffers: bool | None = None,
         bn_buffers: str | None = None,
     ) -> None:
         super().__init__(model, optimizer, topology=topology, budget=1.0, period=period, seed=0,

@@ -93,7 +93,7 @@ class EASGD(Averaging):
         error_feedback: bool = False,
         comm: Communicator | None = None,
         init: str = "broadcast",
-        sync_buffers: bool = True,
+        sync_buffers: bool | None = None,
         bn_buffers: str | None = None,
         asynchronous: bool = False,
     ) -> None:

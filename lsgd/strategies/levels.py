@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import torch
@@ -48,9 +49,11 @@ def one_spelling(owner: str, name: str, plain: Any, global_: Any) -> Any:
     """With one group, ``name`` and ``name_global`` are the same knob: take the one given."""
     if global_ is None:
         return DEFAULTS[name] if plain is None else plain
-    if plain is None or plain == global_:
-        return global_
     global_name = "global_period" if name == "period" else f"{name}_global"
+    if plain is None or plain == global_:
+        warnings.warn(f"{owner}: with groups=1, {global_name}= is the older spelling of "
+                      f"{name}=; pass {name}={global_!r}", DeprecationWarning, stacklevel=4)
+        return global_
     raise ValueError(
         f"{owner}: with groups=1 there is a single leader set by {name}; got both "
         f"{name}={plain!r} and {global_name}={global_!r}; pass one of them"

@@ -122,7 +122,7 @@ class LSGD(Strategy):
         election: str | None = None,
         comm: Communicator | None = None,
         init: str = "broadcast",
-        sync_buffers: bool = True,
+        sync_buffers: bool | None = None,
         bn_buffers: str | None = None,
         asynchronous: bool = False,
     ) -> None:

@@ -67,7 +67,7 @@ class MATCHA(Decentralized):
         mixing_weight: MixingWeight = None,
         comm: Communicator | None = None,
         init: str = "broadcast",
-        sync_buffers: bool = True,
+        sync_buffers: bool | None = None,
         bn_buffers: str | None = None,
     ) -> None:
         super().__init__(model, optimizer, topology=topology, budget=budget, period=period,

@@ -122,9 +122,9 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
 
 def knobs_from_config(cfg: TrainConfig) -> dict[str, Any]:
     """The keyword arguments of ``cfg.method``'s strategy, from the configuration."""
-    knobs: dict[str, Any] = {"sync_buffers": cfg.sync_buffers}
-    if cfg.bn_buffers != "auto":
-        knobs["bn_buffers"] = cfg.bn_buffers
+    knobs: dict[str, Any] = {}
+    if cfg.bn_buffers != "auto" or not cfg.sync_buffers:  # sync_buffers = false: "local"
+        knobs["bn_buffers"] = cfg.bn_buffers if cfg.bn_buffers != "auto" else "local"
     if cfg.method == "allreduce":  # torch's gradient hooks, given only when set
         if cfg.compress != "none":
             knobs["compress"] = cfg.compress
