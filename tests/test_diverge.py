@@ -72,7 +72,7 @@ def run(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
         if info.rank in spec.get("nan", {}).get(step, []):
             with torch.no_grad():
                 model.w.fill_(NAN)
-        before = strategy.stats["bytes_sent"]
+        before = strategy.report().as_dict()["bytes_sent"]
         if spec["method"] == "allreduce":
             targets = spec["targets"][(step - 1) % len(spec["targets"])]
             opt.zero_grad()
@@ -87,7 +87,7 @@ def run(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
             out["error"], out["error_step"] = str(error), step
             break
         out["x"].append(model.w.detach().clone())
-        out["sent"].append(strategy.stats["bytes_sent"] - before)
+        out["sent"].append(strategy.report().as_dict()["bytes_sent"] - before)
         out["leader"].append(getattr(strategy, "leader_rank", None))
         out["best"].append(getattr(strategy, "best_rank", None))
         out["opt_state"].append(len(opt.state))
