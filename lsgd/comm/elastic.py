@@ -40,8 +40,12 @@ sends over the quorum's process group, no server of its own), before the
 round's collectives. Its bytes are counted as received under the ``"join"``
 category.
 
-Not available here: the non-blocking collectives (overlapped or compressed
-rounds), pairwise exchange and the shared counter of asynchronous methods.
+Started collectives (overlapped, fragmented or compressed rounds) run on a
+background thread, over the same process groups, with one worker per node
+only; the round stays open until they land (:mod:`lsgd.strategies.elastic`).
+A compressed all-reduce moves its codec's bytes across nodes (all-to-all,
+reduce, all-gather over torchft's process group). Not available here:
+pairwise exchange and the shared counter of asynchronous methods.
 The CUDA/NCCL form (torchft's ``ProcessGroupNCCL``) is not built: elastic
 workers run on gloo.
 """
@@ -49,6 +53,7 @@ workers run on gloo.
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import os
 import time
@@ -59,6 +64,8 @@ from typing import Any
 import torch
 
 from lsgd.comm.base import Communicator
+from lsgd.comm.lanes import BackgroundLane
+from lsgd.comm.transfers import run as run_transfer
 from lsgd.comm.info import Among, ReduceOp, WorkerInfo
 from lsgd.comm.quorum import (EXTRA, LighthouseLost, RoundFailed, answers, cloned,
                               options, payload_bytes, require_torchft, start_lighthouse)
@@ -84,6 +91,11 @@ class ElasticCommunicator(Communicator):
         timeout: seconds a collective or a heal may take before the round fails.
         quorum_timeout: seconds to wait for a quorum; when none came and the
             lighthouse does not answer, :class:`LighthouseLost` is raised.
+        transport: how a heal travels: ``"pg"`` (torchft's ``PGTransport``, over the
+            quorum's process group, the default) or ``"http"`` (torchft's
+            ``HTTPTransport``: a server of the whole state on all interfaces,
+            advertised under the machine's host name; for comparison only). The
+            environment variable ``LSGD_ELASTIC_TRANSPORT`` sets the default.
     """
 
     elastic = True
@@ -91,6 +103,7 @@ class ElasticCommunicator(Communicator):
 
     def __init__(self, slot: int, slots: int, *, lighthouse: str, address: str = "127.0.0.1",
                  per_node: int = 1, local_rank: int = 0, min_members: int = 1,
+                 transport: str | None = None,
                  timeout: float = 30.0, quorum_timeout: float = 300.0) -> None:
         name = "ElasticCommunicator"
         if not isinstance(slot, int) or not 0 <= slot < slots:
@@ -99,6 +112,9 @@ class ElasticCommunicator(Communicator):
             raise ValueError(f"{name}: per_node must be a positive integer, got {per_node!r}")
         if not isinstance(local_rank, int) or not 0 <= local_rank < per_node:
             raise ValueError(f"{name}: local_rank must be in [0, {per_node}), got {local_rank!r}")
+        transport = transport or os.environ.get("LSGD_ELASTIC_TRANSPORT", "pg")
+        if transport not in ("pg", "http"):
+            raise ValueError(f"{name}: transport must be 'pg' or 'http', got {transport!r}")
         if not isinstance(min_members, int) or not 1 <= min_members <= slots:
             raise ValueError(f"{name}: min_members must be in [1, {slots}], got {min_members!r}")
         require_torchft()
@@ -116,6 +132,7 @@ class ElasticCommunicator(Communicator):
         from torchft.process_group import ProcessGroupGloo
 
         self.node, self.per_node, self.local_rank = slot, per_node, local_rank
+        self._lane: BackgroundLane | None = None  # started collectives (hidden rounds)
         if per_node > 1 and not (dist.is_initialized() and dist.get_world_size() == per_node):
             raise RuntimeError(f"{name}: per_node={per_node} needs the node's {per_node} workers "
                                "in torch.distributed's default process group (start them with "
@@ -143,6 +160,7 @@ class ElasticCommunicator(Communicator):
         self._lighthouse = lighthouse
         self.healed = False  # whether the last begin_round healed this worker
         self.heals = 0
+        self.heal_seconds = 0.0
         self.failed_rounds = 0
         self.manager = Manager(
             pg=self._pg, min_replica_size=min_members, use_async_quorum=False,
@@ -150,8 +168,8 @@ class ElasticCommunicator(Communicator):
             replica_id=f"lsgd{slot}", store_addr=store_addr, store_port=store_port,
             rank=local_rank, world_size=per_node, lighthouse_addr=lighthouse, hostname=address,
             # heals over the process group of the quorum: no HTTP server of the whole state
-            checkpoint_transport=PGTransport(self._pg, timeout=patience,
-                                             device=torch.device("cpu")),
+            checkpoint_transport=None if transport == "http" else PGTransport(
+                self._pg, timeout=patience, device=torch.device("cpu")),
             timeout=patience, quorum_timeout=datetime.timedelta(seconds=quorum_timeout),
             connect_timeout=datetime.timedelta(seconds=60), init_sync=False)
 
@@ -180,6 +198,7 @@ class ElasticCommunicator(Communicator):
         came and the lighthouse does not answer."""
         self.healed = False
         self._nodes = []
+        start = time.perf_counter()
         try:
             self.manager.start_quorum()
             error = self.manager.errored()
@@ -202,6 +221,8 @@ class ElasticCommunicator(Communicator):
             raise RoundFailed(f"worker {self.rank}: quorum order {nodes} does not match "
                               f"its participating rank {self.manager.participating_rank()}")
         self._nodes = nodes
+        if self.healed:  # the quorum's time, the heal's transfer included
+            self.heal_seconds += time.perf_counter() - start
 
     def end_round(self) -> bool:
         """Leave the round: whether it was committed (no member saw a failure)."""
@@ -233,6 +254,8 @@ class ElasticCommunicator(Communicator):
 
     def close(self) -> None:
         """Stop this worker's torchft servers (its checkpoint server and manager)."""
+        if self._lane is not None:
+            self._lane.close()
         self.manager.shutdown(wait=False)
 
     def _gather_nodes(self) -> list[int]:
@@ -356,8 +379,23 @@ class ElasticCommunicator(Communicator):
             "elastic training runs synchronous methods only (no shared step counter)")
 
     def _start(self, transfer: Any) -> Any:
-        raise NotImplementedError(
-            "elastic training runs blocking, uncompressed rounds (no overlap or compress)")
+        if self.per_node > 1:
+            raise NotImplementedError("started collectives of an elastic worker need one "
+                                      "worker per node (its node's own collectives keep the "
+                                      "main thread)")
+        if self._lane is None:
+            self._lane = BackgroundLane("elastic", (None, None), torch.device("cpu"))
+        return self._lane.submit(functools.partial(run_transfer, self, transfer)).result
 
     def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int], among: Among) -> Any:
-        raise NotImplementedError("elastic training has no all-to-all")
+        """Across the member nodes, one worker per node (a compressed all-reduce's first
+        half); ``RoundFailed`` as any collective across nodes."""
+        if self.per_node > 1 or among != "world":
+            raise NotImplementedError("an elastic all-to-all runs among all workers, one "
+                                      "worker per node")
+        c10d = torch._C._distributed_c10d
+        received = torch.empty(sum(sizes), dtype=torch.uint8)
+        self._across(lambda: self._pg.alltoall_base(received, torch.cat(parts), sizes,
+                                                    [p.numel() for p in parts],
+                                                    c10d.AllToAllOptions()))
+        return list(received.split(sizes))

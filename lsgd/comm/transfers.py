@@ -134,6 +134,8 @@ def _compressed_all_reduce(comm: Any, t: Transfer) -> float:
     padded = torch.zeros(max(sizes), dtype=torch.uint8, device=flat.device)
     padded[:reduced.numel()].copy_(reduced)
     gathered, _ = comm._all_gather(padded, t.among)
+    if len(gathered) != n:  # an elastic round: a row per worker, absent ones included
+        gathered = gathered[members]
     for row, (begin, end) in zip(gathered, parts):
         flat[begin:end].copy_(codecs.decode(t.codec, row, end - begin))
     return time.perf_counter() - start

@@ -211,6 +211,16 @@ class Averaging(Strategy):
             compress=self.compress, merge=self.merge, error_feedback=bool(error_feedback))
         self._use_cadences(cadences or self._averaging.fragments.cadences(self.period))
 
+    def _shared_copy(self) -> FlatBuffer:
+        """A copy of the state that every worker holds identically: the state all start
+        from, or with ``init="independent"`` the workers' mean (one all-reduce)."""
+        copy = FlatBuffer(self._state).copy_from(self._state)
+        if self.init == "independent":
+            with self.comm.category("init"):
+                for buffer in copy.buffers:
+                    self.comm.all_reduce_(buffer, op="mean")
+        return copy
+
     def _reference(self) -> FlatBuffer | None:
         """The state every worker holds identically, what compressed rounds subtract from."""
         return None

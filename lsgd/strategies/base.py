@@ -24,23 +24,14 @@ round among all workers::
     if strategy.should_stop(time.time() > deadline):   # agreed at the next sync point
         break
 
-Diverging workers
------------------
 A worker whose loss or state becomes NaN or infinite never leads and never
-enters an average or a gossip exchange where the method can avoid it: at its
-next round it is *reset* to the leader's, the center's or its healthy
-neighbours' state, with its optimizer state cleared (:meth:`Strategy._reset_to`,
-counted in :attr:`Report.resets`). Each method says how in its docstring. When
-every worker has diverged, every worker raises :class:`DivergedError` at the
-same round. A healthy run pays no extra communication for this, and at most
-one local finiteness check (one device synchronisation) per round.
-
-Mismatched workers
-------------------
-At construction the workers compare a fingerprint of their states' shapes
-and dtypes (one all-gather of three integers, ``"init"`` traffic, skipped for
-a single worker); workers that built different models get a ``ValueError``
-on every worker, before anything else is exchanged.
+enters an average where the method can avoid it: at its next round it is
+*reset* to the leader's, the center's or its healthy neighbours' state, its
+optimizer state cleared (:meth:`Strategy._reset_to`, :attr:`Report.resets`);
+when every worker has diverged, every worker raises :class:`DivergedError` at
+the same round. At construction the workers compare a fingerprint of their
+states' layouts (one all-gather of three integers, ``"init"`` traffic):
+workers that built different models get a ``ValueError`` on every worker.
 """
 
 from __future__ import annotations
@@ -228,7 +219,11 @@ class Strategy(Recovery, Seams):
         self._run_rounds(names)
         if self._bn_average is not None:
             world = any(c.among == "world" for c in self._schedule.cadences if c.name in names)
-            self._bn_average(self.comm, "world" if world else "group")
+            started = self._pipeline.items()
+            if self._elastic and started and started[-1].started == self.steps:
+                started[-1].info["bn_among"] = "world" if world else "group"  # when it lands:
+            else:  # an elastic worker has one process group, busy with the transfer
+                self._bn_average(self.comm, "world" if world else "group")
 
     def _before_optimizer_step(self) -> bool:
         """What the method does between ``backward()`` and the optimizer step;
@@ -252,21 +247,29 @@ class Strategy(Recovery, Seams):
         """A round's transfer, started: applied now if due (``overlap=0``), else kept
         in flight until its step."""
         if item.apply_at <= self.steps:
-            item.wait()
-            self._apply(item)
+            self._arrive(item)
         else:
             self._pipeline.add(item)
 
     def _apply_due(self) -> None:
         """Apply the transfers in flight that are due after this step (started
         ``overlap`` steps ago), before any round of this step starts."""
-        if not self._pipeline:
-            return
         for item in self._pipeline.due(self.steps):
             start = self.comm.now()
-            item.wait()
-            self._apply(item)
+            if "elastic_hook" in item.info:  # an elastic round, open since it started
+                elastic.land_round(self, item, lambda: self._arrive(item))
+            else:
+                self._arrive(item)
             self.wait_seconds += self.comm.now() - start
+
+    def _arrive(self, item: InFlight) -> None:
+        """Wait for ``item``'s transfer and apply it (then an elastic round's BatchNorm
+        average, left until the transfer was done)."""
+        item.wait()
+        self._apply(item)
+        among = item.info.get("bn_among")
+        if among is not None and self._bn_average is not None:
+            self._bn_average(self.comm, among)
 
     def _apply(self, item: InFlight) -> None:
         """Apply a round whose transfer has arrived."""

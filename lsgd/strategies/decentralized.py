@@ -169,6 +169,13 @@ class Decentralized(Strategy):
 
     name = "decentralized"
     uses_graph = True
+    #: C_b when none is given (MATCHA's is 0.5).
+    default_budget = 1.0
+
+    @property
+    def mixing_weights(self) -> list[float]:
+        """``a`` of each graph."""
+        return [plan.weight for plan in self.plans]
 
     def __init__(
         self,
@@ -176,7 +183,7 @@ class Decentralized(Strategy):
         optimizer: torch.optim.Optimizer,
         *,
         topology: GraphSpec = None,
-        budget: float = 1.0,
+        budget: float | None = None,
         period: int = 1,
         seed: int = 0,
         mixing_weight: MixingWeight = None,
@@ -186,7 +193,7 @@ class Decentralized(Strategy):
         bn_buffers: str | None = None,
     ) -> None:
         owner = type(self).__name__
-        self.budget = budget_fraction(owner, budget)
+        self.budget = budget_fraction(owner, self.default_budget if budget is None else budget)
         self.period = _validate.positive_int(owner, "period", period)
         if not _validate.is_int(seed) or seed < 0:
             raise ValueError(f"{owner}: seed must be an integer >= 0, got {seed!r}")

@@ -106,11 +106,7 @@ class DiLoCo(Averaging):
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers)
         # θ_g, laid out like the state: the parameters, then (blocking rounds) the buffers.
-        self.global_state = FlatBuffer(self._state).copy_from(self._state)
-        if self.init == "independent":
-            with self.comm.category("init"):
-                for buffer in self.global_state.buffers:
-                    self.comm.all_reduce_(buffer, op="mean")
+        self.global_state = self._shared_copy()
         self._delta = FlatBuffer(self._state)  # Δ, the outer optimizer's .grad
         self._setup_rounds(error_feedback)
         self._parameters = len(list(model.parameters()))

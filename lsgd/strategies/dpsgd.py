@@ -58,7 +58,3 @@ class DPSGD(Decentralized):
                          mixing_weight=mixing_weight,
                          comm=comm, init=init, sync_buffers=sync_buffers, bn_buffers=bn_buffers)
 
-    @property
-    def mixing_weights(self) -> list[float]:
-        """``a`` of each graph."""
-        return [plan.weight for plan in self.plans]

@@ -103,11 +103,8 @@ class EASGD(Averaging):
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers, asynchronous=asynchronous)
         self.alpha = self.moving_rate / self.world_size
-        self.center_state = FlatBuffer(self._state).copy_from(self._state)
-        if self.init == "independent":
-            with torch.no_grad(), self.comm.category("init"):
-                for buffer in self.center_state.buffers:
-                    self.comm.all_reduce_(buffer, op="mean")
+        with torch.no_grad():
+            self.center_state = self._shared_copy()
         self._setup_rounds(error_feedback)
 
     def _reference(self) -> FlatBuffer:

@@ -32,6 +32,18 @@ workers only (docs/reliability.md, "Elastic training"):
   (multi-leader LSGD's local level, hierarchical local SGD's local average)
   are no quorum points: they run inside the node only.
 
+* **Hidden rounds** (``overlap``, ``fragments``, ``compress``; one worker per
+  node). The quorum forms at the round step and the transfer starts; the round
+  stays open while the workers train on, and closes when the transfer lands:
+  the rule is applied, then torchft's commit. A member that dies while the
+  transfer is under way makes it fail on the others: it is dropped, its round
+  not committed, exactly as a blocking round whose collective failed. A round
+  lands before the next one starts (``overlap < period / fragments``). A
+  joining worker's NaN state enters the mean of its first round, which is
+  then redone over the healthy members (the rare path of each method) and
+  resets it; under LSGD with fragments it copies the leader's parts at the
+  next election.
+
 A worker's first quorum, at its first step, moves nothing when no member is
 ahead of it: that is the first round of a job.
 """
@@ -45,6 +57,7 @@ from typing import Any
 import torch
 
 from lsgd.comm.elastic import RoundFailed
+from lsgd.strategies.pipeline import InFlight
 from lsgd.strategies.seams import Seams as Strategy
 from lsgd.strategies.seams import supporting
 
@@ -68,12 +81,14 @@ def check(strategy: Strategy) -> None:
     if strategy.asynchronous:
         raise ValueError(f"{name}: elastic training runs synchronous rounds; "
                          "drop asynchronous=True (--asynchronous)")
-    if strategy.hides_rounds:
-        raise ValueError(f"{name}: elastic training runs blocking, uncompressed rounds in one "
-                         "fragment; drop overlap, fragments and compress")
-    if sum(c.among == "world" for c in strategy.cadences) != 1:
-        raise ValueError(f"{name}: elastic training needs one kind of round among all "
-                         "workers (drop fragments)")
+    if strategy.hides_rounds and getattr(strategy.comm, "per_node", 1) > 1:
+        raise ValueError(f"{name}: elastic hidden rounds (overlap, fragments, compress) run "
+                         "with one worker per node; drop them, or run one worker per node")
+    gap = min(c.period for c in strategy.cadences) // strategy.fragments
+    if strategy.overlap >= gap:
+        raise ValueError(f"{name}: an elastic round lands before the next one starts: "
+                         f"overlap must be below period / fragments = {gap}, got "
+                         f"{strategy.overlap}")
     strategy.comm.add_state("strategy", lambda: _send(strategy),  # type: ignore[attr-defined]
                             lambda state: _take(strategy, state))
 
@@ -92,22 +107,46 @@ def _take(strategy: Strategy, state: dict[str, Any]) -> None:
     strategy.restore_own_counts(own)
 
 
-def run_round(strategy: Strategy, body: Callable[[], None], hook: bool = True) -> bool:
+def run_round(strategy: Strategy, body: Callable[[], None],
+              hook: bool | Callable[[], bool] = True) -> bool | None:
     """One round among all workers as a quorum point: ``body`` (the method's collectives
     and rule) among the members, then ``strategy.on_round`` if set and ``hook``; a
-    healed worker enters it as diverged. Whether it was committed."""
+    healed worker enters it as diverged. Whether it was committed; ``None`` when the
+    round's transfer is still under way (a hidden round): it stays open, and
+    :func:`land_round` closes it when the transfer lands."""
     comm = strategy.comm
+    before = len(strategy.in_flight())
     try:
         comm.begin_round()  # type: ignore[attr-defined]
         if comm.healed:  # type: ignore[attr-defined]
             for tensor in strategy.local_state:
                 tensor.fill_(math.nan)
         body()
-        if hook and strategy.on_round is not None:
+        wanted = hook() if callable(hook) else hook
+        started = strategy.in_flight()[before:]
+        if started:
+            for item in started:
+                item.info["elastic_hook"] = wanted
+            return None
+        if wanted and strategy.on_round is not None:
             strategy.on_round()
     except RoundFailed:
         pass
     return bool(comm.end_round())  # type: ignore[attr-defined]
+
+
+def land_round(strategy: Strategy, item: InFlight, arrive: Callable[[], None]) -> bool:
+    """Close the hidden round of ``item``: ``arrive`` (wait for the transfer, apply it),
+    ``strategy.on_round``, then torchft's commit. A transfer that failed (a member died
+    while it was under way) is dropped and the round not committed, as a blocking
+    round whose collective failed."""
+    try:
+        arrive()
+        if item.info.get("elastic_hook") and strategy.on_round is not None:
+            strategy.on_round()
+    except RoundFailed:
+        pass
+    return bool(strategy.comm.end_round())  # type: ignore[attr-defined]
 
 
 def join(strategy: Strategy, round_of: Callable[[list[str]], None]) -> bool:
@@ -116,13 +155,11 @@ def join(strategy: Strategy, round_of: Callable[[list[str]], None]) -> bool:
     ``True`` is returned: that step is spent joining."""
     comm = strategy.comm
 
-    def body() -> None:  # the hook only after a round of the method's own
+    def body() -> None:
         if comm.healed:
             round_of([c.name for c in strategy.cadences
                       if strategy.steps % c.period == c.offset])
-            if strategy.on_round is not None:
-                strategy.on_round()
 
-    with torch.no_grad():
-        run_round(strategy, body, hook=False)
+    with torch.no_grad():  # the hook only after a round of the method's own
+        run_round(strategy, body, hook=lambda: bool(comm.healed))
     return bool(comm.healed)  # still set after the round: begin_round resets it

@@ -95,11 +95,7 @@ class LocalSGD(Averaging):
         # difference from (the mean initial state with init="independent").
         self.reference: FlatBuffer | None = None
         if self.compress != "none":
-            self.reference = FlatBuffer(self._state).copy_from(self._state)
-            if self.init == "independent":
-                with self.comm.category("init"):
-                    for buffer in self.reference.buffers:
-                        self.comm.all_reduce_(buffer, op="mean")
+            self.reference = self._shared_copy()
         levels = None
         if self.hierarchical and self.comm.info.group_size > 1:
             levels = [Cadence("local", self.period, "group"),

@@ -135,8 +135,9 @@ class LSGD(Strategy):
         self.overlap, self.fragments, self.compress = check_options(
             owner, period, overlap, fragments, compress, asynchronous)
         hidden = bool(self.overlap) or self.fragments > 1
-        election = _validate.choice(owner, "election", "early" if hidden and election is None
-                                    else election or "round", ELECTIONS)
+        elastic = bool(getattr(comm, "elastic", False))  # elastic rounds elect at the round
+        election = _validate.choice(owner, "election", "early" if hidden and not elastic and
+                                    election is None else election or "round", ELECTIONS)
         if election == "early" and asynchronous:
             raise ValueError(f"{owner}: election='early' needs synchronous rounds (a round of "
                              "asynchronous LSGD falls due at a step no worker knows "

@@ -29,11 +29,7 @@ graph whose matchings are perfect, such as an even ring).
 
 from __future__ import annotations
 
-import torch
-from torch import nn
-
-from lsgd.comm import Communicator
-from lsgd.strategies.decentralized import Decentralized, GraphSpec, MixingWeight
+from lsgd.strategies.decentralized import Decentralized
 
 
 class MATCHA(Decentralized):
@@ -43,7 +39,7 @@ class MATCHA(Decentralized):
         topology: a :class:`~lsgd.topology.Topology`, a list of them used in turn
             (dynamic graphs; each keeps its own matchings, probabilities and
             weight), or a kind name; default ``ring(W)``.
-        budget: C_b in (0, 1], the expected fraction of matchings active per
+        budget: C_b in (0, 1] (default 0.5), the expected fraction of matchings active per
             communication (the paper's communication budget).
         period: local steps between communications (1: every step).
         seed: seed of the activation sampler, the same on every worker
@@ -54,32 +50,10 @@ class MATCHA(Decentralized):
     """
 
     name = "matcha"
-
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        topology: GraphSpec = None,
-        budget: float = 0.5,
-        period: int = 1,
-        seed: int = 0,
-        mixing_weight: MixingWeight = None,
-        comm: Communicator | None = None,
-        init: str = "broadcast",
-        sync_buffers: bool | None = None,
-        bn_buffers: str | None = None,
-    ) -> None:
-        super().__init__(model, optimizer, topology=topology, budget=budget, period=period,
-                         seed=seed, mixing_weight=mixing_weight, comm=comm, init=init,
-                         sync_buffers=sync_buffers, bn_buffers=bn_buffers)
+    default_budget = 0.5
 
     @property
     def probabilities(self) -> list[list[float]]:
         """Activation probability of each matching, per graph."""
         return [list(plan.probabilities) for plan in self.plans]
 
-    @property
-    def mixing_weights(self) -> list[float]:
-        """``a`` of each graph."""
-        return [plan.weight for plan in self.plans]

@@ -56,6 +56,10 @@ class Pipeline:
     def __len__(self) -> int:
         return len(self._items)
 
+    def items(self) -> list[InFlight]:
+        """The transfers in flight, oldest first."""
+        return list(self._items)
+
     def add(self, item: InFlight) -> None:
         self._items.append(item)
 

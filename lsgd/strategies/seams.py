@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from lsgd.comm import CommStats, Communicator
+from lsgd.strategies.pipeline import InFlight, Pipeline
 from lsgd.strategies.schedule import Cadence, RoundSchedule
 
 
@@ -56,6 +57,7 @@ class Seams:
     on_round: Callable[[], None] | None
     _state: list[torch.Tensor]
     _schedule: RoundSchedule
+    _pipeline: Pipeline
     _baseline: dict[str, CommStats]
     resets: int
     wait_seconds: float
@@ -64,6 +66,10 @@ class Seams:
     def hides_rounds(self) -> bool:
         """Whether rounds stay in flight across steps (overlap, compression, fragments)."""
         return bool(self.overlap or self.fragments > 1 or self.compress != "none")
+
+    def in_flight(self) -> list[InFlight]:
+        """The rounds whose transfer is under way, oldest first (``overlap``)."""
+        return self._pipeline.items()
 
     @property
     def cadences(self) -> list[Cadence]:

@@ -122,16 +122,23 @@ def _elastic_errors(cfg: Any) -> list[str]:
         errors.append(f"--slot {cfg.slot}: give a node number in [0, {nodes})")
     if cfg.min_workers > nodes:
         errors.append(f"--min-workers {cfg.min_workers}: at most the {nodes} nodes")
+    hidden = [flag_ for flag_, given in (("--overlap", cfg.overlap != 0), ("--fragments",
+              cfg.fragments != 1), ("--compress", cfg.compress != "none")) if given]
+    if hidden and cfg.workers > nodes:
+        errors.append(f"--elastic with {', '.join(hidden)} runs one worker per node; give "
+                      f"--groups {cfg.workers} (or drop them)")
+    if cfg.overlap and cfg.period and cfg.overlap >= cfg.period // max(1, cfg.fragments):
+        errors.append(f"--elastic --overlap {cfg.overlap}: a round must land before the next "
+                      f"starts; give an overlap below period / fragments = "
+                      f"{cfg.period // max(1, cfg.fragments)}")
     unsupported = [flag_ for flag_, given in (
-        ("--async", cfg.asynchronous), ("--overlap", cfg.overlap != 0),
-        ("--fragments", cfg.fragments != 1), ("--compress", cfg.compress != "none"),
-        ("--election early", cfg.election == "early"), ("--checkpoint-every", cfg.checkpoint_every), ("--resume", cfg.resume),
+        ("--async", cfg.asynchronous), ("--election early", cfg.election == "early"), ("--checkpoint-every", cfg.checkpoint_every), ("--resume", cfg.resume),
         ("--backend threads", cfg.backend == "threads"),
         ("--init independent", cfg.init != "broadcast"), ("--straggle", cfg.straggle),
         ("--target", cfg.target is not None))
         if given]
     if unsupported:
-        errors.append(f"--elastic runs blocking rounds of one level from a fresh start, in "
+        errors.append(f"--elastic runs synchronous rounds from a fresh start, in "
                       f"processes; drop {', '.join(unsupported)}")
     return errors
 
