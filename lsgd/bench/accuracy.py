@@ -1,44 +1,27 @@
 """Time to a target on slow links, every method side by side (the headline).
 
-Each method trains the same model on the same data with the same learning
-rate and batch size, for the same budget of training time, behind links of a
-given rate between nodes; the center (the average of the workers' models) is
-evaluated every ``eval`` seconds of training time, or with ``--eval-steps N``
-every N steps (a grid that resolves a step count; the evaluation is off the
-training clock either way, and a run stops at the target). For each link and
-method: the time and the steps until the center first reaches the target
-(median over the seeds, with the spread), the best value within the budget,
-the seconds per step, and the time that the median steps at the median pace
-predict (a check of the measured time: time to target = steps to target x
-seconds per step). One figure per link: the center's test error (validation
-loss) against time, as in the LSGD paper's Figures 2 to 4. Runs are started
-seed by seed, every method of a seed before the next seed (A B C A B C), so
-that a drift of the machine's speed touches every method alike.
+Each method trains the same model on the same data, with the same learning
+rate, batch size and training-time budget, behind links of a given rate
+between nodes; the center is evaluated every ``eval`` seconds of training time
+(or every ``--eval-steps N`` steps), off the training clock, and a run stops at
+the target. Reported per link and method: the time and steps until the center
+first reaches the target (median over the seeds, with the spread), the best
+value within the budget, the seconds per step, and the time the median steps
+at the median pace predict; one figure per link, as the LSGD paper's Figures
+2 to 4. Runs go seed by seed, every method of a seed before the next, so a
+drift of the machine's speed touches every method alike.
 
-Three settings:
-
-* ``time-to-accuracy``: 4 workers as 4 nodes (one worker per node), worker
-  processes behind links that the kernel shapes (``--backend processes``,
-  needs root; the time axis is the wall clock), or the simulator's modeled link
-  (``--backend threads``; the time axis is measured compute plus modeled
-  transfers).
-* ``twelve-workers``: the paper's 12 workers as 3 nodes of 4, on the modeled
-  link (12 processes would share 2 cores).
-* ``time-to-loss``: the language-model workload, ``time-to-accuracy``'s 4 nodes
-  training lsgd's GPT on the King James Bible to a target validation loss
-  (nats per byte); all-reduce also with PyTorch's bf16 and PowerSGD hooks.
+Settings: ``time-to-accuracy`` (4 nodes of one worker, shaped links with
+``--backend processes`` or the modeled link with ``--backend threads``),
+``twelve-workers`` (3 nodes of 4, modeled) and ``time-to-loss`` (lsgd's GPT on
+the King James Bible to a validation loss; all-reduce also with PyTorch's bf16
+and PowerSGD hooks).
 
 Knobs are tuned per method on a seed of their own (``TUNING_SEED``) on the
-first link: each method's small grid (its period, or its gossip period) is run
-once and the knobs that reach the target first (or, if none does, the best
-accuracy) are used for every seed and link. The learning rate is shared.
-``--knobs`` gives a method's knobs instead (those an earlier tuning chose, say),
-and that method is not tuned. Seeds are ``first_seed`` to ``first_seed + seeds - 1``,
-so a later run can add seeds to an earlier one.
-
-With ``--step-seconds`` the modeled clock charges each local step a fixed time
-instead of its measured compute, so a run's clock depends on neither the
-machine's speed nor its load, and ``--jobs N`` runs N of them at once.
+first link: the method's small grid is run once and the knobs that reach the
+target first (else the best value) serve every seed and link; ``--knobs``
+gives them instead. ``--step-seconds`` charges each step a fixed time on the
+modeled clock, so that ``--jobs N`` can run N at once.
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
 """Decentralized training: D-PSGD, MATCHA and AL-DSGD on one graph and on two in turn.
 
-8 workers, each a node of its own behind a modeled 1 Gbit/s link (the
-simulator, ``--backend threads``; every exchange crosses a link), train CNN7 on
-Fashion-MNIST for the same number of local steps from the same start, gossiping
-every step. Two graphs of average degree 2:
-
-* ``ring``: ``ring(8)``; the dynamic runs rotate it with ``ring(8, stride=3)``,
-  another cycle of degree 2; mixing weights: the methods' own;
-* ``erdos-renyi``: ``G(8, m=8)`` drawn with seed 0; the dynamic runs rotate it
-  with the draw of seed 1; mixing weight ``max-degree`` (the methods' own
-  weight made D-PSGD on the two rotating graphs diverge).
-
-Rows: D-PSGD, MATCHA at budget 0.5, AL-DSGD on one graph, AL-DSGD on the two
-rotating graphs, and D-PSGD on the two rotating graphs (the control that
-separates the graphs' effect from AL-DSGD's own). Reported: the center's test
-accuracy at the end (the average of the 8 workers, on the 10,000 test images),
-the spread (mean distance of the workers' states to the center), the bytes each
-worker sent, and the time on the simulator's clock (``--step-seconds`` per local
-step plus the modeled transfers), so that the runs do not depend on this
-machine's load and ``--jobs`` can run them side by side. One figure per graph:
-the center's test error against that clock.
-
-The quick mode: an MLP on the digits, 4 workers, 40 steps, the ring only.
+8 workers, each a node behind a modeled 1 Gbit/s link, train CNN7 on
+Fashion-MNIST for the same local steps from the same start, gossiping every
+step, on two graphs of average degree 2: ``ring`` (``ring(8)``, rotated with
+``ring(8, stride=3)``; the methods' own weights) and ``erdos-renyi``
+(``G(8, m=8)`` of seed 0, rotated with seed 1's; weight ``max-degree``, since
+the methods' own made D-PSGD diverge on the two graphs). Rows: D-PSGD, MATCHA
+at budget 0.5, AL-DSGD on one graph and on two, and D-PSGD on two (the
+control). Reported: the center's test accuracy, the spread, the bytes each
+worker sent, and the simulator's clock (``--step-seconds`` per step plus the
+modeled transfers); one figure per graph. Quick mode: an MLP on the digits,
+4 workers, 40 steps, the ring only.
 """
 
 from __future__ import annotations

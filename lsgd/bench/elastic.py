@@ -1,25 +1,15 @@
 """Elastic: a worker killed mid-run, survived on torchft against restarted from a checkpoint.
 
 Four nodes behind shaped 100 Mbit/s links (``--links``; the loopback where
-links cannot be shaped) train CNN7 on Fashion-MNIST for 240 steps (the quick
-mode: three workers on the loopback, an MLP on the 8x8 digits); worker 2
-SIGKILLs itself before step 100 and is started again by its agent. Side by
-side:
-
-* **elastic** (``lsgd.launcher.elastic``, torchft): the survivors go on; the
-  killed worker rejoins at a round, healed from a live peer;
-* **restart from a checkpoint** (``lsgd train --restarts 2 --checkpoint-every C``,
-  torch's elastic agent): every worker stops, and all start again from the
-  latest checkpoint;
-* each without the fault, as the reference.
-
-Reported: the wall time of the whole job (from the benchmark's clock, so a
-restarted run counts every attempt), the steps that workers took twice
-(elastic: none by construction, checked from every survivor's trace; restart:
-``W`` workers times the steps since the last checkpoint), the seconds from
-the kill (when the survivors had taken step ``K - 1``) until the killed worker
-had rejoined (elastic only), the bytes a heal moved, and the test accuracy of
-the center at the end. LSGD and DiLoCo.
+links cannot be shaped) train CNN7 on Fashion-MNIST for 240 steps (quick: three
+workers on the loopback, an MLP on the digits); worker 2 SIGKILLs itself
+before step 100 and is started again by its agent. Side by side, LSGD and
+DiLoCo: **elastic** (``lsgd.launcher.elastic``: the survivors go on, the killed
+worker rejoins healed from a live peer), **restart from a checkpoint** (torch's
+elastic agent: all restart from the latest checkpoint), and each without the
+fault. Reported: the job's wall time (every attempt counted), the steps taken
+twice, the seconds from the kill until the killed worker rejoined (elastic),
+the bytes a heal moved, and the center's test accuracy at the end.
 """
 
 from __future__ import annotations

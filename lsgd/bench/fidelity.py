@@ -1,24 +1,16 @@
-"""The paper-fidelity choices, measured side by side on Fashion-MNIST.
+"""The paper-fidelity choices, measured side by side on Fashion-MNIST
+(docs/algorithms.md, "Which form is the default, and what the options did
+(measured)").
 
-Each set trains the same model on the same shards from the same seeds in the
-simulator (``--backend threads``: 4 workers, batch 128, lr 0.05, period 16,
-pull 0.1), for a fixed number of steps, and reports the test accuracy of the
-center and of the leader at the end: the median over the seeds, and each
-seed's value. Step budgets make the numbers exact for a seed, whatever the
-machine's load, so ``--jobs`` can run them side by side:
-
-* ``bn`` (100 steps): what a round does with the BatchNorm statistics
-  (``--bn-buffers average|pull|local``), LSGD and EASGD on ResNet-20 (CNN7 has
-  no BatchNorm);
-* ``pull-form`` (400 steps): LSGD's every-step pull after the optimizer step
-  against the paper's Algorithm 1 (``--scope-pull``), at the default scope
-  0.01 and at the paper's 0.1, CNN7;
-* ``leader-momentum`` (200 steps): LSGD with a Nesterov momentum on the round's
-  pull (``--leader-momentum``) against LSGD, DiLoCo and local SGD, CNN7.
-
-``--sets`` picks some (default: all three), ``--seeds N`` the seeds 0 to N-1
-(default 2). The quick mode: the leader-momentum set on an MLP and the digits,
-40 steps, one seed.
+Each set trains in the simulator (4 workers, batch 128, lr 0.05, period 16,
+pull 0.1) for a fixed number of steps, exact for a seed whatever the load, and
+reports the center's and the leader's test accuracy (median over the seeds,
+and each seed's): ``bn`` (100 steps, ``--bn-buffers``, LSGD and EASGD on
+ResNet-20), ``pull-form`` (400 steps, ``--scope-pull`` at scopes 0.01 and 0.1,
+CNN7) and ``leader-momentum`` (200 steps, against LSGD, DiLoCo and local SGD,
+CNN7). ``--sets`` picks some (default all), ``--seeds N`` the seeds 0 to N-1
+(default 2). Quick: the leader-momentum set on an MLP and the digits, 40 steps,
+one seed.
 """
 
 from __future__ import annotations

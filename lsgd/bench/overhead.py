@@ -1,27 +1,18 @@
 """Overhead: what a strategy adds to a worker's own step, and what one round costs.
 
-Measured: two gloo worker processes on this machine's loopback (``lsgd.launch``
-with 2 workers in 1 group, one intra-op thread each, so the link costs almost
-nothing and what shows is lsgd's own work) train cnn7 (and resnet20 in full
-mode) on one fixed random batch of 128 (16 in quick mode) with SGD (lr 0.01,
-momentum 0.9): in a plain PyTorch loop without any strategy (forward,
-cross-entropy, ``zero_grad``, ``backward``, ``opt.step()``), and in the same
-loop under each strategy of ``lsgd.strategy_names()`` built by
-``lsgd.make_strategy`` with its default knobs and ``period=8`` where it takes
-a period (a strategy that cannot be built so is skipped with a note).
-
-How: each method trains a model of its own, and the methods take turns step
-by step, in an order that rotates at every turn (so that a busy machine slows
-them all alike). Every step after a few warm-up steps is timed, wall clock
-(``time.perf_counter``) and process CPU time, from the forward pass to the
-end of ``strategy.step(loss)``. A step during which ``strategy.rounds``
-increased is a *round step*, the others are *local steps* (all-reduce
-averages gradients in every step: all its steps are round steps). Reported
-for rank 0: the median local step, its overhead over the median plain step,
-the median round step, one round's cost (round step minus local step, or
-minus the plain step where there are no local steps) in milliseconds and in
-plain steps, and the local step's overhead in CPU time, which a busy machine
-disturbs far less than the wall clock. The raw timings of both ranks are kept.
+Two gloo worker processes on the loopback (one intra-op thread each, so what
+shows is lsgd's own work) train cnn7 (and resnet20 in full mode) on one fixed
+random batch of 128 (16 in quick mode) with SGD (lr 0.01, momentum 0.9): in a
+plain PyTorch loop, and under each strategy of ``lsgd.strategy_names()`` with
+its default knobs and ``period=8`` (one that cannot be built so is skipped).
+The methods take turns step by step in a rotating order, so a busy machine
+slows them alike; every step after a warm-up is timed (wall and process CPU
+time) from the forward pass to the end of ``strategy.step(loss)``. A step in
+which ``strategy.rounds`` grew is a *round step* (all of all-reduce's are).
+Reported for rank 0: the median local step and its overhead over the plain
+step, the median round step, one round's cost (round step minus local or
+plain step) in ms and in plain steps, and the CPU-time overhead; the raw
+timings of both ranks are kept.
 """
 
 from __future__ import annotations

@@ -7,23 +7,17 @@ marked with the command that produced it::
     | ... the table ... |
     <!-- end records -->
 
-(``headline:`` instead of ``records:`` for the README's summary of a
-time-to-accuracy result). :func:`derive` computes such a table again from the
-records under the repository's ``records/`` folder, training nothing: a
-benchmark that trains reads every run back (``--reuse-only``), one that only
-times (volume, overhead, simulator, startup) reads its stored ``NAME.json``.
-``python scripts/tables.py`` rewrites every marked table from the records;
-the test suite checks that each one is what its records give.
-
-The figures under docs/figures are drawn from the same records. A figure
-shown on a page (``![caption](figures/NAME.png)``) belongs to the marked
-tables above it: those since the previous heading or figure (a figure right
-after another with no table between shares the other's tables). A table of
-times to a target (:data:`CURVES`) gets the center's test error, or a
-language model's validation loss, against time: one line per method and link,
-each its median seed's run. A figure named after its benchmark (``scaling.png``)
-is the one that benchmark draws. :func:`draw_figures` draws
-them all; ``python scripts/figures.py`` writes them into docs/figures.
+(``headline:`` instead of ``records:`` for the README's summary).
+:func:`derive` computes such a table again from the records under
+``records/``, training nothing (``--reuse-only``, or the stored ``NAME.json``
+of a benchmark that only times); ``python scripts/tables.py`` rewrites them.
+A figure shown on a page (``![caption](figures/NAME.png)``) is drawn from the
+marked tables since the previous heading or figure (a figure right after
+another shares its tables): for times to a target (:data:`CURVES`), the
+center's test error or validation loss against time, one line per method and
+link (its median seed's run); one named after its benchmark (``scaling.png``)
+is the one that benchmark draws. :func:`draw_figures` draws them all
+(``python scripts/figures.py``).
 """
 
 from __future__ import annotations

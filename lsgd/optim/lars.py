@@ -52,48 +52,31 @@ def _check_nesterov(nesterov: object, momentum: float) -> None:
 class LARS(Optimizer):
     r"""Layer-wise Adaptive Rate Scaling (LARS) with Nesterov or heavy-ball momentum.
 
-    Implements the optimizer of Y. You, I. Gitman and B. Ginsburg,
-    "Large Batch Training of Convolutional Networks", arXiv:1708.03888 (2017).
+    Y. You, I. Gitman and B. Ginsburg, "Large Batch Training of Convolutional
+    Networks", 2017, https://arxiv.org/abs/1708.03888. For every parameter tensor
+    ``w`` (one "layer") with gradient ``g``, with whole-tensor Euclidean norms::
 
-    For every parameter tensor ``w`` with gradient ``g`` (each tensor is one
-    "layer" in the paper's sense), weight decay ``wd``, trust coefficient
-    ``eta``, momentum ``m`` and global learning rate ``lr``::
-
-        local_lr = eta * ||w|| / (||g|| + wd * ||w||)
+        local_lr = eta * ||w|| / (||g|| + wd * ||w||)      (1 when ||w|| or ||g|| is 0)
         d = lr * local_lr * (g + wd * w)
         v <- m * v + d
         w <- w - (d + m * v)        (nesterov=True, the default)
         w <- w - v                  (nesterov=False: heavy ball)
 
-    where ``||.||`` is the Euclidean (Frobenius) norm of the whole tensor.
-    ``local_lr`` is taken to be 1 when ``||w|| == 0`` or ``||g|| == 0``.
-    The momentum buffer ``v`` starts at zero, so the first step uses
-    ``v = d``.  It is stored in ``self.state[p]["momentum_buffer"]`` (only
-    when ``momentum > 0``); with ``momentum == 0`` the step is ``w <- w - d``.
-    The Nesterov step is that of ``torch.optim.SGD(nesterov=True)`` applied
-    to the LARS-scaled update ``d``; where ``local_lr == 1`` (and ``lr`` is
-    constant) LARS is ``torch.optim.SGD`` with the same ``momentum``,
-    ``nesterov`` and ``weight_decay``, up to rounding (LARS scales by ``lr``
-    before the momentum sum, torch after it).
-
-    Param groups may set ``adapt`` (default ``True``); where it is ``False``
-    the trust ratio is disabled (``local_lr = 1``) while the group's weight
-    decay still applies.  With ``exclude_bias_and_norm=True`` every parameter
-    with ``ndim <= 1`` (biases, normalization weights) is treated as
-    ``adapt=False``.  Both keys may also be given per param group.
-    Parameters whose ``grad`` is ``None`` are skipped.
+    ``v`` starts at zero and is ``self.state[p]["momentum_buffer"]`` (with
+    ``momentum == 0`` the step is ``w <- w - d``). A param group with
+    ``adapt=False`` takes ``local_lr = 1`` but keeps its weight decay.
+    Parameters whose ``grad`` is ``None`` are skipped (docs/algorithms.md, "LARS").
 
     Args:
         params: iterable of parameters or of param-group dicts.
         lr: global learning rate, > 0.
         momentum: momentum factor ``m``, in [0, 1).
         nesterov: Nesterov momentum (default, as in the LSGD paper); needs
-            ``momentum > 0`` (``ValueError`` otherwise, as in torch).  With
-            ``False``, heavy-ball momentum.
+            ``momentum > 0``. ``False``: heavy-ball momentum.
         weight_decay: L2 weight decay ``wd``, >= 0.
         eta: trust coefficient, > 0.
         exclude_bias_and_norm: treat parameters with ``ndim <= 1`` as
-            ``adapt=False``.
+            ``adapt=False`` (also a param-group key).
     """
 
     def __init__(

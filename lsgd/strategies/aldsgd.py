@@ -1,31 +1,23 @@
 """AL-DSGD (He, Wang, Choromanska, "Adjacent Leader Decentralized Stochastic
-Gradient Descent", arXiv:2405.11389, 2024).
+Gradient Descent", 2024, https://arxiv.org/abs/2405.11389).
 
-Gossip as in D-PSGD / MATCHA, with the leader idea brought to a graph. At each
+Gossip as in D-PSGD / MATCHA, pulled toward the strongest neighbours. At each
 communication every worker sends its active neighbours its state, its leader
-score (mean of its last ``leader_window`` training losses, as in LSGD) and its
-active degree ``d_i``. Among itself and its active neighbours it picks ``B``,
-the best score, and ``D``, the highest active degree (ties: itself first, then
-the lowest rank; a NaN or infinite score never wins), with ``x_B``, ``x_D``
-the states as exchanged (before mixing), and updates::
+score (as in LSGD) and its active degree ``d_i``. Among itself and its active
+neighbours it picks ``B``, the best finite score, and ``D``, the highest
+active degree (ties: itself, then the lowest rank), with ``x_B``, ``x_D`` the
+states as exchanged, and updates::
 
     x_mix <- (1 - d_i a) x_i + a sum_{j in A_i} x_j
     y     <- (1 - c_B - c_D) x_mix + c_B x_B + c_D x_D
     x_i   <- (1 - p_B - p_D) y     + p_B x_B + p_D x_D
 
-The ``c`` terms weight the strongest neighbours more in the average; the
-``p`` terms are corrective forces toward them. A worker with no active
-neighbour does nothing. Dynamic graphs (a list of graphs used in turn) let
-sparse, low-degree workers meet more peers without a denser graph; with
-``budget < 1`` the active matchings are MATCHA's random ones.
-
-Communicated per communication: to each active neighbour, the state and two
-float64 numbers (score and degree), so ``d_i * (B + 16)`` bytes sent and received.
-
-Diverged neighbours (a state with a NaN or infinite value) are dropped as in
-:mod:`lsgd.strategies.decentralized` before ``B`` and ``D`` are chosen, so a
-diverged worker is never a leader; the degree ``d_i`` each worker sends stays
-its number of active neighbours. A reset also empties the worker's loss window.
+A worker with no active neighbour does nothing. Communicated per
+communication: to each active neighbour the state and two float64s (score and
+degree), ``d_i * (B + 16)`` bytes each way. Diverged neighbours are dropped as
+in :mod:`lsgd.strategies.decentralized` before ``B`` and ``D`` are chosen; a
+reset also empties the worker's loss window (docs/algorithms.md,
+"Decentralized methods").
 """
 
 from __future__ import annotations
@@ -125,14 +117,12 @@ class ALDSGD(Decentralized):
             highest-degree worker, each in [0, 1], ``c_B + c_D <= 1``.
         p_B, p_D: corrective force toward them, each in [0, 1], ``p_B + p_D <= 1``.
             Defaults ``0.3, 0.1, 0.1, 0.1`` are the authors' library's.
-        budget: C_b in (0, 1]: 1 activates every matching (D-PSGD's gossip);
-            below 1, MATCHA's sampled matchings.
+        budget: C_b in (0, 1]: 1 activates every matching; below 1, MATCHA's sampling.
         period: local steps between communications (1: every step).
         seed: seed of the activation sampler, the same on every worker.
         leader_window, leader_metric, eval_batch, eval_loss: the leader score,
             as in :class:`~lsgd.strategies.lsgd.LSGD`.
-        mixing_weight: ``a``; default the method's own; ``"max-degree"`` or a
-            number: see :class:`~lsgd.strategies.decentralized.Decentralized`.
+        mixing_weight: ``a``: see :class:`~lsgd.strategies.decentralized.Decentralized`.
         comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`.
     """
 

@@ -1,37 +1,21 @@
 """All-reduce data parallel (the papers' "DataParallel" baseline).
 
 Gradients are averaged across all workers every step, so all workers keep
-identical states. The communicator provides the data parallelism
-(:meth:`~lsgd.comm.base.Communicator.data_parallel`): with real processes
-it is :class:`torch.nn.parallel.DistributedDataParallel` itself, with its
-gradient traffic counted (ring all-reduce, ``2 (W - 1) / W`` of the gradient
-bytes per worker per step); in the simulator the gradients are all-reduced
-after the backward pass, and rank 0's buffers are broadcast before each
-forward, like DDP's ``broadcast_buffers``.
+identical states (docs/algorithms.md, "All-reduce data parallel"). With real
+processes this is :class:`torch.nn.parallel.DistributedDataParallel` itself
+(:meth:`~lsgd.comm.base.Communicator.data_parallel`); in the simulator the
+gradients are all-reduced after the backward pass and rank 0's buffers
+broadcast before each forward. Communicated per step: one ring all-reduce of
+the gradients (``2 (W - 1) / W`` of their bytes per worker), plus the buffers.
+The forward pass must go through ``strategy.model`` (``RuntimeError``
+otherwise).
 
-Call ``strategy.model`` in the forward pass: a step whose forward went through
-the bare model raises ``RuntimeError`` under both backends (DDP would
-otherwise skip the average silently).
-
-A NaN or infinite gradient on any worker makes the averaged gradient
-non-finite on every worker alike (the all-reduce hands all of them the same
-result), so every worker skips that optimizer step without a message, as
-``torch.amp.GradScaler`` does, and the replicas stay identical:
-``details["skipped_steps"]`` counts them (``steps`` still counts the step).
-This costs one finiteness check of the gradients (one synchronisation) per
-step. If, at a skipped step, the parameters themselves are not finite (the
-same on every replica), every worker raises
-:class:`~lsgd.strategies.health.DivergedError`: skipping cannot recover them.
-
-``compress="bf16"`` and ``powersgd=RANK`` average the gradients with one of
-PyTorch's own DDP communication hooks instead (worker processes only: the
-simulator has no DDP and refuses them): ``bf16_compress_hook`` (half the
-bytes) or PowerSGD (Vogels, Karimireddy & Jaggi, NeurIPS 2019,
-https://arxiv.org/abs/1905.13727: rank-``RANK`` factors of each gradient
-matrix, with error feedback, after ``powersgd_warmup`` plain steps); see
-:mod:`lsgd.comm.ddp` for what each sends. Both change what is averaged, so
-the replicas stay identical but the step is no longer exactly SGD's on the
-mean gradient.
+A non-finite averaged gradient is the same on every worker, so every worker
+skips that optimizer step (``details["skipped_steps"]``); non-finite
+parameters at such a step raise :class:`~lsgd.strategies.health.DivergedError`.
+``compress="bf16"`` and ``powersgd=RANK`` use PyTorch's DDP communication hooks
+instead (worker processes only; PowerSGD: Vogels, Karimireddy & Jaggi,
+https://arxiv.org/abs/1905.13727; see :mod:`lsgd.comm.ddp`).
 """
 
 from __future__ import annotations
@@ -55,19 +39,17 @@ class AllReduce(Strategy):
 
     Args:
         comm: see :class:`~lsgd.strategies.base.Strategy`.
-        sync_buffers: keep buffers equal to rank 0's (DDP's ``broadcast_buffers``);
-            ``False`` is ``bn_buffers="local"``.
-        bn_buffers: ``"broadcast"`` (rank 0's buffers sent before every forward,
-            the default) or ``"local"``.
-        ddp_kwargs: extra keyword arguments for ``DistributedDataParallel``
-            (real processes only).
+        sync_buffers: keep rank 0's buffers (DDP's ``broadcast_buffers``); ``False`` is
+            ``bn_buffers="local"``.
+        bn_buffers: ``"broadcast"`` (rank 0's buffers before every forward, the
+            default) or ``"local"``.
+        ddp_kwargs: extra keyword arguments for ``DistributedDataParallel``.
         compress: ``"none"`` or ``"bf16"`` (torch's ``bf16_compress_hook``).
         powersgd: the rank of torch's PowerSGD hook (0: off).
-        powersgd_warmup: PowerSGD's plain all-reduce steps before it compresses
-            (torch's ``start_powerSGD_iter``, at least 2).
+        powersgd_warmup: plain all-reduce steps before PowerSGD compresses
+            (``start_powerSGD_iter``, at least 2).
 
-    Workers always start from rank 0's state (data parallelism needs identical
-    replicas), so there is no ``init`` argument.
+    Workers always start from rank 0's state, so there is no ``init`` argument.
     """
 
     name = "allreduce"

@@ -2,36 +2,22 @@
 blocking, overlapped, fragmented and compressed rounds.
 
 A round all-reduces the workers' states (or one part of them) and hands the
-mean to the method's rule (:meth:`Averaging._rule`). What is communicated per
-round: one all-reduce of the part (the whole state by default); nothing else
-on a healthy round. The options (docs/algorithms.md, "Hidden rounds"):
+mean to the method's rule (:meth:`Averaging._rule`); nothing else is sent on a
+healthy round. The options (docs/algorithms.md, "Hiding and shrinking
+communication: overlapped, fragmented and compressed rounds"):
 
-* ``fragments=F``: the state, as one flat vector, is cut into ``F``
-  contiguous parts of equal size; part ``f`` has rounds of its own every
-  ``period`` steps at offset ``(f + 1) period / F`` (the last part at the
-  period's multiples), so the link carries ``1 / F`` of the state at a time
+* ``fragments=F``: the flat state is cut into ``F`` equal parts; part ``f``
+  has its own round every ``period`` steps at offset ``(f + 1) period / F``
   (Streaming DiLoCo, https://arxiv.org/abs/2501.18512).
-* ``overlap=K``: the part's all-reduce starts at the round step ``s`` and its
-  mean is applied after step ``s + K``; in between the worker trains on.
-  ``K = 0`` applies it at once: the blocking round.
-* ``compress="bf16"|"int8"``: what is all-reduced is ``r - x``, the difference
-  between a reference ``r`` that every worker holds identically (DiLoCo: the
-  global state; local SGD: the last average; EASGD: the center) and the
-  worker's state, in the codec of :mod:`lsgd.comm.codec`. With
-  ``error_feedback`` each worker adds what the codec lost of its last message
-  (``m - decode(encode(m))``) into its next one.
+* ``overlap=K``: the part's all-reduce starts at round step ``s`` and its mean
+  is applied after step ``s + K``; ``K = 0`` is the blocking round.
+* ``compress="bf16"|"int8"``: each worker sends ``r - x`` for a reference
+  ``r`` that every worker holds identically (:mod:`lsgd.comm.codec`); with
+  ``error_feedback`` it adds what the codec lost of its last message.
 
-How the new value meets the steps taken since ``s`` (``merge``): ``"keep"``
-moves the worker to it plus its own progress since the round started
-(``target + (x_now - x_s)``); ``"replace"`` sets it (the steps since ``s`` are
-lost); ``"mix"`` takes ``0.5 target + 0.5 x_now`` (Streaming DiLoCo's merge).
-Without overlap no step was taken since the round: the worker takes the new
-value, whatever the merge.
-
-A mean that comes out NaN or infinite (the same on every member, so all agree
-without a message) is redone over the healthy members (:meth:`_recover`; one
-more all-reduce of the state and one count); each method says what a diverged
-worker is reset to.
+``merge`` (with overlap): ``"keep"`` gives ``target + (x_now - x_s)``,
+``"replace"`` gives ``target``, ``"mix"`` gives ``0.5 target + 0.5 x_now``.
+A non-finite mean is redone over the healthy members (:meth:`Averaging._recover`).
 """
 
 from __future__ import annotations

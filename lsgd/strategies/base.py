@@ -8,30 +8,20 @@ PyTorch::
     strategy.step(loss)          # inner optimizer step, then the method's rules
 
 The worker state ``x`` is the model's parameters and, with
-``bn_buffers="pull"``, its floating-point buffers (BatchNorm running mean and
-variance); ``bn_buffers="average"`` averages those at every round instead, and
-``"local"`` never sends them (see :mod:`lsgd.strategies.buffers`). Integer
-buffers (``num_batches_tracked``) are never communicated.
+``bn_buffers="pull"``, its floating-point buffers (:mod:`lsgd.strategies.buffers`);
+integer buffers are never communicated. Periodic methods declare their kinds of
+round (:class:`~lsgd.strategies.schedule.Cadence`) and implement
+``_run_rounds``; this class decides when rounds fall due
+(:mod:`lsgd.strategies.schedule`). Asynchronous workers act together (stop,
+evaluate, checkpoint) only at a *sync point*, right after a round among all
+workers (``strategy.should_stop(wish)``).
 
-Periodic methods declare their kinds of round (:class:`~lsgd.strategies.schedule.Cadence`)
-and implement ``_run_rounds``; this class decides when rounds fall due, by the
-worker's own steps or, with ``asynchronous=True``, by the total steps of all
-workers (see :mod:`lsgd.strategies.schedule`). Asynchronous workers can only
-act together (stop, evaluate, checkpoint) at a *sync point*, right after a
-round among all workers::
-
-    strategy.step(loss)
-    if strategy.should_stop(time.time() > deadline):   # agreed at the next sync point
-        break
-
-A worker whose loss or state becomes NaN or infinite never leads and never
-enters an average where the method can avoid it: at its next round it is
-*reset* to the leader's, the center's or its healthy neighbours' state, its
-optimizer state cleared (:meth:`Strategy._reset_to`, :attr:`Report.resets`);
-when every worker has diverged, every worker raises :class:`DivergedError` at
-the same round. At construction the workers compare a fingerprint of their
-states' layouts (one all-gather of three integers, ``"init"`` traffic):
-workers that built different models get a ``ValueError`` on every worker.
+A diverged worker (NaN or infinite loss or state) is reset at its next round
+to the state it would have moved toward, its optimizer state cleared
+(``report().resets``); when every worker has diverged, every worker raises
+:class:`~lsgd.strategies.health.DivergedError`. At construction the workers
+compare a fingerprint of their models (``"init"`` traffic); differing models
+raise ``ValueError`` (docs/algorithms.md, "Diverging and mismatched workers").
 """
 
 from __future__ import annotations
@@ -81,17 +71,14 @@ class Strategy(Recovery, Seams):
         model: this worker's model.
         optimizer: this worker's inner optimizer over ``model``'s parameters.
         comm: the communicator; found from the environment when omitted.
-        init: ``"broadcast"`` (every worker starts from rank 0's state, one
-            broadcast at construction) or ``"independent"`` (each keeps its own).
+        init: ``"broadcast"`` (every worker starts from rank 0's state) or
+            ``"independent"`` (each keeps its own).
         sync_buffers: deprecated: ``False`` is ``bn_buffers="local"`` (warns).
-        bn_buffers: what rounds do with the BatchNorm running statistics:
-            ``"average"``, ``"pull"``, ``"local"`` or ``"broadcast"``, among the
-            method's :attr:`bn_modes` (default: the first of them); see
+        bn_buffers: ``"average"``, ``"pull"``, ``"local"`` or ``"broadcast"``, among
+            the method's :attr:`bn_modes` (default: the first); see
             :mod:`lsgd.strategies.buffers`.
-        asynchronous: rounds fall due by the total steps of all workers (a
-            counter in the c10d store) instead of each worker's own, so fast
-            workers take more steps than slow ones between rounds (LSGD,
-            EASGD and LocalSGD).
+        asynchronous: rounds fall due by the total steps of all workers instead
+            of each worker's own (LSGD, EASGD and LocalSGD).
     """
 
     name = "strategy"

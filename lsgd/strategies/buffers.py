@@ -1,31 +1,22 @@
 """What a round does with the BatchNorm running statistics (``bn_buffers=``).
 
-A model's floating-point buffers (BatchNorm's running mean and variance) are
-not trained by the optimizer, so a method may treat them apart from the
-parameters. Integer buffers (``num_batches_tracked``) always stay local.
-
-Modes (``lsgd train --bn-buffers MODE``):
+Floating-point buffers (BatchNorm's running mean and variance) are not trained
+by the optimizer; integer buffers (``num_batches_tracked``) always stay local.
+Modes (docs/algorithms.md, "BatchNorm statistics"):
 
 ``"average"``
-    At every round the running statistics of the round's workers are
-    averaged (one all-reduce of the buffers and one count; a few KB for the
-    usual networks), as the LSGD paper's own code does. The default of LSGD,
-    EASGD, local SGD and DiLoCo. Where the round already averages the whole
-    state (local SGD, DiLoCo) the buffers ride in that all-reduce.
+    At every round the round's workers average their statistics (one
+    all-reduce of the buffers and a count; riding in the round's all-reduce
+    for local SGD and DiLoCo). The default of LSGD, EASGD, local SGD, DiLoCo.
 ``"pull"``
-    The buffers are part of the state ``x``: pulled toward the leader like
-    the parameters (LSGD), elastic toward the center (EASGD), mixed with the
-    neighbours' (the decentralized methods, their default).
+    The buffers are part of the state ``x`` (the decentralized methods' default).
 ``"local"``
-    Never communicated: every worker keeps the statistics of its own batches.
+    Never communicated.
 ``"broadcast"``
-    All-reduce data parallel only (its default): rank 0's buffers are sent to
-    every worker before each forward pass (DDP's buffer synchronisation).
+    All-reduce data parallel (its default): rank 0's buffers before each forward.
 
-A worker whose buffers hold a NaN or an infinity is left out of the average
-(it contributes zeros and a count of 0, in the same all-reduce) and receives
-the healthy workers' mean; when no member of the round is healthy, every
-member keeps its own buffers.
+Non-finite buffers are left out of the average (zeros and a count of 0) and
+receive the healthy workers' mean.
 """
 
 from __future__ import annotations

@@ -1,49 +1,26 @@
 """What D-PSGD, MATCHA and AL-DSGD share: graphs, matchings, gossip, the spread.
 
 No center and no global collective during training: at a communication every
-worker swaps its state with its neighbours along the *active matchings* of the
-current graph (one :meth:`~lsgd.comm.base.Communicator.exchange_many` of the
-flattened state with its partners, at most one per matching) and mixes::
+worker swaps its state with its partners along the *active matchings* of the
+current graph (one :meth:`~lsgd.comm.base.Communicator.exchange_many`, at most
+one partner per matching) and mixes::
 
     x_i <- (1 - d_i a) x_i + a sum_{j in A_i} x_j          (d_i = |A_i|)
 
-which is ``x <- W x`` with the symmetric, doubly stochastic ``W = I - a L(t)``
-(``L(t)`` the Laplacian of the active edges), so the average of the workers
-never moves while their disagreement shrinks. Which matchings are active and
-what ``a`` is are the only things the three methods change, plus AL-DSGD's
-leader terms (:mod:`lsgd.strategies.aldsgd`).
+that is ``x <- W x`` with ``W = I - a L(t)`` symmetric and doubly stochastic,
+so the workers' average never moves. The methods differ only in which
+matchings are active, in ``a``, and in AL-DSGD's leader terms. ``topology``
+may be a list of graphs used in turn (dynamic graphs). At construction one
+all-gather checks that all workers were given the same graphs, budget, period
+and seed, and rank 0 broadcasts its probabilities and weights (``"init"``
+traffic).
 
-Dynamic graphs: ``topology`` may be a list of graphs ``G_0 .. G_{m-1}``; the
-``t``-th communication uses ``G_{t mod m}`` with its own matchings,
-probabilities and mixing weight, so low-degree workers meet more peers over
-time. Only the union of the graphs must be connected.
-
-Agreement without communication: every worker builds the same matchings from
-the same graph, and MATCHA's random activations come from a generator seeded
-with the same ``seed`` on every worker. At construction one all-gather checks
-that all workers were given the same graphs, budget, period and seed (a
-mismatch would make them wait for exchanges that never come), and rank 0's
-probabilities and weights are broadcast, so no worker depends on its own
-solver's last digits. Both count as ``"init"`` traffic.
-
-Diverged workers (a state with a NaN or infinite value): a worker never
-mixes in a neighbour state that is not finite. It drops it and keeps its
-weight ``a`` for itself, i.e. it mixes with its ``d'`` finite neighbours only,
-``x_i <- (1 - d' a) x_i + a sum_{finite j} x_j`` (the row stays stochastic;
-``details["dropped_neighbours"]`` counts the dropped states). A worker whose
-own state is not finite is reset to the mean of the finite neighbour states
-it received in that exchange, its optimizer state cleared
-(``report().resets``); if none was finite it stays as it is and tries again
-at its next exchange. Checking costs one finiteness check of the own and the
-received states per communication (one synchronisation), nothing sent.
-:class:`~lsgd.strategies.health.DivergedError` is best effort here: a worker
-sees only its neighbours, so it is raised (on every worker at once) only when
-the active graph of a communication is complete and every state in it is non
-finite; otherwise workers with no finite neighbour wait for one.
-
-The center (the average, :meth:`~lsgd.strategies.base.Strategy.center`) and
-the spread (mean distance to it, :meth:`Decentralized.spread`) are computed
-only for evaluation, as ``"eval"`` traffic.
+Diverged workers: a worker drops every non-finite neighbour state and keeps
+its weight, ``x_i <- (1 - d' a) x_i + a sum_{finite j} x_j``; a worker whose
+own state is not finite is reset to the mean of its finite neighbours'
+(docs/algorithms.md, "Decentralized methods" and "Diverging and mismatched
+workers"). :meth:`Decentralized.spread` and the center are for evaluation
+only (``"eval"`` traffic).
 """
 
 from __future__ import annotations
@@ -153,16 +130,13 @@ class Decentralized(Strategy):
         topology: a :class:`~lsgd.topology.Topology`, a list of them used in
             turn (dynamic graphs), or a kind name for :func:`lsgd.topology.make`;
             default ``ring(W)``.
-        budget: C_b in (0, 1]: the expected fraction of matchings active at a
-            communication (MATCHA). 1 activates every matching (D-PSGD).
+        budget: C_b in (0, 1], the expected fraction of matchings active (MATCHA;
+            1 activates every matching, D-PSGD).
         period: local steps between communications (1: every step).
-        seed: seed of the activation sampler; must be the same on every worker.
+        seed: seed of the activation sampler; the same on every worker.
         mixing_weight: ``a``. ``None``: the method's own (D-PSGD's
-            ``2 / (lambda_2 + lambda_max)``, MATCHA's SDP). ``"max-degree"``:
-            ``1 / (1 + max degree)``, which keeps every self weight
-            ``1 - d_i a`` positive (the method's own can make it negative on an
-            irregular graph: ``d_i > (lambda_2 + lambda_max) / 2``). A number in
-            (0, 1]: that ``a`` on every graph.
+            ``2 / (lambda_2 + lambda_max)``, MATCHA's SDP); ``"max-degree"``:
+            ``1 / (1 + max degree)``, every self weight positive; a number in (0, 1].
         comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`
             (``bn_buffers``: ``"pull"``, mixed like parameters, the default, or ``"local"``).
     """

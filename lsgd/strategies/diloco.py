@@ -3,11 +3,8 @@ Language Models", 2023, https://arxiv.org/abs/2311.08105): local steps of an
 inner optimizer, and every ``period`` steps an outer Nesterov step on the
 averaged pseudo-gradient (docs/algorithms.md, "DiLoCo").
 
-Every worker holds an identical copy of the global parameters ``θ_g``, which
-start as the worker's parameters after the initial broadcast (the mean of
-the workers' initial parameters with ``init="independent"``). Each worker
-keeps its inner optimizer's state across rounds. Every ``period`` (H) steps,
-with ``θ̄`` the mean of the workers' parameters (one all-reduce of the state)::
+Every worker holds an identical copy of the global parameters ``θ_g``. Every
+``period`` (H) steps, with ``θ̄`` the mean of the workers' parameters::
 
     Δ   = θ_g - θ̄                    (the pseudo-gradient)
     v   <- μ v + Δ                     (torch.optim.SGD(nesterov=True) over θ_g,
@@ -15,16 +12,12 @@ with ``θ̄`` the mean of the workers' parameters (one all-reduce of the state):
     θ   <- θ_g                         (on every worker)
 
 with ``lr_out = outer_lr`` (0.7) and ``μ = outer_momentum`` (0.9, the paper's
-values); ``outer_lr=1, outer_momentum=0`` is local SGD. Every worker applies
-the same step to the same ``θ̄``, so the copies of ``θ_g`` and ``v`` stay
-identical. BatchNorm statistics (``bn_buffers="average"``) are averaged, with
-no outer step. **Communicated per round:** one all-reduce of the state.
-Overlapped, fragmented and compressed rounds: :mod:`lsgd.strategies.averaging`
-(Streaming DiLoCo, https://arxiv.org/abs/2501.18512).
-
-Diverged workers: when ``θ̄`` comes out non-finite, the mean is redone over
-the healthy workers; the outer step takes it, and a diverged worker is reset
-to the new ``θ_g`` with its inner optimizer state cleared.
+values); ``outer_lr=1, outer_momentum=0`` is local SGD. Communicated per
+round: one all-reduce of the state (BatchNorm statistics ride in it and are
+simply averaged). Overlapped, fragmented and compressed rounds:
+:mod:`lsgd.strategies.averaging` (Streaming DiLoCo,
+https://arxiv.org/abs/2501.18512). Diverged workers: the mean is redone over
+the healthy workers, and a diverged worker is reset to the new ``θ_g``.
 """
 
 from __future__ import annotations
@@ -49,29 +42,20 @@ class DiLoCo(Averaging):
 
     Args:
         period: H, inner steps between outer steps.
-        outer_lr: the outer optimizer's learning rate (> 0; DiLoCo's 0.7).
-        outer_momentum: its Nesterov momentum, in [0, 1) (DiLoCo's 0.9; 0 is
-            plain SGD).
-        overlap: K, steps between the start of a round's all-reduce and its outer
-            step (0: at once, the round blocks); in ``[0, period)``.
-        fragments: F, parts of the state sent in turn, one every ``period / F``
-            steps (1: the whole state every ``period`` steps).
-        compress: ``"none"``, ``"bf16"`` or ``"int8"``: the pseudo-gradients'
-            wire format.
-        merge: with overlap, how the outer step meets the inner steps taken
-            while it was in flight: ``"mix"`` (default: half the new global state,
-            half the worker's), ``"keep"`` or ``"replace"``
-            (:mod:`lsgd.strategies.averaging`).
-        error_feedback: with compression, each worker adds what the codec lost of
-            its last pseudo-gradient into its next one.
+        outer_lr: the outer learning rate (> 0; DiLoCo's 0.7).
+        outer_momentum: its Nesterov momentum in [0, 1) (DiLoCo's 0.9; 0: plain SGD).
+        overlap: K in ``[0, period)``, steps between a round's all-reduce and its outer step.
+        fragments: F, parts of the state sent in turn, one every ``period / F`` steps.
+        compress: ``"none"``, ``"bf16"`` or ``"int8"``: the pseudo-gradients' wire format.
+        merge: with overlap, how the outer step meets the steps taken meanwhile:
+            ``"mix"`` (default), ``"keep"`` or ``"replace"`` (:mod:`lsgd.strategies.averaging`).
+        error_feedback: with compression, add what the codec lost of the last
+            pseudo-gradient into the next one.
         comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`
-            (``bn_buffers``: ``"average"``, in the round's all-reduce, or ``"local"``;
-            with any of the options above, in a blocking all-reduce of their own
-            at each round).
+            (``bn_buffers``: ``"average"`` or ``"local"``).
 
     ``global_state`` holds ``θ_g``; ``center()`` is the mean of the workers'
-    states (one all-reduce, ``"eval"`` traffic), which is ``θ_g`` right after
-    a round.
+    states (one all-reduce, ``"eval"`` traffic).
     """
 
     name = "diloco"

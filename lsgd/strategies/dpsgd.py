@@ -1,20 +1,16 @@
 """D-PSGD (Lian et al., "Can Decentralized Algorithms Outperform Centralized
 Algorithms? A Case Study for Decentralized Parallel Stochastic Gradient
-Descent", NeurIPS 2017).
+Descent", NeurIPS 2017, https://arxiv.org/abs/1705.09056).
 
 Every ``period`` steps (default every step), after the inner optimizer step,
 each worker swaps its state with every neighbour in the graph and mixes::
 
     x_i <- (1 - d_i a) x_i + a sum_{j in N(i)} x_j,     a = 2 / (lambda_2(L) + lambda_max(L))
 
-(all matchings active; ``a`` minimizes the contraction ``||I - a L - J||_2``
-of the disagreement). The step-then-mix order is the "adapt then combine"
-form MATCHA's and AL-DSGD's code use; the average of the workers is unchanged
-by the mixing.
-
-Communicated per communication: this worker's state once to each of its
-``d_i`` neighbours, one pairwise exchange per matching it is in (``d_i * B``
-sent and received). Nothing else: no all-reduce, no center.
+(``a`` minimizes ``||I - a L - J||_2``). Step then mix is the "adapt then
+combine" order of MATCHA's and AL-DSGD's code. Communicated per
+communication: the state once to each of the ``d_i`` neighbours (``d_i * B``
+each way); no all-reduce, no center.
 """
 
 from __future__ import annotations

@@ -1,42 +1,22 @@
 """Elastic Averaging SGD (Zhang, Choromanska, LeCun, "Deep learning with Elastic
 Averaging SGD", NeurIPS 2015, https://arxiv.org/abs/1412.6651), synchronous,
-without a parameter server.
+without a parameter server (docs/algorithms.md, "EASGD").
 
 Every worker holds an identical copy of the center ``c``, which starts as the
 average of the workers' initial states. Every ``period`` steps, with
-``x_bar`` the mean of the workers' states (one all-reduce) and
-``alpha = moving_rate / W``::
+``x_bar`` the mean of the workers' states and ``alpha = moving_rate / W``::
 
     x <- x - alpha (x - c)          (c before its update)
     c <- c + moving_rate (x_bar - c)   (= c + alpha * sum_i (x_i - c))
 
-Every worker applies the same center update to the same ``x_bar``, so the
-copies of ``c`` stay identical. Communicated per round: one all-reduce of the
-state. Elastic Averaging GD (EAGD) is this with ``period=1`` and full gradients.
-
-Diverged workers (a state with a NaN or infinite value): when ``x_bar`` comes
-out non-finite (every worker sees the same ``x_bar``, so all agree without a
-message), the round is redone without them. Each worker all-reduces its state
-if finite and zeros otherwise, plus the count ``H`` of healthy workers (one
-float64, ``"control"`` traffic); this rare path costs one more state
-all-reduce. A diverged worker counts as sitting at the center, which leaves
-the elastic force of every healthy worker exactly as it was::
+Communicated per round: one all-reduce of the state. Diverged workers, and
+workers absent from an elastic round, count as sitting at the center::
 
     x_bar' = (sum_{i healthy} x_i + (W - H) c) / W
-    c <- c + moving_rate (x_bar' - c)   (= c + alpha * sum_{i healthy} (x_i - c))
 
-Healthy workers take their usual ``x <- x - alpha (x - c)`` (old center); a
-diverged worker is reset to the new center, its optimizer state cleared
-(``report().resets``). With ``H = 0`` every worker raises
-:class:`~lsgd.strategies.health.DivergedError`. A healthy round costs one
-finiteness check of ``x_bar`` (one synchronisation) and nothing else.
-
-Elastic rounds (:mod:`lsgd.strategies.elastic`): a worker absent from a round
-counts as sitting at the center, as a diverged one does, so ``x_bar`` is
-``(sum of the members' states + (W - n) c) / W`` for ``n`` members.
-
-With ``asynchronous=True`` round ``r`` falls due when all workers together
-have taken ``r * W * period`` steps (see :mod:`lsgd.strategies.schedule`).
+(one more state all-reduce and one float64 count ``H``, on the rare round whose
+``x_bar`` is not finite); a diverged worker is reset to the new center
+(docs/algorithms.md, "Diverging and mismatched workers").
 """
 
 from __future__ import annotations
@@ -60,14 +40,12 @@ class EASGD(Averaging):
     """Synchronous EASGD with the center held identically by every worker.
 
     Args:
-        moving_rate: beta in [0, 1] (default 0.43, the value the LSGD paper took
-            from EASGD); the elastic pull of each worker is ``alpha = beta / W``.
+        moving_rate: beta in [0, 1] (default 0.43, the LSGD paper's); each
+            worker's elastic pull is ``alpha = beta / W``.
         period: tau, local steps between rounds.
         overlap, fragments, compress, error_feedback: overlapped, fragmented and
-            compressed rounds (:mod:`lsgd.strategies.averaging`): the elastic step
-            of a round started ``overlap`` steps earlier pulls the worker's state of
-            now toward the center, which moves toward that round's mean; compressed,
-            the workers send ``c - x``.
+            compressed rounds (:mod:`lsgd.strategies.averaging`); compressed, the
+            workers send ``c - x``.
         comm, init, sync_buffers, bn_buffers, asynchronous: see
             :class:`~lsgd.strategies.base.Strategy` (``bn_buffers``: ``"average"``, the
             default, ``"pull"`` or ``"local"``).

@@ -1,51 +1,20 @@
 """Elastic rounds: what a periodic method does when workers leave and return.
 
-With an :class:`~lsgd.comm.elastic.ElasticCommunicator` (torchft), every
-round of LSGD, DiLoCo, local SGD or EASGD is a quorum point and runs among the live
-workers only (docs/reliability.md, "Elastic training"):
+With an :class:`~lsgd.comm.elastic.ElasticCommunicator` (torchft), every round
+among all workers of LSGD, DiLoCo, local SGD or EASGD is a quorum point and
+runs among the live workers only (docs/algorithms.md, "Elastic rounds"):
 
-* **Leaving.** A worker that died, or did not ask for the quorum within the
-  lighthouse's join timeout, is simply not a member of the next round; the
-  others go on without a restart and their step counts never go back. A
-  failure *inside* a round (a member died during its collectives) makes the
-  round fail on the workers that saw it: they apply nothing of it, and keep
-  training from where they are. A worker that commits fewer rounds than the
-  others is healed at its next round, like a new one.
-* **Electing without the leader.** Scores are gathered among the members;
-  absent workers have no score (NaN) and cannot be elected. If the leader
-  died, the round elects the best of the members.
-* **Joining.** A worker that (re)starts asks for a quorum at its first step.
-  torchft heals it from an up-to-date member: it receives that member's
-  model and strategy state (step count, round counters, the leader score's
-  window; DiLoCo's global parameters and outer momentum; the references of
-  the pulls), counted as ``"join"`` traffic. It then takes part in the same
-  round as a *diverged* worker (its state set to NaN), so that the round's own
-  rule resets it exactly: LSGD copies the elected leader's state, DiLoCo and
-  local SGD take the mean of the other members (DiLoCo after its outer step);
-  its optimizer state starts afresh. Its next step is the job's next step.
-  It never waits for a checkpoint file.
-* **Counting.** Step counts are each worker's own (equal among the members of
-  a round, since rounds fall every ``period`` steps); a joining worker takes
-  its source's. Committed rounds are torchft's step.
-* **Nodes of several workers.** A node is one replica group, restarted whole
-  by its agent when one of its workers dies. Rounds among a node's workers
-  (multi-leader LSGD's local level, hierarchical local SGD's local average)
-  are no quorum points: they run inside the node only.
+* **Leaving.** An absent worker is not a member of the next round and has no
+  score (it cannot be elected). A round whose collective failed applies
+  nothing and is not committed.
+* **Joining.** A (re)started worker is healed by torchft from an up-to-date
+  member (model and strategy state, ``"join"`` traffic) and enters the same
+  round as a *diverged* worker (its state set to NaN), so the round's own rule
+  resets it exactly.
+* **Hidden rounds** (one worker per node): a round stays open while its
+  transfer is under way, and closes (rule, then commit) when it lands.
 
-* **Hidden rounds** (``overlap``, ``fragments``, ``compress``; one worker per
-  node). The quorum forms at the round step and the transfer starts; the round
-  stays open while the workers train on, and closes when the transfer lands:
-  the rule is applied, then torchft's commit. A member that dies while the
-  transfer is under way makes it fail on the others: it is dropped, its round
-  not committed, exactly as a blocking round whose collective failed. A round
-  lands before the next one starts (``overlap < period / fragments``). A
-  joining worker's NaN state enters the mean of its first round, which is
-  then redone over the healthy members (the rare path of each method) and
-  resets it; under LSGD with fragments it copies the leader's parts at the
-  next election.
-
-A worker's first quorum, at its first step, moves nothing when no member is
-ahead of it: that is the first round of a job.
+Rounds inside a node are no quorum points.
 """
 
 from __future__ import annotations

@@ -1,22 +1,16 @@
 """LSGD's elections: this worker's score, gathered from every member, when and where.
 
-A worker's score is its :class:`~lsgd.leader.Scorer`'s (the mean of its last
-training losses, or an evaluation loss), made ``+inf`` when any value of its
-state is not finite (checked on the device, no extra synchronisation), so
-that a diverged worker is never elected. Every member elects from the same
-gathered scores (:func:`lsgd.functional.elect`).
+A worker's score is its :class:`~lsgd.leader.Scorer`'s, made ``+inf`` when any
+value of its state is not finite (checked on the device), so that a diverged
+worker is never elected; every member elects from the same gathered scores
+(:func:`lsgd.functional.elect`). When (docs/algorithms.md, "LSGD's hidden
+round: the early election and fragments"):
 
-Two rules say when the scores are gathered (docs/algorithms.md, "LSGD, the
-early election"):
-
-* ``"round"``: at the round step ``s`` itself, a blocking all-gather; the
-  leader is the best worker after step ``s``.
-* ``"early"``: after step ``s - 1`` every worker starts the all-gather on the
-  ``"control"`` lane (:mod:`lsgd.comm.transfers`), apart from any state in
-  flight, and at step ``s`` it waits for what has long arrived: the leader is
-  the best worker after step ``s - 1``, one step stale (Theorem 2 of the LSGD
-  paper lets the pull target be stale). A round step then holds no blocking
-  collective. Nothing more is sent: one all-gather of a float64 per worker.
+* ``"round"``: a blocking all-gather at the round step ``s``.
+* ``"early"``: the all-gather starts after step ``s - 1`` on the ``"control"``
+  lane (:mod:`lsgd.comm.transfers`) and is waited for at step ``s``: the
+  leader is one step stale (Theorem 2 of the LSGD paper allows it), and a
+  round step holds no blocking collective. The same bytes are sent.
 """
 
 from __future__ import annotations

@@ -4,18 +4,11 @@ Use Large Mini-Batches, Use Local SGD", 2018, https://arxiv.org/abs/1808.07217).
 Every ``period`` steps ``x <- mean over workers of x`` (one all-reduce of the
 state). With ``hierarchical=True`` and several groups, the average every
 ``period`` steps is taken inside each group and every ``global_period`` steps
-across all workers (as PyTorch's ``HierarchicalModelAverager``); when both fall
-on one step only the global average is taken, since it subsumes the other.
-After an average the replicas of the averaged set are identical. Overlapped,
-fragmented and compressed averages: :mod:`lsgd.strategies.averaging`.
-
-Diverged workers: when an average comes out non-finite it is redone over the
-healthy members, and a diverged member takes it with its optimizer state
-cleared (``report().resets``). A group average whose whole group diverged is
-skipped (``details["skipped_rounds"]``) and the next global average resets the
-group. With ``asynchronous=True`` the ``r``-th average falls due when all
-workers together have taken ``r * W * period`` steps
-(:mod:`lsgd.strategies.schedule`).
+across all workers; when both fall on one step only the global one is taken
+(docs/algorithms.md, "Local SGD"). Overlapped, fragmented and compressed
+averages: :mod:`lsgd.strategies.averaging`. Diverged workers: a non-finite
+average is redone over the healthy members, and a diverged member takes it;
+a group average whose whole group diverged is skipped until the next global one.
 """
 
 from __future__ import annotations

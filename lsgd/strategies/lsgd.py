@@ -2,9 +2,9 @@
 Training of Deep Learning Models", NeurIPS 2019, https://arxiv.org/abs/1905.10395),
 single-leader and multi-leader, synchronous and asynchronous.
 
-Each worker runs its own optimizer and is pulled toward the best performer
-(the *leader*, lowest recent training loss), never toward an average
-(docs/algorithms.md, "LSGD, synchronous"):
+Each worker runs its own optimizer and is pulled toward the *leader* (lowest
+recent training loss), never toward an average (docs/algorithms.md, "LSGD,
+synchronous"):
 
 1. every local step, after the optimizer step, toward the leaders of the last
    round (stale leaders are fine, Theorem 2)::
@@ -18,19 +18,10 @@ Each worker runs its own optimizer and is pulled toward the best performer
 The local round goes first when both fall on one step; a leader takes no pull.
 Communicated per round: one all-gather of the scores (one serves both levels
 when both are due) and one broadcast of the leader's state, nothing else.
-
-Hidden rounds (docs/algorithms.md, "LSGD, hidden rounds"): ``overlap=K`` pulls
-``K`` steps after the broadcast starts, toward the leader as it was then;
-``fragments=F`` sends the leader's state in ``F`` parts, part ``f`` at
-``period * f / F`` steps after the election, each pulled as it lands;
-``compress`` sends the leader's difference from the last leader state every
-member holds; ``election="early"`` (the default with overlap or fragments)
-gathers the scores on the control lane one step before the round
-(:mod:`lsgd.strategies.election`), so that a round step holds no blocking
-collective. Diverged workers (a NaN or infinite score or state) are never
-elected and copy the leader instead of pulling (:mod:`lsgd.strategies.health`).
-Asynchronous rounds fall due by all workers' steps together
-(:mod:`lsgd.strategies.schedule`).
+Diverged workers (a NaN or infinite score or state) are never elected and copy
+the leader instead of pulling. Overlapped, fragmented and compressed rounds and
+the early election: docs/algorithms.md, "LSGD's hidden round: the early
+election and fragments"; asynchronous rounds: "LSGD, asynchronous".
 """
 
 from __future__ import annotations
@@ -63,34 +54,25 @@ class LSGD(Strategy):
     """Leader SGD, single-leader (``groups=1``) or multi-leader (several groups).
 
     Args:
-        pull: lambda, fraction of the way to the leader moved at a round, in [0, 1]
-            (default 0.1).
-        scope: gamma, the every-step pull is ``gamma / period`` of the way, in [0, 1]
-            (default 0.01).
+        pull: lambda in [0, 1], the round's pull toward the leader (default 0.1).
+        scope: gamma in [0, 1]; the every-step pull is ``gamma / period`` (default 0.01).
         period: tau, local steps between rounds (default 16).
         pull_global, scope_global, global_period: lambda_G, gamma_G, tau_G of the
-            global level when there are several groups (default: ``pull``,
-            ``scope`` and ``4 * period``, or ``period`` when every group is one
-            worker, so that there is no local level); ``global_period`` must be a
-            multiple of ``period``.
+            global level (default ``pull``, ``scope``, ``4 * period``, or ``period``
+            when every group is one worker); a multiple of ``period``.
         leader_window: k, the score is the mean of the last k training losses.
         leader_metric: ``"train"`` (the window) or ``"eval"`` (the loss on
-            ``eval_batch`` under ``eval_loss``, default cross-entropy, at election time).
-        scope_pull: ``"after-step"`` (default) or ``"algorithm-1"``: where the
-            every-step pull is computed, and whether the leader takes it (above).
-        leader_momentum: mu in [0, 1), Nesterov momentum of the round's pull
-            (above; default 0, plain LSGD).
-        overlap: K, steps between the start of a round's broadcast and its pull
-            (0: at once, the round blocks), in ``[0, period)``.
-        fragments: F, parts of the leader's state sent in turn, one every
-            ``period / F`` steps after the election (1: the whole state at once).
-        election: ``"round"`` (the scores gathered at the round step) or
-            ``"early"`` (one step before, on the control lane; the default with
-            overlap or fragments).
-        compress: ``"none"``, ``"bf16"`` or ``"int8"``: the leader sends the
-            difference between its state and the level's reference (the last
-            leader state every member reconstructed) in this wire format.
-        comm, init, sync_buffers, asynchronous: see :class:`~lsgd.strategies.base.Strategy`.
+            ``eval_batch`` under ``eval_loss``, default cross-entropy).
+        scope_pull: ``"after-step"`` (default) or ``"algorithm-1"`` (the paper's
+            pull, computed before the step; the leader takes it too).
+        leader_momentum: mu in [0, 1), Nesterov momentum of the round's pull (0: plain).
+        overlap: K in ``[0, period)``, steps between a broadcast's start and its pull.
+        fragments: F, parts of the leader's state sent in turn, one every ``period / F`` steps.
+        election: ``"round"`` or ``"early"`` (scores gathered one step before the
+            round; the default with overlap or fragments).
+        compress: ``"none"``, ``"bf16"`` or ``"int8"``: the wire format of the
+            leader's difference from the level's reference.
+        comm, init, sync_buffers, bn_buffers, asynchronous: see :class:`~lsgd.strategies.base.Strategy`.
     """
 
     name = "lsgd"

@@ -1,18 +1,13 @@
 """Rounds whose transfer runs behind the next local steps: what is in flight, and when
 it lands.
 
-With ``overlap=K`` a periodic method starts its round's transfer at the round
-step ``s`` (a non-blocking collective, :mod:`lsgd.comm.transfers`), keeps
-taking local steps, and applies the result right after local step ``s + K``
-(docs/algorithms.md, "Overlapped rounds"). ``K = 0`` applies it at once, in
-the same step, as a blocking round does. :class:`InFlight` is one such
-transfer with the buffers it lands in and what its application needs;
-:class:`Pipeline` holds them in the order they were started.
-
-A checkpoint never loses a transfer: :meth:`Pipeline.state` first waits for
-every transfer in flight (its data arrived, not yet applied) and stores its
-buffers, and a resumed run applies them at the same steps as the run that
-was not interrupted.
+With ``overlap=K`` a round's transfer starts at the round step ``s`` (a
+non-blocking collective, :mod:`lsgd.comm.transfers`) and its result is applied
+right after local step ``s + K`` (docs/algorithms.md, "Overlapped rounds
+(`overlap=K`)"); ``K = 0`` is a blocking round. :class:`InFlight` is one such
+transfer; :class:`Pipeline` holds them in the order they were started. A
+checkpoint stores every transfer in flight (:meth:`Pipeline.state`), and a
+resumed run applies them at the same steps.
 """
 
 from __future__ import annotations

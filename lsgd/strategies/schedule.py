@@ -1,26 +1,20 @@
 """When rounds fall due: synchronously by a worker's own steps, or asynchronously
-by the total steps of all workers.
+by the total steps of all workers (docs/algorithms.md, "LSGD, asynchronous").
 
-A periodic method (LSGD, EASGD, local SGD) has one or two *cadences*: a local
-one (a collective inside the worker's group, every ``period`` steps) and a
-global one (a collective among all workers). :class:`RoundSchedule` says, after each
-local step, which rounds to join now:
+A periodic method has one or two *cadences*: a local one (inside the worker's
+group) and a global one (among all workers). :class:`RoundSchedule` says,
+after each local step, which rounds to join now:
 
-* **synchronous**: a round of a cadence with period ``tau`` is due after the
-  worker's own step ``s`` when ``s % tau`` equals the cadence's offset (0 unless
-  it has one). All workers step in lockstep.
-* **asynchronous** (docs/algorithms.md, "LSGD, asynchronous"): every local step adds
-  one to a counter shared by all workers (the c10d store; no communication
-  between workers otherwise). Round ``r`` of a cadence with period ``tau`` falls
-  due when the counter reaches ``r * W * tau``; each worker joins every round
-  exactly once, in order of the counter value at which it fell due (the local
-  one first when both fall due together), at its first step boundary after it
-  sees the round due. A fast worker therefore takes more steps between rounds
-  than a slow one, and waits for it only inside the round.
+* **synchronous**: a round of period ``tau`` is due after the worker's own
+  step ``s`` when ``s % tau`` equals the cadence's offset (0 unless it has one).
+* **asynchronous**: every local step adds one to a counter shared by all
+  workers (the c10d store); round ``r`` falls due when the counter reaches
+  ``r * W * tau``, and each worker joins every round once, in order, at its
+  first step boundary after it sees the round due (the local one first).
 
-After a round that involves all workers (a *sync point*) the others wait: the
-caller may then run collectives of its own (agree to stop, evaluate) before
-the next round, and every worker runs them at the same point of the sequence.
+After a round among all workers (a *sync point*) the worker joins no more
+rounds in that step, so the caller's own collectives (agree to stop,
+evaluate) sit at the same point of every worker's sequence.
 """
 
 from __future__ import annotations

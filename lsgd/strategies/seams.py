@@ -29,7 +29,7 @@ def supporting(capability: str) -> list[str]:
 
 
 class Seams:
-    """Mixed into :class:`Strategy`, which sets the attributes annotated here.
+    """Mixed into :class:`~lsgd.strategies.base.Strategy`, which sets the attributes annotated here.
 
     What a method supports is declared here once, as a class flag that the method's
     class overrides; the library's and the command line's checks read the flags."""
