@@ -69,3 +69,21 @@ def test_fork_forkserver_and_spawn_give_the_same_results() -> None:
                for method in worker.START_METHODS}
     assert results["fork"] == results["forkserver"] == results["spawn"], results
     assert '1.0]' in results["fork"]  # one intra-op thread in every worker, as asked
+
+
+def test_an_agent_names_the_rendezvous_limit_that_ran_out() -> None:
+    """A node's failure in the rendezvous says which limit ran out and what it means."""
+    from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError,
+                                                          RendezvousConnectionError,
+                                                          RendezvousTimeoutError)
+
+    from lsgd.launcher.agent import explain
+
+    job = {"nodes": 4, "join_timeout": 60.0, "endpoint": "10.77.0.101:29400"}
+    timed_out = explain(RendezvousTimeoutError(), 1, job, 61.4)
+    assert timed_out.startswith("node 1: RendezvousTimeoutError after 61 s: ")
+    assert "all 4 nodes within its join_timeout of 60 s" in timed_out
+    assert "another node's agent stopped" in explain(RendezvousClosedError(), 0, job, 7.0)
+    unreachable = explain(RendezvousConnectionError("gone"), 2, job, 70.0)
+    assert "store at 10.77.0.101:29400 (node 0's agent) did not answer" in unreachable
+    assert explain(ValueError("odd"), 3, job, 1.0) == "node 3: ValueError after 1 s: odd"

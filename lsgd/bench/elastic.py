@@ -23,8 +23,7 @@ from lsgd.bench.common import Result, write
 
 NAME = "elastic"
 TITLE = "Elastic: survive a killed worker, or restart from a checkpoint"
-#: Restarts of the restart-from-checkpoint runs (each shaped node's agent gets twice
-#: as many, see docs/reliability.md); elastic runs get one.
+#: Restarts of the restart-from-checkpoint runs and of the elastic runs.
 RESTARTS = 1
 #: Seconds a restarted run's collectives and rendezvous may wait: a restart that hangs
 #: on shaped links fails within minutes, and the row says so.

@@ -114,12 +114,11 @@ def init_from_env(timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> None:
     still holds the failed attempt's keys (gloo's and NCCL's addresses of
     processes now gone), which restarted workers would read and fail to
     connect to; so it is used under a prefix holding the agent's
-    ``TORCHELASTIC_RESTART_COUNT``. That count is the same for every worker
-    of one agent, but agents on different nodes may count differently (an
-    agent whose own workers were healthy restarts them without counting);
-    restarts across nodes therefore need a fresh store per rendezvous round,
-    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every agent's environment
-    (rank 0 then serves it, and no prefix is needed).
+    ``TORCHELASTIC_RESTART_COUNT``. Agents on different nodes may count
+    differently, so restarts across nodes need a fresh store per rendezvous
+    round, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every agent's
+    environment (rank 0 then serves it, and no prefix is needed); once the
+    group is formed the workers agree on the count (:func:`agree_on_attempt`).
     """
     if dist.is_initialized():
         return
@@ -131,6 +130,30 @@ def init_from_env(timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> None:
         store = dist.PrefixStore(f"attempt-{attempt}", store)
     dist.init_process_group(backend=default_backend(), timeout=timeout, rank=rank,
                             world_size=world_size, store=store)
+    agree_on_attempt()
+
+
+def agree_on_attempt() -> int:
+    """Give every worker the same ``TORCHELASTIC_RESTART_COUNT``: the largest of the
+    nodes' agents' (one all-reduce of one integer, where there are several agents).
+
+    torch's elastic agent counts a restart only when its own workers failed; one whose
+    workers were healthy restarts them without counting when another node's agent opens
+    a new rendezvous round, so after one failure the count is 1 on some nodes and 0 on
+    others. Whatever tells a restart from a first start by the count (``lsgd train``
+    continues from its checkpoint; a ``--fault`` fires on the first attempt only) would
+    act differently on different nodes, and their collectives would no longer match.
+    """
+    count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if int(os.environ.get("GROUP_WORLD_SIZE", "1")) <= 1 or not dist.is_initialized():
+        return count  # one agent: every worker has its count
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if dist.get_backend() == "nccl" else torch.device("cpu"))
+    agreed = torch.tensor([count], dtype=torch.int64, device=device)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+    count = int(agreed.item())
+    os.environ["TORCHELASTIC_RESTART_COUNT"] = str(count)
+    return count
 
 
 class DistCommunicator(Communicator):

@@ -5,7 +5,9 @@ namespace, forked from the launcher (:func:`run_node`) or, where the workers
 are spawned, as ``python -m lsgd.launcher.agent PAYLOAD NODE RESULT``. It runs
 torch's elastic launcher with ``per_node`` workers, c10d rendezvous at node 0
 (whose agent hosts the store), and writes ``{"results": {rank: value},
-"failures": [...]}`` to ``RESULT``.
+"failures": [...]}`` to ``RESULT``. A failure says which node failed and why:
+its workers' errors once its restarts are spent, or which of the rendezvous'
+limits ran out (:func:`explain`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -61,13 +64,17 @@ def run_node(job: dict[str, Any], node: int, result_path: str) -> int:
         run_id=job["run_id"],
         rdzv_backend="c10d",
         rdzv_endpoint=job["endpoint"],
-        rdzv_configs={"is_host": node == 0, "timeout": int(job["timeout"])},
-        max_restarts=job.get("max_restarts", 0),
+        # join_timeout bounds every rendezvous round, a restart's included: one that
+        # cannot gather every node fails after it (torch's default is 10 minutes).
+        rdzv_configs={"is_host": node == 0, "join_timeout": int(job["join_timeout"]),
+                      "last_call_timeout": 1, "close_timeout": 10},
+        max_restarts=job["max_restarts"],
         monitor_interval=0.05,
         start_method=method,
         local_addr=node_address(node),
     )
     outcome: dict[str, object]
+    start = time.monotonic()
     try:
         with quiet_elastic_agent(threads):
             results = elastic_launch(config, process_main)(job["fn"], job["groups"],
@@ -75,13 +82,48 @@ def run_node(job: dict[str, Any], node: int, result_path: str) -> int:
         outcome = {"results": dict(results), "failures": []}
         code = 0
     except ChildFailedError as error:
-        outcome = {"results": {}, "failures": failure_lines(error.failures, f" (node {node})")}
+        spent = job["max_restarts"]
+        gave_up = [f"node {node}: its workers failed {spent + 1} time(s), {spent} restart(s) "
+                   f"allowed (--restarts): its agent gave up after "
+                   f"{time.monotonic() - start:.0f} s and closed the rendezvous. Its last "
+                   "attempt:"] if spent else []
+        outcome = {"results": {},
+                   "failures": [*gave_up, *failure_lines(error.failures, f" (node {node})")]}
         code = 1
-    except Exception as error:  # rendezvous and store errors: name the node
-        outcome = {"results": {}, "failures": [f"node {node}: {type(error).__name__}: {error}"]}
+    except Exception as error:  # rendezvous and store errors: name the node and the limit
+        outcome = {"results": {}, "failures": [
+            explain(error, node, job, time.monotonic() - start)],
+            "waited": type(error).__name__ if type(error).__name__ in WAITED else None}
         code = 1
     Path(result_path).write_bytes(pickle.dumps(outcome))
     return code
+
+
+#: Errors of an agent that was in the rendezvous, waiting for the other nodes.
+WAITED = ("RendezvousTimeoutError", "RendezvousClosedError")
+
+
+def explain(error: Exception, node: int, job: dict[str, Any], seconds: float) -> str:
+    """``node N: ErrorName: what ran out, and what it means`` for an agent's error."""
+    from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError,
+                                                          RendezvousConnectionError,
+                                                          RendezvousTimeoutError)
+
+    head = f"node {node}: {type(error).__name__} after {seconds:.0f} s: "
+    if isinstance(error, RendezvousTimeoutError):
+        return head + (
+            f"the rendezvous did not gather all {job['nodes']} nodes within its join_timeout "
+            f"of {job['join_timeout']:.0f} s: a node did not come back (its link is down, "
+            "its agent was stopped, or it gave up; see its line)")
+    if isinstance(error, RendezvousClosedError):
+        return head + ("the rendezvous was closed before this node could start its workers "
+                       "again: another node's agent stopped (its restarts spent, or its "
+                       "rendezvous timed out; see its line)")
+    if isinstance(error, RendezvousConnectionError):
+        return head + (f"the rendezvous store at {job['endpoint']} (node 0's agent) did not "
+                       f"answer: this node's or node 0's link is down, or node 0's agent is "
+                       f"gone ({error or 'no answer'})")
+    return head + str(error)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ from lsgd.links.spec import Link
 T = TypeVar("T")
 RENDEZVOUS_PORT = 29400  # inside the namespaces only
 GRACE_SECONDS = 10.0  # after one agent fails, the others get this long to notice
+#: Seconds a rendezvous round (the first, or a restart's) may wait for every node's agent.
+JOIN_TIMEOUT = 60.0
 
 
 def launch_on_links(
@@ -60,9 +62,12 @@ def launch_on_links(
     naming the failed ranks); ``link`` is the rate (and, where the kernel can
     add one, latency) of every node's link. Needs root and ``iproute2``.
 
-    ``max_restarts``: failures after which every node's workers are restarted
-    (each agent is allowed twice as many restarts, since one failure can cost
-    an agent two), with a fresh c10d store for every rendezvous round.
+    ``max_restarts``: failures after which every node's workers are restarted,
+    each time with a fresh c10d store, and every worker sees the same
+    ``TORCHELASTIC_RESTART_COUNT`` (:func:`~lsgd.comm.distributed.agree_on_attempt`).
+    A node whose workers fail once more gives up; the others then stop within
+    seconds. A restart whose rendezvous cannot gather every node fails after
+    :data:`JOIN_TIMEOUT`; the :class:`LaunchError` names each node's cause.
     """
     check_layout(world_size, groups)
     per_node = world_size // groups
@@ -70,15 +75,14 @@ def launch_on_links(
     job = {
         "fn": fn, "args": tuple(args), "groups": groups, "timeout": timeout,
         "nodes": groups, "per_node": per_node,
-        # One failure can cost every agent two restarts: its own workers fail
-        # after the dead one, and the reopened rendezvous may restart them again.
-        "max_restarts": 2 * max_restarts,
+        # Each agent counts the failures of its own workers only: N restarts are N
+        # failures of any one node (the others restart without counting).
+        "max_restarts": max_restarts, "join_timeout": JOIN_TIMEOUT,
         "run_id": f"lsgd-{uuid.uuid4().hex[:8]}",
         "endpoint": f"{node_address(0)}:{RENDEZVOUS_PORT}",
     }
     # A fresh store for every rendezvous round: the agents' shared one would hand
-    # restarted workers the addresses of the failed attempt's (restart counts, and so
-    # lsgd's own per-attempt prefix, can differ between nodes).
+    # restarted workers the addresses of the failed attempt's processes.
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), GLOO_SOCKET_IFNAME="eth0",
                PYTHONUNBUFFERED="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     env.pop("MASTER_ADDR", None)
@@ -92,6 +96,7 @@ def launch_on_links(
             ShapedNetwork(groups, link) as net:
         work = Path(folder)
         agents: list[tuple[Any, Any]] = []
+        began = time.monotonic()
         for node in range(groups):
             log = open(work / f"node-{node}.log", "w")  # noqa: SIM115 - closed below
             result = str(work / f"node-{node}.pkl")
@@ -100,9 +105,9 @@ def launch_on_links(
             else:
                 agents.append((_exec_agent(net, node, job, result, log, env, work), log))
         try:
-            codes = _wait(agents, deadline=time.monotonic() + timeout + 3600.0,
-                          relays=[_Relay(work / f"node-{node}.log", progress=node == 0)
-                                  for node in range(groups)])
+            codes, stopped = _wait(agents, deadline=began + timeout + 3600.0,
+                                   relays=[_Relay(work / f"node-{node}.log", progress=node == 0)
+                                           for node in range(groups)])
         finally:
             for process, log in agents:
                 if process.poll() is None:
@@ -111,19 +116,31 @@ def launch_on_links(
                 log.close()
         results: dict[int, Any] = {}
         failures: list[str] = []
+        waited: dict[int, str] = {}  # nodes whose agents were in the rendezvous: its error
         for node, code in enumerate(codes):
             out = work / f"node-{node}.pkl"
             if out.exists():
                 outcome = pickle.loads(out.read_bytes())
                 results.update(outcome.get("results", {}))
                 failures += outcome.get("failures", [])
+                if outcome.get("waited"):
+                    waited[node] = outcome["waited"]
+            elif node in stopped:
+                failures.append(f"node {node}: its agent was still running {stopped[node]}; "
+                                "stopped by the launcher")
             elif code != 0:
                 tail = (work / f"node-{node}.log").read_text(errors="replace")[-2000:]
                 failures.append(f"node {node}: agent exited with {code}:\n{tail}")
         if failures or len(results) != world_size:
             missing = sorted(set(range(world_size)) - set(results))
-            raise LaunchError("worker processes failed on the shaped network:\n"
-                              + "\n".join(failures or [f"no result from ranks {missing}"]))
+            if "RendezvousTimeoutError" in waited.values():  # each node's line says why
+                failures.insert(0, f"the rendezvous did not gather all {groups} nodes within "
+                                   f"its join_timeout of {JOIN_TIMEOUT:.0f} s; node(s) "
+                                   f"{', '.join(map(str, waited))} waited in it:")
+            raise LaunchError(
+                f"worker processes failed on the shaped network after "
+                f"{time.monotonic() - began:.0f} s:\n"
+                + "\n".join(failures or [f"no result from ranks {missing}"]))
     return [results[r] for r in range(world_size)]
 
 
@@ -233,9 +250,12 @@ class _Relay:
 
 
 def _wait(agents: list[tuple[Any, Any]], deadline: float,
-          relays: list[_Relay] = ()) -> list[int]:  # type: ignore[assignment]
-    """Wait for every agent; after the first failure the rest get ``GRACE_SECONDS``."""
+          relays: list[_Relay] = ()  # type: ignore[assignment]
+          ) -> tuple[list[int], dict[int, str]]:
+    """Wait for every agent; after the first failure the rest get ``GRACE_SECONDS``.
+    Returns the exit codes and, for each agent stopped here, why."""
     failed_at: float | None = None
+    first = -1
     shown_at = 0.0
     while True:
         codes = [process.poll() for process, _ in agents]
@@ -245,13 +265,18 @@ def _wait(agents: list[tuple[Any, Any]], deadline: float,
                 relay.poll()
             shown_at = time.monotonic()
         if all(code is not None for code in codes):
-            return [int(code) for code in codes if code is not None]
+            return [int(code) for code in codes if code is not None], {}
         now = time.monotonic()
         if failed_at is None and any(code not in (None, 0) for code in codes):
             failed_at = now
+            first = next(n for n, code in enumerate(codes) if code not in (None, 0))
         if now > deadline or (failed_at is not None and now - failed_at > GRACE_SECONDS):
-            for process, _ in agents:
+            why = (f"{GRACE_SECONDS:.0f} s after node {first}'s agent failed"
+                   if failed_at is not None else "at the job's deadline")
+            stopped: dict[int, str] = {}
+            for node, (process, _) in enumerate(agents):
                 if process.poll() is None:
                     process.kill()
-            return [process.wait() for process, _ in agents]
+                    stopped[node] = why
+            return [process.wait() for process, _ in agents], stopped
         time.sleep(0.05)

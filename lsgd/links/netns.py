@@ -23,7 +23,8 @@ deleting the namespaces removes everything. ``close()`` (also on an error, on
 Ctrl-C and on SIGTERM through the context manager) deletes them; a run that was
 killed before it could clean up leaves namespaces named after its pid, which
 :func:`remove_leftovers` (called by every new network) deletes once that pid is
-gone. Needs root and ``ip``/``tc`` from Debian's ``iproute2``.
+gone. :func:`set_node_link` takes a node's link down and up again (for tests of
+lost links). Needs root and ``ip``/``tc`` from Debian's ``iproute2``.
 """
 
 from __future__ import annotations
@@ -128,6 +129,25 @@ def enter_namespace(name: str) -> None:
 def node_address(node: int) -> str:
     """Node ``node``'s address on the shaped network."""
     return f"{SUBNET}.{FIRST_HOST + node}"
+
+
+def node_namespace(node: int, owner: int | None = None) -> str:
+    """The namespace of node ``node`` in the shaped network built by process ``owner``
+    (default: this one); ``lsgd train --link`` builds its network in its own process."""
+    return f"lsgd-{os.getpid() if owner is None else owner}-n{node}"
+
+
+def set_node_link(node: int, up: bool, owner: int | None = None) -> None:
+    """Take node ``node``'s link down (``up=False``) or bring it back up: its ``eth0``,
+    the node's end of its veth pair, as when a cable is pulled and plugged in again.
+    While it is down the node reaches no other node (its loopback still works); the
+    link's shaping stays in place. ``owner``: the process that built the network
+    (:func:`node_namespace`). Raises :class:`LinkSetupError` if there is no such node."""
+    _set_eth0(node_namespace(node, owner), up)
+
+
+def _set_eth0(namespace: str, up: bool) -> None:
+    _run(["ip", "-n", namespace, "link", "set", "eth0", "up" if up else "down"])
 
 
 def _alive(pid: int) -> bool:
@@ -251,6 +271,10 @@ class ShapedNetwork:
     def command(self, node: int, args: Sequence[str]) -> list[str]:
         """``args`` run inside node ``node``'s namespace."""
         return ["ip", "netns", "exec", self.namespaces[node], *args]
+
+    def set_link(self, node: int, up: bool) -> None:
+        """Take node ``node``'s link down or up again (:func:`set_node_link`)."""
+        _set_eth0(self.namespaces[node], up)
 
     def enter(self, node: int) -> None:
         """Move the calling process into node ``node``'s network namespace (for a

@@ -181,9 +181,9 @@ def _note_shared_store() -> None:
             and int(env.get("GROUP_WORLD_SIZE", "1")) > 1
             and env.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)):
         print("note: restarts across nodes need a fresh store per restart: export "
-              "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before torchrun on every node, and give "
-              "--max-restarts twice the failures to survive (see docs/reliability.md)",
-              file=sys.stderr)
+              "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before torchrun on every node, and bound "
+              "the wait for a node that does not come back: --rdzv-conf join_timeout=60 "
+              "(see docs/reliability.md)", file=sys.stderr)
 
 
 def check_new_run(cfg: TrainConfig, out: Path) -> None:
