@@ -9,6 +9,7 @@ without it. The checks of bad input and of the missing extra run everywhere.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -47,14 +48,32 @@ def _model() -> tuple[nn.Module, torch.optim.Optimizer]:
     ("dpsgd", {}, "runs diloco, easgd, local-sgd, lsgd; dpsgd is not one of them"),
     ("allreduce", {}, "runs diloco, easgd, local-sgd, lsgd; allreduce"),
     ("easgd", {"init": "independent"}, "drop init='independent'"),
-    ("lsgd", {"overlap": 2}, "drop overlap, fragments and compress"),
-    ("diloco", {"compress": "int8"}, "drop overlap, fragments and compress"),
+    ("diloco", {"period": 8, "fragments": 2, "overlap": 4},
+     "overlap must be below period / fragments = 4, got 4"),
+    ("lsgd", {"period": 4, "overlap": 4}, r"overlap must be a whole number of steps in \[0, 4\)"),
     ("local-sgd", {"asynchronous": True}, "drop asynchronous=True"),
 ])
 def test_what_elastic_rounds_refuse(method: str, knobs: dict[str, Any], message: str) -> None:
     model, optimizer = _model()
     with pytest.raises(ValueError, match=message):
         lsgd.make_strategy(method, model, optimizer, comm=_Elastic(), **knobs)
+
+
+class _ElasticNodes(_Elastic):
+    per_node = 2
+
+
+@pytest.mark.parametrize("method, knobs", [("lsgd", {"overlap": 2}),
+                                           ("diloco", {"compress": "int8"})])
+def test_hidden_elastic_rounds_take_one_worker_per_node(method: str,
+                                                        knobs: dict[str, Any]) -> None:
+    model, optimizer = _model()
+    strategy = lsgd.make_strategy(method, model, optimizer, comm=_Elastic(), **knobs)
+    assert strategy.hides_rounds
+    assert getattr(strategy, "election", None) is None or strategy.election.rule == "round"
+    model, optimizer = _model()
+    with pytest.raises(ValueError, match="run with one worker per node"):
+        lsgd.make_strategy(method, model, optimizer, comm=_ElasticNodes(), **knobs)
 
 
 def test_an_elastic_strategy_sends_nothing_at_construction() -> None:
@@ -106,7 +125,16 @@ def _job(method: str, faults: list[tuple[Any, ...]], tmp: Path, *, restarts: int
     summary, records = train_elastic(cfg, faults)
     assert summary["steps"] == steps and (tmp / "run" / "metrics.csv").is_file()
     assert summary["members_at_end"] == sum(r is not None for r in records)  # workers
+    _failure_checks(summary, [r for r in records if r is not None])
     return records
+
+
+def _failure_checks(summary: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """The summary carries a restarted run's failure fields: the workers' restarts (the
+    attempts of those that finished), no step redone, and the heals they received."""
+    assert summary["restarts"] == sum(r["attempt"] for r in records)
+    assert summary["steps_redone"] == 0
+    assert summary["heals"] == sum(r["heals"] for r in records)
 
 
 def _steps(record: dict[str, Any]) -> list[int]:
@@ -157,6 +185,9 @@ def test_lsgd_survives_its_leader_and_then_another_worker(tmp_path: Path) -> Non
 @pytest.mark.timeout(300)
 def test_diloco_survives_a_kill_and_every_copy_of_the_global_state_agrees(tmp_path: Path) -> None:
     records = _job("diloco", [("kill", 1, 44)], tmp_path)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["restarts"] >= 1 and summary["heals"] >= 1  # worker 1's, at least
+    assert summary["steps_redone"] == 0 and summary["members_at_end"] == SLOTS
     _survivor_checks(records, [0, 2])
     joined = records[1]
     _rejoined_checks(joined, 44)

@@ -203,3 +203,19 @@ def test_a_checkpoint_that_holds_code_is_refused_without_running_it(tmp_path: Pa
     with pytest.raises(ValueError, match=r"rank-0\.pt holds more than tensors and plain values"):
         checkpoint.read(checkpoint.complete(tmp_path)[0], 0)
     assert not marker.exists()
+
+
+def test_every_worker_loop_seeds_its_streams_in_one_place() -> None:
+    """seed_worker: dropout from seed * 7919 + 1 + rank, batches from seed * 7919 + 10000
+    + rank, and a worker restarted afresh (attempt k) 101 * k further on."""
+    from lsgd.train.steps import seed_worker
+
+    cfg = make_config({"seed": 3})
+    for rank, attempt in ((0, 0), (2, 0), (1, 2)):
+        generator = seed_worker(cfg, rank, attempt)
+        dropout = torch.rand(3)
+        base = 3 * 7919 + rank + 101 * attempt
+        torch.manual_seed(base + 1)
+        assert torch.equal(dropout, torch.rand(3))
+        expected = torch.Generator().manual_seed(base + 10_000)
+        assert torch.equal(torch.rand(3, generator=generator), torch.rand(3, generator=expected))

@@ -41,16 +41,23 @@ Where it cannot be made the same, and what was done:
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import json
-import math
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 import tomli_w
+import torch
+import torch.distributed as dist
 
-from lsgd.train.outputs import METRIC_FIELDS, read_csv, write_csv, write_json
+import lsgd
+from lsgd.links.netns import node_address
+from lsgd.train.evaluate import model_copy
+from lsgd.train.outputs import read_csv
+from lsgd.train.steps import WorkerLoop
 
 METHODS = {"torchft-diloco": (1, 0), "torchft-streaming": (2, 2)}  # (fragments, delay)
 #: The settings of ``lsgd train`` a torchft run takes as lsgd's runs do (the task's
@@ -60,7 +67,6 @@ HONOURED = ("context", "layers", "width", "heads", "eval_tokens", "data_dir", "o
             "lr", "momentum", "nesterov", "weight_decay", "schedule", "warmup_epochs",
             "outer_lr", "outer_momentum", "target")
 LIGHTHOUSE_PORT = 29510  # inside node 0's namespace only
-CLOCK_EVERY = 4  # steps between broadcasts of rank 0's training clock
 
 
 def available() -> bool:
@@ -90,32 +96,14 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
         raise MissingRecord(f"no finished torchft run with these settings in {run}")
     if not available():
         raise RuntimeError(f"{method} needs torchft: pip install 'lsgd[torchft]'")
-    import lsgd
-
     if workers != groups:
         raise ValueError(f"{method}: one worker per node (a replica group of one process)")
-    start = time.perf_counter()
-    results = lsgd.launch(_worker, workers, groups, args=(settings,), timeout=300.0,
-                          link=link or None)
-    first = results[0]
-    assert first is not None, "rank 0 returns the run's rows"
-    rows, totals = first["rows"], first["totals"]
     run.mkdir(parents=True, exist_ok=True)
+    results = lsgd.launch(_worker, workers, groups, args=(settings, str(run), time.time()),
+                          timeout=300.0, link=link or None)
+    summary = results[0]
+    assert summary is not None, "rank 0 returns the run's summary"
     (run / "config.toml").write_text(tomli_w.dumps(settings))
-    write_csv(run / "metrics.csv", rows,
-              METRIC_FIELDS + [key for key in rows[-1] if key not in METRIC_FIELDS])
-    summary = {"method": method, "model": model, "dataset": dataset, "workers": workers,
-               "groups": groups, "backend": "processes", "link": link,
-               "link_kind": "shaped" if link else None, "engine": "torchft",
-               "test_accuracy": rows[-1]["center_accuracy"],
-               "test_loss": rows[-1]["center_loss"], **first["task"],
-               "target": settings.get("target"), "reached_target": totals["reached"],
-               "steps": totals["steps"],
-               "train_seconds": totals["train_seconds"],
-               "wall_seconds": time.perf_counter() - start,
-               "bytes_sent_per_worker": totals["bytes"], "comm_seconds_per_worker": None,
-               "rounds": totals["rounds"], "time_axis": "wall-clock seconds of training"}
-    write_json(run / "summary.json", summary)
     return summary | {"rows": read_csv(run / "metrics.csv"), "run": str(run)}
 
 
@@ -148,137 +136,115 @@ def _fragments(model: Any, count: int) -> list[Any]:
     return [nn.ModuleList(group) for group in groups if group]
 
 
-def _worker(info: Any, settings: dict[str, Any]) -> dict[str, Any] | None:
-    """One replica group: lsgd's task and model, torchft's Manager and DiLoCo."""
-    import datetime
-    import os
+class _TorchftDiLoCo:
+    """torchft's Manager and (Streaming) DiLoCo behind the methods of a
+    :class:`~lsgd.Strategy` that :class:`~lsgd.train.steps.WorkerLoop` calls."""
 
-    import torch
-    import torch.distributed as dist
+    asynchronous = False
 
-    import lsgd
-    from lsgd.links.netns import node_address
-    from lsgd.tasks import reaches
-    from lsgd.train.build import build_model_of, make_optimizer, make_schedule, make_task
-    from lsgd.train.config import make_config
-    from lsgd.train.evaluate import gather_named
+    def __init__(self, loop: _Peer) -> None:
+        model, comm, settings, group = loop.model, loop.comm, loop.settings, loop.group
+        address = node_address(group) if settings["link"] else "127.0.0.1"
+        os.environ.setdefault("RUST_LOG", "error")  # torchft's servers log every quorum otherwise
+        from torchft._torchft import LighthouseServer
+        from torchft.checkpointing.pg_transport import PGTransport
+        from torchft.local_sgd import DiLoCo
+        from torchft.manager import Manager
+        from torchft.process_group import ProcessGroupGloo
 
-    address = node_address(info.group) if settings["link"] else "127.0.0.1"
-    os.environ.setdefault("RUST_LOG", "error")  # torchft's servers log every quorum otherwise
-    from torchft._torchft import LighthouseServer
-    from torchft.local_sgd import DiLoCo
-    from torchft.checkpointing.pg_transport import PGTransport
-    from torchft.manager import Manager
-    from torchft.process_group import ProcessGroupGloo
+        self.model, self.comm, self.rank, self.world_size = model, comm, comm.rank, comm.world_size
+        self.parts, self.steps = _fragments(model, settings["fragments"]), 0
+        self.fragment_bytes = [sum(p.numel() * p.element_size() for p in part.parameters())
+                               for part in self.parts]
+        outers = [torch.optim.SGD(part.parameters(), lr=loop.cfg.outer_lr, nesterov=True,
+                                  momentum=loop.cfg.outer_momentum) for part in self.parts]
+        self.lighthouse = (LighthouseServer(bind=f"[::]:{LIGHTHOUSE_PORT}",
+                                            min_replicas=self.world_size)
+                           if self.rank == 0 else None)
+        comm.barrier()  # the lighthouse listens before anyone asks it for a quorum
+        self.store = dist.TCPStore(host_name=address, port=0, is_master=True,
+                                   wait_for_workers=False)
+        patience = datetime.timedelta(seconds=300)
+        pg = ProcessGroupGloo(timeout=patience)
+        self.manager = Manager(
+            pg=pg, min_replica_size=self.world_size, use_async_quorum=False,
+            load_state_dict=lambda state: model.load_state_dict(state["model"]),
+            state_dict=lambda: {"model": model.state_dict()}, replica_id=f"node{group}",
+            store_addr=address, store_port=self.store.port, rank=0, world_size=1,
+            lighthouse_addr=f"http://{node_address(0) if settings['link'] else address}:"
+                            f"{LIGHTHOUSE_PORT}",
+            hostname=address, timeout=patience, quorum_timeout=patience,
+            checkpoint_transport=PGTransport(pg, timeout=patience, device=torch.device("cpu")),
+            connect_timeout=datetime.timedelta(seconds=60), init_sync=False)
+        self.inner = loop.opt
+        self.diloco = DiLoCo(self.manager, self.parts, self.inner, outers,
+                             sync_every=settings["period"], backup_device=torch.device("cpu"),
+                             pin_memory=False, fragment_sync_delay=settings["delay"])
+        self.diloco.__enter__()  # its hooks on the inner optimizer, until close()
 
-    comm, rank, world = lsgd.get_communicator(), info.rank, info.world_size
-    cfg = make_config({"method": "diloco", "model": settings["model"],
-                       "dataset": settings["dataset"], "batch_size": settings["batch_size"],
-                       "workers": world, "seed": settings["seed"], "backend": "processes",
-                       "minutes": settings["minutes"], "eval_every": settings["eval_every"],
-                       **{key: settings[key] for key in HONOURED if key in settings}})
-    device = torch.device("cpu")
-    task = make_task(cfg, device)
-    model = build_model_of(cfg, task)  # as lsgd train: the same initial model everywhere
-    inner = make_optimizer(cfg, model)
-    torch.manual_seed(cfg.seed * 7919 + 1 + rank)
-    generator = torch.Generator().manual_seed(cfg.seed * 7919 + 10_000 + rank)
-    per_epoch = task.steps_per_epoch
-    schedule = make_schedule(cfg, inner, per_epoch)
-    parts = _fragments(model, settings["fragments"])
-    outers = [torch.optim.SGD(part.parameters(), lr=cfg.outer_lr, momentum=cfg.outer_momentum,
-                              nesterov=True) for part in parts]
-    lighthouse = (LighthouseServer(bind=f"[::]:{LIGHTHOUSE_PORT}", min_replicas=world)
-                  if rank == 0 else None)
-    comm.barrier()  # the lighthouse listens before anyone asks it for a quorum
-    store = dist.TCPStore(host_name=address, port=0, is_master=True, wait_for_workers=False)
-    patience = datetime.timedelta(seconds=300)
-    pg = ProcessGroupGloo(timeout=patience)
-    manager = Manager(
-        pg=pg, min_replica_size=world, use_async_quorum=False,
-        load_state_dict=lambda state: model.load_state_dict(state["model"]),
-        state_dict=lambda: {"model": model.state_dict()}, replica_id=f"node{info.group}",
-        store_addr=address, store_port=store.port, rank=0, world_size=1,
-        lighthouse_addr=f"http://{node_address(0) if settings['link'] else address}:"
-                        f"{LIGHTHOUSE_PORT}",
-        hostname=address, timeout=patience, quorum_timeout=patience,
-        checkpoint_transport=PGTransport(pg, timeout=patience, device=device),
-        connect_timeout=datetime.timedelta(seconds=60), init_sync=False)
-    fragment_bytes = [sum(p.numel() * p.element_size() for p in part.parameters())
-                      for part in parts]
-    rows: list[dict[str, Any]] = []
-    steps, seconds, shared = 0, 0.0, 0.0
-    reached: dict[str, float] | None = None
-    budget = 60 * settings["minutes"]
-    kind, every = cfg.eval_interval()
-    next_eval = every
-    diloco = DiLoCo(manager, parts, inner, outers, sync_every=settings["period"],
-                    backup_device=device, pin_memory=False,
-                    fragment_sync_delay=settings["delay"])
-    with diloco:
-        while True:
-            t0 = time.perf_counter()
-            x, y = task.train_batch(rank, world, steps // per_epoch, steps % per_epoch,
-                                    generator)
-            schedule.at(steps / per_epoch, shared / 60)
-            loss = task.loss(model(x), y)
-            inner.zero_grad(set_to_none=True)
-            loss.backward()
-            inner.step()  # torchft's hooks: the quorum and the (started) all-reduce when due
-            steps += 1
-            seconds += time.perf_counter() - t0
-            due = kind == "steps" and steps >= next_eval
-            if steps % CLOCK_EVERY and not due:
-                continue
-            clock = torch.tensor([seconds], dtype=torch.float64)
-            with comm.category("control"):
-                comm.broadcast_(clock, src=0)
-            shared = float(clock)
-            due = due or (kind == "seconds" and shared >= next_eval)
-            if not due and shared < budget:
-                continue
-            t1 = time.perf_counter()
-            for fragment in diloco._fragments:  # nothing travels while the clock is stopped
-                for work in fragment._allreduce_work:
-                    work.wait()
-            seconds += time.perf_counter() - t1
-            rows.append(_evaluate(comm, model, task, rank, world, shared, steps, per_epoch,
-                                  gather_named))
-            schedule.observe(rows[-1]["center_loss"])
-            while next_eval <= (steps if kind == "steps" else shared):
-                next_eval += every
-            value = rows[-1][task.column]
-            if reached is None and cfg.target is not None and reaches(task.metric, value,
-                                                                      cfg.target):
-                reached = {"time": shared, "steps": float(steps), "value": value}
-            if shared >= budget or reached is not None:
-                break
-    syncs = manager.current_step()  # committed synchronisations, one fragment each
-    sent = sum(2 * (world - 1) * fragment_bytes[s % len(parts)] / world for s in range(syncs))
-    comm.barrier()
-    manager.shutdown(wait=False)
-    if lighthouse is not None:
-        lighthouse.shutdown()
-    totals = {"steps": steps, "train_seconds": seconds, "bytes": sent, "rounds": syncs,
-              "reached": reached}
-    return {"rows": rows, "totals": totals, "task": task.summary(rows)} if rank == 0 else None
+    def step(self, loss: torch.Tensor) -> None:
+        """The inner step; torchft's hooks hold the quorum and start the all-reduce when due."""
+        self.inner.step()
+        self.steps += 1
+
+    def settle(self) -> None:
+        """Wait for the all-reduces in flight."""
+        for fragment in self.diloco._fragments:
+            for work in fragment._allreduce_work:
+                work.wait()
+
+    def center(self) -> Any:
+        """The workers' mean model (lsgd's communicator)."""
+        return model_copy(self.comm, self.model, None)
+
+    def report(self) -> lsgd.Report:
+        """Steps, synchronisations and the bytes of their ring all-reduces."""
+        syncs = self.manager.current_step()  # committed synchronisations, one fragment each
+        world, sizes = self.world_size, self.fragment_bytes
+        sent = sum(2 * (world - 1) * sizes[s % len(sizes)] / world for s in range(syncs))
+        return lsgd.Report(method="diloco", rank=self.rank, world_size=world, groups=world,
+                           steps=self.steps, rounds=syncs, asynchronous=False,
+                           total_steps=self.steps * world, wait_seconds=0.0, bytes_sent=sent,
+                           bytes_received=sent, comm_seconds=0.0, comm_calls=0,
+                           eval_bytes_sent=0, eval_bytes_received=0)
+
+    def close(self) -> None:
+        """Stop together: torchft's hooks, its manager and the lighthouse."""
+        self.diloco.__exit__(None, None, None)
+        self.comm.barrier()
+        self.manager.shutdown(wait=False)
+        if self.lighthouse is not None:
+            self.lighthouse.shutdown()
 
 
-def _evaluate(comm: Any, model: Any, task: Any, rank: int, world: int, shared: float,
-              steps: int, per_epoch: int, gather_named: Any) -> dict[str, Any]:
-    """The center's loss and accuracy (its slice of the evaluation set on each worker)."""
-    import copy
+class _Peer(WorkerLoop):
+    """One replica group: lsgd's task, model, batches and loop; torchft's DiLoCo."""
 
-    from lsgd.strategies.state import on_state_
+    def __init__(self, info: Any, settings: dict[str, Any], run: str, started: float) -> None:
+        from lsgd.train.config import make_config
 
-    center = copy.deepcopy(model)
-    with comm.category("eval"):
-        on_state_(center, lambda buffer: comm.all_reduce_(buffer, op="mean"))
-    sums = task.evaluate(center, rank, world)
-    every = gather_named(comm, {"loss": sums.loss, "correct": sums.correct,
-                                "count": sums.count}, next(model.parameters()).device)
-    total = float(every["count"].sum())
-    return {"time": shared, "steps": float(steps), "epoch": steps / per_epoch,
-            **task.columns("center", float(every["loss"].sum()) / total,
-                           float(every["correct"].sum()) / total),
-            "leader_rank": None, **task.columns("leader", math.nan, math.nan)}
+        self.settings, self.group = settings, info.group
+        comm = lsgd.get_communicator()
+        cfg = make_config({"method": "diloco", "model": settings["model"],
+                           "dataset": settings["dataset"], "batch_size": settings["batch_size"],
+                           "workers": comm.world_size, "seed": settings["seed"],
+                           "backend": "processes", "minutes": settings["minutes"],
+                           "eval_every": settings["eval_every"], "out": run, "quiet": True,
+                           **{key: settings[key] for key in HONOURED if key in settings}})
+        super().__init__(cfg, comm, torch.device("cpu"), started=started)
+
+    def make_strategy(self) -> _TorchftDiLoCo:
+        """torchft's DiLoCo on the inner optimizer."""
+        return _TorchftDiLoCo(self)
+
+    def finish(self) -> dict[str, Any] | None:
+        """Stop torchft; rank 0 writes the summary."""
+        self.strategy.close()
+        return self.write_summary(method=self.settings["method"], engine="torchft",
+                                  comm_seconds_per_worker=None) if self.writes() else None
+
+
+def _worker(info: Any, settings: dict[str, Any], run: str,
+            started: float) -> dict[str, Any] | None:
+    """One replica group of the run into ``run``; rank 0 returns the summary."""
+    return _Peer(info, settings, run, started).run()

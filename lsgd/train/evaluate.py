@@ -18,10 +18,14 @@ import lsgd
 from lsgd.strategies.base import on_state_
 
 
-def broadcast_model(comm: lsgd.Communicator, model: nn.Module, src: int) -> nn.Module:
-    """A copy of worker ``src``'s model on every worker (one broadcast of its state)."""
+def model_copy(comm: lsgd.Communicator, model: nn.Module, src: int | None) -> nn.Module:
+    """A copy of worker ``src``'s model on every worker (one broadcast of its state), or
+    with ``src=None`` of the mean of every worker's state (one all-reduce): the center
+    of workers without an lsgd :class:`~lsgd.Strategy` (whose ``center()`` it is)."""
     replica = copy.deepcopy(model)
-    on_state_(replica, lambda buffer: comm.broadcast_(buffer, src=src))
+    with comm.category("eval"):
+        on_state_(replica, lambda buffer: comm.all_reduce_(buffer, op="mean") if src is None
+                  else comm.broadcast_(buffer, src=src))
     return replica
 
 
