@@ -309,8 +309,9 @@ def test_elastic_quick_survives_where_a_restart_redoes_steps(tmp_path: Path) -> 
     rows = {(row[1].split()[0], row[2]): row for row in result.rows}
     survived, restarted = rows[("elastic", "kill:2:40")], rows[("restart,", "kill:2:40")]
     assert survived[4] == 0 and 0 < survived[5] < 30 and survived[6] > 0  # redone, rejoin s, MB
+    assert 0 < survived[7] < survived[5]  # heal s: within the time to rejoin
     assert restarted[4] == 3 * 8  # 3 workers back from step 32 to 40
-    assert survived[7] > 0.9 and abs(survived[7] - rows[("elastic", "none")][7]) < 0.03
+    assert survived[8] > 0.9 and abs(survived[8] - rows[("elastic", "none")][8]) < 0.03
 
 
 @pytest.mark.slow

@@ -41,7 +41,8 @@ from lsgd.links.spec import Link
 T = TypeVar("T")
 RENDEZVOUS_PORT = 29400  # inside the namespaces only
 GRACE_SECONDS = 10.0  # after one agent fails, the others get this long to notice
-#: Seconds a rendezvous round (the first, or a restart's) may wait for every node's agent.
+#: Seconds a rendezvous round (the first, or a restart's) may wait for every node's agent,
+#: at most (never more than the collectives' ``timeout``).
 JOIN_TIMEOUT = 60.0
 
 
@@ -67,7 +68,7 @@ def launch_on_links(
     ``TORCHELASTIC_RESTART_COUNT`` (:func:`~lsgd.comm.distributed.agree_on_attempt`).
     A node whose workers fail once more gives up; the others then stop within
     seconds. A restart whose rendezvous cannot gather every node fails after
-    :data:`JOIN_TIMEOUT`; the :class:`LaunchError` names each node's cause.
+    ``min(JOIN_TIMEOUT, timeout)``; the :class:`LaunchError` names each node's cause.
     """
     check_layout(world_size, groups)
     per_node = world_size // groups
@@ -77,7 +78,7 @@ def launch_on_links(
         "nodes": groups, "per_node": per_node,
         # Each agent counts the failures of its own workers only: N restarts are N
         # failures of any one node (the others restart without counting).
-        "max_restarts": max_restarts, "join_timeout": JOIN_TIMEOUT,
+        "max_restarts": max_restarts, "join_timeout": min(JOIN_TIMEOUT, timeout),
         "run_id": f"lsgd-{uuid.uuid4().hex[:8]}",
         "endpoint": f"{node_address(0)}:{RENDEZVOUS_PORT}",
     }
@@ -135,7 +136,7 @@ def launch_on_links(
             missing = sorted(set(range(world_size)) - set(results))
             if "RendezvousTimeoutError" in waited.values():  # each node's line says why
                 failures.insert(0, f"the rendezvous did not gather all {groups} nodes within "
-                                   f"its join_timeout of {JOIN_TIMEOUT:.0f} s; node(s) "
+                                   f"its join_timeout of {job['join_timeout']:.0f} s; node(s) "
                                    f"{', '.join(map(str, waited))} waited in it:")
             raise LaunchError(
                 f"worker processes failed on the shaped network after "

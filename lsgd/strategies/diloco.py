@@ -147,6 +147,9 @@ class DiLoCo(Averaging):
         else:
             self._reset_to(self.global_state.views)
 
+    def reset_target(self) -> list[torch.Tensor]:
+        return self.global_state.views
+
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["global"] = [b.clone() for b in self.global_state.buffers]

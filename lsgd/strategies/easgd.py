@@ -125,6 +125,9 @@ class EASGD(Averaging):
         self.center_state.copy_to(self._state_of(replica))
         return replica
 
+    def reset_target(self) -> list[torch.Tensor]:
+        return self.center_state.views
+
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["center"] = [b.clone() for b in self.center_state.buffers]

@@ -401,6 +401,9 @@ class LSGD(Strategy):
                 buffer.zero_()
 
     # -- checkpointing -----------------------------------------------------
+    def reset_target(self) -> list[torch.Tensor]:
+        return self.levels[-1].snapshot.views
+
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["scorer"] = self.scorer.state()

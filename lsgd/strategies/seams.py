@@ -67,6 +67,12 @@ class Seams:
         """Whether rounds stay in flight across steps (overlap, compression, fragments)."""
         return bool(self.overlap or self.fragments > 1 or self.compress != "none")
 
+    def reset_target(self) -> list[torch.Tensor] | None:
+        """What a diverged (or joining) worker is reset to at a round, shaped like
+        :attr:`local_state`: LSGD's global leader's state, DiLoCo's global
+        parameters, EASGD's center; ``None`` where no worker keeps it (an average)."""
+        return None
+
     def in_flight(self) -> list[InFlight]:
         """The rounds whose transfer is under way, oldest first (``overlap``)."""
         return self._pipeline.items()

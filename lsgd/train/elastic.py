@@ -143,6 +143,7 @@ class ElasticRun(WorkerLoop):
                   "committed_rounds": self.comm.committed_rounds(),
                   "bytes_sent": report.bytes_sent, "bytes_received": report.bytes_received,
                   "join_bytes": self.comm.stats("join").bytes_received,
+                  "heal_seconds": self.comm.heal_seconds,
                   "accuracy": last.get("center_accuracy", math.nan),
                   "join_gap": self.join_gap, "writer": self.writer,
                   "leader_history": list(report.leader_history)}
@@ -194,20 +195,12 @@ def train_elastic(cfg: TrainConfig, extra_faults: list[tuple[Any, ...]] = ()  # 
     return summaries[-1], records
 
 
-def _gap_to_target(strategy: Any) -> float:
+def _gap_to_target(strategy: lsgd.Strategy) -> float:
     """After joining: the largest difference between the worker's state and what the
-    joining round reset it to (LSGD: the leader's state; DiLoCo: the global
-    parameters; EASGD: the center); NaN for local SGD, whose target (the mean)
-    no worker keeps."""
-    if hasattr(strategy, "levels"):
-        target = strategy.levels[-1].snapshot.views
-    elif hasattr(strategy, "global_state"):
-        target = strategy.global_state.views
-    elif hasattr(strategy, "center_state"):
-        target = strategy.center_state.views
-    else:
+    joining round reset it to (:meth:`~lsgd.Strategy.reset_target`); NaN for local
+    SGD, whose target (the mean) no worker keeps."""
+    target = strategy.reset_target()
+    if target is None:
         return math.nan
     gaps = [float((a - b).abs().max()) for a, b in zip(strategy.local_state, target) if a.numel()]
     return math.nan if any(math.isnan(g) for g in gaps) else max(gaps, default=0.0)
-
-
