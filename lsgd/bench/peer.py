@@ -233,7 +233,7 @@ class _Peer(WorkerLoop):
                            **{key: settings[key] for key in HONOURED if key in settings}})
         super().__init__(cfg, comm, torch.device("cpu"), started=started)
 
-    def make_strategy(self) -> _TorchftDiLoCo:
+    def make_strategy(self) -> _TorchftDiLoCo:  # type: ignore[override]
         """torchft's DiLoCo on the inner optimizer."""
         return _TorchftDiLoCo(self)
 

@@ -84,8 +84,9 @@ class WorkerLoop:
         self.stop = False
 
     # -- hooks -----------------------------------------------------------------
-    def make_strategy(self) -> Any:
-        """What steps ``self.opt`` and runs the rounds (called once, in ``__init__``)."""
+    def make_strategy(self) -> lsgd.Strategy:
+        """What steps ``self.opt`` and runs the rounds (called once, in ``__init__``): a
+        strategy, or an object with the strategy methods the loop calls."""
         raise NotImplementedError
 
     def before_step(self) -> None:
