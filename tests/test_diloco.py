@@ -299,3 +299,19 @@ def test_lsgd_train_resumes_a_diloco_run_exactly(tmp_path: Path) -> None:
         assert all(torch.equal(x, y) for x, y in zip(a["strategy"]["global"],
                                                      b["strategy"]["global"]))
         assert a["strategy"]["rounds"] == b["strategy"]["rounds"] == 5
+
+
+def test_a_state_saved_by_lsgd_0_6_loads_or_says_which_version_to_use() -> None:
+    comm = lsgd.comm.LocalCommunicator()
+    model = Vector([1.0, 2.0])
+    strategy = lsgd.DiLoCo(model, torch.optim.SGD(model.parameters(), lr=0.1), comm=comm)
+    state = strategy.state_dict()
+    state["outer"] = state.pop("outer_parts")[0]  # 0.6's key for one outer optimizer
+    strategy.load_state_dict(state)
+    bn = _tiny()
+    strategy = lsgd.DiLoCo(bn, torch.optim.SGD(bn.parameters(), lr=0.1), comm=comm)
+    state = strategy.state_dict()
+    parameters = sum(p.numel() for p in bn.parameters())
+    state["global"] = [state["global"][0][:parameters]]  # 0.6: the parameters only
+    with pytest.raises(ValueError, match="saved by lsgd 0.6 or earlier.*resume it with lsgd 0.6"):
+        strategy.load_state_dict(state)

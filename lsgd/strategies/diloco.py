@@ -159,9 +159,15 @@ class DiLoCo(Averaging):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``θ_g`` and the outer momentum; the outer hyperparameters stay this
         strategy's own (``outer_lr``, ``outer_momentum``)."""
+        saved_global = list(state["global"])
+        if [t.shape for t in saved_global] != [b.shape for b in self.global_state.buffers]:
+            raise ValueError("DiLoCo.load_state_dict: this state was saved by lsgd 0.6 or "
+                             "earlier with BatchNorm buffers in the round, which lsgd 0.7 keeps "
+                             "beside the global parameters; resume it with lsgd 0.6")
         super().load_state_dict(state)
-        for buffer, value in zip(self.global_state.buffers, state["global"]):
+        for buffer, value in zip(self.global_state.buffers, saved_global):
             buffer.copy_(value)
-        for optimizer, saved in zip(self._outer_parts, state["outer_parts"]):
+        outer = state["outer_parts"] if "outer_parts" in state else [state["outer"]]  # 0.6
+        for optimizer, saved in zip(self._outer_parts, outer):
             optimizer.load_state_dict({"state": copy.deepcopy(dict(saved)),
                                        "param_groups": optimizer.state_dict()["param_groups"]})
