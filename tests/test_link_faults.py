@@ -173,9 +173,9 @@ def test_a_restart_with_no_restart_left_fails_within_the_bound_naming_the_node()
 
 @pytest.mark.timeout(RUN_LIMIT + 60)
 def test_a_node_that_never_comes_back_fails_within_the_bound(tmp_path: Path) -> None:
-    """Node 2's link down for good: the collectives time out (--timeout 12), every agent
+    """Node 2's link down for good: the collectives time out (--timeout 8), every agent
     restarts, and the restart's rendezvous cannot gather the 4 nodes (join_timeout)."""
-    with Train(["--method", "lsgd", *QUICK, "--timeout", "12", "--restarts", "1",
+    with Train(["--method", "lsgd", *QUICK, "--timeout", "8", "--restarts", "1",
                 "--checkpoint-every", "16"], tmp_path / "run") as run:
         run.wait_for(lambda: run.reached(40), RUN_LIMIT / 2)
         cut = time.monotonic()
@@ -186,7 +186,7 @@ def test_a_node_that_never_comes_back_fails_within_the_bound(tmp_path: Path) -> 
     assert code != 0, text
     assert seconds < BOUND, (seconds, text)
     # the restart's rendezvous timed out without node 2, or node 2 could not reach it
-    assert ("the rendezvous did not gather all 4 nodes within its join_timeout of 12 s"
+    assert ("the rendezvous did not gather all 4 nodes within its join_timeout of 8 s"
             in text or "node 2: RendezvousConnectionError" in text), text
     assert ("node 2: its agent was still running" in text
             or "node 2: RendezvousConnectionError" in text), text
