@@ -66,15 +66,19 @@ def shutdown() -> None:
     Call once a worker is done. The cached communicator holds the process
     groups; without dropping it, gloo's worker threads may still be freeing the
     last collective's work while the interpreter shuts down, which aborts the
-    process (``terminate called without an active exception``).
+    process (``terminate called without an active exception``). What still
+    holds a group (a DDP reducer and its communication hook) is freed first,
+    while the groups live: freed after them, its threads can abort the process
+    (``Resource deadlock avoided``).
     """
     import gc
 
     import torch.distributed as dist
 
+    _dist_cache.clear()
+    gc.collect()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-    _dist_cache.clear()
     gc.collect()
 
 
