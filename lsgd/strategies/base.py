@@ -37,8 +37,6 @@ from torch import nn
 
 from lsgd import _validate
 from lsgd.comm import CommStats, Communicator, get_communicator
-from lsgd.comm.base import Among
-from lsgd.flat import FlatBuffer
 from lsgd.strategies import buffers as bn
 from lsgd.strategies import elastic
 from lsgd.strategies.guard import driving, guard

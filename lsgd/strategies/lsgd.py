@@ -318,8 +318,7 @@ class LSGD(Strategy):
         info = item.info
         level = next(lv for lv in self.levels if lv.name == info.get("level", item.name))
         part = int(info.get("part", 0))
-        snapshot = level.snapshot.buffers if self.fragments == 1 else self._parts.of(
-            level.snapshot, part)
+        snapshot = self._parts.of(level.snapshot, part)
         received = item.tensors["leader"]
         if self.compress != "none":  # the reference moves by the decoded difference
             torch._foreach_add_(snapshot, received)
