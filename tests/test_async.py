@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import lsgd
-from lsgd.comm.base import LocalCommunicator
+from lsgd.comm.local import LocalCommunicator
 from lsgd.data import digits
 from lsgd.strategies.schedule import Cadence, RoundSchedule
 

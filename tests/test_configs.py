@@ -18,7 +18,8 @@ import torch
 import lsgd
 from lsgd.cli import build_parser, main
 from lsgd.train import build, runner
-from lsgd.train.config import make_config, read_toml
+from lsgd.train.config import make_config
+from lsgd.train.tomlfile import read_toml
 from tests.test_bad_input import CASES
 
 if sys.version_info >= (3, 11):

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import lsgd
-from lsgd.comm.base import LocalCommunicator
+from lsgd.comm.local import LocalCommunicator
 from lsgd.links.netns import shaping_problem
 
 HAVE_TORCHFT = importlib.util.find_spec("torchft") is not None

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from lsgd.train import checkpoint, runner
-from lsgd.train.config import TrainConfig, make_config, read_toml
+from lsgd.train.config import TrainConfig, make_config
+from lsgd.train.tomlfile import read_toml
 from lsgd.train.loop import UsageError
 from lsgd.train.outputs import METRIC_FIELDS, read_csv
 from lsgd.train.schedule import Schedule

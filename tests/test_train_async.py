@@ -10,7 +10,8 @@ import torch
 
 from lsgd.cli import main
 from lsgd.train import checkpoint, runner
-from lsgd.train.config import make_config, read_toml
+from lsgd.train.config import make_config
+from lsgd.train.tomlfile import read_toml
 from lsgd.train.outputs import read_csv
 
 SMALL = dict(dataset="digits", model="mlp", workers=4, period=16, seed=0, quiet=True)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 
-from lsgd.comm.base import Communicator, LocalCommunicator
-from lsgd.comm.info import CommStats, WorkerInfo
+from lsgd.comm.base import Communicator
+from lsgd.comm.local import LocalCommunicator
+from lsgd.comm.info import REPLICAS, CommStats, WorkerInfo, check_replica
+from lsgd.comm.replica import ReplicaCommunicator, replicas_of
 from lsgd.comm.errors import CommunicationError
 from lsgd.comm.simulator import SimulationError, WorkerAborted, current_simulated, simulate
 
@@ -14,6 +16,8 @@ __all__ = [
     "CommunicationError",
     "Communicator",
     "LocalCommunicator",
+    "REPLICAS",
+    "ReplicaCommunicator",
     "SimulationError",
     "WorkerAborted",
     "WorkerInfo",
@@ -26,7 +30,7 @@ __all__ = [
 _dist_cache: dict[int | None, Communicator] = {}
 
 
-def get_communicator(groups: int | None = None) -> Communicator:
+def get_communicator(groups: int | None = None, replica: str | None = None) -> Communicator:
     """This worker's communicator, found from the environment.
 
     Inside :func:`simulate`: the simulated worker's. Under ``torchrun`` (or once
@@ -36,6 +40,11 @@ def get_communicator(groups: int | None = None) -> Communicator:
     Otherwise: a single worker. ``groups`` overrides the number of groups for the
     torch.distributed case (default: the number of nodes); the simulator's
     layout is fixed by ``simulate``.
+
+    ``replica``: what a strategy sees as one worker, ``"process"`` or ``"node"``
+    (every process of a group steps as one replica, :mod:`lsgd.comm.replica`);
+    by default the simulation's (``simulate(..., replica=...)``), else
+    ``LSGD_REPLICA``, else ``"process"``. Its ``.processes`` is every process's.
     """
     simulated = current_simulated()
     if simulated is not None:
@@ -44,7 +53,8 @@ def get_communicator(groups: int | None = None) -> Communicator:
                 f"groups={groups} conflicts with the simulation's groups={simulated.groups}; "
                 "set groups in lsgd.simulate(...)"
             )
-        return simulated
+        return replicas_of(simulated, replica or simulated.replica)
+    replica = check_replica(replica or os.environ.get("LSGD_REPLICA", "process"))
     import torch.distributed as dist
 
     from lsgd.comm import distributed
@@ -54,7 +64,7 @@ def get_communicator(groups: int | None = None) -> Communicator:
         if groups not in _dist_cache:
             distributed.init_from_env()
             _dist_cache[groups] = distributed.DistCommunicator(groups=groups)
-        return _dist_cache[groups]
+        return replicas_of(_dist_cache[groups], replica)
     if groups not in (None, 1):
         raise ValueError(f"groups={groups} needs several workers, but this is a single worker")
     return LocalCommunicator()
@@ -83,5 +93,6 @@ def shutdown() -> None:
 
 
 def worker_info() -> WorkerInfo:
-    """Rank, world size and groups of the calling worker."""
-    return get_communicator().info
+    """Rank, world size and groups of the calling process (its rank shards the data,
+    also when several processes are one replica)."""
+    return get_communicator().processes.info

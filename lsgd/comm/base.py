@@ -2,7 +2,9 @@
 
 Implementations: :class:`~lsgd.comm.distributed.DistCommunicator`
 (torch.distributed, gloo or NCCL), :class:`~lsgd.comm.simulator.SimCommunicator`
-(workers as threads of one process) and :class:`LocalCommunicator` (one worker).
+(workers as threads of one process) and :class:`~lsgd.comm.local.LocalCommunicator`
+(one worker); :class:`~lsgd.comm.replica.ReplicaCommunicator` makes a node's processes
+one worker.
 
 Workers ``0 .. W-1`` form ``groups`` groups of ``group_size`` consecutive ranks
 (a group is a node under torchrun). Every collective takes ``among="world"`` or
@@ -39,9 +41,10 @@ from lsgd import _validate
 from lsgd.comm import codec as codecs
 from lsgd.comm.data_parallel import DataParallel, GradientCompression, collective_data_parallel
 from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_layout
-from lsgd.comm.chain import chain_bytes, chain_heads, chunk_count
+from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.transfers import LANES, Handle, Transfer, done_handle
-from lsgd.comm.wire import broadcast_bytes, ring_allreduce_bytes
+from lsgd.comm.wire import (Traffic, all_to_all_traffic, broadcast_pattern, pattern_traffic,
+                            ring_allreduce_bytes, ring_traffic)
 
 
 
@@ -85,6 +88,27 @@ class Communicator(ABC):
     def among_size(self, among: Among) -> int:
         return self.info.world_size if among == "world" else self.info.group_size
 
+    @property
+    def processes(self) -> Communicator:
+        """The communicator of every process: this one, or a replica's processes'
+        (:mod:`lsgd.comm.replica`)."""
+        return self
+
+    #: (this process's part, parts) of a replica's work across nodes (see
+    #: :mod:`lsgd.comm.replica`); one process is the whole replica.
+    share = (0, 1)
+
+    def replica_parallel(self, module: nn.Module) -> DataParallel | None:
+        """The module to call in the forward pass when a replica is several processes
+        (their gradients averaged every step); None: one process, ``module`` itself."""
+        return None
+
+    def _replica_parts(self) -> tuple[Communicator, Communicator]:
+        """(the node's communicator, the peers' communicator) of a replica of this
+        worker's node (:func:`lsgd.comm.replica.replicas_of`; collective)."""
+        raise ValueError(f"{type(self).__name__} has no replicas of several processes; "
+                         "use replica='process'")
+
     def among_members(self, among: Among) -> list[int]:
         """Global ranks taking part in a collective of ``among`` from this worker."""
         return list(range(self.world_size)) if among == "world" else self.info.group_members()
@@ -103,12 +127,28 @@ class Communicator(ABC):
         finally:
             self._category = previous
 
-    def record(self, sent: int, received: int, seconds: float) -> None:
-        """Count traffic moved outside this communicator (DistributedDataParallel's)."""
-        self._record_in(self._category, sent, received, seconds)
+    def record(self, sent: int, received: int, seconds: float, link_sent: int = 0,
+               link_received: int = 0) -> None:
+        """Count traffic moved outside this communicator's collectives."""
+        self._record_in(self._category, Traffic(sent, received, link_sent, link_received),
+                        seconds)
 
-    def _record_in(self, category: str, sent: int, received: int, seconds: float) -> None:
-        self._stats.setdefault(category, CommStats()).add(sent, received, seconds)
+    def count(self, traffic: Traffic, seconds: float) -> None:
+        """Count one collective's :class:`~lsgd.comm.wire.Traffic` in the current category."""
+        self._record_in(self._category, traffic, seconds)
+
+    def _record_in(self, category: str, traffic: Traffic, seconds: float) -> None:
+        self._stats.setdefault(category, CommStats()).add(
+            traffic.sent, traffic.received, seconds, traffic.link_sent, traffic.link_received)
+
+    def node_of(self, rank: int) -> int:
+        """The node (group) of worker ``rank``: who shares a link with whom."""
+        return rank // self.info.group_size
+
+    def ring(self, per_hop: float, among: Among = "world") -> Traffic:
+        """This worker's traffic in a ring among ``among`` where each member sends
+        ``per_hop`` bytes to the next (what DistributedDataParallel's all-reduce moves)."""
+        return ring_traffic(per_hop, self.among_members(among), self.rank, self.node_of)
 
     # -- collectives ----------------------------------------------------
     def all_reduce_(
@@ -128,8 +168,7 @@ class Communicator(ABC):
         n = self.among_size(among)
         if n > 1:
             seconds = self._all_reduce(tensor, op, among)
-            volume = ring_allreduce_bytes(_nbytes(tensor), n)
-            self.record(volume, volume, seconds)
+            self.count(self.ring(ring_allreduce_bytes(_nbytes(tensor), n), among), seconds)
         return tensor
 
     def broadcast_(self, tensor: torch.Tensor, src: int, among: Among = "world",
@@ -157,7 +196,7 @@ class Communicator(ABC):
                                                 chunk_count(_nbytes(tensor)))
             else:
                 seconds = self._broadcast(tensor, src, among)
-            self.record(*self._broadcast_bytes(_nbytes(tensor), src, among, chained), seconds)
+            self.count(self.broadcast_traffic(_nbytes(tensor), src, among, chained), seconds)
         return tensor
 
     def _chained(self, among: Among) -> bool:
@@ -172,8 +211,7 @@ class Communicator(ABC):
         if n == 1:
             return tensor.detach().clone().unsqueeze(0)
         out, seconds = self._all_gather(tensor.contiguous(), among)
-        volume = (n - 1) * _nbytes(tensor)
-        self.record(volume, volume, seconds)
+        self.count(self.ring((n - 1) * _nbytes(tensor), among), seconds)
         return out
 
     def barrier(self) -> None:
@@ -224,11 +262,13 @@ class Communicator(ABC):
         members = self.among_members(among)
         n = len(members)
         if transfer.codec == "none":
-            sent = received = ring_allreduce_bytes(_nbytes(tensor), n)
-        else:
-            sent, received = codecs.all_reduce_bytes(transfer.codec, tensor.numel(), n,
-                                                     members.index(self.rank))
-        return self._started(transfer, sent, received)
+            traffic = self.ring(ring_allreduce_bytes(_nbytes(tensor), n), among)
+        else:  # an all-to-all of the encoded parts, then a ring all-gather of the longest
+            sizes = [codecs.nbytes(transfer.codec, end - begin)
+                     for begin, end in codecs.chunks(transfer.codec, tensor.numel(), n)]
+            traffic = (all_to_all_traffic(sizes, members, self.rank, self.node_of)
+                       + self.ring((n - 1) * max(sizes), among))
+        return self._started(transfer, traffic)
 
     def start_broadcast(self, tensor: torch.Tensor, src: int, among: Among = "world",
                         codec: str = "none") -> Handle:
@@ -246,9 +286,8 @@ class Communicator(ABC):
             )
         transfer = Transfer("broadcast", tensor, among, src=src, codec=self._codec(tensor, codec),
                             chained=len(members) > 1 and self._chained(among))
-        sent, received = self._broadcast_bytes(transfer.payload_bytes(), src, among,
-                                               transfer.chained)
-        return self._started(transfer, sent, received)
+        return self._started(transfer, self.broadcast_traffic(transfer.payload_bytes(), src,
+                                                              among, transfer.chained))
 
     def start_all_gather(self, tensor: torch.Tensor, among: Among = "world",
                          lane: str = "bulk") -> Handle:
@@ -258,18 +297,17 @@ class Communicator(ABC):
         if lane not in LANES:
             raise ValueError(f"start_all_gather: lane must be one of {LANES}, got {lane!r}")
         n = self.among_size(among)
-        volume = (n - 1) * _nbytes(tensor)
         transfer = Transfer("all_gather", tensor.contiguous(), among, lane=lane)
         if n == 1:
             return done_handle(tensor.detach().clone().unsqueeze(0))
-        return self._started(transfer, volume, volume)
+        return self._started(transfer, self.ring((n - 1) * _nbytes(tensor), among))
 
-    def _started(self, transfer: Transfer, sent: int, received: int) -> Handle:
+    def _started(self, transfer: Transfer, traffic: Traffic) -> Handle:
         if self.among_size(transfer.among) == 1:  # nothing travels, nothing changes
             return done_handle()
         category = self._category
         return Handle(self._start(transfer),
-                      lambda seconds: self._record_in(category, sent, received, seconds))
+                      lambda seconds: self._record_in(category, traffic, seconds))
 
     def _codec(self, tensor: torch.Tensor, codec: str) -> str:
         codecs.check(codec)
@@ -277,15 +315,15 @@ class Communicator(ABC):
             raise ValueError(f"codec {codec!r} encodes float32 tensors, got {tensor.dtype}")
         return codec
 
-    def _broadcast_bytes(self, nbytes: int, src: int, among: Among,
-                         chained: bool) -> tuple[int, int]:
-        """(sent, received) by this worker in a broadcast of ``nbytes`` from ``src``."""
-        members = self.among_members(among)
-        if chained:
-            info = self.info
-            return chain_bytes(nbytes, src, self.rank, info.groups, info.group_size)
-        position = (members.index(self.rank) - members.index(src)) % len(members)
-        return broadcast_bytes(nbytes, len(members), position, self.broadcast_algorithm)
+    def broadcast_traffic(self, nbytes: int, src: int, among: Among = "world",
+                          chained: bool = False) -> Traffic:
+        """This worker's traffic in a broadcast of ``nbytes`` from ``src`` (``chained``:
+        lsgd's pipelined chain of the nodes)."""
+        info = self.info
+        heads = chain_heads(src, info.groups, info.group_size) if chained else None
+        moves = broadcast_pattern(nbytes, self.among_members(among), src,
+                                  self.broadcast_algorithm, heads)
+        return pattern_traffic(moves, self.rank, self.node_of)
 
     # -- time and the shared counter ----------------------------------------
     def now(self) -> float:
@@ -346,8 +384,9 @@ class Communicator(ABC):
         if not peers:
             return []
         received, seconds = self._exchange(tensor, peers)
-        volume = len(peers) * _nbytes(tensor)
-        self.record(volume, volume, seconds)
+        nbytes = float(_nbytes(tensor))
+        moves = [(self.rank, p, nbytes) for p in peers] + [(p, self.rank, nbytes) for p in peers]
+        self.count(pattern_traffic(moves, self.rank, self.node_of), seconds)
         return received
 
     # -- primitives -----------------------------------------------------
@@ -396,23 +435,3 @@ class Communicator(ABC):
 
 def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
-
-
-class LocalCommunicator(Communicator):
-    """A world of one worker: every collective is the identity and costs nothing."""
-
-    def __init__(self) -> None:
-        super().__init__(WorkerInfo(rank=0, world_size=1, groups=1))
-        self._counts: dict[str, int] = {}
-
-    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
-        raise AssertionError("unreachable: a single worker never communicates")
-
-    _broadcast = _all_gather = _all_reduce  # type: ignore[assignment]
-
-    def _barrier(self) -> None:
-        pass
-
-    def _add_count(self, key: str, amount: int) -> int:
-        self._counts[key] = self._counts.get(key, 0) + amount
-        return self._counts[key]

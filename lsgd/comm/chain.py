@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from lsgd.comm.wire import broadcast_bytes
+from lsgd.comm.wire import broadcast_pattern, pattern_traffic
 
 CHUNK_BYTES = 1 << 16
 MAX_CHUNKS = 256
@@ -45,15 +45,7 @@ def chunk_count(nbytes: int) -> int:
 
 def chain_bytes(nbytes: int, src: int, rank: int, groups: int, group_size: int) -> tuple[int, int]:
     """(sent, received) by ``rank`` in a chain broadcast of ``nbytes`` from ``src``."""
-    heads = chain_heads(src, groups, group_size)
-    node = rank // group_size
-    head = heads[(node - src // group_size) % groups]
-    sent = received = 0
-    if rank == head:
-        position = heads.index(rank)
-        sent += nbytes if position < len(heads) - 1 else 0
-        received += 0 if position == 0 else nbytes
-    members = list(range(node * group_size, (node + 1) * group_size))
-    inner = (members.index(rank) - members.index(head)) % group_size
-    inner_sent, inner_received = broadcast_bytes(nbytes, group_size, inner, "tree")
-    return sent + inner_sent, received + inner_received
+    moves = broadcast_pattern(nbytes, list(range(groups * group_size)), src, "tree",
+                              chain_heads(src, groups, group_size))
+    traffic = pattern_traffic(moves, rank, lambda r: r // group_size)
+    return traffic.sent, traffic.received

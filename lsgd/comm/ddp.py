@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from lsgd.comm.data_parallel import DataParallel, GradientCompression
-from lsgd.comm.wire import broadcast_bytes, ring_allreduce_bytes
+from lsgd.comm.wire import ring_allreduce_bytes
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -89,7 +89,7 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
             now = time.perf_counter()
             owner = counted()
             if owner is not None:
-                owner.record(volume, volume, now - max(start, finished[0]))
+                owner.count(owner.ring(volume), now - max(start, finished[0]))
             finished[0] = now
             return fut.value()[0] if isinstance(fut.value(), list) else fut.value()
 
@@ -97,12 +97,12 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
 
     ddp.register_comm_hook(process_group, counting_allreduce)
     buffer_bytes = sum(b.numel() * b.element_size() for b in module.buffers()) if sync_buffers else 0
-    sent, received = broadcast_bytes(buffer_bytes, world, comm.rank, comm.broadcast_algorithm)
+    buffers = comm.broadcast_traffic(buffer_bytes, 0)
 
     def count_buffer_broadcast() -> None:
         # DDP broadcast rank 0's buffers in this step's forward.
         if buffer_bytes:
-            comm.record(sent, received, 0.0)
+            comm.count(buffers, 0.0)
 
     return DataParallel(module, inner=ddp, average=count_buffer_broadcast,
                         hook_state=state if compression.kind == "powersgd" else None)

@@ -164,11 +164,15 @@ class DistCommunicator(Communicator):
     created on every rank).
     """
 
+    _label = ""  # names this communicator's collectives apart from another's
+
     def __init__(
         self,
         process_group: dist.ProcessGroup | None = None,
         groups: int | None = None,
         timeout: datetime.timedelta | None = None,
+        label: str = "",
+        lane_groups: dict[str, dist.ProcessGroup] | None = None,
     ) -> None:
         if not dist.is_initialized():
             raise RuntimeError(
@@ -194,6 +198,10 @@ class DistCommunicator(Communicator):
             self._waits["group"] = (self._waits["world"] if self._subgroup is self._pg
                                     else self._timeout)
         self._lanes: dict[str, BackgroundLane] = {}  # started transfers, by lane, once any
+        self._label = label
+        # A communicator of some processes only has its lanes' groups made for it, by all
+        # processes together (a group of the whole world is made on first use).
+        self._lane_groups = lane_groups
 
     def _node_subgroup(self, world: dist.ProcessGroup) -> dist.ProcessGroup | None:
         """The process group of this worker's node within ``world`` (collective): a
@@ -205,6 +213,25 @@ class DistCommunicator(Communicator):
                                              timeout=self._timeout)
             return subgroup
         return None if groups == world_size else world
+
+    def _replica_parts(self) -> tuple[DistCommunicator, DistCommunicator]:
+        """(the node's communicator, the peers' communicator) of this worker's replica
+        (:mod:`lsgd.comm.replica`): the node's own subgroup, and the group of the workers
+        of this local rank on every node, with its lanes' groups (collective)."""
+        from lsgd.comm.transfers import LANES
+
+        info = self.info
+        lists = [[self._global[node * info.group_size + r] for node in range(info.groups)]
+                 for r in range(info.group_size)]
+
+        def peers_group() -> dist.ProcessGroup:
+            return dist.new_subgroups_by_enumeration(lists, timeout=self._timeout)[0]
+
+        node = DistCommunicator(self._subgroup, groups=1, timeout=self._timeout, label="node")
+        peers = DistCommunicator(peers_group(), groups=info.groups, timeout=self._timeout,
+                                 label="peers",
+                                 lane_groups={lane: peers_group() for lane in LANES})
+        return node, peers
 
     @property
     def process_group(self) -> dist.ProcessGroup:
@@ -262,6 +289,7 @@ class DistCommunicator(Communicator):
         absent: Callable[[], list[int] | None] | None = None
         if among is not None:
             scope = "world" if among == "world" else f"group{self.info.group}"
+            scope = f"{self._label}-{scope}" if self._label else scope
             lane = current_lane()
             scope = f"{lane.name}-{scope}" if lane is not None else scope
             self._calls[scope] = number = self._calls.get(scope, 0) + 1
@@ -313,7 +341,11 @@ class DistCommunicator(Communicator):
     def _start(self, transfer: Transfer) -> Callable[[], tuple[Any, float]]:
         lane = self._lanes.get(transfer.lane)
         if lane is None:  # collective: every worker starts the lane's first transfer together
-            world = dist.new_group(ranks=self._global, timeout=self._timeout)
+            if self._lane_groups is not None:
+                world = self._lane_groups[transfer.lane]
+            else:
+                assert self._pg is dist.group.WORLD, "a subgroup's lanes are made with it"
+                world = dist.new_group(ranks=self._global, timeout=self._timeout)
             lane = BackgroundLane(transfer.lane, (world, self._node_subgroup(world)),
                                   transfer.tensor.device)
             self._lanes[transfer.lane] = lane

@@ -66,6 +66,7 @@ import torch
 from lsgd.comm.base import Communicator
 from lsgd.comm.lanes import BackgroundLane
 from lsgd.comm.transfers import run as run_transfer
+from lsgd.comm.wire import Traffic
 from lsgd.comm.info import Among, ReduceOp, WorkerInfo
 from lsgd.comm.quorum import (EXTRA, LighthouseLost, RoundFailed, answers, cloned,
                               options, payload_bytes, require_torchft, start_lighthouse)
@@ -183,7 +184,8 @@ class ElasticCommunicator(Communicator):
         return cloned({name: save() for name, (save, _) in self._parts.items()})
 
     def _on_heal(self, state: dict[str, Any]) -> None:
-        self._record_in("join", 0, payload_bytes(state), 0.0)
+        healed = payload_bytes(state)
+        self._record_in("join", Traffic(0, healed, 0, healed), 0.0)
         for name, (_, load) in self._parts.items():
             load(state[name])
         self.healed = True
@@ -268,6 +270,9 @@ class ElasticCommunicator(Communicator):
         return [int(t) for t in out]
 
     # -- layout seen by the collectives -------------------------------------
+    def node_of(self, rank: int) -> int:
+        return rank // self.per_node
+
     def among_size(self, among: Among) -> int:
         return len(self.member_nodes()) * self.per_node if among == "world" else self.per_node
 

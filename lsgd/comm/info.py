@@ -13,27 +13,34 @@ ReduceOp = Literal["sum", "mean"]
 
 @dataclasses.dataclass
 class CommStats:
-    """What one worker moved in one category."""
+    """What one worker moved in one category: every byte it sent and received, and of
+    them those that crossed its node's link (``link_*``; the rest stayed inside the node)."""
 
     bytes_sent: int = 0
     bytes_received: int = 0
     seconds: float = 0.0
     calls: int = 0
+    link_bytes_sent: int = 0
+    link_bytes_received: int = 0
 
-    def add(self, sent: int, received: int, seconds: float) -> None:
+    def add(self, sent: int, received: int, seconds: float, link_sent: int = 0,
+            link_received: int = 0) -> None:
         self.bytes_sent += int(sent)
         self.bytes_received += int(received)
         self.seconds += seconds
         self.calls += 1
+        self.link_bytes_sent += int(link_sent)
+        self.link_bytes_received += int(link_received)
 
     def minus(self, other: CommStats) -> CommStats:
         """The counts accumulated since ``other`` was taken."""
-        return CommStats(
-            self.bytes_sent - other.bytes_sent,
-            self.bytes_received - other.bytes_received,
-            self.seconds - other.seconds,
-            self.calls - other.calls,
-        )
+        return CommStats(*(getattr(self, f.name) - getattr(other, f.name)
+                           for f in dataclasses.fields(self)))
+
+    def plus(self, other: CommStats) -> CommStats:
+        """Both counts together."""
+        return CommStats(*(getattr(self, f.name) + getattr(other, f.name)
+                           for f in dataclasses.fields(self)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,3 +82,16 @@ def check_layout(world_size: int, groups: int) -> None:
             f"groups={groups} must divide the number of workers world_size={world_size}; "
             f"use a divisor such as 1 or {world_size}"
         )
+
+
+#: What a strategy sees as one worker: every process, or every node's processes together.
+REPLICAS = ("process", "node")
+
+
+def check_replica(replica: str) -> str:
+    """``replica`` if it is one of :data:`REPLICAS`; ``ValueError`` naming it otherwise."""
+    if replica not in REPLICAS:
+        raise ValueError(f"replica must be one of {', '.join(REPLICAS)} (a process, or all "
+                         f"the processes of a node, is one worker of the method), got "
+                         f"{replica!r}")
+    return replica

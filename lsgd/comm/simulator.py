@@ -26,6 +26,7 @@ virtual clock. Collectives reduce in rank order, so sums are deterministic.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,7 +35,7 @@ from typing import Any, TypeVar
 import torch
 
 from lsgd.comm.base import Among, Communicator, ReduceOp
-from lsgd.comm.info import WorkerInfo, check_layout
+from lsgd.comm.info import WorkerInfo, check_layout, check_replica
 from lsgd.comm import codec as codecs
 from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.transfers import Transfer
@@ -62,41 +63,76 @@ class SimulationError(RuntimeError):
 
 
 class SimCommunicator(Communicator):
-    """One simulated worker's end of the in-process world."""
+    """One simulated worker's end of the in-process world.
 
-    def __init__(self, world: World, rank: int) -> None:
-        super().__init__(WorkerInfo(rank=rank, world_size=world.world_size, groups=world.groups))
+    ``members`` (global ranks, increasing) makes it a communicator among those
+    workers only, this one (global ``rank``) among them, in ``groups`` groups and
+    with collectives of its own (``scope`` names them): the node's and the peers'
+    communicators of a replica (:mod:`lsgd.comm.replica`).
+    """
+
+    def __init__(self, world: World, rank: int, members: Sequence[int] | None = None,
+                 groups: int | None = None, scope: str = "") -> None:
+        self._global = list(range(world.world_size)) if members is None else list(members)
+        assert self._global == sorted(self._global) and rank in self._global, self._global
+        super().__init__(WorkerInfo(rank=self._global.index(rank),
+                                    world_size=len(self._global),
+                                    groups=world.groups if groups is None else groups))
         self._world = world
+        self._me = rank  # the global rank
+        self._scope = scope
         self._sequence: dict[tuple, int] = {}
+        #: The default of lsgd.get_communicator(replica=None) in this simulation.
+        self.replica = world.replica
 
     def _key(self, among: Among, lane: str = "") -> tuple:
         """The next collective of ``among`` (started transfers, ``lane="started"``,
         are numbered on their own)."""
         among_key = ("world",) if among == "world" else ("group", self.info.group)
+        among_key = (self._scope, *among_key) if self._scope else among_key
         among_key = (lane, *among_key) if lane else among_key
         n = self._sequence.get(among_key, 0)
         self._sequence[among_key] = n + 1
         return (*among_key, n)
 
+    def _globals(self, ranks: Sequence[int]) -> list[int]:
+        return [self._global[r] for r in ranks]
+
+    def subset(self, members: Sequence[int], groups: int, scope: str) -> SimCommunicator:
+        """A communicator among ``members`` (ranks of this one) only, in ``groups`` groups."""
+        return SimCommunicator(self._world, self._me, self._globals(members), groups,
+                               f"{self._scope}/{scope}")
+
+    def node_of(self, rank: int) -> int:
+        return self._world.node_of(self._global[rank])
+
+    def _replica_parts(self) -> tuple[SimCommunicator, SimCommunicator]:
+        """(the node's communicator, the peers' communicator) of this worker's replica."""
+        info = self.info
+        node = self.subset(info.group_members(), 1, f"node{info.group}")
+        peers = self.subset([g * info.group_size + info.group_rank for g in range(info.groups)],
+                            info.groups, f"peers{info.group_rank}")
+        return node, peers
+
     def now(self) -> float:
         """This worker's virtual clock: its steps (step times, or measured compute
         with a link), plus time spent in collectives (waiting, and the modeled
         transfer)."""
-        return self._world.clock[self.rank]
+        return self._world.clock[self._me]
 
     def local_step(self) -> None:
-        self._world.local_step(self.rank)
+        self._world.local_step(self._me)
 
     def _add_count(self, key: str, amount: int) -> int:
-        return self._world.add_count(key, amount)
+        return self._world.add_count(f"{self._scope}{key}", amount)
 
     def _run(self, op: str, among: Among, payload: Any, compute: Callable,
              transfer: Callable[[LinkModel, list[int]], float] | None = None) -> tuple[Any, float]:
-        members = self.among_members(among)
+        members = self._globals(self.among_members(among))
         link = self._world.link
         seconds = transfer(link, members) if link is not None and transfer is not None else 0.0
         return self._world.collective(
-            self.rank, self._key(among), op, members, payload, compute, seconds
+            self._me, self._key(among), op, members, payload, compute, seconds
         )
 
     def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
@@ -121,25 +157,27 @@ class SimCommunicator(Communicator):
                 raise ValueError(f"broadcast: members disagree on the source rank: {sources}")
             tensors = {r: t for r, (t, _) in payload.items()}
             _check_same(ranks, tensors, "broadcast")
-            compute_transfer(Transfer("broadcast", tensor, among, src=src), tensors, ranks)
+            compute_transfer(Transfer("broadcast", tensor, among, src=source), tensors, ranks)
             return dict.fromkeys(ranks), time.perf_counter() - start
 
         nbytes = tensor.numel() * tensor.element_size()
+        source = self._global[src]
         if transfer is None:
             algorithm = self.broadcast_algorithm
 
             def transfer(link: LinkModel, members: list[int]) -> float:
-                return link.broadcast(nbytes, members, src, algorithm)
+                return link.broadcast(nbytes, members, source, algorithm)
 
-        return self._run("broadcast", among, (tensor, src), compute, transfer)[1]
+        return self._run("broadcast", among, (tensor, source), compute, transfer)[1]
 
     def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
                          chunks: int) -> float:
         # The same copy as a broadcast; on the link, a chain of the heads (one per
         # node) in ``chunks`` pieces, the broadcasts inside the nodes being free.
         nbytes = tensor.numel() * tensor.element_size()
+        path, source = self._globals(heads), self._global[src]
         return self._broadcast(tensor, src, "world", transfer=lambda link, members:
-                               link.broadcast(nbytes, heads, src, "chain", chunks))
+                               link.broadcast(nbytes, path, source, "chain", chunks))
 
     def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
         def compute(payload: dict[int, torch.Tensor]) -> tuple[dict[int, Any], float]:
@@ -157,9 +195,10 @@ class SimCommunicator(Communicator):
         self._run("barrier", "world", None, lambda p: (dict.fromkeys(p), 0.0))
 
     def _start(self, transfer: Transfer) -> Callable[[], tuple[Any, float]]:
-        members = self.among_members(transfer.among)
+        members = self._globals(self.among_members(transfer.among))
         link = self._world.link
         seconds = _modeled(transfer, members, link, self) if link is not None else 0.0
+        transfer = dataclasses.replace(transfer, src=self._global[transfer.src])
 
         def compute(payload: dict[int, Transfer]) -> dict[int, Any]:
             ranks = sorted(payload)
@@ -176,9 +215,9 @@ class SimCommunicator(Communicator):
             return dict.fromkeys(ranks)
 
         pending = self._world.start_collective(
-            self.rank, self._key(transfer.among, f"started {transfer.lane}"), transfer.kind,
+            self._me, self._key(transfer.among, f"started {transfer.lane}"), transfer.kind,
             members, transfer, compute, seconds, transfer.lane)
-        return lambda: self._world.wait_collective(self.rank, pending)
+        return lambda: self._world.wait_collective(self._me, pending)
 
     def _exchange(
         self, tensor: torch.Tensor, peers: list[int]
@@ -192,8 +231,8 @@ class SimCommunicator(Communicator):
         received: dict[int, torch.Tensor] = {}
         seconds = 0.0
         for peer in sorted(peers):
-            low, high = min(self.rank, peer), max(self.rank, peer)
-            pair = ("pair", low, high)
+            low, high = sorted((self._me, self._global[peer]))
+            pair = ("pair", self._scope, low, high)
             n = self._sequence.get(pair, 0)
             self._sequence[pair] = n + 1
 
@@ -208,7 +247,7 @@ class SimCommunicator(Communicator):
             transfer = (link.exchange(tensor.numel() * tensor.element_size(), [(low, high)])
                         if link is not None else 0.0)
             received[peer], duration = self._world.collective(
-                self.rank, (*pair, n), "exchange", [low, high], tensor, compute, transfer
+                self._me, (*pair, n), "exchange", [low, high], tensor, compute, transfer
             )
             seconds += duration
         return [received[p] for p in peers], seconds
@@ -221,10 +260,12 @@ def _modeled(transfer: Transfer, members: list[int], link: LinkModel,
     if transfer.kind == "all_gather":
         return link.all_gather(nbytes, members)
     if transfer.kind == "broadcast":
+        source = comm._globals([transfer.src])[0]
         if transfer.chained:
-            heads = chain_heads(transfer.src, comm.info.groups, comm.info.group_size)
-            return link.broadcast(nbytes, heads, transfer.src, "chain", chunk_count(nbytes))
-        return link.broadcast(nbytes, members, transfer.src, comm.broadcast_algorithm)
+            heads = comm._globals(chain_heads(transfer.src, comm.info.groups,
+                                              comm.info.group_size))
+            return link.broadcast(nbytes, heads, source, "chain", chunk_count(nbytes))
+        return link.broadcast(nbytes, members, source, comm.broadcast_algorithm)
     if transfer.codec == "none":
         return link.all_reduce(nbytes, members)
     sizes = [codecs.nbytes(transfer.codec, end - begin)
@@ -253,6 +294,7 @@ def simulate(
     seed: int | None = None,
     step_time: Sequence[float] | Mapping[int, float] | None = None,
     link: str | Link | None = None,
+    replica: str = "process",
 ) -> list[T]:
     """Run ``fn(info, *args)`` as ``world_size`` simulated workers; results by rank.
 
@@ -276,8 +318,14 @@ def simulate(
     inside a node is free. The clock then reads seconds: without
     ``step_time``, a step costs the compute time it measured (the wall time
     the worker ran), as if every worker had a machine of its own.
+
+    ``replica="node"`` makes the workers of each group one replica for the
+    strategies (:mod:`lsgd.comm.replica`): what :func:`lsgd.get_communicator`
+    returns inside ``fn`` unless it is asked for another; ``info`` stays the
+    worker's own (its rank shards the data).
     """
     check_layout(world_size, groups)
+    check_replica(replica)
     model = None
     if link is not None:
         parsed = parse_link(link)
@@ -287,7 +335,8 @@ def simulate(
     if seed is None:  # one draw from the caller's generator: successive runs differ
         seed = int(torch.randint(0, 2**62, (1,)).item())
     saved = RandomState.capture()
-    world = World(world_size, groups, [seed + r for r in range(world_size)], times, model)
+    world = World(world_size, groups, [seed + r for r in range(world_size)], times, model,
+                  replica)
     results: list[Any] = [None] * world_size
 
     def body(rank: int) -> None:

@@ -13,6 +13,12 @@ all workers, bytes sent equal bytes received). For ``n`` members and ``B`` bytes
   but the last sends ``B``, every member but the source receives ``B``;
 - pairwise exchange: ``B`` to and from each peer.
 
+**Across the link**: of these bytes, those a worker sends to (receives from) a
+worker on another node (group) cross its node's link; the rest stay inside the
+node. :class:`Traffic` carries both, computed from the collective's message
+pattern (the ring's neighbours, the tree's pairs, the chain's heads) and the
+node of every member.
+
 **Seconds**, the simulator's link model (``lsgd.simulate(..., link=...)``,
 checked against the shaped links of ``lsgd.launch(..., link=...)``): each node
 (group) reaches the others through one link of ``rate`` bits per second each
@@ -31,7 +37,8 @@ from collections.abc import Callable, Sequence
 
 from lsgd.functional import ring_allreduce_bytes
 
-__all__ = ["BROADCASTS", "LinkModel", "broadcast_bytes", "ring_allreduce_bytes", "tree_rounds"]
+__all__ = ["BROADCASTS", "LinkModel", "Traffic", "broadcast_bytes", "ring_allreduce_bytes",
+           "tree_rounds"]
 
 BROADCASTS = ("tree", "chain")
 
@@ -49,17 +56,85 @@ def tree_rounds(n: int) -> list[list[tuple[int, int]]]:
     return rounds
 
 
+@dataclasses.dataclass(frozen=True)
+class Traffic:
+    """What one worker moves in one collective: bytes sent and received, and of them
+    those that cross its node's link (``link_sent``, ``link_received``)."""
+
+    sent: int = 0
+    received: int = 0
+    link_sent: int = 0
+    link_received: int = 0
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(self.sent + other.sent, self.received + other.received,
+                       self.link_sent + other.link_sent,
+                       self.link_received + other.link_received)
+
+
+def pattern_traffic(transfers: Sequence[tuple[int, int, float]], me: int,
+                    node_of: Callable[[int], int]) -> Traffic:
+    """``me``'s :class:`Traffic` in a message pattern of (sender, receiver, bytes)."""
+    sent = received = link_sent = link_received = 0.0
+    for sender, receiver, nbytes in transfers:
+        across = node_of(sender) != node_of(receiver)
+        if sender == me:
+            sent += nbytes
+            link_sent += nbytes if across else 0
+        if receiver == me:
+            received += nbytes
+            link_received += nbytes if across else 0
+    return Traffic(round(sent), round(received), round(link_sent), round(link_received))
+
+
+def ring_traffic(per_hop: float, members: Sequence[int], me: int,
+                 node_of: Callable[[int], int]) -> Traffic:
+    """A ring in collective order where every member sends ``per_hop`` bytes to the
+    next (an all-reduce: ``2 (n - 1) / n B``; an all-gather: ``(n - 1) B``)."""
+    n = len(members)
+    if n <= 1:
+        return Traffic()
+    i = list(members).index(me)
+    hops = [(me, members[(i + 1) % n], per_hop), (members[i - 1], me, per_hop)]
+    return pattern_traffic(hops, me, node_of)
+
+
+def broadcast_pattern(nbytes: int, members: Sequence[int], src: int, algorithm: str,
+                      heads: Sequence[int] | None = None) -> list[tuple[int, int, float]]:
+    """Every (sender, receiver, bytes) of a broadcast from ``src``: gloo's tree, a chain
+    in collective order (NCCL's ring), or with ``heads`` lsgd's pipelined chain of the
+    nodes' heads followed by a tree inside each node (``members`` grouped by node)."""
+    n = len(members)
+    if n <= 1:
+        return []
+    if heads is not None:
+        moves = [(a, b, float(nbytes)) for a, b in zip(heads, heads[1:])]
+        size = n // len(heads)
+        for head in heads:
+            node = [m for m in members if m // size == head // size]
+            moves += broadcast_pattern(nbytes, node, head, "tree")
+        return moves
+    start = list(members).index(src)
+    order = [members[(start + v) % n] for v in range(n)]
+    if algorithm == "chain":
+        return [(order[v], order[v + 1], float(nbytes)) for v in range(n - 1)]
+    return [(order[a], order[b], float(nbytes)) for pairs in tree_rounds(n) for a, b in pairs]
+
+
 def broadcast_bytes(nbytes: int, n: int, position: int, algorithm: str = "tree") -> tuple[int, int]:
     """(sent, received) by the member ``position`` steps after the source in a broadcast."""
     if algorithm not in BROADCASTS:
         raise ValueError(f"broadcast algorithm must be one of {BROADCASTS}, got {algorithm!r}")
-    if n <= 1:
-        return 0, 0
-    received = 0 if position == 0 else nbytes
-    if algorithm == "chain":
-        return (nbytes if position < n - 1 else 0), received
-    sends = sum(1 for pairs in tree_rounds(n) for sender, _ in pairs if sender == position)
-    return sends * nbytes, received
+    moves = broadcast_pattern(nbytes, list(range(n)), 0, algorithm)
+    traffic = pattern_traffic(moves, position, lambda rank: 0)
+    return traffic.sent, traffic.received
+
+
+def all_to_all_traffic(sizes: Sequence[int], members: Sequence[int], me: int,
+                       node_of: Callable[[int], int]) -> Traffic:
+    """An all-to-all where every member sends ``sizes[j]`` bytes to member ``j``."""
+    moves = [(a, b, float(sizes[j])) for a in members for j, b in enumerate(members) if a != b]
+    return pattern_traffic(moves, me, node_of)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -93,8 +93,10 @@ class World:
     """Shared state of one simulation: the turn, pending collectives, failures."""
 
     def __init__(self, world_size: int, groups: int, seeds: Sequence[int],
-                 step_time: Sequence[float] | None, link: LinkModel | None = None) -> None:
+                 step_time: Sequence[float] | None, link: LinkModel | None = None,
+                 replica: str = "process") -> None:
         self.world_size = world_size
+        self.replica = replica
         self.step_time = None if step_time is None else list(step_time)  # None: measured
         self.link = link
         self.resumed = [time.perf_counter()] * world_size
@@ -111,6 +113,10 @@ class World:
         self.queue_end: dict[str, list[float]] = {}
         self.random = [RandomState.seeded(s) for s in seeds]
         self.failure: tuple[int | None, BaseException | None, str] | None = None
+
+    def node_of(self, rank: int) -> int:
+        """The node (group) of global rank ``rank``."""
+        return rank // (self.world_size // self.groups)
 
     # Called with self.cv held.
     def _pass_turn(self, rank: int) -> None:

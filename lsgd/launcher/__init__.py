@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from lsgd.comm.info import check_layout
+from lsgd.comm.info import check_layout, check_replica
 from lsgd.launcher.worker import LaunchError
 from lsgd.links.spec import Link
 
@@ -34,6 +34,7 @@ def launch(
     threads_per_worker: int | None = None,
     link: str | Link | None = None,
     max_restarts: int = 0,
+    replica: str = "process",
 ) -> list[T]:
     """Run ``fn(info, *args)`` in ``world_size`` processes; results by rank.
 
@@ -57,15 +58,21 @@ def launch(
     function, with ``TORCHELASTIC_RESTART_COUNT`` raised by one); ``fn`` is
     expected to continue from its own checkpoint (``lsgd train`` does).
 
+    ``replica="node"``: the workers of each group step as one replica of the
+    strategies (:mod:`lsgd.comm.replica`); ``info`` stays each process's own.
+
     A worker's failure raises :class:`LaunchError` naming its rank and error.
     """
     check_layout(world_size, groups)
+    check_replica(replica)
     if link is not None:
         from lsgd.launcher.nodes import launch_on_links
 
         return launch_on_links(fn, world_size, groups, link, args=args, timeout=timeout,
-                               threads_per_worker=threads_per_worker, max_restarts=max_restarts)
+                               threads_per_worker=threads_per_worker, max_restarts=max_restarts,
+                               replica=replica)
     from lsgd.launcher.local import launch_local
 
     return launch_local(fn, world_size, groups, args=args, timeout=timeout,
-                        threads_per_worker=threads_per_worker, max_restarts=max_restarts)
+                        threads_per_worker=threads_per_worker, max_restarts=max_restarts,
+                        replica=replica)

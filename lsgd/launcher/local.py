@@ -28,6 +28,7 @@ def launch_local(
     timeout: float = 300.0,
     threads_per_worker: int | None = None,
     max_restarts: int = 0,
+    replica: str = "process",
 ) -> list[T]:
     """Run ``fn(info, *args)`` in ``world_size`` local processes; results by rank.
 
@@ -53,7 +54,8 @@ def launch_local(
     )
     with quiet_elastic_agent(threads):
         try:
-            results = elastic_launch(config, process_main)(fn, groups, timeout, tuple(args))
+            results = elastic_launch(config, process_main)(fn, groups, timeout, tuple(args),
+                                                                replica)
         except ChildFailedError as error:
             raise LaunchError("worker processes failed:\n"
                               + "\n".join(failure_lines(error.failures))) from error

@@ -56,6 +56,7 @@ def launch_on_links(
     timeout: float = 300.0,
     threads_per_worker: int | None = None,
     max_restarts: int = 0,
+    replica: str = "process",
 ) -> list[T]:
     """Run ``fn(info, *args)`` as ``world_size`` workers on ``groups`` shaped nodes.
 
@@ -74,7 +75,7 @@ def launch_on_links(
     per_node = world_size // groups
     threads = threads_for(world_size, threads_per_worker)
     job = {
-        "fn": fn, "args": tuple(args), "groups": groups, "timeout": timeout,
+        "fn": fn, "args": tuple(args), "groups": groups, "timeout": timeout, "replica": replica,
         "nodes": groups, "per_node": per_node,
         # Each agent counts the failures of its own workers only: N restarts are N
         # failures of any one node (the others restart without counting).

@@ -23,11 +23,13 @@ class LaunchError(RuntimeError):
     """A worker process failed; the message carries its rank and error."""
 
 
-def _run(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[Any]) -> Any:
+def _run(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[Any],
+         replica: str = "process") -> Any:
     from lsgd.comm import get_communicator, shutdown
     from lsgd.comm.distributed import init_from_env
 
     os.environ["LSGD_GROUPS"] = str(groups)
+    os.environ["LSGD_REPLICA"] = replica
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads:  # a forked worker has the launcher's torch, already initialized
         import torch
@@ -35,14 +37,15 @@ def _run(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[A
         torch.set_num_threads(int(threads))
     init_from_env(datetime.timedelta(seconds=timeout_s))
     try:
-        return fn(get_communicator().info, *args)
+        return fn(get_communicator().processes.info, *args)
     finally:
         shutdown()
 
 
 def process_main(fn: Callable[..., Any], groups: int, timeout_s: float,
-                 args: Sequence[Any]) -> Any:
-    """One worker process: join the process group (``env://``), run ``fn(info, *args)``.
+                 args: Sequence[Any], replica: str = "process") -> Any:
+    """One worker process: join the process group (``env://``), run ``fn(info, *args)``
+    (``info`` the process's own; ``replica`` the strategies' default, ``LSGD_REPLICA``).
 
     torch's ``record`` writes the worker's exception and traceback where its
     elastic agent reads them, so the parent's :class:`LaunchError` can name it.
@@ -51,7 +54,7 @@ def process_main(fn: Callable[..., Any], groups: int, timeout_s: float,
     """
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    return record(_run)(fn, groups, timeout_s, args)
+    return record(_run)(fn, groups, timeout_s, args, replica)
 
 
 def failure_lines(failures: Mapping[int, Any], where: str = "") -> list[str]:

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lsgd.comm import Communicator
+from lsgd.comm import Communicator, get_communicator
 from lsgd.comm.data_parallel import GradientCompression
 from lsgd.strategies.base import Strategy
 from lsgd.functional import all_finite
@@ -69,6 +69,8 @@ class AllReduce(Strategy):
         powersgd_warmup: int = 10,
     ) -> None:
         self.compression = gradient_compression(compress, powersgd, powersgd_warmup)
+        # Over every process, whether or not a node's processes are one replica.
+        comm = (comm if comm is not None else get_communicator()).processes
         super().__init__(model, optimizer, comm=comm, init="broadcast", sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers)
         self._parallel = self.comm.data_parallel(model, self.sync_buffers, ddp_kwargs,

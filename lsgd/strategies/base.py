@@ -117,6 +117,8 @@ class Strategy(Recovery, Seams):
         self.optimizer = optimizer
         guard(optimizer)
         self._module = model
+        # A replica of several processes: their gradients averaged every step (DDP).
+        self._replica = self.comm.replica_parallel(model)
         self._buffers_in_state = self.bn_buffers in ("pull", "broadcast") or (
             self.bn_buffers == "average" and self.rounds_average_state)
         self._state = state_tensors(model, self._buffers_in_state)
@@ -147,8 +149,9 @@ class Strategy(Recovery, Seams):
     # -- the user-facing surface ----------------------------------------
     @property
     def model(self) -> nn.Module:
-        """The module to call in the forward pass (the DDP wrapper for AllReduce)."""
-        return self._module
+        """The module to call in the forward pass: the DDP wrapper for AllReduce and for
+        a replica of several processes, the model itself otherwise."""
+        return self._module if self._replica is None else self._replica
 
     @property
     def module(self) -> nn.Module:
@@ -176,6 +179,8 @@ class Strategy(Recovery, Seams):
             self._joined = True
             if elastic.join(self, self._join_rounds):
                 return
+        if self._replica is not None:  # the replica's processes' gradients, averaged
+            self._replica.synchronize(self.name)
         if self._before_optimizer_step():
             with driving(self.optimizer):
                 self.optimizer.step()
@@ -353,6 +358,9 @@ class Strategy(Recovery, Seams):
             eval_bytes_sent=evaluation.bytes_sent,
             eval_bytes_received=evaluation.bytes_received,
             resets=self.resets,
+            link_bytes_sent=train.link_bytes_sent,
+            link_bytes_received=train.link_bytes_received,
+            replica_processes=self.comm.share[1],
             **self._report_fields(),
         )
 

@@ -22,7 +22,10 @@ class Report:
 
     Traffic is what this strategy moved since it was built (or since the state
     it was resumed from): ``bytes_*``/``comm_*`` for training, ``eval_*`` for
-    evaluation (the center, a broadcast copy of the leader).
+    evaluation (the center, a broadcast copy of the leader); ``link_bytes_*`` are the
+    training bytes that crossed this process's node's link (the others stayed inside
+    the node). ``rank`` and ``world_size`` are the method's: with replicas of several
+    processes (``replica_processes``), the replica's and the replicas'.
     """
 
     method: str
@@ -45,6 +48,9 @@ class Report:
     leader_switches: int = 0  #: elections whose global leader differed from the last one
     leader_history: tuple[tuple[int, str, int | None], ...] = ()  #: (step, level, leader)
     resets: int = 0  #: times this worker's state went NaN or infinite and was reset
+    link_bytes_sent: int = 0  #: training bytes sent across the node's link
+    link_bytes_received: int = 0  #: training bytes received across the node's link
+    replica_processes: int = 1  #: processes stepping together as this replica
     details: dict[str, Any] = dataclasses.field(default_factory=dict)  #: method-specific
 
     def as_dict(self) -> dict[str, Any]:

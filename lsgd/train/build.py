@@ -165,11 +165,14 @@ def knobs_from_config(cfg: TrainConfig) -> dict[str, Any]:
     return knobs
 
 
-def make_strategy(cfg: TrainConfig, model: nn.Module, opt: torch.optim.Optimizer) -> lsgd.Strategy:
-    """The run's strategy around ``model`` and ``opt`` (see :func:`lsgd.make_strategy`)."""
+def make_strategy(cfg: TrainConfig, model: nn.Module, opt: torch.optim.Optimizer,
+                  comm: lsgd.Communicator | None = None) -> lsgd.Strategy:
+    """The run's strategy around ``model`` and ``opt`` (see :func:`lsgd.make_strategy`), on
+    ``comm`` (by default this worker's, with ``cfg.replica``)."""
+    comm = comm if comm is not None else lsgd.get_communicator(replica=cfg.replica)
     if cfg.method == "lsgd":
-        check_single_leader(cfg, lsgd.get_communicator().groups)
-    return lsgd.make_strategy(cfg.method, model, opt, **knobs_from_config(cfg))
+        check_single_leader(cfg, comm.groups)
+    return lsgd.make_strategy(cfg.method, model, opt, comm=comm, **knobs_from_config(cfg))
 
 
 def check_single_leader(cfg: TrainConfig, groups: int) -> None:
@@ -191,7 +194,7 @@ def graphs_of(cfg: TrainConfig) -> list[Topology]:
     """The communication graph(s) of a decentralized run (several: used in turn)."""
     specs = list(cfg.graphs) or [cfg.topology]
     try:
-        graphs = [from_spec(spec, cfg.workers) for spec in specs]
+        graphs = [from_spec(spec, cfg.replicas) for spec in specs]
         for graph in graphs if len(graphs) == 1 else []:
             graph.check_connected()
     except ValueError as error:
@@ -241,7 +244,7 @@ def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
         except LinkSetupError as error:
             raise UsageError(f"--link {cfg.link}: {error}") from None
     if "TORCHELASTIC_RUN_ID" not in os.environ:  # under torchrun the groups are the nodes
-        check_single_leader(cfg, cfg.groups)
+        check_single_leader(cfg, 1 if cfg.replica == "node" else cfg.groups)
     if os.environ.get("RANK", "0") == "0":  # the process that writes the run folder
         make_run_folder(cfg.out_dir, probe=True, create=read_data)
     return notes

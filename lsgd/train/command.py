@@ -107,8 +107,11 @@ def print_summary(summary: dict[str, Any]) -> None:
 
     rows = [
         ("method", f"{summary['method']}{' (async)' if summary.get('asynchronous') else ''} "
-                   f"({summary['workers']} workers, {summary['groups']} group(s), "
-                   f"{summary['backend']})"),
+                   f"({summary['workers']} workers, {summary['groups']} group(s)"
+                   + (f" as {summary['replicas']} replicas of "
+                      f"{summary['workers'] // summary['replicas']}"
+                      if summary.get("replica") == "node" else "")
+                   + f", {summary['backend']})"),
         ("model / data", f"{summary['model']} on {summary['dataset']}"),
         *_headline_rows(summary, pct),
         ("steps / epochs", f"{summary['steps']:g} / {summary['epochs']:.2f}"
@@ -119,6 +122,11 @@ def print_summary(summary: dict[str, Any]) -> None:
                          else f"{100 * summary['data_loading_fraction']:.1f}% of step time"),
         ("sent per worker", f"{summary['bytes_sent_per_worker'] / 1e6:.2f} MB "
                             f"in {summary['rounds']} rounds"),
+        *([("sent per node", f"{summary['link_bytes_sent_per_node'] / 1e6:.2f} MB across its "
+                             f"link, {summary['bytes_sent_inside_per_node'] / 1e6:.2f} MB "
+                             "inside it")]
+          if summary.get("bytes_sent_inside_per_node") is not None and summary["groups"] > 1
+          and summary["groups"] < summary["workers"] else []),
         ("run folder", summary["out"]),
     ]
     if "worker_steps" in summary:  # not in elastic runs, whose workers come and go

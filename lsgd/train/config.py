@@ -9,9 +9,7 @@ command line. The resolved config is saved as ``config.toml`` in the run folder.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -22,18 +20,13 @@ import tomli_w
 
 from lsgd._validate import is_int, is_number
 from lsgd.comm.codec import CODECS
+from lsgd.comm.info import REPLICAS
 from lsgd.data import TEXT_DATASETS
 from lsgd.strategies.averaging import MERGES
 from lsgd.strategies.buffers import MODES as BN_MODES
 from lsgd.strategies.lsgd import SCOPE_PULLS
 from lsgd.train.checks import METHODS, config_errors
 from lsgd.train.ranges import EVAL_EVERY, flag
-
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 ALIASES = {"async": "asynchronous"}  # TOML keys accepted besides the field names
 OPTIMIZERS = ("sgd", "adam", "adamw", "lars")
@@ -77,6 +70,11 @@ class TrainConfig:
     # Workers
     workers: int = _f(4, "number of workers W")
     groups: int = _f(1, "groups (nodes) of workers; several groups make LSGD multi-leader")
+    replica: str = _f("process", "what the method sees as one worker: every process, or "
+                                 "(node) the processes of each group together, stepping as "
+                                 "one replica with their gradients averaged every step (DDP "
+                                 "over the node) while the method's rounds run across nodes",
+                      choices=REPLICAS)
     backend: str = _f("processes", "local workers as gloo/NCCL processes, or as threads of "
                                    "the in-process simulator; auto: processes, except with "
                                    "--link on a machine that cannot shape links (no root or "
@@ -264,6 +262,11 @@ class TrainConfig:
     def out_dir(self) -> Path:
         return Path(self.out or f"runs/{self.method}-{self.dataset}-{self.workers}w")
 
+    @property
+    def replicas(self) -> int:
+        """The workers the method sees: the processes, or with ``--replica node`` the groups."""
+        return self.groups if self.replica == "node" else self.workers
+
     def eval_interval(self) -> tuple[str, float]:
         """``("steps", N)``, ``("seconds", S)`` or ``("auto", 0)`` (validated: N, S > 0)."""
         text = str(self.eval_every).strip()
@@ -385,51 +388,6 @@ def conform(name: str, value: Any) -> Any:
     ``mixing-weight = 0.5``); a tuple is also a list.
     """
     return _conform_to(_HINTS[name], value)
-
-
-def _as_toml(value: Any) -> str:
-    """``value`` as TOML writes it (``true``, ``"a lot"``), as Python does if not one line."""
-    text = tomli_w.dumps({"x": value})
-    one_line = text.startswith("x = ") and text.count("\n") == 1
-    return text[len("x = "):].strip() if one_line else repr(value)
-
-
-def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The settings in a TOML file, with keys normalized to field names.
-
-    Raises ``ValueError`` naming the file and what to change: it cannot be read or
-    is not TOML; it has a section (settings go at the top level); a key is unknown
-    (listing the valid ones); a value is of the wrong type (naming the expected one).
-    """
-    try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read it ({error.strerror}); give a TOML file") from None
-    except ValueError as error:  # tomllib.TOMLDecodeError, or not UTF-8
-        raise ValueError(f"{path} is not valid TOML: {error}") from None
-    sections = [key for key, value in raw.items() if isinstance(value, dict)]
-    if sections:
-        raise ValueError(f"{path}: section(s) {', '.join(f'[{key}]' for key in sections)} "
-                         "found; settings go at the top level of the file: remove the "
-                         "[section] line(s)")
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
-    keys = {key: ALIASES.get(key.replace("-", "_"), key.replace("-", "_")) for key in raw}
-    unknown = sorted(key for key, name in keys.items() if name not in names)
-    if unknown:
-        raise ValueError(
-            f"{path}: unknown setting(s) {', '.join(unknown)}; valid ones: {', '.join(sorted(names))}"
-        )
-    settings: dict[str, Any] = {}
-    errors: list[str] = []
-    for key, name in keys.items():
-        try:
-            settings[name] = conform(name, raw[key])
-        except TypeError as expected:
-            errors.append(f"{key} = {_as_toml(raw[key])} in {path}: expected {expected}")
-    if errors:
-        raise ValueError("\n  ".join(errors))
-    return settings
 
 
 #: The defaults of a language-modelling run (``--dataset kjv`` or ``text``) where they

@@ -43,11 +43,12 @@ class Worker(WorkerLoop):
 
     def __init__(self, info: lsgd.WorkerInfo, cfg: TrainConfig,
                  started: float | None = None) -> None:
-        super().__init__(cfg, lsgd.get_communicator(), pick_device(cfg), started)
+        super().__init__(cfg, lsgd.get_communicator(replica=cfg.replica), pick_device(cfg),
+                         started)
         self.groups, self.run_dir = info.groups, cfg.out_dir
         self.resets_seen = self.skipped_seen = 0
         self.identity = {"method": cfg.method, "model": cfg.model, "dataset": cfg.dataset,
-                         "groups": info.groups}
+                         "groups": info.groups, "replica": cfg.replica}
         self.restarts: list[dict[str, Any]] = []  # resumes and restarts of this run so far
         # A restarted worker runs the same command again, which continues from the latest
         # good checkpoint.
@@ -68,7 +69,7 @@ class Worker(WorkerLoop):
 
     def make_strategy(self) -> lsgd.Strategy:
         """The run's strategy (:func:`lsgd.train.build.make_strategy`)."""
-        return make_strategy(self.cfg, self.model, self.opt)
+        return make_strategy(self.cfg, self.model, self.opt, self.method_comm)
 
     # -- checkpoints ---------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
@@ -177,7 +178,7 @@ class Worker(WorkerLoop):
         """A copy of the leader's model on every worker (one broadcast), with --eval-leader."""
         if leader is None or not self.cfg.eval_leader:
             return None
-        return model_copy(self.comm, self.model, leader)
+        return model_copy(self.strategy.comm, self.model, leader)
 
     def evaluation(self) -> dict[str, Any]:
         """Collective: the row of the center, the leader (and each worker, with
@@ -256,6 +257,7 @@ class Worker(WorkerLoop):
         report = self.strategy.report()
         every = gather_named(self.comm, {
             "bytes_sent": report.bytes_sent, "bytes_received": report.bytes_received,
+            "link_bytes_sent": report.link_bytes_sent,
             "data_seconds": self.data_seconds, "train_seconds": self.train_seconds,
             "comm_seconds": report.comm_seconds, "steps": self.steps, "rounds": report.rounds,
             "wait_seconds": report.wait_seconds, "resets": report.resets,
@@ -268,7 +270,7 @@ class Worker(WorkerLoop):
         cfg = self.cfg
         summary = self.write_summary(  # steps per worker: asynchronously, their mean
             float(every["steps"].sum()) / self.world if self.strategy.asynchronous else self.steps,
-            **worker_figures(every), rounds=report.rounds,
+            **worker_figures(every, self.groups), rounds=report.rounds,
             leader_switches=report.leader_switches, asynchronous=self.strategy.asynchronous,
             straggle={str(r): f for r, f in cfg.straggler_factors().items()},
             restarts=sum(1 for r in self.restarts if r["kind"] == "restart"),

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.train.build import UsageError
-from lsgd.train.config import TrainConfig, make_config, read_toml
+from lsgd.train.config import TrainConfig, make_config
+from lsgd.train.tomlfile import read_toml
 
 
 def under_torchrun() -> bool:
@@ -35,7 +36,7 @@ def under_torchrun() -> bool:
 
 
 #: What makes a run the run it is: resuming it with other values is a mistake.
-RUN_IDENTITY = ("method", "model", "dataset", "workers", "groups")
+RUN_IDENTITY = ("method", "model", "dataset", "workers", "groups", "replica")
 
 
 def resolve(args: argparse.Namespace) -> TrainConfig:
@@ -64,7 +65,18 @@ def resolve(args: argparse.Namespace) -> TrainConfig:
         cfg = make_config(settings)
     except (ValueError, TypeError) as error:
         raise UsageError(str(error)) from error
-    return resolve_backend(cfg)
+    return resolve_backend(resolve_replica(cfg))
+
+
+def resolve_replica(cfg: TrainConfig) -> TrainConfig:
+    """``--replica node`` with one worker per group is ``--replica process``: the same run,
+    recorded as that (with a note)."""
+    if cfg.replica == "node" and cfg.groups == cfg.workers:
+        print(f"note: --replica node with one worker per group ({cfg.workers} workers, "
+              f"{cfg.groups} groups) is --replica process: each process is its node's replica",
+              file=sys.stderr)
+        return dataclasses.replace(cfg, replica="process")
+    return cfg
 
 
 def resolve_backend(cfg: TrainConfig) -> TrainConfig:
@@ -128,7 +140,8 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
         if info.world_size != cfg.workers and cfg.workers != TrainConfig.workers:
             print(f"note: torchrun started {info.world_size} workers; --workers ignored",
                   file=sys.stderr)
-        cfg = dataclasses.replace(cfg, workers=info.world_size, groups=info.groups)
+        cfg = resolve_replica(dataclasses.replace(cfg, workers=info.world_size,
+                                                  groups=info.groups))
         restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
         if info.rank == 0 and not restarted:  # a restart continues the folder it made
             prepare(cfg, out)
@@ -145,11 +158,11 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
     if cfg.backend == "threads":
         results = lsgd.simulate(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
                                 seed=cfg.seed, step_time=cfg.step_times(),
-                                link=cfg.link)
+                                link=cfg.link, replica=cfg.replica)
     else:
         results = lsgd.launch(loop.run_worker, cfg.workers, cfg.groups,
                               args=(cfg, time.time()), timeout=cfg.timeout, link=cfg.link,
-                              max_restarts=cfg.restarts)
+                              max_restarts=cfg.restarts, replica=cfg.replica)
     return results[0]
 
 
@@ -287,7 +300,8 @@ def _check_resumable(cfg: TrainConfig) -> None:
         raise UsageError(f"--resume {run}: no usable checkpoint: " + "; ".join(problems))
     try:
         checkpoint.check_identity(run, chosen, {"method": cfg.method, "model": cfg.model,
-                                                "dataset": cfg.dataset, "groups": cfg.groups})
+                                                "dataset": cfg.dataset, "groups": cfg.groups,
+                                                "replica": cfg.replica})
     except ValueError as error:
         raise UsageError(str(error)) from None
 

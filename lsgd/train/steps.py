@@ -56,6 +56,9 @@ class WorkerLoop:
                  started: float | None = None) -> None:
         simulated = lsgd.comm.current_simulated() is not None  # stragglers use its clock
         attempt = 0 if simulated else int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        # The strategy's communicator (a node's processes as one replica, --replica node),
+        # and every process's, on which the run's own rows, checkpoints and files travel.
+        self.method_comm, comm = comm, comm.processes
         self.cfg, self.comm, self.device, self.attempt = cfg, comm, device, attempt
         self.rank, self.world, self.groups = comm.rank, comm.world_size, comm.groups
         self.task = make_task(cfg, device)
@@ -196,7 +199,7 @@ class WorkerLoop:
             "leader_loss": led.loss if led is not None else math.nan,
             "leader_correct": led.correct if led is not None else math.nan,
             "count": own.count, "train_loss": self.last_train_loss, "bytes_sent": report.bytes_sent,
-            **values}, self.device).items()}  # the rows of the members (of an elastic run)
+            "link_bytes_sent": report.link_bytes_sent, **values}, self.device).items()}  # the rows of the members (of an elastic run)
         def mean(name: str) -> float:  # over the whole evaluation set
             return float(every[name].sum()) / float(every["count"].sum())
 
@@ -212,6 +215,8 @@ class WorkerLoop:
             **task.columns("leader", mean("leader_loss"), mean("leader_correct")),
             "train_loss": float(every["train_loss"].mean()),
             "bytes_sent_per_worker": float(every["bytes_sent"].mean()),
+            # What crossed the links between the nodes (groups), per node.
+            "link_bytes_sent_per_node": float(every["link_bytes_sent"].sum()) / self.groups,
             "rounds": report.rounds,
         }
         return row, every
@@ -248,7 +253,10 @@ class WorkerLoop:
             "wall_seconds": time.perf_counter() - self.start,
             "train_seconds": self.train_seconds,
             "seconds_per_epoch": self.train_seconds / epochs if epochs else None,
-            "bytes_sent_per_worker": last["bytes_sent_per_worker"], "rounds": last["rounds"],
+            "bytes_sent_per_worker": last["bytes_sent_per_worker"],
+            "link_bytes_sent_per_node": last.get("link_bytes_sent_per_node"),
+            "replica": cfg.replica, "replicas": self.strategy.world_size,
+            "rounds": last["rounds"],
             "link": cfg.link,
             "link_kind": ("modeled" if self.modeled else "shaped") if cfg.link else None,
             "time_axis": time_axis(cfg, self.modeled),
@@ -258,12 +266,16 @@ class WorkerLoop:
         return summary
 
 
-def worker_figures(every: dict[str, torch.Tensor]) -> dict[str, Any]:
+def worker_figures(every: dict[str, torch.Tensor], nodes: int) -> dict[str, Any]:
     """The summary's totals, means and per-worker lists of what every worker measured
     (``every``: one tensor of ``W`` values per name, from
-    :func:`~lsgd.train.evaluate.gather_named`)."""
+    :func:`~lsgd.train.evaluate.gather_named``), and what crossed each of the ``nodes``'
+    links."""
     worker_steps = [int(v) for v in every["steps"]]
     return {
+        "link_bytes_sent_per_node": float(every["link_bytes_sent"].sum()) / nodes,
+        "bytes_sent_inside_per_node": float(
+            (every["bytes_sent"] - every["link_bytes_sent"]).sum()) / nodes,
         "data_loading_fraction": float(
             (every["data_seconds"] / every["train_seconds"].clamp_min(1e-12)).mean()),
         "bytes_sent_per_worker": float(every["bytes_sent"].mean()),

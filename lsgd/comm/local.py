@@ -1,0 +1,28 @@
+"""A world of one worker, the communicator of a single process."""
+
+from __future__ import annotations
+
+import torch
+
+from lsgd.comm.base import Communicator
+from lsgd.comm.info import Among, ReduceOp, WorkerInfo
+
+
+class LocalCommunicator(Communicator):
+    """A world of one worker: every collective is the identity and costs nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(WorkerInfo(rank=0, world_size=1, groups=1))
+        self._counts: dict[str, int] = {}
+
+    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
+        raise AssertionError("unreachable: a single worker never communicates")
+
+    _broadcast = _all_gather = _all_reduce  # type: ignore[assignment]
+
+    def _barrier(self) -> None:
+        pass
+
+    def _add_count(self, key: str, amount: int) -> int:
+        self._counts[key] = self._counts.get(key, 0) + amount
+        return self._counts[key]

@@ -1,0 +1,251 @@
+"""Replicas of several processes: a node's processes step as one worker of the method.
+
+With ``replica="node"`` the ``P`` processes of each node (group) train one
+replica: every step their gradients are averaged inside the node by torch's
+``DistributedDataParallel`` over the node's own process group
+(:meth:`ReplicaCommunicator.replica_parallel`; BatchNorm buffers follow DDP's
+rule, the node's first process's before each forward), so they hold the same
+state, and the method (its rounds, leaders, averages, graphs) sees the ``R``
+nodes as its ``R`` workers: a :class:`ReplicaCommunicator` has rank = the node,
+world size = the nodes, one group.
+
+Across replicas the work is split over the replica's processes in HSDP's
+layout: local rank ``r`` owns the ``r``-th of ``P`` equal parts of every flat
+tensor a collective carries and runs the collective on its part only, among
+the *peers* (the processes of local rank ``r`` of every node, a process group
+of their own, each on its own node); then the node's processes put the parts
+back together with one all-gather over the node's fast fabric. A ring
+all-reduce, a chain broadcast or a compressed all-to-all thus puts on each
+node's link what one process per node would, and encoding and decoding are
+shared ``P`` ways. Collectives over a replica's world:
+
+* ``all_reduce_``, ``broadcast_``, ``exchange_many`` and their started forms
+  take the replica's tensor from its processes, which hold the same one (the
+  replica's state);
+* ``all_gather`` gathers each replica's *mean* of its processes' tensors (float
+  tensors; integer ones must agree): a replica's score is its processes' mean
+  loss, and a NaN in one process makes its replica's NaN.
+
+Bytes are counted by the peers' and the node's communicators:
+``stats(category)`` adds them, its ``link_*`` counts are what crossed the
+node's link (the peers' traffic), the rest stayed inside (the node's).
+
+A strategy needs nothing of this: it finds the communicator
+(:func:`lsgd.get_communicator` with ``replica="node"``, ``lsgd.simulate(...,
+replica="node")``, ``lsgd.launch(..., replica="node")``, or ``LSGD_REPLICA=node``
+under torchrun) and calls the model it is given (``strategy.model``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from lsgd.comm.base import Communicator
+from lsgd.comm.data_parallel import DataParallel, GradientCompression
+from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_replica
+from lsgd.comm.transfers import Handle, done_handle
+
+
+def replicas_of(comm: Communicator, replica: str) -> Communicator:
+    """``comm`` itself for ``replica="process"`` (or nodes of one process each), else the
+    :class:`ReplicaCommunicator` of its nodes (made once per communicator; collective)."""
+    check_replica(replica)
+    if replica == "process" or comm.info.group_size == 1:
+        return comm
+    made = getattr(comm, "_replicas", None)
+    if made is None:
+        made = ReplicaCommunicator(comm, *comm._replica_parts())
+        comm._replicas = made  # type: ignore[attr-defined]
+    return made
+
+
+class ReplicaCommunicator(Communicator):
+    """The method's view of replicas of a node's processes; see the module docstring.
+
+    ``processes`` is the communicator of every process (its groups the nodes),
+    ``node`` the one of this process's node, ``peers`` the one of the processes of
+    this local rank on every node.
+    """
+
+    def __init__(self, processes: Communicator, node: Communicator,
+                 peers: Communicator) -> None:
+        info = processes.info
+        super().__init__(WorkerInfo(rank=info.group, world_size=info.groups, groups=1))
+        self._processes, self.node, self.peers = processes, node, peers
+        #: (this process's part, parts): local rank ``r`` of ``P`` owns part ``r``.
+        self.share = (info.group_rank, info.group_size)
+        self.broadcast_algorithm = peers.broadcast_algorithm
+
+    # -- who is who -------------------------------------------------------------
+    @property
+    def processes(self) -> Communicator:
+        return self._processes
+
+    def node_of(self, rank: int) -> int:
+        return rank  # a replica is a node
+
+    def part(self, numel: int, r: int | None = None) -> tuple[int, int]:
+        """``(begin, end)`` of part ``r`` (default: this process's) of ``numel`` values."""
+        r = self.share[0] if r is None else r
+        p = self.share[1]
+        return numel * r // p, numel * (r + 1) // p
+
+    # -- counting -----------------------------------------------------------------
+    def stats(self, category: str = "train") -> CommStats:
+        """What this process moved in ``category``: across the node's link (the peers'
+        collectives, ``link_*``) and inside the node (DDP's gradients, the parts put
+        back together)."""
+        return (super().stats(category).plus(self.peers.stats(category))
+                .plus(self.node.stats(category)))
+
+    @contextlib.contextmanager
+    def category(self, name: str) -> Iterator[None]:
+        with super().category(name), self.peers.category(name), self.node.category(name):
+            yield
+
+    # -- the node's data parallelism -------------------------------------------------
+    def replica_parallel(self, module: nn.Module) -> DataParallel | None:
+        """``module`` under DistributedDataParallel over the node's process group (the
+        simulator: its gradient all-reduce), the module to call in the forward pass."""
+        return self.node.data_parallel(module, True)
+
+    def data_parallel(self, module: nn.Module, sync_buffers: bool = True,
+                      options: dict[str, Any] | None = None,
+                      compression: GradientCompression | None = None) -> DataParallel:
+        """All-reduce data parallelism is over every process, as without replicas."""
+        return self._processes.data_parallel(module, sync_buffers, options, compression)
+
+    # -- collectives among the replicas --------------------------------------------
+    def all_reduce_(self, tensor: torch.Tensor, op: ReduceOp = "mean", among: Among = "world",
+                    codec: str = "none") -> torch.Tensor:
+        self._check(tensor, among)
+        self._by_parts(tensor, lambda piece: self.peers.all_reduce_(piece, op, "world", codec))
+        return tensor
+
+    def broadcast_(self, tensor: torch.Tensor, src: int, among: Among = "world",
+                   codec: str = "none") -> torch.Tensor:
+        self._check_source(tensor, src, among)
+        self._by_parts(tensor, lambda piece: self.peers.broadcast_(piece, src, "world", codec))
+        return tensor
+
+    def all_gather(self, tensor: torch.Tensor, among: Among = "world") -> torch.Tensor:
+        self._check(tensor, among)
+        return self.start_all_gather(tensor, among).wait()
+
+    def start_all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean",
+                         among: Among = "world", codec: str = "none") -> Handle:
+        self._check(tensor, among)
+        return self._started_by_parts(tensor, lambda piece: self.peers.start_all_reduce(
+            piece, op, "world", codec))
+
+    def start_broadcast(self, tensor: torch.Tensor, src: int, among: Among = "world",
+                        codec: str = "none") -> Handle:
+        self._check_source(tensor, src, among)
+        return self._started_by_parts(tensor, lambda piece: self.peers.start_broadcast(
+            piece, src, "world", codec))
+
+    def start_all_gather(self, tensor: torch.Tensor, among: Among = "world",
+                         lane: str = "bulk") -> Handle:
+        """Every replica's mean of ``tensor`` (see the module docstring), stacked."""
+        self._check(tensor, among)
+        mean = tensor.detach().clone().contiguous()
+        if mean.is_floating_point():
+            self.node.all_reduce_(mean, "mean")
+        if self.world_size == 1:
+            return done_handle(mean.unsqueeze(0))
+        flat = mean.view(-1)
+        begin, end = self.part(flat.numel())
+        inner = (self.peers.start_all_gather(flat[begin:end].clone(), "world", lane)
+                 if end > begin else done_handle(flat.new_empty(self.world_size, 0)))
+
+        def finish() -> tuple[torch.Tensor, float]:
+            rows = inner.wait()
+            out = flat.new_empty(self.world_size, flat.numel())
+            self._put_together(out, rows)
+            return out.view(self.world_size, *tensor.shape), 0.0
+
+        return Handle(finish, lambda seconds: None)
+
+    def exchange_many(self, tensor: torch.Tensor, peers: Sequence[int]) -> list[torch.Tensor]:
+        flat = tensor.reshape(-1)
+        begin, end = self.part(flat.numel())
+        pieces = (self.peers.exchange_many(flat[begin:end].clone(), peers) if end > begin
+                  else [flat.new_empty(0) for _ in peers])
+        received = []
+        for piece in pieces:
+            whole = flat.new_empty(flat.numel())
+            self._put_together(whole.unsqueeze(0), piece.unsqueeze(0))
+            received.append(whole.view_as(tensor))
+        return received
+
+    def barrier(self) -> None:
+        self._processes.barrier()
+
+    def now(self) -> float:
+        return self._processes.now()
+
+    def local_step(self) -> None:
+        self._processes.local_step()
+
+    def _add_count(self, key: str, amount: int) -> int:
+        """The node's first process adds a replica's steps; the others learn the count."""
+        value = torch.zeros(1, dtype=torch.int64)
+        if self.share[0] == 0:
+            value[0] = self._processes.add_count(key, amount)
+        self.node.broadcast_(value, 0)
+        return int(value)
+
+    # -- the parts ----------------------------------------------------------------
+    def _check_source(self, tensor: torch.Tensor, src: int, among: Among) -> None:
+        self._check(tensor, among)
+        if not isinstance(src, int) or not 0 <= src < self.world_size:
+            raise ValueError(f"broadcast: src={src!r} is not a replica (ranks 0 to "
+                             f"{self.world_size - 1})")
+
+    def _by_parts(self, tensor: torch.Tensor, collective: Callable[[torch.Tensor], Any]) -> None:
+        """``collective`` on this process's part of ``tensor``, then the parts put back
+        together in the node."""
+        self._started_by_parts(tensor, lambda piece: (collective(piece), done_handle())[1]).wait()
+
+    def _started_by_parts(self, tensor: torch.Tensor,
+                          start: Callable[[torch.Tensor], Handle]) -> Handle:
+        if self.world_size == 1:  # one replica: its processes hold the result already
+            return done_handle()
+        flat = tensor.view(-1)
+        begin, end = self.part(flat.numel())
+        piece = flat[begin:end].clone()
+        inner = start(piece) if end > begin else done_handle()
+
+        def finish() -> tuple[None, float]:
+            inner.wait()
+            self._put_together(flat.unsqueeze(0), piece.unsqueeze(0))
+            return None, 0.0
+
+        return Handle(finish, lambda seconds: None)
+
+    def _put_together(self, out: torch.Tensor, rows: torch.Tensor) -> None:
+        """``out[:, part r] <- process r's rows`` for every process ``r`` of the node (one
+        all-gather inside the node); ``rows`` are this process's, ``[n, its part]``."""
+        p = self.share[1]
+        longest = math.ceil(out.shape[1] / p)
+        padded = out.new_zeros(out.shape[0], longest)
+        padded[:, :rows.shape[1]].copy_(rows)
+        gathered = self.node.all_gather(padded)
+        for r in range(p):
+            begin, end = self.part(out.shape[1], r)
+            out[:, begin:end].copy_(gathered[r, :, :end - begin])
+
+    # -- primitives: never reached, every collective above goes by parts --------------
+    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
+        raise AssertionError("unreachable: replicas communicate by parts")
+
+    _broadcast = _all_gather = _all_reduce  # type: ignore[assignment]
+
+    def _barrier(self) -> None:
+        raise AssertionError("unreachable: replicas communicate by parts")

@@ -1,0 +1,62 @@
+"""A run's settings read from a TOML file (``lsgd train --config``, a run's config.toml)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Any
+
+import tomli_w
+
+from lsgd.train.config import ALIASES, TrainConfig, conform
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def _as_toml(value: Any) -> str:
+    """``value`` as TOML writes it (``true``, ``"a lot"``), as Python does if not one line."""
+    text = tomli_w.dumps({"x": value})
+    one_line = text.startswith("x = ") and text.count("\n") == 1
+    return text[len("x = "):].strip() if one_line else repr(value)
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The settings in a TOML file, with keys normalized to field names.
+
+    Raises ``ValueError`` naming the file and what to change: it cannot be read or
+    is not TOML; it has a section (settings go at the top level); a key is unknown
+    (listing the valid ones); a value is of the wrong type (naming the expected one).
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read it ({error.strerror}); give a TOML file") from None
+    except ValueError as error:  # tomllib.TOMLDecodeError, or not UTF-8
+        raise ValueError(f"{path} is not valid TOML: {error}") from None
+    sections = [key for key, value in raw.items() if isinstance(value, dict)]
+    if sections:
+        raise ValueError(f"{path}: section(s) {', '.join(f'[{key}]' for key in sections)} "
+                         "found; settings go at the top level of the file: remove the "
+                         "[section] line(s)")
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    keys = {key: ALIASES.get(key.replace("-", "_"), key.replace("-", "_")) for key in raw}
+    unknown = sorted(key for key, name in keys.items() if name not in names)
+    if unknown:
+        raise ValueError(
+            f"{path}: unknown setting(s) {', '.join(unknown)}; valid ones: {', '.join(sorted(names))}"
+        )
+    settings: dict[str, Any] = {}
+    errors: list[str] = []
+    for key, name in keys.items():
+        try:
+            settings[name] = conform(name, raw[key])
+        except TypeError as expected:
+            errors.append(f"{key} = {_as_toml(raw[key])} in {path}: expected {expected}")
+    if errors:
+        raise ValueError("\n  ".join(errors))
+    return settings
