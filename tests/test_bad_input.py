@@ -352,7 +352,7 @@ CASES = [
     # elastic training
     ("elastic-dpsgd", ["--elastic", "--method", "dpsgd"], ["--elastic", "not dpsgd"]),
     ("elastic-overlap-nodes", ["--elastic", "--workers", "4", "--groups", "2", "--overlap", "2"],
-     ["--elastic with --overlap runs one worker per node", "--groups 4"]),
+     ["--elastic with --overlap runs one replica per node", "--replica node", "--groups 4"]),
     ("elastic-overlap-late", ["--elastic", "--period", "16", "--overlap", "8", "--fragments", "2"],
      ["--elastic --overlap 8", "below period / fragments = 8"]),
     ("elastic-checkpoints", ["--elastic", "--checkpoint-every", "10"],

@@ -72,7 +72,7 @@ def test_hidden_elastic_rounds_take_one_worker_per_node(method: str,
     assert strategy.hides_rounds
     assert getattr(strategy, "election", None) is None or strategy.election.rule == "round"
     model, optimizer = _model()
-    with pytest.raises(ValueError, match="run with one worker per node"):
+    with pytest.raises(ValueError, match="run with one replica per node"):
         lsgd.make_strategy(method, model, optimizer, comm=_ElasticNodes(), **knobs)
 
 

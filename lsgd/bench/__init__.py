@@ -33,6 +33,8 @@ _RUNNERS = {
     "startup": ("startup", "run"),
     "equal-steps": ("equal_steps", "run"),
     "elastic": ("elastic", "run"),
+    "replicas": ("replicas", "run"),
+    "replicas-time": ("replicas", "run_time"),
 }
 
 

@@ -34,7 +34,7 @@ from lsgd.bench.common import Result, read_result
 
 #: Benchmarks whose tables come from training runs kept as records.
 TRAINED = {"time-to-accuracy", "twelve-workers", "scaling", "stragglers", "decentralized", "fidelity",
-           "equal-steps", "time-to-loss", "equal-tokens"}
+           "equal-steps", "time-to-loss", "equal-tokens", "replicas", "replicas-time"}
 BLOCK = re.compile(r"(<!-- (records|headline|tuning): lsgd bench (.+?) -->\n)(.*?)"
                    r"(\n<!-- end \2 -->)",
                    re.S)

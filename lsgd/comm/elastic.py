@@ -254,6 +254,13 @@ class ElasticCommunicator(Communicator):
         """Rounds this worker committed (a healed worker takes its source's count)."""
         return int(self.manager.current_step())
 
+    def _replica_parts(self) -> tuple[Communicator, Communicator]:
+        """(the node's process group, the peers' view: :mod:`lsgd.comm.elastic_peers`)."""
+        from lsgd.comm.distributed import DistCommunicator
+        from lsgd.comm.elastic_peers import ElasticPeers
+
+        return DistCommunicator(groups=1, label="node"), ElasticPeers(self)
+
     def close(self) -> None:
         """Stop this worker's torchft servers (its checkpoint server and manager)."""
         if self._lane is not None:
@@ -296,11 +303,12 @@ class ElasticCommunicator(Communicator):
         return out
 
     # -- primitives ---------------------------------------------------------
-    def _across(self, start: Callable[[], Any] | None) -> None:
+    def _across(self, start: Callable[[], Any] | None, node_group: Any = None) -> None:
         """Run one collective across nodes (torchft's process group; ``None``: this worker
         takes no part in it). Every worker of the node then learns whether any of them saw
-        it fail (one node-local all-reduce of a flag), and all raise :class:`RoundFailed`
-        together, so that the node's own collectives stay in step."""
+        it fail (one node-local all-reduce of a flag, over ``node_group``: by default the
+        node's own process group), and all raise :class:`RoundFailed` together, so that
+        the node's own collectives stay in step."""
         error: Any = None
         if start is not None:
             try:
@@ -308,13 +316,13 @@ class ElasticCommunicator(Communicator):
                 error = self._pg.errored()
             except Exception as exc:  # a dead or silent node: gloo's error or timeout
                 error = exc
-        error = self._node_agrees(error)
+        error = self._node_agrees(error, node_group)
         if error is not None:
             self.manager.report_error(error if isinstance(error, Exception)
                                       else RuntimeError(str(error)))
             raise RoundFailed(f"worker {self.rank}: a collective failed: {error}")
 
-    def _node_agrees(self, error: Any) -> Any:
+    def _node_agrees(self, error: Any, group: Any = None) -> Any:
         """``error``, or one if another worker of this node saw one (a node-local
         all-reduce of a flag; nothing with one worker per node)."""
         if self.per_node == 1:
@@ -322,7 +330,7 @@ class ElasticCommunicator(Communicator):
         import torch.distributed as dist
 
         seen = torch.tensor([0.0 if error is None else 1.0])
-        dist.all_reduce(seen)
+        dist.all_reduce(seen, group=group)
         if error is None and float(seen) > 0:
             return RuntimeError("another worker of this node saw it fail")
         return error

@@ -46,6 +46,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from lsgd.comm import codec as codecs
 from lsgd.comm.base import Communicator
 from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_replica
@@ -78,6 +79,8 @@ class ReplicaCommunicator(Communicator):
         info = processes.info
         super().__init__(WorkerInfo(rank=info.group, world_size=info.groups, groups=1))
         self._processes, self.node, self.peers = processes, node, peers
+        #: Elastic replicas (:mod:`lsgd.comm.elastic_peers`): the rounds are the peers'.
+        self.elastic = bool(getattr(peers, "elastic", False))
         #: (this process's part, parts): local rank ``r`` of ``P`` owns part ``r``.
         self.share = (info.group_rank, info.group_size)
         self.broadcast_algorithm = peers.broadcast_algorithm
@@ -87,14 +90,32 @@ class ReplicaCommunicator(Communicator):
     def processes(self) -> Communicator:
         return self._processes
 
+    def __getattr__(self, name: str) -> Any:
+        """An elastic replica's rounds (``begin_round``, ``healed``, ...): the peers'."""
+        if self.__dict__.get("elastic"):
+            return getattr(self.__dict__["peers"], name)
+        raise AttributeError(name)
+
+    def among_size(self, among: Among) -> int:
+        return self.peers.among_size("world")  # one group: "group" is every replica
+
+    def among_members(self, among: Among) -> list[int]:
+        return self.peers.among_members("world")
+
     def node_of(self, rank: int) -> int:
         return rank  # a replica is a node
 
     def part(self, numel: int, r: int | None = None) -> tuple[int, int]:
-        """``(begin, end)`` of part ``r`` (default: this process's) of ``numel`` values."""
+        """``(begin, end)`` of part ``r`` (default: this process's) of ``numel`` values.
+
+        The parts are as equal as whole units of ``256 R`` values allow (an int8 block
+        for each replica), so that a compressed collective of the parts moves exactly
+        the scales and padding of one of the whole tensor."""
         r = self.share[0] if r is None else r
         p = self.share[1]
-        return numel * r // p, numel * (r + 1) // p
+        unit = codecs.BLOCK * self.world_size
+        units = math.ceil(numel / unit)
+        return (min(numel, unit * (units * r // p)), min(numel, unit * (units * (r + 1) // p)))
 
     # -- counting -----------------------------------------------------------------
     def stats(self, category: str = "train") -> CommStats:
@@ -135,8 +156,10 @@ class ReplicaCommunicator(Communicator):
         return tensor
 
     def all_gather(self, tensor: torch.Tensor, among: Among = "world") -> torch.Tensor:
+        """Every replica's mean of ``tensor`` (see the module docstring), stacked."""
         self._check(tensor, among)
-        return self.start_all_gather(tensor, among).wait()
+        return self._gather(tensor, lambda piece: done_handle(
+            self.peers.all_gather(piece, "world"))).wait()
 
     def start_all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean",
                          among: Among = "world", codec: str = "none") -> Handle:
@@ -152,8 +175,13 @@ class ReplicaCommunicator(Communicator):
 
     def start_all_gather(self, tensor: torch.Tensor, among: Among = "world",
                          lane: str = "bulk") -> Handle:
-        """Every replica's mean of ``tensor`` (see the module docstring), stacked."""
+        """:meth:`all_gather`, started."""
         self._check(tensor, among)
+        return self._gather(tensor, lambda piece: self.peers.start_all_gather(
+            piece, "world", lane))
+
+    def _gather(self, tensor: torch.Tensor, gather: Callable[[torch.Tensor], Handle]
+                ) -> Handle:
         mean = tensor.detach().clone().contiguous()
         if mean.is_floating_point():
             self.node.all_reduce_(mean, "mean")
@@ -161,8 +189,8 @@ class ReplicaCommunicator(Communicator):
             return done_handle(mean.unsqueeze(0))
         flat = mean.view(-1)
         begin, end = self.part(flat.numel())
-        inner = (self.peers.start_all_gather(flat[begin:end].clone(), "world", lane)
-                 if end > begin else done_handle(flat.new_empty(self.world_size, 0)))
+        inner = (gather(flat[begin:end].clone()) if end > begin or self.elastic
+                 else done_handle(flat.new_empty(self.world_size, 0)))
 
         def finish() -> tuple[torch.Tensor, float]:
             rows = inner.wait()
@@ -176,7 +204,7 @@ class ReplicaCommunicator(Communicator):
         flat = tensor.reshape(-1)
         begin, end = self.part(flat.numel())
         pieces = (self.peers.exchange_many(flat[begin:end].clone(), peers) if end > begin
-                  else [flat.new_empty(0) for _ in peers])
+                  else [flat.new_empty(0) for _ in peers])  # (no pairwise exchange elastically)
         received = []
         for piece in pieces:
             whole = flat.new_empty(flat.numel())
@@ -220,7 +248,8 @@ class ReplicaCommunicator(Communicator):
         flat = tensor.view(-1)
         begin, end = self.part(flat.numel())
         piece = flat[begin:end].clone()
-        inner = start(piece) if end > begin else done_handle()
+        # An elastic node's processes agree on every cross-node collective: none skips one.
+        inner = start(piece) if end > begin or self.elastic else done_handle()
 
         def finish() -> tuple[None, float]:
             inner.wait()
@@ -233,12 +262,12 @@ class ReplicaCommunicator(Communicator):
         """``out[:, part r] <- process r's rows`` for every process ``r`` of the node (one
         all-gather inside the node); ``rows`` are this process's, ``[n, its part]``."""
         p = self.share[1]
-        longest = math.ceil(out.shape[1] / p)
+        bounds = [self.part(out.shape[1], r) for r in range(p)]
+        longest = max(end - begin for begin, end in bounds)
         padded = out.new_zeros(out.shape[0], longest)
         padded[:, :rows.shape[1]].copy_(rows)
         gathered = self.node.all_gather(padded)
-        for r in range(p):
-            begin, end = self.part(out.shape[1], r)
+        for r, (begin, end) in enumerate(bounds):
             out[:, begin:end].copy_(gathered[r, :, :end - begin])
 
     # -- primitives: never reached, every collective above goes by parts --------------

@@ -52,7 +52,9 @@ def check(strategy: Strategy) -> None:
                          "drop asynchronous=True (--asynchronous)")
     if strategy.hides_rounds and getattr(strategy.comm, "per_node", 1) > 1:
         raise ValueError(f"{name}: elastic hidden rounds (overlap, fragments, compress) run "
-                         "with one worker per node; drop them, or run one worker per node")
+                         "with one replica per node: drop them, run one worker per node, or "
+                         "make each node's workers one replica (replica='node', --replica "
+                         "node)")
     gap = min(c.period for c in strategy.cadences) // strategy.fragments
     if strategy.overlap >= gap:
         raise ValueError(f"{name}: an elastic round lands before the next one starts: "

@@ -124,9 +124,10 @@ def _elastic_errors(cfg: Any) -> list[str]:
         errors.append(f"--min-workers {cfg.min_workers}: at most the {nodes} nodes")
     hidden = [flag_ for flag_, given in (("--overlap", cfg.overlap != 0), ("--fragments",
               cfg.fragments != 1), ("--compress", cfg.compress != "none")) if given]
-    if hidden and cfg.workers > nodes:
-        errors.append(f"--elastic with {', '.join(hidden)} runs one worker per node; give "
-                      f"--groups {cfg.workers} (or drop them)")
+    if hidden and cfg.workers > nodes and cfg.replica == "process":
+        errors.append(f"--elastic with {', '.join(hidden)} runs one replica per node; give "
+                      f"--replica node (a node's workers as one replica), or --groups "
+                      f"{cfg.workers} (or drop them)")
     if cfg.overlap and cfg.period and cfg.overlap >= cfg.period // max(1, cfg.fragments):
         errors.append(f"--elastic --overlap {cfg.overlap}: a round must land before the next "
                       f"starts; give an overlap below period / fragments = "

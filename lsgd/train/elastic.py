@@ -42,6 +42,7 @@ import torch
 
 import lsgd
 from lsgd.comm.elastic import ElasticCommunicator
+from lsgd.comm.replica import replicas_of
 from lsgd.train.build import knobs_from_config
 from lsgd.train.config import TrainConfig
 from lsgd.train.steps import WorkerLoop
@@ -61,7 +62,7 @@ class ElasticRun(WorkerLoop):
                                    per_node=cfg.workers // slots, local_rank=local_rank,
                                    min_members=cfg.min_workers, timeout=cfg.timeout,
                                    quorum_timeout=cfg.timeout)
-        super().__init__(cfg, comm, torch.device("cpu"), t0)
+        super().__init__(cfg, replicas_of(comm, cfg.replica), torch.device("cpu"), t0)
         self.comm: ElasticCommunicator = comm
         self.groups = cfg.groups
         self.strategy.on_round = self._after_round
@@ -76,7 +77,7 @@ class ElasticRun(WorkerLoop):
 
     def make_strategy(self) -> lsgd.Strategy:
         """The method's strategy on the elastic communicator."""
-        return lsgd.make_strategy(self.cfg.method, self.model, self.opt, comm=self.comm,
+        return lsgd.make_strategy(self.cfg.method, self.model, self.opt, comm=self.method_comm,
                                   **knobs_from_config(self.cfg))
 
     # -- what a joining worker receives ---------------------------------------
