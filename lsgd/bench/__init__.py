@@ -35,6 +35,7 @@ _RUNNERS = {
     "elastic": ("elastic", "run"),
     "replicas": ("replicas", "run"),
     "replicas-time": ("replicas", "run_time"),
+    "replicas-lab": ("replica_lab", "run"),
 }
 
 

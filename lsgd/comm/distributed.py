@@ -92,7 +92,11 @@ def _group_timeout(group: dist.ProcessGroup | None) -> datetime.timedelta | None
 
 
 def default_backend() -> str:
-    """``"cuda:nccl,cpu:gloo"`` where CUDA is present (both kinds of tensor work), else gloo."""
+    """``LSGD_BACKEND`` if set (``gloo``: CUDA tensors too, as two processes sharing one
+    GPU need, since NCCL refuses two ranks on one device); else ``"cuda:nccl,cpu:gloo"``
+    where CUDA is present (both kinds of tensor work), else gloo."""
+    if os.environ.get("LSGD_BACKEND"):
+        return os.environ["LSGD_BACKEND"]
     return "cuda:nccl,cpu:gloo" if torch.cuda.is_available() else "gloo"
 
 
