@@ -142,3 +142,33 @@ def test_lsgd_train_resumes_a_replica_run_exactly(tmp_path: Path) -> None:
     # The run is what it was: another replica is another run.
     assert main(["train", "--resume", str(tmp_path / "resumed"), "--replica", "process",
                  "--steps", "30"]) == 2
+
+
+def _batchnorm_diloco(info: lsgd.WorkerInfo) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(40, 300), torch.nn.BatchNorm1d(300),
+                                torch.nn.ReLU(), torch.nn.Linear(300, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    strategy = lsgd.DiLoCo(model, opt, period=2)  # blocking: the buffers ride in the round
+    for step in range(6):
+        x = torch.randn(8, 40, generator=torch.Generator().manual_seed(10 * step + info.rank))
+        loss = strategy.model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        strategy.step(loss)
+    momentum = [s["momentum_buffer"].numel() for o in strategy._outer_parts
+                for s in o.state.values()]
+    return {"global": strategy.global_state.buffers[0].clone(), "momentum": sum(momentum),
+            "values": strategy.global_state.buffers[0].numel()}
+
+
+def test_a_replica_shares_the_outer_step_and_every_copy_of_the_global_state_agrees() -> None:
+    """DiLoCo with BatchNorm statistics in its rounds, 2 replicas of 2 processes: each
+    process keeps the outer momentum of its share of θ_g only, and every process holds
+    the same θ_g, parameters and averaged statistics alike."""
+    results = lsgd.simulate(_batchnorm_diloco, 4, groups=2, replica="node")
+    for result in results:
+        assert torch.equal(result["global"], results[0]["global"])
+    shares = [result["momentum"] for result in results[:2]]
+    parameters = 40 * 300 + 300 + 2 * 300 + 300 * 3 + 3  # the buffers take no outer step
+    assert sum(shares) == parameters and min(shares) > 0.3 * parameters

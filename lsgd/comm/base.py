@@ -98,6 +98,25 @@ class Communicator(ABC):
     #: :mod:`lsgd.comm.replica`); one process is the whole replica.
     share = (0, 1)
 
+    @property
+    def across(self) -> Communicator:
+        """The communicator of a collective on this process's own part of a replica's
+        tensor (:meth:`part`), among the replicas: this one for a process."""
+        return self
+
+    def part(self, numel: int, r: int | None = None) -> tuple[int, int]:
+        """``(begin, end)`` of this process's part of ``numel`` values: all of them for a
+        process; a replica's :meth:`~lsgd.comm.replica.ReplicaCommunicator.part`."""
+        return 0, numel
+
+    def put_together_(self, flat: torch.Tensor) -> None:
+        """Every process of the replica's part of the 1-D ``flat`` into it (nothing to do
+        for a process)."""
+
+    def all_agree(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on every process of this replica (a process: it)."""
+        return flag
+
     def replica_parallel(self, module: nn.Module) -> DataParallel | None:
         """The module to call in the forward pass when a replica is several processes
         (their gradients averaged every step); None: one process, ``module`` itself."""

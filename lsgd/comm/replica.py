@@ -105,6 +105,19 @@ class ReplicaCommunicator(Communicator):
     def node_of(self, rank: int) -> int:
         return rank  # a replica is a node
 
+    @property
+    def across(self) -> Communicator:
+        return self.peers
+
+    def put_together_(self, flat: torch.Tensor) -> None:
+        self._put_together(flat.unsqueeze(0), flat[slice(*self.part(flat.numel()))].unsqueeze(0))
+
+    def all_agree(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on every process of the node (one all-reduce inside it)."""
+        count = torch.tensor([1.0 if flag else 0.0], dtype=torch.float64)
+        self.node.all_reduce_(count, "sum")
+        return int(count.item()) == self.share[1]
+
     def part(self, numel: int, r: int | None = None) -> tuple[int, int]:
         """``(begin, end)`` of part ``r`` (default: this process's) of ``numel`` values.
 

@@ -18,11 +18,17 @@ communication: overlapped, fragmented and compressed rounds"):
 ``merge`` (with overlap): ``"keep"`` gives ``target + (x_now - x_s)``,
 ``"replace"`` gives ``target``, ``"mix"`` gives ``0.5 target + 0.5 x_now``.
 A non-finite mean is redone over the healthy members (:meth:`Averaging._recover`).
+
+With replicas of several processes (:mod:`lsgd.comm.replica`) each part is cut again
+into one share per process of the replica: a process averages its share across the
+replicas (``comm.across``), applies the rule to it (encoding, decoding, the outer
+step), and the replica's processes put the shares of the state and of the method's
+reference back together (``comm.put_together_``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -43,16 +49,27 @@ MIX = 0.5  # Streaming DiLoCo's weight of the local state in a "mix" merge
 
 
 class Fragments:
-    """A flat state cut into ``count`` contiguous parts (per flat buffer)."""
+    """A flat state cut into ``count`` contiguous parts (per flat buffer), and each part
+    into the share of this process (``share``: its ``(begin, end)`` of so many values; a
+    replica's, or all of them)."""
 
-    def __init__(self, like: FlatBuffer, count: int) -> None:
+    def __init__(self, like: FlatBuffer, count: int,
+                 share: Callable[[int], tuple[int, int]] | None = None) -> None:
         self.count = count
-        self.bounds = [[(b.numel() * f // count, b.numel() * (f + 1) // count)
-                        for b in like.buffers] for f in range(count)]
+        self.whole = [[(b.numel() * f // count, b.numel() * (f + 1) // count)
+                       for b in like.buffers] for f in range(count)]
+        share = share or (lambda numel: (0, numel))
+        self.bounds = [[(lo + share(hi - lo)[0], lo + share(hi - lo)[1]) for lo, hi in part]
+                       for part in self.whole]
 
     def of(self, flat: FlatBuffer, f: int) -> list[torch.Tensor]:
-        """Part ``f`` of ``flat`` (a buffer laid out like the state), as views."""
+        """This process's share of part ``f`` of ``flat`` (a buffer laid out like the
+        state), as views."""
         return [b[lo:hi] for b, (lo, hi) in zip(flat.buffers, self.bounds[f])]
+
+    def whole_of(self, flat: FlatBuffer, f: int) -> list[torch.Tensor]:
+        """All of part ``f`` of ``flat``, as views."""
+        return [b[lo:hi] for b, (lo, hi) in zip(flat.buffers, self.whole[f])]
 
     def cadences(self, period: int) -> list[Cadence]:
         """One kind of round per part, each every ``period`` steps at its offset (one
@@ -94,7 +111,7 @@ class AveragingRounds:
         self.comm = comm
         self.tensors = list(state)
         self.work = FlatBuffer(self.tensors)  # the state as one flat vector, per dtype
-        self.fragments = Fragments(self.work, fragments)
+        self.fragments = Fragments(self.work, fragments, comm.part)
         self.overlap = overlap
         self.compress = compress
         self.merge = merge
@@ -118,12 +135,13 @@ class AveragingRounds:
                 for lost, sent in zip(residual, message):  # what the codec will not carry
                     torch.sub(sent, codecs.roundtrip(self.compress, sent).view_as(sent),
                               out=lost)
+        across = self.comm.across  # this process's share, among the replicas
         if self.overlap == 0 and self.compress == "none":  # the blocking round
             for t in message:
-                self.comm.all_reduce_(t, "mean", among)
+                across.all_reduce_(t, "mean", among)
             handles = [done_handle()]
         else:
-            handles = [self.comm.start_all_reduce(t, "mean", among, codec=self.compress)
+            handles = [across.start_all_reduce(t, "mean", among, codec=self.compress)
                        for t in message]
         tensors = {"mean": message}
         if self.overlap and self.merge == "keep":
@@ -147,8 +165,18 @@ class AveragingRounds:
         self.work.copy_from(self.tensors)
         return self.fragments.of(self.work, part)
 
-    def write_back(self) -> None:
+    def write_back(self, part: int) -> None:
+        """The state's part ``part`` from :meth:`current`'s views (the shares of the
+        replica's processes put together)."""
+        self.put_together(self.work, part)
         self.work.copy_to(self.tensors)
+
+    def put_together(self, flat: FlatBuffer, part: int) -> None:
+        """Part ``part`` of ``flat`` whole again from the shares of the replica's
+        processes (nothing to do for a process)."""
+        if self.comm.share[1] > 1:
+            for whole in self.fragments.whole_of(flat, part):
+                self.comm.put_together_(whole)
 
     def land(self, part: int, target: Sequence[torch.Tensor],
              start: Sequence[torch.Tensor] | None = None) -> None:
@@ -163,7 +191,7 @@ class AveragingRounds:
             torch._foreach_add_(now, list(target))
         else:  # "replace", and every merge without overlap: no step was taken since
             torch._foreach_copy_(now, list(target))
-        self.write_back()
+        self.write_back(part)
 
 
 class Averaging(Strategy):
@@ -222,7 +250,7 @@ class Averaging(Strategy):
         """The mean of a part has landed: the method's rule, or the healthy mean's."""
         mean, part = item.tensors["mean"], int(item.info["fragment"])
         among: Among = item.info.get("among", "world")
-        if all_finite(mean):
+        if self.comm.all_agree(all_finite(mean)):  # every share of the replica's
             self._rule(part, mean, self.compress != "none", item.tensors.get("start"))
             return
         healthy, count = self._healthy_sum_into(self._mean, among)

@@ -95,12 +95,18 @@ class DiLoCo(Averaging):
         self._setup_rounds(error_feedback)
         self._parameters = len(list(model.parameters()))
         parts = self._averaging.fragments
-        # One outer optimizer per part, over its slice of θ_g (Δ's slice its .grad); with
-        # the buffers in the state (one part), over the parameters' views only.
-        pieces = ([(self.global_state.views[: self._parameters],
-                    self._delta.views[: self._parameters])] if self._buffers_in_state else
-                  [(parts.of(self.global_state, f), parts.of(self._delta, f))
-                   for f in range(parts.count)])
+        # One outer optimizer per part, over its slice of θ_g (Δ's slice its .grad), this
+        # process's share of it with replicas; with the buffers in the state (one part),
+        # over the parameters only: their views, or their region of the share.
+        self._buffer_regions: list[tuple[int, int]] = []  # per flat buffer, of the share
+        if self._buffers_in_state and self.comm.share[1] == 1:
+            pieces = [(self.global_state.views[: self._parameters],
+                       self._delta.views[: self._parameters])]
+        elif self._buffers_in_state:
+            pieces, self._buffer_regions = self._parameter_regions()
+        else:
+            pieces = [(parts.of(self.global_state, f), parts.of(self._delta, f))
+                      for f in range(parts.count)]
         self._outer_parts = []
         for params, grads in pieces:
             for param, grad in zip(params, grads):
@@ -112,6 +118,23 @@ class DiLoCo(Averaging):
 
     def _reference(self) -> FlatBuffer:
         return self.global_state
+
+    def _parameter_regions(self) -> tuple[list[tuple[list[torch.Tensor], list[torch.Tensor]]],
+                                          list[tuple[int, int]]]:
+        """This process's share of θ_g (and Δ) where it holds parameters, and the region
+        of the share (offsets into it, per flat buffer) that holds buffers."""
+        ends = [0] * len(self.global_state.buffers)  # where each buffer's parameters end
+        for index, offset, shape in self.global_state._layout[: self._parameters]:
+            ends[index] = max(ends[index], offset + shape.numel())
+        params, grads, regions = [], [], []
+        for (lo, hi), end, theta, delta in zip(self._averaging.fragments.bounds[0], ends,
+                                               self.global_state.buffers,
+                                               self._delta.buffers):
+            if lo < end:
+                params.append(theta[lo:min(hi, end)])
+                grads.append(delta[lo:min(hi, end)])
+            regions.append((max(lo, end) - lo, hi - lo))
+        return [(params, grads)], regions
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
@@ -133,9 +156,13 @@ class DiLoCo(Averaging):
             torch._foreach_sub_(delta, mean)
         self._outer_parts[part].step()
         n = self._parameters
-        if self._buffers_in_state and len(self._state) > n:  # averaged, no outer step
+        if self._buffer_regions:  # a share: its buffers' region takes the mean
+            for t, m, (lo, hi) in zip(theta, mean, self._buffer_regions):
+                t[lo:hi].copy_(m[lo:hi])
+        elif self._buffers_in_state and len(self._state) > n:  # averaged, no outer step
             torch._foreach_copy_(self.global_state.views[n:],
                                  self.global_state.views_of(mean)[n:])
+        self._averaging.put_together(self.global_state, part)
         return theta
 
     def _recover(self, part: int, healthy: bool, count: int, among: Among) -> None:

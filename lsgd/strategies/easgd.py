@@ -103,7 +103,8 @@ class EASGD(Averaging):
             torch._foreach_add_(mean, center, alpha=1 - members / self.world_size)
         now = self._averaging.current(part)
         elastic_step_(now, center, mean, self.alpha, self.moving_rate)
-        self._averaging.write_back()
+        self._averaging.write_back(part)
+        self._averaging.put_together(self.center_state, part)
 
     def _recover(self, part: int, healthy: bool, count: int, among: Among) -> None:
         """The round again, the diverged workers counted as sitting at the center:

@@ -111,6 +111,8 @@ class LocalSGD(Averaging):
             torch._foreach_sub_(average, mean)
             mean = average
         self._averaging.land(part, mean, start)
+        if self.reference is not None:
+            self._averaging.put_together(self.reference, part)
 
     def _recover(self, part: int, healthy: bool, count: int, among: Among) -> None:
         """Every healthy member takes the healthy mean, a diverged one is reset to it; a
