@@ -114,6 +114,11 @@ CASES = [
     # integers
     ("workers-zero", ["--workers", "0"], ["--workers", "0", "positive integer"]),
     ("groups-not-dividing", ["--workers", "4", "--groups", "3"], ["--groups 3", "--workers 4"]),
+    ("replica-unknown", ["--replica", "rack"], ["--replica", "rack", "process", "node"]),
+    ("replica-groups-not-dividing", ["--workers", "6", "--groups", "4", "--replica", "node"],
+     ["--groups 4", "--workers 6", "--replica node"]),
+    ("replica-hierarchical", ["--method", "local-sgd", "--hierarchical", "--groups", "2",
+                              "--replica", "node"], ["--hierarchical", "--replica node"]),
     ("batch-size-zero", ["--batch-size", "0"], ["--batch-size", "0"]),
     ("batch-size-too-big", ["--batch-size", "100000"], ["--batch-size 100000", "shard"]),
     ("period-zero", ["--period", "0"], ["--period", "0"]),

@@ -172,3 +172,13 @@ def test_a_replica_shares_the_outer_step_and_every_copy_of_the_global_state_agre
     shares = [result["momentum"] for result in results[:2]]
     parameters = 40 * 300 + 300 + 2 * 300 + 300 * 3 + 3  # the buffers take no outer step
     assert sum(shares) == parameters and min(shares) > 0.3 * parameters
+
+
+def test_one_process_per_group_is_recorded_as_the_process_form(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--dataset", "digits", "--model", "mlp", "--workers", "2",
+                 "--groups", "2", "--replica", "node", "--dry-run",
+                 "--out", str(tmp_path / "run")]) == 0
+    out, err = capsys.readouterr()
+    assert 'replica = "process"' in out
+    assert "--replica node with one worker per group" in err

@@ -18,6 +18,7 @@ __all__ = [
     "LocalCommunicator",
     "REPLICAS",
     "ReplicaCommunicator",
+    "replicas_of",
     "SimulationError",
     "WorkerAborted",
     "WorkerInfo",

@@ -39,7 +39,12 @@ def config_errors(cfg: Any) -> list[str]:
             errors.append(f"--{flag(name)} must be an integer in [0, {count_limit(name)}], "
                           f"got {value}")
     if cfg.workers >= 1 and cfg.groups >= 1 and cfg.workers % cfg.groups:
-        errors.append(f"--groups {cfg.groups} must divide --workers {cfg.workers}")
+        errors.append(f"--groups {cfg.groups} must divide --workers {cfg.workers}"
+                      + (" (a replica is a group's workers, --replica node)"
+                         if cfg.replica == "node" else ""))
+    if cfg.replica == "node" and cfg.hierarchical:
+        errors.append("--hierarchical averages inside each group before across them, but "
+                      "with --replica node a group's workers are one replica: drop one")
     for name, bounds in RANGES.items():
         value = getattr(cfg, name)
         if value is not None and not within(value, *bounds):
