@@ -20,6 +20,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "lsgd": ("lsgd", {"period": PERIOD, "pull": 0.5, "scope": 0.1}),
     "diloco-int8": ("diloco", {"period": PERIOD, "overlap": 1, "compress": "int8"}),
     "lsgd-int8": ("lsgd", {"period": PERIOD, "pull": 0.5, "overlap": 1, "compress": "int8"}),
+    "diloco-streaming-int8": ("diloco", {"period": 4, "fragments": 2, "overlap": 1,
+                                         "compress": "int8", "error_feedback": True}),
+    "lsgd-fragments": ("lsgd", {"period": 4, "pull": 0.5, "fragments": 2, "overlap": 1}),
 }
 
 
