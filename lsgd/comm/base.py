@@ -41,6 +41,7 @@ from lsgd import _validate
 from lsgd.comm import codec as codecs
 from lsgd.comm.data_parallel import DataParallel, GradientCompression, collective_data_parallel
 from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_layout
+from lsgd.comm.shares import Shares
 from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.transfers import LANES, Handle, Transfer, done_handle
 from lsgd.comm.wire import (Traffic, all_to_all_traffic, broadcast_pattern, pattern_traffic,
@@ -48,7 +49,7 @@ from lsgd.comm.wire import (Traffic, all_to_all_traffic, broadcast_pattern, patt
 
 
 
-class Communicator(ABC):
+class Communicator(Shares, ABC):
     """Collectives among workers, with traffic and time accounting.
 
     Subclasses implement the ``_all_reduce``, ``_broadcast`` and
@@ -87,46 +88,6 @@ class Communicator(ABC):
 
     def among_size(self, among: Among) -> int:
         return self.info.world_size if among == "world" else self.info.group_size
-
-    @property
-    def processes(self) -> Communicator:
-        """The communicator of every process: this one, or a replica's processes'
-        (:mod:`lsgd.comm.replica`)."""
-        return self
-
-    #: (this process's part, parts) of a replica's work across nodes (see
-    #: :mod:`lsgd.comm.replica`); one process is the whole replica.
-    share = (0, 1)
-
-    @property
-    def across(self) -> Communicator:
-        """The communicator of a collective on this process's own part of a replica's
-        tensor (:meth:`part`), among the replicas: this one for a process."""
-        return self
-
-    def part(self, numel: int, r: int | None = None) -> tuple[int, int]:
-        """``(begin, end)`` of this process's part of ``numel`` values: all of them for a
-        process; a replica's :meth:`~lsgd.comm.replica.ReplicaCommunicator.part`."""
-        return 0, numel
-
-    def put_together_(self, flat: torch.Tensor) -> None:
-        """Every process of the replica's part of the 1-D ``flat`` into it (nothing to do
-        for a process)."""
-
-    def all_agree(self, flag: bool) -> bool:
-        """Whether ``flag`` holds on every process of this replica (a process: it)."""
-        return flag
-
-    def replica_parallel(self, module: nn.Module) -> DataParallel | None:
-        """The module to call in the forward pass when a replica is several processes
-        (their gradients averaged every step); None: one process, ``module`` itself."""
-        return None
-
-    def _replica_parts(self) -> tuple[Communicator, Communicator]:
-        """(the node's communicator, the peers' communicator) of a replica of this
-        worker's node (:func:`lsgd.comm.replica.replicas_of`; collective)."""
-        raise ValueError(f"{type(self).__name__} has no replicas of several processes; "
-                         "use replica='process'")
 
     def among_members(self, among: Among) -> list[int]:
         """Global ranks taking part in a collective of ``among`` from this worker."""

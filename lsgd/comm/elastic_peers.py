@@ -29,7 +29,6 @@ import torch
 import torch.distributed as dist
 
 from lsgd.comm.base import Communicator
-from lsgd.comm.elastic import ElasticCommunicator
 from lsgd.comm.info import Among, ReduceOp, WorkerInfo
 from lsgd.comm.lanes import BackgroundLane, current_lane
 from lsgd.comm.quorum import options
@@ -42,7 +41,9 @@ class ElasticPeers(Communicator):
     elastic = True
     pipelined_broadcast = False
 
-    def __init__(self, elastic: ElasticCommunicator) -> None:
+    def __init__(self, elastic: Any) -> None:
+        """``elastic``: this process's :class:`~lsgd.comm.elastic.ElasticCommunicator`,
+        which builds its peers (``_replica_parts``)."""
         super().__init__(WorkerInfo(rank=elastic.node, world_size=elastic.world_size //
                                     elastic.per_node, groups=1))
         self.source = elastic

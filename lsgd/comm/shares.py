@@ -1,0 +1,62 @@
+"""How a process takes part in its replica's work across nodes: here, as the whole replica.
+
+A replica is what a method sees as one worker (:mod:`lsgd.comm.replica`). Every
+communicator is a :class:`Shares`: by default its process is a replica of its own
+(it owns every value of a round, its collectives cross the links themselves, and no
+data parallelism runs inside it); :class:`~lsgd.comm.replica.ReplicaCommunicator`
+overrides these for a node's processes stepping as one replica.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from lsgd.comm.data_parallel import DataParallel
+
+
+class Shares:
+    """The replica-facing side of a communicator (mixed into
+    :class:`~lsgd.comm.base.Communicator`)."""
+
+    @property
+    def processes(self) -> Any:
+        """The communicator of every process: this one, or a replica's processes'
+        (:mod:`lsgd.comm.replica`)."""
+        return self
+
+    #: (this process's part, parts) of a replica's work across nodes (see
+    #: :mod:`lsgd.comm.replica`); one process is the whole replica.
+    share = (0, 1)
+
+    @property
+    def across(self) -> Any:
+        """The communicator of a collective on this process's own part of a replica's
+        tensor (:meth:`part`), among the replicas: this one for a process."""
+        return self
+
+    def part(self, numel: int, r: int | None = None) -> tuple[int, int]:
+        """``(begin, end)`` of this process's part of ``numel`` values: all of them for a
+        process; a replica's :meth:`~lsgd.comm.replica.ReplicaCommunicator.part`."""
+        return 0, numel
+
+    def put_together_(self, flat: torch.Tensor) -> None:
+        """Every process of the replica's part of the 1-D ``flat`` into it (nothing to do
+        for a process)."""
+
+    def all_agree(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on every process of this replica (a process: it)."""
+        return flag
+
+    def replica_parallel(self, module: nn.Module) -> DataParallel | None:
+        """The module to call in the forward pass when a replica is several processes
+        (their gradients averaged every step); None: one process, ``module`` itself."""
+        return None
+
+    def _replica_parts(self) -> tuple[Any, Any]:
+        """(the node's communicator, the peers' communicator) of a replica of this
+        worker's node (:func:`lsgd.comm.replica.replicas_of`; collective)."""
+        raise ValueError(f"{type(self).__name__} has no replicas of several processes; "
+                         "use replica='process'")
