@@ -68,19 +68,25 @@ def train_on(info: lsgd.WorkerInfo, method: str, device: str, steps: int = 16
             all(bool(torch.isfinite(p).all()) for p in params))
 
 
+def _six_steps(name: str, rank: int, device: str) -> tuple[torch.nn.Module, lsgd.Strategy]:
+    """``name`` with rounds every 2 steps, 6 steps on ``device``: the model and strategy."""
+    model = _model(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    strategy = lsgd.make_strategy(name, model, opt, period=2)
+    for step in range(6):
+        x, y = _batch(step, rank, device)
+        loss = F.cross_entropy(strategy.model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        strategy.step(loss)
+    return model, strategy
+
+
 def shared_gpu(info: lsgd.WorkerInfo, device: str) -> dict[str, Any]:
     """DiLoCo and LSGD on CUDA tensors over gloo: each one's center after a few rounds."""
     out = {}
     for name in ("diloco", "lsgd"):
-        model = _model(device)
-        opt = torch.optim.SGD(model.parameters(), lr=0.2)
-        strategy = lsgd.make_strategy(name, model, opt, period=2)
-        for step in range(6):
-            x, y = _batch(step, info.rank, device)
-            loss = F.cross_entropy(strategy.model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            strategy.step(loss)
+        model, strategy = _six_steps(name, info.rank, device)
         center = strategy.center()
         out[name] = {"device": next(model.parameters()).device.type,
                      "center": torch.cat([p.detach().reshape(-1).cpu()
@@ -91,13 +97,5 @@ def shared_gpu(info: lsgd.WorkerInfo, device: str) -> dict[str, Any]:
 def with_nccl_inside(info: lsgd.WorkerInfo, device: str) -> torch.Tensor:
     """One replica of two processes, a GPU each: its model after DiLoCo's rounds."""
     where = f"cuda:{info.rank}" if device == "cuda" else device
-    model = _model(where)
-    opt = torch.optim.SGD(model.parameters(), lr=0.2)
-    strategy = lsgd.make_strategy("diloco", model, opt, period=2)
-    for step in range(6):
-        x, y = _batch(step, info.rank, where)
-        loss = F.cross_entropy(strategy.model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        strategy.step(loss)
+    model, _ = _six_steps("diloco", info.rank, where)
     return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
