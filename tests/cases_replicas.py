@@ -10,6 +10,7 @@ from torch.nn import functional as F
 
 import lsgd
 from lsgd.models.gpt import GPT
+from lsgd.topology import complete
 
 VOCAB, CONTEXT, WINDOWS = 32, 8, 2
 STEPS, PERIOD = 9, 3
@@ -23,6 +24,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "diloco-streaming-int8": ("diloco", {"period": 4, "fragments": 2, "overlap": 1,
                                          "compress": "int8", "error_feedback": True}),
     "lsgd-fragments": ("lsgd", {"period": 4, "pull": 0.5, "fragments": 2, "overlap": 1}),
+    "al-dsgd": ("al-dsgd", {"topology": "complete", "period": PERIOD}),
 }
 
 
@@ -47,6 +49,8 @@ def train(info: lsgd.WorkerInfo, variants: list[str], per_replica: int,
     out: dict[str, Any] = {}
     for name in variants:
         method, knobs = VARIANTS[name]
+        if knobs.get("topology") == "complete":  # a graph over the replicas
+            knobs = {**knobs, "topology": complete(lsgd.get_communicator().world_size)}
         model = gpt()
         opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
         strategy = lsgd.make_strategy(method, model, opt, **knobs)

@@ -112,6 +112,11 @@ class ReplicaCommunicator(Communicator):
     def put_together_(self, flat: torch.Tensor) -> None:
         self._put_together(flat.unsqueeze(0), flat[slice(*self.part(flat.numel()))].unsqueeze(0))
 
+    def replica_mean_(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.is_floating_point():
+            self.node.all_reduce_(tensor, "mean")
+        return tensor
+
     def all_agree(self, flag: bool) -> bool:
         """Whether ``flag`` holds on every process of the node (one all-reduce inside it)."""
         count = torch.tensor([1.0 if flag else 0.0], dtype=torch.float64)
@@ -195,9 +200,7 @@ class ReplicaCommunicator(Communicator):
 
     def _gather(self, tensor: torch.Tensor, gather: Callable[[torch.Tensor], Handle]
                 ) -> Handle:
-        mean = tensor.detach().clone().contiguous()
-        if mean.is_floating_point():
-            self.node.all_reduce_(mean, "mean")
+        mean = self.replica_mean_(tensor.detach().clone().contiguous())
         if self.world_size == 1:
             return done_handle(mean.unsqueeze(0))
         flat = mean.view(-1)

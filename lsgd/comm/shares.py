@@ -46,6 +46,11 @@ class Shares:
         """Every process of the replica's part of the 1-D ``flat`` into it (nothing to do
         for a process)."""
 
+    def replica_mean_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A per-process value (a loss, a score) as the replica's: the mean of its
+        processes' (in place, returned); a process's own for a process."""
+        return tensor
+
     def all_agree(self, flag: bool) -> bool:
         """Whether ``flag`` holds on every process of this replica (a process: it)."""
         return flag

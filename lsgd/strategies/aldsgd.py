@@ -182,7 +182,8 @@ class ALDSGD(Decentralized):
 
     def _share(self, peers: list[int]) -> None:
         """Send every active neighbour this worker's score and active degree; keep theirs."""
-        score = self.scorer.score(self._module, self.device)
+        # With replicas of several processes, the replica's score: its processes' mean.
+        score = self.comm.replica_mean_(self.scorer.score(self._module, self.device))
         meta = torch.stack([score, torch.tensor(float(len(peers)), dtype=torch.float64,
                                                 device=self.device)])
         theirs = self.comm.exchange_many(meta, peers)
