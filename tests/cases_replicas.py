@@ -25,6 +25,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                                          "compress": "int8", "error_feedback": True}),
     "lsgd-fragments": ("lsgd", {"period": 4, "pull": 0.5, "fragments": 2, "overlap": 1}),
     "al-dsgd": ("al-dsgd", {"topology": "complete", "period": PERIOD}),
+    "lsgd-bf16": ("lsgd", {"period": PERIOD, "pull": 0.5, "compress": "bf16"}),
 }
 
 

@@ -108,7 +108,8 @@ def print_summary(summary: dict[str, Any]) -> None:
     rows = [
         ("method", f"{summary['method']}{' (async)' if summary.get('asynchronous') else ''} "
                    f"({summary['workers']} workers, {summary['groups']} group(s)"
-                   + (f" as {summary['replicas']} replicas of "
+                   + (f" as {summary['replicas']} replica"
+                      f"{'s' if summary['replicas'] != 1 else ''} of "
                       f"{summary['workers'] // summary['replicas']}"
                       if summary.get("replica") == "node" else "")
                    + f", {summary['backend']})"),
