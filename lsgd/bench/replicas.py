@@ -214,4 +214,25 @@ def run_time(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     return Result("replicas-time", f"Time to a validation loss of {opts['target']:g}, "
                   "4 nodes of 2 processes: replicas of a node against replicas of a process",
                   ["variant", "time s", "spread s", "steps", "best loss", "MB link/node"],
-                  rows, notes, {"runs": results, "options": opts, "seeds": seeds})
+                  rows, notes, {"runs": results, "options": opts, "seeds": seeds},
+                  _time_figure(out, results, labels, opts))
+
+
+def _time_figure(out: Path, results: list[dict[str, Any]], labels: list[str],
+                 opts: dict[str, Any]) -> list[str]:
+    """The validation loss against the modeled time of each variant's median run."""
+    if pyplot() is None:
+        return []
+    from lsgd.plots import draw_curves
+
+    curves = []
+    for label in labels:
+        runs = sorted((r for r in results if r["label"] == label),
+                      key=lambda r: (r["time"] is None, r["time"] or 0.0, r["best"]))
+        curves.append((label, runs[(len(runs) - 1) // 2]["curve"], False))
+    path = draw_curves([(f"lsgd's GPT, 4 nodes of 2 processes, {opts['link']} modeled, "
+                         "the median run", curves)], out / "replicas-time.png",
+                       xlabel="training time (s, modeled)",
+                       ylabel="validation loss of the center (nats/byte)",
+                       target=opts["target"])
+    return [str(path)]
