@@ -363,3 +363,25 @@ def test_scaling_quick_sets_time_and_bytes_against_the_number_of_workers(
         assert rows[size, "lsgd-multi-hidden"][6] < 0.2 * rows[size, "allreduce"][6], rows
     assert rows[2, "allreduce"][6] > 0  # one node of two: all-reduce inside it, free
     assert (tmp_path / "scaling.png").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_replicas_quick_compares_layouts_and_replica_forms(tmp_path: Path) -> None:
+    """Equal tokens: every layout of DiLoCo learns, the bytes over a node's link fall with
+    the replicas and a replica's gradients stay inside its node; to a target: both forms
+    of each method, the node form putting fewer bytes on the link than the process form."""
+    from lsgd.bench import replicas
+
+    result = replicas.run(tmp_path / "tokens", True, {})
+    rows = {(row[0], row[1]): row for row in result.rows}
+    assert rows[("allreduce", "all 8")][5] == 0
+    link = [rows[("diloco", layout)][6] for layout in replicas.LAYOUTS]
+    assert link == sorted(link, reverse=True) and link[-1] > 0
+    assert rows[("diloco", "8 x 1")][7] == 0 < rows[("diloco", "4 x 2")][7]
+    assert all(rows[("diloco", layout)][3] < 5.5 for layout in replicas.LAYOUTS)
+    again = replicas.run(tmp_path / "tokens", True, {"reuse": "only"})
+    assert again.rows == result.rows
+    timed = {row[0]: row for row in replicas.run_time(tmp_path / "time", True, {}).rows}
+    assert timed["diloco-int8, node"][5] < timed["diloco-int8, process"][5]
+    assert all(row[4] < 5.5 for row in timed.values())
