@@ -108,3 +108,10 @@ def test_the_figures_are_drawn_again_from_the_records(tmp_path: Path) -> None:
             column = [cell.strip() for cell in header].index("method")
             methods = {row[column].strip() for row in rows}
             assert methods <= {label.split(",")[0] for label in labels}, (name, args)
+
+
+def test_an_empty_marked_block_is_left_alone_and_eats_no_text() -> None:
+    text = ("<!-- records: lsgd bench a --out x -->\n<!-- end records -->\nkeep me\n"
+            "<!-- records: lsgd bench b --out y -->\n| t |\n<!-- end records -->\n")
+    assert [(kind, args, table) for kind, args, table in records.blocks(text)] == [
+        ("records", "b --out y", "| t |")]

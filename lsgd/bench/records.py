@@ -35,8 +35,9 @@ from lsgd.bench.common import Result, read_result
 #: Benchmarks whose tables come from training runs kept as records.
 TRAINED = {"time-to-accuracy", "twelve-workers", "scaling", "stragglers", "decentralized", "fidelity",
            "equal-steps", "time-to-loss", "equal-tokens", "replicas", "replicas-time"}
-BLOCK = re.compile(r"(<!-- (records|headline|tuning): lsgd bench (.+?) -->\n)(.*?)"
-                   r"(\n<!-- end \2 -->)",
+# A table never spans another block's marker (an empty block is left as it is).
+BLOCK = re.compile(r"(<!-- (records|headline|tuning): lsgd bench ([^\n]+?) -->\n)"
+                   r"((?:(?!<!-- (?:records|headline|tuning):).)*?)(\n<!-- end \2 -->)",
                    re.S)
 PAGES = ("README.md", "docs/benchmarks.md")
 #: Benchmarks whose tables are times to a target, with every run's curve in their data.
