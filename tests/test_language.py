@@ -240,11 +240,12 @@ def test_the_gpt_learns_the_bible_on_four_nodes_behind_slow_links(tmp_path: Path
 
     out = tmp_path / "run"
     code = main(["train", "--dataset", "kjv", "--model", "gpt", "--method", "diloco",
-                 "--groups", "4", "--link", "20mbit", "--backend", "auto", "--minutes", "0.5",
+                 "--groups", "4", "--link", "20mbit", "--backend", "auto", "--minutes", "0.35",
                  "--eval-every", "15s", "--quiet", "--out", str(out)])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
-    # 30 s of training at about 3 steps/s: well below the untrained 5.55 nats per byte.
+    # 21 s of training at about 3 steps/s: well below the untrained 5.55 nats per byte
+    # (2.92 here).
     assert summary["validation_loss"] < 3.3, summary["validation_loss"]
     assert summary["workers"] == 4 and summary["link"] == "20mbit"
 
