@@ -291,14 +291,23 @@ def test_lsgd_train_resumes_a_diloco_run_exactly(tmp_path: Path) -> None:
     assert main([*common, "--steps", "40", "--out", str(tmp_path / "straight")]) == 0
     assert main([*common, "--steps", "17", "--out", str(tmp_path / "resumed")]) == 0
     assert main(["train", "--resume", str(tmp_path / "resumed"), "--steps", "40", "--quiet"]) == 0
-    ends = [checkpoint.complete(tmp_path / run)[0] for run in ("straight", "resumed")]
-    for rank in range(4):
+    for a, b in same_diloco_ends(tmp_path / "straight", tmp_path / "resumed", 4):
+        assert a["strategy"]["rounds"] == b["strategy"]["rounds"] == 5
+
+
+def same_diloco_ends(one: Path, other: Path, workers: int) -> list[tuple[Any, Any]]:
+    """Every worker's last checkpoint of two DiLoCo runs, asserted equal (model and θ_g);
+    the pairs of states."""
+    ends = [checkpoint.complete(run)[0] for run in (one, other)]
+    pairs = []
+    for rank in range(workers):
         a, b = (torch.load(end.file(rank), weights_only=True) for end in ends)
         for key in a["model"]:
             assert torch.equal(a["model"][key], b["model"][key]), key
         assert all(torch.equal(x, y) for x, y in zip(a["strategy"]["global"],
                                                      b["strategy"]["global"]))
-        assert a["strategy"]["rounds"] == b["strategy"]["rounds"] == 5
+        pairs.append((a, b))
+    return pairs
 
 
 def test_a_state_saved_by_lsgd_0_6_loads_or_says_which_version_to_use() -> None:

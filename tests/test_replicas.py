@@ -124,7 +124,7 @@ def test_a_diverged_process_makes_its_replica_diverged(tmp_path: Path) -> None:
 
 
 def test_lsgd_train_resumes_a_replica_run_exactly(tmp_path: Path) -> None:
-    from lsgd.train import checkpoint
+    from tests.test_diloco import same_diloco_ends
 
     common = [*COMMON, "--method", "diloco", "--period", "4", "--compress", "int8",
               "--overlap", "1"]
@@ -132,13 +132,7 @@ def test_lsgd_train_resumes_a_replica_run_exactly(tmp_path: Path) -> None:
     assert main([*common, "--steps", "9", "--out", str(tmp_path / "resumed")]) == 0
     assert main(["train", "--resume", str(tmp_path / "resumed"), "--steps", "20",
                  "--quiet"]) == 0
-    ends = [checkpoint.complete(tmp_path / run)[0] for run in ("straight", "resumed")]
-    for rank in range(4):
-        a, b = (torch.load(end.file(rank), weights_only=True) for end in ends)
-        for key in a["model"]:
-            assert torch.equal(a["model"][key], b["model"][key]), key
-        assert all(torch.equal(x, y) for x, y in zip(a["strategy"]["global"],
-                                                     b["strategy"]["global"]))
+    same_diloco_ends(tmp_path / "straight", tmp_path / "resumed", 4)
     # The run is what it was: another replica is another run.
     assert main(["train", "--resume", str(tmp_path / "resumed"), "--replica", "process",
                  "--steps", "30"]) == 2

@@ -44,8 +44,8 @@ from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_layout
 from lsgd.comm.shares import Shares
 from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.transfers import LANES, Handle, Transfer, done_handle
-from lsgd.comm.wire import (Traffic, all_to_all_traffic, broadcast_pattern, pattern_traffic,
-                            ring_allreduce_bytes, ring_traffic)
+from lsgd.comm.wire import (Traffic, broadcast_pattern, compressed_all_reduce_traffic,
+                            pattern_traffic, ring_allreduce_bytes, ring_traffic)
 
 
 
@@ -243,11 +243,10 @@ class Communicator(Shares, ABC):
         n = len(members)
         if transfer.codec == "none":
             traffic = self.ring(ring_allreduce_bytes(_nbytes(tensor), n), among)
-        else:  # an all-to-all of the encoded parts, then a ring all-gather of the longest
-            sizes = [codecs.nbytes(transfer.codec, end - begin)
-                     for begin, end in codecs.chunks(transfer.codec, tensor.numel(), n)]
-            traffic = (all_to_all_traffic(sizes, members, self.rank, self.node_of)
-                       + self.ring((n - 1) * max(sizes), among))
+        else:
+            traffic = compressed_all_reduce_traffic(
+                codecs.part_sizes(transfer.codec, tensor.numel(), n), members, self.rank,
+                self.node_of)
         return self._started(transfer, traffic)
 
     def start_broadcast(self, tensor: torch.Tensor, src: int, among: Among = "world",

@@ -108,14 +108,18 @@ def reduce_encoded(codec: str, parts: Sequence[torch.Tensor], numel: int, mean: 
     return encode(codec, total)
 
 
+def part_sizes(codec: str, numel: int, n: int) -> list[int]:
+    """Encoded bytes of each member's part (:func:`chunks`) in a compressed all-reduce."""
+    return [nbytes(codec, end - start) for start, end in chunks(codec, numel, n)]
+
+
 def all_reduce_bytes(codec: str, numel: int, n: int, position: int) -> tuple[int, int]:
     """(sent, received) by the member at ``position`` of ``n`` in a compressed all-reduce
-    of ``numel`` values: an all-to-all of the encoded parts (each member keeps its own),
-    then a ring all-gather of the reduced parts, each padded to the longest."""
+    of ``numel`` values (:func:`~lsgd.comm.wire.compressed_all_reduce_traffic`)."""
+    from lsgd.comm.wire import compressed_all_reduce_traffic
+
     if n <= 1:
         return 0, 0
-    sizes = [nbytes(codec, end - start) for start, end in chunks(codec, numel, n)]
-    longest = max(sizes)
-    sent = sum(sizes) - sizes[position] + (n - 1) * longest
-    received = (n - 1) * sizes[position] + (n - 1) * longest
-    return sent, received
+    traffic = compressed_all_reduce_traffic(part_sizes(codec, numel, n), list(range(n)),
+                                            position, lambda rank: rank)
+    return traffic.sent, traffic.received

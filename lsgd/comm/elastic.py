@@ -322,6 +322,20 @@ class ElasticCommunicator(Communicator):
                                       else RuntimeError(str(error)))
             raise RoundFailed(f"worker {self.rank}: a collective failed: {error}")
 
+    def _sum_across(self, work: torch.Tensor, node_group: Any = None) -> None:
+        """``work`` summed over the member nodes (this local rank's workers, torchft's
+        process group), in place; an empty ``work`` takes no part, the node agrees."""
+        self._across((lambda: self._pg.allreduce([work], options("sum")))
+                     if work.numel() else None, node_group)
+
+    def _broadcast_across(self, work: torch.Tensor, node: int, take_part: bool = True,
+                          node_group: Any = None) -> None:
+        """``work`` from member node ``node`` to the others, in place (this local rank's
+        workers; ``take_part=False``, or an empty ``work``: none of this worker's)."""
+        root = self.member_nodes().index(node)
+        self._across((lambda: self._pg.broadcast([work], options("broadcast", root)))
+                     if take_part and work.numel() else None, node_group)
+
     def _node_agrees(self, error: Any, group: Any = None) -> Any:
         """``error``, or one if another worker of this node saw one (a node-local
         all-reduce of a flag; nothing with one worker per node)."""
@@ -343,7 +357,7 @@ class ElasticCommunicator(Communicator):
         if self.per_node > 1:
             dist.all_reduce(work)
         if among == "world":
-            self._across(lambda: self._pg.allreduce([work], options("sum")))
+            self._sum_across(work)
         if op == "mean":
             work /= self.among_size(among)
         tensor.copy_(work)
@@ -356,9 +370,7 @@ class ElasticCommunicator(Communicator):
         work = tensor.detach().clone()
         node, local = divmod(src, self.per_node)
         if among == "world":
-            root = self.member_nodes().index(node)
-            self._across((lambda: self._pg.broadcast([work], options("broadcast", root)))
-                         if self.local_rank == local else None)
+            self._broadcast_across(work, node, take_part=self.local_rank == local)
         if self.per_node > 1:
             dist.broadcast(work, src=local)
         tensor.copy_(work)

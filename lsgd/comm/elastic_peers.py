@@ -89,7 +89,7 @@ class ElasticPeers(Communicator):
     def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
         t0 = time.perf_counter()
         work = tensor.detach().clone()
-        self._across(lambda: self._pg().allreduce([work], options("sum")), work)
+        self.source._sum_across(work, self._agreement())
         if op == "mean":
             work /= self.among_size(among)
         tensor.copy_(work)
@@ -98,8 +98,7 @@ class ElasticPeers(Communicator):
     def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
         t0 = time.perf_counter()
         work = tensor.detach().clone()
-        root = self.source.member_nodes().index(src)
-        self._across(lambda: self._pg().broadcast([work], options("broadcast", root)), work)
+        self.source._broadcast_across(work, src, node_group=self._agreement())
         tensor.copy_(work)
         return time.perf_counter() - t0
 
@@ -110,11 +109,15 @@ class ElasticPeers(Communicator):
                                                   options("gather")), tensor)
         return self._table(rows, tensor), time.perf_counter() - t0
 
+    def _agreement(self) -> Any:
+        """The node's group its processes agree on an outcome over: the lane's own on a
+        background lane (the node's own carries the data parallelism meanwhile)."""
+        return self._lane_node if current_lane() is not None else None
+
     def _across(self, start: Callable[[], Any], work: torch.Tensor) -> None:
         """``start()`` across the member nodes; with an empty part, no part in it (the
         node's processes agree on every collective's outcome all the same)."""
-        group = self._lane_node if current_lane() is not None else None
-        self.source._across(start if work.numel() else None, group)
+        self.source._across(start if work.numel() else None, self._agreement())
 
     def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int],
                     among: Among) -> list[torch.Tensor]:

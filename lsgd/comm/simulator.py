@@ -268,9 +268,7 @@ def _modeled(transfer: Transfer, members: list[int], link: LinkModel,
         return link.broadcast(nbytes, members, source, comm.broadcast_algorithm)
     if transfer.codec == "none":
         return link.all_reduce(nbytes, members)
-    sizes = [codecs.nbytes(transfer.codec, end - begin)
-             for begin, end in codecs.chunks(transfer.codec, transfer.tensor.numel(),
-                                                      len(members))]
+    sizes = codecs.part_sizes(transfer.codec, transfer.tensor.numel(), len(members))
     return link.all_to_all(sizes, members) + link.all_gather(max(sizes), members)
 
 

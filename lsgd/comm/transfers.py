@@ -126,7 +126,7 @@ def _compressed_all_reduce(comm: Any, t: Transfer) -> float:
     members = comm.among_members(t.among)
     n, me = len(members), members.index(comm.rank)
     parts = codecs.chunks(t.codec, flat.numel(), n)
-    sizes = [codecs.nbytes(t.codec, end - begin) for begin, end in parts]
+    sizes = codecs.part_sizes(t.codec, flat.numel(), n)
     mine = parts[me][1] - parts[me][0]
     received = comm._all_to_all([codecs.encode(t.codec, flat[b:e]) for b, e in parts],
                                 [sizes[me]] * n, t.among)

@@ -130,11 +130,14 @@ def broadcast_bytes(nbytes: int, n: int, position: int, algorithm: str = "tree")
     return traffic.sent, traffic.received
 
 
-def all_to_all_traffic(sizes: Sequence[int], members: Sequence[int], me: int,
-                       node_of: Callable[[int], int]) -> Traffic:
-    """An all-to-all where every member sends ``sizes[j]`` bytes to member ``j``."""
+def compressed_all_reduce_traffic(sizes: Sequence[int], members: Sequence[int], me: int,
+                                  node_of: Callable[[int], int]) -> Traffic:
+    """A compressed all-reduce whose member ``j`` owns an encoded part of ``sizes[j]``
+    bytes: an all-to-all of the parts (each member keeps its own), then a ring
+    all-gather of the reduced parts, each padded to the longest."""
     moves = [(a, b, float(sizes[j])) for a in members for j, b in enumerate(members) if a != b]
-    return pattern_traffic(moves, me, node_of)
+    return (pattern_traffic(moves, me, node_of)
+            + ring_traffic((len(members) - 1) * max(sizes), members, me, node_of))
 
 
 @dataclasses.dataclass(frozen=True)

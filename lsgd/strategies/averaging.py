@@ -59,8 +59,8 @@ class Fragments:
         self.whole = [[(b.numel() * f // count, b.numel() * (f + 1) // count)
                        for b in like.buffers] for f in range(count)]
         share = share or (lambda numel: (0, numel))
-        self.bounds = [[(lo + share(hi - lo)[0], lo + share(hi - lo)[1]) for lo, hi in part]
-                       for part in self.whole]
+        self.bounds = [[(lo + begin, lo + end) for lo, hi in part
+                        for begin, end in [share(hi - lo)]] for part in self.whole]
 
     def of(self, flat: FlatBuffer, f: int) -> list[torch.Tensor]:
         """This process's share of part ``f`` of ``flat`` (a buffer laid out like the
