@@ -103,8 +103,9 @@ def reduce_encoded(codec: str, parts: Sequence[torch.Tensor], numel: int, mean: 
     total = decode(codec, parts[0], numel).clone()
     for part in parts[1:]:
         total.add_(decode(codec, part, numel))
-    if mean:
-        total.div_(len(parts))
+    if mean:  # by a tensor: CUDA divides by a Python number as a product with its
+        # reciprocal, which rounds differently from the CPU's (and the IEEE) quotient
+        total.div_(torch.full((), float(len(parts)), device=total.device))
     return encode(codec, total)
 
 
