@@ -1,3 +1,4 @@
 from lsgd.optim.lars import LARS, lars_param_groups
+from lsgd.optim.muon import MuonAdamW
 
-__all__ = ["LARS", "lars_param_groups"]
+__all__ = ["LARS", "MuonAdamW", "lars_param_groups"]

@@ -115,6 +115,10 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "muon":
+        from lsgd.optim.muon import MuonAdamW
+
+        return MuonAdamW(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
     return lsgd.LARS(lsgd.lars_param_groups(model, cfg.weight_decay), lr=cfg.lr,
                      momentum=cfg.momentum, nesterov=cfg.nesterov and cfg.momentum > 0,
                      eta=cfg.trust_coefficient)

@@ -29,7 +29,7 @@ from lsgd.train.checks import METHODS, config_errors
 from lsgd.train.ranges import EVAL_EVERY, flag
 
 ALIASES = {"async": "asynchronous"}  # TOML keys accepted besides the field names
-OPTIMIZERS = ("sgd", "adam", "adamw", "lars")
+OPTIMIZERS = ("sgd", "adam", "adamw", "lars", "muon")
 SCHEDULES = ("constant", "step", "minutes", "plateau", "cosine")
 BACKENDS = ("processes", "threads", "auto")
 DEVICES = ("auto", "cpu", "cuda")
@@ -106,7 +106,8 @@ class TrainConfig:
     steps: int | None = _f(None, "local steps per worker (with --async, the workers' mean)")
     minutes: float | None = _f(None, "wall-clock minutes")
     # Inner optimizer
-    optimizer: str = _f("sgd", "inner optimizer of every worker (text: adamw)",
+    optimizer: str = _f("sgd", "inner optimizer of every worker (text: adamw); muon: Muon on "
+                                "the 2-D weights outside embeddings, AdamW on the rest",
                         choices=OPTIMIZERS)
     lr: float = _f(0.05, "learning rate (text: 0.002)")
     momentum: float = _f(0.9, "momentum (SGD, LARS)")

@@ -1,0 +1,113 @@
+"""Muon for the matrices, AdamW for the rest, as one optimizer a strategy drives.
+
+``torch.optim.Muon`` takes 2-D parameters only (it orthogonalizes each matrix's
+momentum with Newton-Schulz steps). :class:`MuonAdamW` gives it every 2-D weight
+outside an embedding (the attention and MLP matrices of a transformer's blocks) and
+gives AdamW the embeddings, the biases, the norms and any other tensor, as MuLoCo and
+Muon's authors do. Muon's step is scaled to AdamW's update size
+(``adjust_lr_fn="match_rms_adamw"``), so one learning rate serves both.
+
+The two optimizers' parameter groups are this optimizer's ``param_groups`` (the same
+dictionaries), so a learning-rate scheduler reaches both; ``state_dict`` holds both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class _BothStates(dict):  # type: ignore[type-arg]
+    """``optimizer.state`` over both optimizers: reads see either, ``pop`` forgets in both."""
+
+    def __init__(self, *states: dict[Any, Any]) -> None:
+        super().__init__()
+        self._states = states
+
+    def __getitem__(self, key: Any) -> Any:
+        for state in self._states:
+            if key in state:
+                return state[key]
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return any(key in state for state in self._states)
+
+    def __iter__(self) -> Iterator[Any]:
+        for state in self._states:
+            yield from state
+
+    def __len__(self) -> int:
+        return sum(len(state) for state in self._states)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        found = [state.pop(key) for state in self._states if key in state]
+        if found:
+            return found[0]
+        if default:
+            return default[0]
+        raise KeyError(key)
+
+
+def split_parameters(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """(Muon's parameters: the 2-D weights outside embeddings, AdamW's: all the others)."""
+    embedded = {id(p) for m in model.modules() if isinstance(m, nn.Embedding)
+                for p in m.parameters(recurse=False)}
+    matrices, rest, seen = [], [], set()
+    for p in model.parameters():
+        if id(p) in seen or not p.requires_grad:
+            continue
+        seen.add(id(p))
+        (matrices if p.ndim == 2 and id(p) not in embedded else rest).append(p)
+    return matrices, rest
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """Muon (``torch.optim.Muon``) on the matrices, AdamW on the rest (see the module text).
+
+    Args:
+        model: the module whose parameters are optimized.
+        lr: the learning rate of both (Muon's scaled to AdamW's update size).
+        weight_decay: decoupled weight decay of both.
+        momentum: Muon's Nesterov momentum (torch's default 0.95).
+    """
+
+    def __init__(self, model: nn.Module, lr: float = 1e-3, weight_decay: float = 0.1,
+                 momentum: float = 0.95) -> None:
+        matrices, rest = split_parameters(model)
+        if not matrices:
+            raise ValueError("MuonAdamW: the model has no 2-D weight outside an embedding "
+                             "for Muon; use AdamW")
+        self.muon = torch.optim.Muon(matrices, lr=lr, weight_decay=weight_decay,
+                                     momentum=momentum, adjust_lr_fn="match_rms_adamw")
+        self.adamw = torch.optim.AdamW(rest, lr=lr, weight_decay=weight_decay) if rest else None
+        super().__init__(matrices + rest, {"lr": lr})
+        self._link()
+
+    def _link(self) -> None:
+        """Share the inner optimizers' groups and states (again after a load, which
+        replaces them)."""
+        inner = [self.muon] + ([self.adamw] if self.adamw else [])
+        self.param_groups = [g for o in inner for g in o.param_groups]
+        self.state = _BothStates(*(o.state for o in inner))
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        loss = closure() if closure is not None else None
+        self.muon.step()
+        if self.adamw is not None:
+            self.adamw.step()
+        return loss
+
+    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        return {"muon": self.muon.state_dict(),
+                "adamw": self.adamw.state_dict() if self.adamw else None}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:  # type: ignore[override]
+        self.muon.load_state_dict(state_dict["muon"])
+        if self.adamw is not None:
+            self.adamw.load_state_dict(state_dict["adamw"])
+        self._link()
