@@ -28,6 +28,9 @@ def test_the_documented_tables_are_marked() -> None:
                          ids=[f"{b[0]}:{b[2].split()[0]}" for b in _blocks()])
 def test_a_documented_table_is_re_derived_from_the_records(page: str, kind: str, args: str,
                                                            table: str, tmp_path: Path) -> None:
+    if records.pending(args, ROOT):  # a study still to be run shows that it is
+        assert table == records.placeholder(args), f"{page}: no records for lsgd bench {args}"
+        return
     derived = records.table(kind, records.derive(args, ROOT, tmp_path))
     assert derived == table, f"{page}: the table differs from lsgd bench {args}:\n{derived}"
 

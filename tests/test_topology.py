@@ -222,3 +222,40 @@ def test_graphs_from_command_line_text(tmp_path) -> None:
         from_spec(str(edges), 4)
     with pytest.raises(ValueError, match="topology kind must be one of"):
         from_spec("star", 4)
+
+
+def test_an_edge_list_file_must_fit_the_number_of_workers(tmp_path) -> None:
+    from lsgd.topology import from_spec
+
+    edges = tmp_path / "star.edges"
+    edges.write_text("0 1\n0 2\n0 3\n")
+    assert from_spec(str(edges), 4).degrees == [3, 1, 1, 1]
+    with pytest.raises(ValueError, match=r"star.edges is a graph of 4 workers \(ranks 0 to 3\), "
+                                         r"but the run has 8: give --workers 4"):
+        from_spec(str(edges), 8)
+    with pytest.raises(ValueError, match=r"graph of 4 workers .* the run has 3: give --workers 4"):
+        from_spec(str(edges), 3)
+    edges.write_text("0 1\n2 3\n")  # two components: read, then refused where it is used
+    with pytest.raises(ValueError, match="not connected"):
+        from_spec(str(edges), 4).check_connected()
+
+
+@pytest.mark.parametrize("size", [4, 8, 16])
+def test_the_shipped_imbalanced_graphs_have_leaves_that_move(size: int) -> None:
+    """configs/graphs/imbalanced-W.edges and its partner -Wb: the same number of edges as
+    ring(W), degree-1 leaves, and every leaf of the first on another neighbour in the
+    second (the dynamic graphs of lsgd bench aldsgd)."""
+    from pathlib import Path
+
+    from lsgd.topology import from_spec
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "graphs"
+    first = from_spec(str(root / f"imbalanced-{size}.edges"), size).check_connected()
+    second = from_spec(str(root / f"imbalanced-{size}b.edges"), size).check_connected()
+    leaves = [r for r in range(size) if first.degree(r) == 1]
+    assert len(first.edges) == len(second.edges) == len(T.ring(size).edges) - (size == 4)
+    assert len(leaves) == {4: 2, 8: 5, 16: 12}[size]
+    assert max(first.degrees) >= 3 or size == 4
+    for leaf in leaves:
+        assert set(first.neighbours(leaf)).isdisjoint(second.neighbours(leaf)), leaf
+    assert sorted(first.degrees) == sorted(second.degrees)  # the same shape, relabelled

@@ -29,6 +29,7 @@ _RUNNERS = {
     "stragglers": ("stragglers", "run"),
     "simulator": ("simulator", "run"),
     "decentralized": ("decentralized", "run"),
+    "aldsgd": ("aldsgd", "run"),
     "fidelity": ("fidelity", "run"),
     "startup": ("startup", "run"),
     "equal-steps": ("equal_steps", "run"),

@@ -64,6 +64,12 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="time to accuracy, twelve workers: runs at once, each in a "
                              "process of its own with a share of the cores (needs "
                              "--step-seconds)")
+    parser.add_argument("--tasks", default=None,
+                        help="aldsgd: comma-separated subset of its tasks (cnn7-8, mlp-16, "
+                             "gpt-8)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None,
+                        help="aldsgd: where the simulated workers compute (as lsgd train "
+                             "--device; default: lsgd train's, auto)")
     parser.add_argument("--no-tune", action="store_true",
                         help="skip the tuning runs; use each method's first knobs")
     parser.add_argument("--knobs", action="append", default=None, metavar="METHOD:KEY=VALUE,...",
@@ -121,7 +127,9 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             "steps_from": args.steps_from,
             "methods": methods, "backend": args.backend,
             "step_seconds": args.step_seconds, "jobs": args.jobs, "repeats": args.repeats,
-            "sets": sets,
+            "sets": sets, "device": args.device,
+            "tasks": [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks
+            else None,
             "knobs": _knobs(args.knobs or []) or None,
             "tune": False if args.no_tune else None, "reuse": "only" if args.reuse_only else (args.reuse or None)}
 

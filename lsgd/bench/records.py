@@ -7,7 +7,9 @@ marked with the command that produced it::
     | ... the table ... |
     <!-- end records -->
 
-(``headline:`` instead of ``records:`` for the README's summary).
+(``headline:`` instead of ``records:`` for the README's summary, ``claims:`` for
+the verdicts of :mod:`lsgd.bench.aldsgd_claims`). A block whose records are not
+there yet (:func:`pending`) shows :func:`placeholder` until they are.
 :func:`derive` computes such a table again from the records under
 ``records/``, training nothing (``--reuse-only``, or the stored ``NAME.json``
 of a benchmark that only times); ``python scripts/tables.py`` rewrites them.
@@ -34,12 +36,13 @@ from lsgd.bench.common import Result, read_result
 
 #: Benchmarks whose tables come from training runs kept as records.
 TRAINED = {"time-to-accuracy", "twelve-workers", "scaling", "stragglers", "decentralized", "fidelity",
+           "aldsgd",
            "equal-steps", "time-to-loss", "equal-tokens", "replicas", "replicas-time"}
 # A table never spans another block's marker (an empty block is left as it is).
-BLOCK = re.compile(r"(<!-- (records|headline|tuning): lsgd bench ([^\n]+?) -->\n)"
-                   r"((?:(?!<!-- (?:records|headline|tuning):).)*?)(\n<!-- end \2 -->)",
+BLOCK = re.compile(r"(<!-- (records|headline|tuning|claims): lsgd bench ([^\n]+?) -->\n)"
+                   r"((?:(?!<!-- (?:records|headline|tuning|claims):).)*?)(\n<!-- end \2 -->)",
                    re.S)
-PAGES = ("README.md", "docs/benchmarks.md")
+PAGES = ("README.md", "docs/benchmarks.md", "docs/decentralized.md")
 #: Benchmarks whose tables are times to a target, with every run's curve in their data.
 CURVES = {"time-to-accuracy", "time-to-loss", "twelve-workers", "scaling"}
 FIGURE = re.compile(r"!\[[^\]]*\]\((?:docs/)?figures/([^)\s]+)\)")
@@ -71,8 +74,27 @@ def derive(args_text: str, root: Path, scratch: Path) -> Result:
     return runner(name)(out, args.quick, _options(args) | {"reuse": "only"})
 
 
+def pending(args_text: str, root: Path) -> bool:
+    """Whether the records of ``lsgd bench ARGS`` (its ``--out`` folder under ``root``)
+    are not there yet: a study whose code is in but whose runs are still to be made."""
+    words = shlex.split(args_text)
+    out = words[words.index("--out") + 1] if "--out" in words else "bench-results"
+    return not (root / out).exists()
+
+
+def placeholder(args_text: str) -> str:
+    """What a block shows until its records exist (see :func:`pending`)."""
+    return (f"*Not yet measured: `lsgd bench {args_text}` writes the records this "
+            "table is derived from.*")
+
+
 def table(kind: str, result: Result) -> str:
-    """A block's table: the result's Markdown, its headline (README), or its tuning runs."""
+    """A block's table: the result's Markdown, its headline (README), its tuning runs,
+    or the claims it judges (``lsgd bench aldsgd``)."""
+    if kind == "claims":
+        from lsgd.bench.aldsgd_claims import markdown
+
+        return markdown(result.data)
     if kind == "headline":
         return ranking.headline(result)
     return ranking.tuning(result) if kind == "tuning" else result.markdown()
@@ -86,7 +108,8 @@ def refresh(page: Path, root: Path, scratch: Path) -> int:
 
     def replace(match: re.Match[str]) -> str:
         nonlocal changed
-        derived = table(match.group(2), derive(match.group(3), root, scratch))
+        derived = (placeholder(match.group(3)) if pending(match.group(3), root)
+                   else table(match.group(2), derive(match.group(3), root, scratch)))
         changed += derived != match.group(4)
         return match.group(1) + derived + match.group(5)
 

@@ -153,18 +153,7 @@ def from_spec(spec: str, size: int) -> Topology:
     path = Path(spec)
     if spec.partition(":")[0].strip() not in (*KINDS, "erdos_renyi") and (
             path.suffix or "/" in spec or path.exists()):
-        if not path.is_file():
-            raise ValueError(f"topology file {spec} does not exist (expected one 'i j' per line)")
-        edges = []
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
-            text = line.split("#", 1)[0].strip()
-            if not text:
-                continue
-            parts = text.replace(",", " ").split()
-            if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts):
-                raise ValueError(f"{spec}:{number}: expected two worker ranks 'i j', got {line!r}")
-            edges.append((int(parts[0]), int(parts[1])))
-        return from_edges(size, edges, name=path.name)
+        return read_edges(path, size)
     kind, _, options = spec.partition(":")
     kwargs: dict[str, Any] = {}
     for item in filter(None, (o.strip() for o in options.split(","))):
@@ -175,3 +164,28 @@ def from_spec(spec: str, size: int) -> Topology:
         kwargs[key.strip()] = int(number) if number.is_integer() and key.strip() != "p" else number
     return make(kind.strip(), size, **kwargs)
 
+
+
+def read_edges(path: Path, size: int) -> Topology:
+    """The graph of an edge-list file: one ``i j`` pair of worker ranks per line (or
+    ``i,j``), ``#`` comments; the file's highest rank is its last worker, so it must
+    name every rank up to ``size - 1`` and none above. A ``ValueError`` names the file,
+    and the line or the ranks that do not fit."""
+    if not path.is_file():
+        raise ValueError(f"topology file {path} does not exist (expected one 'i j' per line)")
+    edges = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        parts = text.replace(",", " ").split()
+        if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts):
+            raise ValueError(f"{path}:{number}: expected two worker ranks 'i j', got {line!r}")
+        edges.append((int(parts[0]), int(parts[1])))
+    top = max((max(e) for e in edges), default=-1)
+    if top + 1 != size:
+        raise ValueError(
+            f"topology file {path} is a graph of {top + 1} workers (ranks 0 to {top}), but "
+            f"the run has {size}: give --workers {top + 1}, or a file whose ranks go from 0 "
+            f"to {size - 1}")
+    return from_edges(size, edges, name=path.name)

@@ -204,7 +204,8 @@ class TrainConfig:
                                  "auto: 10 times per run")
     eval_leader: bool = _f(True, "also test the leader at each evaluation (one more broadcast "
                                  "of its state, and one more pass over the test set)")
-    eval_workers: bool = _f(False, "also evaluate every worker (not only center and leader)")
+    eval_workers: bool = _f(False, "also evaluate every worker's own model (columns "
+                                   "workerR_accuracy and workerR_loss)")
     bn_recalibrate: int = _f(0, "refresh the center's BatchNorm statistics with N batches")
     target: float | None = _f(None, "stop once the center reaches this at an evaluation: a "
                                     "test accuracy in (0, 1] for images, a validation loss "

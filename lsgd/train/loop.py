@@ -185,9 +185,10 @@ class Worker(WorkerLoop):
         --eval-workers), with every worker's own figures in columns of its own."""
         report = self.strategy.report()
         accuracy = self.task.evaluate(self.model) if self.cfg.eval_workers else None
+        nan = float("nan")
         row, every = self.evaluate(
-            accuracy=(accuracy.correct / accuracy.count if accuracy is not None
-                      else float("nan")),
+            accuracy=accuracy.correct / accuracy.count if accuracy is not None else nan,
+            loss=accuracy.loss / accuracy.count if accuracy is not None else nan,
             steps=self.steps, rounds=report.rounds, wait_seconds=report.wait_seconds,
             comm_seconds=report.comm_seconds, resets=report.resets)
         spread = self.strategy.spread()  # decentralized: mean distance of the workers to the center
@@ -200,7 +201,8 @@ class Worker(WorkerLoop):
             ("steps", int), ("rounds", int), ("wait_seconds", float), ("comm_seconds", float),
             ("resets", int))})
         if self.cfg.eval_workers:
-            row.update({f"worker{r}_accuracy": float(every["accuracy"][r]) for r in world})
+            row.update({f"worker{r}_{name}": float(every[name][r])
+                        for r in world for name in ("accuracy", "loss")})
         return row
 
     def record(self, row: dict[str, Any]) -> None:

@@ -1,0 +1,228 @@
+"""AL-DSGD's claims, measured: D-PSGD, MATCHA and AL-DSGD on rings, sparse Erdos-Renyi
+graphs and imbalanced graphs, with several seeds, on the simulator's modeled link.
+
+What it runs. Every method trains the same model from the same seed for the same
+local steps, gossiping every step, in the simulator (``--backend threads``), each
+worker a node behind a modeled link (100 Mbit/s; ``--links``), each local step
+costing a fixed ``--step-seconds`` on the modeled clock plus the modeled transfers.
+Methods (:data:`METHODS`): D-PSGD; MATCHA at budgets 0.5 and 0.25; AL-DSGD on one
+graph with the paper's weights (c_B 0.3, c_D 0.1, p_B 0.1, p_D 0.1: the defaults of
+``lsgd.ALDSGD``, of ``lsgd train`` and of configs/al-dsgd-paper/), with p_B = p_D = 0.3
+(the grid's other point), and at MATCHA's budget 0.5; AL-DSGD on two graphs in turn
+(dynamic graphs), and D-PSGD on the same two (the control: the rotation without the
+leaders). Graphs (:func:`graphs_for`): ``ring`` (with ``ring:stride=3`` as its
+partner), ``erdos-renyi`` (``G(W, m=W)``, average degree 2, seed 0; partner seed 1)
+and ``imbalanced`` (configs/graphs/imbalanced-W.edges: a few hubs and degree-1
+leaves, as many edges as the ring; partner imbalanced-Wb.edges, the same shape with
+the roles moved: some leaves become hubs and no leaf keeps its neighbour). The ring
+keeps the methods' own mixing weights; the irregular graphs take ``max-degree``
+(the spectral weight gives a hub a negative self weight). Tasks (:data:`TASKS`):
+CNN7 on Fashion-MNIST with 8 workers, the MLP on Fashion-MNIST with 16 workers (all
+three graphs each), lsgd's GPT on the King James Bible with 8 workers (ring only).
+Seeds run interleaved, seed by seed (``--jobs N`` runs N at once).
+
+What it reports, per setting (task and graph) and method, median [min-max] over the
+seeds: the modeled time until the center (the workers' average) first reaches the
+task's target at an evaluation (every 25 steps; a seed that never does counts as
+missed), the center's test accuracy (validation loss for the GPT) after the same
+steps, and the mean of the lowest-degree workers' own models' accuracy (loss) at the
+end: the workers of the smallest degree in the setting's first graph, each
+evaluated alone (``--eval-workers``), the same workers in the dynamic runs. On the
+ring every worker has the lowest degree. :func:`lsgd.bench.aldsgd_claims.claims`
+judges the claims from these numbers (docs/decentralized.md).
+
+The full study (about 170 runs of 300 steps; on a GPU machine with 16 cores),
+from the repository's root (the graph files are read from configs/graphs/)::
+
+    lsgd bench aldsgd --device cuda --jobs 16 --out records/aldsgd
+    # or one task at a time:
+    lsgd bench aldsgd --tasks cnn7-8 --device cuda --jobs 16 --out records/aldsgd
+    lsgd bench aldsgd --tasks mlp-16 --device cuda --jobs 16 --out records/aldsgd
+    lsgd bench aldsgd --tasks gpt-8 --device cuda --jobs 16 --out records/aldsgd
+    # the tables again from the records, training nothing:
+    lsgd bench aldsgd --device cuda --out records/aldsgd --reuse-only
+
+``--reuse`` continues a stopped study; ``--seeds N`` sets the seeds (default 3),
+``--target`` a task's target (with one ``--tasks``). The quick mode (the test
+suite's): the MLP on the digits, 4 workers, 16 steps, the imbalanced graph of 4,
+D-PSGD and AL-DSGD on one and on two graphs, 2 seeds.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from lsgd.bench.common import Result, in_parallel, median, train
+from lsgd.bench.equal_tokens import FULL
+from lsgd.tasks.base import HEADLINES, reaches
+from lsgd.topology import from_spec
+from lsgd.train.build import UsageError
+
+NAME = "aldsgd"
+#: The paper's AL-DSGD weights (lsgd's defaults, as in configs/al-dsgd-paper/).
+PAPER = {"c_b": 0.3, "c_d": 0.1, "p_b": 0.1, "p_d": 0.1}
+#: method label -> (lsgd method, dynamic graphs, knobs)
+METHODS: dict[str, tuple[str, bool, dict[str, Any]]] = {
+    "D-PSGD": ("dpsgd", False, {}),
+    "MATCHA 0.5": ("matcha", False, {"budget": 0.5}),
+    "MATCHA 0.25": ("matcha", False, {"budget": 0.25}),
+    "AL-DSGD": ("al-dsgd", False, PAPER),
+    "AL-DSGD p 0.3": ("al-dsgd", False, PAPER | {"p_b": 0.3, "p_d": 0.3}),
+    "AL-DSGD budget 0.5": ("al-dsgd", False, PAPER | {"budget": 0.5}),
+    "AL-DSGD dynamic": ("al-dsgd", True, PAPER),
+    "D-PSGD dynamic": ("dpsgd", True, {}),
+}
+GRAPH_FOLDER = "configs/graphs"
+#: task -> its workers, graphs, target, clock, steps and training settings.
+TASKS: dict[str, dict[str, Any]] = {
+    "cnn7-8": {"workers": 8, "graphs": ["ring", "erdos-renyi", "imbalanced"],
+               "metric": "accuracy", "target": 0.85, "step_seconds": 0.06, "steps": 300,
+               "train": {"model": "cnn7", "dataset": "fashion-mnist", "batch_size": 64,
+                         "lr": 0.05}},
+    "mlp-16": {"workers": 16, "graphs": ["ring", "erdos-renyi", "imbalanced"],
+               "metric": "accuracy", "target": 0.82, "step_seconds": 0.02, "steps": 300,
+               "train": {"model": "mlp", "dataset": "fashion-mnist", "batch_size": 32,
+                         "lr": 0.05}},
+    "gpt-8": {"workers": 8, "graphs": ["ring"], "metric": "loss", "target": 2.4,
+              "step_seconds": 0.135, "steps": 300,
+              "train": FULL | {"batch_size": 8, "eval_tokens": 16384}},
+}
+QUICK_TASK = {"quick-4": {"workers": 4, "graphs": ["imbalanced"], "metric": "accuracy",
+                          "target": 0.5, "step_seconds": 0.01, "steps": 16,
+                          "train": {"model": "mlp", "dataset": "digits", "batch_size": 32,
+                                    "lr": 0.05}}}
+QUICK_METHODS = ["D-PSGD", "AL-DSGD", "AL-DSGD dynamic"]
+
+
+def graphs_for(graph: str, workers: int) -> tuple[str, str, str]:
+    """``graph``'s (first graph, its dynamic partner, mixing weight) for ``workers``, as
+    ``lsgd train --topology`` spells them."""
+    if graph == "ring":
+        return "ring", "ring:stride=3", "auto"
+    if graph == "erdos-renyi":
+        return (f"erdos-renyi:edges={workers},seed=0", f"erdos-renyi:edges={workers},seed=1",
+                "max-degree")
+    if graph == "imbalanced":
+        first, second = (f"{GRAPH_FOLDER}/imbalanced-{workers}{tail}.edges" for tail in ("", "b"))
+        missing = [f for f in (first, second) if not Path(f).is_file()]
+        if missing:
+            raise UsageError(f"aldsgd: graph file(s) {missing} not found from {Path.cwd()}: "
+                             "run lsgd bench aldsgd from the repository's root")
+        return first, second, "max-degree"
+    raise UsageError(f"aldsgd: unknown graph {graph!r}; choose ring, erdos-renyi or imbalanced")
+
+
+def lowest_degree(spec: str, workers: int) -> list[int]:
+    """The workers of the smallest degree in the graph ``spec``."""
+    degrees = from_spec(spec, workers).degrees
+    return [rank for rank, degree in enumerate(degrees) if degree == min(degrees)]
+
+
+def _one(out: Path, task: str, graph: str, label: str, seed: int, setting: dict[str, Any],
+         opts: dict[str, Any]) -> dict[str, Any]:
+    """One run: its center's curve, its center and lowest-degree workers at the end."""
+    method, dynamic, knobs = METHODS[label]
+    first, second, weight = graphs_for(graph, setting["workers"])
+    where = {"graphs": [first, second]} if dynamic else {"topology": first}
+    slug = label.lower().replace(" ", "-")
+    extra = {"device": opts["device"]} if opts.get("device") else {}
+    summary = train(out / "runs" / task / graph / f"{slug}-seed{seed}",
+                    reuse=opts.get("reuse") or False, method=method,
+                    workers=setting["workers"], groups=setting["workers"], backend="threads",
+                    link=opts["link"], step_seconds=opts["step_seconds"] or
+                    setting["step_seconds"], steps=setting["steps"],
+                    eval_every=str(opts["eval_steps"] or (4 if opts["quick"] else 25)),
+                    eval_workers=True, eval_leader=False, seed=seed, mixing_weight=weight,
+                    **setting["train"], **where, **knobs, **extra)
+    rows, metric = summary["rows"], setting["metric"]
+    column = HEADLINES[metric][0]
+    low = lowest_degree(first, setting["workers"])
+    own = [float(rows[-1][f"worker{r}_{metric}"]) for r in low]
+    took = "read back" if summary.get("reused") else "trained"
+    print(f"  [{took}] {task} {graph} {label}, seed {seed}: center {metric} "
+          f"{rows[-1][column]:.4f}", file=sys.stderr, flush=True)
+    return {"task": task, "graph": graph, "method": label, "seed": seed, "metric": metric,
+            "final": float(rows[-1][column]), "lowest": sum(own) / len(own),
+            "lowest_workers": low, "bytes_per_worker": summary["bytes_sent_per_worker"],
+            "curve": [(float(r["time"]), float(r["steps"]), float(r[column])) for r in rows],
+            "run": summary["run"]}
+
+
+def time_to(run: dict[str, Any], target: float) -> float | None:
+    """The modeled time of the first evaluation at which the run's center reached
+    ``target`` (``None``: never)."""
+    return next((time for time, _, value in run["curve"]
+                 if reaches(run["metric"], value, target)), None)
+
+
+def span(values: list[float | None], digits: int = 3) -> str:
+    """``median [min-max]`` of ``values`` (``None``: missed, counted as slowest)."""
+    got = [v for v in values if v is not None]
+    if not got:
+        return "missed"
+    text = (f"{median(got):.{digits}f} [{min(got):.{digits}f}-{max(got):.{digits}f}]"
+            if len(got) > 1 else f"{got[0]:.{digits}f}")
+    return text + (f", {len(values) - len(got)} missed" if len(got) < len(values) else "")
+
+
+def _settings(quick: bool, options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The tasks to run, with ``--target`` applied (one task only)."""
+    if quick:
+        chosen = dict(QUICK_TASK)
+    else:
+        names = options.get("tasks") or list(TASKS)
+        unknown = [n for n in names if n not in TASKS]
+        if unknown:
+            raise UsageError(f"aldsgd: unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
+        chosen = {n: dict(TASKS[n]) for n in names}
+    if options.get("target") is not None:
+        if len(chosen) > 1:
+            raise UsageError(f"--target {options['target']}: the tasks {list(chosen)} have "
+                             "targets of their own; give one task (--tasks cnn7-8)")
+        next(iter(chosen.values()))["target"] = options["target"]
+    return chosen
+
+
+def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    """Every task, graph, method and seed (see the module text); one row per setting
+    and method."""
+    settings = _settings(quick, options)
+    links = options.get("links") or ["100mbit"]
+    if len(links) > 1:
+        raise UsageError(f"aldsgd: give one link (--links {links[0]}), not {links}")
+    opts = {"link": links[0], "step_seconds": options.get("step_seconds"),
+            "eval_steps": options.get("eval_steps"), "device": options.get("device"),
+            "reuse": options.get("reuse"), "quick": quick}
+    methods = QUICK_METHODS if quick else list(METHODS)
+    seeds = list(range(options.get("seeds") or (2 if quick else 3)))
+    calls = [(out, task, graph, label, seed, setting, opts) for seed in seeds
+             for task, setting in settings.items() for graph in setting["graphs"]
+             for label in methods]  # interleaved, seed by seed
+    runs = in_parallel(_one, calls, options.get("jobs") or 1)
+    rows = []
+    for task, setting in settings.items():
+        for graph in setting["graphs"]:
+            for label in methods:
+                mine = [r for r in runs if (r["task"], r["graph"], r["method"])
+                        == (task, graph, label)]
+                digits = 3 if setting["metric"] == "accuracy" else 4
+                rows.append([f"{task} {graph}", label,
+                             span([time_to(r, setting["target"]) for r in mine], 1),
+                             span([r["final"] for r in mine], digits),
+                             span([r["lowest"] for r in mine], digits),
+                             median([r["bytes_per_worker"] / 1e6 for r in mine])])
+    notes = [f"{task}: {s['train']['model']} on {s['train']['dataset']}, {s['workers']} workers, "
+             f"{s['steps']} steps, {opts['step_seconds'] or s['step_seconds']:g} s per step; "
+             f"target: center {s['metric']} {s['target']:g}" for task, s in settings.items()]
+    notes += [f"Each worker a node behind a modeled {opts['link']} link; seeds "
+              f"{', '.join(map(str, seeds))}, median [min-max]. time s: modeled time until "
+              "the center reaches the target; center: its test accuracy (GPT: validation "
+              "loss) at the end; lowest-degree: the mean of the lowest-degree workers' own "
+              "models (of the first graph) at the end; MB: sent per worker (median)."]
+    return Result(NAME, "AL-DSGD against D-PSGD and MATCHA: time to a target, the center "
+                  "at equal steps, the lowest-degree workers",
+                  ["setting", "method", "time s", "center", "lowest-degree", "MB/worker"],
+                  rows, notes, {"runs": runs, "seeds": seeds, "options": opts,
+                                "settings": settings})
