@@ -40,7 +40,9 @@ from lsgd.comm.base import Among
 from lsgd.comm.transfers import done_handle
 from lsgd.flat import FlatBuffer
 from lsgd.functional import all_finite
-from lsgd.strategies.base import Strategy
+from lsgd.strategies import leader_force
+from lsgd.strategies.base import Strategy, as_loss_tensor
+from lsgd.strategies.leader_force import LeaderForce
 from lsgd.strategies.pipeline import InFlight, check_options
 from lsgd.strategies.schedule import Cadence
 
@@ -119,9 +121,11 @@ class AveragingRounds:
                          if error_feedback and compress != "none" else None)
 
     def start(self, part: int, steps: int, reference: FlatBuffer | None,
-              among: Among = "world") -> InFlight:
+              among: Among = "world", weight: float | None = None) -> InFlight:
         """Start the all-reduce (mean) of ``part`` of the state among ``among``, or,
-        compressed, of ``reference - state`` (plus the last residual with error feedback)."""
+        compressed, of ``reference - state`` (plus the last residual with error feedback);
+        with a ``weight``, the sum of the messages each multiplied by its sender's weight
+        (the leader's weights, :mod:`lsgd.strategies.leader_force`)."""
         self.work.copy_from(self.tensors)
         now = self.fragments.of(self.work, part)
         message = [t.clone() for t in now]
@@ -129,6 +133,8 @@ class AveragingRounds:
             assert reference is not None
             torch._foreach_neg_(message)
             torch._foreach_add_(message, self.fragments.of(reference, part))
+        if weight is not None:
+            torch._foreach_mul_(message, weight)
             if self.residual is not None:
                 residual = self.fragments.of(self.residual, part)
                 torch._foreach_add_(message, residual)
@@ -136,12 +142,13 @@ class AveragingRounds:
                     torch.sub(sent, codecs.roundtrip(self.compress, sent).view_as(sent),
                               out=lost)
         across = self.comm.across  # this process's share, among the replicas
+        op = "mean" if weight is None else "sum"
         if self.overlap == 0 and self.compress == "none":  # the blocking round
             for t in message:
-                across.all_reduce_(t, "mean", among)
+                across.all_reduce_(t, op, among)
             handles = [done_handle()]
         else:
-            handles = [across.start_all_reduce(t, "mean", among, codec=self.compress)
+            handles = [across.start_all_reduce(t, op, among, codec=self.compress)
                        for t in message]
         tensors = {"mean": message}
         if self.overlap and self.merge == "keep":
@@ -204,6 +211,7 @@ class Averaging(Strategy):
     supports_elastic = True
     supports_hidden_rounds = True
     default_merge = "keep"
+    _force: LeaderForce | None = None  # the leader's force (DiLoCo, local SGD; leader=...)
 
     def _hidden(self, owner: str, period: int, overlap: Any, fragments: Any, compress: Any,
                 merge: str | None, asynchronous: bool = False) -> bool:
@@ -224,6 +232,7 @@ class Averaging(Strategy):
             self.comm, self._state, fragments=self.fragments, overlap=self.overlap,
             compress=self.compress, merge=self.merge, error_feedback=bool(error_feedback))
         self._use_cadences(cadences or self._averaging.fragments.cadences(self.period))
+        leader_force.check_rounds(self)
 
     def _shared_copy(self) -> FlatBuffer:
         """A copy of the state that every worker holds identically: the state all start
@@ -243,7 +252,12 @@ class Averaging(Strategy):
         # Hierarchical local SGD: when both fall due the global average subsumes the local.
         among: Among = "group" if names == ["local"] else "world"
         part = part_of(names[-1])
-        self._launch(self._averaging.start(part, self.steps, self._reference(), among))
+        force = self._force
+        weight = None if force is None else force.elect(self, among)
+        item = self._averaging.start(part, self.steps, self._reference(), among, weight)
+        if force is not None:
+            force.send(self, item, part, among)
+        self._launch(item)
         self.rounds += 1
 
     def _apply(self, item: InFlight) -> None:
@@ -251,10 +265,30 @@ class Averaging(Strategy):
         mean, part = item.tensors["mean"], int(item.info["fragment"])
         among: Among = item.info.get("among", "world")
         if self.comm.all_agree(all_finite(mean)):  # every share of the replica's
+            force, reference = self._force, self._reference()
+            if force is not None:  # the leader's state, for the pull in the rule
+                force.arrive(item, None if self.compress == "none" or reference is None
+                             else self._averaging.fragments.of(reference, part))
             self._rule(part, mean, self.compress != "none", item.tensors.get("start"))
+            if force is not None:
+                force.done()
             return
         healthy, count = self._healthy_sum_into(self._mean, among)
         self._recover(part, healthy, count, among)
+
+    def _after_step(self, loss: torch.Tensor | float | None) -> None:
+        if self._force is not None:  # the leader's score
+            self._force.record(None if loss is None else as_loss_tensor(loss, self.name))
+
+    def _after_reset(self) -> None:
+        if self._force is not None:  # forget the diverged losses, as LSGD does
+            self._force.scorer.window.load([])
+
+    def _pull_to_leader(self, targets: list[torch.Tensor]) -> None:
+        """The rule's new global state (this process's share of the part) moves
+        ``leader_pull`` of the way to the round's leader (``leader="pull"``)."""
+        if self._force is not None:
+            self._force.pull_(targets)
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
@@ -269,8 +303,15 @@ class Averaging(Strategy):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["rounds_of"] = self._averaging.state()
+        if self._force is not None:
+            state["leader_force"] = self._force.state()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self._averaging.load(state.get("rounds_of", {}))
+        if self._force is not None:
+            if "leader_force" not in state:
+                raise ValueError(f"{self.name}.load_state_dict: the state was saved without "
+                                 "a leader force; resume with leader='none'")
+            self._force.load(state["leader_force"])

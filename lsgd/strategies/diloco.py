@@ -33,6 +33,7 @@ from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
+from lsgd.strategies import leader_force
 from lsgd.strategies.averaging import Averaging
 
 
@@ -51,6 +52,14 @@ class DiLoCo(Averaging):
             ``"mix"`` (default), ``"keep"`` or ``"replace"`` (:mod:`lsgd.strategies.averaging`).
         error_feedback: with compression, add what the codec lost of the last
             pseudo-gradient into the next one.
+        leader: ``"none"`` (default), ``"weights"`` or ``"pull"``: the leader's force,
+            the worker of the lowest recent training loss elected at every round
+            (:mod:`lsgd.strategies.leader_force`). ``"weights"``: ``θ̄ = (Σ_m x_m + c x_L)
+            / (M + c)``; ``"pull"``: after the outer step ``θ_g <- θ_g + λ (x_L - θ_g)``
+            (one broadcast of the leader's state per round). ``step(loss)`` then
+            needs the loss.
+        leader_weight: c >= 0 of ``"weights"`` (default 1.0).
+        leader_pull: λ in [0, 1] of ``"pull"`` (default 0.5).
         comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`
             (``bn_buffers``: ``"average"`` or ``"local"``).
 
@@ -76,6 +85,9 @@ class DiLoCo(Averaging):
         compress: str = "none",
         merge: str | None = None,
         error_feedback: bool = False,
+        leader: str = "none",
+        leader_weight: float | None = None,
+        leader_pull: float | None = None,
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool | None = None,
@@ -87,6 +99,7 @@ class DiLoCo(Averaging):
         self.outer_momentum = _validate.momentum("DiLoCo", "outer_momentum", outer_momentum)
         self.outer_lr = float(outer_lr)
         self._hidden("DiLoCo", self.period, overlap, fragments, compress, merge)
+        self._force = leader_force.make("DiLoCo", leader, leader_weight, leader_pull)
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers)
         # θ_g, laid out like the state: the parameters, then (blocking rounds) the buffers.
@@ -162,6 +175,7 @@ class DiLoCo(Averaging):
         elif self._buffers_in_state and len(self._state) > n:  # averaged, no outer step
             torch._foreach_copy_(self.global_state.views[n:],
                                  self.global_state.views_of(mean)[n:])
+        self._pull_to_leader(theta)  # leader="pull": θ_g <- θ_g + λ (x_L - θ_g)
         self._averaging.put_together(self.global_state, part)
         return theta
 

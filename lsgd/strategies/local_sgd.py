@@ -23,6 +23,7 @@ from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
+from lsgd.strategies import leader_force
 from lsgd.strategies.averaging import Averaging
 from lsgd.strategies.schedule import Cadence
 
@@ -39,6 +40,10 @@ class LocalSGD(Averaging):
             fragmented and compressed averages, as :class:`~lsgd.strategies.diloco.DiLoCo`
             with outer learning rate 1 and no momentum (not hierarchical; see
             :mod:`lsgd.strategies.averaging`); ``merge`` defaults to ``"keep"``.
+        leader, leader_weight, leader_pull: the leader's force, as
+            :class:`~lsgd.strategies.diloco.DiLoCo`'s (not hierarchical or asynchronous):
+            ``"weights"`` averages ``(Σ_m x_m + c x_L) / (M + c)``, ``"pull"`` moves the
+            average ``x̄ <- x̄ + λ (x_L - x̄)`` (:mod:`lsgd.strategies.leader_force`).
         comm, init, sync_buffers, bn_buffers, asynchronous: see
             :class:`~lsgd.strategies.base.Strategy` (``bn_buffers``: ``"average"``, in the
             round's all-reduce, or ``"local"``).
@@ -62,6 +67,9 @@ class LocalSGD(Averaging):
         compress: str = "none",
         merge: str | None = None,
         error_feedback: bool = False,
+        leader: str = "none",
+        leader_weight: float | None = None,
+        leader_pull: float | None = None,
         comm: Communicator | None = None,
         init: str = "broadcast",
         sync_buffers: bool | None = None,
@@ -74,6 +82,7 @@ class LocalSGD(Averaging):
         )
         hidden = self._hidden("LocalSGD", self.period, overlap, fragments, compress, merge,
                               asynchronous)
+        self._force = leader_force.make("LocalSGD", leader, leader_weight, leader_pull)
         if hidden and hierarchical:
             raise ValueError("LocalSGD: overlap, fragments and compress work with one level "
                              "of averaging; drop hierarchical=True (--hierarchical) or them")
@@ -110,6 +119,7 @@ class LocalSGD(Averaging):
             average = self._averaging.fragments.of(self.reference, part)
             torch._foreach_sub_(average, mean)
             mean = average
+        self._pull_to_leader(mean)  # leader="pull": x̄ <- x̄ + λ (x_L - x̄)
         self._averaging.land(part, mean, start)
         if self.reference is not None:
             self._averaging.put_together(self.reference, part)

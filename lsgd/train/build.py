@@ -155,6 +155,10 @@ def knobs_from_config(cfg: TrainConfig) -> dict[str, Any]:
     elif cfg.method == "diloco":
         knobs.update(period=cfg.period, outer_lr=cfg.outer_lr,
                      outer_momentum=cfg.outer_momentum)
+    if cfg.method in ("diloco", "local-sgd") and cfg.leader != "none":  # given only when set
+        knobs["leader"] = cfg.leader
+        knobs.update({name: getattr(cfg, name) for name in ("leader_weight", "leader_pull")
+                      if getattr(cfg, name) is not None})
     elif cfg.method in DECENTRALIZED:
         weight: Any = {"auto": None, "max-degree": "max-degree"}.get(cfg.mixing_weight)
         if weight is None and cfg.mixing_weight != "auto":

@@ -73,6 +73,7 @@ def config_errors(cfg: Any) -> list[str]:
             errors.append(f"--bn-buffers {cfg.bn_buffers} with sync_buffers = false: "
                           "give only --bn-buffers")
     errors += _pipeline_errors(cfg)
+    errors += _leader_errors(cfg)
     errors += _task_errors(cfg)
     if cfg.elastic:
         errors += _elastic_errors(cfg)
@@ -221,6 +222,27 @@ def _pipeline_errors(cfg: Any) -> list[str]:
     if cfg.error_feedback and (cfg.compress == "none" or cfg.method == "lsgd"):
         errors.append("--error-feedback: needs --compress bf16 or int8 with diloco, "
                       "local-sgd or easgd (LSGD's reference already carries what was lost)")
+    return errors
+
+
+def _leader_errors(cfg: Any) -> list[str]:
+    """What is wrong with --leader, --leader-weight, --leader-pull."""
+    errors: list[str] = []
+    for name, mode in (("leader_weight", "weights"), ("leader_pull", "pull")):
+        value = getattr(cfg, name)
+        if value is not None and cfg.leader != mode:
+            errors.append(f"--{flag(name)} {value}: the strength of --leader {mode}; add "
+                          f"--leader {mode} or drop --{flag(name)}")
+    if cfg.leader == "none":
+        return errors
+    if cfg.method not in ("diloco", "local-sgd"):
+        errors.append(f"--leader {cfg.leader}: the leader's force on an averaging method "
+                      "works with --method diloco or local-sgd (lsgd has its own leader)")
+    refused = [f for f, on in (("--async", cfg.asynchronous), ("--hierarchical", cfg.hierarchical),
+                               ("--elastic", cfg.elastic)) if on]
+    if refused:
+        errors.append(f"--leader {cfg.leader}: elects among all workers at synchronous rounds "
+                      f"of one level; drop {refused[0]} or --leader")
     return errors
 
 

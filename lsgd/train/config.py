@@ -24,6 +24,7 @@ from lsgd.comm.info import REPLICAS
 from lsgd.data import TEXT_DATASETS
 from lsgd.strategies.averaging import MERGES
 from lsgd.strategies.buffers import MODES as BN_MODES
+from lsgd.strategies.leader_force import LEADERS
 from lsgd.strategies.lsgd import SCOPE_PULLS
 from lsgd.train.checks import METHODS, config_errors
 from lsgd.train.ranges import EVAL_EVERY, flag
@@ -150,6 +151,19 @@ class TrainConfig:
                               "pseudo-gradient, every --period steps")
     outer_momentum: float = _f(0.9, "DiLoCo: Nesterov momentum of the outer SGD, in [0, 1) "
                                     "(0: plain SGD)")
+    # The leader's force on the averaging methods (diloco, local-sgd)
+    leader: str = _f("none", "diloco, local-sgd: the force of the round's leader (the worker "
+                             "of the lowest recent training loss): none; weights (the round's "
+                             "mean counts the leader 1 + --leader-weight times); pull (after "
+                             "the round the global state moves --leader-pull of the way to "
+                             "the leader's, one broadcast of it per round)",
+                     choices=LEADERS)
+    leader_weight: float | None = _f(None, "--leader weights: c, the leader's extra count in "
+                                           "the mean (sum x + c x_leader) / (M + c), >= 0 "
+                                           "(default 1)")
+    leader_pull: float | None = _f(None, "--leader pull: lambda in [0, 1], the fraction of the "
+                                         "way from the round's global state to the leader's "
+                                         "(default 0.5)")
     # Hiding and shrinking communication (lsgd, diloco, local-sgd, easgd)
     overlap: int = _f(0, "steps a round's transfer runs behind local training before it "
                          "is applied (0: the round blocks); below --period")

@@ -13,6 +13,8 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "outer_lr": (0, math.inf, False, False),
     "outer_momentum": (0, 1, True, False),
     "leader_momentum": (0, 1, True, False),
+    "leader_weight": (0, math.inf, True, False),
+    "leader_pull": (0, 1, True, True),
     "weight_decay": (0, math.inf, True, False),
     "trust_coefficient": (0, math.inf, False, False),
     "drop_factor": (0, 1, False, False),

@@ -1,0 +1,168 @@
+"""The leader's force on the averaging methods (DiLoCo, local SGD): their centralized
+analogue of AL-DSGD's corrective force toward the best worker (docs/algorithms.md,
+"The leader's force on averaging methods").
+
+At every round each worker's score (the mean of its last :data:`WINDOW` training
+losses, ``+inf`` when its state is not finite) is all-gathered and the leader ``L``
+is elected as LSGD elects (:class:`~lsgd.strategies.election.Election`,
+:func:`lsgd.functional.elect`): the lowest finite score, ties to the lowest rank;
+a diverged worker is never elected. Then, with ``M`` workers (replicas):
+
+* ``leader="weights"``: the round's mean is weighted toward the leader::
+
+      θ̄ = (Σ_m x_m + c x_L) / (M + c)          c = leader_weight
+
+  Each worker multiplies what it sends by ``w = (1 + c)/(M + c)`` (the leader) or
+  ``1/(M + c)`` (the others) and the round sums instead of averaging; compressed,
+  the message ``r - x`` is weighted the same way (``Σ w_m = 1``, so the decoded sum
+  is ``r - θ̄``), and with error feedback the residual is what the codec lost of the
+  weighted message. No leader (no finite score): ``w = 1/M``, the plain mean.
+  Communicated: the score all-gather (8 bytes per worker), nothing else.
+
+* ``leader="pull"``: after the method's rule (DiLoCo's outer step, local SGD's
+  average) the new global state moves toward the leader's state as it was when
+  the round started::
+
+      θ_g <- θ_g + λ (x_L - θ_g)                λ = leader_pull
+
+  Communicated: the score all-gather and one broadcast of the leader's state (or
+  its part with fragments; compressed, ``x_L - r`` for the shared reference ``r``,
+  so that every worker decodes the same ``x_L``), counted in the strategy's
+  traffic. No leader: no broadcast and no pull.
+
+Both apply on a healthy round only: a round whose mean is not finite takes the
+plain rule over the healthy workers (:meth:`~lsgd.strategies.averaging.Averaging._recover`).
+With replicas of several processes each process sends and pulls its share
+(``comm.across``) like the round's mean. Elastic, asynchronous and hierarchical
+rounds are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from lsgd import _validate
+from lsgd.comm.base import Among
+from lsgd.functional import elect, pull_
+from lsgd.leader import Scorer
+from lsgd.strategies.election import Election
+from lsgd.strategies.pipeline import InFlight
+
+LEADERS = ("none", "weights", "pull")
+WINDOW = 10  # losses in a score: LSGD's default leader_window
+DEFAULT_WEIGHT = 1.0  # c: the leader counts twice, the mean moves 1/(M+1) of the way to it
+DEFAULT_PULL = 0.5  # λ: θ_g halfway between the round's rule and the leader
+
+
+class LeaderForce:
+    """A method's leader force: the scorer, the round's election, the leader's weight,
+    and the leader's state for the pull (``mode`` ``"weights"`` or ``"pull"``)."""
+
+    def __init__(self, owner: str, mode: str, weight: float, pull: float) -> None:
+        self.owner, self.mode, self.weight, self.pull = owner, mode, weight, pull
+        self.scorer = Scorer(owner, WINDOW, "train", None, None)
+        self.election = Election("round", self.scorer)
+        self.leader: int | None = None  # elected at the last round
+        self._landed: list[torch.Tensor] | None = None  # x_L of the round being applied
+
+    # -- scores and the election -----------------------------------------------
+    def record(self, loss: torch.Tensor | None) -> None:
+        """Keep the step's training loss for the score (it is required)."""
+        self.scorer.record(loss, self.owner)
+
+    def elect(self, strategy: Any, among: Among) -> float | None:
+        """Gather the scores and elect the round's leader; returns this worker's weight
+        ``w`` of the round's sum (``"weights"``), or None (a plain mean)."""
+        scores = self.election.gather(strategy.comm, strategy.module, strategy._state,
+                                      strategy._device(), among)
+        self.leader = elect(scores)
+        if self.mode != "weights":
+            return None
+        count = len(scores)
+        if self.leader is None:
+            return 1.0 / count
+        mine = 1.0 + self.weight if strategy.rank == self.leader else 1.0
+        return mine / (count + self.weight)
+
+    # -- the leader's state (pull) ----------------------------------------------
+    def send(self, strategy: Any, item: InFlight, part: int, among: Among) -> None:
+        """Add the broadcast of the leader's part of the state to the round ``item``
+        (compressed: ``x_L - r``); blocking rounds broadcast at once."""
+        if self.mode != "pull" or self.leader is None:
+            return
+        rounds = strategy._averaging
+        buffers = [t.clone() for t in rounds.current(part)]
+        compress = rounds.compress
+        if compress != "none" and strategy.rank == self.leader:
+            torch._foreach_sub_(buffers, rounds.fragments.of(strategy._reference(), part))
+        across = strategy.comm.across
+        if rounds.overlap == 0 and compress == "none":
+            for buffer in buffers:
+                across.broadcast_(buffer, src=self.leader, among=among)
+        else:
+            item.handles += [across.start_broadcast(b, self.leader, among, codec=compress)
+                             for b in buffers]
+        item.tensors["leader"] = buffers
+        item.info["leader"] = self.leader
+
+    def arrive(self, item: InFlight, reference: Sequence[torch.Tensor] | None) -> None:
+        """The round ``item`` is applied next: hold its leader's state, decoded against
+        ``reference`` (the part of ``r``, as at the round's start) when compressed."""
+        self._landed = item.tensors.get("leader")
+        if self._landed is not None and reference is not None:
+            torch._foreach_add_(self._landed, list(reference))
+
+    def pull_(self, targets: Sequence[torch.Tensor]) -> None:
+        """``θ <- θ + λ (x_L - θ)`` on ``targets`` (the round's new global state, this
+        process's share of the part), when the round being applied has a leader."""
+        if self._landed is not None:
+            pull_(targets, self._landed, self.pull)
+
+    def done(self) -> None:
+        self._landed = None
+
+    # -- checkpointing --------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {"scorer": self.scorer.state(), "leader": self.leader}
+
+    def load(self, state: Mapping[str, Any]) -> None:
+        self.scorer.load(state["scorer"])
+        self.leader = state.get("leader")
+
+
+def make(owner: str, leader: Any, leader_weight: Any, leader_pull: Any) -> LeaderForce | None:
+    """The leader force of a method's keywords (None for ``leader="none"``); a weight or
+    pull given for another mode is refused."""
+    _validate.choice(owner, "leader", leader, LEADERS)
+    for name, value, mode in (("leader_weight", leader_weight, "weights"),
+                              ("leader_pull", leader_pull, "pull")):
+        if value is not None and leader != mode:
+            raise ValueError(f"{owner}: {name}={value!r} is the strength of leader={mode!r}; "
+                             f"give leader={mode!r} or drop {name}")
+    if leader == "none":
+        return None
+    weight = DEFAULT_WEIGHT if leader_weight is None else leader_weight
+    if not _validate.is_number(weight, finite=True) or weight < 0:
+        raise ValueError(f"{owner}: leader_weight must be a finite number >= 0 (the leader's "
+                         f"extra count c in the mean), got {leader_weight!r}")
+    pull = _validate.fraction(owner, "leader_pull", DEFAULT_PULL if leader_pull is None
+                              else leader_pull)
+    return LeaderForce(owner, leader, float(weight), pull)
+
+
+def check_rounds(strategy: Any) -> None:
+    """Refuse the rounds a leader force does not take: elastic, asynchronous, hierarchical."""
+    force = strategy._force
+    if force is None:
+        return
+    hierarchical = getattr(strategy, "hierarchical", False)
+    refused = [what for what, on in (("asynchronous=True", strategy.asynchronous),
+                                     ("hierarchical=True", hierarchical),
+                                     ("elastic training", strategy._elastic)) if on]
+    if refused:
+        raise ValueError(f"{force.owner}: leader={force.mode!r} elects among all workers at "
+                         f"synchronous rounds of one level, not with {refused[0]}; drop one "
+                         "of them (leader='none' is the plain method)")
