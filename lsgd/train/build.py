@@ -151,6 +151,8 @@ def knobs_from_config(cfg: TrainConfig) -> dict[str, Any]:
     elif cfg.method == "diloco":
         knobs.update(period=cfg.period, outer_lr=cfg.outer_lr,
                      outer_momentum=cfg.outer_momentum)
+        if cfg.outer != "standard":  # given only when set, as the pipeline's options
+            knobs["outer"] = cfg.outer
     elif cfg.method in DECENTRALIZED:
         weight: Any = {"auto": None, "max-degree": "max-degree"}.get(cfg.mixing_weight)
         if weight is None and cfg.mixing_weight != "auto":

@@ -24,6 +24,7 @@ from lsgd.comm.info import REPLICAS
 from lsgd.data import TEXT_DATASETS
 from lsgd.strategies.averaging import MERGES
 from lsgd.strategies.buffers import MODES as BN_MODES
+from lsgd.strategies.eager import OUTERS
 from lsgd.strategies.lsgd import SCOPE_PULLS
 from lsgd.train.checks import METHODS, config_errors
 from lsgd.train.ranges import EVAL_EVERY, flag
@@ -149,6 +150,11 @@ class TrainConfig:
                               "pseudo-gradient, every --period steps")
     outer_momentum: float = _f(0.9, "DiLoCo: Nesterov momentum of the outer SGD, in [0, 1) "
                                     "(0: plain SGD)")
+    outer: str = _f("standard", "DiLoCo: standard (the outer step on the round's mean) or "
+                                "eager (each worker steps at once on its own pseudo-gradient "
+                                "and the last round's mean, whose all-reduce runs behind the "
+                                "whole next period; no --overlap or --merge)",
+                    choices=OUTERS)
     # Hiding and shrinking communication (lsgd, diloco, local-sgd, easgd)
     overlap: int = _f(0, "steps a round's transfer runs behind local training before it "
                          "is applied (0: the round blocks); below --period")
