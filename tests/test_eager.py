@@ -332,3 +332,53 @@ def test_the_trainer_passes_outer_and_refuses_it_elsewhere(capsys: Any) -> None:
     ]:
         assert main([*common, *extra]) == 2
         assert re.search(message, capsys.readouterr().err), extra
+
+
+def _replica_diverge(info: lsgd.WorkerInfo, replica: str) -> tuple[list[float], int]:
+    """3 replicas (of 1 or 2 processes), a linear model at ``X0``-like starts, lr 0;
+    replica 1 turns NaN before step 1: θ_g^m and resets after 6 steps."""
+    comm = lsgd.get_communicator(replica=replica)
+    model = nn.Linear(3, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0, 8.0, 3.0], [2.0, 4.0, -1.0],
+                                         [3.0, 0.0, 5.0]][comm.rank]))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9)
+    strategy = lsgd.DiLoCo(model, opt, period=2, init="independent", outer="eager", comm=comm)
+    for step in range(1, 7):
+        if comm.rank == 1 and step == 1:
+            with torch.no_grad():
+                model.weight.fill_(math.nan)
+        loss = strategy.model(torch.ones(2, 3, dtype=torch.float64)).sum() * 0
+        opt.zero_grad()
+        loss.backward()
+        strategy.step(0.0)
+    return strategy.global_state.views[0].flatten().tolist(), strategy.resets
+
+
+def test_replicas_apply_the_rule_and_its_recovery_per_share() -> None:
+    """Replicas of two processes (each process: its share) end where one process per
+    replica ends, a diverged replica reset by the healthy ones' mean."""
+    shares = lsgd.simulate(_replica_diverge, 6, groups=3, args=("node",), replica="node")
+    whole = lsgd.simulate(_replica_diverge, 3, groups=3, args=("process",))
+    assert [r for _, r in whole] == [0, 1, 0]
+    assert all(math.isfinite(v) for theta, _ in whole for v in theta)
+    for rank, got in enumerate(shares):
+        assert got == whole[rank // 2], rank
+
+
+def test_lsgd_train_resumes_an_eager_run_exactly(tmp_path: Any) -> None:
+    """Through the trainer's checkpoints, cut mid-period with an all-reduce in flight."""
+    from tests.test_diloco import same_diloco_ends
+
+    common = ["train", "--method", "diloco", "--outer", "eager", "--backend", "threads",
+              "--workers", "2", "--dataset", "digits", "--model", "mlp", "--period", "4",
+              "--quiet"]
+    assert main([*common, "--steps", "14", "--out", str(tmp_path / "straight")]) == 0
+    assert main([*common, "--steps", "6", "--out", str(tmp_path / "resumed")]) == 0
+    assert main(["train", "--resume", str(tmp_path / "resumed"), "--steps", "14",
+                 "--quiet"]) == 0
+    for a, b in same_diloco_ends(tmp_path / "straight", tmp_path / "resumed", 2):
+        assert a["strategy"]["rounds"] == b["strategy"]["rounds"] == 3
+        for key in ("own", "mean"):
+            assert all(torch.equal(x, y) for x, y in zip(a["strategy"]["eager"][key],
+                                                         b["strategy"]["eager"][key]))

@@ -15,6 +15,9 @@ communication: overlapped, fragmented and compressed rounds"):
   ``r`` that every worker holds identically (:mod:`lsgd.comm.codec`); with
   ``error_feedback`` it adds what the codec lost of its last message.
 
+DiLoCo's eager rounds (``outer="eager"``, :mod:`lsgd.strategies.eager`) send
+``θ_g^m - x`` uncompressed too (``difference``) and land a whole period later.
+
 ``merge`` (with overlap): ``"keep"`` gives ``target + (x_now - x_s)``,
 ``"replace"`` gives ``target``, ``"mix"`` gives ``0.5 target + 0.5 x_now``.
 A non-finite mean is redone over the healthy members (:meth:`Averaging._recover`).
