@@ -26,6 +26,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "lsgd-fragments": ("lsgd", {"period": 4, "pull": 0.5, "fragments": 2, "overlap": 1}),
     "al-dsgd": ("al-dsgd", {"topology": "complete", "period": PERIOD}),
     "lsgd-bf16": ("lsgd", {"period": PERIOD, "pull": 0.5, "compress": "bf16"}),
+    "diloco-eager": ("diloco", {"period": PERIOD, "outer": "eager"}),
+    "diloco-eager-int8": ("diloco", {"period": 4, "fragments": 2, "outer": "eager",
+                                     "compress": "int8", "error_feedback": True}),
 }
 
 

@@ -15,6 +15,9 @@ communication: overlapped, fragmented and compressed rounds"):
   ``r`` that every worker holds identically (:mod:`lsgd.comm.codec`); with
   ``error_feedback`` it adds what the codec lost of its last message.
 
+DiLoCo's eager rounds (``outer="eager"``, :mod:`lsgd.strategies.eager`) send
+``θ_g^m - x`` uncompressed too (``difference``) and land a whole period later.
+
 ``merge`` (with overlap): ``"keep"`` gives ``target + (x_now - x_s)``,
 ``"replace"`` gives ``target``, ``"mix"`` gives ``0.5 target + 0.5 x_now``.
 A non-finite mean is redone over the healthy members (:meth:`Averaging._recover`).
@@ -109,7 +112,8 @@ class AveragingRounds:
     """
 
     def __init__(self, comm: Communicator, state: Sequence[torch.Tensor], *, fragments: int,
-                 overlap: int, compress: str, merge: str, error_feedback: bool) -> None:
+                 overlap: int, compress: str, merge: str, error_feedback: bool,
+                 difference: bool = False) -> None:
         self.comm = comm
         self.tensors = list(state)
         self.work = FlatBuffer(self.tensors)  # the state as one flat vector, per dtype
@@ -117,19 +121,21 @@ class AveragingRounds:
         self.overlap = overlap
         self.compress = compress
         self.merge = merge
+        self.difference = difference  # send reference - x even uncompressed
         self.residual = (FlatBuffer(self.tensors)
                          if error_feedback and compress != "none" else None)
 
     def start(self, part: int, steps: int, reference: FlatBuffer | None,
               among: Among = "world", weight: float | None = None) -> InFlight:
         """Start the all-reduce (mean) of ``part`` of the state among ``among``, or,
-        compressed, of ``reference - state`` (plus the last residual with error feedback);
-        with a ``weight``, the sum of the messages each multiplied by its sender's weight
-        (the leader's weights, :mod:`lsgd.strategies.leader_force`)."""
+        compressed (or with ``difference``), of ``reference - state`` (plus the last
+        residual with error feedback); with a ``weight``, the sum of the messages each
+        multiplied by its sender's weight (the leader's weights,
+        :mod:`lsgd.strategies.leader_force`)."""
         self.work.copy_from(self.tensors)
         now = self.fragments.of(self.work, part)
         message = [t.clone() for t in now]
-        if self.compress != "none":
+        if self.compress != "none" or self.difference:
             assert reference is not None
             torch._foreach_neg_(message)
             torch._foreach_add_(message, self.fragments.of(reference, part))
@@ -214,23 +220,29 @@ class Averaging(Strategy):
     _force: LeaderForce | None = None  # the leader's force (DiLoCo, local SGD; leader=...)
 
     def _hidden(self, owner: str, period: int, overlap: Any, fragments: Any, compress: Any,
-                merge: str | None, asynchronous: bool = False) -> bool:
-        """Check the options (before ``Strategy.__init__``); whether rounds are hidden.
-        A hidden round carries the parameters only; blocking rounds of a method that
-        averages the whole state carry its BatchNorm buffers too."""
+                merge: str | None, asynchronous: bool = False, eager: bool = False) -> bool:
+        """Check the options (before ``Strategy.__init__``); whether rounds are hidden
+        (``eager``: DiLoCo's eager rounds are). A hidden round carries the parameters
+        only; blocking rounds of a method that averages the whole state carry its
+        BatchNorm buffers too."""
         self.overlap, self.fragments, self.compress = check_options(
             owner, period, overlap, fragments, compress, asynchronous)
         self.merge = check_merge(owner, merge, self.overlap, self.default_merge)
-        hidden = bool(self.overlap or self.fragments > 1 or self.compress != "none")
+        hidden = bool(self.overlap or self.fragments > 1 or self.compress != "none" or eager)
         self.rounds_average_state = self.rounds_average_state and not hidden
         return hidden
 
-    def _setup_rounds(self, error_feedback: bool, cadences: list[Cadence] | None = None) -> None:
-        """The rounds of this method, every ``self.period`` steps (or ``cadences``)."""
+    def _setup_rounds(self, error_feedback: bool, cadences: list[Cadence] | None = None,
+                      eager: bool = False) -> None:
+        """The rounds of this method, every ``self.period`` steps (or ``cadences``);
+        ``eager`` (DiLoCo's eager outer steps, :mod:`lsgd.strategies.eager`): each round
+        sends ``reference - x`` and its transfer spans a whole period."""
         self._mean = FlatBuffer(self._state)  # the rare path's healthy mean
         self._averaging = AveragingRounds(
-            self.comm, self._state, fragments=self.fragments, overlap=self.overlap,
-            compress=self.compress, merge=self.merge, error_feedback=bool(error_feedback))
+            self.comm, self._state, fragments=self.fragments,
+            overlap=self.period if eager else self.overlap, compress=self.compress,
+            merge="replace" if eager else self.merge, error_feedback=bool(error_feedback),
+            difference=eager)
         self._use_cadences(cadences or self._averaging.fragments.cadences(self.period))
         leader_force.check_rounds(self)
 

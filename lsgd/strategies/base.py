@@ -387,6 +387,7 @@ class Strategy(Recovery, Seams):
 
     def state_dict(self) -> dict[str, Any]:
         """Everything of the strategy's own needed to resume (not model or optimizer)."""
+        self._pipeline.settle()  # first: a transfer's bytes count once it has arrived
         return {
             "name": self.name,
             "steps": self.steps,

@@ -18,6 +18,9 @@ simply averaged). Overlapped, fragmented and compressed rounds:
 :mod:`lsgd.strategies.averaging` (Streaming DiLoCo,
 https://arxiv.org/abs/2501.18512). Diverged workers: the mean is redone over
 the healthy workers, and a diverged worker is reset to the new ``θ_g``.
+Eager outer steps (``outer="eager"``, each worker steps at once on its own
+pseudo-gradient and the last round's mean, whose all-reduce spans a period):
+:mod:`lsgd.strategies.eager`.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from lsgd.comm import Communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.strategies import leader_force
-from lsgd.strategies.averaging import Averaging
+from lsgd.strategies.averaging import Averaging, part_of
+from lsgd.strategies.eager import EagerOuter, check_outer
+from lsgd.strategies.pipeline import InFlight
 
 
 class DiLoCo(Averaging):
@@ -60,6 +65,10 @@ class DiLoCo(Averaging):
             needs the loss.
         leader_weight: c >= 0 of ``"weights"`` (default 1.0).
         leader_pull: λ in [0, 1] of ``"pull"`` (default 0.5).
+        outer: ``"standard"`` (default) or ``"eager"``: each worker steps at once on
+            ``Δ̄_{t-1} + (Δ_t^m - Δ_{t-1}^m) / M`` while the mean of its own ``Δ_t^m``
+            travels for a whole period (:mod:`lsgd.strategies.eager`); takes no
+            ``overlap`` or ``merge``.
         comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`
             (``bn_buffers``: ``"average"`` or ``"local"``).
 
@@ -92,20 +101,26 @@ class DiLoCo(Averaging):
         init: str = "broadcast",
         sync_buffers: bool | None = None,
         bn_buffers: str | None = None,
+        outer: str = "standard",
     ) -> None:
+        self.outer = check_outer("DiLoCo", outer, overlap, merge)
+        eager = self.outer == "eager"
         self.period = _validate.positive_int("DiLoCo", "period", period)
         if not _validate.is_number(outer_lr, finite=True) or outer_lr <= 0:
             raise ValueError(f"DiLoCo: outer_lr must be a finite number > 0, got {outer_lr!r}")
         self.outer_momentum = _validate.momentum("DiLoCo", "outer_momentum", outer_momentum)
         self.outer_lr = float(outer_lr)
-        self._hidden("DiLoCo", self.period, overlap, fragments, compress, merge)
+        self._hidden("DiLoCo", self.period, overlap, fragments, compress, merge, eager=eager)
         self._force = leader_force.make("DiLoCo", leader, leader_weight, leader_pull)
+        if eager and leader != "none":
+            raise ValueError(f"DiLoCo: leader={leader!r} takes the standard outer step; "
+                             "give outer='standard' or leader='none'")
         super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
                          bn_buffers=bn_buffers)
         # θ_g, laid out like the state: the parameters, then (blocking rounds) the buffers.
         self.global_state = self._shared_copy()
         self._delta = FlatBuffer(self._state)  # Δ, the outer optimizer's .grad
-        self._setup_rounds(error_feedback)
+        self._setup_rounds(error_feedback, eager=eager)
         self._parameters = len(list(model.parameters()))
         parts = self._averaging.fragments
         # One outer optimizer per part, over its slice of θ_g (Δ's slice its .grad), this
@@ -128,6 +143,8 @@ class DiLoCo(Averaging):
                 params, lr=self.outer_lr, momentum=self.outer_momentum,
                 nesterov=self.outer_momentum > 0))
         self.outer_optimizer = self._outer_parts[0]
+        self._eager = EagerOuter("DiLoCo", self.comm, self._state, self._averaging,
+                                 self.global_state, self._outer_parts) if eager else None
 
     def _reference(self) -> FlatBuffer:
         return self.global_state
@@ -148,6 +165,27 @@ class DiLoCo(Averaging):
                 grads.append(delta[lo:min(hi, end)])
             regions.append((max(lo, end) - lo, hi - lo))
         return [(params, grads)], regions
+
+    def _run_rounds(self, names: list[str]) -> None:
+        if self._eager is None:
+            return super()._run_rounds(names)
+        part = part_of(names[-1])  # eager: the all-reduce starts, the outer step at once
+        item, direction = self._eager.start(part, self.steps)
+        self._launch(item)
+        self.rounds += 1
+        self._rule(part, direction, True, None)
+
+    def _apply(self, item: InFlight) -> None:
+        if self._eager is None:
+            return super()._apply(item)
+        if self._eager.land(item):  # eager: the mean lands, for the next round's step
+            return
+        healthy, count = self._eager.recover(int(item.info["fragment"]), "world",
+                                             self._device())
+        if count == 0:
+            raise self._diverged_error()
+        if not healthy:
+            self._reset_to(self.global_state.views)
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
@@ -195,6 +233,8 @@ class DiLoCo(Averaging):
         state = super().state_dict()
         state["global"] = [b.clone() for b in self.global_state.buffers]
         state["outer_parts"] = [copy.deepcopy(o.state_dict()["state"]) for o in self._outer_parts]
+        if self._eager is not None:
+            state["eager"] = self._eager.state_dict()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -205,7 +245,14 @@ class DiLoCo(Averaging):
             raise ValueError("DiLoCo.load_state_dict: this state was saved by lsgd 0.6 or "
                              "earlier with BatchNorm buffers in the round, which lsgd 0.7 keeps "
                              "beside the global parameters; resume it with lsgd 0.6")
+        if ("eager" in state) != (self._eager is not None):
+            saved = "eager" if "eager" in state else "standard"
+            raise ValueError(f"DiLoCo.load_state_dict: the state was saved with "
+                             f"outer={saved!r}, this strategy has outer={self.outer!r}; "
+                             f"resume with outer={saved!r} (lsgd train --outer {saved})")
         super().load_state_dict(state)
+        if self._eager is not None:
+            self._eager.load_state_dict(state["eager"])
         for buffer, value in zip(self.global_state.buffers, saved_global):
             buffer.copy_(value)
         outer = state["outer_parts"] if "outer_parts" in state else [state["outer"]]  # 0.6

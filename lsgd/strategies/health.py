@@ -118,16 +118,24 @@ class Recovery:
         """
         flat.copy_from(self._state)
         healthy = all_finite(flat.buffers)
-        if not healthy:
-            for buffer in flat.buffers:
-                buffer.zero_()
-        for buffer in flat.buffers:
-            self.comm.all_reduce_(buffer, op="sum", among=among)
-        count = torch.tensor([1.0 if healthy else 0.0], dtype=torch.float64,
-                             device=self._device())
-        with self.comm.category("control"):
-            self.comm.all_reduce_(count, op="sum", among=among)
-        healthy_count = int(count.item())
+        healthy_count = sum_healthy_(self.comm, flat.buffers, healthy, among, self._device())
         if healthy_count == 0 and among == "world":
             raise self._diverged_error()
         return healthy, healthy_count
+
+
+def sum_healthy_(comm: Communicator, tensors: Sequence[torch.Tensor], healthy: bool,
+                 among: Among, device: torch.device) -> int:
+    """``tensors <-`` their sum over the *healthy* members of ``among`` (a member that is not
+    ``healthy`` adds zeros; one all-reduce per tensor, ``"train"`` traffic); returns the
+    number of healthy members, the same on each (one all-reduce of one float64,
+    ``"control"`` traffic)."""
+    if not healthy:
+        for tensor in tensors:
+            tensor.zero_()
+    for tensor in tensors:
+        comm.all_reduce_(tensor, op="sum", among=among)
+    count = torch.tensor([1.0 if healthy else 0.0], dtype=torch.float64, device=device)
+    with comm.category("control"):
+        comm.all_reduce_(count, op="sum", among=among)
+    return int(count.item())

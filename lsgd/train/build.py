@@ -155,10 +155,8 @@ def knobs_from_config(cfg: TrainConfig) -> dict[str, Any]:
     elif cfg.method == "diloco":
         knobs.update(period=cfg.period, outer_lr=cfg.outer_lr,
                      outer_momentum=cfg.outer_momentum)
-    if cfg.method in ("diloco", "local-sgd") and cfg.leader != "none":  # given only when set
-        knobs["leader"] = cfg.leader
-        knobs.update({name: getattr(cfg, name) for name in ("leader_weight", "leader_pull")
-                      if getattr(cfg, name) is not None})
+        if cfg.outer != "standard":  # given only when set, as the pipeline's options
+            knobs["outer"] = cfg.outer
     elif cfg.method in DECENTRALIZED:
         weight: Any = {"auto": None, "max-degree": "max-degree"}.get(cfg.mixing_weight)
         if weight is None and cfg.mixing_weight != "auto":
@@ -170,6 +168,10 @@ def knobs_from_config(cfg: TrainConfig) -> dict[str, Any]:
             knobs.update(c_B=cfg.c_b, c_D=cfg.c_d, p_B=cfg.p_b, p_D=cfg.p_d,
                          budget=1.0 if cfg.budget is None else cfg.budget, seed=cfg.seed,
                          leader_window=cfg.leader_window)
+    if cfg.method in ("diloco", "local-sgd") and cfg.leader != "none":  # given only when set
+        knobs["leader"] = cfg.leader
+        knobs.update({name: getattr(cfg, name) for name in ("leader_weight", "leader_pull")
+                      if getattr(cfg, name) is not None})
     return knobs
 
 

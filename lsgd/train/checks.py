@@ -216,9 +216,18 @@ def _pipeline_errors(cfg: Any) -> list[str]:
                       f"{'--async' if cfg.asynchronous else '--hierarchical'}")
     if cfg.merge != "auto" and cfg.method not in ("diloco", "local-sgd"):
         errors.append(f"--merge {cfg.merge}: works with --method diloco or local-sgd")
-    elif cfg.merge != "auto" and cfg.overlap == 0:
+    elif cfg.merge != "auto" and cfg.overlap == 0 and cfg.outer != "eager":
         errors.append(f"--merge {cfg.merge}: says how an average meets the steps taken while "
                       "it was in flight; add --overlap K")
+    if cfg.outer != "standard" and cfg.method != "diloco":
+        errors.append(f"--outer {cfg.outer}: the outer step is DiLoCo's; give it with "
+                      "--method diloco")
+    elif cfg.outer == "eager" and (cfg.overlap or cfg.merge != "auto"):
+        given = " ".join(f"--{flag(name)} {getattr(cfg, name)}" for name, default in
+                         (("overlap", 0), ("merge", "auto")) if getattr(cfg, name) != default)
+        errors.append(f"--outer eager with {given}: an eager round's all-reduce runs behind "
+                      "the whole next period and its outer step is taken at once; drop "
+                      f"{given}")
     if cfg.error_feedback and (cfg.compress == "none" or cfg.method == "lsgd"):
         errors.append("--error-feedback: needs --compress bf16 or int8 with diloco, "
                       "local-sgd or easgd (LSGD's reference already carries what was lost)")
@@ -243,6 +252,9 @@ def _leader_errors(cfg: Any) -> list[str]:
     if refused:
         errors.append(f"--leader {cfg.leader}: elects among all workers at synchronous rounds "
                       f"of one level; drop {refused[0]} or --leader")
+    if getattr(cfg, "outer", "standard") == "eager":
+        errors.append(f"--leader {cfg.leader}: acts at the standard outer step; drop "
+                      "--outer eager or --leader")
     return errors
 
 

@@ -25,6 +25,7 @@ from lsgd.data import TEXT_DATASETS
 from lsgd.strategies.averaging import MERGES
 from lsgd.strategies.buffers import MODES as BN_MODES
 from lsgd.strategies.leader_force import LEADERS
+from lsgd.strategies.eager import OUTERS
 from lsgd.strategies.lsgd import SCOPE_PULLS
 from lsgd.train.checks import METHODS, config_errors
 from lsgd.train.ranges import EVAL_EVERY, flag
@@ -164,6 +165,11 @@ class TrainConfig:
     leader_pull: float | None = _f(None, "--leader pull: lambda in [0, 1], the fraction of the "
                                          "way from the round's global state to the leader's "
                                          "(default 0.5)")
+    outer: str = _f("standard", "DiLoCo: standard (the outer step on the round's mean) or "
+                                "eager (each worker steps at once on its own pseudo-gradient "
+                                "and the last round's mean, whose all-reduce runs behind the "
+                                "whole next period; no --overlap or --merge)",
+                    choices=OUTERS)
     # Hiding and shrinking communication (lsgd, diloco, local-sgd, easgd)
     overlap: int = _f(0, "steps a round's transfer runs behind local training before it "
                          "is applied (0: the round blocks); below --period")
