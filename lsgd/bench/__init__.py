@@ -37,6 +37,11 @@ _RUNNERS = {
     "replicas": ("replicas", "run"),
     "replicas-time": ("replicas", "run_time"),
     "replicas-lab": ("replica_lab", "run"),
+    "tuning": ("tuning", "run"),
+    "valley": ("quality", "run_valley"),
+    "leader-force": ("quality", "run_leader_force"),
+    "eager": ("quality", "run_eager"),
+    "tuned": ("quality", "run_tuned"),
 }
 
 

@@ -163,7 +163,8 @@ def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
     of ``wanted_toml`` (a config's TOML); ``None`` otherwise.
 
     A setting that the stored run's ``config.toml`` does not have (one added to
-    lsgd since) must be at its default; ``out`` and ``quiet`` do not count.
+    lsgd since) must be at its default; ``out``, ``quiet`` and ``device`` (where it ran,
+    not what) do not count.
     """
     import tomllib
 
@@ -178,7 +179,7 @@ def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
-    for key in (stored.keys() | wanted.keys()) - {"out", "quiet"}:  # where, not what
+    for key in (stored.keys() | wanted.keys()) - {"out", "quiet", "device"}:  # where, not what
         default = defaults.get(key)
         if isinstance(default, tuple):
             default = list(default)

@@ -55,14 +55,18 @@ def slug(settings: dict[str, Any]) -> str:
 
 
 def one_run(out: Path, task: str, label: str, settings: dict[str, Any], seed: int,
-            reuse: bool | str = False, steps: int | None = None) -> dict[str, Any]:
-    """Train one variant on one seed; its metric at the end, its first evaluation at the
-    target (steps, modeled seconds), the bytes each worker sent and its curve."""
+            reuse: bool | str = False, steps: int | None = None,
+            device: str | None = None) -> dict[str, Any]:
+    """Train one variant on one seed (on ``device``, default train's); its metric at the
+    end, its first evaluation at the target (steps, modeled seconds), the bytes each
+    worker sent and its curve."""
     spec = TASKS[task]
     steps = steps or spec["steps"]
     link = settings.get("link") or (FREE if settings.get("method") == "allreduce" else LINK)
     every = settings.pop("eval_every", None) or spec["eval_every"]
     run = out / "runs" / task / f"{slug(settings)}-s{steps}-seed{seed}"
+    if device:  # where it runs, not what: not in the run's name
+        settings = settings | {"device": device}
     summary = train(run, reuse=reuse, workers=WORKERS, groups=WORKERS, backend="threads",
                     step_seconds=STEP_SECONDS, steps=steps, eval_every=str(every),
                     eval_leader=False, seed=seed,
@@ -82,11 +86,13 @@ def one_run(out: Path, task: str, label: str, settings: dict[str, Any], seed: in
 
 
 def run_variants(out: Path, task: str, variants: dict[str, dict[str, Any]],
-                 seeds: Sequence[int], jobs: int, reuse: bool | str = False,
-                 steps: int | None = None) -> list[dict[str, Any]]:
-    """Every variant on every seed, seed by seed (interleaved), ``jobs`` at a time."""
-    calls = [(out, task, label, dict(settings), seed, reuse, steps)
-             for seed in seeds for label, settings in variants.items()]
+                 seeds: Sequence[int], options: dict[str, Any], steps: int | None = None
+                 ) -> list[dict[str, Any]]:
+    """Every variant on every seed, seed by seed (interleaved), ``--jobs`` at a time (the
+    bench's ``options``: ``jobs``, ``reuse``, ``device``)."""
+    calls = [(out, task, label, dict(settings), seed, options.get("reuse") or False, steps,
+              options.get("device")) for seed in seeds for label, settings in variants.items()]
+    jobs = options.get("jobs") or 1
     return in_parallel(one_run, calls, jobs)
 
 

@@ -22,6 +22,7 @@ from lsgd._validate import is_int, is_number
 from lsgd.comm.codec import CODECS
 from lsgd.comm.info import REPLICAS
 from lsgd.data import TEXT_DATASETS
+from lsgd.train import tuned
 from lsgd.strategies.averaging import MERGES
 from lsgd.strategies.buffers import MODES as BN_MODES
 from lsgd.strategies.leader_force import LEADERS
@@ -422,9 +423,14 @@ TEXT_DEFAULTS: dict[str, Any] = {"optimizer": "adamw", "lr": 0.002, "weight_deca
 def make_config(settings: dict[str, Any]) -> TrainConfig:
     """A validated config from field values (TOML file merged with the command line);
     settings not given take :data:`TEXT_DEFAULTS` for a text dataset, else the fields'
-    defaults."""
+    defaults; then the tuned point of the run's task and method
+    (:data:`lsgd.train.tuned.TUNED`) for every setting not given."""
+    method = str(settings.get("method", TrainConfig.method))
+    chosen = tuned.defaults(settings, TEXT_DATASETS, method)
     if str(settings.get("dataset", "")).lower() in TEXT_DATASETS:
-        settings = TEXT_DEFAULTS | settings
+        settings = TEXT_DEFAULTS | chosen | settings
+    else:
+        settings = chosen | settings
     cfg = TrainConfig(**settings)
     cfg.validate()
     return cfg

@@ -1,0 +1,151 @@
+"""Quality per step: the studies of LSGD's early valley, the leader's force on DiLoCo,
+DiLoCo's eager outer steps, and every method at its tuned defaults against all-reduce.
+
+Each is a :mod:`lsgd.bench.study`: the variants train from the same seeds (0, 1, 2,
+interleaved) on the language model and on CNN7, 4 workers as 4 nodes in the simulator,
+300 steps at 0.135 s each on the simulator's clock, the periodic methods behind a
+modeled 20 Mbit/s link and all-reduce on the free 1 Gbit/s network; every variant starts
+from a pinned point of its method (:data:`BASE`, the tuning grid's). Reported per variant: the
+metric at the end (equal tokens), the steps and the modeled seconds to the target, the MB
+each worker sent (median [min-max]); ``apart`` says whether the variant's seeds and the
+first variant's do not overlap at the end.
+
+* ``lsgd bench valley``: LSGD with ``--pull-decay-rounds R`` (the pull decays from a
+  full copy of the leader to λ over R rounds) against R = 0;
+* ``lsgd bench leader-force``: DiLoCo with ``--leader weights`` and ``--leader pull``
+  against ``--leader none``;
+* ``lsgd bench eager``: DiLoCo's hidden rounds, ``--outer eager`` against overlap with
+  the ``mix`` merge, int8;
+* ``lsgd bench tuned``: every method and its hidden forms against all-reduce on the
+  free network: the loss at equal steps and the modeled time to the target.
+
+``--tasks language,cnn7`` picks tasks; ``--quick``: a one-block GPT, 12 steps, one seed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lsgd.bench import study
+from lsgd.bench.common import Result
+from lsgd.train.build import UsageError
+
+#: The points every study starts from, pinned (the tuning grid's first points): the
+#: language model's (AdamW, 0.1-epoch warm-up, cosine decay; int8 rounds every 32 steps)
+#: and CNN7's (SGD with Nesterov momentum, lr 0.05, batch 128; int8 rounds).
+BASE: dict[str, dict[str, dict[str, Any]]] = {
+    "language": {
+        "allreduce": {"method": "allreduce", "warmup_epochs": 0.1, "lr": 0.001},
+        "diloco": {"method": "diloco", "warmup_epochs": 0.1, "compress": "int8",
+                   "period": 32, "lr": 0.001, "outer_lr": 0.35},
+        "local-sgd": {"method": "local-sgd", "warmup_epochs": 0.1, "compress": "int8",
+                      "period": 32, "lr": 0.001},
+        "lsgd": {"method": "lsgd", "warmup_epochs": 0.1, "compress": "int8", "period": 32,
+                 "lr": 0.001, "pull": 0.1}},
+    "cnn7": {
+        "allreduce": {"method": "allreduce", "lr": 0.05},
+        "diloco": {"method": "diloco", "compress": "int8", "period": 16, "lr": 0.05,
+                   "outer_lr": 0.7},
+        "lsgd": {"method": "lsgd", "compress": "int8", "period": 8, "lr": 0.05,
+                 "pull": 0.1}},
+}
+#: A hidden round's overlap per task (a quarter of DiLoCo's period).
+OVERLAP = {"language": 8, "cnn7": 4}
+
+
+def _variants(name: str, task: str) -> dict[str, dict[str, Any]]:
+    """The study ``name``'s variants on ``task``: label -> settings; the first is the
+    reference."""
+    base, k = BASE[task], OVERLAP[task]
+    if name == "valley":
+        return {"lsgd": base["lsgd"],
+                "lsgd, R=4": base["lsgd"] | {"pull_decay_rounds": 4},
+                "lsgd, R=12": base["lsgd"] | {"pull_decay_rounds": 12}}
+    if name == "leader-force":
+        return {"diloco": base["diloco"],
+                "diloco, leader weights": base["diloco"] | {"leader": "weights"},
+                "diloco, leader pull": base["diloco"] | {"leader": "pull"}}
+    if name == "eager":
+        return {"diloco, overlap mix": base["diloco"] | {"overlap": k},
+                "diloco, eager": base["diloco"] | {"outer": "eager"},
+                "diloco, blocking": base["diloco"]}
+    assert name == "tuned", name
+    variants = {"allreduce": base["allreduce"],
+                "diloco": base["diloco"],
+                "diloco, overlap mix": base["diloco"] | {"overlap": k},
+                "diloco, eager": base["diloco"] | {"outer": "eager"},
+                "lsgd": base["lsgd"],
+                "lsgd, R=4": base["lsgd"] | {"pull_decay_rounds": 4}}
+    if task == "language":
+        variants |= {"allreduce, lr 0.002": base["allreduce"] | {"lr": 0.002},
+                     "local-sgd": base["local-sgd"],
+                     "lsgd, overlap": base["lsgd"] | {"overlap": 4}}
+    return variants
+
+
+STUDIES = {"valley": "LSGD's early valley: a pull that decays from 1 over R rounds",
+           "leader-force": "The leader's force on DiLoCo",
+           "eager": "DiLoCo's eager outer steps against overlapped rounds",
+           "tuned": "Every method against all-reduce, equal steps and time to the target"}
+TASKS = ("language", "cnn7")
+
+
+def run_study(name: str, out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    """Run the study ``name`` (see the module text)."""
+    title = STUDIES[name]
+    tasks = ["language-quick"] if quick else list(options.get("tasks") or TASKS)
+    unknown = [t for t in tasks if t not in study.TASKS]
+    if unknown:
+        raise UsageError(f"{name}: unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
+    seeds = list(range(options.get("seeds") or (1 if quick else 3)))
+    rows: list[list[Any]] = []
+    data: dict[str, Any] = {"seeds": seeds, "tasks": {}}
+    for task in tasks:
+        spec = study.TASKS[task]
+        variants = _variants(name, "language" if quick else task)
+        chosen = {k: v | (_quick(v) if quick else {}) for k, v in variants.items()}
+        results = study.run_variants(out, task, chosen, seeds, options)
+        summary = study.summarize(task, results, list(variants))
+        data["tasks"][task] = {"runs": results, "summary": summary}
+        reference = summary[0]
+        for s in summary:
+            better = (s["final"][0] is not None and reference["final"][0] is not None
+                      and (s["final"][0] < reference["final"][0]) == spec["lower"])
+            verdict = ("-" if s is reference else
+                       ("better" if better else "worse") if study.apart(s["finals"],
+                                                                      reference["finals"])
+                       else "overlap")
+            rows.append([task, s["label"], study.cell(s["final"], 4), verdict,
+                         study.cell(s["steps"], 0), study.cell(s["time"], 1), round(s["mb"], 2)])
+    notes = [f"Seeds {', '.join(map(str, seeds))}, interleaved; 4 workers as 4 nodes in the "
+             f"simulator, {study.STEP_SECONDS} s per step on its clock, the periodic methods "
+             f"behind a modeled {study.LINK} link, all-reduce on {study.FREE} unless named; "
+             "median [min-max]. At the end: the center's validation loss (language, nats/byte) "
+             "or test accuracy (cnn7) after 300 steps; vs first: whether its seeds and the "
+             "first row's do not overlap (better/worse) or do; steps and time: to 2.2 "
+             "nats/byte or 86% ('-': a seed missed it)."]
+    return Result(name, title, ["task", "variant", "at the end", "vs first", "steps to target",
+                                "time to target s", "MB sent/worker"], rows, notes, data)
+
+
+def _quick(settings: dict[str, Any]) -> dict[str, Any]:
+    """A quick run's rounds: every 4 steps (overlap 2), no warm-up."""
+    return {"warmup_epochs": 0.0, "period": 4} | ({"overlap": 2} if "overlap" in settings
+                                                     else {})
+
+
+def run_valley(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    return run_study("valley", out, quick, options)
+
+
+def run_leader_force(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    return run_study("leader-force", out, quick, options)
+
+
+def run_eager(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    return run_study("eager", out, quick, options)
+
+
+def run_tuned(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    return run_study("tuned", out, quick, options)

@@ -1,0 +1,65 @@
+"""The tuning grid and the quality studies: quick runs, their numbers, and the tuned
+defaults that ``lsgd train`` takes from the records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lsgd.bench import quality, study, tuning
+from lsgd.train import tuned
+from lsgd.train.config import TEXT_DEFAULTS, make_config
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "records" / "quality" / "tuning.json"
+
+
+def test_apart_needs_the_spreads_not_to_overlap() -> None:
+    assert study.apart([1.0, 1.1, 1.2], [1.3, 1.4])
+    assert not study.apart([1.0, 1.35], [1.3, 1.4])
+    assert study.spread([3.0, 1.0, 2.0]) == (2.0, 1.0, 3.0)
+    assert study.spread([1.0, None]) == (None, None, None)  # a seed missed the target
+
+
+def test_every_study_starts_from_its_methods_pinned_point() -> None:
+    for name in quality.STUDIES:
+        for task in quality.TASKS:
+            for label, settings in quality._variants(name, task).items():
+                method = settings["method"]
+                for key, value in quality.BASE[task][method].items():  # or named in the label
+                    assert settings[key] == value or key in label, (name, label, key)
+    # the tuning grid holds the language model's pinned points, so the studies share runs
+    grid = {study.slug(base | p) for base, points in tuning.GRIDS["language"].values()
+            for p in points}
+    assert {study.slug(s) for s in quality.BASE["language"].values()} <= grid
+
+
+@pytest.mark.slow
+def test_a_quick_study_reports_each_variant_and_reads_its_runs_back(tmp_path: Path) -> None:
+    result = quality.run_study("leader-force", tmp_path, True, {})
+    assert [row[1] for row in result.rows] == list(quality._variants("leader-force",
+                                                                     "language"))
+    runs = result.data["tasks"]["language-quick"]["runs"]
+    assert all(4.0 < r["final"] < 5.6 for r in runs)  # 5.55 untrained, a one-block GPT
+    again = quality.run_study("leader-force", tmp_path, True, {"reuse": "only"})
+    assert again.rows == result.rows
+
+
+def test_lsgd_train_takes_the_tuned_point_of_its_task_and_method() -> None:
+    for method, point in tuned.TUNED["text"].items():
+        cfg = make_config({"dataset": "kjv", "method": method})
+        for key, value in (TEXT_DEFAULTS | point).items():
+            assert getattr(cfg, key) == value, (method, key)
+        given = make_config({"dataset": "kjv", "method": method, "lr": 0.0123})
+        assert given.lr == 0.0123  # what the user gives wins
+    assert make_config({"dataset": "fashion-mnist", "model": "mlp"}).lr == 0.05  # untuned
+
+
+def test_the_tuned_table_is_what_the_tuning_records_chose() -> None:
+    if not RECORDS.is_file():
+        pytest.skip("no tuning records")
+    chosen = json.loads(RECORDS.read_text())["data"]["chosen"]
+    for table, task in tuned.TUNING_TASK.items():
+        assert tuned.TUNED[table] == chosen.get(task, {}), table
