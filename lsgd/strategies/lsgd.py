@@ -293,12 +293,13 @@ class LSGD(Strategy):
         overlap = self.overlap if pull else 0
         if self.compress == "none" and overlap == 0:  # the blocking round
             if self.rank == leader:
-                torch._foreach_copy_(snapshot, self._parts.of(self._copy_of_state(), part))
+                torch._foreach_copy_(snapshot, self._copy_of_part(part))
             for buffer in snapshot:
                 self.comm.broadcast_(buffer, src=leader, among=level.among)
             buffers, handles = snapshot, [done_handle()]
-        else:
-            buffers = [t.clone() for t in self._parts.of(self._copy_of_state(), part)]
+        else:  # the leader's part as it is now; the others' buffers are overwritten
+            buffers = ([t.clone() for t in self._copy_of_part(part)] if self.rank == leader
+                       else [torch.empty_like(t) for t in snapshot])
             if self.rank == leader and self.compress != "none":
                 torch._foreach_sub_(buffers, snapshot)
             handles = [self.comm.start_broadcast(b, leader, level.among, codec=self.compress)
@@ -308,9 +309,10 @@ class LSGD(Strategy):
                         {"leader": leader, "diverged": diverged, "pull": pull,
                          "level": level.name, "part": part})
 
-    def _copy_of_state(self) -> FlatBuffer:
-        """The state, copied into the work buffer (laid out for the parts)."""
-        return self._work.copy_from(self._state)
+    def _copy_of_part(self, part: int) -> list[torch.Tensor]:
+        """Part ``part`` of the state, copied into the work buffer (only that part)."""
+        self._work.copy_range_from(self._state, self._parts.bounds[part])
+        return self._parts.of(self._work, part)
 
     def _apply(self, item: InFlight) -> None:
         """The leader's state or part (as it was when its broadcast started) has landed:
@@ -345,20 +347,19 @@ class LSGD(Strategy):
     def _land_part(self, level: Level, part: int, leader: int, diverged: bool) -> None:
         """Part ``part`` of the leader's state is in the level's snapshot: a diverged
         worker copies it (and, after the last part, is reset to the whole snapshot and
-        trains again), the others pull that part toward it."""
-        assert self._work is not None
+        trains again), the others pull that part toward it (through the work buffer:
+        that part of the state only, copied there and back)."""
         if self.rank == leader and not diverged:
             if level.name in self._velocity:
                 for buffer in self._parts.of(self._velocity[level.name], part):
                     buffer.zero_()
         else:
-            self._work.copy_from(self._state)
-            x, target = self._parts.of(self._work, part), self._parts.of(level.snapshot, part)
+            x, target = self._copy_of_part(part), self._parts.of(level.snapshot, part)
             if diverged:
                 torch._foreach_copy_(x, target)
             else:
                 self._round_pull(level, x, target, *self._momentum_views(level, part))
-            self._work.copy_to(self._state)
+            self._work.copy_range_to(self._state, self._parts.bounds[part])
         if diverged and part == self.fragments - 1:
             self._frozen = False
             self._reset_to(level.snapshot.views)
