@@ -54,3 +54,38 @@ class FlatBuffer:
         """Write the buffer's contents into ``tensors``."""
         if self.views:
             torch._foreach_copy_(list(tensors), self.views)
+
+    def pieces(self, tensors: Sequence[torch.Tensor], bounds: Sequence[tuple[int, int]]
+               ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The pieces of ``tensors`` (shaped like :attr:`views`) that lie in the ranges
+        ``bounds`` (one ``(begin, end)`` per flat buffer), and the matching slices of
+        :attr:`buffers`: a contiguous tensor's flat values in the range, a
+        non-contiguous tensor that meets the range whole (with its whole view)."""
+        mine: list[torch.Tensor] = []
+        flat: list[torch.Tensor] = []
+        for i, (b, offset, shape) in enumerate(self._layout):
+            begin, end = max(bounds[b][0], offset), min(bounds[b][1], offset + shape.numel())
+            if begin >= end:
+                continue
+            if tensors[i].is_contiguous():
+                mine.append(tensors[i].view(-1)[begin - offset: end - offset])
+                flat.append(self.buffers[b][begin:end])
+            else:
+                mine.append(tensors[i])
+                flat.append(self.views[i])
+        return mine, flat
+
+    def copy_range_from(self, tensors: Sequence[torch.Tensor],
+                        bounds: Sequence[tuple[int, int]]) -> None:
+        """Fill the ranges ``bounds`` of the buffers from ``tensors`` (:meth:`pieces`):
+        :meth:`copy_from` for one part of the state only."""
+        mine, flat = self.pieces(tensors, bounds)
+        if flat:
+            torch._foreach_copy_(flat, mine)
+
+    def copy_range_to(self, tensors: Sequence[torch.Tensor],
+                      bounds: Sequence[tuple[int, int]]) -> None:
+        """Write the ranges ``bounds`` of the buffers into ``tensors`` (:meth:`pieces`)."""
+        mine, flat = self.pieces(tensors, bounds)
+        if mine:
+            torch._foreach_copy_(mine, flat)

@@ -24,42 +24,55 @@ def loss(rank: int, step: int) -> float:
 
 
 def reference(levels: list[tuple[int, list[list[int]], float]], fragments: int, overlap: int,
-              election: str) -> list[list[list[float]]]:
+              election: str, decay: int = 0) -> list[list[list[float]]]:
     """Each rank's state after every step. ``levels``: (period, groups of ranks, pull),
     local before global. A level's election at the steps ``s % period == 0`` picks the
     lowest loss of step ``s - 1`` (``"early"``) or ``s`` (``"round"``) in each group; its
     leader's part ``f`` is taken at step ``s + f period / F`` and pulled ``overlap``
-    steps later (the parts started at one step: every level's first, then the later
-    parts, local before global; those landing together in that order)."""
+    steps later, or at once with no overlap (the parts started at one step: every
+    level's first, then the later parts, local before global; those landing together
+    in that order). ``decay``: R of the early valley, the level's ``r``-th election
+    (from 0) pulls all its parts by ``pull + (1 - pull) max(0, 1 - r / R)``."""
     x = [list(v) for v in X0]
     n = len(x[0])
     bounds = [(n * f // fragments, n * (f + 1) // fragments) for f in range(fragments)]
     elected: dict[tuple[int, int], int] = {}
+    rounds = [0 for _ in levels]  # each level's elections so far
     flight: list[tuple[int, list[int], int, float, int, list[float]]] = []
     out: list[list[list[float]]] = [[] for _ in x]
+
+    def land(item: tuple[int, list[int], int, float, int, list[float]]) -> None:
+        _, members, leader, pull, f, values = item
+        lo, hi = bounds[f]
+        for r in members:
+            if r != leader:
+                x[r][lo:hi] = [a + pull * (b - a) for a, b in zip(x[r][lo:hi], values)]
+
     for s in range(1, STEPS + 1):
         for r in range(len(x)):
             x[r] = [a - LR * g for a, g in zip(x[r], GRADS[r])]
         for item in [i for i in flight if i[0] == s]:
-            _, members, leader, pull, f, values = item
-            lo, hi = bounds[f]
-            for r in members:
-                if r != leader:
-                    x[r][lo:hi] = [a + pull * (b - a) for a, b in zip(x[r][lo:hi], values)]
+            land(item)
         flight = [i for i in flight if i[0] != s]
         when = s - 1 if election == "early" else s
         for li, (period, groups, _) in enumerate(levels):
             if s % period == 0:
+                rounds[li] += 1
                 for gi, members in enumerate(groups):
                     elected[li, gi] = min(members, key=lambda r: (loss(r, when), r))
         for f in range(fragments):
             for li, (period, groups, pull) in enumerate(levels):
                 if s % period == f * period // fragments and (li, 0) in elected:
+                    r = rounds[li] - 1
+                    if decay:
+                        pull = pull + (1 - pull) * max(0.0, 1 - r / decay)
                     for gi, members in enumerate(groups):
                         leader = elected[li, gi]
                         lo, hi = bounds[f]
                         flight.append((s + overlap, members, leader, pull, f,
                                        list(x[leader][lo:hi])))
+                        if not overlap:  # a blocking round pulls before the next is sent
+                            land(flight.pop())
         for r in range(len(x)):
             out[r].append(list(x[r]))
     return out
@@ -72,9 +85,9 @@ def spec(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def check(levels: list[tuple[int, list[list[int]], float]], fragments: int, overlap: int,
-          election: str) -> Callable[[list[dict[str, Any]]], None]:
+          election: str, decay: int = 0) -> Callable[[list[dict[str, Any]]], None]:
     def run(results: list[dict[str, Any]]) -> None:
-        expected = reference(levels, fragments, overlap, election)
+        expected = reference(levels, fragments, overlap, election, decay)
         for r, res in enumerate(results):
             for t, (got, want) in enumerate(zip(res["x"], expected[r]), start=1):
                 assert got == want, f"rank {r} after step {t}: {got} != {want}"

@@ -81,6 +81,8 @@ CASES = [
      ["--scope-global", "-1.0"]),
     ("moving-rate-nan", ["--method", "easgd", "--moving-rate", "nan"], ["--moving-rate", "nan"]),
     ("leader-momentum-one", ["--leader-momentum", "1"], ["--leader-momentum", "1.0", "[0, 1)"]),
+    ("pull-decay-rounds-negative", ["--pull-decay-rounds", "-1"],
+     ["--pull-decay-rounds", "-1", "[0, "]),
     ("scope-pull-unknown", ["--scope-pull", "before"], ["--scope-pull", "before", "algorithm-1"]),
     ("bn-buffers-unknown", ["--bn-buffers", "mean"], ["--bn-buffers", "mean", "average"]),
     ("bn-buffers-not-the-methods", ["--method", "dpsgd", "--bn-buffers", "average"],

@@ -67,3 +67,24 @@ def test_flat_buffer_views_share_storage_and_group_dtypes() -> None:
     out = [torch.empty_like(x) for x in tensors]
     flat.copy_to(out)
     assert out[2].tolist() == [6.0] * 5 and out[1].tolist() == [0.0] * 4
+
+
+def test_a_range_copy_moves_that_range_only() -> None:
+    """FlatBuffer.copy_range_from/to: a contiguous tensor's values in the range; a
+    non-contiguous one that meets it, whole."""
+    tensors = [torch.arange(6.0).reshape(2, 3), torch.arange(6.0, 12.0).reshape(3, 2).t(),
+               torch.arange(12.0, 16.0)]
+    flat = FlatBuffer(tensors)
+    flat.copy_range_from(tensors, [(4, 13)])
+    expected = torch.zeros(16)
+    expected[4:6] = torch.tensor([4.0, 5.0])
+    expected[6:12] = tensors[1].reshape(-1)  # non-contiguous: whole
+    expected[12] = 12.0
+    assert torch.equal(flat.buffers[0], expected)
+    flat.buffers[0].copy_(torch.arange(100.0, 116.0))
+    flat.copy_range_to(tensors, [(1, 3)])
+    assert tensors[0].reshape(-1).tolist() == [0.0, 101.0, 102.0, 3.0, 4.0, 5.0]
+    assert tensors[1].t().reshape(-1).tolist() == [float(v) for v in range(6, 12)]
+    flat.copy_range_to(tensors, [(7, 8)])
+    assert tensors[1].reshape(-1).tolist() == [float(v) for v in range(106, 112)]
+    assert tensors[2].tolist() == [12.0, 13.0, 14.0, 15.0]

@@ -12,7 +12,9 @@ synchronous"):
        x <- x - (scope / period) (x - leader_local) - (scope_global / global_period) (x - leader_global)
 
 2. every ``period`` steps (a local round): elect the leader of each group,
-   broadcast its state inside the group, ``x <- x - pull (x - leader_local)``;
+   broadcast its state inside the group, ``x <- x - pull (x - leader_local)``
+   (``pull_decay_rounds=R``: the level's round r pulls ``pull + (1 - pull)
+   max(0, 1 - r/R)``, :mod:`lsgd.strategies.pull_decay`);
 3. every ``global_period`` steps (a global round): the same among all workers.
 
 The local round goes first when both fall on one step; a leader takes no pull.
@@ -37,13 +39,14 @@ from lsgd import _validate
 from lsgd.comm import Communicator
 from lsgd.comm.transfers import done_handle
 from lsgd.flat import FlatBuffer
-from lsgd.functional import elect, lags_, nesterov_pull_, pull_, pull_two_
+from lsgd.functional import elect, lags_, pull_, pull_two_
 from lsgd.leader import Scorer
 from lsgd.strategies.averaging import Fragments
 from lsgd.strategies.base import Strategy, as_loss_tensor
 from lsgd.strategies.election import ELECTIONS, Election
 from lsgd.strategies.levels import Level, build_levels, check_knobs
 from lsgd.strategies.pipeline import InFlight, check_options
+from lsgd.strategies.pull_decay import check_decay_rounds, copied_share, round_pull_
 from lsgd.strategies.schedule import Cadence
 
 
@@ -66,6 +69,9 @@ class LSGD(Strategy):
         scope_pull: ``"after-step"`` (default) or ``"algorithm-1"`` (the paper's
             pull, computed before the step; the leader takes it too).
         leader_momentum: mu in [0, 1), Nesterov momentum of the round's pull (0: plain).
+        pull_decay_rounds: R; each level's round r pulls ``pull + (1 - pull) max(0, 1 - r/R)``
+            (a full copy of the leader at r = 0; 0: the constant pull), see
+            :mod:`lsgd.strategies.pull_decay`.
         overlap: K in ``[0, period)``, steps between a broadcast's start and its pull.
         fragments: F, parts of the leader's state sent in turn, one every ``period / F`` steps.
         election: ``"round"`` or ``"early"`` (scores gathered one step before the
@@ -98,6 +104,7 @@ class LSGD(Strategy):
         eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         scope_pull: str = "after-step",
         leader_momentum: float = 0.0,
+        pull_decay_rounds: int = 0,
         overlap: int = 0,
         fragments: int = 1,
         compress: str = "none",
@@ -114,6 +121,7 @@ class LSGD(Strategy):
         period = knobs.period
         self.scope_pull = _validate.choice(owner, "scope_pull", scope_pull, SCOPE_PULLS)
         self.leader_momentum = _validate.momentum(owner, "leader_momentum", leader_momentum)
+        self.pull_decay_rounds = check_decay_rounds(owner, pull_decay_rounds)
         self.overlap, self.fragments, self.compress = check_options(
             owner, period, overlap, fragments, compress, asynchronous)
         hidden = bool(self.overlap) or self.fragments > 1
@@ -293,24 +301,28 @@ class LSGD(Strategy):
         overlap = self.overlap if pull else 0
         if self.compress == "none" and overlap == 0:  # the blocking round
             if self.rank == leader:
-                torch._foreach_copy_(snapshot, self._parts.of(self._copy_of_state(), part))
+                torch._foreach_copy_(snapshot, self._copy_of_part(part))
             for buffer in snapshot:
                 self.comm.broadcast_(buffer, src=leader, among=level.among)
             buffers, handles = snapshot, [done_handle()]
-        else:
-            buffers = [t.clone() for t in self._parts.of(self._copy_of_state(), part)]
+        else:  # the leader's part as it is now; the others' buffers are overwritten
+            buffers = ([t.clone() for t in self._copy_of_part(part)] if self.rank == leader
+                       else [torch.empty_like(t) for t in snapshot])
             if self.rank == leader and self.compress != "none":
                 torch._foreach_sub_(buffers, snapshot)
             handles = [self.comm.start_broadcast(b, leader, level.among, codec=self.compress)
                        for b in buffers]
+        info = {"leader": leader, "diverged": diverged, "pull": pull, "level": level.name,
+                "part": part}
+        if pull and self.pull_decay_rounds:  # the round's r, for its decayed pull
+            info["round"] = level.rounds - 1
         return InFlight(self.steps, self.steps + overlap, _part_name(level.name, part),
-                        handles, {"leader": buffers},
-                        {"leader": leader, "diverged": diverged, "pull": pull,
-                         "level": level.name, "part": part})
+                        handles, {"leader": buffers}, info)
 
-    def _copy_of_state(self) -> FlatBuffer:
-        """The state, copied into the work buffer (laid out for the parts)."""
-        return self._work.copy_from(self._state)
+    def _copy_of_part(self, part: int) -> list[torch.Tensor]:
+        """Part ``part`` of the state, copied into the work buffer (only that part)."""
+        self._work.copy_range_from(self._state, self._parts.bounds[part])
+        return self._parts.of(self._work, part)
 
     def _apply(self, item: InFlight) -> None:
         """The leader's state or part (as it was when its broadcast started) has landed:
@@ -324,41 +336,43 @@ class LSGD(Strategy):
             torch._foreach_add_(snapshot, received)
         elif received[0].data_ptr() != snapshot[0].data_ptr():  # not received in place
             torch._foreach_copy_(snapshot, received)
+        share = copied_share(info.get("round"), self.pull_decay_rounds)
         if self.fragments == 1:
-            self._land(level, info["leader"], info["diverged"], info["pull"])
+            self._land(level, info["leader"], info["diverged"], info["pull"], share)
         else:
-            self._land_part(level, part, info["leader"], info["diverged"])
+            self._land_part(level, part, info["leader"], info["diverged"], share)
 
-    def _land(self, level: Level, leader: int, diverged: bool, pull: bool) -> None:
+    def _land(self, level: Level, leader: int, diverged: bool, pull: bool,
+              share: float) -> None:
         """The level's snapshot holds the leader's state: reset a diverged worker to it,
-        or pull toward it; note the leader."""
+        or pull toward it (``share``: the round's copied share); note the leader."""
         if diverged:
             self._reset_to(level.snapshot.views)
         elif pull and self.rank != leader:
-            self._round_pull(level, self._state, level.snapshot.views,
+            self._round_pull(level, self._state, level.snapshot.views, share,
                              *self._momentum_views(level, None))
         elif pull and level.name in self._velocity:
             for buffer in self._velocity[level.name].buffers:
                 buffer.zero_()  # the leader's lag is zero
         self._note_leader(level, leader)
 
-    def _land_part(self, level: Level, part: int, leader: int, diverged: bool) -> None:
+    def _land_part(self, level: Level, part: int, leader: int, diverged: bool,
+                   share: float) -> None:
         """Part ``part`` of the leader's state is in the level's snapshot: a diverged
         worker copies it (and, after the last part, is reset to the whole snapshot and
-        trains again), the others pull that part toward it."""
-        assert self._work is not None
+        trains again), the others pull that part toward it (through the work buffer:
+        that part of the state only, copied there and back)."""
         if self.rank == leader and not diverged:
             if level.name in self._velocity:
                 for buffer in self._parts.of(self._velocity[level.name], part):
                     buffer.zero_()
         else:
-            self._work.copy_from(self._state)
-            x, target = self._parts.of(self._work, part), self._parts.of(level.snapshot, part)
+            x, target = self._copy_of_part(part), self._parts.of(level.snapshot, part)
             if diverged:
                 torch._foreach_copy_(x, target)
             else:
-                self._round_pull(level, x, target, *self._momentum_views(level, part))
-            self._work.copy_to(self._state)
+                self._round_pull(level, x, target, share, *self._momentum_views(level, part))
+            self._work.copy_range_to(self._state, self._parts.bounds[part])
         if diverged and part == self.fragments - 1:
             self._frozen = False
             self._reset_to(level.snapshot.views)
@@ -383,13 +397,11 @@ class LSGD(Strategy):
         return self._parts.of(velocity, part), self._parts.of(self._lag, part)
 
     def _round_pull(self, level: Level, x: list[torch.Tensor], leader: list[torch.Tensor],
-                    velocity: list[torch.Tensor] | None, lag: list[torch.Tensor] | None
-                    ) -> None:
-        """``x <- x - pull (x - leader)``; with leader momentum, the Nesterov form."""
-        if velocity is None or lag is None:
-            pull_(x, leader, level.pull)
-        else:
-            nesterov_pull_(x, leader, level.pull, velocity, lag, self.leader_momentum)
+                    share: float, velocity: list[torch.Tensor] | None,
+                    lag: list[torch.Tensor] | None) -> None:
+        """``x <- x - λ_r (x - leader)``; with leader momentum, the Nesterov form
+        (:func:`~lsgd.strategies.pull_decay.round_pull_`)."""
+        round_pull_(x, leader, level.pull, share, velocity, lag, self.leader_momentum)
 
     def _after_reset(self) -> None:
         """Forget the losses of the diverged past: the window refills from the next step;

@@ -146,6 +146,7 @@ def knobs_from_config(cfg: TrainConfig) -> dict[str, Any]:
                      pull_global=cfg.pull_global, scope_global=cfg.scope_global,
                      global_period=cfg.global_period, leader_window=cfg.leader_window,
                      scope_pull=cfg.scope_pull, leader_momentum=cfg.leader_momentum,
+                     pull_decay_rounds=cfg.pull_decay_rounds,
                      election=None if cfg.election == "auto" else cfg.election)
     elif cfg.method == "easgd":
         knobs.update(moving_rate=cfg.moving_rate, period=cfg.period)

@@ -145,6 +145,9 @@ class TrainConfig:
                          choices=SCOPE_PULLS)
     leader_momentum: float = _f(0.0, "LSGD: Nesterov momentum mu of the round's pull toward "
                                 "the leader, in [0, 1); 0 is plain LSGD")
+    pull_decay_rounds: int = _f(0, "LSGD: R; each level's round r pulls pull + (1 - pull) "
+                                "max(0, 1 - r/R): a full copy of the leader at its first round, "
+                                "down to --pull by round R; 0 keeps the pull constant")
     leader_window: int = _f(10, "LSGD: a worker's score is the mean of its last k losses")
     # EASGD, local SGD
     moving_rate: float = _f(0.43, "EASGD beta")

@@ -32,7 +32,7 @@ POSITIVE_INTS = ("workers", "groups", "batch_size", "period", "leader_window", "
                  "gossip_period", "steps", "global_period", "fragments", "min_workers",
                  "context", "layers", "width", "heads")
 NON_NEGATIVE_INTS = ("bn_recalibrate", "checkpoint_every", "restarts", "eval_tokens",
-                     "powersgd", "powersgd_warmup")
+                     "powersgd", "powersgd_warmup", "pull_decay_rounds")
 #: The largest count or interval any setting takes: above it a value is a mistake
 #: (a slip of the keyboard), not a plan; workers are started on this one machine.
 MAX_COUNT = 10**9
