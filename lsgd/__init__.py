@@ -20,14 +20,14 @@ from lsgd.comm import (
 from lsgd.comm.elastic import ElasticCommunicator
 from lsgd.launcher import LaunchError, launch
 from lsgd.launcher.elastic import launch_elastic
-from lsgd.optim import LARS, lars_param_groups
+from lsgd.optim import LARS, MuonAdamW, lars_param_groups
 from lsgd.strategies import EASGD, LSGD, AllReduce, Independent, LocalSGD, Strategy
 from lsgd.strategies import ALDSGD, DPSGD, MATCHA, Decentralized, DiLoCo, DivergedError, Report
 from lsgd.registry import make_strategy, strategy_names
 from lsgd import topology
 from lsgd.topology import Topology
 
-__version__ = "0.8.0"
+__version__ = "0.9.0"
 
 __all__ = [
     "ALDSGD",
@@ -47,6 +47,7 @@ __all__ = [
     "LSGD",
     "LocalSGD",
     "MATCHA",
+    "MuonAdamW",
     "Report",
     "SimulationError",
     "Strategy",

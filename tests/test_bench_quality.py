@@ -3,7 +3,6 @@ defaults that ``lsgd train`` takes from the records."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ from lsgd.train import tuned
 from lsgd.train.config import TEXT_DEFAULTS, make_config
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORDS = ROOT / "records" / "quality" / "tuning.json"
 
 
 def test_apart_needs_the_spreads_not_to_overlap() -> None:
@@ -49,17 +47,31 @@ def test_a_quick_study_reports_each_variant_and_reads_its_runs_back(tmp_path: Pa
 
 def test_lsgd_train_takes_the_tuned_point_of_its_task_and_method() -> None:
     for method, point in tuned.TUNED["text"].items():
-        cfg = make_config({"dataset": "kjv", "method": method})
+        cfg = make_config({"dataset": "kjv", "model": "gpt", "method": method})
         for key, value in (TEXT_DEFAULTS | point).items():
             assert getattr(cfg, key) == value, (method, key)
-        given = make_config({"dataset": "kjv", "method": method, "lr": 0.0123})
-        assert given.lr == 0.0123  # what the user gives wins
-    assert make_config({"dataset": "fashion-mnist", "model": "mlp"}).lr == 0.05  # untuned
+        given = make_config({"dataset": "kjv", "model": "gpt", "method": method, "outer_lr": 0.9})
+        assert given.outer_lr == 0.9  # what the user gives wins
+    assert make_config({"dataset": "kjv", "model": "gpt", "method": "diloco"}).outer_lr == 0.35
+    assert make_config({"model": "cnn7", "method": "diloco"}).outer_lr == 0.35
+    assert make_config({"model": "mlp", "method": "diloco"}).outer_lr == 0.7  # untuned
+    assert make_config({"model": "mlp"}).lr == 0.05
 
 
-def test_the_tuned_table_is_what_the_tuning_records_chose() -> None:
-    if not RECORDS.is_file():
-        pytest.skip("no tuning records")
-    chosen = json.loads(RECORDS.read_text())["data"]["chosen"]
-    for table, task in tuned.TUNING_TASK.items():
-        assert tuned.TUNED[table] == chosen.get(task, {}), table
+def test_the_studies_run_what_lsgd_train_gives_by_default() -> None:
+    """The documented numbers are what a user gets: each study's pinned point of a method
+    holds lsgd train's defaults for the task (the learning rate, the warm-up, the
+    tuned entries), and its text-default DiLoCo is lsgd train's DiLoCo with nothing given."""
+    for table, task in tuned.STUDY_TASK.items():
+        for method, base in quality.BASE[task].items():
+            given = {"dataset": "kjv", "model": "gpt"} if table == "text" else {"model": "cnn7"}
+            cfg = make_config(given | {"method": method})
+            for key in ("lr", "warmup_epochs", "outer_lr", "pull"):
+                if key in base:
+                    assert getattr(cfg, key) == base[key], (task, method, key)
+    # the equal-tokens benchmark's "diloco, period 16" is lsgd train's DiLoCo on text
+    from lsgd.bench import equal_tokens
+
+    bench = make_config(equal_tokens.FULL | equal_tokens.VARIANTS["diloco, period 16"])
+    plain = make_config({"dataset": "kjv", "model": "gpt", "method": "diloco"})
+    assert bench == plain

@@ -37,6 +37,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "lsgd, period 32, int8": {"method": "lsgd", "period": 32, "compress": "int8"},
     "diloco, period 32, int8": {"method": "diloco", "period": 32, "compress": "int8"},
     "local-sgd, period 32, int8": {"method": "local-sgd", "period": 32, "compress": "int8"},
+    "diloco, period 16": {"method": "diloco"},
+    "diloco, period 32, int8, leader weights": {"method": "diloco", "period": 32,
+                                                "compress": "int8", "leader": "weights"},
 }
 QUICK = ["allreduce", "diloco, period 32, int8", "local-sgd, period 32, int8"]
 #: The GPT and its training: the text defaults at lsgd's default sizes (AdamW, cosine

@@ -112,7 +112,7 @@ class TrainConfig:
     optimizer: str = _f("sgd", "inner optimizer of every worker (text: adamw); muon: Muon on "
                                 "the 2-D weights outside embeddings, AdamW on the rest",
                         choices=OPTIMIZERS)
-    lr: float = _f(0.05, "learning rate (text: 0.002)")
+    lr: float = _f(0.05, "learning rate (text: 0.001)")
     momentum: float = _f(0.9, "momentum (SGD, LARS)")
     nesterov: bool = _f(True, "Nesterov momentum (SGD, LARS)")
     weight_decay: float = _f(1e-4, "weight decay (text: 0.1)")
@@ -129,7 +129,7 @@ class TrainConfig:
     drops: list[float] = _f((), "epochs or minutes at which the lr is multiplied by --drop-factor")
     drop_factor: float = _f(0.1, "factor of each drop")
     patience: int = _f(3, "plateau: evaluations without improvement before a drop")
-    warmup_epochs: float = _f(0.0, "linear warm-up from 0 over this many epochs (text: 0.05)")
+    warmup_epochs: float = _f(0.0, "linear warm-up from 0 over this many epochs (text: 0.1)")
     # LSGD
     pull: float = _f(0.1, "LSGD lambda: fraction of the way to the leader at a round")
     scope: float = _f(0.01, "LSGD gamma: every-step pull of gamma/period toward the leader")
@@ -418,9 +418,9 @@ def conform(name: str, value: Any) -> Any:
 
 #: The defaults of a language-modelling run (``--dataset kjv`` or ``text``) where they
 #: differ from an image run's: AdamW with warm-up and cosine decay, smaller batches.
-TEXT_DEFAULTS: dict[str, Any] = {"optimizer": "adamw", "lr": 0.002, "weight_decay": 0.1,
+TEXT_DEFAULTS: dict[str, Any] = {"optimizer": "adamw", "lr": 0.001, "weight_decay": 0.1,
                                  "batch_size": 16, "schedule": "cosine",
-                                 "warmup_epochs": 0.05}
+                                 "warmup_epochs": 0.1}
 
 
 def make_config(settings: dict[str, Any]) -> TrainConfig:
