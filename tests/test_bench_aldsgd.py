@@ -68,7 +68,7 @@ def test_the_claims_table_judges_each_claim_per_setting_with_its_numbers() -> No
 def test_the_options_are_checked_before_anything_runs(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["bench", "aldsgd", "--tasks", "cnn9", "--out", str(tmp_path)]) == 2
-    assert "unknown task(s) ['cnn9']; choose from cnn7-8, mlp-16, gpt-8" in capsys.readouterr().err
+    assert "unknown task(s) ['cnn9']; choose from cnn7-8, mlp-16, mlp-16i, gpt-8" in capsys.readouterr().err
     with pytest.raises(UsageError, match="give one task"):
         aldsgd.run(tmp_path, False, {"target": 0.9})
     with pytest.raises(UsageError, match="give one link"):

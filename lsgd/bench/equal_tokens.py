@@ -56,7 +56,7 @@ def _one(out: Path, label: str, settings: dict[str, Any], steps: int, seed: int,
     summary = train(out / "runs" / f"{slug}-s{steps}-seed{seed}", reuse=reuse,
                     workers=WORKERS, groups=WORKERS,
                     backend="threads", steps=steps,
-                    eval_every=str(steps), seed=seed, **(SMALL if quick else FULL), **settings)
+                    eval_every=str(steps), seed=seed, **((SMALL if quick else FULL) | settings))
     loss, sent = summary["rows"][-1]["center_loss"], summary["bytes_sent_per_worker"]
     took = "read back" if summary.get("reused") else "trained"
     print(f"  [{took}] {label}, seed {seed}: validation loss {loss:.4f} after {steps} steps, "

@@ -225,7 +225,7 @@ class _Peer(WorkerLoop):
 
         self.settings, self.group = settings, info.group
         comm = lsgd.get_communicator()
-        cfg = make_config({"method": "diloco", "model": settings["model"],
+        cfg = make_config({"method": "diloco", "model": settings["model"], "outer_lr": 0.7,
                            "dataset": settings["dataset"], "batch_size": settings["batch_size"],
                            "workers": comm.world_size, "seed": settings["seed"],
                            "backend": "processes", "minutes": settings["minutes"],

@@ -112,15 +112,20 @@ def run_study(name: str, out: Path, quick: bool, options: dict[str, Any]) -> Res
                        else "overlap")
             rows.append([task, s["label"], study.cell(s["final"], 4), verdict,
                          study.cell(s["steps"], 0), study.cell(s["time"], 1), round(s["mb"], 2)])
+    ends = "; ".join(f"{_metric(t)} after {study.TASKS[t]['steps']} steps ({t})"
+                     for t in tasks)
+    targets = ", ".join(f"{study.TASKS[t]['target']:g} ({t})" for t in tasks)
     notes = [f"Seeds {', '.join(map(str, seeds))}, interleaved; 4 workers as 4 nodes in the "
-             f"simulator, {study.STEP_SECONDS} s per step on its clock, the periodic methods "
-             f"behind a modeled {study.LINK} link, all-reduce on {study.FREE} unless named; "
-             "median [min-max]. At the end: the center's validation loss (language, nats/byte) "
-             "or test accuracy (cnn7) after 300 steps; vs first: whether its seeds and the "
-             "first row's do not overlap (better/worse) or do; steps and time: to 2.2 "
-             "nats/byte or 86% ('-': a seed missed it)."]
+             f"simulator, {study.STEP_SECONDS} s per step on its clock, the rounds behind a "
+             f"modeled {study.LINK} link; median [min-max]. At the end: the center's {ends}; "
+             "vs first: whether its seeds and the first row's do not overlap (better/worse) "
+             f"or do; steps and time: to {targets} ('-': a seed missed it)."]
     return Result(name, title, ["task", "variant", "at the end", "vs first", "steps to target",
                                 "time to target s", "MB sent/worker"], rows, notes, data)
+
+
+def _metric(task: str) -> str:
+    return "validation loss (nats/byte)" if study.TASKS[task]["lower"] else "test accuracy"
 
 
 def _quick(settings: dict[str, Any]) -> dict[str, Any]:

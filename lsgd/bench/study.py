@@ -30,7 +30,7 @@ TASKS: dict[str, dict[str, Any]] = {
                  "metric": "center_loss", "lower": True, "target": 2.2, "steps": 300,
                  "eval_every": 10},
     "cnn7": {"settings": {"dataset": "fashion-mnist", "model": "cnn7"},
-             "metric": "center_accuracy", "lower": False, "target": 0.86, "steps": 200,
+             "metric": "center_accuracy", "lower": False, "target": 0.85, "steps": 200,
              "eval_every": 20},
     # the quick forms, for tests: a one-block GPT, an MLP on the digits
     "language-quick": {"settings": {"dataset": "kjv", "model": "gpt", "context": 32,
