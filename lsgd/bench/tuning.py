@@ -2,10 +2,10 @@
 
 ``lsgd bench tuning`` trains every point of a small grid per method on the language
 model on three seeds (0, 1, 2, interleaved); the point with the lowest median validation
-loss at the end is chosen, and :data:`lsgd.train.tuned.TUNED` holds the chosen points (a
-test checks that it equals these records). Every run is a :mod:`lsgd.bench.study` run:
-4 workers as 4 nodes in the simulator, 300 steps, the loss at the end (equal tokens) and
-the steps to 2.2 nats/byte. The grids (a point names the knobs that differ from its
+loss at the end is each method's chosen point (``chosen`` in ``tuning.json``), the
+candidate for its entry in :data:`lsgd.train.tuned.TUNED`. Every run is a
+:mod:`lsgd.bench.study` run: 4 workers as 4 nodes in the simulator, 300 steps, the loss
+at the end (equal tokens) and the steps to 2.2 nats/byte. The grids (a point names the knobs that differ from its
 method's base):
 
 * all-reduce: the learning rate;
