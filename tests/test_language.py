@@ -241,6 +241,7 @@ def test_the_gpt_learns_the_bible_on_four_nodes_behind_slow_links(tmp_path: Path
     out = tmp_path / "run"
     code = main(["train", "--dataset", "kjv", "--model", "gpt", "--method", "diloco",
                  "--groups", "4", "--link", "20mbit", "--backend", "auto", "--minutes", "0.35",
+                 "--lr", "0.002", "--warmup-epochs", "0.05",  # a short run: lsgd 0.8's
                  "--eval-every", "15s", "--quiet", "--out", str(out)])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())

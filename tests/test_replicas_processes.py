@@ -48,7 +48,8 @@ def lsgd_train(*args: str) -> None:
 
 GPT = ["--dataset", "kjv", "--model", "gpt", "--context", "32", "--layers", "1",
        "--width", "32", "--heads", "2", "--eval-tokens", "2048", "--batch-size", "4",
-       "--workers", "8", "--groups", "4", "--replica", "node", "--quiet", "--lr", "0.01"]
+       "--workers", "8", "--groups", "4", "--replica", "node", "--quiet", "--lr", "0.01",
+       "--warmup-epochs", "0.05"]
 
 
 @pytest.mark.slow

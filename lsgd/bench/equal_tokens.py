@@ -45,8 +45,8 @@ QUICK = ["allreduce", "diloco, period 32, int8", "local-sgd, period 32, int8"]
 #: The GPT and its training: the text defaults at lsgd's default sizes (AdamW, cosine
 #: decay over the run), at time-to-loss's learning rate, warm-up and DiLoCo outer rate.
 FULL = {"dataset": "kjv", "model": "gpt", "lr": 0.001, "warmup_epochs": 0.1, "outer_lr": 0.35}
-SMALL = {"dataset": "kjv", "model": "gpt", "lr": 0.003, "context": 32, "layers": 1,
-         "width": 32, "heads": 2, "batch_size": 8, "eval_tokens": 2048}
+SMALL = {"dataset": "kjv", "model": "gpt", "lr": 0.003, "warmup_epochs": 0.05, "context": 32,
+         "layers": 1, "width": 32, "heads": 2, "batch_size": 8, "eval_tokens": 2048}
 
 
 def _one(out: Path, label: str, settings: dict[str, Any], steps: int, seed: int, quick: bool,
