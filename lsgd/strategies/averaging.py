@@ -244,7 +244,8 @@ class Averaging(Strategy):
             merge="replace" if eager else self.merge, error_feedback=bool(error_feedback),
             difference=eager)
         self._use_cadences(cadences or self._averaging.fragments.cadences(self.period))
-        leader_force.check_rounds(self)
+        leader_force.check_rounds(self._force, self.asynchronous,
+                                  getattr(self, "hierarchical", False), self._elastic)
 
     def _shared_copy(self) -> FlatBuffer:
         """A copy of the state that every worker holds identically: the state all start
@@ -265,10 +266,11 @@ class Averaging(Strategy):
         among: Among = "group" if names == ["local"] else "world"
         part = part_of(names[-1])
         force = self._force
-        weight = None if force is None else force.elect(self, among)
+        weight = None if force is None else force.elect(self.comm, self.module, self._state,
+                                                        self._device(), among)
         item = self._averaging.start(part, self.steps, self._reference(), among, weight)
         if force is not None:
-            force.send(self, item, part, among)
+            force.send(self.comm, self._averaging, self._reference(), item, part, among)
         self._launch(item)
         self.rounds += 1
 

@@ -43,9 +43,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from torch import nn
 
 from lsgd import _validate
-from lsgd.comm.base import Among
+from lsgd.comm.base import Among, Communicator
+from lsgd.flat import FlatBuffer
 from lsgd.functional import elect, pull_
 from lsgd.leader import Scorer
 from lsgd.strategies.election import Election
@@ -73,32 +75,36 @@ class LeaderForce:
         """Keep the step's training loss for the score (it is required)."""
         self.scorer.record(loss, self.owner)
 
-    def elect(self, strategy: Any, among: Among) -> float | None:
-        """Gather the scores and elect the round's leader; returns this worker's weight
-        ``w`` of the round's sum (``"weights"``), or None (a plain mean)."""
-        scores = self.election.gather(strategy.comm, strategy.module, strategy._state,
-                                      strategy._device(), among)
+    def elect(self, comm: Communicator, module: nn.Module, state: Sequence[torch.Tensor],
+              device: torch.device, among: Among) -> float | None:
+        """Gather the scores (``state``: this worker's, for the finiteness check) and
+        elect the round's leader; returns this worker's weight ``w`` of the round's sum
+        (``"weights"``), or None (a plain mean)."""
+        scores = self.election.gather(comm, module, state, device, among)
         self.leader = elect(scores)
         if self.mode != "weights":
             return None
         count = len(scores)
         if self.leader is None:
             return 1.0 / count
-        mine = 1.0 + self.weight if strategy.rank == self.leader else 1.0
+        mine = 1.0 + self.weight if comm.rank == self.leader else 1.0
         return mine / (count + self.weight)
 
     # -- the leader's state (pull) ----------------------------------------------
-    def send(self, strategy: Any, item: InFlight, part: int, among: Among) -> None:
-        """Add the broadcast of the leader's part of the state to the round ``item``
-        (compressed: ``x_L - r``); blocking rounds broadcast at once."""
+    def send(self, comm: Communicator, rounds: Any, reference: FlatBuffer | None,
+             item: InFlight, part: int, among: Among) -> None:
+        """Add the broadcast of the leader's part of the state (``rounds``: the method's
+        :class:`~lsgd.strategies.averaging.AveragingRounds`) to the round ``item``
+        (compressed: ``x_L - r`` for the method's ``reference`` r); blocking rounds
+        broadcast at once."""
         if self.mode != "pull" or self.leader is None:
             return
-        rounds = strategy._averaging
         buffers = [t.clone() for t in rounds.current(part)]
         compress = rounds.compress
-        if compress != "none" and strategy.rank == self.leader:
-            torch._foreach_sub_(buffers, rounds.fragments.of(strategy._reference(), part))
-        across = strategy.comm.across
+        if compress != "none" and comm.rank == self.leader:
+            assert reference is not None
+            torch._foreach_sub_(buffers, rounds.fragments.of(reference, part))
+        across = comm.across
         if rounds.overlap == 0 and compress == "none":
             for buffer in buffers:
                 across.broadcast_(buffer, src=self.leader, among=among)
@@ -153,15 +159,14 @@ def make(owner: str, leader: Any, leader_weight: Any, leader_pull: Any) -> Leade
     return LeaderForce(owner, leader, float(weight), pull)
 
 
-def check_rounds(strategy: Any) -> None:
+def check_rounds(force: LeaderForce | None, asynchronous: bool, hierarchical: bool,
+                 elastic: bool) -> None:
     """Refuse the rounds a leader force does not take: elastic, asynchronous, hierarchical."""
-    force = strategy._force
     if force is None:
         return
-    hierarchical = getattr(strategy, "hierarchical", False)
-    refused = [what for what, on in (("asynchronous=True", strategy.asynchronous),
+    refused = [what for what, on in (("asynchronous=True", asynchronous),
                                      ("hierarchical=True", hierarchical),
-                                     ("elastic training", strategy._elastic)) if on]
+                                     ("elastic training", elastic)) if on]
     if refused:
         raise ValueError(f"{force.owner}: leader={force.mode!r} elects among all workers at "
                          f"synchronous rounds of one level, not with {refused[0]}; drop one "
