@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from lsgd.comm.base import Communicator
 from lsgd.comm.local import LocalCommunicator
@@ -71,26 +72,45 @@ def get_communicator(groups: int | None = None, replica: str | None = None) -> C
     return LocalCommunicator()
 
 
-def shutdown() -> None:
+def shutdown(wait_s: float = 10.0) -> None:
     """Destroy torch.distributed's process groups and forget the cached communicator.
 
-    Call once a worker is done. The cached communicator holds the process
-    groups; without dropping it, gloo's worker threads may still be freeing the
-    last collective's work while the interpreter shuts down, which aborts the
-    process (``terminate called without an active exception``). What still
-    holds a group (a DDP reducer and its communication hook) is freed first,
-    while the groups live: freed after them, its threads can abort the process
-    (``Resource deadlock avoided``).
+    Call once a worker is done. What still holds a group (the cached
+    communicator, a DDP reducer and its communication hook) is freed first,
+    while the groups live. A collective's callback runs on one of gloo's
+    threads and is let go there after it returns; were it the last holder of a
+    group, the group would be freed on its own thread, which joins itself and
+    aborts the process (``terminate called ... Resource deadlock avoided``)
+    after the work is done. So this holds every group until nothing else does
+    (at most ``wait_s`` seconds) and lets go of it here, on the calling thread;
+    a group still held elsewhere after that is kept for the life of the process.
     """
     import gc
+    import time
 
     import torch.distributed as dist
 
     _dist_cache.clear()
     gc.collect()
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    from torch.distributed import distributed_c10d
+
+    held = list(distributed_c10d._world.pg_map)
+    dist.destroy_process_group()
     gc.collect()
+    deadline = time.monotonic() + wait_s
+    while any(sys.getrefcount(group) > 3 for group in held):  # held, the loop, the call
+        if time.monotonic() > deadline:
+            _kept.extend(held)
+            return
+        time.sleep(0.005)
+    held.clear()
+    gc.collect()
+
+
+#: Process groups that something other than :func:`shutdown` still held when it gave up.
+_kept: list[object] = []
 
 
 def worker_info() -> WorkerInfo:

@@ -1,0 +1,48 @@
+"""A worker's end: its process groups are let go on its own main thread.
+
+A collective's callback runs on one of gloo's threads. If it is the last to hold a
+process group when the worker shuts down, the group is freed on that thread, which
+then joins itself and aborts the process ("Resource deadlock avoided") after the
+work is done. :func:`lsgd.comm.shutdown` waits for such callbacks to let go.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import lsgd
+from lsgd.comm import shutdown
+
+
+def _late_callback(info: lsgd.WorkerInfo) -> float:
+    lsgd.comm.get_communicator()
+    group = dist.new_group(backend="gloo")
+    work = dist.all_reduce(torch.ones(4), group=group, async_op=True)
+
+    class Slow:  # lets go of the group 0.5 s after the callback returned
+        def __init__(self, group: dist.ProcessGroup) -> None:
+            self.group = group
+
+        def __del__(self) -> None:
+            time.sleep(0.5)
+
+    def done(fut: torch.futures.Future, held: Slow = Slow(group)) -> torch.Tensor:
+        return fut.value()[0]
+
+    later = work.get_future().then(done)
+    del group, work, later, done
+    start = time.perf_counter()
+    shutdown()
+    waited = time.perf_counter() - start
+    time.sleep(1.0)  # were the group freed on gloo's thread, the process would abort here
+    return waited
+
+
+@pytest.mark.timeout(60)
+def test_a_group_held_by_a_late_callback_is_freed_on_the_main_thread() -> None:
+    waited = lsgd.launch(_late_callback, 2, timeout=30)
+    assert all(0.3 < w < 5.0 for w in waited), waited  # shutdown waited for the callback
