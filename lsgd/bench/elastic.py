@@ -14,7 +14,6 @@ the bytes a heal moved, and the center's test accuracy at the end.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -152,7 +151,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
              f"{setup['dataset']}, {setup['steps']} steps, period {setup['period']}, seed 0; "
              "worker 2 SIGKILLs itself before the step named and is restarted once by its "
              "agent. Wall time from the benchmark's clock (every attempt). Heals travel "
-             f"by {os.environ.get('LSGD_ELASTIC_TRANSPORT', 'pg')} (LSGD_ELASTIC_TRANSPORT); "
+             "over the quorum's process group; "
              "heal s: the joiner's quorum, the heal's transfer included."]
     notes += [f"failed: {line}" for line in failures]
     return Result(NAME, TITLE, COLUMNS, rows, notes, data)

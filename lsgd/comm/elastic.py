@@ -92,11 +92,6 @@ class ElasticCommunicator(Communicator):
         timeout: seconds a collective or a heal may take before the round fails.
         quorum_timeout: seconds to wait for a quorum; when none came and the
             lighthouse does not answer, :class:`LighthouseLost` is raised.
-        transport: how a heal travels: ``"pg"`` (torchft's ``PGTransport``, over the
-            quorum's process group, the default) or ``"http"`` (torchft's
-            ``HTTPTransport``: a server of the whole state on all interfaces,
-            advertised under the machine's host name; for comparison only). The
-            environment variable ``LSGD_ELASTIC_TRANSPORT`` sets the default.
     """
 
     elastic = True
@@ -104,7 +99,6 @@ class ElasticCommunicator(Communicator):
 
     def __init__(self, slot: int, slots: int, *, lighthouse: str, address: str = "127.0.0.1",
                  per_node: int = 1, local_rank: int = 0, min_members: int = 1,
-                 transport: str | None = None,
                  timeout: float = 30.0, quorum_timeout: float = 300.0) -> None:
         name = "ElasticCommunicator"
         if not isinstance(slot, int) or not 0 <= slot < slots:
@@ -113,9 +107,6 @@ class ElasticCommunicator(Communicator):
             raise ValueError(f"{name}: per_node must be a positive integer, got {per_node!r}")
         if not isinstance(local_rank, int) or not 0 <= local_rank < per_node:
             raise ValueError(f"{name}: local_rank must be in [0, {per_node}), got {local_rank!r}")
-        transport = transport or os.environ.get("LSGD_ELASTIC_TRANSPORT", "pg")
-        if transport not in ("pg", "http"):
-            raise ValueError(f"{name}: transport must be 'pg' or 'http', got {transport!r}")
         if not isinstance(min_members, int) or not 1 <= min_members <= slots:
             raise ValueError(f"{name}: min_members must be in [1, {slots}], got {min_members!r}")
         require_torchft()
@@ -169,7 +160,7 @@ class ElasticCommunicator(Communicator):
             replica_id=f"lsgd{slot}", store_addr=store_addr, store_port=store_port,
             rank=local_rank, world_size=per_node, lighthouse_addr=lighthouse, hostname=address,
             # heals over the process group of the quorum: no HTTP server of the whole state
-            checkpoint_transport=None if transport == "http" else PGTransport(
+            checkpoint_transport=PGTransport(
                 self._pg, timeout=patience, device=torch.device("cpu")),
             timeout=patience, quorum_timeout=datetime.timedelta(seconds=quorum_timeout),
             connect_timeout=datetime.timedelta(seconds=60), init_sync=False)
