@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -116,6 +117,7 @@ def launch_on_links(
                     process.kill()
                     process.wait()
                 log.close()
+            keep_logs(work, groups)
         results: dict[int, Any] = {}
         failures: list[str] = []
         waited: dict[int, str] = {}  # nodes whose agents were in the rendezvous: its error
@@ -144,6 +146,17 @@ def launch_on_links(
                 f"{time.monotonic() - began:.0f} s:\n"
                 + "\n".join(failures or [f"no result from ranks {missing}"]))
     return [results[r] for r in range(world_size)]
+
+
+def keep_logs(work: Path, groups: int) -> None:
+    """Copy each node's log (its agent's and workers' output) to ``LSGD_LOG_DIR`` if set."""
+    folder = os.environ.get("LSGD_LOG_DIR")
+    if not folder:
+        return
+    os.makedirs(folder, exist_ok=True)
+    for node in range(groups):
+        with contextlib.suppress(OSError):
+            shutil.copyfile(work / f"node-{node}.log", Path(folder) / f"node-{node}.log")
 
 
 def _exec_agent(net: ShapedNetwork, node: int, job: dict[str, Any], result: str, log: Any,

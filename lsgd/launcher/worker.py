@@ -166,15 +166,30 @@ def prepare_forkserver(fn: Callable[..., Any] | None = None) -> None:
 
 @contextlib.contextmanager
 def quiet_elastic_agent(threads: int) -> Iterator[None]:
-    """While launching: the elastic agent's failure logs muted (:class:`LaunchError`
-    says it once), ``OMP_NUM_THREADS=threads`` for the workers, and Python's
-    warning about forking a process with threads silenced (the agent's own
-    threads; the workers do not use them)."""
+    """While launching: the elastic agent's logs kept off the terminal
+    (:class:`LaunchError` says what failed, once), ``OMP_NUM_THREADS=threads`` for
+    the workers, and Python's warning about forking a process with threads
+    silenced (the agent's own threads; the workers do not use them).
+
+    With ``LSGD_LOG_DIR`` set (``lsgd train`` sets its run folder's ``logs/``),
+    the agent's log, every worker it started, stopped and restarted and each
+    exit code or signal, is written to ``agent-PID.log`` there instead.
+    """
     import logging
 
     elastic_log = logging.getLogger("torch.distributed.elastic")
-    level = elastic_log.level
-    elastic_log.setLevel(logging.CRITICAL)
+    level, propagate = elastic_log.level, elastic_log.propagate
+    handler: logging.Handler | None = None
+    folder = os.environ.get("LSGD_LOG_DIR")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        handler = logging.FileHandler(os.path.join(folder, f"agent-{os.getpid()}.log"))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        elastic_log.addHandler(handler)
+        elastic_log.setLevel(logging.INFO)
+        elastic_log.propagate = False
+    else:
+        elastic_log.setLevel(logging.CRITICAL)
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
@@ -184,6 +199,10 @@ def quiet_elastic_agent(threads: int) -> Iterator[None]:
             yield
     finally:
         elastic_log.setLevel(level)
+        elastic_log.propagate = propagate
+        if handler is not None:
+            elastic_log.removeHandler(handler)
+            handler.close()
         if saved is None:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:

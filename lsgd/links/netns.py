@@ -146,6 +146,18 @@ def set_node_link(node: int, up: bool, owner: int | None = None) -> None:
     _set_eth0(node_namespace(node, owner), up)
 
 
+def set_node_rate(node: int, link: str | Link, owner: int | None = None) -> None:
+    """Shape node ``node``'s link, both ways, to ``link``'s rate (a slow link, or the
+    network's own rate again); its queue and latency stay. ``owner`` as for
+    :func:`set_node_link`."""
+    link = parse_link(link)
+    owner = os.getpid() if owner is None else owner
+    for namespace, device in ((node_namespace(node, owner), "eth0"),
+                              (f"lsgd-{owner}-br", f"p{node}")):
+        where = ["parent", "1:", "handle", "2:"] if link.latency else ["root"]
+        _run(["tc", "-n", namespace, "qdisc", "change", "dev", device, *where, *_tbf(link)])
+
+
 def _set_eth0(namespace: str, up: bool) -> None:
     _run(["ip", "-n", namespace, "link", "set", "eth0", "up" if up else "down"])
 
@@ -163,6 +175,11 @@ def _alive(pid: int) -> bool:
 def _namespaces() -> list[str]:
     result = _run(["ip", "netns", "list"], check=False)
     return [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
+
+
+def has_namespace(name: str) -> bool:
+    """Whether the network namespace ``name`` exists."""
+    return name in _namespaces()
 
 
 def _delete_namespace(name: str) -> None:

@@ -14,6 +14,7 @@ from lsgd.data import TEXT_DATASETS
 from lsgd.links.spec import parse_link
 from lsgd.models.gpt import LANGUAGE_MODELS
 from lsgd.registry import strategy_class, strategy_names
+from lsgd.train import chaos, faults
 from lsgd.train.ranges import (NON_NEGATIVE_INTS, POSITIVE_INTS, RANGES, as_float,
                                count_limit, eval_every_errors, flag, range_text, within)
 
@@ -101,14 +102,7 @@ def config_errors(cfg: Any) -> list[str]:
         if not match or not 0 <= int(match.group(1)) < cfg.workers or float(match.group(2)) < 1:
             errors.append(f"--straggle {item!r}: give RANK:FACTOR with a rank in "
                           f"[0, {cfg.workers}) and a factor >= 1, e.g. 3:2.5")
-    for item in cfg.fault:
-        match = re.fullmatch(r"(nan|kill):(\d+):(\d+)", item.strip())
-        if not match or not 0 <= int(match.group(2)) < cfg.workers or int(match.group(3)) < 1:
-            errors.append(f"--fault {item!r}: give KIND:RANK:STEP with KIND nan or kill, a "
-                          f"rank in [0, {cfg.workers}) and a step >= 1, e.g. nan:1:30")
-        elif match.group(1) == "kill" and cfg.backend == "threads":
-            errors.append(f"--fault {item!r}: kill needs worker processes; drop "
-                          "--backend threads")
+    errors += faults.config_errors(cfg) + chaos.errors(cfg)
     return errors
 
 

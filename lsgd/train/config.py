@@ -253,9 +253,16 @@ class TrainConfig:
                                 "(kept across restarts)")
     address: str | None = _f(None, "--elastic under torchrun: this node's address, which its "
                                    "servers advertise to the others (default: its hostname)")
-    fault: list[str] = _f((), "for tests: KIND:RANK:STEP makes worker RANK fail at its step "
-                              "STEP; KIND nan (its loss becomes NaN) or kill (SIGKILL, first "
-                              "attempt only); repeatable")
+    fault: list[str] = _f((), "inject a fault, once per run (repeatable): kill:RANK:STEP, "
+                              "nan:RANK:STEP, segv:RANK:STEP, stop:RANK:STEP:SECONDS, "
+                              "kill-node:NODE:STEP, corrupt-checkpoint:STEP, "
+                              "link-down:NODE:SECOND:SECONDS, slow:NODE:SECOND:RATE:SECONDS "
+                              "(STEP may be @SECOND); logged in faults.csv")
+    chaos: int | None = _f(None, "draw a reproducible fault schedule from this seed "
+                                 "(--chaos-mtbf, --chaos-kinds), added to --fault")
+    chaos_mtbf: float = _f(30.0, "--chaos: mean seconds between faults")
+    chaos_kinds: str = _f("kill,segv,stop,kill-node,link-down,slow",
+                          "--chaos: the kinds drawn, comma-separated")
     out: str | None = _f(None, "run folder (default runs/METHOD-DATASET-Ww)")
     resume: str | None = _f(None, "continue the run in this folder where it stopped")
     seed: int = _f(0, "random seed")
@@ -319,14 +326,6 @@ class TrainConfig:
         if self.step_seconds is None:
             return factors or None
         return {r: self.step_seconds * factors.get(r, 1.0) for r in range(self.workers)}
-
-    def faults(self) -> dict[tuple[str, int], int]:
-        """``--fault`` as ``{(kind, rank): step}`` (validated by :meth:`validate`)."""
-        faults = {}
-        for item in self.fault:
-            kind, rank, step = item.strip().split(":")
-            faults[(kind, int(rank))] = int(step)
-        return faults
 
     def validate(self) -> None:
         """Raise ``ValueError`` listing every bad value at once (:mod:`lsgd.train.checks`)."""

@@ -23,9 +23,9 @@ training seconds, next evaluation, learning-rate schedule), so it continues
 the run where the others are. Worker ``r`` reads its shard of each epoch,
 the batch chosen by its step count. No checkpoint is written or read.
 
-Faults for tests and benchmarks, on a worker's first attempt only:
-``--fault kill:R:S`` (SIGKILL before step S), ``nan:R:S``, and in
-:func:`elastic_worker`'s ``extra_faults`` ``("kill" | "hang", rank, step)``
+Faults: ``--fault`` (:mod:`lsgd.train.faults`, each once per run), and, for
+benchmarks, on a worker's first attempt only, :func:`elastic_worker`'s
+``extra_faults`` ``("kill" | "hang", rank, step)``
 where ``rank`` may be ``"leader"`` (the leader elected last) and a hang takes
 a fourth item, its seconds (default 10; the worker's heartbeats go on).
 """
@@ -43,6 +43,7 @@ import torch
 import lsgd
 from lsgd.comm.elastic import ElasticCommunicator
 from lsgd.comm.replica import replicas_of
+from lsgd.train import faults
 from lsgd.train.build import knobs_from_config
 from lsgd.train.config import TrainConfig
 from lsgd.train.steps import WorkerLoop
@@ -74,6 +75,8 @@ class ElasticRun(WorkerLoop):
         self.healed_seconds: float | None = None  # the run's clock, received at a heal
         self.writer = False  # the lowest member of the last round writes the files
         self.restarts = 0  # restarts of the last round's members (the attempts they are in)
+        if self.attempt > 0 and cfg.fault:
+            faults.answer(cfg.out_dir, f"restart {self.attempt} of worker {self.rank}")
 
     def make_strategy(self) -> lsgd.Strategy:
         """The method's strategy on the elastic communicator."""
@@ -86,6 +89,8 @@ class ElasticRun(WorkerLoop):
                 "pace": self.pace.state_dict(), "schedule": self.schedule.state_dict()}
 
     def _take(self, state: dict[str, Any]) -> None:
+        if self.cfg.fault:
+            faults.answer(self.cfg.out_dir, f"heal of worker {self.rank}")
         self.healed_seconds = self.train_seconds = float(state["train_seconds"])
         self.rows = list(state["rows"])
         self.pace.load_state_dict(state["pace"])
@@ -180,13 +185,16 @@ def elastic_worker(info: Any, slot: int, slots: int, lighthouse: str, cfg: Train
                       list(extra_faults)).run()
 
 
-def train_elastic(cfg: TrainConfig, extra_faults: list[tuple[Any, ...]] = ()  # type: ignore[assignment]
+def train_elastic(cfg: TrainConfig, extra_faults: list[tuple[Any, ...]] = (),  # type: ignore[assignment]
+                  started: float | None = None
                   ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Run ``cfg`` elastically into its run folder; (the summary, every slot's record)."""
+    """Run ``cfg`` elastically into its run folder; (the summary, every slot's record).
+    ``started``: when training started (``time.time()``, default now)."""
     from lsgd.launcher.elastic import launch_elastic
 
     nodes = cfg.elastic_nodes()
-    records = launch_elastic(elastic_worker, nodes, args=(cfg, time.time(), list(extra_faults)),
+    records = launch_elastic(elastic_worker, nodes,
+                             args=(cfg, started or time.time(), list(extra_faults)),
                              restarts=cfg.restarts, timeout=cfg.timeout + 3600.0,
                              join_timeout=cfg.join_timeout, link=cfg.link,
                              per_node=cfg.workers // nodes)

@@ -1,38 +1,366 @@
-"""``lsgd train --fault KIND:RANK:STEP``: faults injected for tests.
+"""``lsgd train --fault SPEC`` (repeatable): faults injected into a run, and their log.
 
-``nan``: the worker's loss becomes NaN at its step STEP (so do its gradients and,
-after the optimizer step, its state), to exercise the recovery from a diverging
-worker. ``kill``: the worker SIGKILLs itself before its step STEP, on the first
-attempt only (a restarted job runs through), to exercise restarts.
+Each kind has its own fields; STEP is a worker's step, or ``@S`` for its first
+step after S seconds of training (the run's training clock, which a restart
+continues from its checkpoint and a heal from a live worker; what ``--chaos``
+draws); SECOND counts wall seconds from the run's first training step:
+
+* ``kill:RANK:STEP``: the worker SIGKILLs itself before that step.
+* ``nan:RANK:STEP``: its loss becomes NaN at that step (so do its gradients
+  and, after the optimizer step, its state).
+* ``segv:RANK:STEP``: a real crash by signal (SIGSEGV, the default action:
+  the process dies as a segmentation fault would end it).
+* ``stop:RANK:STEP:SECONDS``: the worker is stopped (SIGSTOP) for SECONDS, a
+  hung process; a helper process it starts first sends SIGCONT.
+* ``kill-node:NODE:STEP``: every worker of node NODE SIGKILLs itself.
+* ``corrupt-checkpoint:STEP``: worker 0 truncates the newest complete
+  checkpoint's files, then SIGKILLs itself: the restart falls back to the older
+  of the two kept (restartable runs; elastic runs keep no checkpoint).
+* ``link-down:NODE:SECOND:SECONDS``: node NODE's link down (shaped links).
+* ``slow:NODE:SECOND:RATE:SECONDS``: node NODE's link at RATE for SECONDS.
+
+Every fault fires once per run: the worker (or the link injector,
+:mod:`lsgd.train.injector`) appends it to the run folder's ``faults.jsonl``
+before it strikes, so a restarted worker, which reads the log, does not fire it
+again, and a crashed one has already said what hit it. The run's answers
+(restart, fell back to an older checkpoint, heal, reset) are appended to the
+same log by the workers that make them; :func:`write_table` turns it into
+``faults.csv`` at the end.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 import signal
+import subprocess
 import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-import torch
+#: Kind: its fields after the kind, in order.
+FIELDS: dict[str, tuple[str, ...]] = {
+    "kill": ("rank", "step"),
+    "nan": ("rank", "step"),
+    "segv": ("rank", "step"),
+    "stop": ("rank", "step", "seconds"),
+    "kill-node": ("node", "step"),
+    "corrupt-checkpoint": ("step",),
+    "link-down": ("node", "second", "seconds"),
+    "slow": ("node", "second", "rate", "seconds"),
+}
+KINDS = tuple(FIELDS)
+#: Kinds that end a process (its node's agent restarts it).
+FATAL = ("kill", "segv", "kill-node", "corrupt-checkpoint")
+#: Kinds the link injector fires (a shaped network, --link with processes).
+LINK_KINDS = ("link-down", "slow")
+#: Kinds the simulator (``--backend threads``) can take.
+THREAD_KINDS = ("nan",)
+LOG = "faults.jsonl"
+TABLE = "faults.csv"
+_EXAMPLES = {"kill": "kill:1:30", "nan": "nan:1:30", "segv": "segv:1:30",
+             "stop": "stop:1:60:5", "kill-node": "kill-node:2:40",
+             "corrupt-checkpoint": "corrupt-checkpoint:48", "link-down": "link-down:2:20:10",
+             "slow": "slow:2:20:1mbit:10"}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One ``--fault`` event (fields not in its kind's :data:`FIELDS` stay None)."""
+
+    spec: str
+    kind: str
+    rank: int | None = None
+    node: int | None = None
+    step: int | None = None  #: the worker step it fires before
+    at_second: float | None = None  #: or the training second (``@S``, second of link kinds)
+    seconds: float | None = None
+    rate: str | None = None
+
+    def due(self, step: int, elapsed: float) -> bool:
+        """Whether a step-triggered fault fires before ``step``, ``elapsed`` s into training."""
+        if self.step is not None:
+            return step == self.step
+        return self.at_second is not None and elapsed >= self.at_second
+
+
+def parse(spec: str) -> Fault:
+    """A :class:`Fault` from ``KIND:FIELD:...``; ``ValueError`` saying what to write."""
+    parts = spec.strip().split(":")
+    kind = parts[0]
+    if kind not in FIELDS:
+        raise ValueError(f"--fault {spec!r}: unknown kind {kind!r}; choose one of "
+                         f"{', '.join(KINDS)} (e.g. {_EXAMPLES['kill']})")
+    names = FIELDS[kind]
+    usage = f"give {':'.join([kind.upper()] + [n.upper() for n in names])}, e.g. {_EXAMPLES[kind]}"
+    if len(parts) != len(names) + 1:
+        raise ValueError(f"--fault {spec!r}: {usage}")
+    values: dict[str, Any] = {}
+    try:
+        for name, text in zip(names, parts[1:]):
+            if name in ("rank", "node"):
+                values[name] = _whole(text, 0)
+            elif name == "step":
+                if text.startswith("@"):
+                    values["at_second"] = _number(text[1:], 0.0)
+                else:
+                    values["step"] = _whole(text, 1)
+            elif name == "second":
+                values["at_second"] = _number(text, 0.0)
+            elif name == "seconds":
+                values["seconds"] = _number(text, 1e-3)
+            else:  # rate
+                from lsgd.links.spec import parse_link
+
+                parse_link(text)
+                values["rate"] = text
+    except ValueError:
+        raise ValueError(f"--fault {spec!r}: {usage}") from None
+    return Fault(spec=spec.strip(), kind=kind, **values)
+
+
+def _whole(text: str, least: int) -> int:
+    value = int(text)
+    if value < least:
+        raise ValueError(text)
+    return value
+
+
+def _number(text: str, least: float) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < least:
+        raise ValueError(text)
+    return value
+
+
+def config_errors(cfg: Any) -> list[str]:
+    """What is wrong with ``cfg.fault`` for this run (one line each, with the fix)."""
+    errors: list[str] = []
+    for spec in cfg.fault:
+        try:
+            fault = parse(spec)
+        except ValueError as error:
+            errors.append(str(error))
+            continue
+        errors += _fit_errors(fault, cfg)
+    return errors
+
+
+def _fit_errors(fault: Fault, cfg: Any) -> list[str]:
+    where = f"--fault {fault.spec!r}"
+    if cfg.backend == "threads" and fault.kind not in THREAD_KINDS:
+        return [f"{where}: {fault.kind} needs worker processes; drop --backend threads "
+                f"(the simulator takes {', '.join(THREAD_KINDS)} only)"]
+    if fault.kind in LINK_KINDS and cfg.link is None:
+        return [f"{where}: {fault.kind} acts on a node's shaped link; add --link RATE "
+                "(e.g. --link 100mbit) with --groups nodes"]
+    if fault.rank is not None and fault.rank >= cfg.workers:
+        return [f"{where}: rank {fault.rank} is not one of the {cfg.workers} workers "
+                f"(0 to {cfg.workers - 1})"]
+    nodes = nodes_of(cfg)
+    if fault.node is not None and fault.node >= nodes:
+        return [f"{where}: node {fault.node} is not one of the {nodes} nodes (--groups; "
+                f"0 to {nodes - 1})"]
+    if fault.kind == "corrupt-checkpoint" and (cfg.elastic or not cfg.restarts
+                                               or not cfg.checkpoint_every):
+        return [f"{where}: a restartable run's checkpoints; give --restarts N and "
+                "--checkpoint-every STEPS (elastic runs keep no checkpoint)"]
+    return []
+
+
+def nodes_of(cfg: Any) -> int:
+    """The run's nodes: its groups, or an elastic run's torchft replica groups."""
+    return int(cfg.elastic_nodes() if cfg.elastic else cfg.groups)
+
+
+def node_of(rank: int, cfg: Any) -> int:
+    """The node that worker ``rank`` runs on (the same number of workers on each)."""
+    return rank // max(1, cfg.workers // max(1, nodes_of(cfg)))
+
+
+# -- the log -------------------------------------------------------------------------
+def append(run: Path, **row: Any) -> None:
+    """Append one event to ``run``'s fault log (one line, written whole, flushed to disk)."""
+    row.setdefault("time", time.time())
+    line = (json.dumps(row) + "\n").encode()
+    fd = os.open(run / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_log(run: Path) -> list[dict[str, Any]]:
+    """The events in ``run``'s fault log, in order (a torn last line is skipped)."""
+    try:
+        lines = (run / LOG).read_text().splitlines()
+    except OSError:
+        return []
+    events = []
+    for line in lines:
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events
+
+
+def fired(run: Path) -> set[str]:
+    """The specs of the faults that have fired in ``run`` (kept across restarts)."""
+    return {e["spec"] for e in read_log(run) if e.get("event") == "fault"}
+
+
+def answer(run: Path, what: str, **where: Any) -> None:
+    """Record what the run did about a fault (restart, heal, fell back, reset)."""
+    append(run, event="answer", what=what, **where)
+
+
+# -- the worker's injector ---------------------------------------------------------------
+def started(run: Path, rank: int | None = None) -> float | None:
+    """When worker ``rank`` (default: any) first began training in ``run``, from the log."""
+    times = [e["time"] for e in read_log(run)
+             if e.get("event") == "start" and rank in (None, e.get("rank"))]
+    return min(times) if times else None
 
 
 class Faults:
-    """The faults of worker ``rank``; ``attempt`` is torchelastic's restart count."""
+    """The step-triggered faults of worker ``rank`` not yet fired in ``run``.
 
-    def __init__(self, faults: dict[tuple[str, int], int], rank: int, attempt: int) -> None:
-        self.rank = rank
-        self.nan_at = faults.get(("nan", rank))
-        self.kill_at = faults.get(("kill", rank)) if attempt == 0 else None
-        self.active = self.nan_at is not None or self.kill_at is not None
+    The worker's first step in the run is logged as a ``start`` event (the link
+    injector's origin); ``checkpoints``: the folder of the run's checkpoints (``corrupt-checkpoint``).
+    """
 
-    def apply(self, loss: torch.Tensor, step: int) -> torch.Tensor:
-        """``loss`` of step ``step``, or NaN, or no return at all (SIGKILL)."""
-        if step == self.kill_at:
-            print(f"fault: worker {self.rank} kills itself (SIGKILL) at step {step}",
-                  file=sys.stderr, flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
-        if step == self.nan_at:
-            print(f"fault: worker {self.rank}'s loss is NaN at step {step}", file=sys.stderr,
-                  flush=True)
-            return loss * math.nan
+    def __init__(self, specs: list[str], rank: int, node: int, run: Path | None,
+                 start: float | None = None, checkpoints: Path | None = None) -> None:
+        self.rank, self.node, self.run = rank, node, run
+        self.start = start if start is not None or run is None else started(run, rank)
+        self.checkpoints = checkpoints
+        done = fired(run) if run is not None else set()
+        self.pending = [f for f in map(parse, specs) if f.kind not in LINK_KINDS
+                        and f.spec not in done and self._mine(f)]
+        self.active = bool(self.pending) or (bool(specs) and self.start is None
+                                              and run is not None)
+
+    def _mine(self, fault: Fault) -> bool:
+        if fault.kind == "kill-node":
+            return fault.node == self.node
+        if fault.kind == "corrupt-checkpoint":
+            return self.rank == 0
+        return fault.rank == self.rank
+
+    def apply(self, loss: Any, step: int, seconds: float) -> Any:
+        """``loss`` of step ``step``, ``seconds`` of training into the run, or NaN; or a
+        fault that stops or ends the process."""
+        if self.start is None:  # the run's first step: the link injector's origin
+            self.start = time.time()
+            if self.run is not None:
+                append(self.run, event="start", rank=self.rank, time=self.start)
+            self.active = bool(self.pending)
+        elapsed = seconds
+        for fault in [f for f in self.pending if f.due(step, elapsed)]:
+            self.pending.remove(fault)
+            self.active = bool(self.pending)
+            self._log(fault, step, elapsed)
+            if fault.kind == "nan":
+                loss = loss * math.nan
+            else:
+                self._strike(fault)
         return loss
+
+    def _log(self, fault: Fault, step: int, elapsed: float) -> None:
+        print(f"fault: {fault.spec} strikes worker {self.rank} at step {step} "
+              f"({elapsed:.1f} s into training)", file=sys.stderr, flush=True)
+        if self.run is not None:
+            append(self.run, event="fault", spec=fault.spec, kind=fault.kind, rank=self.rank,
+                   node=self.node, step=step, second=round(elapsed, 3))
+
+    def _strike(self, fault: Fault) -> None:
+        pid = os.getpid()
+        if fault.kind == "stop":
+            # The helper sleeps in a session of its own, then wakes this process.
+            subprocess.Popen(["sh", "-c", f"sleep {fault.seconds}; kill -CONT {pid}"],
+                             start_new_session=True, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            os.kill(pid, signal.SIGSTOP)
+            return
+        if fault.kind == "corrupt-checkpoint":
+            corrupt_newest(self.checkpoints)
+        if fault.kind == "segv":
+            signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+            os.kill(pid, signal.SIGSEGV)
+        os.kill(pid, signal.SIGKILL)
+
+
+def corrupt_newest(checkpoints: Path | None) -> str | None:
+    """Truncate the worker files of the newest complete checkpoint to half; its name."""
+    if checkpoints is None:
+        return None
+    newest = sorted(p for p in checkpoints.glob("step-*") if (p / "meta.json").exists())
+    if not newest:
+        return None
+    for file in newest[-1].glob("rank-*.pt"):
+        size = file.stat().st_size
+        with open(file, "r+b") as handle:
+            handle.truncate(size // 2)
+    return newest[-1].name
+
+
+# -- the table -----------------------------------------------------------------------------
+COLUMNS = ("second", "kind", "node", "rank", "step", "spec", "outcome")
+
+
+def write_table(run: Path, start: float) -> dict[str, int]:
+    """Write ``faults.csv`` from ``run``'s log: a row per fault fired, its second from the
+    first training step (``start`` if none was logged), with what the run did about it
+    (the answers logged after it until the run recovered: a restart or heal answers
+    every fault before it); the counts for ``summary.json``."""
+    from lsgd.train.outputs import write_csv
+
+    events = sorted(read_log(run), key=lambda e: e.get("time", 0.0))
+    origin = min((e["time"] for e in events if e.get("event") == "start"), default=start)
+    rows: dict[str, dict[str, Any]] = {}
+    waiting: list[dict[str, Any]] = []  # faults since the last answer
+    for event in events:
+        if event.get("event") == "fault":
+            waiting = [row for row in waiting if not row["recovered"]]
+            row = rows.get(event["spec"])
+            if row is None:  # kill-node: one event per worker of the node, one row
+                row = rows[event["spec"]] = {
+                    "second": round(event["time"] - origin, 1), "kind": event["kind"],
+                    "node": event.get("node", ""), "rank": "", "step": event.get("step", ""),
+                    "spec": event["spec"], "answers": [], "recovered": False}
+                waiting.append(row)
+            if event.get("rank") is not None:
+                row["rank"] = " ".join(filter(None, [str(row["rank"]), str(event["rank"])]))
+        elif event.get("event") == "answer":
+            causes = _CAUSES[event["what"].split()[0]]
+            if any(row["kind"] in FATAL for row in waiting) and causes[0] in FATAL:
+                causes = FATAL  # a restart or heal after a fatal fault: that fault's doing
+            for row in waiting:
+                if row["kind"] in causes and event["what"] not in row["answers"]:
+                    row["answers"].append(event["what"])
+                    row["recovered"] |= event["what"].startswith(("restart", "heal"))
+    table = list(rows.values())
+    for row in table:
+        answers = row.pop("answers")
+        row.pop("recovered")
+        row["outcome"] = "; ".join(answers) or _RIDDEN[row["kind"]]
+    if table or (run / LOG).exists():
+        write_csv(run / TABLE, table, list(COLUMNS))
+    fatal = sum(row["kind"] in FATAL for row in table)
+    return {"faults": len(table), "fatal_faults": fatal}
+
+
+#: The kinds of fault each answer (by its first word) can follow from.
+_CAUSES = {"restart": (*FATAL, "stop", "link-down"), "heal": (*FATAL, "stop", "link-down", "slow"),
+           "fell": ("corrupt-checkpoint",), "reset": ("nan",)}
+
+#: What the run did about a fault that no worker answered: it went on.
+_RIDDEN = {"kill": "none recorded", "segv": "none recorded", "kill-node": "none recorded",
+           "corrupt-checkpoint": "none recorded", "nan": "went on (no reset needed)",
+           "stop": "waited", "link-down": "waited", "slow": "rode it out"}

@@ -28,7 +28,7 @@ import lsgd
 from lsgd.functional import finite_each
 from lsgd.plots import draw_graphs
 from lsgd.strategies import DivergedError
-from lsgd.train import checkpoint, outputs, progress
+from lsgd.train import checkpoint, faults, outputs, progress
 from lsgd.train.build import UsageError, graphs_of, make_strategy, pick_device, preflight
 from lsgd.train.checks import DECENTRALIZED
 from lsgd.train.config import TrainConfig
@@ -123,6 +123,11 @@ class Worker(WorkerLoop):
             if self.attempt > 0:
                 checkpoint.warn(f"restart {self.attempt}: continuing from {chosen.path.name} "
                                 f"(step {self.steps}; {redone} steps to redo)")
+                faults.answer(self.run_dir, f"restart {self.attempt} from step {self.steps}")
+            if skipped:
+                faults.answer(self.run_dir, f"fell back to {chosen.path.name} ("
+                              + ", ".join(b.checkpoint.path.name for b in skipped)
+                              + " unusable)")
 
     def _restart_from_scratch(self) -> None:
         """A restart with no checkpoint to continue from: every step again, said and
@@ -137,6 +142,7 @@ class Worker(WorkerLoop):
                         f"failure (--checkpoint-every N writes one every N steps); starting "
                         f"again from step 0 ({'?' if reached is None else reached} steps to "
                         "redo)")
+        faults.answer(self.run_dir, f"restart {self.attempt} from step 0")
 
     def _restore(self, state: dict[str, Any]) -> None:
         for key in ("steps", "train_seconds", "data_seconds"):
@@ -243,6 +249,8 @@ class Worker(WorkerLoop):
             self.resets_seen = resets
             print(f"worker {self.rank}: its state was NaN or infinite; reset at step "
                   f"{self.steps} (reset {resets} of this run)", file=sys.stderr, flush=True)
+            if self.cfg.fault:
+                faults.answer(self.run_dir, f"reset worker {self.rank} at step {self.steps}")
         if skipped != self.skipped_seen and self.rank == 0:
             self.skipped_seen = skipped
             print(f"step {self.steps}: the averaged gradient was NaN or infinite; every worker "

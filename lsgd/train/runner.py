@@ -124,9 +124,15 @@ def _check_same_run(run: str, saved: dict[str, Any], from_file: dict[str, Any],
 
 
 def train(cfg: TrainConfig) -> dict[str, Any] | None:
-    """Run the workers of ``cfg``; rank 0's summary (None on other torchrun ranks)."""
+    """Run the workers of ``cfg``; rank 0's summary (None on other torchrun ranks).
+
+    ``--chaos`` is drawn into ``--fault`` first; link faults run in a helper process
+    (:mod:`lsgd.train.injector`); ``faults.csv`` is written at the end, also when
+    the run failed."""
     import lsgd
-    from lsgd.train import loop
+    from lsgd.train import chaos, faults, injector, loop
+
+    cfg = chaos.with_chaos(cfg)
 
     out = cfg.out_dir
     if under_torchrun() and cfg.elastic:
@@ -151,19 +157,46 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
         finally:
             shutdown()
     prepare(cfg, out)
-    if cfg.elastic:
-        from lsgd.train.elastic import train_elastic
+    start = time.time()
+    helper = injector.start(cfg.fault, os.getpid(), out, cfg.link) if cfg.link else None
+    logs = os.environ.get("LSGD_LOG_DIR")
+    os.environ["LSGD_LOG_DIR"] = str(out / "logs")  # the agents' logs (lsgd.launcher)
+    try:
+        if cfg.elastic:
+            from lsgd.train.elastic import train_elastic
 
-        return train_elastic(cfg)[0]
-    if cfg.backend == "threads":
-        results = lsgd.simulate(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
-                                seed=cfg.seed, step_time=cfg.step_times(),
-                                link=cfg.link, replica=cfg.replica)
-    else:
-        results = lsgd.launch(loop.run_worker, cfg.workers, cfg.groups,
-                              args=(cfg, time.time()), timeout=cfg.timeout, link=cfg.link,
-                              max_restarts=cfg.restarts, replica=cfg.replica)
-    return results[0]
+            summary = train_elastic(cfg, started=start)[0]
+        elif cfg.backend == "threads":
+            summary = lsgd.simulate(loop.run_worker, cfg.workers, cfg.groups, args=(cfg,),
+                                    seed=cfg.seed, step_time=cfg.step_times(),
+                                    link=cfg.link, replica=cfg.replica)[0]
+        else:
+            summary = lsgd.launch(loop.run_worker, cfg.workers, cfg.groups,
+                                  args=(cfg, start), timeout=cfg.timeout, link=cfg.link,
+                                  max_restarts=cfg.restarts, replica=cfg.replica)[0]
+    finally:
+        if logs is None:
+            os.environ.pop("LSGD_LOG_DIR", None)
+        else:
+            os.environ["LSGD_LOG_DIR"] = logs
+        if helper is not None:
+            helper.kill()
+            helper.wait()
+        counts = faults.write_table(out, start)
+    return _count_faults(out, summary, counts) if cfg.fault else summary
+
+
+def _count_faults(out: Path, summary: dict[str, Any] | None,
+                  counts: dict[str, int]) -> dict[str, Any] | None:
+    """The run's summary (and its ``summary.json``) with the faults it met counted."""
+    from lsgd.train import outputs
+
+    if summary is None:
+        return None
+    summary.update(counts)
+    saved = {k: v for k, v in summary.items() if k != "plots"}
+    outputs.write_json(out / "summary.json", saved)
+    return summary
 
 
 def _elastic_node(cfg: TrainConfig, out: Path) -> dict[str, Any] | None:

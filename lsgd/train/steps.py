@@ -30,7 +30,8 @@ from lsgd.train.build import build_model_of, make_optimizer, make_schedule, make
 from lsgd.train.clock import Pace, time_axis
 from lsgd.train.config import TrainConfig
 from lsgd.train.evaluate import gather_named, recalibrate_bn
-from lsgd.train.faults import Faults
+from lsgd.train.checkpoint import folder as checkpoint_folder
+from lsgd.train.faults import Faults, node_of
 
 
 def seed_worker(cfg: TrainConfig, rank: int, attempt: int = 0) -> torch.Generator:
@@ -69,7 +70,8 @@ class WorkerLoop:
         self.schedule = make_schedule(cfg, self.opt, self.steps_per_epoch)
         self.generator = seed_worker(cfg, self.rank, attempt if self.reseeds else 0)
         self.pace = Pace(cfg, self.steps_per_epoch, self.strategy, device)
-        self.faults = Faults(cfg.faults(), self.rank, attempt)  # --fault, for tests
+        self.faults = Faults(cfg.fault, self.rank, node_of(self.rank, cfg), cfg.out_dir,
+                             checkpoints=checkpoint_folder(cfg.out_dir))  # --fault
         # With a modeled link the simulator's clock is the time axis: seconds of measured
         # compute (or --step-seconds per step) plus modeled transfers and waits.
         self.modeled = simulated and cfg.link is not None
@@ -150,7 +152,7 @@ class WorkerLoop:
         self.schedule.at(self.epochs_done(), self.pace.shared_seconds / 60)
         loss = self.task.loss(self.strategy.model(x), y)
         if self.faults.active:
-            loss = self.faults.apply(loss, self.steps + 1)
+            loss = self.faults.apply(loss, self.steps + 1, self.train_seconds)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         if self.straggle > 1:

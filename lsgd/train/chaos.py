@@ -1,0 +1,141 @@
+"""``lsgd train --chaos SEED``: a reproducible schedule of faults at random.
+
+Faults arrive as a Poisson process: the gaps between them are exponential with
+mean ``--chaos-mtbf`` seconds, over the run's ``--minutes`` (ten minutes
+without it; faults due after the run ended never fire). A worker's fault is
+due at a second of the run's training clock (``@S``), a link's at a wall
+second after the first training step. Each picks a
+kind from ``--chaos-kinds`` and a node (and a worker of it) uniformly. Fatal
+faults (kill, segv, kill-node, corrupt-checkpoint) are capped at what
+``--restarts`` allows: per node where each node restarts on its own (elastic
+runs, shaped nodes), in all where a failure restarts every worker; a draw over
+the cap becomes one of the other kinds drawn, or is dropped. A stopped worker
+or a link down is out for 1 to min(10, ``--timeout``/2) seconds, which the run
+rides out; a slow link runs at a tenth of ``--link`` for 3 to 10 seconds.
+
+The schedule is written as ``--fault`` items (worker faults at ``@SECOND``), so
+the run's ``config.toml`` holds it and replays it without ``--chaos``.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from lsgd.train.faults import FATAL, KINDS, config_errors, nodes_of
+
+DEFAULT_MINUTES = 10.0
+
+
+def kinds_of(cfg: Any) -> list[str]:
+    """``--chaos-kinds`` as a list."""
+    return [k.strip() for k in str(cfg.chaos_kinds).split(",") if k.strip()]
+
+
+def errors(cfg: Any) -> list[str]:
+    """What is wrong with the --chaos settings for this run (one line each, with the fix)."""
+    if cfg.chaos is None:
+        return []
+    found = []
+    kinds = kinds_of(cfg)
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        found.append(f"--chaos-kinds {cfg.chaos_kinds!r}: choose among {', '.join(KINDS)}, "
+                     "comma-separated")
+    if not cfg.chaos_mtbf > 0:
+        found.append(f"--chaos-mtbf {cfg.chaos_mtbf}: give the mean seconds between faults, "
+                     "above 0 (e.g. 30)")
+    if cfg.chaos < 0:
+        found.append(f"--chaos {cfg.chaos}: give a seed of 0 or more")
+    if found:
+        return found
+    for kind in kinds:  # each kind's fit to this run, said once
+        problems = config_errors(_Probe(cfg, [_example(kind, cfg)]))
+        found += [f"--chaos-kinds {kind}: " + p.split(": ", 1)[1] for p in problems]
+    return found
+
+
+class _Probe:
+    """``cfg`` with other ``fault`` items (to check a kind against the run)."""
+
+    def __init__(self, cfg: Any, fault: list[str]) -> None:
+        self._cfg, self.fault = cfg, fault
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cfg, name)
+
+
+def _example(kind: str, cfg: Any) -> str:
+    return {"kill": "kill:0:1", "nan": "nan:0:1", "segv": "segv:0:1", "stop": "stop:0:1:1",
+            "kill-node": "kill-node:0:1", "corrupt-checkpoint": "corrupt-checkpoint:1",
+            "link-down": "link-down:0:1:1", "slow": f"slow:0:1:{_slow_rate(cfg)}:1"}[kind]
+
+
+def _slow_rate(cfg: Any) -> str:
+    from lsgd.links.spec import parse_link
+
+    if cfg.link is None:
+        return "1mbit"
+    return f"{max(1.0, parse_link(cfg.link).rate / 10):.0f}bit"
+
+
+def draw(cfg: Any, count: int | None = None) -> list[str]:
+    """The ``--fault`` items of ``--chaos`` for ``cfg`` (validated by :func:`errors`);
+    with ``count``, exactly that many, at times drawn uniformly over the horizon (the
+    Poisson process given its number of faults)."""
+    rng = random.Random(cfg.chaos)
+    kinds = kinds_of(cfg)
+    horizon = 60.0 * (cfg.minutes or DEFAULT_MINUTES)
+    if count is not None:
+        times = iter(sorted(rng.uniform(0.0, horizon) for _ in range(count)))
+    nodes = nodes_of(cfg)
+    per_node = max(1, cfg.workers // nodes)
+    separate = bool(cfg.elastic or cfg.link)  # each node restarts on its own
+    fatal: dict[int, int] = {}
+    out_for = (1.0, max(1.0, min(10.0, cfg.timeout / 2)))
+    specs: list[str] = []
+    second = 0.0
+    while True:
+        if count is None:
+            second += rng.expovariate(1.0 / cfg.chaos_mtbf)
+        else:
+            second = next(times, horizon)
+        if second >= horizon:
+            return specs
+        kind = rng.choice(kinds)
+        node = rng.randrange(nodes)
+        rank = node * per_node + rng.randrange(per_node)
+        if kind == "corrupt-checkpoint":
+            node, rank = 0, 0
+        if kind in FATAL:
+            key = node if separate else 0
+            if fatal.get(key, 0) >= cfg.restarts:
+                others = [k for k in kinds if k not in FATAL]
+                if not others:
+                    continue
+                kind = rng.choice(others)
+            else:
+                fatal[key] = fatal.get(key, 0) + 1
+        at = f"{second:.1f}"
+        if kind in ("kill", "nan", "segv"):
+            specs.append(f"{kind}:{rank}:@{at}")
+        elif kind == "stop":
+            specs.append(f"stop:{rank}:@{at}:{rng.uniform(*out_for):.1f}")
+        elif kind == "kill-node":
+            specs.append(f"kill-node:{node}:@{at}")
+        elif kind == "corrupt-checkpoint":
+            specs.append(f"corrupt-checkpoint:@{at}")
+        elif kind == "link-down":
+            specs.append(f"link-down:{node}:{at}:{rng.uniform(*out_for):.1f}")
+        else:
+            specs.append(f"slow:{node}:{at}:{_slow_rate(cfg)}:{rng.uniform(3.0, 10.0):.1f}")
+
+
+
+def with_chaos(cfg: Any) -> Any:
+    """``cfg`` with its ``--chaos`` schedule drawn into ``fault`` (and ``chaos`` cleared)."""
+    import dataclasses
+
+    if cfg.chaos is None:
+        return cfg
+    return dataclasses.replace(cfg, fault=[*cfg.fault, *draw(cfg)], chaos=None)
