@@ -34,6 +34,7 @@ _RUNNERS = {
     "startup": ("startup", "run"),
     "equal-steps": ("equal_steps", "run"),
     "elastic": ("elastic", "run"),
+    "chaos": ("chaos", "run"),
     "replicas": ("replicas", "run"),
     "replicas-time": ("replicas", "run_time"),
     "replicas-lab": ("replica_lab", "run"),

@@ -1,0 +1,239 @@
+"""Chaos: runs under a seeded schedule of faults at random, against the same run unfailed.
+
+Four nodes behind shaped 100 Mbit/s links train CNN7 on Fashion-MNIST for a
+fixed number of steps (quick: an MLP on the digits, on the loopback where links
+cannot be shaped). For each mode (elastic on torchft, or restartable from
+checkpoints), method (LSGD, DiLoCo) and kind of round (blocking, or hidden
+int8: ``--overlap 1 --compress int8``), the run is made once without faults,
+then once per seed under ``lsgd train --fault`` items drawn by ``--chaos SEED``
+(:mod:`lsgd.train.chaos`): twelve faults at times drawn uniformly over the
+first 90% of the unfailed run's training time (its training clock), so that they strike
+(kill, segv, stop, kill-node, nan, link-down, slow, and corrupt-checkpoint
+where there are checkpoints), fatal ones capped per node at ``--restarts``.
+
+Each run is ``lsgd train`` in a process of its own, its output in the run
+folder; the center is evaluated every 50 steps (quick: 40), which also shows
+that the run is alive. Reported per run: the faults injected and survived (all
+those before the end of a run that finished), whether it finished, **hangs**
+(the run folder unchanged for ``--timeout`` + join timeout + 10 s: the run is
+stopped there), **silent exits** (a worker that ended by a signal no fault sent, or
+with an error code and no error written; from the agents' logs the run keeps
+in ``logs/``), the steps redone, the wall time lost against the unfailed run,
+and the final accuracy against it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lsgd.bench.common import Result, write
+
+NAME = "chaos"
+TITLE = "Chaos: faults at random, nothing lost"
+COLUMNS = ["method", "mode", "rounds", "seed", "faults", "survived", "finished", "hangs",
+           "silent exits", "steps redone", "time lost s", "accuracy", "vs unfailed"]
+TIMEOUT = 30.0  #: the runs' --timeout (a collective's patience)
+JOIN = 30.0  #: the elastic runs' --join-timeout
+RESTARTS = 3  #: fatal faults each node may take
+FAULTS = 12  #: faults in each run's schedule
+KINDS = ("kill", "segv", "stop", "kill-node", "nan", "link-down", "slow")
+ROUNDS: dict[str, dict[str, Any]] = {"blocking": {}, "hidden int8": {"overlap": 1, "compress": "int8"}}
+
+
+def _setup(quick: bool, link: str | None) -> dict[str, Any]:
+    if quick:
+        return {"model": "mlp", "dataset": "digits", "steps": 240, "period": 8,
+                "batch_size": 32, "every": 40, "link": link}
+    return {"model": "cnn7", "dataset": "fashion-mnist", "steps": 400, "period": 16,
+            "batch_size": 64, "every": 50, "link": link}
+
+
+def _settings(setup: dict[str, Any], method: str, mode: str, rounds: str) -> dict[str, Any]:
+    """The ``lsgd train`` settings of one run (keys as TrainConfig's fields)."""
+    settings: dict[str, Any] = {
+        "method": method, "model": setup["model"], "dataset": setup["dataset"], "workers": 4,
+        "steps": setup["steps"], "period": setup["period"], "batch_size": setup["batch_size"],
+        "eval_every": str(setup["every"]), "seed": 0, "timeout": TIMEOUT,
+        "restarts": RESTARTS, "quiet": True, **ROUNDS[rounds]}
+    if setup["link"]:
+        settings.update(groups=4, link=setup["link"])
+    if mode == "elastic":
+        settings.update(elastic=True, join_timeout=JOIN)
+    else:
+        settings["checkpoint_every"] = setup["every"]
+    return settings
+
+
+def _flags(settings: dict[str, Any]) -> list[str]:
+    flags: list[str] = []
+    for key, value in settings.items():
+        flag = "--" + key.replace("_", "-")
+        flags += [flag] if value is True else [flag, str(value)]
+    return flags
+
+
+def schedule(settings: dict[str, Any], seed: int, seconds: float) -> list[str]:
+    """The ``--fault`` items of ``--chaos seed`` for the run of ``settings`` whose unfailed
+    run trained for ``seconds``: :data:`FAULTS` faults over the first 90% of them."""
+    from lsgd.train import chaos
+    from lsgd.train.config import make_config
+
+    kinds = [k for k in KINDS if settings.get("link") or k not in ("link-down", "slow")]
+    if not settings.get("elastic"):
+        kinds.append("corrupt-checkpoint")
+    horizon = 0.9 * seconds
+    cfg = make_config(settings | {"chaos": seed, "chaos_kinds": ",".join(kinds),
+                                  "chaos_mtbf": max(0.01, horizon / FAULTS),
+                                  "minutes": horizon / 60})
+    return chaos.draw(cfg, count=FAULTS)
+
+
+def run_one(run: Path, flags: list[str], faults: list[str]) -> dict[str, Any]:
+    """``lsgd train flags --fault ...`` into ``run`` in a process of its own, watched for a
+    hang; what the table reports of it."""
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    command = [sys.executable, "-m", "lsgd", "train", *flags, "--out", str(run)]
+    for spec in faults:
+        command += ["--fault", spec]
+    bound = TIMEOUT + JOIN + 10.0
+    start = time.monotonic()
+    hung = False
+    with open(run / "bench.log", "w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
+        while process.poll() is None:
+            time.sleep(1.0)
+            if time.time() - _newest(run) > bound:
+                hung = True
+                process.terminate()
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+    wall = time.monotonic() - start
+    shutil.rmtree(run / "checkpoints", ignore_errors=True)  # the record is the rest
+    return _outcome(run, process.returncode, wall, hung)
+
+
+def _newest(run: Path) -> float:
+    """The newest modification time of the run folder's files (progress, logs, metrics)."""
+    newest = 0.0
+    for path in run.rglob("*"):
+        try:
+            newest = max(newest, path.stat().st_mtime)
+        except OSError:
+            continue
+    return newest
+
+
+_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+#: What each fatal kind ends a worker with (kill-node: every worker of the node).
+_SIGNALS = {"kill": -9, "segv": -11, "kill-node": -9, "corrupt-checkpoint": -9}
+
+
+def silent_exits(run: Path, per_node: int = 1) -> tuple[int, list[str]]:
+    """Workers that ended without a reason in the run folder: a signal that no fault sent,
+    or an error exit with no error written. From the agents' logs in ``logs/``."""
+    from lsgd.train import faults
+
+    text = "\n".join(p.read_text(errors="replace")
+                     for p in sorted((run / "logs").glob("*.log")))
+    exits = [int(code) for code, _ in _EXIT.findall(text)]
+    sent: dict[int, int] = {}
+    for event in faults.read_log(run):
+        if event.get("event") == "fault" and event["kind"] in _SIGNALS:
+            count = per_node if event["kind"] == "kill-node" else 1
+            sent[_SIGNALS[event["kind"]]] = sent.get(_SIGNALS[event["kind"]], 0) + count
+    unexplained: list[str] = []
+    for code in exits:
+        if code < 0 and sent.get(code, 0) > 0:
+            sent[code] -= 1
+        elif code > 0 and ("Traceback" in text or "Error" in text):
+            continue
+        else:
+            unexplained.append(f"exit code {code}")
+    return len(unexplained), unexplained
+
+
+def _outcome(run: Path, code: int | None, wall: float, hung: bool) -> dict[str, Any]:
+    from lsgd.train import faults
+
+    try:
+        summary = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = {}
+    finished = code == 0 and bool(summary)
+    fired = list({e["spec"]: e for e in faults.read_log(run) if e.get("event") == "fault"}
+                 .values())  # kill-node: one event per worker, one fault
+    silent, why = silent_exits(run)
+    return {"code": code, "finished": finished, "hung": hung, "wall": wall,
+            "faults": len(fired), "survived": len(fired) if finished else max(0, len(fired) - 1),
+            "kinds": sorted({e["kind"] for e in fired}), "silent": silent, "silent_why": why,
+            "redone": summary.get("steps_redone") or 0,
+            "train_seconds": summary.get("train_seconds", float("nan")),
+            "accuracy": summary.get("test_accuracy", float("nan")),
+            "tail": "" if finished else (run / "bench.log").read_text(errors="replace")[-1500:]}
+
+
+def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    import importlib.util
+
+    from lsgd.links.netns import shaping_problem
+
+    links = options.get("links") or ([] if quick or shaping_problem() else ["100mbit"])
+    setup = _setup(quick, links[0] if links else None)
+    seeds = range(options.get("first_seed") or 1,
+                  (options.get("first_seed") or 1) + (options.get("seeds") or (1 if quick else 3)))
+    methods = options.get("methods") or (["diloco"] if quick else ["lsgd", "diloco"])
+    modes = ["restart"] if quick else ["elastic", "restart"]
+    if not quick and importlib.util.find_spec("torchft") is None:
+        modes = ["restart"]
+    rounds_kinds = ["blocking"] if quick else list(ROUNDS)
+    rows: list[list[Any]] = []
+    data: dict[str, Any] = {"setup": setup, "runs": {}}
+    folder = out / "chaos-runs"
+    for method in methods:
+        for mode in modes:
+            for rounds in rounds_kinds:
+                settings = _settings(setup, method, mode, rounds)
+                flags = _flags(settings)
+                key = f"{method}/{mode}/{rounds}"
+                base = run_one(folder / key.replace(" ", "-") / "unfailed", flags, [])
+                data["runs"][f"{key}/unfailed"] = base
+                rows.append(_row(method, mode, rounds, "-", base, base))
+                for seed in seeds if base["finished"] else ():
+                    specs = schedule(settings, seed, base["train_seconds"])
+                    got = run_one(folder / key.replace(" ", "-") / f"seed-{seed}", flags, specs)
+                    got["schedule"] = specs
+                    data["runs"][f"{key}/{seed}"] = got
+                    rows.append(_row(method, mode, rounds, seed, got, base))
+                    write(Result(NAME, TITLE, COLUMNS, rows, ["(in progress)"], data), out)
+    notes = [f"4 workers, {'4 nodes behind ' + setup['link'] + ' shaped links' if setup['link'] else 'on the loopback'}, "
+             f"{setup['model']} on {setup['dataset']}, {setup['steps']} steps, period "
+             f"{setup['period']}, --timeout {TIMEOUT:.0f}, --restarts {RESTARTS}; faults drawn by "
+             f"--chaos SEED, {FAULTS} at uniform times over 90% of the unfailed run's training time. "
+             "Hang: the run folder unchanged for timeout + join timeout + 10 s. Silent exit: a "
+             "worker that ended by a signal no fault sent, or with an error code and no error "
+             "written (the agents' logs in each run's logs/)."]
+    notes += [f"did not finish: {k}: {v['tail'][-300:]!r}" for k, v in data["runs"].items()
+              if not v["finished"]]
+    return Result(NAME, TITLE, COLUMNS, rows, notes, data)
+
+
+def _row(method: str, mode: str, rounds: str, seed: Any, got: dict[str, Any],
+         base: dict[str, Any]) -> list[Any]:
+    lost = got["wall"] - base["wall"]
+    gap = got["accuracy"] - base["accuracy"]
+    return [method, mode, rounds, seed, got["faults"], got["survived"],
+            "yes" if got["finished"] else "no", int(got["hung"]), got["silent"], got["redone"],
+            lost, got["accuracy"], gap]
+
