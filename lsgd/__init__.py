@@ -27,7 +27,7 @@ from lsgd.registry import make_strategy, strategy_names
 from lsgd import topology
 from lsgd.topology import Topology
 
-__version__ = "0.9.0"
+__version__ = "0.10.0"
 
 __all__ = [
     "ALDSGD",

@@ -20,10 +20,10 @@ def test_time_to_accuracy_quick_ranks_every_method_on_one_time_axis(tmp_path: Pa
     methods = [row[1] for row in result.rows]
     assert methods == [m for m in accuracy.QUICK if m != "lsgd-multi"]
     by_method = {row[1]: row for row in result.rows}
-    # The MLP on the digits passes 80% within 8 simulated seconds under every method
-    # (it reached 95-99% here), and LSGD's own ratio is 1.
+    # The MLP on the digits passes 80% within 6 simulated seconds under every method
+    # (within 4.1 s here, and 94-99% at the end), and LSGD's own ratio is 1.
     for name, row in by_method.items():
-        assert row[2] is not None and row[2] <= 8.0 + 2.0, row
+        assert row[2] is not None and row[2] <= 6.0 + 2.0, row
         assert row[5] >= 0.8, row
     assert by_method["lsgd"][6] == pytest.approx(1.0)
     # On 20 Mbit/s every all-reduce costs the MLP's 0.9 MB state 1.5 times over the

@@ -49,12 +49,11 @@ def check(strategy: Strategy) -> None:
     name = strategy.name
     if strategy.asynchronous:
         raise ValueError(f"{name}: elastic training runs synchronous rounds; "
-                         "drop asynchronous=True (--asynchronous)")
+                         "drop asynchronous=True")
     if strategy.hides_rounds and getattr(strategy.comm, "per_node", 1) > 1:
         raise ValueError(f"{name}: elastic hidden rounds (overlap, fragments, compress) run "
                          "with one replica per node: drop them, run one worker per node, or "
-                         "make each node's workers one replica (replica='node', --replica "
-                         "node)")
+                         "make each node's workers one replica (replica='node')")
     gap = min(c.period for c in strategy.cadences) // strategy.fragments
     if strategy.overlap >= gap:
         raise ValueError(f"{name}: an elastic round lands before the next one starts: "
