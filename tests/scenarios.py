@@ -143,3 +143,23 @@ def bundle(info: lsgd.WorkerInfo, specs: dict[str, tuple[str, dict[str, Any]]]) 
     functions = {"scripted": scripted, "train_small": train_small, "ddp_reference": ddp_reference,
                  "chain": chain}
     return {name: functions[fn](info, spec) for name, (fn, spec) in specs.items()}
+
+
+def through_a_checkpoint(model: Any, opt: Any, strategy: Any, build: Any,
+                         on_disk: bool = True) -> tuple[Any, Any, Any]:
+    """What a resume gives: the states of ``model``, ``opt`` and ``strategy`` saved
+    (through ``torch.save`` and a weights-only load when ``on_disk``), then loaded
+    into fresh ones from ``build()``."""
+    import io
+
+    saved: Any = (model.state_dict(), opt.state_dict(), strategy.state_dict())
+    if on_disk:
+        file = io.BytesIO()
+        torch.save(list(saved), file)
+        file.seek(0)
+        saved = torch.load(file, weights_only=True)
+    model, opt, strategy = build()
+    model.load_state_dict(saved[0])
+    opt.load_state_dict(saved[1])
+    strategy.load_state_dict(saved[2])
+    return model, opt, strategy

@@ -4,7 +4,6 @@ diverged workers, its knobs, and a short ``lsgd train`` run."""
 from __future__ import annotations
 
 import copy
-import io
 import json
 import math
 import re
@@ -22,7 +21,7 @@ from lsgd.cli import main
 from lsgd.train import checkpoint
 from lsgd.train.build import knobs_from_config
 from lsgd.train.config import make_config
-from tests.scenarios import SmallNet, Vector, batches
+from tests.scenarios import SmallNet, Vector, batches, through_a_checkpoint
 
 WORLD = 4
 
@@ -161,14 +160,7 @@ def _resume(info: lsgd.WorkerInfo, kwargs: dict[str, Any], stop: int | None) -> 
     model, opt, strategy = build()
     for step, (x, y) in enumerate(batches(info.rank, 8)):
         if step == stop:
-            file = io.BytesIO()
-            torch.save([model.state_dict(), opt.state_dict(), strategy.state_dict()], file)
-            file.seek(0)
-            saved = torch.load(file, weights_only=True)
-            model, opt, strategy = build()
-            model.load_state_dict(saved[0])
-            opt.load_state_dict(saved[1])
-            strategy.load_state_dict(saved[2])
+            model, opt, strategy = through_a_checkpoint(model, opt, strategy, build)
         _sgd_step(strategy.model, opt, x, y, strategy)
     return {"state": model.state_dict(), "stats": strategy.report().as_dict(),
             "global": [b.clone() for b in strategy.global_state.buffers],

@@ -4,7 +4,6 @@ standard form unchanged, resume with a transfer in flight, diverged workers, bad
 
 from __future__ import annotations
 
-import io
 import math
 import re
 from typing import Any
@@ -19,7 +18,7 @@ import lsgd
 from lsgd.cli import main
 from lsgd.train.build import knobs_from_config
 from lsgd.train.config import make_config
-from tests.scenarios import SmallNet, Vector, batches
+from tests.scenarios import SmallNet, Vector, batches, through_a_checkpoint
 
 WORLD, PERIOD, LR, OUTER_LR, MU = 4, 3, 0.1, 0.7, 0.9
 STEPS = 3 * PERIOD + 1  # three rounds, and a step after the third
@@ -183,14 +182,7 @@ def _resume(info: lsgd.WorkerInfo, kwargs: dict[str, Any], stop: int | None) -> 
     model, opt, strategy = build()
     for step, (x, y) in enumerate(batches(info.rank, 11)):
         if step == stop:
-            file = io.BytesIO()
-            torch.save([model.state_dict(), opt.state_dict(), strategy.state_dict()], file)
-            file.seek(0)
-            saved = torch.load(file, weights_only=True)
-            model, opt, strategy = build()
-            model.load_state_dict(saved[0])
-            opt.load_state_dict(saved[1])
-            strategy.load_state_dict(saved[2])
+            model, opt, strategy = through_a_checkpoint(model, opt, strategy, build)
         _inner_step(strategy.model, opt, x, y, strategy)
     return {"state": model.state_dict(), "eager": strategy.state_dict()["eager"],
             "global": [b.clone() for b in strategy.global_state.buffers],

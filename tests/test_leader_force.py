@@ -4,7 +4,6 @@ overlapped rounds, replicas, resume, bad input, and ``lsgd train``'s flags."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ from lsgd.cli import main
 from lsgd.train.build import knobs_from_config
 from lsgd.train.config import make_config
 from tests import cases_replicas
-from tests.scenarios import Vector
+from tests.scenarios import Vector, through_a_checkpoint
 
 METHODS = {"diloco": lsgd.DiLoCo, "local-sgd": lsgd.LocalSGD}
 X0 = [[1.0, -2.0, 3.0], [4.0, 0.5, -1.0], [-3.0, 2.0, 0.25], [0.5, 6.0, -4.0]]
@@ -49,14 +48,7 @@ def run(info: lsgd.WorkerInfo, method: str, kwargs: dict[str, Any], steps: int,
     xs, thetas = [], []
     for step in range(steps):
         if step == stop:
-            file = io.BytesIO()
-            torch.save([model.state_dict(), opt.state_dict(), strategy.state_dict()], file)
-            file.seek(0)
-            saved = torch.load(file, weights_only=True)
-            model, opt, strategy = build()
-            model.load_state_dict(saved[0])
-            opt.load_state_dict(saved[1])
-            strategy.load_state_dict(saved[2])
+            model, opt, strategy = through_a_checkpoint(model, opt, strategy, build)
         model.w.grad = torch.tensor(GRADS[info.rank], dtype=model.w.dtype)
         strategy.step(torch.tensor(_losses(info.rank, step, world), dtype=torch.float64))
         xs.append(model.w.detach().clone())

@@ -15,7 +15,7 @@ import lsgd
 from lsgd.comm import codec
 from lsgd.comm.chain import chunk_count
 from lsgd.comm.wire import LinkModel
-from tests.scenarios import SmallNet, batches
+from tests.scenarios import SmallNet, batches, through_a_checkpoint
 
 X0 = [[1.0, 8.0], [2.0, 4.0], [3.0, 0.0], [4.0, -4.0]]
 GRADS = [[0.5, 0.0], [0.0, 0.25], [0.25, 0.25], [-0.5, 0.0]]
@@ -325,11 +325,8 @@ def _interrupted(info: lsgd.WorkerInfo, method: str, kwargs: dict[str, Any], cut
         loss.backward()
         strategy.step(loss)
         if step == cut:
-            saved = (model.state_dict(), opt.state_dict(), strategy.state_dict())
-            model, opt, strategy = build()
-            model.load_state_dict(saved[0])
-            opt.load_state_dict(saved[1])
-            strategy.load_state_dict(saved[2])
+            model, opt, strategy = through_a_checkpoint(model, opt, strategy, build,
+                                                        on_disk=False)
     strategy.settle()
     return [p.detach().clone() for p in model.parameters()]
 
