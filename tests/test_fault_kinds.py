@@ -239,3 +239,22 @@ def test_the_quick_chaos_bench_survives_a_dozen_faults_with_no_hang_or_silent_ex
     run = tmp_path / "chaos-runs" / "diloco" / "restart" / "blocking" / "seed-1"
     kinds = {line.split(",")[1] for line in (run / "faults.csv").read_text().splitlines()[1:]}
     assert {"kill", "nan", "stop"} <= kinds, kinds
+
+
+def test_a_workers_answer_goes_to_its_own_fault_and_a_heal_to_the_latest(
+        tmp_path: Path) -> None:
+    start = time.time()
+    for second, spec, rank, node in ((1, "slow:0:1:1mbit:5", None, 0), (2, "nan:1:@2", 1, 1),
+                                     (3, "kill:2:@3", 2, 2), (4, "link-down:3:4:5", None, 3)):
+        faults.append(tmp_path, event="fault", spec=spec, kind=spec.split(":")[0], rank=rank,
+                      node=node, time=start + second)
+    faults.answer(tmp_path, "reset worker 1 at step 9", rank=1, time=start + 5)
+    faults.answer(tmp_path, "restart 1 of worker 2", rank=2, time=start + 6)
+    faults.answer(tmp_path, "heal of worker 2", rank=2, time=start + 7)
+    faults.answer(tmp_path, "heal of worker 0", rank=0, time=start + 11)
+    faults.write_table(tmp_path, start)
+    outcome = {line.split(",")[5]: line.split(",", 6)[6]
+               for line in (tmp_path / "faults.csv").read_text().splitlines()[1:]}
+    assert outcome == {"slow:0:1:1mbit:5": "rode it out", "nan:1:@2": "reset worker 1 at step 9",
+                       "kill:2:@3": "restart 1 of worker 2; heal of worker 2",
+                       "link-down:3:4:5": "heal of worker 0"}

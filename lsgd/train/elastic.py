@@ -76,7 +76,8 @@ class ElasticRun(WorkerLoop):
         self.writer = False  # the lowest member of the last round writes the files
         self.restarts = 0  # restarts of the last round's members (the attempts they are in)
         if self.attempt > 0 and cfg.fault:
-            faults.answer(cfg.out_dir, f"restart {self.attempt} of worker {self.rank}")
+            faults.answer(cfg.out_dir, f"restart {self.attempt} of worker {self.rank}",
+                          rank=self.rank)
 
     def make_strategy(self) -> lsgd.Strategy:
         """The method's strategy on the elastic communicator."""
@@ -90,7 +91,7 @@ class ElasticRun(WorkerLoop):
 
     def _take(self, state: dict[str, Any]) -> None:
         if self.cfg.fault:
-            faults.answer(self.cfg.out_dir, f"heal of worker {self.rank}")
+            faults.answer(self.cfg.out_dir, f"heal of worker {self.rank}", rank=self.rank)
         self.healed_seconds = self.train_seconds = float(state["train_seconds"])
         self.rows = list(state["rows"])
         self.pace.load_state_dict(state["pace"])

@@ -216,7 +216,8 @@ def fired(run: Path) -> set[str]:
 
 
 def answer(run: Path, what: str, **where: Any) -> None:
-    """Record what the run did about a fault (restart, heal, fell back, reset)."""
+    """Record what the run did about a fault (restart, heal, fell back, reset); ``rank``
+    in ``where``: the worker it was done to."""
     append(run, event="answer", what=what, **where)
 
 
@@ -240,6 +241,7 @@ class Faults:
         self.rank, self.node, self.run = rank, node, run
         self.start = start if start is not None or run is None else started(run, rank)
         self.checkpoints = checkpoints
+        self.resets: int | None = None
         done = fired(run) if run is not None else set()
         self.pending = [f for f in map(parse, specs) if f.kind not in LINK_KINDS
                         and f.spec not in done and self._mine(f)]
@@ -271,6 +273,12 @@ class Faults:
             else:
                 self._strike(fault)
         return loss
+
+    def note_resets(self, resets: int, step: int) -> None:
+        """Log a reset of this worker's state (what the run did about its NaN)."""
+        if self.resets is not None and resets > self.resets and self.run is not None:
+            answer(self.run, f"reset worker {self.rank} at step {step}", rank=self.rank)
+        self.resets = resets  # the first call: what a restart or heal brought
 
     def _log(self, fault: Fault, step: int, elapsed: float) -> None:
         print(f"fault: {fault.spec} strikes worker {self.rank} at step {step} "
@@ -338,13 +346,10 @@ def write_table(run: Path, start: float) -> dict[str, int]:
             if event.get("rank") is not None:
                 row["rank"] = " ".join(filter(None, [str(row["rank"]), str(event["rank"])]))
         elif event.get("event") == "answer":
-            causes = _CAUSES[event["what"].split()[0]]
-            if any(row["kind"] in FATAL for row in waiting) and causes[0] in FATAL:
-                causes = FATAL  # a restart or heal after a fatal fault: that fault's doing
-            for row in waiting:
-                if row["kind"] in causes and event["what"] not in row["answers"]:
+            for row in _answered(waiting, event["what"], event.get("rank")):
+                if event["what"] not in row["answers"]:
                     row["answers"].append(event["what"])
-                    row["recovered"] |= event["what"].startswith(("restart", "heal"))
+                row["recovered"] |= event["what"].startswith(("restart", "heal"))
     table = list(rows.values())
     for row in table:
         answers = row.pop("answers")
@@ -354,6 +359,26 @@ def write_table(run: Path, start: float) -> dict[str, int]:
         write_csv(run / TABLE, table, list(COLUMNS))
     fatal = sum(row["kind"] in FATAL for row in table)
     return {"faults": len(table), "fatal_faults": fatal}
+
+
+def _answered(waiting: list[dict[str, Any]], what: str,
+              rank: int | None) -> list[dict[str, Any]]:
+    """The faults not yet recovered from that an answer of worker ``rank`` (None: of the
+    whole run) is about: of a kind that can cause it, that worker's own if any; a
+    worker's restart or heal is about the latest of them, a fatal one first."""
+    def mine(row: dict[str, Any]) -> bool:
+        return rank is not None and str(rank) in str(row["rank"]).split()
+
+    # One recovered from is open only to its worker's next answers and to a fall-back.
+    rows = [r for r in waiting if r["kind"] in _CAUSES[what.split()[0]]
+            and (not r["recovered"] or mine(r) or what.startswith("fell"))]
+    if rank is not None:
+        rows = [r for r in rows if mine(r)] or rows
+    if what.startswith(("restart", "heal")):
+        rows = [r for r in rows if r["kind"] in FATAL] or rows
+        if rank is not None:
+            rows = rows[-1:]
+    return rows
 
 
 #: The kinds of fault each answer (by its first word) can follow from.

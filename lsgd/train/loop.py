@@ -249,8 +249,6 @@ class Worker(WorkerLoop):
             self.resets_seen = resets
             print(f"worker {self.rank}: its state was NaN or infinite; reset at step "
                   f"{self.steps} (reset {resets} of this run)", file=sys.stderr, flush=True)
-            if self.cfg.fault:
-                faults.answer(self.run_dir, f"reset worker {self.rank} at step {self.steps}")
         if skipped != self.skipped_seen and self.rank == 0:
             self.skipped_seen = skipped
             print(f"step {self.steps}: the averaged gradient was NaN or infinite; every worker "

@@ -162,6 +162,8 @@ class WorkerLoop:
         self.loss_count += finite
         self.strategy.step(loss)  # an elastic run's rounds may evaluate in there
         self.steps = self.strategy.steps  # one more, or the run's step after a heal
+        if self.cfg.fault:
+            self.faults.note_resets(self.strategy.resets, self.steps)
         self.data_seconds += t1 - t0
         self.train_seconds += self.clock() - c0
         return loss
