@@ -17,8 +17,7 @@ from lsgd.train.config import TrainConfig
 
 
 def _child(specs: list[str], rank: int, node: int, run: str, step: int) -> None:
-    injector = faults.Faults(specs, rank, node, Path(run), time.time(),
-                             Path(run) / "checkpoints")
+    injector = faults.Faults(specs, rank, node, Path(run), Path(run) / "checkpoints")
     injector.apply(1.0, step, 10.0)
     os._exit(0)
 
@@ -42,7 +41,8 @@ def test_a_fatal_fault_ends_the_process_by_its_signal_and_is_logged_first(
         tmp_path: Path, spec: str, code: int) -> None:
     exit_code, _ = _strike(tmp_path, [spec])
     assert exit_code == code
-    (event,) = faults.read_log(tmp_path)
+    start, event = faults.read_log(tmp_path)
+    assert start["event"] == "start" and start["rank"] == 1  # the run's first step
     assert event["event"] == "fault" and event["spec"] == spec and event["step"] == 3
     assert faults.fired(tmp_path) == {spec}
     # Fired once per run: a restarted worker passes the same step untouched.
@@ -62,7 +62,7 @@ def test_a_stopped_worker_is_woken_after_its_seconds() -> None:
 @pytest.mark.timeout(60)
 def test_only_the_named_worker_or_node_or_step_is_hit(tmp_path: Path) -> None:
     assert _strike(tmp_path, ["kill:2:3", "kill:1:4", "kill-node:1:3"], rank=1, node=0)[0] == 0
-    assert faults.read_log(tmp_path) == []
+    assert [e["event"] for e in faults.read_log(tmp_path)] == ["start"]
     # A fault at a second of training fires at the first step after it (10 s here).
     assert _strike(tmp_path, ["kill:1:@11"], step=7)[0] == 0
     assert _strike(tmp_path, ["kill:1:@9.5"], step=7)[0] == -9
@@ -83,7 +83,7 @@ def test_a_corrupt_checkpoint_fault_truncates_the_newest_complete_one(tmp_path: 
 
 
 def test_nan_makes_the_loss_nan_once() -> None:
-    injector = faults.Faults(["nan:0:2"], 0, 0, None, time.time())
+    injector = faults.Faults(["nan:0:2"], 0, 0, None)
     assert injector.apply(1.5, 1, 0.1) == 1.5
     assert math.isnan(injector.apply(1.5, 2, 0.2))
     assert not injector.active and injector.apply(1.5, 2, 0.2) == 1.5

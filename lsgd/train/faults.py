@@ -237,16 +237,15 @@ class Faults:
     """
 
     def __init__(self, specs: list[str], rank: int, node: int, run: Path | None,
-                 start: float | None = None, checkpoints: Path | None = None) -> None:
+                 checkpoints: Path | None = None) -> None:
         self.rank, self.node, self.run = rank, node, run
-        self.start = start if start is not None or run is None else started(run, rank)
         self.checkpoints = checkpoints
         self.resets: int | None = None
         done = fired(run) if run is not None else set()
         self.pending = [f for f in map(parse, specs) if f.kind not in LINK_KINDS
                         and f.spec not in done and self._mine(f)]
-        self.active = bool(self.pending) or (bool(specs) and self.start is None
-                                              and run is not None)
+        self.unstarted = run is not None and bool(specs) and started(run, rank) is None
+        self.active = bool(self.pending) or self.unstarted
 
     def _mine(self, fault: Fault) -> bool:
         if fault.kind == "kill-node":
@@ -258,16 +257,14 @@ class Faults:
     def apply(self, loss: Any, step: int, seconds: float) -> Any:
         """``loss`` of step ``step``, ``seconds`` of training into the run, or NaN; or a
         fault that stops or ends the process."""
-        if self.start is None:  # the run's first step: the link injector's origin
-            self.start = time.time()
-            if self.run is not None:
-                append(self.run, event="start", rank=self.rank, time=self.start)
+        if self.unstarted and self.run is not None:  # the link injector's origin
+            append(self.run, event="start", rank=self.rank)
+            self.unstarted = False
             self.active = bool(self.pending)
-        elapsed = seconds
-        for fault in [f for f in self.pending if f.due(step, elapsed)]:
+        for fault in [f for f in self.pending if f.due(step, seconds)]:
             self.pending.remove(fault)
             self.active = bool(self.pending)
-            self._log(fault, step, elapsed)
+            self._log(fault, step, seconds)
             if fault.kind == "nan":
                 loss = loss * math.nan
             else:
