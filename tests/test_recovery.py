@@ -194,3 +194,26 @@ def test_a_worker_killed_before_the_first_checkpoint_restarts_from_step_0_and_sa
     # Killed before its step 50: rank 0 got to the round of step 48 or 52, all redone.
     assert 40 <= summary["steps_redone"] <= 56, event
     assert summary["steps"] == 100
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_restartable_run_rides_out_one_fault_of_each_worker_kind(tmp_path: Path) -> None:
+    """A hung worker, a NaN, a crash by signal, a corrupt newest checkpoint and a kill in
+    one restartable run of 4 processes: it finishes, and faults.csv says what each did."""
+    summary = _train(tmp_path / "run", workers=4, steps=160, checkpoint_every=16,
+                     eval_every="80", restarts=3, timeout=30,
+                     fault=["stop:1:20:2", "nan:3:30", "segv:2:44", "corrupt-checkpoint:70",
+                            "kill:1:100"])
+    assert summary["restarts"] == 3 and summary["faults"] == 5, summary
+    assert summary["fatal_faults"] == 3 and summary["steps"] == 160, summary
+    assert summary["test_accuracy"] > 0.9, summary
+    rows = {line.split(",")[1]: line.split(",", 6)[6] for line in
+            (tmp_path / "run" / "faults.csv").read_text().splitlines()[1:]}
+    assert rows["stop"] == "waited" and rows["nan"].startswith("reset worker 3"), rows
+    assert rows["segv"] == "restart 1 from step 32", rows
+    assert rows["corrupt-checkpoint"] == ("restart 2 from step 48; fell back to step-00000048 "
+                                          "(step-00000064 unusable)"), rows
+    assert rows["kill"] == "restart 3 from step 96", rows
+    assert "exitcode: -11" in "".join(p.read_text() for p in (tmp_path / "run" / "logs")
+                                      .glob("agent-*.log"))  # the agents' logs are kept
