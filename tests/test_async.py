@@ -12,7 +12,7 @@ from torch import nn
 import lsgd
 from lsgd.comm.local import LocalCommunicator
 from lsgd.data import digits
-from lsgd.strategies.schedule import Cadence, RoundSchedule
+from lsgd.strategies.cadence import Cadence, RoundSchedule
 
 STRAGGLER = 3
 

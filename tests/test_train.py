@@ -14,9 +14,9 @@ import torch
 from lsgd.train import checkpoint, runner
 from lsgd.train.config import TrainConfig, make_config
 from lsgd.train.tomlfile import read_toml
-from lsgd.train.loop import UsageError
+from lsgd.train.worker import UsageError
 from lsgd.train.outputs import METRIC_FIELDS, read_csv
-from lsgd.train.schedule import Schedule
+from lsgd.train.lr_schedule import Schedule
 
 FASHION = Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")
 SUMMARY_KEYS = {"method", "workers", "groups", "test_accuracy", "leader_test_accuracy", "steps",
@@ -209,7 +209,7 @@ def test_a_checkpoint_that_holds_code_is_refused_without_running_it(tmp_path: Pa
 def test_every_worker_loop_seeds_its_streams_in_one_place() -> None:
     """seed_worker: dropout from seed * 7919 + 1 + rank, batches from seed * 7919 + 10000
     + rank, and a worker restarted afresh (attempt k) 101 * k further on."""
-    from lsgd.train.steps import seed_worker
+    from lsgd.train.loop import seed_worker
 
     cfg = make_config({"seed": 3})
     for rank, attempt in ((0, 0), (2, 0), (1, 2)):

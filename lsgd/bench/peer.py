@@ -57,7 +57,7 @@ import lsgd
 from lsgd.links.netns import node_address
 from lsgd.train.evaluate import model_copy
 from lsgd.train.outputs import read_csv
-from lsgd.train.steps import WorkerLoop
+from lsgd.train.loop import WorkerLoop
 
 METHODS = {"torchft-diloco": (1, 0), "torchft-streaming": (2, 2)}  # (fragments, delay)
 #: The settings of ``lsgd train`` a torchft run takes as lsgd's runs do (the task's
@@ -138,7 +138,7 @@ def _fragments(model: Any, count: int) -> list[Any]:
 
 class _TorchftDiLoCo:
     """torchft's Manager and (Streaming) DiLoCo behind the methods of a
-    :class:`~lsgd.Strategy` that :class:`~lsgd.train.steps.WorkerLoop` calls."""
+    :class:`~lsgd.Strategy` that :class:`~lsgd.train.loop.WorkerLoop` calls."""
 
     asynchronous = False
 

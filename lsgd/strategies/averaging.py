@@ -47,7 +47,7 @@ from lsgd.strategies import leader_force
 from lsgd.strategies.base import Strategy, as_loss_tensor
 from lsgd.strategies.leader_force import LeaderForce
 from lsgd.strategies.pipeline import InFlight, check_options
-from lsgd.strategies.schedule import Cadence
+from lsgd.strategies.cadence import Cadence
 
 MERGES = ("keep", "replace", "mix")
 MIX = 0.5  # Streaming DiLoCo's weight of the local state in a "mix" merge

@@ -10,9 +10,9 @@ PyTorch::
 The worker state ``x`` is the model's parameters and, with
 ``bn_buffers="pull"``, its floating-point buffers (:mod:`lsgd.strategies.buffers`);
 integer buffers are never communicated. Periodic methods declare their kinds of
-round (:class:`~lsgd.strategies.schedule.Cadence`) and implement
+round (:class:`~lsgd.strategies.cadence.Cadence`) and implement
 ``_run_rounds``; this class decides when rounds fall due
-(:mod:`lsgd.strategies.schedule`). Asynchronous workers act together (stop,
+(:mod:`lsgd.strategies.cadence`). Asynchronous workers act together (stop,
 evaluate, checkpoint) only at a *sync point*, right after a round among all
 workers (``strategy.should_stop(wish)``).
 
@@ -43,7 +43,7 @@ from lsgd.strategies.guard import driving, guard
 from lsgd.strategies.health import Recovery, check_same_model
 from lsgd.strategies.pipeline import InFlight, Pipeline
 from lsgd.strategies.report import Report
-from lsgd.strategies.schedule import Cadence, RoundSchedule
+from lsgd.strategies.cadence import Cadence, RoundSchedule
 from lsgd.strategies.seams import Seams, supporting
 from lsgd.strategies.state import on_state_, state_tensors
 

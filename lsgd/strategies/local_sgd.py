@@ -25,7 +25,7 @@ from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.strategies import leader_force
 from lsgd.strategies.averaging import Averaging
-from lsgd.strategies.schedule import Cadence
+from lsgd.strategies.cadence import Cadence
 
 
 class LocalSGD(Averaging):

@@ -47,7 +47,7 @@ from lsgd.strategies.election import ELECTIONS, Election
 from lsgd.strategies.levels import Level, build_levels, check_knobs
 from lsgd.strategies.pipeline import InFlight, check_options
 from lsgd.strategies.pull_decay import check_decay_rounds, copied_share, round_pull_
-from lsgd.strategies.schedule import Cadence
+from lsgd.strategies.cadence import Cadence
 
 
 SCOPE_PULLS = ("after-step", "algorithm-1")

@@ -11,7 +11,7 @@ from torch import nn
 
 from lsgd.comm import CommStats, Communicator
 from lsgd.strategies.pipeline import InFlight, Pipeline
-from lsgd.strategies.schedule import Cadence, RoundSchedule
+from lsgd.strategies.cadence import Cadence, RoundSchedule
 
 
 def supporting(capability: str) -> list[str]:

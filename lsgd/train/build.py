@@ -31,7 +31,7 @@ from lsgd.topology import Topology, from_spec
 from lsgd.train.checks import DECENTRALIZED, OVERLAPPED
 from lsgd.train.config import TrainConfig
 from lsgd.train.ranges import flag
-from lsgd.train.schedule import Schedule
+from lsgd.train.lr_schedule import Schedule
 PIPELINE_DEFAULTS = {"overlap": 0, "fragments": 1, "compress": "none", "merge": "auto",
                      "error_feedback": False}
 

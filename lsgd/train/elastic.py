@@ -14,7 +14,7 @@ method's rule (``Strategy.on_round``):
   reaches its budget (:class:`~lsgd.train.clock.Pace`'s budgets);
 * **evaluations**, at the first round where ``--eval-every`` is due: the
   center (``Strategy.center()``), each member on its slice of the test set
-  (:meth:`~lsgd.train.steps.WorkerLoop.evaluate`); every member keeps the row;
+  (:meth:`~lsgd.train.loop.WorkerLoop.evaluate`); every member keeps the row;
 * **who writes**: the member with the lowest slot writes ``metrics.csv`` and,
   at the end, ``summary.json`` and the figures.
 
@@ -46,7 +46,7 @@ from lsgd.comm.replica import replicas_of
 from lsgd.train import faults
 from lsgd.train.build import knobs_from_config
 from lsgd.train.config import TrainConfig
-from lsgd.train.steps import WorkerLoop
+from lsgd.train.loop import WorkerLoop
 
 
 class ElasticRun(WorkerLoop):

@@ -1,300 +1,301 @@
-"""One worker of ``lsgd train``: data, model, optimizer, strategy, the loop.
+"""The one training loop of a worker: ``lsgd train`` (:mod:`lsgd.train.worker`), its
+elastic form (:mod:`lsgd.train.elastic`) and the torchft peer (:mod:`lsgd.bench.peer`).
 
-``run_worker(info, cfg)`` is the same function under every backend (threads
-of the simulator, local processes, torchrun on several nodes); it runs the
-shared loop (:class:`lsgd.train.steps.WorkerLoop`), whose decisions
-(evaluate, checkpoint, stop) every worker takes alike
-(:class:`lsgd.train.clock.Pace`), and adds checkpoints, resumes and restarts,
-per-worker columns, a progress bar and the run's summary.
-
-``--straggle RANK:FACTOR`` slows a worker down for experiments: after its
-forward and backward pass it sleeps ``FACTOR - 1`` times as long as they took
-(with ``--backend threads`` its steps take ``FACTOR`` units on the simulator's
-virtual clock instead).
-
-Only rank 0 writes files; every worker writes its own checkpoint file.
+:class:`WorkerLoop` builds the task, model, optimizer, schedule and seeds, takes
+each step (the batch of the step count, forward, backward, ``strategy.step``),
+evaluates the center and writes the rows and the summary. What differs enters
+through its hooks: :meth:`~WorkerLoop.make_strategy` (an lsgd
+:class:`~lsgd.Strategy`, or torchft's DiLoCo behind its methods),
+:meth:`~WorkerLoop.before_step`, :meth:`~WorkerLoop.after_step` (by default the
+decisions of :class:`~lsgd.train.clock.Pace`; an elastic run decides inside each
+round), :meth:`~WorkerLoop.evaluation`, :meth:`~WorkerLoop.leader_model`,
+:meth:`~WorkerLoop.record`, :meth:`~WorkerLoop.save_checkpoint`,
+:meth:`~WorkerLoop.writes` and :meth:`~WorkerLoop.finish`.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import math
+import os
+import time
 from typing import Any
 
 import torch
 from torch import nn
 
 import lsgd
-from lsgd.functional import finite_each
-from lsgd.plots import draw_graphs
-from lsgd.strategies import DivergedError
-from lsgd.train import checkpoint, faults, outputs, progress
-from lsgd.train.build import UsageError, graphs_of, make_strategy, pick_device, preflight
-from lsgd.train.checks import DECENTRALIZED
+from lsgd.tasks import reaches
+from lsgd.train import outputs
+from lsgd.train.build import build_model_of, make_optimizer, make_schedule, make_task
+from lsgd.train.clock import Pace, time_axis
 from lsgd.train.config import TrainConfig
-from lsgd.train.evaluate import gather_named, model_copy
-from lsgd.train.steps import WorkerLoop, worker_figures
+from lsgd.train.evaluate import gather_named, recalibrate_bn
+from lsgd.train.checkpoint import folder as checkpoint_folder
+from lsgd.train.faults import Faults, node_of
 
-__all__ = ["UsageError", "Worker", "preflight", "run_worker"]
+
+def seed_worker(cfg: TrainConfig, rank: int, attempt: int = 0) -> torch.Generator:
+    """Seed worker ``rank``'s dropout (torch's global generator) from the run's seed, the
+    worker and its ``attempt`` (> 0: restarted afresh); returns its batch generator."""
+    base = cfg.seed * 7919 + rank + 101 * attempt
+    torch.manual_seed(base + 1)
+    return torch.Generator().manual_seed(base + 10_000)
 
 
-class Worker(WorkerLoop):
-    """The state of one worker's run; ``run()`` trains and returns rank 0's summary."""
+class WorkerLoop:
+    """One worker: its model, optimizer, strategy and schedule, trained by :meth:`run`.
 
-    def __init__(self, info: lsgd.WorkerInfo, cfg: TrainConfig,
+    ``started`` is when the run began (``time.time()``), so that the wall time of
+    a restarted worker covers the whole run. A worker restarted by its elastic agent
+    (torchrun, ``lsgd train --restarts``, ``--elastic``) knows its attempt from it.
+    """
+
+    #: Whether a restarted worker draws new random streams (``attempt`` in the seeds).
+    reseeds = False
+
+    def __init__(self, cfg: TrainConfig, comm: lsgd.Communicator, device: torch.device,
                  started: float | None = None) -> None:
-        super().__init__(cfg, lsgd.get_communicator(replica=cfg.replica), pick_device(cfg),
-                         started)
-        self.groups, self.run_dir = info.groups, cfg.out_dir
-        self.resets_seen = self.skipped_seen = 0
-        self.identity = {"method": cfg.method, "model": cfg.model, "dataset": cfg.dataset,
-                         "groups": info.groups, "replica": cfg.replica}
-        self.restarts: list[dict[str, Any]] = []  # resumes and restarts of this run so far
-        # A restarted worker runs the same command again, which continues from the latest
-        # good checkpoint.
-        resume = cfg.resume
-        if not resume and self.attempt > 0 and checkpoint.complete(self.run_dir):
-            resume = str(self.run_dir)
-        if resume:
-            self._resume(Path(resume))
-        elif self.attempt > 0:
-            self._restart_from_scratch()
-        self.progress_file = checkpoint.Progress(self.run_dir) if self.rank == 0 else None
-        self.tensorboard = (outputs.TensorBoard(self.run_dir) if self.rank == 0
-                            and cfg.tensorboard else None)
-        self.bar = progress.bar(self.pace, disable=self.rank != 0 or cfg.quiet
-                                or not sys.stderr.isatty())
-        # Without a terminal (a log file, CI) a line per evaluation says how far it is.
-        self.log_lines = self.rank == 0 and not cfg.quiet and self.bar.disable
+        simulated = lsgd.comm.current_simulated() is not None  # stragglers use its clock
+        attempt = 0 if simulated else int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        # The strategy's communicator (a node's processes as one replica, --replica node),
+        # and every process's, on which the run's own rows, checkpoints and files travel.
+        self.method_comm, comm = comm, comm.processes
+        self.cfg, self.comm, self.device, self.attempt = cfg, comm, device, attempt
+        self.rank, self.world, self.groups = comm.rank, comm.world_size, comm.groups
+        self.task = make_task(cfg, device)
+        self.model = build_model_of(cfg, self.task).to(device)  # the same everywhere
+        self.opt = make_optimizer(cfg, self.model)
+        self.strategy = self.make_strategy()
+        self.steps_per_epoch = self.task.steps_per_epoch
+        self.schedule = make_schedule(cfg, self.opt, self.steps_per_epoch)
+        self.generator = seed_worker(cfg, self.rank, attempt if self.reseeds else 0)
+        self.pace = Pace(cfg, self.steps_per_epoch, self.strategy, device)
+        self.faults = Faults(cfg.fault, self.rank, node_of(self.rank, cfg), cfg.out_dir,
+                             checkpoints=checkpoint_folder(cfg.out_dir))  # --fault
+        # With a modeled link the simulator's clock is the time axis: seconds of measured
+        # compute (or --step-seconds per step) plus modeled transfers and waits.
+        self.modeled = simulated and cfg.link is not None
+        self.clock = comm.now if self.modeled else time.perf_counter
+        self.straggle = 1.0 if simulated else cfg.straggler_factors().get(self.rank, 1.0)
+        self.steps, self.train_seconds, self.data_seconds = 0, 0.0, 0.0
+        self.rows: list[dict[str, Any]] = []
+        self.reached: dict[str, float] | None = None  # where the center first met --target
+        self.evaluated_at = -1  # the step of the last evaluation
+        # The mean training loss between evaluations, over the finite losses only.
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        self.loss_count = torch.zeros((), dtype=torch.float64, device=device)
+        self.last_train_loss = math.nan
+        self.start = time.perf_counter() - (time.time() - (started or time.time()))
+        self.stop = False
 
+    # -- hooks -----------------------------------------------------------------
     def make_strategy(self) -> lsgd.Strategy:
-        """The run's strategy (:func:`lsgd.train.build.make_strategy`)."""
-        return make_strategy(self.cfg, self.model, self.opt, self.method_comm)
+        """What steps ``self.opt`` and runs the rounds (called once, in ``__init__``): a
+        strategy, or an object with the strategy methods the loop calls."""
+        raise NotImplementedError
 
-    # -- checkpoints ---------------------------------------------------------------
-    def _state(self) -> dict[str, Any]:
-        rng = {"torch": torch.get_rng_state(), "generator": self.generator.get_state()}
-        if self.device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        state = {
-            "steps": self.steps, "train_seconds": self.train_seconds,
-            "data_seconds": self.data_seconds,
-            **self.pace.state_dict(),
-            "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
-            "strategy": self.strategy.state_dict(), "schedule": self.schedule.state_dict(),
-            "rng": rng, "reached": self.reached,
-        }
-        if self.rank == 0:
-            state["rows"] = self.rows
-            state["restarts"] = self.restarts
-        return state
+    def before_step(self) -> None:
+        """Before each step (faults injected by a test)."""
 
-    def _agree(self, mine: torch.Tensor) -> torch.Tensor:
-        """Every worker's ``mine`` (a small control-traffic all-gather), on the CPU."""
-        with self.comm.category("control"):
-            return self.comm.all_gather(mine.to(self.device)).cpu()
+    def after_step(self, loss: torch.Tensor) -> None:
+        """After each step: evaluate, checkpoint and stop when :class:`Pace` says so."""
+        evaluate, save, stop = self.pace.due(self.steps, self.train_seconds)
+        if evaluate or save or stop:  # nothing travels while the clock is stopped
+            c1 = self.clock()
+            self.strategy.settle()
+            self.train_seconds += self.clock() - c1
+        if evaluate or stop:
+            row = self.evaluation()
+            self.record(row)
+            # Where the center first reached --target: every worker sees the same rows.
+            if self.cfg.target is not None and self.reached is None and reaches(
+                    self.task.metric, row[self.task.column], self.cfg.target):
+                self.reached = {"time": row["time"], "steps": row["steps"],
+                                "value": row[self.task.column]}
+            stop = stop or self.reached is not None
+        if save:
+            self.save_checkpoint()
+        self.stop = stop
 
-    def _resume(self, run: Path) -> None:
-        """Continue from the newest checkpoint that verifies on every worker (collective)."""
-        chosen, skipped = checkpoint.choose(run, self.rank, self.world, self._agree)
-        checkpoint.check_identity(run, chosen, self.identity)
-        for bad in skipped:  # each worker names its own problem; rank 0 sets them aside
-            if bad.problem:
-                checkpoint.warn(f"checkpoint {bad.checkpoint.path.name} is not usable: "
-                                f"{bad.problem}")
-        if self.rank == 0 and skipped:
-            for bad in skipped:
-                checkpoint.warn(f"checkpoint {bad.checkpoint.path.name} set aside in "
-                                f"{checkpoint.folder(run) / 'unusable'} (worker(s) "
-                                f"{', '.join(map(str, bad.ranks))}); continuing from "
-                                f"{chosen.path.name}")
-            checkpoint.set_aside(run, [bad.checkpoint for bad in skipped])
-        state = checkpoint.read(chosen, self.rank)
-        self._restore(state)
-        if self.rank == 0:
-            reached = checkpoint.reached(run)
-            redone = max(0, reached - self.steps) if reached is not None else None
-            self.restarts = list(state.get("restarts", []))
-            self.restarts.append({
-                "kind": "restart" if self.attempt > 0 else "resume",
-                "attempt": self.attempt, "from_step": self.steps, "reached_step": reached,
-                "steps_redone": redone, "checkpoint": chosen.path.name,
-            })
-            if self.attempt > 0:
-                checkpoint.warn(f"restart {self.attempt}: continuing from {chosen.path.name} "
-                                f"(step {self.steps}; {redone} steps to redo)")
-                faults.answer(self.run_dir, f"restart {self.attempt} from step {self.steps}")
-            if skipped:
-                faults.answer(self.run_dir, f"fell back to {chosen.path.name} ("
-                              + ", ".join(b.checkpoint.path.name for b in skipped)
-                              + " unusable)")
-
-    def _restart_from_scratch(self) -> None:
-        """A restart with no checkpoint to continue from: every step again, said and
-        counted (before this worker's progress mark is written anew)."""
-        if self.rank != 0:
-            return
-        reached = checkpoint.reached(self.run_dir)
-        self.restarts.append({"kind": "restart", "attempt": self.attempt, "from_step": 0,
-                              "reached_step": reached, "steps_redone": reached,
-                              "checkpoint": None})
-        checkpoint.warn(f"restart {self.attempt}: no checkpoint was written before the "
-                        f"failure (--checkpoint-every N writes one every N steps); starting "
-                        f"again from step 0 ({'?' if reached is None else reached} steps to "
-                        "redo)")
-        faults.answer(self.run_dir, f"restart {self.attempt} from step 0")
-
-    def _restore(self, state: dict[str, Any]) -> None:
-        for key in ("steps", "train_seconds", "data_seconds"):
-            setattr(self, key, state[key])
-        self.pace.load_state_dict(state)
-        self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["optimizer"])
-        self.strategy.load_state_dict(state["strategy"])
-        self.schedule.load_state_dict(state["schedule"])
-        torch.set_rng_state(state["rng"]["torch"])
-        self.generator.set_state(state["rng"]["generator"])
-        if "cuda" in state["rng"] and self.device.type == "cuda":
-            torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
-        self.rows = state.get("rows", [])
-        self.reached = state.get("reached")
+    def leader_model(self, leader: int | None) -> nn.Module | None:
+        """The leader's model for the evaluation (collective), or None: not evaluated."""
+        return None
 
     def save_checkpoint(self) -> None:
-        """Collective: every worker writes its file; rank 0 completes the checkpoint.
+        """Write a checkpoint (collective); a run without checkpoints writes none."""
 
-        The gathered records (each file's SHA-256 and size) are also the barrier:
-        ``meta.json`` is written only once every file is on disk.
-        """
-        steps = round(self.pace.shared_steps)
-        record = checkpoint.write_rank(self.run_dir, steps, self.rank, self._state())
-        healthy = finite_each([list(self.model.parameters())])[0]
-        records = self._agree(torch.frombuffer(bytearray(record + bytes([healthy])),
-                                               dtype=torch.uint8))
-        if not records[:, -1].any():  # never replace a good checkpoint by a diverged one
-            raise DivergedError(
-                f"every worker's model is NaN or infinite at step {steps}; the checkpoint of "
-                f"this step was not completed, the last good one is kept in "
-                f"{checkpoint.folder(self.run_dir)}: lower the learning rate and resume")
-        if self.rank == 0:
-            checkpoint.commit(self.run_dir, steps, [bytes(r[:-1].tolist()) for r in records],
-                              self.identity)
-
-    # -- evaluation ----------------------------------------------------------------
-    def leader_model(self, leader: int | None) -> nn.Module | None:
-        """A copy of the leader's model on every worker (one broadcast), with --eval-leader."""
-        if leader is None or not self.cfg.eval_leader:
-            return None
-        return model_copy(self.strategy.comm, self.model, leader)
-
-    def evaluation(self) -> dict[str, Any]:
-        """Collective: the row of the center, the leader (and each worker, with
-        --eval-workers), with every worker's own figures in columns of its own."""
-        report = self.strategy.report()
-        accuracy = self.task.evaluate(self.model) if self.cfg.eval_workers else None
-        nan = float("nan")
-        row, every = self.evaluate(
-            accuracy=accuracy.correct / accuracy.count if accuracy is not None else nan,
-            loss=accuracy.loss / accuracy.count if accuracy is not None else nan,
-            steps=self.steps, rounds=report.rounds, wait_seconds=report.wait_seconds,
-            comm_seconds=report.comm_seconds, resets=report.resets)
-        spread = self.strategy.spread()  # decentralized: mean distance of the workers to the center
-        if spread is not None:
-            row["spread"] = spread
-        world = range(self.world)
-        row.update({f"worker{r}_train_loss": float(every["train_loss"][r]) for r in world})
-        # Per worker: own steps, rounds joined, seconds in rounds, resets.
-        row.update({f"worker{r}_{name}": kind(every[name][r]) for r in world for name, kind in (
-            ("steps", int), ("rounds", int), ("wait_seconds", float), ("comm_seconds", float),
-            ("resets", int))})
-        if self.cfg.eval_workers:
-            row.update({f"worker{r}_{name}": float(every[name][r])
-                        for r in world for name in ("accuracy", "loss")})
-        return row
-
-    def record(self, row: dict[str, Any]) -> None:
-        """Keep the row; rank 0 also writes the leaders' history and TensorBoard's log."""
-        super().record(row)
-        if self.rank != 0:
-            return
-        if self.log_lines:
-            print(progress.line(self.task, self.pace, row), file=sys.stderr, flush=True)
-        history = self.strategy.report().leader_history
-        outputs.write_csv(self.run_dir / "leader_history.csv",
-                          [{"step": s, "level": lv, "leader": ld} for s, lv, ld in history],
-                          ["step", "level", "leader"])
-        if self.tensorboard is not None:
-            self.tensorboard.log(row)
-
-    # -- the loop ------------------------------------------------------------------
-    def after_step(self, loss: torch.Tensor) -> None:
-        """Mark the progress, say so on divergence, take the run's decisions, move the bar."""
-        if self.progress_file is not None:
-            self.progress_file.mark(self.steps)
-        self._note_divergence()
-        super().after_step(loss)
-        pace, bar = self.pace, self.bar
-        if not bar.disable:
-            if self.evaluated_at == self.steps or self.steps % 10 == 0:
-                bar.set_postfix(progress.fields(self.task, self.strategy.report(), self.rows,
-                                                self.epochs_done(), float(loss.detach())),
-                                refresh=False)
-            bar.update((pace.mean_steps(self.steps) if pace.by_steps
-                        else pace.shared_seconds) - bar.n)
-
-    def _note_divergence(self) -> None:
-        """Say so when the strategy reset this worker or skipped a step for NaN or inf."""
-        resets = self.strategy.resets
-        skipped = getattr(self.strategy, "skipped_steps", 0)
-        if resets != self.resets_seen:
-            self.resets_seen = resets
-            print(f"worker {self.rank}: its state was NaN or infinite; reset at step "
-                  f"{self.steps} (reset {resets} of this run)", file=sys.stderr, flush=True)
-        if skipped != self.skipped_seen and self.rank == 0:
-            self.skipped_seen = skipped
-            print(f"step {self.steps}: the averaged gradient was NaN or infinite; every worker "
-                  f"skipped the step ({skipped} so far)", file=sys.stderr, flush=True)
+    def writes(self) -> bool:
+        """Whether this worker writes the run's files."""
+        return self.rank == 0
 
     def finish(self) -> dict[str, Any] | None:
-        """The last evaluation (if not taken yet) and checkpoint; rank 0's summary."""
-        if self.evaluated_at != self.steps:  # a resumed run that was already done
-            self.record(self.evaluation())
-        self.save_checkpoint()
-        self.bar.close()
-        if self.progress_file is not None:
-            self.progress_file.close()
-        report = self.strategy.report()
-        every = gather_named(self.comm, {
-            "bytes_sent": report.bytes_sent, "bytes_received": report.bytes_received,
-            "link_bytes_sent": report.link_bytes_sent,
-            "data_seconds": self.data_seconds, "train_seconds": self.train_seconds,
-            "comm_seconds": report.comm_seconds, "steps": self.steps, "rounds": report.rounds,
-            "wait_seconds": report.wait_seconds, "resets": report.resets,
-            "skipped_steps": report.details.get("skipped_steps", 0),
-        }, self.device)
-        if self.tensorboard is not None:
-            self.tensorboard.close()
-        if self.rank != 0:
-            return None
-        cfg = self.cfg
-        summary = self.write_summary(  # steps per worker: asynchronously, their mean
-            float(every["steps"].sum()) / self.world if self.strategy.asynchronous else self.steps,
-            **worker_figures(every, self.groups), rounds=report.rounds,
-            leader_switches=report.leader_switches, asynchronous=self.strategy.asynchronous,
-            straggle={str(r): f for r, f in cfg.straggler_factors().items()},
-            restarts=sum(1 for r in self.restarts if r["kind"] == "restart"),
-            steps_redone=sum(r["steps_redone"] or 0 for r in self.restarts),
-            resumes=self.restarts)
-        if cfg.method in DECENTRALIZED:  # the communication graph(s)
-            try:
-                summary["plots"].append(str(draw_graphs(graphs_of(cfg),
-                                                        self.run_dir / "graphs.png")))
-            except ImportError:
-                pass
+        """After the last step: the summary, from the worker that writes it."""
+        return self.write_summary() if self.writes() else None
+
+    # -- the loop --------------------------------------------------------------
+    def run(self) -> dict[str, Any] | None:
+        """Train until the run stops; returns :meth:`finish`'s result."""
+        self.model.train()
+        self.stop = self.pace.done() or self.reached is not None
+        while not self.stop:
+            self.after_step(self.take_step())
+        return self.finish()
+
+    def take_step(self) -> torch.Tensor:
+        """One step: the batch of this worker's step count, forward, backward and the
+        strategy's step; its loss and time are counted."""
+        self.before_step()
+        t0, c0 = time.perf_counter(), self.clock()
+        epoch, batch = divmod(self.steps, self.steps_per_epoch)
+        x, y = self.task.train_batch(self.rank, self.world, epoch, batch, self.generator)
+        t1 = time.perf_counter()
+        self.schedule.at(self.epochs_done(), self.pace.shared_seconds / 60)
+        loss = self.task.loss(self.strategy.model(x), y)
+        if self.faults.active:
+            loss = self.faults.apply(loss, self.steps + 1, self.train_seconds)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.straggle > 1:
+            time.sleep((self.straggle - 1) * (time.perf_counter() - t0))
+        finite = torch.isfinite(loss.detach())
+        self.loss_sum += torch.where(finite, loss.detach(), 0.0)
+        self.loss_count += finite
+        self.strategy.step(loss)  # an elastic run's rounds may evaluate in there
+        self.steps = self.strategy.steps  # one more, or the run's step after a heal
+        if self.cfg.fault:
+            self.faults.note_resets(self.strategy.resets, self.steps)
+        self.data_seconds += t1 - t0
+        self.train_seconds += self.clock() - c0
+        return loss
+
+    def epochs_done(self) -> float:
+        """Epochs per worker so far, as the workers agree on them."""
+        return self.pace.mean_steps(self.steps) / self.steps_per_epoch
+
+    # -- evaluations -----------------------------------------------------------
+    def evaluation(self) -> dict[str, Any]:
+        """Collective: the row of an evaluation that :meth:`after_step` found due."""
+        return self.evaluate()[0]
+
+    def evaluate(self, clock: float | None = None, members: list[int] | None = None,
+                 **values: float) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """Collective: the row of the center (and the leader) at ``clock`` (by default
+        the agreed clock), each worker (of ``members``) on its interleaved slice of the
+        evaluation set; and every worker's sums and ``values`` by name."""
+        cfg, task, report = self.cfg, self.task, self.strategy.report()
+        members = members or list(range(self.world))
+        with self.comm.category("eval"):
+            center = self.strategy.center()
+            leader = self.leader_model(report.leader_rank)
+        if cfg.bn_recalibrate:  # the same fixed batches on every worker
+            fixed = torch.Generator().manual_seed(cfg.seed)
+            recalibrate_bn(center, [task.train_batch(0, self.world, 0, i, fixed)[0] for i in
+                                    range(min(cfg.bn_recalibrate, self.steps_per_epoch))])
+        part, parts = members.index(self.rank), len(members)
+        own = task.evaluate(center, part, parts)
+        led = task.evaluate(leader, part, parts) if leader is not None else None
+        finite = float(self.loss_count)
+        self.last_train_loss = float(self.loss_sum) / finite if finite else self.last_train_loss
+        self.loss_sum.zero_()
+        self.loss_count.zero_()
+        every = {name: column[members] for name, column in gather_named(self.comm, {
+            "center_loss": own.loss, "center_correct": own.correct,
+            "leader_loss": led.loss if led is not None else math.nan,
+            "leader_correct": led.correct if led is not None else math.nan,
+            "count": own.count, "train_loss": self.last_train_loss, "bytes_sent": report.bytes_sent,
+            "link_bytes_sent": report.link_bytes_sent, **values}, self.device).items()}  # the rows of the members (of an elastic run)
+        def mean(name: str) -> float:  # over the whole evaluation set
+            return float(every[name].sum()) / float(every["count"].sum())
+
+        row = {
+            "time": clock if clock is not None else (
+                self.pace.shared_seconds if self.pace.uses_clock else self.train_seconds),
+            "wall_time": time.perf_counter() - self.start,
+            "steps": self.pace.shared_steps,
+            "epoch": self.pace.shared_steps / self.steps_per_epoch,
+            "lr": self.opt.param_groups[0]["lr"],
+            **task.columns("center", mean("center_loss"), mean("center_correct")),
+            "leader_rank": report.leader_rank,
+            **task.columns("leader", mean("leader_loss"), mean("leader_correct")),
+            "train_loss": float(every["train_loss"].mean()),
+            "bytes_sent_per_worker": float(every["bytes_sent"].mean()),
+            # What crossed the links between the nodes (groups), per node.
+            "link_bytes_sent_per_node": float(every["link_bytes_sent"].sum()) / self.groups,
+            "rounds": report.rounds,
+        }
+        return row, every
+
+    def record(self, row: dict[str, Any]) -> None:
+        """Keep an evaluation's row (every worker alike); the writer writes them all."""
+        self.schedule.observe(row["center_loss"])  # the same value on every worker
+        self.rows.append(row)
+        self.evaluated_at = self.steps
+        if self.writes():
+            fields = outputs.METRIC_FIELDS + [k for k in row if k not in outputs.METRIC_FIELDS]
+            outputs.write_csv(self.cfg.out_dir / "metrics.csv", self.rows, fields)
+
+    # -- the summary -----------------------------------------------------------
+    def write_summary(self, steps: float | None = None, **own: Any) -> dict[str, Any]:
+        """Write ``summary.json`` and the run's plots; returns the summary: the center's
+        and the leader's figures at the last evaluation, the task's headline (its best
+        value), where the center first reached ``--target``, the run's size and time,
+        then ``own``."""
+        from lsgd.train.plots import plot_run
+
+        cfg, last = self.cfg, self.rows[-1]
+        steps = self.steps if steps is None else steps
+        epochs = steps / self.steps_per_epoch
+        summary = {
+            "method": cfg.method, "model": cfg.model, "dataset": cfg.dataset,
+            "workers": self.world, "groups": self.groups, "backend": cfg.backend,
+            "test_accuracy": last["center_accuracy"], "test_loss": last["center_loss"],
+            "leader_test_accuracy": none_if_nan(last["leader_accuracy"]),
+            "leader_test_loss": none_if_nan(last["leader_loss"]),
+            "leader_rank": last["leader_rank"], **self.task.summary(self.rows),
+            "target": cfg.target, "reached_target": self.reached,
+            "steps": steps, "epochs": epochs,
+            "wall_seconds": time.perf_counter() - self.start,
+            "train_seconds": self.train_seconds,
+            "seconds_per_epoch": self.train_seconds / epochs if epochs else None,
+            "bytes_sent_per_worker": last["bytes_sent_per_worker"],
+            "link_bytes_sent_per_node": last.get("link_bytes_sent_per_node"),
+            "replica": cfg.replica, "replicas": self.strategy.world_size,
+            "rounds": last["rounds"],
+            "link": cfg.link,
+            "link_kind": ("modeled" if self.modeled else "shaped") if cfg.link else None,
+            "time_axis": time_axis(cfg, self.modeled),
+            "out": str(cfg.out_dir), **own}
+        outputs.write_json(cfg.out_dir / "summary.json", summary)
+        summary["plots"] = [str(p) for p in plot_run(cfg.out_dir)]
         return summary
 
 
-def run_worker(info: lsgd.WorkerInfo, cfg: TrainConfig,
-               started: float | None = None) -> dict[str, Any] | None:
-    """Train as worker ``info.rank``; rank 0 returns the run's summary. ``started``: when
-    the run began (``time.time()``), so that a restarted attempt's summary covers it all."""
-    return Worker(info, cfg, started).run()
+def worker_figures(every: dict[str, torch.Tensor], nodes: int) -> dict[str, Any]:
+    """The summary's totals, means and per-worker lists of what every worker measured
+    (``every``: one tensor of ``W`` values per name, from
+    :func:`~lsgd.train.evaluate.gather_named``), and what crossed each of the ``nodes``'
+    links."""
+    worker_steps = [int(v) for v in every["steps"]]
+    return {
+        "link_bytes_sent_per_node": float(every["link_bytes_sent"].sum()) / nodes,
+        "bytes_sent_inside_per_node": float(
+            (every["bytes_sent"] - every["link_bytes_sent"]).sum()) / nodes,
+        "data_loading_fraction": float(
+            (every["data_seconds"] / every["train_seconds"].clamp_min(1e-12)).mean()),
+        "bytes_sent_per_worker": float(every["bytes_sent"].mean()),
+        "bytes_received_per_worker": float(every["bytes_received"].mean()),
+        "comm_seconds_per_worker": float(every["comm_seconds"].mean()),
+        "total_steps": sum(worker_steps),
+        "steps_per_second": sum(worker_steps) / max(float(every["train_seconds"].mean()), 1e-12),
+        "worker_steps": worker_steps,
+        "worker_rounds": [int(v) for v in every["rounds"]],
+        "worker_wait_seconds": [float(v) for v in every["wait_seconds"]],
+        "worker_comm_seconds": [float(v) for v in every["comm_seconds"]],
+        "worker_resets": [int(v) for v in every["resets"]],
+        "skipped_steps": int(every["skipped_steps"].max()),
+    }
+
+
+def none_if_nan(value: float) -> float | None:
+    """``value``, or None for NaN (JSON has no NaN)."""
+    return None if isinstance(value, float) and math.isnan(value) else value

@@ -1,0 +1,300 @@
+"""One worker of ``lsgd train``: data, model, optimizer, strategy, the loop.
+
+``run_worker(info, cfg)`` is the same function under every backend (threads
+of the simulator, local processes, torchrun on several nodes); it runs the
+shared loop (:class:`lsgd.train.loop.WorkerLoop`), whose decisions
+(evaluate, checkpoint, stop) every worker takes alike
+(:class:`lsgd.train.clock.Pace`), and adds checkpoints, resumes and restarts,
+per-worker columns, a progress bar and the run's summary.
+
+``--straggle RANK:FACTOR`` slows a worker down for experiments: after its
+forward and backward pass it sleeps ``FACTOR - 1`` times as long as they took
+(with ``--backend threads`` its steps take ``FACTOR`` units on the simulator's
+virtual clock instead).
+
+Only rank 0 writes files; every worker writes its own checkpoint file.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import lsgd
+from lsgd.functional import finite_each
+from lsgd.plots import draw_graphs
+from lsgd.strategies import DivergedError
+from lsgd.train import checkpoint, faults, outputs, progress
+from lsgd.train.build import UsageError, graphs_of, make_strategy, pick_device, preflight
+from lsgd.train.checks import DECENTRALIZED
+from lsgd.train.config import TrainConfig
+from lsgd.train.evaluate import gather_named, model_copy
+from lsgd.train.loop import WorkerLoop, worker_figures
+
+__all__ = ["UsageError", "Worker", "preflight", "run_worker"]
+
+
+class Worker(WorkerLoop):
+    """The state of one worker's run; ``run()`` trains and returns rank 0's summary."""
+
+    def __init__(self, info: lsgd.WorkerInfo, cfg: TrainConfig,
+                 started: float | None = None) -> None:
+        super().__init__(cfg, lsgd.get_communicator(replica=cfg.replica), pick_device(cfg),
+                         started)
+        self.groups, self.run_dir = info.groups, cfg.out_dir
+        self.resets_seen = self.skipped_seen = 0
+        self.identity = {"method": cfg.method, "model": cfg.model, "dataset": cfg.dataset,
+                         "groups": info.groups, "replica": cfg.replica}
+        self.restarts: list[dict[str, Any]] = []  # resumes and restarts of this run so far
+        # A restarted worker runs the same command again, which continues from the latest
+        # good checkpoint.
+        resume = cfg.resume
+        if not resume and self.attempt > 0 and checkpoint.complete(self.run_dir):
+            resume = str(self.run_dir)
+        if resume:
+            self._resume(Path(resume))
+        elif self.attempt > 0:
+            self._restart_from_scratch()
+        self.progress_file = checkpoint.Progress(self.run_dir) if self.rank == 0 else None
+        self.tensorboard = (outputs.TensorBoard(self.run_dir) if self.rank == 0
+                            and cfg.tensorboard else None)
+        self.bar = progress.bar(self.pace, disable=self.rank != 0 or cfg.quiet
+                                or not sys.stderr.isatty())
+        # Without a terminal (a log file, CI) a line per evaluation says how far it is.
+        self.log_lines = self.rank == 0 and not cfg.quiet and self.bar.disable
+
+    def make_strategy(self) -> lsgd.Strategy:
+        """The run's strategy (:func:`lsgd.train.build.make_strategy`)."""
+        return make_strategy(self.cfg, self.model, self.opt, self.method_comm)
+
+    # -- checkpoints ---------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        rng = {"torch": torch.get_rng_state(), "generator": self.generator.get_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        state = {
+            "steps": self.steps, "train_seconds": self.train_seconds,
+            "data_seconds": self.data_seconds,
+            **self.pace.state_dict(),
+            "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+            "strategy": self.strategy.state_dict(), "schedule": self.schedule.state_dict(),
+            "rng": rng, "reached": self.reached,
+        }
+        if self.rank == 0:
+            state["rows"] = self.rows
+            state["restarts"] = self.restarts
+        return state
+
+    def _agree(self, mine: torch.Tensor) -> torch.Tensor:
+        """Every worker's ``mine`` (a small control-traffic all-gather), on the CPU."""
+        with self.comm.category("control"):
+            return self.comm.all_gather(mine.to(self.device)).cpu()
+
+    def _resume(self, run: Path) -> None:
+        """Continue from the newest checkpoint that verifies on every worker (collective)."""
+        chosen, skipped = checkpoint.choose(run, self.rank, self.world, self._agree)
+        checkpoint.check_identity(run, chosen, self.identity)
+        for bad in skipped:  # each worker names its own problem; rank 0 sets them aside
+            if bad.problem:
+                checkpoint.warn(f"checkpoint {bad.checkpoint.path.name} is not usable: "
+                                f"{bad.problem}")
+        if self.rank == 0 and skipped:
+            for bad in skipped:
+                checkpoint.warn(f"checkpoint {bad.checkpoint.path.name} set aside in "
+                                f"{checkpoint.folder(run) / 'unusable'} (worker(s) "
+                                f"{', '.join(map(str, bad.ranks))}); continuing from "
+                                f"{chosen.path.name}")
+            checkpoint.set_aside(run, [bad.checkpoint for bad in skipped])
+        state = checkpoint.read(chosen, self.rank)
+        self._restore(state)
+        if self.rank == 0:
+            reached = checkpoint.reached(run)
+            redone = max(0, reached - self.steps) if reached is not None else None
+            self.restarts = list(state.get("restarts", []))
+            self.restarts.append({
+                "kind": "restart" if self.attempt > 0 else "resume",
+                "attempt": self.attempt, "from_step": self.steps, "reached_step": reached,
+                "steps_redone": redone, "checkpoint": chosen.path.name,
+            })
+            if self.attempt > 0:
+                checkpoint.warn(f"restart {self.attempt}: continuing from {chosen.path.name} "
+                                f"(step {self.steps}; {redone} steps to redo)")
+                faults.answer(self.run_dir, f"restart {self.attempt} from step {self.steps}")
+            if skipped:
+                faults.answer(self.run_dir, f"fell back to {chosen.path.name} ("
+                              + ", ".join(b.checkpoint.path.name for b in skipped)
+                              + " unusable)")
+
+    def _restart_from_scratch(self) -> None:
+        """A restart with no checkpoint to continue from: every step again, said and
+        counted (before this worker's progress mark is written anew)."""
+        if self.rank != 0:
+            return
+        reached = checkpoint.reached(self.run_dir)
+        self.restarts.append({"kind": "restart", "attempt": self.attempt, "from_step": 0,
+                              "reached_step": reached, "steps_redone": reached,
+                              "checkpoint": None})
+        checkpoint.warn(f"restart {self.attempt}: no checkpoint was written before the "
+                        f"failure (--checkpoint-every N writes one every N steps); starting "
+                        f"again from step 0 ({'?' if reached is None else reached} steps to "
+                        "redo)")
+        faults.answer(self.run_dir, f"restart {self.attempt} from step 0")
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        for key in ("steps", "train_seconds", "data_seconds"):
+            setattr(self, key, state[key])
+        self.pace.load_state_dict(state)
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.strategy.load_state_dict(state["strategy"])
+        self.schedule.load_state_dict(state["schedule"])
+        torch.set_rng_state(state["rng"]["torch"])
+        self.generator.set_state(state["rng"]["generator"])
+        if "cuda" in state["rng"] and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
+        self.rows = state.get("rows", [])
+        self.reached = state.get("reached")
+
+    def save_checkpoint(self) -> None:
+        """Collective: every worker writes its file; rank 0 completes the checkpoint.
+
+        The gathered records (each file's SHA-256 and size) are also the barrier:
+        ``meta.json`` is written only once every file is on disk.
+        """
+        steps = round(self.pace.shared_steps)
+        record = checkpoint.write_rank(self.run_dir, steps, self.rank, self._state())
+        healthy = finite_each([list(self.model.parameters())])[0]
+        records = self._agree(torch.frombuffer(bytearray(record + bytes([healthy])),
+                                               dtype=torch.uint8))
+        if not records[:, -1].any():  # never replace a good checkpoint by a diverged one
+            raise DivergedError(
+                f"every worker's model is NaN or infinite at step {steps}; the checkpoint of "
+                f"this step was not completed, the last good one is kept in "
+                f"{checkpoint.folder(self.run_dir)}: lower the learning rate and resume")
+        if self.rank == 0:
+            checkpoint.commit(self.run_dir, steps, [bytes(r[:-1].tolist()) for r in records],
+                              self.identity)
+
+    # -- evaluation ----------------------------------------------------------------
+    def leader_model(self, leader: int | None) -> nn.Module | None:
+        """A copy of the leader's model on every worker (one broadcast), with --eval-leader."""
+        if leader is None or not self.cfg.eval_leader:
+            return None
+        return model_copy(self.strategy.comm, self.model, leader)
+
+    def evaluation(self) -> dict[str, Any]:
+        """Collective: the row of the center, the leader (and each worker, with
+        --eval-workers), with every worker's own figures in columns of its own."""
+        report = self.strategy.report()
+        accuracy = self.task.evaluate(self.model) if self.cfg.eval_workers else None
+        nan = float("nan")
+        row, every = self.evaluate(
+            accuracy=accuracy.correct / accuracy.count if accuracy is not None else nan,
+            loss=accuracy.loss / accuracy.count if accuracy is not None else nan,
+            steps=self.steps, rounds=report.rounds, wait_seconds=report.wait_seconds,
+            comm_seconds=report.comm_seconds, resets=report.resets)
+        spread = self.strategy.spread()  # decentralized: mean distance of the workers to the center
+        if spread is not None:
+            row["spread"] = spread
+        world = range(self.world)
+        row.update({f"worker{r}_train_loss": float(every["train_loss"][r]) for r in world})
+        # Per worker: own steps, rounds joined, seconds in rounds, resets.
+        row.update({f"worker{r}_{name}": kind(every[name][r]) for r in world for name, kind in (
+            ("steps", int), ("rounds", int), ("wait_seconds", float), ("comm_seconds", float),
+            ("resets", int))})
+        if self.cfg.eval_workers:
+            row.update({f"worker{r}_{name}": float(every[name][r])
+                        for r in world for name in ("accuracy", "loss")})
+        return row
+
+    def record(self, row: dict[str, Any]) -> None:
+        """Keep the row; rank 0 also writes the leaders' history and TensorBoard's log."""
+        super().record(row)
+        if self.rank != 0:
+            return
+        if self.log_lines:
+            print(progress.line(self.task, self.pace, row), file=sys.stderr, flush=True)
+        history = self.strategy.report().leader_history
+        outputs.write_csv(self.run_dir / "leader_history.csv",
+                          [{"step": s, "level": lv, "leader": ld} for s, lv, ld in history],
+                          ["step", "level", "leader"])
+        if self.tensorboard is not None:
+            self.tensorboard.log(row)
+
+    # -- the loop ------------------------------------------------------------------
+    def after_step(self, loss: torch.Tensor) -> None:
+        """Mark the progress, say so on divergence, take the run's decisions, move the bar."""
+        if self.progress_file is not None:
+            self.progress_file.mark(self.steps)
+        self._note_divergence()
+        super().after_step(loss)
+        pace, bar = self.pace, self.bar
+        if not bar.disable:
+            if self.evaluated_at == self.steps or self.steps % 10 == 0:
+                bar.set_postfix(progress.fields(self.task, self.strategy.report(), self.rows,
+                                                self.epochs_done(), float(loss.detach())),
+                                refresh=False)
+            bar.update((pace.mean_steps(self.steps) if pace.by_steps
+                        else pace.shared_seconds) - bar.n)
+
+    def _note_divergence(self) -> None:
+        """Say so when the strategy reset this worker or skipped a step for NaN or inf."""
+        resets = self.strategy.resets
+        skipped = getattr(self.strategy, "skipped_steps", 0)
+        if resets != self.resets_seen:
+            self.resets_seen = resets
+            print(f"worker {self.rank}: its state was NaN or infinite; reset at step "
+                  f"{self.steps} (reset {resets} of this run)", file=sys.stderr, flush=True)
+        if skipped != self.skipped_seen and self.rank == 0:
+            self.skipped_seen = skipped
+            print(f"step {self.steps}: the averaged gradient was NaN or infinite; every worker "
+                  f"skipped the step ({skipped} so far)", file=sys.stderr, flush=True)
+
+    def finish(self) -> dict[str, Any] | None:
+        """The last evaluation (if not taken yet) and checkpoint; rank 0's summary."""
+        if self.evaluated_at != self.steps:  # a resumed run that was already done
+            self.record(self.evaluation())
+        self.save_checkpoint()
+        self.bar.close()
+        if self.progress_file is not None:
+            self.progress_file.close()
+        report = self.strategy.report()
+        every = gather_named(self.comm, {
+            "bytes_sent": report.bytes_sent, "bytes_received": report.bytes_received,
+            "link_bytes_sent": report.link_bytes_sent,
+            "data_seconds": self.data_seconds, "train_seconds": self.train_seconds,
+            "comm_seconds": report.comm_seconds, "steps": self.steps, "rounds": report.rounds,
+            "wait_seconds": report.wait_seconds, "resets": report.resets,
+            "skipped_steps": report.details.get("skipped_steps", 0),
+        }, self.device)
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+        if self.rank != 0:
+            return None
+        cfg = self.cfg
+        summary = self.write_summary(  # steps per worker: asynchronously, their mean
+            float(every["steps"].sum()) / self.world if self.strategy.asynchronous else self.steps,
+            **worker_figures(every, self.groups), rounds=report.rounds,
+            leader_switches=report.leader_switches, asynchronous=self.strategy.asynchronous,
+            straggle={str(r): f for r, f in cfg.straggler_factors().items()},
+            restarts=sum(1 for r in self.restarts if r["kind"] == "restart"),
+            steps_redone=sum(r["steps_redone"] or 0 for r in self.restarts),
+            resumes=self.restarts)
+        if cfg.method in DECENTRALIZED:  # the communication graph(s)
+            try:
+                summary["plots"].append(str(draw_graphs(graphs_of(cfg),
+                                                        self.run_dir / "graphs.png")))
+            except ImportError:
+                pass
+        return summary
+
+
+def run_worker(info: lsgd.WorkerInfo, cfg: TrainConfig,
+               started: float | None = None) -> dict[str, Any] | None:
+    """Train as worker ``info.rank``; rank 0 returns the run's summary. ``started``: when
+    the run began (``time.time()``), so that a restarted attempt's summary covers it all."""
+    return Worker(info, cfg, started).run()
