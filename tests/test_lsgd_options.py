@@ -144,9 +144,6 @@ def test_the_deprecated_spellings_warn_naming_what_to_write() -> None:
                                                 "period=; pass period=8"):
         strategy = lsgd.LSGD(model, opt, global_period=8, comm=comm)
     assert strategy.levels[-1].period == 8
-    with pytest.warns(DeprecationWarning, match=r"lsgd.stats is deprecated; use report\(\)"):
-        flat = strategy.stats
-    assert flat == strategy.report().as_dict()
 
 
 # -- Algorithm 1's every-step pull ------------------------------------------------

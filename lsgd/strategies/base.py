@@ -368,13 +368,6 @@ class Strategy(Recovery, Seams):
         """The method's own :class:`Report` fields (leaders, ``details``)."""
         return {}
 
-    @property
-    def stats(self) -> dict[str, Any]:
-        """Deprecated: ``report().as_dict()``, :meth:`report` as a flat dict (warns)."""
-        warnings.warn(f"{self.name}.stats is deprecated; use report() (or "
-                      "report().as_dict())", DeprecationWarning, stacklevel=2)
-        return self.report().as_dict()
-
     def spread(self) -> float | None:
         """Mean distance of the workers' states to their average, for methods
         that track consensus (decentralized); ``None`` (and no communication)
