@@ -46,3 +46,37 @@ def _late_callback(info: lsgd.WorkerInfo) -> float:
 def test_a_group_held_by_a_late_callback_is_freed_on_the_main_thread() -> None:
     waited = lsgd.launch(_late_callback, 2, timeout=30)
     assert all(0.3 < w < 5.0 for w in waited), waited  # shutdown waited for the callback
+
+
+def _blocked_or_gone(info: lsgd.WorkerInfo) -> int:
+    import datetime
+    import os
+    import signal
+
+    lsgd.comm.get_communicator()
+    if info.rank == 2:
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+    # Rank 0 waits in C++ (a store key nobody sets; the interpreter cannot run a signal
+    # handler until it returns), rank 1 in Python.
+    if info.rank == 0:
+        store = dist.distributed_c10d._get_default_store()
+        store.set_timeout(datetime.timedelta(seconds=45))
+        store.get("never-set")
+    time.sleep(45)
+    return info.rank
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_a_worker_blocked_in_cpp_ends_when_its_agent_stops_it(
+        monkeypatch: pytest.MonkeyPatch, method: str) -> None:
+    """A worker dies: torch's agent stops the others with SIGTERM. One blocked in a C++
+    call ends at once (not after the agent's 30 s grace and SIGKILL), so that a
+    restart's rendezvous is not kept waiting for it."""
+    monkeypatch.setenv("LSGD_START_METHOD", method)
+    start = time.perf_counter()
+    with pytest.raises(lsgd.LaunchError, match="rank 2"):
+        lsgd.launch(_blocked_or_gone, 3, timeout=60, threads_per_worker=1)
+    assert time.perf_counter() - start < 20.0

@@ -25,8 +25,17 @@ class LaunchError(RuntimeError):
 
 def _run(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[Any],
          replica: str = "process") -> Any:
+    import signal
+
     from lsgd.comm import get_communicator, shutdown
     from lsgd.comm.distributed import init_from_env
+
+    # When a worker fails, the agent stops the others with SIGTERM. A worker forked from
+    # the agent has its handler, which raises only once the interpreter runs again: a
+    # worker blocked in a collective or a store call would hold the agent's restart (and
+    # the rendezvous of every node) for its 30 s grace. The default action ends it now;
+    # checkpoints are written atomically, so an end at any moment loses nothing.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     os.environ["LSGD_GROUPS"] = str(groups)
     os.environ["LSGD_REPLICA"] = replica
