@@ -145,6 +145,7 @@ def test_the_first_round_steps_on_its_own_pseudo_gradient_over_m() -> None:
                                    atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_gloo_processes_match_the_reference_of_the_rule() -> None:
     results = lsgd.launch(eager_run, 2, args=(1,), timeout=60)
@@ -206,6 +207,7 @@ def test_resuming_with_a_transfer_in_flight_gives_the_same_run(kwargs: dict[str,
             assert a["report"][key] == b["report"][key], key
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_compressed_fragmented_eager_rounds_under_gloo_equal_the_simulator() -> None:
     """Compressed all-reduces add in rank order under both backends: bit for bit."""

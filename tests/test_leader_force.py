@@ -243,6 +243,7 @@ def gloo_bundle(info: lsgd.WorkerInfo) -> dict[str, Any]:
             for name, (method, kwargs, *_) in GLOO.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_the_rules_under_gloo_processes() -> None:
     """Two gloo processes: every rule equals the hand-written reference, and the

@@ -109,6 +109,7 @@ def _launched(world: int, groups: int) -> list[dict[str, Any]]:
     return lsgd.launch(scenarios.bundle, world, groups, args=(specs,), timeout=60)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_each_level_pulls_by_its_own_round_count_under_gloo(name: str) -> None:

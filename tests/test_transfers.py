@@ -95,6 +95,7 @@ def test_the_compressed_all_reduce_is_its_reference_on_every_member() -> None:
         assert res["int8_sent"] == codec.all_reduce_bytes("int8", n, W, r)[0]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_gloo_processes_compute_the_same_bits_as_the_simulator() -> None:
     spec = {"n": 50_000}
