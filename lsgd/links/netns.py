@@ -162,7 +162,8 @@ def _set_eth0(namespace: str, up: bool) -> None:
     _run(["ip", "-n", namespace, "link", "set", "eth0", "up" if up else "down"])
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -198,7 +199,7 @@ def remove_leftovers() -> list[str]:
     removed = []
     for name in _namespaces():
         match = _NAME.match(name)
-        if match and not _alive(int(match.group(1))):
+        if match and not alive(int(match.group(1))):
             _delete_namespace(name)
             removed.append(name)
     return removed

@@ -19,6 +19,7 @@ the run's ``config.toml`` holds it and replays it without ``--chaos``.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -50,19 +51,9 @@ def errors(cfg: Any) -> list[str]:
     if found:
         return found
     for kind in kinds:  # each kind's fit to this run, said once
-        problems = config_errors(_Probe(cfg, [_example(kind, cfg)]))
+        problems = config_errors(dataclasses.replace(cfg, fault=[_example(kind, cfg)]))
         found += [f"--chaos-kinds {kind}: " + p.split(": ", 1)[1] for p in problems]
     return found
-
-
-class _Probe:
-    """``cfg`` with other ``fault`` items (to check a kind against the run)."""
-
-    def __init__(self, cfg: Any, fault: list[str]) -> None:
-        self._cfg, self.fault = cfg, fault
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cfg, name)
 
 
 def _example(kind: str, cfg: Any) -> str:
@@ -134,8 +125,6 @@ def draw(cfg: Any, count: int | None = None) -> list[str]:
 
 def with_chaos(cfg: Any) -> Any:
     """``cfg`` with its ``--chaos`` schedule drawn into ``fault`` (and ``chaos`` cleared)."""
-    import dataclasses
-
     if cfg.chaos is None:
         return cfg
     return dataclasses.replace(cfg, fault=[*cfg.fault, *draw(cfg)], chaos=None)

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+from lsgd.links.netns import alive as _alive
 from lsgd.train.faults import LINK_KINDS, Fault, append, fired, parse, started
 
 
@@ -34,14 +34,6 @@ def start(specs: list[str], owner: int, run: Path, link: str) -> subprocess.Pope
                       "link": link})
     return subprocess.Popen([sys.executable, "-m", "lsgd.train.injector", job],
                             stdin=subprocess.DEVNULL, start_new_session=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def run(specs: list[str], owner: int, run_dir: Path, link: str) -> None:
