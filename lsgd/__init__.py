@@ -5,61 +5,65 @@ DiLoCo, all-reduce data parallel, independent SGD, the LARS optimizer) and the
 decentralized family (D-PSGD, MATCHA, AL-DSGD on graphs from ``lsgd.topology``),
 running on torch.distributed (gloo or NCCL, launched with torchrun) or in an in-process
 simulator with the same strategy code.
+
+The public names are imported on first use (PEP 562), so ``import lsgd`` (and the
+``lsgd`` command, which refuses a bad argument before anything else) does not pay
+for torch until a name that needs it is asked for.
 """
 
-from lsgd.comm import (
-    CommStats,
-    CommunicationError,
-    Communicator,
-    SimulationError,
-    WorkerInfo,
-    get_communicator,
-    simulate,
-    worker_info,
-)
-from lsgd.comm.elastic import ElasticCommunicator
-from lsgd.launcher import LaunchError, launch
-from lsgd.launcher.elastic import launch_elastic
-from lsgd.optim import LARS, MuonAdamW, lars_param_groups
-from lsgd.strategies import EASGD, LSGD, AllReduce, Independent, LocalSGD, Strategy
-from lsgd.strategies import ALDSGD, DPSGD, MATCHA, Decentralized, DiLoCo, DivergedError, Report
-from lsgd.registry import make_strategy, strategy_names
-from lsgd import topology
-from lsgd.topology import Topology
+from __future__ import annotations
 
-__version__ = "0.10.0"
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "ALDSGD",
-    "AllReduce",
-    "CommStats",
-    "CommunicationError",
-    "Communicator",
-    "DPSGD",
-    "Decentralized",
-    "DiLoCo",
-    "DivergedError",
-    "EASGD",
-    "ElasticCommunicator",
-    "Independent",
-    "LaunchError",
-    "LARS",
-    "LSGD",
-    "LocalSGD",
-    "MATCHA",
-    "MuonAdamW",
-    "Report",
-    "SimulationError",
-    "Strategy",
-    "Topology",
-    "WorkerInfo",
-    "get_communicator",
-    "lars_param_groups",
-    "launch",
-    "launch_elastic",
-    "make_strategy",
-    "simulate",
-    "strategy_names",
-    "topology",
-    "worker_info",
-]
+__version__ = "0.11.0"
+
+#: Each public name, and the module it comes from.
+_SOURCES: dict[str, str] = {
+    **dict.fromkeys(("CommStats", "CommunicationError", "Communicator", "SimulationError",
+                     "WorkerInfo", "get_communicator", "simulate", "worker_info"), "lsgd.comm"),
+    "ElasticCommunicator": "lsgd.comm.elastic",
+    "LaunchError": "lsgd.launcher",
+    "launch": "lsgd.launcher",
+    "launch_elastic": "lsgd.launcher.elastic",
+    **dict.fromkeys(("LARS", "MuonAdamW", "lars_param_groups"), "lsgd.optim"),
+    **dict.fromkeys(("ALDSGD", "AllReduce", "DPSGD", "Decentralized", "DiLoCo", "DivergedError",
+                     "EASGD", "Independent", "LSGD", "LocalSGD", "MATCHA", "Report",
+                     "Strategy"), "lsgd.strategies"),
+    **dict.fromkeys(("make_strategy", "strategy_names"), "lsgd.registry"),
+    "Topology": "lsgd.topology",
+}
+#: Subpackages offered as attributes of ``lsgd`` (``lsgd.topology.ring(8)``).
+_SUBMODULES = ("topology",)
+
+__all__ = sorted([*_SOURCES, *_SUBMODULES], key=str.lower)
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (then cached here)."""
+    if name in _SUBMODULES:
+        value: Any = importlib.import_module(f"lsgd.{name}")
+    elif name in _SOURCES:
+        value = getattr(importlib.import_module(_SOURCES[name]), name)
+    else:
+        raise AttributeError(f"module 'lsgd' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the names themselves
+    from lsgd import topology
+    from lsgd.comm import (CommStats, CommunicationError, Communicator, SimulationError,
+                           WorkerInfo, get_communicator, simulate, worker_info)
+    from lsgd.comm.elastic import ElasticCommunicator
+    from lsgd.launcher import LaunchError, launch
+    from lsgd.launcher.elastic import launch_elastic
+    from lsgd.optim import LARS, MuonAdamW, lars_param_groups
+    from lsgd.registry import make_strategy, strategy_names
+    from lsgd.strategies import (ALDSGD, DPSGD, EASGD, LSGD, MATCHA, AllReduce, Decentralized,
+                                 DiLoCo, DivergedError, Independent, LocalSGD, Report, Strategy)
+    from lsgd.topology import Topology

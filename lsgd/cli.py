@@ -7,8 +7,10 @@ for ``repro``, :mod:`lsgd.bench.command` for ``bench``). Each sets ``handler``
 (for error messages) as defaults.
 
 Exit codes: 0 success, 2 bad usage (argparse's message, no traceback), 130
-interrupted. matplotlib is imported only when a figure is drawn (it is the
-optional ``plot`` extra).
+interrupted. Building the parser imports no torch (nor numpy): the handler of a
+command imports what it runs, so a bad flag or choice is refused at once.
+matplotlib is imported only when a figure is drawn (it is the optional ``plot``
+extra).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 from collections.abc import Callable
 
 import lsgd
-from lsgd.train.build import UsageError
+from lsgd.train.errors import UsageError
 
 Handler = Callable[[argparse.Namespace], int]
 

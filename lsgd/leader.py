@@ -20,7 +20,9 @@ from torch.nn import functional as F
 
 from lsgd import _validate
 
-METRICS = ("train", "eval")
+#: Where a score comes from: the window of training losses, or one held-out batch.
+TRAIN, EVAL = "train", "eval"
+METRICS = (TRAIN, EVAL)
 
 
 class LossWindow:
@@ -64,7 +66,7 @@ class Scorer:
     ) -> None:
         self.metric = _validate.choice(owner, "leader_metric", metric, METRICS)
         self.window = LossWindow(_validate.positive_int(owner, "leader_window", window))
-        if metric == "eval" and eval_batch is None:
+        if self.scores_on_eval and eval_batch is None:
             raise ValueError(
                 f"{owner}: leader_metric='eval' needs eval_batch=(inputs, targets), "
                 "one fixed held-out batch scored at every election"
@@ -72,8 +74,14 @@ class Scorer:
         self.eval_batch = eval_batch
         self.eval_loss = eval_loss or F.cross_entropy
 
+    @property
+    def scores_on_eval(self) -> bool:
+        """Whether the score is the loss on the fixed held-out batch (``leader_metric=
+        "eval"``), computed at election time, rather than the window of training losses."""
+        return self.metric == EVAL
+
     def record(self, loss: torch.Tensor | None, owner: str) -> None:
-        if self.metric == "train":
+        if not self.scores_on_eval:
             if loss is None:
                 raise ValueError(
                     f"{owner}.step needs the training loss (strategy.step(loss)) to score leaders"
@@ -81,7 +89,7 @@ class Scorer:
             self.window.push(loss)
 
     def score(self, model: nn.Module, device: torch.device) -> torch.Tensor:
-        if self.metric == "train":
+        if not self.scores_on_eval:
             return self.window.score(device)
         assert self.eval_batch is not None
         inputs, targets = self.eval_batch

@@ -16,12 +16,14 @@ from torch import nn
 
 from lsgd.strategies import (ALDSGD, DPSGD, EASGD, LSGD, MATCHA, AllReduce, DiLoCo, Independent,
                               LocalSGD)
-from lsgd.strategies.base import Strategy
+from lsgd.names import METHODS
+from lsgd.strategies.base import Options, Strategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
     for cls in (LSGD, EASGD, LocalSGD, AllReduce, Independent, DPSGD, MATCHA, ALDSGD, DiLoCo)
 }
+assert tuple(STRATEGIES) == METHODS, "lsgd.names.METHODS lists the registry's names, in order"
 
 
 def strategy_names() -> list[str]:
@@ -40,9 +42,13 @@ def strategy_class(name: str) -> type[Strategy]:
 
 
 def accepted_knobs(name: str) -> list[str]:
-    """The keyword arguments that the strategy ``name`` accepts."""
-    parameters = inspect.signature(strategy_class(name).__init__).parameters
-    return [p.name for p in parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    """The keyword arguments that the strategy ``name`` accepts (its own, then the shared
+    :class:`~lsgd.strategies.base.Options` it passes on with ``**options``)."""
+    parameters = inspect.signature(strategy_class(name).__init__).parameters.values()
+    own = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        own += [key for key in Options.__annotations__ if key not in own]
+    return own
 
 
 def make_strategy(name: str, model: nn.Module, optimizer: torch.optim.Optimizer,

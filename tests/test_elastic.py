@@ -81,7 +81,7 @@ def test_an_elastic_strategy_sends_nothing_at_construction() -> None:
     model, optimizer = _model()
     strategy = lsgd.make_strategy("lsgd", model, optimizer, comm=comm, period=4)
     assert comm.stats("init").calls == 0 and hasattr(comm, "registered")
-    assert not strategy._joined  # it joins at its first step
+    assert not strategy._rounds.joined  # it joins at its first step
 
 
 def test_without_torchft_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -59,7 +59,7 @@ def test_a_sequence_longer_than_the_context_is_refused() -> None:
     model = GPT(context=8, layers=1, width=16, heads=2)
     with pytest.raises(ValueError, match="more than its context of 8"):
         model(torch.zeros(1, 9, dtype=torch.long))
-    with pytest.raises(ValueError, match="--heads 3 must divide --width 16"):
+    with pytest.raises(ValueError, match="heads=3 must divide width=16"):
         GPT(width=16, heads=3)
 
 

@@ -94,7 +94,6 @@ def test_local_sgd_and_diloco_average_the_statistics_in_their_round() -> None:
     (lsgd.LocalSGD, {"bn_buffers": "pull"}, "choose one of average, local"),
     (lsgd.AllReduce, {"bn_buffers": "average"}, "choose one of broadcast, local"),
     (lsgd.LSGD, {"bn_buffers": "mean"}, "is not a mode"),
-    (lsgd.LSGD, {"bn_buffers": "pull", "sync_buffers": False}, "pass only bn_buffers"),
 ])
 def test_a_mode_the_method_does_not_have_is_refused(cls: type, kwargs: dict[str, Any],
                                                    message: str) -> None:
@@ -111,7 +110,7 @@ def test_resuming_with_another_mode_is_refused() -> None:
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         saved = lsgd.LSGD(model, opt, bn_buffers="pull").state_dict()
         lsgd.LSGD(model, opt).load_state_dict(saved)
-    with pytest.raises(SimulationError, match="saved with bn_buffers='pull'.*--bn-buffers pull"):
+    with pytest.raises(SimulationError, match="saved with bn_buffers='pull'.*resume with the same mode"):
         lsgd.simulate(worker, 2)
 
 
@@ -123,27 +122,32 @@ def test_a_state_saved_before_the_modes_asks_for_pull() -> None:
         del saved["bn_buffers"]
         lsgd.LSGD(model, opt, bn_buffers="pull").load_state_dict(saved)  # fine
         lsgd.LSGD(model, opt).load_state_dict(saved)
-    with pytest.raises(SimulationError, match="before bn_buffers existed.*--bn-buffers pull"):
+    with pytest.raises(SimulationError, match="before bn_buffers existed.*bn_buffers='pull'"):
         lsgd.simulate(worker, 2)
 
 
-def test_sync_buffers_false_still_means_local() -> None:
-    model = SmallNet()
-    with pytest.warns(DeprecationWarning, match="sync_buffers is deprecated; pass "
-                                                "bn_buffers='local'"):
-        strategy = lsgd.LSGD(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                             sync_buffers=False, comm=lsgd.get_communicator())
-    assert strategy.bn_buffers == "local" and strategy._bn_average is None
-
-
-def test_the_deprecated_spellings_warn_naming_what_to_write() -> None:
+def test_a_removed_keyword_is_refused_naming_what_to_write() -> None:
     model = SmallNet()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    comm = lsgd.get_communicator()
-    with pytest.warns(DeprecationWarning, match="global_period= is the older spelling of "
-                                                "period=; pass period=8"):
-        strategy = lsgd.LSGD(model, opt, global_period=8, comm=comm)
-    assert strategy.levels[-1].period == 8
+    with pytest.raises(TypeError, match="lsgd: unknown keyword argument.*sync_buffers=False is "
+                                        "bn_buffers='local'"):
+        lsgd.LSGD(model, opt, sync_buffers=False, comm=lsgd.get_communicator())
+    with pytest.raises(TypeError, match=r"diloco: unknown keyword argument\(s\) perod$"):
+        lsgd.DiLoCo(model, opt, perod=3, comm=lsgd.get_communicator())
+    diloco = lsgd.DiLoCo(model, opt, comm=lsgd.get_communicator())
+    state = diloco.state_dict()
+    state["outer"] = state.pop("outer_parts")[0]  # lsgd 0.6's key
+    with pytest.raises(ValueError, match="saved by lsgd 0.6 or earlier; resume it with lsgd "
+                                         "0.10 and save it again"):
+        diloco.load_state_dict(state)
+
+
+def test_a_global_knob_with_one_group_is_refused_naming_the_plain_one() -> None:
+    model = SmallNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="single leader, set by pull, scope and period; got "
+                                         "global_period=8: pass the plain knobs"):
+        lsgd.LSGD(model, opt, global_period=8, comm=lsgd.get_communicator())
 
 
 # -- Algorithm 1's every-step pull ------------------------------------------------

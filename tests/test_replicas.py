@@ -150,7 +150,7 @@ def _batchnorm_diloco(info: lsgd.WorkerInfo) -> dict[str, Any]:
         opt.zero_grad()
         loss.backward()
         strategy.step(loss)
-    momentum = [s["momentum_buffer"].numel() for o in strategy._outer_parts
+    momentum = [s["momentum_buffer"].numel() for o in strategy.outer_optimizers
                 for s in o.state.values()]
     return {"global": strategy.global_state.buffers[0].clone(), "momentum": sum(momentum),
             "values": strategy.global_state.buffers[0].numel()}

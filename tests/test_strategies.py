@@ -92,10 +92,10 @@ def test_resuming_from_state_dicts_gives_the_same_run(method: str, kwargs: dict[
             assert a["stats"][key] == b["stats"][key], key
 
 
-def _buffers_after_average(info: lsgd.WorkerInfo, sync_buffers: bool) -> dict[str, Any]:
+def _buffers_after_average(info: lsgd.WorkerInfo, bn_buffers: str) -> dict[str, Any]:
     model = SmallNet()
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    strategy = lsgd.LocalSGD(model, opt, period=1, sync_buffers=sync_buffers, init="independent")
+    strategy = lsgd.LocalSGD(model, opt, period=1, bn_buffers=bn_buffers, init="independent")
     model.bn.running_mean.fill_(float(info.rank))
     model.bn.num_batches_tracked.fill_(10 + info.rank)
     strategy.step()
@@ -104,8 +104,8 @@ def _buffers_after_average(info: lsgd.WorkerInfo, sync_buffers: bool) -> dict[st
 
 
 def test_float_buffers_follow_the_average_and_integer_buffers_stay_local() -> None:
-    synced = lsgd.simulate(_buffers_after_average, 4, args=(True,))
-    local = lsgd.simulate(_buffers_after_average, 4, args=(False,))
+    synced = lsgd.simulate(_buffers_after_average, 4, args=("average",))
+    local = lsgd.simulate(_buffers_after_average, 4, args=("local",))
     for rank in range(4):
         assert torch.equal(synced[rank]["mean"], torch.full((16,), 1.5))
         assert torch.equal(local[rank]["mean"], torch.full((16,), float(rank)))
@@ -202,16 +202,13 @@ def test_bad_hyperparameters_name_the_parameter_and_value(
     assert re.search(message, str(caught.value.__cause__)), str(caught.value.__cause__)
 
 
-def test_single_leader_accepts_either_spelling() -> None:
+def test_single_leader_is_set_by_the_plain_knobs_only() -> None:
     model = nn.Linear(2, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    strategy = lsgd.LSGD(model, opt, pull_global=0.3, global_period=8)
-    (level,) = strategy.levels
+    (level,) = lsgd.LSGD(model, opt, pull=0.3, period=8).levels
     assert (level.pull, level.period) == (0.3, 8)
-    with pytest.raises(ValueError, match="with groups=1 there is a single leader set by pull"):
-        lsgd.LSGD(model, opt, pull=0.2, pull_global=0.3)
-    with pytest.raises(ValueError, match="got both pull=0.1 and pull_global=0.3"):
-        lsgd.LSGD(model, opt, pull=0.1, pull_global=0.3)  # explicit, even if the default value
+    with pytest.raises(ValueError, match="got pull_global=0.3: pass the plain knobs"):
+        lsgd.LSGD(model, opt, pull=0.3, pull_global=0.3)  # even when equal
 
 
 def test_step_without_a_loss_is_explained() -> None:

@@ -231,9 +231,9 @@ def test_an_edge_list_file_must_fit_the_number_of_workers(tmp_path) -> None:
     edges.write_text("0 1\n0 2\n0 3\n")
     assert from_spec(str(edges), 4).degrees == [3, 1, 1, 1]
     with pytest.raises(ValueError, match=r"star.edges is a graph of 4 workers \(ranks 0 to 3\), "
-                                         r"but the run has 8: give --workers 4"):
+                                         r"but the run has 8: run 4 workers"):
         from_spec(str(edges), 8)
-    with pytest.raises(ValueError, match=r"graph of 4 workers .* the run has 3: give --workers 4"):
+    with pytest.raises(ValueError, match=r"graph of 4 workers .* the run has 3: run 4 workers"):
         from_spec(str(edges), 3)
     edges.write_text("0 1\n2 3\n")  # two components: read, then refused where it is used
     with pytest.raises(ValueError, match="not connected"):

@@ -4,6 +4,10 @@
 prints a table and writes ``NAME.json``, ``NAME.txt`` and figures under
 ``--out``. ``--quick`` runs a seconds-long version of each (the test suite runs
 those). docs/benchmarks.md says what each one measures and shows.
+
+This package's own names import no torch (``lsgd bench`` checks the names it is
+given before anything else); ``Result`` is :mod:`lsgd.bench.common`'s, imported on
+first use.
 """
 
 from __future__ import annotations
@@ -11,11 +15,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lsgd.bench.common import Result
+if TYPE_CHECKING:
+    from lsgd.bench.common import Result
 
-Runner = Callable[[Path, bool, dict[str, Any]], Result]
+Runner = Callable[[Path, bool, dict[str, Any]], "Result"]
 
 
 _RUNNERS = {
@@ -55,3 +60,12 @@ def runner(name: str) -> Runner:
 NAMES = tuple(_RUNNERS)  # in the order ``all`` runs them
 
 __all__ = ["NAMES", "Result", "runner"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Result``, from :mod:`lsgd.bench.common` (which imports torch) on first use."""
+    if name == "Result":
+        from lsgd.bench.common import Result
+
+        return Result
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -34,9 +34,9 @@ from typing import Any
 
 from lsgd.bench import peer, ranking
 from lsgd.bench.common import Result, in_parallel, train
-from lsgd.bench.ranking import metric_of
-from lsgd.tasks import HEADLINES, best, reaches
-from lsgd.train.build import UsageError
+from lsgd.bench.ranking import headline_of
+from lsgd.tasks.headline import best, of_metric, reaches
+from lsgd.train.errors import UsageError
 
 TUNING_SEED = 1000
 # label: (method, fixed settings, grid of knobs to tune)
@@ -165,16 +165,11 @@ PAPER_OUTER = {"diloco": {"outer_lr": 0.7}}
 def _reached(rows: list[dict[str, float]], target: float, metric: str = "accuracy"
              ) -> tuple[float | None, float | None]:
     """(time, steps) of the first evaluation at ``target`` or better."""
-    column = HEADLINES[metric][0]
+    column = of_metric(metric).column
     for row in rows:
         if reaches(metric, row[column], target):
             return row["time"], row["steps"]
     return None, None
-
-
-def _show(metric: str, value: float) -> str:
-    """A target or best value as the tables say it: 86%, or 2.1 (nats per byte)."""
-    return f"{100 * value:g}%" if metric == "accuracy" else f"{value:g}"
 
 
 def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
@@ -182,8 +177,8 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
     """One training run and what the table needs of it; prints a line when it ends
     (``where``: its place in the benchmark, e.g. "run 3 of 16")."""
     method, fixed, _ = METHODS[name]
-    metric = metric_of(opts)
-    column = HEADLINES[metric][0]
+    headline = headline_of(opts)
+    metric, column = headline.metric, headline.column
     slug = "-".join(f"{k}{v}" for k, v in knobs.items()) or "default"
     start = time.perf_counter()
     trainer = peer.train if method in peer.METHODS else train
@@ -204,16 +199,16 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
     rows = summary.pop("rows")
     time_, steps = _reached(rows, opts["target"], metric)
     top = best(metric, [r[column] for r in rows])
-    reached = (f"{_show(metric, opts['target'])} at {time_:.1f} s" if time_ is not None
+    reached = (f"{headline.show(opts['target'])} at {time_:.1f} s" if time_ is not None
                else "target missed")
     knobs_text = "".join(f" {key} {value}" for key, value in knobs.items())
     took = ("read back" if summary.get("reused")
             else f"{(time.perf_counter() - start) / 60:.1f} min")
     print(f"  [{where}, {took}] {name}{knobs_text}, {link}, seed {seed}: "
-          f"{reached}, best {_show(metric, round(top, 4))}", file=sys.stderr, flush=True)
+          f"{reached}, best {headline.show(round(top, 4))}", file=sys.stderr, flush=True)
     return {"method": name, "link": link, "seed": seed, "knobs": knobs, "time": time_,
             "steps": steps, "best": top, "metric": metric, "run": summary["run"],
-            "curve": [(r["time"], 1 - r[column] if metric == "accuracy" else r[column])
+            "curve": [(r["time"], headline.falling(r[column]))
                       for r in rows if not math.isnan(r[column])],
             "sent_curve": [(r["bytes_sent_per_worker"], r[column]) for r in rows
                            if not math.isnan(r[column])
@@ -225,7 +220,7 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
 
 def _score(run: dict[str, Any]) -> tuple[float, float]:
     """Smaller is better: time to target, then the best value (accuracy: the highest)."""
-    higher = run.get("metric", "accuracy") == "accuracy"
+    higher = of_metric(run.get("metric", "accuracy")).higher_is_better
     return (run["time"] if run["time"] is not None else math.inf,
             -run["best"] if higher else run["best"])
 
@@ -246,9 +241,9 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     if opts["backend"] != "processes":
         left_out.update(dict.fromkeys(HOOKS, "PyTorch's DDP hooks run in worker processes "
                                              "(--backend processes)"))
-    metric = metric_of(opts)
-    if metric == "accuracy" and not 0 < opts["target"] <= 1:
-        raise UsageError(f"--target {opts['target']}: give a test accuracy in (0, 1], e.g. 0.88")
+    headline = headline_of(opts)
+    if not headline.target_ok(opts["target"]):
+        raise UsageError(f"--target {opts['target']}: give {headline.target_text}")
     methods = [m for m in opts.get("methods") or METHODS if m not in left_out]
     layout = (workers, groups)
     given = _given_knobs(opts.get("knobs") or {}, methods, left_out, layout)
@@ -268,7 +263,6 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     rows, summary = ranking.table(runs, methods, opts,
                                   ranking.simulated_steps(opts.get("steps_from")))
     figures = ranking.figures(out, setting, runs, opts)
-    what = "center accuracy" if metric == "accuracy" else "validation loss of the center"
     grid = (f"every {opts['eval_steps']} steps, a run stopping at the target"
             if opts.get("eval_steps") else f"every {opts['eval']:g} s of training")
     notes = [
@@ -280,7 +274,7 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
            if opts.get("task") else "") + ".",
         "time/steps: until the center first reaches the target (median over seeds, "
         "[min-max]); '-' when a run did not reach it within the budget; best: the best "
-        f"{what} within the budget (median); MB sent: per worker in the whole "
+        f"{headline.what} within the budget (median); MB sent: per worker in the whole "
         "run (median); steps/s: local steps per worker and second of training (median); "
         "predicted s: the median steps at the median steps/s, against the measured time. "
         "ratio: LSGD's time to the target "
@@ -292,13 +286,9 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     ]
     notes += [f"{m}: left out ({why})" for m, why in left_out.items()
               if m in (opts.get("methods") or METHODS)]
-    title = (f"Time to {_show(metric, opts['target'])} test accuracy of the center"
-             if metric == "accuracy" else
-             f"Time to a validation loss of {_show(metric, opts['target'])} nats per byte "
-             "(the center)")
+    title = headline.time_to.format(target=headline.show(opts["target"]))
     return Result(setting, title,
-                  ["link", "method", "time s", "spread s", "steps",
-                   "best acc" if metric == "accuracy" else "best loss",
+                  ["link", "method", "time s", "spread s", "steps", headline.best_label,
                    "ratio lsgd/method", "MB sent/worker", "steps/s", "steps spread",
                    "predicted s"],
                   rows, notes, {"options": opts, "chosen": chosen, "summary": summary,

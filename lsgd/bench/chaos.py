@@ -197,22 +197,27 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     modes = ["restart"] if quick else ["elastic", "restart"]
     if not quick and importlib.util.find_spec("torchft") is None:
         modes = ["restart"]
-    rounds_kinds = ["blocking"] if quick else list(ROUNDS)
+    sets = options.get("sets")
+    rounds_kinds = ["blocking"] if quick else [
+        kind for kind in ROUNDS if not sets or kind.replace(" ", "-") in sets]
     rows: list[list[Any]] = []
     data: dict[str, Any] = {"setup": setup, "runs": {}}
     folder = out / "chaos-runs"
+    done = _done(out / f"{NAME}.json", setup) if options.get("reuse") else {}
     for method in methods:
         for mode in modes:
             for rounds in rounds_kinds:
                 settings = _settings(setup, method, mode, rounds)
                 flags = _flags(settings)
                 key = f"{method}/{mode}/{rounds}"
-                base = run_one(folder / key.replace(" ", "-") / "unfailed", flags, [])
+                base = done.get(f"{key}/unfailed") or run_one(
+                    folder / key.replace(" ", "-") / "unfailed", flags, [])
                 data["runs"][f"{key}/unfailed"] = base
                 rows.append(_row(method, mode, rounds, "-", base, base))
                 for seed in seeds if base["finished"] else ():
                     specs = schedule(settings, seed, base["train_seconds"])
-                    got = run_one(folder / key.replace(" ", "-") / f"seed-{seed}", flags, specs)
+                    got = done.get(f"{key}/{seed}") or run_one(
+                        folder / key.replace(" ", "-") / f"seed-{seed}", flags, specs)
                     got["schedule"] = specs
                     data["runs"][f"{key}/{seed}"] = got
                     rows.append(_row(method, mode, rounds, seed, got, base))
@@ -227,6 +232,15 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     notes += [f"did not finish: {k}: {v['tail'][-300:]!r}" for k, v in data["runs"].items()
               if not v["finished"]]
     return Result(NAME, TITLE, COLUMNS, rows, notes, data)
+
+
+def _done(path: Path, setup: dict[str, Any]) -> dict[str, Any]:
+    """With ``--reuse``: the runs already recorded under ``--out`` with the same setup
+    (a benchmark that was stopped goes on where it was)."""
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text()).get("data") or {}
+    return dict(data.get("runs", {})) if data.get("setup") == setup else {}
 
 
 def _row(method: str, mode: str, rounds: str, seed: Any, got: dict[str, Any],

@@ -1,4 +1,7 @@
-"""``lsgd bench``: run the benchmarks, print their tables, write their files."""
+"""``lsgd bench``: run the benchmarks, print their tables, write their files.
+
+The benchmarks (and torch) are imported once the arguments are accepted.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.bench import NAMES, runner
-from lsgd.bench.common import MissingRecord, write
 from lsgd.links.spec import parse_link
-from lsgd.train.build import UsageError
+from lsgd.train.errors import UsageError
 from lsgd.train.ranges import RANGES, within
 
 
@@ -34,7 +36,8 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "--seeds 1 adds a third seed to a run of two")
     parser.add_argument("--sets", default=None,
                         help="fidelity: comma-separated sets, from bn, pull-form, "
-                             "leader-momentum (default: all)")
+                             "leader-momentum (default: all); chaos: kinds of round, from "
+                             "blocking, hidden-int8")
     parser.add_argument("--repeats", type=int, default=None,
                         help="startup: times each variant is run (default 5)")
     parser.add_argument("--budget", type=float, default=None,
@@ -118,9 +121,10 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     if args.first_seed is not None and args.first_seed < 0:
         raise UsageError(f"--first-seed {args.first_seed}: give 0 or more")
     from lsgd.bench.accuracy import METHODS
+    from lsgd.bench.chaos import ROUNDS
     from lsgd.bench.fidelity import SETS
 
-    sets = _names("--sets", args.sets, SETS)
+    sets = _names("--sets", args.sets, [*SETS, *(kind.replace(" ", "-") for kind in ROUNDS)])
     methods = _names("--methods", args.methods, METHODS)
     return {"links": links, "seeds": args.seeds, "first_seed": args.first_seed,
             "budget": args.budget, "target": args.target, "eval_steps": args.eval_steps,
@@ -180,6 +184,8 @@ def _knobs(specs: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    from lsgd.bench.common import MissingRecord, write
+
     options = _options(args)
     names = list(NAMES) if "all" in args.names else list(dict.fromkeys(args.names))
     out = Path(args.out)

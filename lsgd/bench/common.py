@@ -163,12 +163,13 @@ def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
     of ``wanted_toml`` (a config's TOML); ``None`` otherwise.
 
     A setting that the stored run's ``config.toml`` does not have (one added to
-    lsgd since) must be at its default; ``out``, ``quiet`` and ``device`` (where it ran,
-    not what) do not count.
+    lsgd since) must be at its default, and so must one it has that lsgd no longer
+    takes (:data:`~lsgd.train.config.REMOVED`); ``out``, ``quiet`` and
+    ``device`` (where it ran, not what) do not count.
     """
     import tomllib
 
-    from lsgd.train.config import TrainConfig
+    from lsgd.train.config import REMOVED, TrainConfig
 
     summary, saved = run / "summary.json", run / "config.toml"
     if not (summary.is_file() and saved.is_file() and (run / "metrics.csv").is_file()):
@@ -179,6 +180,7 @@ def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    defaults |= {name: default for name, (default, _) in REMOVED.items()}
     for key in (stored.keys() | wanted.keys()) - {"out", "quiet", "device"}:  # where, not what
         default = defaults.get(key)
         if isinstance(default, tuple):

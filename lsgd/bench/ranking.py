@@ -7,7 +7,8 @@ each worker sent, the steps per second, and the time that steps to the target
 at that pace predict (from ``--steps-from``, a run of the same benchmark in the
 simulator, or from the runs' own steps). :func:`figures` draws the center's
 test error (a language model's validation loss, also against MB sent) against
-time, one figure per link; :func:`headline` is the README's summary.
+time, one figure per link; :func:`headline` is the README's summary. How the
+runs' headline reads is their task's (:mod:`lsgd.tasks.headline`).
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.bench.common import Result, median
-from lsgd.data import TEXT_DATASETS
 from lsgd.plots import pyplot, save
-from lsgd.train.build import UsageError
+from lsgd.tasks.headline import Headline, from_dataset
+from lsgd.train.errors import UsageError
 
 
-def metric_of(opts: dict[str, Any]) -> str:
-    """The headline the runs are ranked by: validation loss for text, else test accuracy."""
-    return "loss" if opts["dataset"] in TEXT_DATASETS else "accuracy"
+def headline_of(opts: dict[str, Any]) -> Headline:
+    """The headline the runs are ranked by: their dataset's task's (validation loss for
+    text, else test accuracy)."""
+    return from_dataset(opts["dataset"])
 
 
 def simulated_steps(path: str | None) -> dict[str, float]:
@@ -112,11 +114,10 @@ def figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str,
         return []
     paths = []
     first = min(run["seed"] for run in runs) if runs else 0  # one seed per figure
-    accuracy = metric_of(opts) == "accuracy"
-    scale = 100 if accuracy else 1
+    headline = headline_of(opts)
     for link in opts["links"]:
-        # A language model's figure also has its loss against the MB each worker sent.
-        fig, axes = plt.subplots(1, 1 if accuracy else 2, figsize=(7 if accuracy else 13, 4.5),
+        fig, axes = plt.subplots(1, 2 if headline.by_bytes else 1,
+                                 figsize=(13 if headline.by_bytes else 7, 4.5),
                                  squeeze=False)
         ax = axes[0][0]
         shown = [run for run in runs
@@ -126,21 +127,20 @@ def figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str,
             style = {"marker": ".", "label": run["method"], "color": f"C{i % 10}",
                      "linestyle": "-" if i < 10 else "--"}
             xs, ys = zip(*run["curve"])
-            ax.plot(xs, [scale * y for y in ys], **style)
-            if not accuracy and run.get("sent_curve"):
+            ax.plot(xs, [headline.scale * y for y in ys], **style)
+            if headline.by_bytes and run.get("sent_curve"):
                 sent, losses = zip(*run["sent_curve"])
                 axes[0][1].plot([b / 1e6 for b in sent], losses, **style)
         for panel in axes[0]:
-            panel.axhline(100 * (1 - opts["target"]) if accuracy else opts["target"],
+            panel.axhline(headline.scale * headline.falling(opts["target"]),
                           color="grey", linestyle=":", linewidth=1)
-            panel.set_ylabel("test error of the center (%)" if accuracy
-                             else "validation loss of the center (nats/byte)")
+            panel.set_ylabel(headline.axis)
             panel.legend(fontsize=8)
             panel.grid(alpha=0.3)
         ax.set_xlabel("training time (s)" + ("" if opts["backend"] == "processes"
                                              else ", simulated"))
         ax.set_title(f"{setting}: {opts['model']}, link {link}")
-        if not accuracy:
+        if headline.by_bytes:
             axes[0][1].set_xscale("log")
             axes[0][1].set_xlabel("MB sent per worker (log scale)")
             axes[0][1].set_title("against the bytes sent")
@@ -152,7 +152,7 @@ def headline(result: Result) -> str:
     """The time to the target of every method (rows) on every link (columns), as a
     Markdown table: the README's summary of a time-to-accuracy result."""
     opts, summary = result.data["options"], result.data["summary"]
-    accuracy = metric_of(opts) == "accuracy"
+    headline = headline_of(opts)
     links = list(opts["links"])
     methods = list(dict.fromkeys(row[1] for row in result.rows))
     lines = ["| method | " + " | ".join(links) + " |", "|---|" + "---|" * len(links)]
@@ -165,10 +165,8 @@ def headline(result: Result) -> str:
                 cells.append(f"{entry['time']:.0f} s{spread}")
             elif entry["reached"]:
                 cells.append(f"{entry['reached']} of {entry['runs']} seeds")
-            elif accuracy:
-                cells.append(f"never (best {100 * entry['best']:.1f}%)")
             else:
-                cells.append(f"never (best {entry['best']:.3f})")
+                cells.append(f"never (best {headline.show(entry['best'], 1)})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -178,13 +176,13 @@ def tuning(result: Result) -> str:
     Markdown table: each method's grid point, its time and steps to the target, its
     best value, steps per second, and which point was chosen."""
     chosen = result.data["chosen"]
-    accuracy = metric_of(result.data["options"]) == "accuracy"
+    headline = headline_of(result.data["options"])
     lines = ["| method | knobs | time s | steps | best | steps/s | chosen |",
              "|---|---|---|---|---|---|---|"]
     for run in result.data["tuning"]:
         knobs = ", ".join(f"{key} {value}" for key, value in run["knobs"].items())
         pace = run["steps_done"] / run["seconds"] if run.get("seconds") else math.nan
-        best = f"{100 * run['best']:.2f}%" if accuracy else f"{run['best']:.3f}"
+        best = headline.show(run["best"], 2)
         lines.append(
             f"| {run['method']} | {knobs} | "
             + ("-" if run["time"] is None else f"{run['time']:.1f}")

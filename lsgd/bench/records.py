@@ -178,11 +178,11 @@ def _draw(name: str, tables: list[str], root: Path, out: Path, scratch: Path) ->
         if result.name not in CURVES:
             raise ValueError(f"figures/{name}: lsgd bench {args} draws no such figure")
         results.append(result)
-    from lsgd.bench.ranking import metric_of
+    from lsgd.bench.ranking import headline_of
     from lsgd.plots import draw_curves
 
     opts = results[0].data["options"]
-    accuracy = metric_of(opts) == "accuracy"
+    headline = headline_of(opts)
     main = opts["links"][0]
     panels: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {}
     for result in results:
@@ -190,11 +190,11 @@ def _draw(name: str, tables: list[str], root: Path, out: Path, scratch: Path) ->
             size = re.search(r"/(\d+)-workers/", run["run"])
             panel = f"{size.group(1)} workers" if size else ""
             panels.setdefault(panel, {}).setdefault((run["link"], run["method"]), []).append(run)
-    scale = 100 if accuracy else 1
+    higher = headline.higher_is_better
     drawn = [(title, [(method if link == main else f"{method}, {link}",
-                       [(x, scale * y) for x, y in _median_run(runs, accuracy)["curve"]],
+                       [(x, headline.scale * y) for x, y in _median_run(runs, higher)["curve"]],
                        link != main) for (link, method), runs in lines.items()
-                      if _median_run(runs, accuracy)["curve"]])  # an evaluated run
+                      if _median_run(runs, higher)["curve"]])  # an evaluated run
              for title, lines in panels.items()]
     seeds = max(len(runs) for lines in panels.values() for runs in lines.values())
     what = ("one seed" if seeds == 1 else "the faster run of 2 seeds" if seeds == 2
@@ -209,15 +209,14 @@ def _draw(name: str, tables: list[str], root: Path, out: Path, scratch: Path) ->
     draw_curves(drawn, out / name,
                 xlabel="training time (s" + (")" if opts["backend"] == "processes"
                                              else ", modeled)"),
-                ylabel="test error of the center (%)" if accuracy
-                else "validation loss of the center (nats/byte)",
-                target=100 * (1 - opts["target"]) if accuracy else opts["target"])
+                ylabel=headline.axis,
+                target=headline.scale * headline.falling(opts["target"]))
     return [label for _, curves in drawn for label, _, _ in curves]
 
 
-def _median_run(runs: list[dict[str, Any]], accuracy: bool) -> dict[str, Any]:
+def _median_run(runs: list[dict[str, Any]], higher_is_better: bool) -> dict[str, Any]:
     """The run of the median seed by time to the target (a miss counts as slowest, then
     by its best value); of an even number, the faster of the middle two."""
     ordered = sorted(runs, key=lambda run: (math.inf if run["time"] is None else run["time"],
-                                            -run["best"] if accuracy else run["best"]))
+                                            -run["best"] if higher_is_better else run["best"]))
     return ordered[(len(ordered) - 1) // 2]

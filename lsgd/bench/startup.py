@@ -4,7 +4,9 @@ Every row is a fresh process, timed from its start to its end (wall clock), the
 variants taking turns so that a busy machine slows them alike; the median of
 the repeats is reported, and its ratio to the first row's:
 
-* ``import lsgd``: ``python -c "import lsgd"`` (torch's import is most of it);
+* ``import lsgd``: ``python -c "from lsgd import LSGD"``, the library with its
+  strategies (torch's import is most of it; ``import lsgd`` alone imports its names
+  on first use);
 * ``1 step, 4 processes``: ``lsgd train --workers 4 --model mlp --steps 1``:
   the command's imports, the dataset read once, 4 worker processes forked by
   torch's elastic launcher, the process group, one step, the evaluation, the
@@ -43,7 +45,7 @@ def _variants(dataset: str, shaped: bool) -> list[tuple[str, list[str], dict[str
     the shaped nodes' rows too."""
     train = ["-m", "lsgd", "train", "--workers", "4", "--model", "mlp", "--steps", "1",
              "--dataset", dataset, "--quiet"]
-    rows = [("import lsgd", ["-c", "import lsgd"], {}),
+    rows = [("import lsgd", ["-c", "from lsgd import LSGD"], {}),
             ("1 step, 4 processes", train, {}),
             ("1 step, 4 processes, spawned", train, {"LSGD_START_METHOD": "spawn"}),
             ("1 step, 4 threads (simulator)", [*train, "--backend", "threads"], {})]

@@ -24,7 +24,8 @@ from collections.abc import Sequence
 
 import torch
 
-CODECS = ("none", "bf16", "int8")
+from lsgd.names import CODECS
+
 BLOCK = 256  # values per int8 block; chunks of an all-reduce start at block boundaries
 
 

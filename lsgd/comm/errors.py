@@ -68,6 +68,6 @@ def communication_errors(
             f"Rank {rank} gave up on the {operation} {when}. {culprit} "
             "Check the other workers' logs for the first "
             "error; if the workers are only slow (on a long evaluation, say), raise the "
-            "timeout with --timeout SECONDS (the timeout argument of lsgd.launch).\n"
+            "timeout (the timeout argument of lsgd.launch; lsgd train --timeout).\n"
             f"Original error: {_last_words(error)}"
         ) from error

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Literal
 
 from lsgd import _validate
+from lsgd.names import REPLICAS  # what a strategy sees as one worker
 
 Among = Literal["world", "group"]  # who takes part in a collective: all, or this node
 ReduceOp = Literal["sum", "mean"]
@@ -82,10 +83,6 @@ def check_layout(world_size: int, groups: int) -> None:
             f"groups={groups} must divide the number of workers world_size={world_size}; "
             f"use a divisor such as 1 or {world_size}"
         )
-
-
-#: What a strategy sees as one worker: every process, or every node's processes together.
-REPLICAS = ("process", "node")
 
 
 def check_replica(replica: str) -> str:

@@ -32,6 +32,7 @@ from lsgd.data.mnist import DEBIAN_FASHION_MNIST, digits, fashion_mnist, fashion
 from lsgd.data.synthetic import synthetic
 from lsgd.data import text as text_module
 from lsgd.data.text import TextData, kjv, user_text
+from lsgd.names import TEXT_DATASETS  # byte tokens, for language models
 
 __all__ = [
     "CIFAR100_MEAN",
@@ -66,8 +67,6 @@ __all__ = [
 ]
 
 
-#: The text datasets (byte tokens, for language models).
-TEXT_DATASETS = ("kjv", "text")
 #: The dataset names :func:`load_dataset` knows: images, then text.
 DATASETS = ("fashion-mnist", "cifar10", "cifar100", "imagenet", "digits", "synthetic",
             *TEXT_DATASETS)

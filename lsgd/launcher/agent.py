@@ -85,7 +85,7 @@ def run_node(job: dict[str, Any], node: int, result_path: str) -> int:
     except ChildFailedError as error:
         spent = job["max_restarts"]
         gave_up = [f"node {node}: its workers failed {spent + 1} time(s), {spent} restart(s) "
-                   f"allowed (--restarts): its agent gave up after "
+                   f"allowed (restarts): its agent gave up after "
                    f"{time.monotonic() - start:.0f} s and closed the rendezvous. Its last "
                    "attempt:"] if spent else []
         outcome = {"results": {},

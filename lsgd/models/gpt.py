@@ -26,9 +26,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from lsgd.models.common import _check_positive
+from lsgd.names import LANGUAGE_MODELS  # by name, for messages and the command line
 
-#: The language models by name, for messages and the command line.
-LANGUAGE_MODELS = ("gpt", "hf-gpt2")
 HF_EXTRA = "pip install 'lsgd[hf]'"
 
 
@@ -91,7 +90,7 @@ def check_sizes(**sizes: int) -> None:
     """Positive sizes, and a width that the heads divide; ``ValueError`` otherwise."""
     _check_positive(**sizes)
     if "heads" in sizes and sizes["width"] % sizes["heads"]:
-        raise ValueError(f"--heads {sizes['heads']} must divide --width {sizes['width']} "
+        raise ValueError(f"heads={sizes['heads']} must divide width={sizes['width']} "
                          "(each head takes width / heads channels)")
 
 

@@ -14,6 +14,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from lsgd.repro import defaults
+
 
 # -- argument types -------------------------------------------------------
 def positive_int(text: str) -> int:
@@ -76,8 +78,6 @@ def _add_common(parser: argparse.ArgumentParser, out: str) -> None:
 
 
 def add_toy_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from lsgd.repro import toy
-
     p = subparsers.add_parser(
         "toy",
         help="2-D landscape sin(pi r)/(pi r), 4 workers: LGD vs EAGD",
@@ -93,18 +93,17 @@ def add_toy_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--tol", type=positive_float, default=1e-10,
                    help="stop when no coordinate moves more than this in a step "
                    "(default: 1e-10)")
-    p.add_argument("--lr", type=positive_float, default=toy.LR, help="step (default: 0.1)")
-    p.add_argument("--pull", type=fraction, default=toy.PULL,
+    p.add_argument("--lr", type=positive_float, default=defaults.TOY_LR,
+                   help="step (default: 0.1)")
+    p.add_argument("--pull", type=fraction, default=defaults.TOY_PULL,
                    help="LGD's pull lambda (default: 0.1)")
-    p.add_argument("--moving-rate", type=fraction, default=toy.MOVING_RATE,
+    p.add_argument("--moving-rate", type=fraction, default=defaults.TOY_MOVING_RATE,
                    help="EAGD's moving rate beta (default: 0.43)")
     p.set_defaults(handler=run_toy, parser=p)
     return p
 
 
 def add_matrix_completion_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from lsgd.repro import matrix
-
     p = subparsers.add_parser(
         "matrix-completion",
         help="low-rank factorization 1/4 ||M - X X^T||^2, 8 workers: LGD vs EAGD",
@@ -114,24 +113,26 @@ def add_matrix_completion_parser(subparsers: Any) -> argparse.ArgumentParser:
         "trials) and writes the paper's Figure 1.",
     )
     _add_common(p, os.path.join("runs", "repro-matrix-completion"))
-    p.add_argument("--dim", type=positive_int, default=matrix.DIM, help="d (default: 1000)")
-    p.add_argument("--ranks", type=int_list, nargs="+", default=[list(matrix.RANKS)],
+    p.add_argument("--dim", type=positive_int, default=defaults.MATRIX_DIM,
+                   help="d (default: 1000)")
+    p.add_argument("--ranks", type=int_list, nargs="+", default=[list(defaults.MATRIX_RANKS)],
                    metavar="R", help="ranks r, e.g. --ranks 1 10 or --ranks 1,10 "
                    "(default: 1 10 50 100)")
-    p.add_argument("--trials", type=positive_int, default=matrix.TRIALS,
+    p.add_argument("--trials", type=positive_int, default=defaults.MATRIX_TRIALS,
                    help="random trials per rank (default: 10)")
-    p.add_argument("--steps", type=positive_int, default=matrix.STEPS,
-                   help=f"iterations (default: {matrix.STEPS})")
+    p.add_argument("--steps", type=positive_int, default=defaults.MATRIX_STEPS,
+                   help=f"iterations (default: {defaults.MATRIX_STEPS})")
     p.add_argument("--seed", type=int, default=0, help="seed of U and the starts (default: 0)")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                    help="(default: float64)")
-    p.add_argument("--workers", type=positive_int, default=matrix.WORKERS,
+    p.add_argument("--workers", type=positive_int, default=defaults.MATRIX_WORKERS,
                    help="workers (default: 8)")
-    p.add_argument("--lr", type=positive_float, default=matrix.LR, help="step eta (default: 5e-4)")
-    p.add_argument("--pull", type=fraction, default=matrix.PULL,
+    p.add_argument("--lr", type=positive_float, default=defaults.MATRIX_LR,
+                   help="step eta (default: 5e-4)")
+    p.add_argument("--pull", type=fraction, default=defaults.MATRIX_PULL,
                    help="the paper's lambda (default: 0.2); the strategies get eta * lambda")
-    p.add_argument("--engine", choices=matrix.ENGINES, default="batched",
+    p.add_argument("--engine", choices=defaults.ENGINES, default="batched",
                    help="batched tensors (default, fast) or the strategies on the simulator")
     p.add_argument("--report-steps", type=int_list, nargs="+", default=None, metavar="S",
                    help="step counts in the table (default: a few up to --steps)")

@@ -48,15 +48,10 @@ import numpy as np
 import torch
 
 from lsgd.repro import Method, Progress, eagd, lgd, pyplot, run_full_batch
-
-DIM = 1000
-RANKS = (1, 10, 50, 100)
-TRIALS = 10
-WORKERS = 8
-LR = 5e-4
-PULL = 0.2  # the paper's lambda; the strategies get eta * lambda
-STEPS = 300
-ENGINES = ("batched", "strategy")
+from lsgd.repro.defaults import ENGINES
+from lsgd.repro.defaults import MATRIX_DIM as DIM, MATRIX_LR as LR, MATRIX_PULL as PULL
+from lsgd.repro.defaults import MATRIX_RANKS as RANKS, MATRIX_STEPS as STEPS
+from lsgd.repro.defaults import MATRIX_TRIALS as TRIALS, MATRIX_WORKERS as WORKERS
 _BATCH_BYTES = 256 * 2**20  # the [T, W, d, r] state of one chunk of trials
 # F / F(0) below ~eps^2 is rounding-level in X coordinates; the batched engine
 # (which keeps the part of X outside span(U) apart) can go lower at r = 1.

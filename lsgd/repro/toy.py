@@ -28,11 +28,9 @@ from typing import Any
 import torch
 
 from lsgd.repro import FullBatchRun, Method, Progress, eagd, lgd, pyplot, run_full_batch
+from lsgd.repro.defaults import TOY_LR as LR, TOY_MOVING_RATE as MOVING_RATE, TOY_PULL as PULL
 
 STARTS: tuple[tuple[float, float], ...] = ((-6.0, -4.0), (-15.0, -18.0), (20.0, 11.0), (17.0, 8.0))
-LR = 0.1
-PULL = 0.1
-MOVING_RATE = 0.43
 
 _SMALL_R = 1e-4  # below this radius use the Taylor series (no 0/0)
 

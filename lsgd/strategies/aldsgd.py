@@ -23,17 +23,16 @@ reset also empties the worker's loss window (docs/algorithms.md,
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.comm import Communicator
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elect
 from lsgd.leader import Scorer
-from lsgd.strategies.base import as_loss_tensor
+from lsgd.strategies.base import Options, as_loss_tensor
 from lsgd.strategies.decentralized import Decentralized, GraphSpec, MixingWeight, mix_
 
 Tensors = Sequence[torch.Tensor]
@@ -123,7 +122,7 @@ class ALDSGD(Decentralized):
         leader_window, leader_metric, eval_batch, eval_loss: the leader score,
             as in :class:`~lsgd.strategies.lsgd.LSGD`.
         mixing_weight: ``a``: see :class:`~lsgd.strategies.decentralized.Decentralized`.
-        comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`.
     """
 
     name = "al-dsgd"
@@ -146,10 +145,7 @@ class ALDSGD(Decentralized):
         leader_metric: str = "train",
         eval_batch: tuple[torch.Tensor, torch.Tensor] | None = None,
         eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-        comm: Communicator | None = None,
-        init: str = "broadcast",
-        sync_buffers: bool | None = None,
-        bn_buffers: str | None = None,
+        **options: Unpack[Options],
     ) -> None:
         owner = "ALDSGD"
         self.c_B = _validate.fraction(owner, "c_B", c_B)
@@ -164,8 +160,7 @@ class ALDSGD(Decentralized):
                 )
         self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
         super().__init__(model, optimizer, topology=topology, budget=budget, period=period,
-                         seed=seed, mixing_weight=mixing_weight, comm=comm, init=init,
-                         sync_buffers=sync_buffers, bn_buffers=bn_buffers)
+                         seed=seed, mixing_weight=mixing_weight, **options)
         self.device = self._state[0].device if self._state else torch.device("cpu")
         self._mixed = FlatBuffer(self._state)
         self.best_rank: int | None = None

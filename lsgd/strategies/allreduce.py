@@ -39,8 +39,6 @@ class AllReduce(Strategy):
 
     Args:
         comm: see :class:`~lsgd.strategies.base.Strategy`.
-        sync_buffers: keep rank 0's buffers (DDP's ``broadcast_buffers``); ``False`` is
-            ``bn_buffers="local"``.
         bn_buffers: ``"broadcast"`` (rank 0's buffers before every forward, the
             default) or ``"local"``.
         ddp_kwargs: extra keyword arguments for ``DistributedDataParallel``.
@@ -61,7 +59,6 @@ class AllReduce(Strategy):
         optimizer: torch.optim.Optimizer,
         *,
         comm: Communicator | None = None,
-        sync_buffers: bool | None = None,
         bn_buffers: str | None = None,
         ddp_kwargs: dict[str, Any] | None = None,
         compress: str = "none",
@@ -71,9 +68,8 @@ class AllReduce(Strategy):
         self.compression = gradient_compression(compress, powersgd, powersgd_warmup)
         # Over every process, whether or not a node's processes are one replica.
         comm = (comm if comm is not None else get_communicator()).processes
-        super().__init__(model, optimizer, comm=comm, init="broadcast", sync_buffers=sync_buffers,
-                         bn_buffers=bn_buffers)
-        self._parallel = self.comm.data_parallel(model, self.sync_buffers, ddp_kwargs,
+        super().__init__(model, optimizer, comm=comm, init="broadcast", bn_buffers=bn_buffers)
+        self._parallel = self.comm.data_parallel(model, self.bn_buffers != "local", ddp_kwargs,
                                                  self.compression)
         self.skipped_steps = 0  # optimizer steps skipped for a non-finite averaged gradient
 

@@ -48,8 +48,8 @@ from lsgd.strategies.base import Strategy, as_loss_tensor
 from lsgd.strategies.leader_force import LeaderForce
 from lsgd.strategies.pipeline import InFlight, check_options
 from lsgd.strategies.cadence import Cadence
+from lsgd.names import MERGES
 
-MERGES = ("keep", "replace", "mix")
 MIX = 0.5  # Streaming DiLoCo's weight of the local state in a "mix" merge
 
 

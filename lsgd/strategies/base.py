@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import nn
@@ -38,17 +37,29 @@ from torch import nn
 from lsgd import _validate
 from lsgd.comm import CommStats, Communicator, get_communicator
 from lsgd.strategies import buffers as bn
-from lsgd.strategies import elastic
+from lsgd.strategies.elastic import ElasticRounds
 from lsgd.strategies.guard import driving, guard
 from lsgd.strategies.health import Recovery, check_same_model
 from lsgd.strategies.pipeline import InFlight, Pipeline
 from lsgd.strategies.report import Report
+from lsgd.strategies.rounds import Rounds
 from lsgd.strategies.cadence import Cadence, RoundSchedule
 from lsgd.strategies.seams import Seams, supporting
 from lsgd.strategies.state import on_state_, state_tensors
 
 INITS = ("broadcast", "independent")
 TRAFFIC = ("train", "eval")
+
+
+class Options(TypedDict, total=False):
+    """The keywords every method passes on to :class:`Strategy` (``**options``): ``comm``,
+    ``init``, ``bn_buffers`` and ``asynchronous``; a method without asynchronous rounds
+    refuses ``asynchronous=True`` naming the methods that have them."""
+
+    comm: Communicator | None
+    init: str
+    bn_buffers: str | None
+    asynchronous: bool
 
 
 def as_loss_tensor(loss: torch.Tensor | float, owner: str) -> torch.Tensor:
@@ -71,7 +82,6 @@ class Strategy(Recovery, Seams):
         comm: the communicator; found from the environment when omitted.
         init: ``"broadcast"`` (every worker starts from rank 0's state) or
             ``"independent"`` (each keeps its own).
-        sync_buffers: deprecated: ``False`` is ``bn_buffers="local"`` (warns).
         bn_buffers: ``"average"``, ``"pull"``, ``"local"`` or ``"broadcast"``, among
             the method's :attr:`bn_modes` (default: the first); see
             :mod:`lsgd.strategies.buffers`.
@@ -92,10 +102,15 @@ class Strategy(Recovery, Seams):
         *,
         comm: Communicator | None = None,
         init: str = "broadcast",
-        sync_buffers: bool | None = None,
         bn_buffers: str | None = None,
         asynchronous: bool = False,
+        **unknown: Any,
     ) -> None:
+        if unknown:
+            hint = ("; sync_buffers=False is bn_buffers='local' since lsgd 0.11"
+                    if "sync_buffers" in unknown else "")
+            raise TypeError(f"{self.name}: unknown keyword argument(s) "
+                            f"{', '.join(sorted(unknown))}{hint}")
         if asynchronous and not self.supports_asynchronous:
             raise ValueError(f"{self.name}: asynchronous=True is available for "
                              f"{', '.join(supporting('supports_asynchronous'))} only")
@@ -106,13 +121,7 @@ class Strategy(Recovery, Seams):
                 f"{self.name}: optimizer must be a torch.optim.Optimizer, got {type(optimizer)!r}"
             )
         self.init = _validate.choice(self.name, "init", init, INITS)
-        if sync_buffers is not None:
-            instead = "bn_buffers='local'" if not sync_buffers else "nothing (the default)"
-            warnings.warn(f"{self.name}: sync_buffers is deprecated; pass {instead}",
-                          DeprecationWarning, stacklevel=3)
-        self.bn_buffers = bn.resolve(self.name, self.bn_modes, bn_buffers,
-                                     sync_buffers is not False)
-        self.sync_buffers = self.bn_buffers != "local"
+        self.bn_buffers = bn.resolve(self.name, self.bn_modes, bn_buffers)
         self.comm = comm if comm is not None else get_communicator()
         self.optimizer = optimizer
         guard(optimizer)
@@ -133,16 +142,11 @@ class Strategy(Recovery, Seams):
         self.at_sync_point = True
         self._schedule = RoundSchedule(self.comm, [], self.asynchronous)
         self._pipeline = Pipeline()  # the rounds' transfers in flight (overlap)
-        # Elastic (torchft, lsgd.strategies.elastic): nothing is exchanged outside rounds.
-        self._elastic = bool(getattr(self.comm, "elastic", False))
-        self._joined = not self._elastic
         self.on_round: Callable[[], None] | None = None  # elastic: the trainer's hook
-        if self._elastic:
-            elastic.check_method(self)
-        else:
-            self._check_same_model()
-            if self.init == "broadcast":
-                self._broadcast_initial_state()
+        # How rounds run: at once, or as quorum points (torchft, lsgd.strategies.elastic).
+        self._elastic = bool(getattr(self.comm, "elastic", False))
+        self._rounds = (ElasticRounds if self._elastic else Rounds)(self)
+        self._rounds.start()
         # The communicator may outlive several strategies: count from here.
         self._baseline = {c: self.comm.stats(c) for c in TRAFFIC}
 
@@ -167,18 +171,18 @@ class Strategy(Recovery, Seams):
         return self.comm.world_size
 
     def step(self, loss: torch.Tensor | float | None = None) -> None:
-        """Inner optimizer step, then this method's pulls and rounds when due.
+        """Inner optimizer step, then this method's pulls; then the schedule's rounds that
+        fell due, after landing the transfers that are due (through :attr:`_rounds`,
+        :mod:`lsgd.strategies.rounds`).
 
         Asynchronously, the rounds joined stop after one among all workers, so
         that :attr:`at_sync_point` is set there; a round left over is joined at
         the next step. An elastic worker's first step joins the job
-        (:func:`lsgd.strategies.elastic.join`); if the job was running, that step
-        is spent on the joining round.
+        (:class:`lsgd.strategies.elastic.ElasticRounds`); if the job was running,
+        that step is spent on the joining round.
         """
-        if not self._joined:
-            self._joined = True
-            if elastic.join(self, self._join_rounds):
-                return
+        if self._rounds.join():
+            return
         if self._replica is not None:  # the replica's processes' gradients, averaged
             self._replica.synchronize(self.name)
         if self._before_optimizer_step():
@@ -193,12 +197,8 @@ class Strategy(Recovery, Seams):
             self._apply_due()
             while (group := self._schedule.next()) is not None:
                 start = self.comm.now()
-                names = [c.name for c in group]
                 world = any(c.among == "world" for c in group)
-                if self._elastic and world:
-                    elastic.run_round(self, lambda: self._join_rounds(names))
-                else:
-                    self._join_rounds(names)
+                self._rounds.run([c.name for c in group], world)
                 self.wait_seconds += self.comm.now() - start
                 if self.asynchronous and world:
                     self.at_sync_point = True
@@ -209,11 +209,7 @@ class Strategy(Recovery, Seams):
         self._run_rounds(names)
         if self._bn_average is not None:
             world = any(c.among == "world" for c in self._schedule.cadences if c.name in names)
-            started = self._pipeline.items()
-            if self._elastic and started and started[-1].started == self.steps:
-                started[-1].info["bn_among"] = "world" if world else "group"  # when it lands:
-            else:  # an elastic worker has one process group, busy with the transfer
-                self._bn_average(self.comm, "world" if world else "group")
+            self._rounds.average_buffers("world" if world else "group")
 
     def _before_optimizer_step(self) -> bool:
         """What the method does between ``backward()`` and the optimizer step;
@@ -246,10 +242,7 @@ class Strategy(Recovery, Seams):
         ``overlap`` steps ago), before any round of this step starts."""
         for item in self._pipeline.due(self.steps):
             start = self.comm.now()
-            if "elastic_hook" in item.info:  # an elastic round, open since it started
-                elastic.land_round(self, item, lambda: self._arrive(item))
-            else:
-                self._arrive(item)
+            self._rounds.land(item)
             self.wait_seconds += self.comm.now() - start
 
     def _arrive(self, item: InFlight) -> None:
@@ -268,8 +261,7 @@ class Strategy(Recovery, Seams):
     def _use_cadences(self, cadences: list[Cadence]) -> None:
         """Declare this method's kinds of round, local before global (end of ``__init__``)."""
         self._schedule = RoundSchedule(self.comm, cadences, self.asynchronous)
-        if self._elastic:
-            elastic.check(self)
+        self._rounds.check()
 
     def _run_rounds(self, names: list[str]) -> None:
         """Run the rounds ``names`` (cadence names), which fell due together."""
@@ -404,13 +396,11 @@ class Strategy(Recovery, Seams):
             raise ValueError(
                 f"{self.name}.load_state_dict: the state was saved before bn_buffers existed, "
                 "when the BatchNorm statistics were pulled like parameters; resume with "
-                "bn_buffers='pull' (lsgd train --bn-buffers pull), or 'local' if it was saved "
-                "with sync_buffers=False")
+                "bn_buffers='pull', or 'local' if its buffers were kept local")
         if saved is not None and saved != self.bn_buffers:
             raise ValueError(
                 f"{self.name}.load_state_dict: the state was saved with bn_buffers={saved!r}, "
-                f"this strategy has {self.bn_buffers!r}; resume with the same mode "
-                f"(lsgd train --bn-buffers {saved})")
+                f"this strategy has {self.bn_buffers!r}; resume with the same mode")
         self.steps = int(state["steps"])
         self.rounds = int(state["rounds"])
         self.resets = int(state.get("resets", 0))

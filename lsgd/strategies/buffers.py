@@ -30,8 +30,7 @@ from lsgd.comm import Communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import all_finite
-
-MODES = ("average", "pull", "local", "broadcast")
+from lsgd.names import BN_MODES as MODES
 
 
 def float_buffers(model: nn.Module) -> list[torch.Tensor]:
@@ -39,24 +38,16 @@ def float_buffers(model: nn.Module) -> list[torch.Tensor]:
     return [b for b in model.buffers() if b.is_floating_point()]
 
 
-def resolve(owner: str, allowed: Sequence[str], bn_buffers: str | None,
-            sync_buffers: bool) -> str:
-    """The mode of ``owner`` (a method whose modes are ``allowed``, default first).
-
-    ``sync_buffers=False`` is the older spelling of ``bn_buffers="local"``;
-    given together with another mode it is a ``ValueError``.
-    """
+def resolve(owner: str, allowed: Sequence[str], bn_buffers: str | None) -> str:
+    """The mode of ``owner`` (a method whose modes are ``allowed``, default first)."""
     if bn_buffers is None:
-        return allowed[0] if sync_buffers else "local"
+        return allowed[0]
     if bn_buffers not in MODES:
         raise ValueError(f"{owner}: bn_buffers={bn_buffers!r} is not a mode; choose one of "
                          f"{', '.join(allowed)}")
     if bn_buffers not in allowed:
         raise ValueError(f"{owner}: bn_buffers={bn_buffers!r} is not a mode of {owner}; "
                          f"choose one of {', '.join(allowed)}")
-    if not sync_buffers and bn_buffers != "local":
-        raise ValueError(f"{owner}: sync_buffers=False keeps the buffers local, but "
-                         f"bn_buffers={bn_buffers!r}; pass only bn_buffers")
     return bn_buffers
 
 

@@ -29,7 +29,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 from torch import nn
@@ -38,7 +38,7 @@ from lsgd import _validate, topology as topo
 from lsgd.comm import Communicator, get_communicator
 from lsgd.flat import FlatBuffer
 from lsgd.functional import finite_each
-from lsgd.strategies.base import Strategy
+from lsgd.strategies.base import Options, Strategy
 from lsgd.topology import Topology
 
 Tensors = Sequence[torch.Tensor]
@@ -137,7 +137,7 @@ class Decentralized(Strategy):
         mixing_weight: ``a``. ``None``: the method's own (D-PSGD's
             ``2 / (lambda_2 + lambda_max)``, MATCHA's SDP); ``"max-degree"``:
             ``1 / (1 + max degree)``, every self weight positive; a number in (0, 1].
-        comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`
+        comm, init, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`
             (``bn_buffers``: ``"pull"``, mixed like parameters, the default, or ``"local"``).
     """
 
@@ -161,10 +161,7 @@ class Decentralized(Strategy):
         period: int = 1,
         seed: int = 0,
         mixing_weight: MixingWeight = None,
-        comm: Communicator | None = None,
-        init: str = "broadcast",
-        sync_buffers: bool | None = None,
-        bn_buffers: str | None = None,
+        **options: Unpack[Options],
     ) -> None:
         owner = type(self).__name__
         self.budget = budget_fraction(owner, self.default_budget if budget is None else budget)
@@ -173,10 +170,9 @@ class Decentralized(Strategy):
             raise ValueError(f"{owner}: seed must be an integer >= 0, got {seed!r}")
         self.seed = seed
         self.mixing_weight = mixing_weight_option(owner, mixing_weight)
-        comm = comm if comm is not None else get_communicator()
+        options["comm"] = comm = options.get("comm") or get_communicator()
         self.graphs = resolve_graphs(owner, topology, comm.world_size)
-        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
-                         bn_buffers=bn_buffers)
+        super().__init__(model, optimizer, **options)
         self._check_agreement(owner)
         self.plans = self._make_plans()
         self.communications = 0

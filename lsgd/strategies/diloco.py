@@ -27,17 +27,17 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.comm import Communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.strategies import leader_force
 from lsgd.strategies.averaging import Averaging, part_of
+from lsgd.strategies.base import Options
 from lsgd.strategies.eager import EagerOuter, check_outer
 from lsgd.strategies.pipeline import InFlight
 
@@ -69,11 +69,12 @@ class DiLoCo(Averaging):
             ``Δ̄_{t-1} + (Δ_t^m - Δ_{t-1}^m) / M`` while the mean of its own ``Δ_t^m``
             travels for a whole period (:mod:`lsgd.strategies.eager`); takes no
             ``overlap`` or ``merge``.
-        comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`
+        comm, init, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`
             (``bn_buffers``: ``"average"`` or ``"local"``).
 
-    ``global_state`` holds ``θ_g``; ``center()`` is the mean of the workers'
-    states (one all-reduce, ``"eval"`` traffic).
+    ``global_state`` holds ``θ_g`` and ``outer_optimizers`` its outer SGD (one per
+    region of the state this process updates: one, or one per fragment);
+    ``center()`` is the mean of the workers' states (one all-reduce, ``"eval"`` traffic).
     """
 
     name = "diloco"
@@ -97,11 +98,8 @@ class DiLoCo(Averaging):
         leader: str = "none",
         leader_weight: float | None = None,
         leader_pull: float | None = None,
-        comm: Communicator | None = None,
-        init: str = "broadcast",
-        sync_buffers: bool | None = None,
-        bn_buffers: str | None = None,
         outer: str = "standard",
+        **options: Unpack[Options],
     ) -> None:
         self.outer = check_outer("DiLoCo", outer, overlap, merge)
         eager = self.outer == "eager"
@@ -115,8 +113,7 @@ class DiLoCo(Averaging):
         if eager and leader != "none":
             raise ValueError(f"DiLoCo: leader={leader!r} takes the standard outer step; "
                              "give outer='standard' or leader='none'")
-        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
-                         bn_buffers=bn_buffers)
+        super().__init__(model, optimizer, **options)
         # θ_g, laid out like the state: the parameters, then (blocking rounds) the buffers.
         self.global_state = self._shared_copy()
         self._delta = FlatBuffer(self._state)  # Δ, the outer optimizer's .grad
@@ -135,16 +132,15 @@ class DiLoCo(Averaging):
         else:
             pieces = [(parts.of(self.global_state, f), parts.of(self._delta, f))
                       for f in range(parts.count)]
-        self._outer_parts = []
+        self.outer_optimizers: list[torch.optim.Optimizer] = []
         for params, grads in pieces:
             for param, grad in zip(params, grads):
                 param.grad = grad
-            self._outer_parts.append(torch.optim.SGD(
+            self.outer_optimizers.append(torch.optim.SGD(
                 params, lr=self.outer_lr, momentum=self.outer_momentum,
                 nesterov=self.outer_momentum > 0))
-        self.outer_optimizer = self._outer_parts[0]
         self._eager = EagerOuter("DiLoCo", self.comm, self._state, self._averaging,
-                                 self.global_state, self._outer_parts) if eager else None
+                                 self.global_state, self.outer_optimizers) if eager else None
 
     def _reference(self) -> FlatBuffer:
         return self.global_state
@@ -205,7 +201,7 @@ class DiLoCo(Averaging):
         else:
             torch._foreach_copy_(delta, theta)
             torch._foreach_sub_(delta, mean)
-        self._outer_parts[part].step()
+        self.outer_optimizers[part].step()
         n = self._parameters
         if self._buffer_regions:  # a share: its buffers' region takes the mean
             for t, m, (lo, hi) in zip(theta, mean, self._buffer_regions):
@@ -232,7 +228,7 @@ class DiLoCo(Averaging):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["global"] = [b.clone() for b in self.global_state.buffers]
-        state["outer_parts"] = [copy.deepcopy(o.state_dict()["state"]) for o in self._outer_parts]
+        state["outer_parts"] = [copy.deepcopy(o.state_dict()["state"]) for o in self.outer_optimizers]
         if self._eager is not None:
             state["eager"] = self._eager.state_dict()
         return state
@@ -240,22 +236,23 @@ class DiLoCo(Averaging):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``θ_g`` and the outer momentum; the outer hyperparameters stay this
         strategy's own (``outer_lr``, ``outer_momentum``)."""
+        if "outer_parts" not in state:
+            raise ValueError("DiLoCo.load_state_dict: this state was saved by lsgd 0.6 or "
+                             "earlier; resume it with lsgd 0.10 and save it again")
         saved_global = list(state["global"])
         if [t.shape for t in saved_global] != [b.shape for b in self.global_state.buffers]:
-            raise ValueError("DiLoCo.load_state_dict: this state was saved by lsgd 0.6 or "
-                             "earlier with BatchNorm buffers in the round, which lsgd 0.7 keeps "
-                             "beside the global parameters; resume it with lsgd 0.6")
+            raise ValueError("DiLoCo.load_state_dict: the saved global parameters have other "
+                             "shapes than this model's (another model, or bn_buffers)")
         if ("eager" in state) != (self._eager is not None):
             saved = "eager" if "eager" in state else "standard"
             raise ValueError(f"DiLoCo.load_state_dict: the state was saved with "
                              f"outer={saved!r}, this strategy has outer={self.outer!r}; "
-                             f"resume with outer={saved!r} (lsgd train --outer {saved})")
+                             f"resume with outer={saved!r}")
         super().load_state_dict(state)
         if self._eager is not None:
             self._eager.load_state_dict(state["eager"])
         for buffer, value in zip(self.global_state.buffers, saved_global):
             buffer.copy_(value)
-        outer = state["outer_parts"] if "outer_parts" in state else [state["outer"]]  # 0.6
-        for optimizer, saved in zip(self._outer_parts, outer):
+        for optimizer, saved in zip(self.outer_optimizers, state["outer_parts"]):
             optimizer.load_state_dict({"state": copy.deepcopy(dict(saved)),
                                        "param_groups": optimizer.state_dict()["param_groups"]})

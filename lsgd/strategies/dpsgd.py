@@ -15,11 +15,13 @@ each way); no all-reduce, no center.
 
 from __future__ import annotations
 
+from typing import Unpack
+
 import torch
 from torch import nn
 
-from lsgd.comm import Communicator
 from lsgd.strategies.decentralized import Decentralized, GraphSpec, MixingWeight
+from lsgd.strategies.base import Options
 
 
 class DPSGD(Decentralized):
@@ -32,7 +34,7 @@ class DPSGD(Decentralized):
         period: local steps between communications (1: every step, the paper's).
         mixing_weight: ``a``; default the method's own; ``"max-degree"`` or a
             number: see :class:`~lsgd.strategies.decentralized.Decentralized`.
-        comm, init, sync_buffers, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`.
     """
 
     name = "dpsgd"
@@ -45,12 +47,9 @@ class DPSGD(Decentralized):
         topology: GraphSpec = None,
         period: int = 1,
         mixing_weight: MixingWeight = None,
-        comm: Communicator | None = None,
-        init: str = "broadcast",
-        sync_buffers: bool | None = None,
-        bn_buffers: str | None = None,
+        **options: Unpack[Options],
     ) -> None:
         super().__init__(model, optimizer, topology=topology, budget=1.0, period=period, seed=0,
                          mixing_weight=mixing_weight,
-                         comm=comm, init=init, sync_buffers=sync_buffers, bn_buffers=bn_buffers)
+                         **options)
 

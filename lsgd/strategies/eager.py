@@ -46,8 +46,7 @@ from lsgd.functional import all_finite
 from lsgd.strategies.averaging import AveragingRounds
 from lsgd.strategies.health import sum_healthy_
 from lsgd.strategies.pipeline import InFlight
-
-OUTERS = ("standard", "eager")
+from lsgd.names import OUTERS
 
 
 def check_outer(owner: str, outer: Any, overlap: Any, merge: str | None) -> str:

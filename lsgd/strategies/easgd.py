@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.comm import Communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elastic_step_, pull_
 from lsgd.strategies.averaging import Averaging
+from lsgd.strategies.base import Options
 
 
 class EASGD(Averaging):
@@ -46,7 +46,7 @@ class EASGD(Averaging):
         overlap, fragments, compress, error_feedback: overlapped, fragmented and
             compressed rounds (:mod:`lsgd.strategies.averaging`); compressed, the
             workers send ``c - x``.
-        comm, init, sync_buffers, bn_buffers, asynchronous: see
+        comm, init, bn_buffers, asynchronous: see
             :class:`~lsgd.strategies.base.Strategy` (``bn_buffers``: ``"average"``, the
             default, ``"pull"`` or ``"local"``).
 
@@ -69,17 +69,13 @@ class EASGD(Averaging):
         fragments: int = 1,
         compress: str = "none",
         error_feedback: bool = False,
-        comm: Communicator | None = None,
-        init: str = "broadcast",
-        sync_buffers: bool | None = None,
-        bn_buffers: str | None = None,
-        asynchronous: bool = False,
+        **options: Unpack[Options],
     ) -> None:
         self.moving_rate = _validate.fraction("EASGD", "moving_rate", moving_rate)
         self.period = _validate.positive_int("EASGD", "period", period)
-        self._hidden("EASGD", self.period, overlap, fragments, compress, None, asynchronous)
-        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
-                         bn_buffers=bn_buffers, asynchronous=asynchronous)
+        self._hidden("EASGD", self.period, overlap, fragments, compress, None,
+                     options.get("asynchronous", False))
+        super().__init__(model, optimizer, **options)
         self.alpha = self.moving_rate / self.world_size
         with torch.no_grad():
             self.center_state = self._shared_copy()

@@ -27,8 +27,51 @@ import torch
 
 from lsgd.comm.elastic import RoundFailed
 from lsgd.strategies.pipeline import InFlight
+from lsgd.strategies.rounds import Rounds
 from lsgd.strategies.seams import Seams as Strategy
 from lsgd.strategies.seams import supporting
+
+
+class ElasticRounds(Rounds):
+    """The strategy's rounds among all workers as quorum points (the module docstring):
+    what :class:`~lsgd.strategies.rounds.Rounds` does, wrapped."""
+
+    def __init__(self, strategy: Strategy) -> None:
+        super().__init__(strategy)
+        self.joined = False
+
+    def start(self) -> None:
+        """Elastic workers exchange nothing outside rounds: only the method is checked."""
+        check_method(self.strategy)
+
+    def check(self) -> None:
+        check(self.strategy)
+
+    def join(self) -> bool:
+        if self.joined:
+            return False
+        self.joined = True
+        return join(self.strategy, self.strategy._join_rounds)  # type: ignore[attr-defined]
+
+    def run(self, names: list[str], world: bool) -> None:
+        if not world:  # rounds inside a node are no quorum points
+            return super().run(names, world)
+        run_round(self.strategy,
+                  lambda: self.strategy._join_rounds(names))  # type: ignore[attr-defined]
+
+    def land(self, item: InFlight) -> None:
+        if "elastic_hook" not in item.info:  # not a round among all workers
+            return super().land(item)
+        land_round(self.strategy, item, lambda: super(ElasticRounds, self).land(item))
+
+    def average_buffers(self, among: str) -> None:
+        """An elastic worker has one process group: while a transfer started at this
+        step is under way, the BatchNorm average waits until it lands."""
+        started = self.strategy.in_flight()
+        if started and started[-1].started == self.strategy.steps:
+            started[-1].info["bn_among"] = among
+        else:
+            super().average_buffers(among)
 
 
 def check_method(strategy: Strategy) -> None:

@@ -52,8 +52,8 @@ from lsgd.functional import elect, pull_
 from lsgd.leader import Scorer
 from lsgd.strategies.election import Election
 from lsgd.strategies.pipeline import InFlight
+from lsgd.names import LEADERS
 
-LEADERS = ("none", "weights", "pull")
 WINDOW = 10  # losses in a score: LSGD's default leader_window
 DEFAULT_WEIGHT = 1.0  # c: the leader counts twice, the mean moves 1/(M+1) of the way to it
 DEFAULT_PULL = 0.5  # λ: θ_g halfway between the round's rule and the leader

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any
 
 import torch
@@ -45,21 +44,6 @@ class Level:
             buffer.copy_(value)
 
 
-def one_spelling(owner: str, name: str, plain: Any, global_: Any) -> Any:
-    """With one group, ``name`` and ``name_global`` are the same knob: take the one given."""
-    if global_ is None:
-        return DEFAULTS[name] if plain is None else plain
-    global_name = "global_period" if name == "period" else f"{name}_global"
-    if plain is None or plain == global_:
-        warnings.warn(f"{owner}: with groups=1, {global_name}= is the older spelling of "
-                      f"{name}=; pass {name}={global_!r}", DeprecationWarning, stacklevel=4)
-        return global_
-    raise ValueError(
-        f"{owner}: with groups=1 there is a single leader set by {name}; got both "
-        f"{name}={plain!r} and {global_name}={global_!r}; pass one of them"
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class Knobs:
     """LSGD's knobs, checked: the local level's (or the one level's) and the global ones
@@ -71,14 +55,12 @@ class Knobs:
     pull_global: float | None
     scope_global: float | None
     global_period: int | None
-    given: dict[str, Any]  # pull, scope, period as the caller gave them (None: default)
 
 
 def check_knobs(owner: str, pull: float | None, scope: float | None, period: int | None,
                 pull_global: float | None, scope_global: float | None,
                 global_period: int | None) -> Knobs:
     """Raise ``ValueError`` naming a knob out of its range; the knobs with defaults."""
-    given = {"pull": pull, "scope": scope, "period": period}
     return Knobs(
         _validate.fraction(owner, "pull", DEFAULTS["pull"] if pull is None else pull),
         _validate.fraction(owner, "scope", DEFAULTS["scope"] if scope is None else scope),
@@ -87,8 +69,7 @@ def check_knobs(owner: str, pull: float | None, scope: float | None, period: int
         None if scope_global is None else _validate.fraction(owner, "scope_global",
                                                              scope_global),
         None if global_period is None else _validate.positive_int(owner, "global_period",
-                                                                  global_period),
-        given)
+                                                                  global_period))
 
 
 def build_levels(owner: str, k: Knobs, info: WorkerInfo, state: list[torch.Tensor]
@@ -99,9 +80,13 @@ def build_levels(owner: str, k: Knobs, info: WorkerInfo, state: list[torch.Tenso
     ``4 * period``, or ``period`` when every group is one worker)."""
     levels = []
     if info.groups == 1:
-        g_pull = one_spelling(owner, "pull", k.given["pull"], k.pull_global)
-        g_scope = one_spelling(owner, "scope", k.given["scope"], k.scope_global)
-        g_period = one_spelling(owner, "period", k.given["period"], k.global_period)
+        given = [f"{name}={value!r}" for name, value in (
+            ("pull_global", k.pull_global), ("scope_global", k.scope_global),
+            ("global_period", k.global_period)) if value is not None]
+        if given:
+            raise ValueError(f"{owner}: with groups=1 there is a single leader, set by pull, "
+                             f"scope and period; got {', '.join(given)}: pass the plain knobs")
+        g_pull, g_scope, g_period = k.pull, k.scope, k.period
     else:
         g_pull = k.pull if k.pull_global is None else k.pull_global
         g_scope = k.scope if k.scope_global is None else k.scope_global

@@ -14,17 +14,17 @@ a group average whose whole group diverged is skipped until the next global one.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.comm import Communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.strategies import leader_force
 from lsgd.strategies.averaging import Averaging
+from lsgd.strategies.base import Options
 from lsgd.strategies.cadence import Cadence
 
 
@@ -44,7 +44,7 @@ class LocalSGD(Averaging):
             :class:`~lsgd.strategies.diloco.DiLoCo`'s (not hierarchical or asynchronous):
             ``"weights"`` averages ``(Σ_m x_m + c x_L) / (M + c)``, ``"pull"`` moves the
             average ``x̄ <- x̄ + λ (x_L - x̄)`` (:mod:`lsgd.strategies.leader_force`).
-        comm, init, sync_buffers, bn_buffers, asynchronous: see
+        comm, init, bn_buffers, asynchronous: see
             :class:`~lsgd.strategies.base.Strategy` (``bn_buffers``: ``"average"``, in the
             round's all-reduce, or ``"local"``).
     """
@@ -70,24 +70,19 @@ class LocalSGD(Averaging):
         leader: str = "none",
         leader_weight: float | None = None,
         leader_pull: float | None = None,
-        comm: Communicator | None = None,
-        init: str = "broadcast",
-        sync_buffers: bool | None = None,
-        bn_buffers: str | None = None,
-        asynchronous: bool = False,
+        **options: Unpack[Options],
     ) -> None:
         self.period = _validate.positive_int("LocalSGD", "period", period)
         self.global_period = _validate.positive_int(
             "LocalSGD", "global_period", 4 * self.period if global_period is None else global_period
         )
         hidden = self._hidden("LocalSGD", self.period, overlap, fragments, compress, merge,
-                              asynchronous)
+                              options.get("asynchronous", False))
         self._force = leader_force.make("LocalSGD", leader, leader_weight, leader_pull)
         if hidden and hierarchical:
             raise ValueError("LocalSGD: overlap, fragments and compress work with one level "
                              "of averaging; drop hierarchical=True (--hierarchical) or them")
-        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
-                         bn_buffers=bn_buffers, asynchronous=asynchronous)
+        super().__init__(model, optimizer, **options)
         self.hierarchical = bool(hierarchical) and 1 < self.comm.groups
         if self.hierarchical:
             _validate.multiple_of("LocalSGD", "global_period", self.global_period,

@@ -30,27 +30,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.comm import Communicator
 from lsgd.comm.transfers import done_handle
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elect, lags_, pull_, pull_two_
 from lsgd.leader import Scorer
 from lsgd.strategies.averaging import Fragments
-from lsgd.strategies.base import Strategy, as_loss_tensor
+from lsgd.strategies.base import Options, Strategy, as_loss_tensor
 from lsgd.strategies.election import ELECTIONS, Election
 from lsgd.strategies.levels import Level, build_levels, check_knobs
 from lsgd.strategies.pipeline import InFlight, check_options
 from lsgd.strategies.pull_decay import check_decay_rounds, copied_share, round_pull_
 from lsgd.strategies.cadence import Cadence
-
-
-SCOPE_PULLS = ("after-step", "algorithm-1")
+from lsgd.names import SCOPE_PULLS
 
 
 class LSGD(Strategy):
@@ -78,7 +75,7 @@ class LSGD(Strategy):
             round; the default with overlap or fragments).
         compress: ``"none"``, ``"bf16"`` or ``"int8"``: the wire format of the
             leader's difference from the level's reference.
-        comm, init, sync_buffers, bn_buffers, asynchronous: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, bn_buffers, asynchronous: see :class:`~lsgd.strategies.base.Strategy`.
     """
 
     name = "lsgd"
@@ -109,11 +106,7 @@ class LSGD(Strategy):
         fragments: int = 1,
         compress: str = "none",
         election: str | None = None,
-        comm: Communicator | None = None,
-        init: str = "broadcast",
-        sync_buffers: bool | None = None,
-        bn_buffers: str | None = None,
-        asynchronous: bool = False,
+        **options: Unpack[Options],
     ) -> None:
         owner = "LSGD"
         knobs = check_knobs(owner, pull, scope, period, pull_global, scope_global,
@@ -123,19 +116,18 @@ class LSGD(Strategy):
         self.leader_momentum = _validate.momentum(owner, "leader_momentum", leader_momentum)
         self.pull_decay_rounds = check_decay_rounds(owner, pull_decay_rounds)
         self.overlap, self.fragments, self.compress = check_options(
-            owner, period, overlap, fragments, compress, asynchronous)
+            owner, period, overlap, fragments, compress, options.get("asynchronous", False))
         hidden = bool(self.overlap) or self.fragments > 1
-        elastic = bool(getattr(comm, "elastic", False))  # elastic rounds elect at the round
+        elastic = bool(getattr(options.get("comm"), "elastic", False))  # elastic rounds elect at the round
         election = _validate.choice(owner, "election", "early" if hidden and not elastic and
                                     election is None else election or "round", ELECTIONS)
-        if election == "early" and asynchronous:
+        if election == "early" and options.get("asynchronous"):
             raise ValueError(f"{owner}: election='early' needs synchronous rounds (a round of "
                              "asynchronous LSGD falls due at a step no worker knows "
                              "before); drop asynchronous=True or election='early'")
         self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
         self.election = Election(election, self.scorer)
-        super().__init__(model, optimizer, comm=comm, init=init, sync_buffers=sync_buffers,
-                         bn_buffers=bn_buffers, asynchronous=asynchronous)
+        super().__init__(model, optimizer, **options)
         info = self.comm.info
         self.levels = build_levels(owner, knobs, info, self._state)
         self.device = self._device()
@@ -270,7 +262,7 @@ class LSGD(Strategy):
             raise self._diverged_error("state or training loss")
         own = float(scores[self.rank if world else self.comm.info.group_rank])
         diverged = not math.isfinite(own) and (
-            self.scorer.metric == "eval" or len(self.scorer.window) > 0)
+            self.scorer.scores_on_eval or len(self.scorer.window) > 0)
         elected = []
         for level in levels:
             members = level.members
@@ -337,45 +329,35 @@ class LSGD(Strategy):
         elif received[0].data_ptr() != snapshot[0].data_ptr():  # not received in place
             torch._foreach_copy_(snapshot, received)
         share = copied_share(info.get("round"), self.pull_decay_rounds)
-        if self.fragments == 1:
-            self._land(level, info["leader"], info["diverged"], info["pull"], share)
-        else:
-            self._land_part(level, part, info["leader"], info["diverged"], share)
+        self._land(level, part, info["leader"], info["diverged"], info["pull"], share)
 
-    def _land(self, level: Level, leader: int, diverged: bool, pull: bool,
+    def _land(self, level: Level, part: int, leader: int, diverged: bool, pull: bool,
               share: float) -> None:
-        """The level's snapshot holds the leader's state: reset a diverged worker to it,
-        or pull toward it (``share``: the round's copied share); note the leader."""
-        if diverged:
-            self._reset_to(level.snapshot.views)
-        elif pull and self.rank != leader:
-            self._round_pull(level, self._state, level.snapshot.views, share,
-                             *self._momentum_views(level, None))
-        elif pull and level.name in self._velocity:
-            for buffer in self._velocity[level.name].buffers:
-                buffer.zero_()  # the leader's lag is zero
-        self._note_leader(level, leader)
+        """Part ``part`` of the leader's state is in the level's snapshot (the whole state
+        is part 0 of 1). A diverged worker copies it, and after the last part is reset to
+        the whole snapshot (and trains again); with ``pull``, the others pull that part
+        toward it (``share``: the round's copied share), and the leader's own velocity
+        restarts (its lag is zero). The first part notes the leader.
 
-    def _land_part(self, level: Level, part: int, leader: int, diverged: bool,
-                   share: float) -> None:
-        """Part ``part`` of the leader's state is in the level's snapshot: a diverged
-        worker copies it (and, after the last part, is reset to the whole snapshot and
-        trains again), the others pull that part toward it (through the work buffer:
-        that part of the state only, copied there and back)."""
-        if self.rank == leader and not diverged:
-            if level.name in self._velocity:
-                for buffer in self._parts.of(self._velocity[level.name], part):
-                    buffer.zero_()
-        else:
-            x, target = self._copy_of_part(part), self._parts.of(level.snapshot, part)
+        With fragments, a part of the state is copied into the work buffer and back; the
+        whole state is worked on where it is."""
+        whole = self.fragments == 1
+        last = part == self.fragments - 1
+        if diverged and last:
+            self._frozen = False
+            self._reset_to(level.snapshot.views)
+        elif diverged or (pull and self.rank != leader):
+            x = self._state if whole else self._copy_of_part(part)
+            target = level.snapshot.views if whole else self._parts.of(level.snapshot, part)
             if diverged:
                 torch._foreach_copy_(x, target)
             else:
                 self._round_pull(level, x, target, share, *self._momentum_views(level, part))
-            self._work.copy_range_to(self._state, self._parts.bounds[part])
-        if diverged and part == self.fragments - 1:
-            self._frozen = False
-            self._reset_to(level.snapshot.views)
+            if not whole:
+                self._work.copy_range_to(self._state, self._parts.bounds[part])
+        elif pull and level.name in self._velocity:
+            for buffer in self._momentum_views(level, part)[0] or []:
+                buffer.zero_()
         if part == 0:
             self._note_leader(level, leader)
 
@@ -385,14 +367,15 @@ class LSGD(Strategy):
         level.leader = leader
         self.leader_history.append((self.steps, level.name, leader))
 
-    def _momentum_views(self, level: Level, part: int | None
+    def _momentum_views(self, level: Level, part: int
                         ) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
-        """The level's velocity and the lag buffer (the whole state, or part ``part``)."""
+        """The level's velocity and the lag buffer (part ``part``; the whole state when it
+        is the only part)."""
         if not self._velocity:
             return None, None
         assert self._lag is not None
         velocity = self._velocity[level.name]
-        if part is None:
+        if self.fragments == 1:
             return velocity.views, self._lag.views
         return self._parts.of(velocity, part), self._parts.of(self._lag, part)
 

@@ -15,11 +15,11 @@ from torch import nn
 from lsgd.flat import FlatBuffer
 
 
-def state_tensors(model: nn.Module, sync_buffers: bool = True) -> list[torch.Tensor]:
+def state_tensors(model: nn.Module, with_buffers: bool = True) -> list[torch.Tensor]:
     """The tensors that make up a worker's state ``x``: parameters, then (with
-    ``sync_buffers``) the floating buffers."""
+    ``with_buffers``) the floating buffers."""
     tensors = [p.data for p in model.parameters()]
-    if sync_buffers:
+    if with_buffers:
         tensors += [b for b in model.buffers() if b.is_floating_point()]
     return tensors
 
@@ -30,7 +30,7 @@ def on_state_(model: nn.Module, collective: Callable[[torch.Tensor], Any]) -> No
     The state is the parameters and floating buffers (integer buffers stay
     local); each flat buffer (one per dtype and device) is one collective call.
     """
-    tensors = state_tensors(model, sync_buffers=True)
+    tensors = state_tensors(model, with_buffers=True)
     flat = FlatBuffer(tensors).copy_from(tensors)
     with torch.no_grad():
         for buffer in flat.buffers:

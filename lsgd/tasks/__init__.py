@@ -9,23 +9,46 @@ Two tasks run through the same training loop, run folder and benchmarks:
 * :class:`LanguageModelling`: byte-level next-token prediction on a text, a
   small GPT or Hugging Face's GPT-2 built from a config, validation loss in
   nats per byte (lower is better), with bits per byte and perplexity.
+
+:func:`make_task` picks one for a run's data. How each headline reads is
+:mod:`lsgd.tasks.headline`'s, which imports no torch; the names here are imported
+on first use, so that module can be read without the others.
 """
 
-from lsgd.tasks.base import (HEADLINES, Batch, Sums, Task, best, bits_per_byte, perplexity,
-                             reaches)
-from lsgd.tasks.images import ImageClassification, image_steps_per_epoch
-from lsgd.tasks.language import LanguageModelling
+from __future__ import annotations
 
-__all__ = [
-    "HEADLINES",
-    "Batch",
-    "ImageClassification",
-    "LanguageModelling",
-    "Sums",
-    "Task",
-    "best",
-    "bits_per_byte",
-    "image_steps_per_epoch",
-    "perplexity",
-    "reaches",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Each public name, and the module it comes from.
+_SOURCES: dict[str, str] = {
+    **dict.fromkeys(("HEADLINES", "best", "reaches"), "lsgd.tasks.headline"),
+    **dict.fromkeys(("Batch", "Sums", "Task", "bits_per_byte", "perplexity"),
+                    "lsgd.tasks.base"),
+    **dict.fromkeys(("ImageClassification", "image_steps_per_epoch"), "lsgd.tasks.images"),
+    "LanguageModelling": "lsgd.tasks.language",
+    "make_task": "lsgd.tasks.factory",
+}
+
+__all__ = sorted(_SOURCES)
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use."""
+    if name not in _SOURCES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_SOURCES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:
+    from lsgd.tasks.base import Batch, Sums, Task, bits_per_byte, perplexity
+    from lsgd.tasks.factory import make_task
+    from lsgd.tasks.headline import HEADLINES, best, reaches
+    from lsgd.tasks.images import ImageClassification, image_steps_per_epoch
+    from lsgd.tasks.language import LanguageModelling

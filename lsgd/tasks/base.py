@@ -23,6 +23,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from lsgd.tasks.headline import HEADLINES, Headline, best, of_metric, reaches
+
+__all__ = ["HEADLINES", "Batch", "Sums", "Task", "best", "bits_per_byte", "perplexity",
+           "reaches"]
+
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -34,10 +39,6 @@ class Sums:
     loss: float = 0.0
     correct: float = 0.0
     count: float = 0.0
-
-
-#: What a task's headline is: metrics.csv's column (of the center), and its direction.
-HEADLINES = {"accuracy": ("center_accuracy", True), "loss": ("center_loss", False)}
 
 
 class Task(ABC):
@@ -58,13 +59,18 @@ class Task(ABC):
     steps_per_epoch: int
 
     @property
+    def headline(self) -> Headline:
+        """How the headline figure reads (:mod:`lsgd.tasks.headline`)."""
+        return of_metric(self.metric)
+
+    @property
     def higher_is_better(self) -> bool:
-        return HEADLINES[self.metric][1]
+        return self.headline.higher_is_better
 
     @property
     def column(self) -> str:
         """The metrics.csv column of the headline figure of the center."""
-        return HEADLINES[self.metric][0]
+        return self.headline.column
 
     @abstractmethod
     def build_model(self) -> nn.Module:
@@ -114,22 +120,6 @@ class Task(ABC):
         center's best value of it over the evaluation ``rows``."""
         return {"task": self.kind, "metric": self.metric,
                 "best": best(self.metric, [row[self.column] for row in rows])}
-
-
-def reaches(metric: str, value: float, target: float) -> bool:
-    """Whether ``value`` of the headline ``metric`` is at ``target`` or better (never
-    for NaN)."""
-    if math.isnan(value):
-        return False
-    return value >= target if HEADLINES[metric][1] else value <= target
-
-
-def best(metric: str, values: list[float]) -> float:
-    """The best of ``values`` for the headline ``metric`` (NaN left out; NaN if none)."""
-    finite = [v for v in values if not math.isnan(v)]
-    if not finite:
-        return math.nan
-    return max(finite) if HEADLINES[metric][1] else min(finite)
 
 
 def bits_per_byte(nats: float) -> float:

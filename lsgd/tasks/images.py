@@ -94,6 +94,6 @@ def image_steps_per_epoch(n_train: int, workers: int, batch_size: int) -> int:
     """Batches in one worker's shard (drop-last); ``ValueError`` if there are none."""
     steps = n_train // workers // batch_size
     if steps == 0:
-        raise ValueError(f"--batch-size {batch_size} is larger than a worker's shard "
+        raise ValueError(f"batch_size={batch_size} is larger than a worker's shard "
                          f"({n_train // workers} examples); lower it or use fewer workers")
     return steps

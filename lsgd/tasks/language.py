@@ -49,13 +49,13 @@ class LanguageModelling(Task):
             raise ValueError(
                 f"{data.source}: a worker's share of the training text ({shortest} bytes of "
                 f"{len(data.train)}, {workers} workers) is shorter than one window of "
-                f"--context {context} + 1 bytes; give more text, a shorter --context or "
-                "fewer --workers")
+                f"context={context} + 1 bytes; give more text, a shorter context or "
+                "fewer workers")
         if len(data.valid) < context + 1:
             raise ValueError(
                 f"{data.source}: its validation text ({data.split}: {len(data.valid)} bytes) "
-                f"is shorter than one window of --context {context} + 1 bytes; give more "
-                "text or a shorter --context")
+                f"is shorter than one window of context={context} + 1 bytes; give more "
+                "text or a shorter context")
         self.steps_per_epoch = max(1, shortest // (batch_size * context))
         self.eval_starts = _spread(len(data.valid) - context - 1, context, eval_tokens)
 

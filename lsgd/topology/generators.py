@@ -186,6 +186,6 @@ def read_edges(path: Path, size: int) -> Topology:
     if top + 1 != size:
         raise ValueError(
             f"topology file {path} is a graph of {top + 1} workers (ranks 0 to {top}), but "
-            f"the run has {size}: give --workers {top + 1}, or a file whose ranks go from 0 "
-            f"to {size - 1}")
+            f"the run has {size}: run {top + 1} workers, or give a file whose ranks go from "
+            f"0 to {size - 1}")
     return from_edges(size, edges, name=path.name)

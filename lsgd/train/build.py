@@ -26,18 +26,16 @@ from lsgd import augment, data as datasets
 from lsgd.links.netns import LinkSetupError, shaped_links_possible
 from lsgd.models import build_model
 from lsgd.models.gpt import build_language_model
-from lsgd.tasks import ImageClassification, LanguageModelling, Task, image_steps_per_epoch
+from lsgd.tasks import ImageClassification, Task, image_steps_per_epoch, make_task as build_task
+from lsgd.tasks.headline import is_language
 from lsgd.topology import Topology, from_spec
 from lsgd.train.checks import DECENTRALIZED, OVERLAPPED
 from lsgd.train.config import TrainConfig
+from lsgd.train.errors import UsageError  # also lsgd.train.build.UsageError, as before
 from lsgd.train.ranges import flag
 from lsgd.train.lr_schedule import Schedule
 PIPELINE_DEFAULTS = {"overlap": 0, "fragments": 1, "compress": "none", "merge": "auto",
                      "error_feedback": False}
-
-
-class UsageError(Exception):
-    """A mistake in the command line or the environment, reported without a traceback."""
 
 
 # -- building blocks --------------------------------------------------------------
@@ -69,18 +67,16 @@ def make_task(cfg: TrainConfig, device: torch.device, data: Any = None) -> Task:
     text shorter than a window, an unknown augmentation)."""
     data = load_data(cfg) if data is None else data
     try:
-        if isinstance(data, datasets.TextData):
-            return LanguageModelling(data, model=cfg.model, context=cfg.context,
-                                     layers=cfg.layers, width=cfg.width, heads=cfg.heads,
-                                     batch_size=cfg.batch_size, workers=cfg.workers,
-                                     eval_tokens=cfg.eval_tokens, device=device)
-        return ImageClassification(data, dataset=cfg.dataset, model=cfg.model,
-                                   augment_preset=cfg.augment, batch_size=cfg.batch_size,
-                                   workers=cfg.workers, seed=cfg.seed, device=device)
+        return build_task(data, dataset=cfg.dataset, model=cfg.model,
+                          batch_size=cfg.batch_size, workers=cfg.workers, seed=cfg.seed,
+                          augment=cfg.augment, context=cfg.context, layers=cfg.layers,
+                          width=cfg.width, heads=cfg.heads, eval_tokens=cfg.eval_tokens,
+                          device=device)
     except ValueError as error:
         if str(error).startswith("--"):  # it names its option
             raise UsageError(str(error)) from error
-        where = f"--dataset {cfg.dataset}" if cfg.language else f"--augment {cfg.augment}"
+        where = (f"--dataset {cfg.dataset}" if is_language(cfg.dataset)
+                 else f"--augment {cfg.augment}")
         raise UsageError(f"{where}: {error}") from error
 
 
@@ -124,11 +120,13 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
                      eta=cfg.trust_coefficient)
 
 
-def knobs_from_config(cfg: TrainConfig) -> dict[str, Any]:
-    """The keyword arguments of ``cfg.method``'s strategy, from the configuration."""
+def knobs_from_config(cfg: TrainConfig, groups: int = 0) -> dict[str, Any]:
+    """The keyword arguments of ``cfg.method``'s strategy, from the configuration; with
+    ``groups`` 1, LSGD's one level is set by ``pull``, ``scope`` and ``period`` only
+    (:func:`check_single_leader` refused a different ``--*-global`` value)."""
     knobs: dict[str, Any] = {}
-    if cfg.bn_buffers != "auto" or not cfg.sync_buffers:  # sync_buffers = false: "local"
-        knobs["bn_buffers"] = cfg.bn_buffers if cfg.bn_buffers != "auto" else "local"
+    if cfg.bn_buffers != "auto":
+        knobs["bn_buffers"] = cfg.bn_buffers
     if cfg.method == "allreduce":  # torch's gradient hooks, given only when set
         if cfg.compress != "none":
             knobs["compress"] = cfg.compress
@@ -148,6 +146,9 @@ def knobs_from_config(cfg: TrainConfig) -> dict[str, Any]:
                      scope_pull=cfg.scope_pull, leader_momentum=cfg.leader_momentum,
                      pull_decay_rounds=cfg.pull_decay_rounds,
                      election=None if cfg.election == "auto" else cfg.election)
+        if groups == 1:
+            for name in ("pull_global", "scope_global", "global_period"):
+                del knobs[name]
     elif cfg.method == "easgd":
         knobs.update(moving_rate=cfg.moving_rate, period=cfg.period)
     elif cfg.method == "local-sgd":
@@ -183,7 +184,8 @@ def make_strategy(cfg: TrainConfig, model: nn.Module, opt: torch.optim.Optimizer
     comm = comm if comm is not None else lsgd.get_communicator(replica=cfg.replica)
     if cfg.method == "lsgd":
         check_single_leader(cfg, comm.groups)
-    return lsgd.make_strategy(cfg.method, model, opt, comm=comm, **knobs_from_config(cfg))
+    return lsgd.make_strategy(cfg.method, model, opt, comm=comm,
+                              **knobs_from_config(cfg, comm.groups))
 
 
 def check_single_leader(cfg: TrainConfig, groups: int) -> None:
@@ -225,7 +227,7 @@ def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
     """
     pick_device(cfg)
     notes: list[str] = []
-    if cfg.language:
+    if is_language(cfg.dataset):
         notes = _check_language(cfg, read_data)
     elif read_data:
         task = make_task(cfg, torch.device("cpu"), _read_dataset(cfg))

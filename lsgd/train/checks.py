@@ -6,23 +6,41 @@ all of them; which methods take which options is written here once.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any
 
-from lsgd.data import TEXT_DATASETS
 from lsgd.links.spec import parse_link
-from lsgd.models.gpt import LANGUAGE_MODELS
-from lsgd.registry import strategy_class, strategy_names
+from lsgd.names import LANGUAGE_MODELS, METHODS, TEXT_DATASETS
+from lsgd.tasks.headline import from_dataset, is_language
 from lsgd.train import chaos, faults
 from lsgd.train.ranges import (NON_NEGATIVE_INTS, POSITIVE_INTS, RANGES, as_float,
                                count_limit, eval_every_errors, flag, range_text, within)
 
-METHODS = tuple(strategy_names())  # the registry's names
-# What each method supports is declared on its class (lsgd.strategies.seams.supporting).
-DECENTRALIZED = tuple(n for n in METHODS if strategy_class(n).uses_graph)
-ASYNCHRONOUS = tuple(n for n in METHODS if strategy_class(n).supports_asynchronous)
-OVERLAPPED = tuple(n for n in METHODS if strategy_class(n).supports_hidden_rounds)
+#: What each method supports is declared on its class (lsgd.strategies.seams.supporting);
+#: the methods with each, by the class attribute that says so, as these names.
+CAPABILITIES = {"DECENTRALIZED": "uses_graph", "ASYNCHRONOUS": "supports_asynchronous",
+                "OVERLAPPED": "supports_hidden_rounds", "ELASTIC": "supports_elastic"}
+
+
+@functools.cache
+def methods_with(capability: str) -> tuple[str, ...]:
+    """The methods whose class has ``capability`` (an attribute of :data:`CAPABILITIES`).
+
+    Read from the classes on first use: they import torch, which a command line
+    refused before it starts a run never needs."""
+    from lsgd.registry import strategy_class
+
+    return tuple(n for n in METHODS if getattr(strategy_class(n), capability))
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    """``DECENTRALIZED``, ``ASYNCHRONOUS``, ``OVERLAPPED``, ``ELASTIC``: the methods with
+    each capability (:func:`methods_with`), computed on first use."""
+    if name in CAPABILITIES:
+        return methods_with(CAPABILITIES[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def config_errors(cfg: Any) -> list[str]:
@@ -66,13 +84,12 @@ def config_errors(cfg: Any) -> list[str]:
         errors.append(f"--mixing-weight {cfg.mixing_weight!r}: give auto, max-degree "
                       f"or a number in (0, 1]")
     if cfg.bn_buffers != "auto" and cfg.method in METHODS:
+        from lsgd.registry import strategy_class
+
         allowed = strategy_class(cfg.method).bn_modes
         if cfg.bn_buffers not in allowed:
             errors.append(f"--bn-buffers {cfg.bn_buffers}: --method {cfg.method} takes "
                           f"{', '.join(allowed)}")
-        elif not cfg.sync_buffers and cfg.bn_buffers != "local":
-            errors.append(f"--bn-buffers {cfg.bn_buffers} with sync_buffers = false: "
-                          "give only --bn-buffers")
     errors += _pipeline_errors(cfg)
     errors += _leader_errors(cfg)
     errors += _task_errors(cfg)
@@ -82,8 +99,9 @@ def config_errors(cfg: Any) -> list[str]:
           cfg.slot is not None or cfg.address):
         errors.append("--min-workers, --join-timeout, --lighthouse, --slot and --address are "
                       "settings of --elastic; add it")
-    if cfg.asynchronous and cfg.method not in ASYNCHRONOUS:
-        errors.append(f"--async works with --method {', '.join(ASYNCHRONOUS)}; "
+    if cfg.asynchronous and cfg.method not in methods_with("supports_asynchronous"):
+        errors.append(f"--async works with --method "
+                      f"{', '.join(methods_with('supports_asynchronous'))}; "
                       f"{cfg.method} is synchronous")
     if cfg.link is not None:
         try:
@@ -106,14 +124,12 @@ def config_errors(cfg: Any) -> list[str]:
     return errors
 
 
-ELASTIC = tuple(n for n in METHODS if strategy_class(n).supports_elastic)
-
-
 def _elastic_errors(cfg: Any) -> list[str]:
     """What --elastic (lsgd.train.elastic) does not take."""
     errors: list[str] = []
-    if cfg.method not in ELASTIC:
-        errors.append(f"--elastic works with --method {', '.join(ELASTIC)}; not {cfg.method}")
+    elastic = methods_with("supports_elastic")
+    if cfg.method not in elastic:
+        errors.append(f"--elastic works with --method {', '.join(elastic)}; not {cfg.method}")
     if (cfg.lighthouse is None) != (cfg.slot is None):
         errors.append("--elastic on separate machines needs both --lighthouse and --slot "
                       "(one torchrun per node, docs/multinode.md); give both or neither")
@@ -151,7 +167,7 @@ MODEL_SIZES = {"context": 128, "layers": 4, "width": 128, "heads": 4, "eval_toke
 def _task_errors(cfg: Any) -> list[str]:
     """A model of the other task, a size that does not fit, a target out of range."""
     errors: list[str] = []
-    text = cfg.dataset.lower() in TEXT_DATASETS
+    text = is_language(cfg.dataset)
     if text and cfg.model not in LANGUAGE_MODELS:
         errors.append(f"--model {cfg.model} on --dataset {cfg.dataset}: a text dataset trains "
                       f"a language model; choose --model {' or '.join(LANGUAGE_MODELS)}")
@@ -170,12 +186,9 @@ def _task_errors(cfg: Any) -> list[str]:
     if text and cfg.augment not in ("auto", "none"):
         errors.append(f"--augment {cfg.augment}: augmentation is for images; drop it for "
                       f"--dataset {cfg.dataset}")
-    if cfg.target is not None:
-        if text and not within(cfg.target, 0, math.inf, False, False):
-            errors.append(f"--target {cfg.target}: a validation loss in nats per byte, a "
-                          "finite number > 0 (e.g. 1.5)")
-        elif not text and not within(cfg.target, 0, 1, False, True):
-            errors.append(f"--target {cfg.target}: a test accuracy in (0, 1], e.g. 0.88")
+    headline = from_dataset(cfg.dataset)
+    if cfg.target is not None and not headline.target_ok(cfg.target):
+        errors.append(f"--target {cfg.target}: {headline.target_text}")
     return errors
 
 
@@ -190,9 +203,10 @@ def _pipeline_errors(cfg: Any) -> list[str]:
                       "gradients; give it with --method allreduce")
     given = [f"--{flag(name)} {getattr(cfg, name)}" for name, default in
              (("overlap", 0), ("fragments", 1), ("compress", "none")) if getattr(cfg, name) != default]
-    if given and cfg.method not in OVERLAPPED:
+    if given and cfg.method not in methods_with("supports_hidden_rounds"):
         errors.append(f"{', '.join(given)}: --method {cfg.method} has no rounds to hide "
-                      f"or shrink; these work with {', '.join(OVERLAPPED)}")
+                      f"or shrink; these work with "
+                      f"{', '.join(methods_with('supports_hidden_rounds'))}")
     if cfg.election != "auto" and cfg.method != "lsgd":
         errors.append(f"--election {cfg.election}: says when LSGD elects its leader; give it "
                       "with --method lsgd")

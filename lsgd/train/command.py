@@ -3,7 +3,9 @@
 The options of ``lsgd train`` are the fields of
 :class:`~lsgd.train.config.TrainConfig`; the run itself is
 :mod:`lsgd.train.runner`'s, several methods side by side
-:mod:`lsgd.train.compare`'s.
+:mod:`lsgd.train.compare`'s. Nothing that imports torch is imported before the
+arguments are accepted (the runner imports what a run needs when it starts one): a
+mistake is refused at once.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from lsgd.train.build import UsageError
 from lsgd.train.config import TrainConfig
+from lsgd.train.errors import UsageError
 from lsgd.train.runner import (check_before_start, dry_run, launch_from_this_process, resolve,
                                train_and_report)
 

@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lsgd.tasks import HEADLINES, best, reaches
-from lsgd.train.build import UsageError
+from lsgd.tasks.headline import best, of_metric, reaches
+from lsgd.train.errors import UsageError
 from lsgd.train.runner import (check_before_start, check_new_run, dry_run,
                                launch_from_this_process, resolve, train_and_report,
                                under_torchrun)
@@ -91,16 +91,20 @@ def comparison_text(runs: list[TrainConfig], summaries: list[dict[str, Any] | No
     """The table of the methods side by side, and what it was measured on."""
     curves = {cfg.method: read_csv(cfg.out_dir / "metrics.csv") if summary else []
               for cfg, summary in zip(runs, summaries)}
-    metric = next((s.get("metric", "accuracy") for s in summaries if s), "accuracy")
-    column, higher = HEADLINES[metric]
+    headline = of_metric(next((s.get("metric", "accuracy") for s in summaries if s),
+                              "accuracy"))
+    metric, column, higher = headline.metric, headline.column, headline.higher_is_better
     bests = [best(metric, _values(rows, column)) for rows in curves.values() if rows]
     # The worst of the methods' best values, so that every method reached it.
     common = math.nan
     if bests and not any(map(math.isnan, bests)):
         common = (math.floor(1000 * min(bests)) / 1000 if higher
                   else math.ceil(1000 * max(bests)) / 1000)
-    show = _pct if metric == "accuracy" else _nats
-    name = "acc" if metric == "accuracy" else "val loss"
+
+    def show(value: float) -> str:
+        return "-" if math.isnan(value) else headline.show(value, 1)
+
+    name = headline.short
     header = ["method", f"center {name}", f"best {name}", f"time to {show(common)}",
               "train time", "steps/worker", "MB sent/worker", "s comm/worker"]
     rows = []
@@ -128,12 +132,10 @@ def comparison_text(runs: list[TrainConfig], summaries: list[dict[str, Any] | No
     where = (f"link {first.link} between {first.groups} nodes, "
              f"{'modeled on the simulator clock' if first.backend == 'threads' else 'shaped'}"
              if first.link else f"{first.backend}, no link")
-    what = ("the lowest of the methods' best accuracies" if higher
-            else "the highest of the methods' lowest validation losses (nats per byte)")
     lines += ["", f"{first.model} on {first.dataset}, {first.workers} workers, {where}; "
               f"time to {show(common)}: training time until the center first reached "
-              f"{what} (evaluated every {first.eval_every}); s comm: seconds each worker "
-              "spent in collectives."]
+              f"{headline.common_text} (evaluated every {first.eval_every}); s comm: seconds "
+              "each worker spent in collectives."]
     return "\n".join(lines)
 
 
@@ -144,14 +146,6 @@ def _value(row: dict[str, Any], column: str) -> float:
 
 def _values(rows: list[dict[str, Any]], column: str) -> list[float]:
     return [v for v in (_value(row, column) for row in rows) if not math.isnan(v)]
-
-
-def _pct(value: float) -> str:
-    return "-" if math.isnan(value) else f"{100 * value:.1f}%"
-
-
-def _nats(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:.3f}"
 
 
 def _figure(folders: list[Path], path: Path) -> Path | None:

@@ -12,6 +12,7 @@ import dataclasses
 import re
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,16 +20,10 @@ from typing import Any
 import tomli_w
 
 from lsgd._validate import is_int, is_number
-from lsgd.comm.codec import CODECS
-from lsgd.comm.info import REPLICAS
-from lsgd.data import TEXT_DATASETS
+from lsgd.names import BN_MODES, CODECS, LEADERS, MERGES, METHODS, OUTERS, REPLICAS, SCOPE_PULLS
+from lsgd.tasks.headline import is_language
 from lsgd.train import tuned
-from lsgd.strategies.averaging import MERGES
-from lsgd.strategies.buffers import MODES as BN_MODES
-from lsgd.strategies.leader_force import LEADERS
-from lsgd.strategies.eager import OUTERS
-from lsgd.strategies.lsgd import SCOPE_PULLS
-from lsgd.train.checks import METHODS, config_errors
+from lsgd.train.checks import config_errors
 from lsgd.train.ranges import EVAL_EVERY, flag
 
 ALIASES = {"async": "asynchronous"}  # TOML keys accepted besides the field names
@@ -217,7 +212,6 @@ class TrainConfig:
     # All methods
     init: str = _f("broadcast", "broadcast (all start from rank 0) or independent",
                    choices=("broadcast", "independent"))
-    sync_buffers: bool = _f(True, "communicate BatchNorm statistics (false: --bn-buffers local)")
     bn_buffers: str = _f("auto", "BatchNorm running statistics at a round: average (every "
                          "worker's averaged), pull (like parameters), local, broadcast "
                          "(allreduce); auto: the method's default (average for lsgd, easgd, "
@@ -286,11 +280,6 @@ class TrainConfig:
         self.fault = [str(v) for v in self.fault]
 
     # -- derived -------------------------------------------------------------
-    @property
-    def language(self) -> bool:
-        """Whether the run trains a language model (a text dataset)."""
-        return self.dataset.lower() in TEXT_DATASETS
-
     @property
     def out_dir(self) -> Path:
         return Path(self.out or f"runs/{self.method}-{self.dataset}-{self.workers}w")
@@ -422,14 +411,33 @@ TEXT_DEFAULTS: dict[str, Any] = {"optimizer": "adamw", "lr": 0.001, "weight_deca
                                  "warmup_epochs": 0.1}
 
 
+#: Settings lsgd no longer takes: the value that meant what leaving the setting out
+#: means now (the config.toml of every run trained before its removal holds it, and is
+#: read as if it did not), and what to write instead of any other value.
+REMOVED: dict[str, tuple[Any, str]] = {"sync_buffers": (True, 'bn_buffers = "local"')}
+
+
+def without_removed(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` (keys as field names) without the removed settings at their old
+    default (:data:`REMOVED`); ``ValueError`` naming what to write instead of any
+    other value of one."""
+    errors = [f"{name} = {tomli_w.dumps({'x': value})[4:].strip()} is no longer a setting; "
+              f"write {REMOVED[name][1]} instead" for name, value in settings.items()
+              if name in REMOVED and (type(value), value) != (type(old := REMOVED[name][0]), old)]
+    if errors:
+        raise ValueError("\n  ".join(errors))
+    return {name: value for name, value in settings.items() if name not in REMOVED}
+
+
 def make_config(settings: dict[str, Any]) -> TrainConfig:
     """A validated config from field values (TOML file merged with the command line);
     settings not given take :data:`TEXT_DEFAULTS` for a text dataset, else the fields'
     defaults; then the tuned point of the run's task and method
     (:data:`lsgd.train.tuned.TUNED`) for every setting not given."""
+    settings = without_removed(settings)
     method = str(settings.get("method", TrainConfig.method))
-    chosen = tuned.defaults(settings, TEXT_DATASETS, method)
-    if str(settings.get("dataset", "")).lower() in TEXT_DATASETS:
+    chosen = tuned.defaults(settings, method)
+    if is_language(str(settings.get("dataset", ""))):
         settings = TEXT_DEFAULTS | chosen | settings
     else:
         settings = chosen | settings

@@ -82,7 +82,7 @@ class ElasticRun(WorkerLoop):
     def make_strategy(self) -> lsgd.Strategy:
         """The method's strategy on the elastic communicator."""
         return lsgd.make_strategy(self.cfg.method, self.model, self.opt, comm=self.method_comm,
-                                  **knobs_from_config(self.cfg))
+                                  **knobs_from_config(self.cfg, self.method_comm.groups))
 
     # -- what a joining worker receives ---------------------------------------
     def _send(self) -> dict[str, Any]:

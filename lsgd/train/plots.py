@@ -9,7 +9,9 @@
   paper's Figure 5).
 
 Drawn from the files a run writes (``metrics.csv``, ``leader_history.csv``,
-``summary.json``) with the helpers of :mod:`lsgd.plots`.
+``summary.json``) with the helpers of :mod:`lsgd.plots` (imported when a figure is
+drawn); what the runs' headline is, and the words of its axes, come from their
+summaries through :mod:`lsgd.tasks.headline`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lsgd.plots import pyplot, save
+from lsgd.tasks.headline import Headline, shared
 from lsgd.train.outputs import read_csv
 
 
@@ -41,20 +43,24 @@ def _label(run: Path) -> str:
         return run.name
 
 
-#: What ``plot_runs`` can draw: metric -> (metrics.csv column, transform, y-axis label).
-METRICS: dict[str, tuple[str, Callable[[float], float], str]] = {
-    "error": ("center_accuracy", lambda acc: 100 * (1 - acc), "test error of the center (%)"),
-    "loss": ("center_loss", lambda loss: loss, "test loss of the center"),
+#: What ``plot_runs`` can draw: metric -> (metrics.csv column, transform, whether also
+#: against the bytes each worker sent). The y-axis labels are the headline's
+#: (:attr:`lsgd.tasks.headline.Headline.axis_labels`).
+METRICS: dict[str, tuple[str, Callable[[float], float], bool]] = {
+    "error": ("center_accuracy", lambda acc: 100 * (1 - acc), False),
+    "loss": ("center_loss", lambda loss: loss, True),
 }
-#: The y-axis labels of a language model's runs (their evaluation set is a validation text).
-TEXT_LABELS = {"error": "next-byte error of the center (%)",
-               "loss": "validation loss of the center (nats/byte)"}
+
+
+def _headline(runs: Sequence[Path]) -> Headline:
+    """The runs' headline, from their summaries (a language model's if any is one)."""
+    return shared(_summary(run).get("metric") for run in runs)
 
 
 def headline(runs: Sequence[Path]) -> str:
     """What ``plot_runs`` draws by default: the test error, or for runs whose headline
     is a loss (language models) the loss."""
-    return "loss" if any(_summary(run).get("metric") == "loss" for run in runs) else "error"
+    return _headline(runs).figure
 
 
 def _curve(run: Path, metric: str, x: str = "steps"
@@ -90,12 +96,13 @@ def plot_runs(runs: Sequence[Path], out: Path, metric: str | None = None,
                          f"{', '.join(METRICS)}")
     if zoom is not None and not 0 < zoom < 1:
         raise ValueError(f"plot_runs: zoom {zoom} must lie strictly between 0 and 1")
+    from lsgd.plots import pyplot, save
+
     plt = pyplot()
     if plt is None:
         return None
-    text = any(_summary(run).get("metric") == "loss" for run in runs)
-    ylabel = TEXT_LABELS[metric] if text else METRICS[metric][2]
-    by_bytes = metric == "loss"
+    ylabel = _headline(runs).axis_labels[metric]
+    by_bytes = METRICS[metric][2]
     count = 2 + by_bytes + (zoom is not None)
     fig, axes = plt.subplots(1, count, figsize=(5.5 * count, 4))
     by_time, by_steps = axes[0], axes[1]
@@ -168,6 +175,8 @@ def plot_leaders(run: Path, out: Path) -> Path | None:
     level anyway). The number of workers comes from summary.json, else from the
     highest rank that led.
     """
+    from lsgd.plots import pyplot, save
+
     plt = pyplot()
     history = run / "leader_history.csv"
     if plt is None or not history.exists():
@@ -207,10 +216,7 @@ def plot_leaders(run: Path, out: Path) -> Path | None:
 def plot_run(run: Path) -> list[Path]:
     """A run's own figures, in its folder: test_error.png and test_loss.png (a language
     model: validation_loss.png), leaders.png."""
-    if headline([run]) == "loss":
-        made = [plot_runs([run], run / "validation_loss.png", metric="loss")]
-    else:
-        made = [plot_runs([run], run / "test_error.png"),
-                plot_runs([run], run / "test_loss.png", metric="loss")]
+    made = [plot_runs([run], run / name, metric=figure)
+            for name, figure in _headline([run]).run_figures.items()]
     made.append(plot_leaders(run, run / "leaders.png"))
     return [p for p in made if p is not None]

@@ -28,8 +28,7 @@ def fields(task: Task, report: Report, rows: list[dict[str, Any]], epochs: float
     """What the bar shows besides progress (computed only when it redraws)."""
     shown = {"epoch": f"{epochs:.2f}", "loss": f"{loss:.3f}"}
     if rows:
-        name = "center acc" if task.metric == "accuracy" else "val loss"
-        shown[name] = f"{rows[-1][task.column]:.4f}"
+        shown[task.headline.label] = f"{rows[-1][task.column]:.4f}"
     if report.leader_rank is not None:
         shown["leader"] = str(report.leader_rank)
     shown["sent"] = f"{report.bytes_sent / 1e6:.1f} MB"
@@ -40,10 +39,5 @@ def line(task: Task, pace: Pace, row: dict[str, Any]) -> str:
     """One evaluation as a line: where the run is, the center's headline, the bytes sent."""
     where = (f" of {pace.max_steps:g}" if pace.by_steps
              else f" ({row['time']:.1f} of {pace.max_seconds:g} s of training)")
-    if task.metric == "accuracy":
-        figure = f"center test accuracy {100 * row['center_accuracy']:.2f}%"
-    else:
-        figure = (f"center validation loss {row['center_loss']:.4f} nats/byte "
-                  f"({row['center_bits_per_byte']:.3f} bits/byte)")
-    return (f"step {row['steps']:g}{where}: {figure}, "
+    return (f"step {row['steps']:g}{where}: {task.headline.sentence(row)}, "
             f"{row['bytes_sent_per_worker'] / 1e6:.1f} MB sent per worker")

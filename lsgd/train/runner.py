@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lsgd.train.build import UsageError
+from lsgd.train.errors import UsageError
 from lsgd.train.config import TrainConfig, make_config
 from lsgd.train.tomlfile import read_toml
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import tomli_w
 
-from lsgd.train.config import ALIASES, TrainConfig, conform
+from lsgd.train.config import ALIASES, TrainConfig, conform, without_removed
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,7 +29,9 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     Raises ``ValueError`` naming the file and what to change: it cannot be read or
     is not TOML; it has a section (settings go at the top level); a key is unknown
-    (listing the valid ones); a value is of the wrong type (naming the expected one).
+    (listing the valid ones), or was removed (naming what replaces it; one at the value
+    that meant the default now is dropped); a value is of the wrong type (naming the
+    expected one).
     """
     try:
         with open(path, "rb") as f:
@@ -45,6 +47,11 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
                          "[section] line(s)")
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     keys = {key: ALIASES.get(key.replace("-", "_"), key.replace("-", "_")) for key in raw}
+    try:  # an older run's config.toml holds sync_buffers = true: read as if it did not
+        kept = without_removed({name: raw[key] for key, name in keys.items()})
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+    keys = {key: name for key, name in keys.items() if name in kept}
     unknown = sorted(key for key, name in keys.items() if name not in names)
     if unknown:
         raise ValueError(

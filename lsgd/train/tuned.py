@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lsgd.tasks.headline import is_language
+
 #: task -> method -> setting -> value.
 TUNED: dict[str, dict[str, dict[str, Any]]] = {
     "text": {"diloco": {"outer_lr": 0.35}},
@@ -26,17 +28,16 @@ TUNED: dict[str, dict[str, dict[str, Any]]] = {
 STUDY_TASK = {"text": "language", "cnn7": "cnn7"}
 
 
-def task_of(settings: dict[str, Any], text_datasets: tuple[str, ...]) -> str | None:
+def task_of(settings: dict[str, Any]) -> str | None:
     """The tuned task a run's settings belong to, if any."""
-    if str(settings.get("dataset", "")).lower() in text_datasets:
+    if is_language(str(settings.get("dataset", ""))):
         return "text"
     if str(settings.get("model", "")).lower() == "cnn7":
         return "cnn7"
     return None
 
 
-def defaults(settings: dict[str, Any], text_datasets: tuple[str, ...], method: str
-             ) -> dict[str, Any]:
+def defaults(settings: dict[str, Any], method: str) -> dict[str, Any]:
     """The tuned settings of ``method`` on the task of ``settings`` (empty if none)."""
-    task = task_of(settings, text_datasets)
+    task = task_of(settings)
     return dict(TUNED.get(task, {}).get(method, {})) if task else {}

@@ -1,0 +1,51 @@
+"""How a strategy's rounds run: at once, or (elastic) wrapped as quorum points.
+
+:meth:`Strategy.step <lsgd.strategies.base.Strategy.step>` reads the schedule,
+runs the rounds that fell due and lands the transfers that are due; it does
+so through a :class:`Rounds`. This class runs them as they are: a round's
+collectives among every worker, a transfer applied when it has arrived.
+:class:`lsgd.strategies.elastic.ElasticRounds` wraps the same calls for
+workers that leave and return (torchft), and is the only place that knows
+about it.
+"""
+
+from __future__ import annotations
+
+from lsgd.strategies.pipeline import InFlight
+from lsgd.strategies.seams import Seams as Strategy
+
+
+class Rounds:
+    """Rounds among every worker, as they fall due (the synchronous and asynchronous
+    methods on :mod:`torch.distributed` or the simulator)."""
+
+    def __init__(self, strategy: Strategy) -> None:
+        self.strategy = strategy
+
+    def start(self) -> None:
+        """At construction: check that every worker has the same model, then (with
+        ``init="broadcast"``) start every worker from rank 0's state (``"init"`` traffic)."""
+        s = self.strategy
+        s._check_same_model()  # type: ignore[attr-defined]
+        if s.init == "broadcast":
+            s._broadcast_initial_state()  # type: ignore[attr-defined]
+
+    def check(self) -> None:
+        """Once the method declared its rounds: nothing to check here."""
+
+    def join(self) -> bool:
+        """Before a worker's step: whether the step is spent joining a running job."""
+        return False
+
+    def run(self, names: list[str], world: bool) -> None:
+        """The rounds ``names`` that fell due together (``world``: one is among all)."""
+        self.strategy._join_rounds(names)  # type: ignore[attr-defined]
+
+    def land(self, item: InFlight) -> None:
+        """A transfer that is due: wait for it and apply it."""
+        self.strategy._arrive(item)  # type: ignore[attr-defined]
+
+    def average_buffers(self, among: str) -> None:
+        """The BatchNorm average of a round (``bn_buffers="average"``), at once."""
+        s = self.strategy
+        s._bn_average(s.comm, among)  # type: ignore[attr-defined]
