@@ -110,7 +110,7 @@ def test_bad_slots(kwargs: dict[str, Any], message: str) -> None:
 def _job(method: str, faults: list[tuple[Any, ...]], tmp: Path, *, restarts: int = 1,
          join_timeout: float = 30.0, steps: int = STEPS,
          link: str | None = None, groups: int | None = None,
-         extra: dict[str, Any] | None = None) -> list[Any]:
+         extra: dict[str, Any] | None = None, at_end: int | None = None) -> list[Any]:
     from lsgd.train.config import make_config
     from lsgd.train.elastic import train_elastic
     from lsgd.train.runner import prepare
@@ -124,7 +124,8 @@ def _job(method: str, faults: list[tuple[Any, ...]], tmp: Path, *, restarts: int
     prepare(cfg, cfg.out_dir)
     summary, records = train_elastic(cfg, faults)
     assert summary["steps"] == steps and (tmp / "run" / "metrics.csv").is_file()
-    assert summary["members_at_end"] == sum(r is not None for r in records)  # workers
+    finished = sum(r is not None for r in records)  # workers
+    assert summary["members_at_end"] == (finished if at_end is None else at_end)
     _failure_checks(summary, [r for r in records if r is not None])
     return records
 
@@ -202,10 +203,14 @@ def test_diloco_survives_a_kill_and_every_copy_of_the_global_state_agrees(tmp_pa
 def test_a_hung_worker_is_left_behind_and_healed_when_it_returns(tmp_path: Path) -> None:
     """Worker 0 sleeps 2 s at step 20 (its heartbeats go on): after the lighthouse's
     join timeout (0.5 s) the others go on without it; when it wakes it is behind,
-    is healed from a live peer at its next round and jumps to the job's step."""
+    is healed from a live peer at its next round and jumps to the job's step.
+    Worker 2 sleeps 2 s three steps before the end: the others end the run without
+    it, and its own last round, alone, after they left, does not overwrite their
+    record (it did: the run's end then showed one worker's model as the center)."""
     steps = 2000
-    records = _job("local-sgd", [("hang", 0, 20, 2.0)], tmp_path, restarts=0, join_timeout=0.5,
-                   steps=steps)
+    records = _job("local-sgd", [("hang", 0, 20, 2.0), ("hang", 2, steps - 3, 2.0)], tmp_path,
+                   restarts=0, join_timeout=0.5, steps=steps, at_end=SLOTS - 1)
+    assert [r["writer"] for r in records] == [True, False, False]
     for record in records:
         taken = _steps(record)
         assert record["attempt"] == 0 and taken[-1] == steps

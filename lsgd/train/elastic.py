@@ -108,7 +108,7 @@ class ElasticRun(WorkerLoop):
         evaluate, _, stop = self.pace.due(self.strategy.steps, clock)
         if evaluate or stop:
             members = comm.members()
-            self.writer = members[0] == self.rank
+            self.writer = members[0] == self.rank and not (stop and self._ended_before())
             row, every = self.evaluate(clock, members, heals=comm.heals, attempt=self.attempt)
             row.update(members=len(members), heals=int(every["heals"].sum()))
             self.restarts = int(every["attempt"].sum())
@@ -118,6 +118,22 @@ class ElasticRun(WorkerLoop):
     def writes(self) -> bool:
         """Whether this worker was the lowest member of the last round."""
         return self.writer
+
+    def _ended_before(self) -> bool:
+        """Whether another round already ended the run. A worker left out of the final
+        round (stopped, or cut off) reaches the last step after the others have gone and
+        ends the run again alone: its lone round (its own model as the center) must not
+        overwrite the run's record. The first round to end it creates ``logs/ended``."""
+        marker = self.cfg.out_dir / "logs" / "ended"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return False
+        except FileExistsError:
+            if self.cfg.fault:
+                faults.answer(self.cfg.out_dir, f"worker {self.rank} ended after the others; "
+                              "its lone last round left out of the record", rank=self.rank)
+            return True
 
     # -- around each step -------------------------------------------------------
     def before_step(self) -> None:
