@@ -185,9 +185,14 @@ def test_a_checkpoint_of_the_single_folder_layout_still_loads(tmp_path: Path) ->
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("fault,every,answer", [
+    ("kill:1:50", 0, "restart 1 from step 0"),
+    # The only checkpoint (step 40) truncated: nothing to fall back to but the start.
+    ("corrupt-checkpoint:50", 40, "fell back to step 0 (step-00000040 unusable)")])
 def test_a_worker_killed_before_the_first_checkpoint_restarts_from_step_0_and_says_so(
-        tmp_path: Path) -> None:
-    summary = _train(tmp_path / "run", restarts=1, fault=["kill:1:50"], checkpoint_every=0)
+        tmp_path: Path, fault: str, every: int, answer: str) -> None:
+    summary = _train(tmp_path / "run", restarts=1, fault=[fault], checkpoint_every=every)
+    assert answer in (tmp_path / "run" / "faults.csv").read_text()
     assert summary["restarts"] == 1
     [event] = summary["resumes"]
     assert event["kind"] == "restart" and event["from_step"] == 0 and event["checkpoint"] is None

@@ -196,13 +196,15 @@ class Skipped:
 
 
 def choose(run: Path, rank: int, world_size: int,
-           agree: Callable[[torch.Tensor], torch.Tensor]) -> tuple[Checkpoint, list[Skipped]]:
+           agree: Callable[[torch.Tensor], torch.Tensor], required: bool = True
+           ) -> tuple[Checkpoint | None, list[Skipped]]:
     """Collective: the newest checkpoint whose file verifies on every worker.
 
     Each worker checks its own file in the newest ``SLOTS`` candidates;
     ``agree`` all-gathers one small tensor (the steps that verified here) so
     that every worker picks the same checkpoint. Returns it and the newer ones
-    passed over; ``ValueError`` naming the files when there is none.
+    passed over. When there is none: ``ValueError`` naming the files, or (not
+    ``required``) ``None`` and every candidate.
     """
     candidates = [c for c in complete(run) if c.meta["world_size"] == world_size][:SLOTS]
     problems: dict[int, str] = {}
@@ -218,6 +220,8 @@ def choose(run: Path, rank: int, world_size: int,
                        problems.get(c.steps)) for c in candidates]
     chosen = next((s.checkpoint for s in skipped if not s.ranks), None)
     skipped = [s for s in skipped if s.ranks]
+    if chosen is None and not required:
+        return None, skipped
     if chosen is None:
         found = "; ".join(s.problem or f"{s.checkpoint.path.name}: the file of worker(s) "
                           f"{', '.join(map(str, s.ranks))} fails its check" for s in skipped)

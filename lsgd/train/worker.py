@@ -56,7 +56,7 @@ class Worker(WorkerLoop):
         if not resume and self.attempt > 0 and checkpoint.complete(self.run_dir):
             resume = str(self.run_dir)
         if resume:
-            self._resume(Path(resume))
+            self._resume(Path(resume), required=bool(cfg.resume))
         elif self.attempt > 0:
             self._restart_from_scratch()
         self.progress_file = checkpoint.Progress(self.run_dir) if self.rank == 0 else None
@@ -94,9 +94,20 @@ class Worker(WorkerLoop):
         with self.comm.category("control"):
             return self.comm.all_gather(mine.to(self.device)).cpu()
 
-    def _resume(self, run: Path) -> None:
-        """Continue from the newest checkpoint that verifies on every worker (collective)."""
-        chosen, skipped = checkpoint.choose(run, self.rank, self.world, self._agree)
+    def _resume(self, run: Path, required: bool = True) -> None:
+        """Continue from the newest checkpoint that verifies on every worker (collective).
+        A restart (not ``required``: no ``--resume``) whose checkpoints all fail their
+        check sets them aside and starts again from step 0, saying so."""
+        chosen, skipped = checkpoint.choose(run, self.rank, self.world, self._agree, required)
+        if chosen is None:
+            names = ", ".join(bad.checkpoint.path.name for bad in skipped)
+            if self.rank == 0:
+                checkpoint.set_aside(run, [bad.checkpoint for bad in skipped])
+            self._restart_from_scratch(f"no usable checkpoint ({names} set aside in "
+                                       f"{checkpoint.folder(run) / 'unusable'})")
+            if self.rank == 0:
+                faults.answer(self.run_dir, f"fell back to step 0 ({names} unusable)")
+            return
         checkpoint.check_identity(run, chosen, self.identity)
         for bad in skipped:  # each worker names its own problem; rank 0 sets them aside
             if bad.problem:
@@ -129,19 +140,19 @@ class Worker(WorkerLoop):
                               + ", ".join(b.checkpoint.path.name for b in skipped)
                               + " unusable)")
 
-    def _restart_from_scratch(self) -> None:
-        """A restart with no checkpoint to continue from: every step again, said and
-        counted (before this worker's progress mark is written anew)."""
+    def _restart_from_scratch(self, why: str = "no checkpoint was written before the "
+                              "failure (--checkpoint-every N writes one every N steps)"
+                              ) -> None:
+        """A restart with no checkpoint to continue from (``why``): every step again, said
+        and counted (before this worker's progress mark is written anew)."""
         if self.rank != 0:
             return
         reached = checkpoint.reached(self.run_dir)
         self.restarts.append({"kind": "restart", "attempt": self.attempt, "from_step": 0,
                               "reached_step": reached, "steps_redone": reached,
                               "checkpoint": None})
-        checkpoint.warn(f"restart {self.attempt}: no checkpoint was written before the "
-                        f"failure (--checkpoint-every N writes one every N steps); starting "
-                        f"again from step 0 ({'?' if reached is None else reached} steps to "
-                        "redo)")
+        checkpoint.warn(f"restart {self.attempt}: {why}; starting again from step 0 "
+                        f"({'?' if reached is None else reached} steps to redo)")
         faults.answer(self.run_dir, f"restart {self.attempt} from step 0")
 
     def _restore(self, state: dict[str, Any]) -> None:
