@@ -1,4 +1,4 @@
-"""Rewrite every marked benchmark table of README.md and docs/benchmarks.md from the
+"""Rewrite every marked benchmark table of README.md and docs/ (records.PAGES) from the
 records in records/ (see lsgd/bench/records.py); trains nothing.
 
     python scripts/tables.py

@@ -235,7 +235,7 @@ def test_the_quick_chaos_bench_survives_a_dozen_faults_with_no_hang_or_silent_ex
     assert unfailed[4] == 0 and unfailed[6] == "yes"
     assert chaotic[4] >= 10 and chaotic[5] == chaotic[4], chaotic  # injected, survived
     assert chaotic[6] == "yes" and chaotic[7] == 0 and chaotic[8] == 0, chaotic
-    assert abs(chaotic[12]) < 0.05, chaotic  # the MLP's accuracy against the unfailed run
+    assert abs(chaotic[12]) < 5, chaotic  # the MLP's accuracy against the unfailed run, points
     run = tmp_path / "chaos-runs" / "diloco" / "restart" / "blocking" / "seed-1"
     kinds = {line.split(",")[1] for line in (run / "faults.csv").read_text().splitlines()[1:]}
     assert {"kill", "nan", "stop"} <= kinds, kinds

@@ -38,7 +38,7 @@ from lsgd.bench.common import Result, write
 NAME = "chaos"
 TITLE = "Chaos: faults at random, nothing lost"
 COLUMNS = ["method", "mode", "rounds", "seed", "faults", "survived", "finished", "hangs",
-           "silent exits", "steps redone", "time lost s", "accuracy", "vs unfailed"]
+           "silent exits", "steps redone", "time lost s", "accuracy", "vs unfailed, points"]
 TIMEOUT = 30.0  #: the runs' --timeout (a collective's patience)
 JOIN = 30.0  #: the elastic runs' --join-timeout
 RESTARTS = 3  #: fatal faults each node may take
@@ -246,7 +246,7 @@ def _done(path: Path, setup: dict[str, Any]) -> dict[str, Any]:
 def _row(method: str, mode: str, rounds: str, seed: Any, got: dict[str, Any],
          base: dict[str, Any]) -> list[Any]:
     lost = got["wall"] - base["wall"]
-    gap = got["accuracy"] - base["accuracy"]
+    gap = round(100 * (got["accuracy"] - base["accuracy"]), 2)
     return [method, mode, rounds, seed, got["faults"], got["survived"],
             "yes" if got["finished"] else "no", int(got["hung"]), got["silent"], got["redone"],
             lost, got["accuracy"], gap]

@@ -42,7 +42,7 @@ TRAINED = {"time-to-accuracy", "twelve-workers", "scaling", "stragglers", "decen
 BLOCK = re.compile(r"(<!-- (records|headline|tuning|claims): lsgd bench ([^\n]+?) -->\n)"
                    r"((?:(?!<!-- (?:records|headline|tuning|claims):).)*?)(\n<!-- end \2 -->)",
                    re.S)
-PAGES = ("README.md", "docs/benchmarks.md", "docs/decentralized.md")
+PAGES = ("README.md", "docs/benchmarks.md", "docs/decentralized.md", "docs/reliability.md")
 #: Benchmarks whose tables are times to a target, with every run's curve in their data.
 CURVES = {"time-to-accuracy", "time-to-loss", "twelve-workers", "scaling"}
 FIGURE = re.compile(r"!\[[^\]]*\]\((?:docs/)?figures/([^)\s]+)\)")
