@@ -172,17 +172,6 @@ def test_when_every_worker_diverges_the_run_stops_and_keeps_its_last_good_checkp
     assert all(torch.isfinite(v).all() for m in _models(run) for v in m.values())
 
 
-def test_a_checkpoint_of_the_single_folder_layout_still_loads(tmp_path: Path) -> None:
-    """Before step folders: ``checkpoints/rank-R.pt`` and ``checkpoints/meta.json``, no checksums."""
-    folder = tmp_path / "checkpoints"
-    folder.mkdir()
-    torch.save({"steps": 30, "model": {"w": torch.ones(2)}}, folder / "rank-0.pt")
-    (folder / "meta.json").write_text(json.dumps({"steps": 30, "world_size": 1}))
-    found, problems = checkpoint.usable(tmp_path, 1)
-    assert found is not None and found.path == folder and problems == []
-    assert torch.equal(checkpoint.read(found, 0)["model"]["w"], torch.ones(2))
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fault,every,answer", [

@@ -72,9 +72,7 @@ class Checkpoint:
         path = self.file(rank)
         if not path.exists():
             return f"{path} is missing"
-        digests = self.meta.get("sha256")
-        if digests is None:  # written before checksums existed: nothing to compare
-            return None
+        digests = self.meta["sha256"]
         data = path.read_bytes()
         if len(data) != self.meta["sizes"][rank]:
             return (f"{path} has {len(data)} bytes, {self.meta['sizes'][rank]} were written "
@@ -124,10 +122,6 @@ def _prune(run: Path, keep_from: Path) -> None:
     for path in folder(run).glob("step-*"):
         if path not in kept and path.name < oldest.name:
             shutil.rmtree(path, ignore_errors=True)
-    legacy = folder(run) / "meta.json"  # the single checkpoint of earlier versions
-    if legacy.exists() and len(kept) >= KEPT:
-        for path in [legacy, *folder(run).glob("rank-*.pt")]:
-            path.unlink(missing_ok=True)
 
 
 class Progress:
@@ -157,14 +151,14 @@ def reached(run: Path) -> int | None:
 def complete(run: Path) -> list[Checkpoint]:
     """The complete checkpoints of ``run``, newest first (their files not yet verified)."""
     found = []
-    for path in [*folder(run).glob("step-*"), folder(run)]:
+    for path in folder(run).glob("step-*"):
         try:
             meta = json.loads((path / "meta.json").read_text())
-            int(meta["steps"]), int(meta["world_size"])
+            int(meta["steps"]), int(meta["world_size"]), meta["sha256"], meta["sizes"]
         except (OSError, ValueError, KeyError, TypeError):
             continue  # being written, or damaged: not a candidate
         found.append(Checkpoint(path, meta))
-    return sorted(found, key=lambda c: (c.steps, c.path != folder(run)), reverse=True)
+    return sorted(found, key=lambda c: c.steps, reverse=True)
 
 
 def usable(run: Path, world_size: int) -> tuple[Checkpoint | None, list[str]]:
@@ -233,8 +227,6 @@ def choose(run: Path, rank: int, world_size: int,
 def set_aside(run: Path, unusable: Sequence[Checkpoint]) -> None:
     """Move checkpoints that failed their check to ``checkpoints/unusable/`` (kept, not used)."""
     for checkpoint in unusable:
-        if checkpoint.path == folder(run):
-            continue
         target = folder(run) / "unusable" / checkpoint.path.name
         target.parent.mkdir(exist_ok=True)
         shutil.rmtree(target, ignore_errors=True)
