@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 import pytest
@@ -142,6 +143,7 @@ def _train(info: lsgd.WorkerInfo, method: str, asynchronous: bool, total: int,
     return stats
 
 
+@functools.cache  # the simulator's clock is virtual: a run is the same each time
 def _run(method: str, asynchronous: bool, total: int = 1600, groups: int = 1) -> list[dict]:
     return lsgd.simulate(_train, 4, groups, args=(method, asynchronous, total, groups), seed=0,
                          step_time={STRAGGLER: 3.0})

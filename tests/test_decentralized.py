@@ -523,6 +523,7 @@ def _launched() -> list[dict[str, Any]]:
     return lsgd.launch(bundle, 4, args=(specs,), timeout=60)
 
 
+@pytest.mark.slow  # four gloo processes, beside the other multi-process checks
 @pytest.mark.timeout(240)
 def test_exchange_and_aldsgd_under_gloo() -> None:
     launched = _launched()

@@ -117,6 +117,7 @@ def test_each_level_pulls_by_its_own_round_count_under_gloo(name: str) -> None:
     verify([r[name] for r in _launched(world, groups)])
 
 
+@pytest.mark.slow  # four gloo processes, beside the other multi-process checks
 @pytest.mark.timeout(240)
 def test_with_leader_momentum_under_gloo() -> None:
     _check_momentum([r["momentum"] for r in _launched(4, 1)])

@@ -204,12 +204,24 @@ class Strategy(Recovery, Seams):
                     self.at_sync_point = True
                     break
 
-    def _join_rounds(self, names: list[str]) -> None:
+    def join_rounds(self, names: list[str]) -> None:
         """The rounds ``names`` that fell due together, then the BatchNorm average."""
         self._run_rounds(names)
         if self._bn_average is not None:
             world = any(c.among == "world" for c in self._schedule.cadences if c.name in names)
             self._rounds.average_buffers("world" if world else "group")
+
+    def start_together(self) -> None:
+        """Check that every worker has the same model, then (``init="broadcast"``) start
+        every worker from rank 0's state (``"init"`` traffic)."""
+        self._check_same_model()
+        if self.init == "broadcast":
+            self._broadcast_initial_state()
+
+    def average_buffers_now(self, among: str) -> None:
+        """The BatchNorm average among the round's members (``bn_buffers="average"``)."""
+        if self._bn_average is not None:
+            self._bn_average(self.comm, among)
 
     def _before_optimizer_step(self) -> bool:
         """What the method does between ``backward()`` and the optimizer step;
@@ -233,7 +245,7 @@ class Strategy(Recovery, Seams):
         """A round's transfer, started: applied now if due (``overlap=0``), else kept
         in flight until its step."""
         if item.apply_at <= self.steps:
-            self._arrive(item)
+            self.arrive(item)
         else:
             self._pipeline.add(item)
 
@@ -245,7 +257,7 @@ class Strategy(Recovery, Seams):
             self._rounds.land(item)
             self.wait_seconds += self.comm.now() - start
 
-    def _arrive(self, item: InFlight) -> None:
+    def arrive(self, item: InFlight) -> None:
         """Wait for ``item``'s transfer and apply it (then an elastic round's BatchNorm
         average, left until the transfer was done)."""
         item.wait()

@@ -51,13 +51,12 @@ class ElasticRounds(Rounds):
         if self.joined:
             return False
         self.joined = True
-        return join(self.strategy, self.strategy._join_rounds)  # type: ignore[attr-defined]
+        return join(self.strategy, self.strategy.join_rounds)
 
     def run(self, names: list[str], world: bool) -> None:
         if not world:  # rounds inside a node are no quorum points
             return super().run(names, world)
-        run_round(self.strategy,
-                  lambda: self.strategy._join_rounds(names))  # type: ignore[attr-defined]
+        run_round(self.strategy, lambda: self.strategy.join_rounds(names))
 
     def land(self, item: InFlight) -> None:
         if "elastic_hook" not in item.info:  # not a round among all workers

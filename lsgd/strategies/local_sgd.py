@@ -81,7 +81,7 @@ class LocalSGD(Averaging):
         self._force = leader_force.make("LocalSGD", leader, leader_weight, leader_pull)
         if hidden and hierarchical:
             raise ValueError("LocalSGD: overlap, fragments and compress work with one level "
-                             "of averaging; drop hierarchical=True (--hierarchical) or them")
+                             "of averaging; drop hierarchical=True or them")
         super().__init__(model, optimizer, **options)
         self.hierarchical = bool(hierarchical) and 1 < self.comm.groups
         if self.hierarchical:

@@ -108,5 +108,5 @@ def check_options(owner: str, period: int, overlap: Any, fragments: Any, compres
         if value != default]
     if asynchronous and given:
         raise ValueError(f"{owner}: {', '.join(given)} need synchronous rounds; drop "
-                         "asynchronous=True (--async) or these options")
+                         "asynchronous=True or these options")
     return overlap, fragments, compress

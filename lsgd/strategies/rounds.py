@@ -25,10 +25,7 @@ class Rounds:
     def start(self) -> None:
         """At construction: check that every worker has the same model, then (with
         ``init="broadcast"``) start every worker from rank 0's state (``"init"`` traffic)."""
-        s = self.strategy
-        s._check_same_model()  # type: ignore[attr-defined]
-        if s.init == "broadcast":
-            s._broadcast_initial_state()  # type: ignore[attr-defined]
+        self.strategy.start_together()
 
     def check(self) -> None:
         """Once the method declared its rounds: nothing to check here."""
@@ -39,13 +36,12 @@ class Rounds:
 
     def run(self, names: list[str], world: bool) -> None:
         """The rounds ``names`` that fell due together (``world``: one is among all)."""
-        self.strategy._join_rounds(names)  # type: ignore[attr-defined]
+        self.strategy.join_rounds(names)
 
     def land(self, item: InFlight) -> None:
         """A transfer that is due: wait for it and apply it."""
-        self.strategy._arrive(item)  # type: ignore[attr-defined]
+        self.strategy.arrive(item)
 
     def average_buffers(self, among: str) -> None:
         """The BatchNorm average of a round (``bn_buffers="average"``), at once."""
-        s = self.strategy
-        s._bn_average(s.comm, among)  # type: ignore[attr-defined]
+        self.strategy.average_buffers_now(among)

@@ -73,6 +73,24 @@ class Seams:
         parameters, EASGD's center; ``None`` where no worker keeps it (an average)."""
         return None
 
+    # -- what the round runners call (lsgd.strategies.rounds, .elastic) -------------
+    def join_rounds(self, names: list[str]) -> None:
+        """Run the rounds ``names`` (cadence names) that fell due together, then their
+        BatchNorm average."""
+        raise NotImplementedError
+
+    def arrive(self, item: InFlight) -> None:
+        """Wait for ``item``'s transfer and apply it."""
+        raise NotImplementedError
+
+    def start_together(self) -> None:
+        """At construction, outside any round: the same model and start on every worker."""
+        raise NotImplementedError
+
+    def average_buffers_now(self, among: str) -> None:
+        """The BatchNorm average of a round's members, at once."""
+        raise NotImplementedError
+
     def in_flight(self) -> list[InFlight]:
         """The rounds whose transfer is under way, oldest first (``overlap``)."""
         return self._pipeline.items()
