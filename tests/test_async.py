@@ -226,6 +226,7 @@ def _paced(info: lsgd.WorkerInfo, seconds: float) -> dict[bool, tuple[int, float
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.timeout(180)
 def test_async_throughput_beats_sync_in_processes():
     results = lsgd.launch(_paced, 4, args=(3.0,), timeout=60)

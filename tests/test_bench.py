@@ -62,6 +62,7 @@ def test_volume_quick_counts_what_the_algorithms_send(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.timeout(180)
 def test_stragglers_quick_async_lets_the_fast_workers_run_ahead(tmp_path: Path) -> None:
     result = stragglers.run(tmp_path, True, {})

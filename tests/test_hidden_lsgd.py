@@ -63,6 +63,7 @@ needs_shaping = pytest.mark.skipif(
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @needs_shaping
 @pytest.mark.timeout(240)
 def test_a_score_exchange_never_waits_behind_a_broadcast_in_flight_shaped() -> None:

@@ -7,21 +7,10 @@ between nodes; the center is evaluated every ``eval`` seconds of training time
 the target. Reported per link and method: the time and steps until the center
 first reaches the target (median over the seeds, with the spread), the best
 value within the budget, the seconds per step, and the time the median steps
-at the median pace predict; one figure per link, as the LSGD paper's Figures
-2 to 4. Runs go seed by seed, every method of a seed before the next, so a
-drift of the machine's speed touches every method alike.
-
-Settings: ``time-to-accuracy`` (4 nodes of one worker, shaped links with
-``--backend processes`` or the modeled link with ``--backend threads``),
-``twelve-workers`` (3 nodes of 4, modeled) and ``time-to-loss`` (lsgd's GPT on
-the King James Bible to a validation loss; all-reduce also with PyTorch's bf16
-and PowerSGD hooks).
-
-Knobs are tuned per method on a seed of their own (``TUNING_SEED``) on the
-first link: the method's small grid is run once and the knobs that reach the
-target first (else the best value) serve every seed and link; ``--knobs``
-gives them instead. ``--step-seconds`` charges each step a fixed time on the
-modeled clock, so that ``--jobs N`` can run N at once.
+at the median pace predict. Runs go seed by seed, every method of a seed before
+the next. Settings: ``time-to-accuracy``, ``twelve-workers`` and ``time-to-loss``
+(docs/benchmarks.md). Knobs are tuned per method on a seed of their own
+(``TUNING_SEED``) on the first link, unless ``--knobs`` gives them.
 """
 
 from __future__ import annotations
@@ -136,17 +125,19 @@ SETTINGS = {
 
 
 def _defaults(quick: bool, setting: str) -> dict[str, Any]:
+    """The settings of ``setting``; quick ones step at a fixed time on the modeled clock
+    (about this machine's compute for their model), so they do not depend on its load."""
     text = setting == "time-to-loss"
     if quick and text:  # a one-block GPT on the Bible, seconds long
         return {"links": ["20mbit"], "seeds": 1, "budget": 10.0, "target": 3.3,
                 "model": "gpt", "dataset": "kjv", "backend": "threads", "batch_size": 8,
-                "tune": False, "methods": QUICK_TEXT, "eval_steps": 5,
+                "tune": False, "methods": QUICK_TEXT, "eval_steps": 5, "step_seconds": 0.008,
                 "task": {**TEXT_TRAINING, "lr": 0.003, "context": 32, "layers": 1,
                          "width": 32, "heads": 2, "eval_tokens": 2048}}
     if quick:
         return {"links": ["20mbit"], "seeds": 1, "budget": 6.0, "target": 0.8,
                 "model": "mlp", "dataset": "digits", "backend": "threads", "batch_size": 32,
-                "tune": False, "methods": QUICK}
+                "tune": False, "methods": QUICK, "step_seconds": 0.003}
     workers, groups, backend, _ = SETTINGS[setting]
     if text:
         return {"links": ["20mbit", "100mbit"], "seeds": 3, "budget": 240.0, "target": 2.2,

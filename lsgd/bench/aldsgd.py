@@ -1,51 +1,17 @@
 """AL-DSGD's claims, measured: D-PSGD, MATCHA and AL-DSGD on rings, sparse Erdos-Renyi
 graphs and imbalanced graphs, with several seeds, on the simulator's modeled link.
 
-What it runs. Every method trains the same model from the same seed for the same
-local steps, gossiping every step, in the simulator (``--backend threads``), each
-worker a node behind a modeled link (100 Mbit/s; ``--links``), each local step
-costing a fixed ``--step-seconds`` on the modeled clock plus the modeled transfers.
-Methods (:data:`METHODS`): D-PSGD; MATCHA at budgets 0.5 and 0.25; AL-DSGD on one
-graph with the paper's weights (c_B 0.3, c_D 0.1, p_B 0.1, p_D 0.1: the defaults of
-``lsgd.ALDSGD``, of ``lsgd train`` and of configs/al-dsgd-paper/), with p_B = p_D = 0.3
-(the grid's other point), and at MATCHA's budget 0.5; AL-DSGD on two graphs in turn
-(dynamic graphs), and D-PSGD on the same two (the control: the rotation without the
-leaders). Graphs (:func:`graphs_for`): ``ring`` (with ``ring:stride=3`` as its
-partner), ``erdos-renyi`` (``G(W, m=W)``, average degree 2, seed 0; partner seed 1)
-and ``imbalanced`` (configs/graphs/imbalanced-W.edges: a few hubs and degree-1
-leaves, as many edges as the ring; partner imbalanced-Wb.edges, the same shape with
-the roles moved: some leaves become hubs and no leaf keeps its neighbour). The ring
-keeps the methods' own mixing weights; the irregular graphs take ``max-degree``
-(the spectral weight gives a hub a negative self weight). Tasks (:data:`TASKS`):
-CNN7 on Fashion-MNIST with 8 workers, the MLP on Fashion-MNIST with 16 workers (all
-three graphs each), lsgd's GPT on the King James Bible with 8 workers (ring only).
-Seeds run interleaved, seed by seed (``--jobs N`` runs N at once).
-
-What it reports, per setting (task and graph) and method, median [min-max] over the
-seeds: the modeled time until the center (the workers' average) first reaches the
-task's target at an evaluation (every 25 steps; a seed that never does counts as
-missed), the center's test accuracy (validation loss for the GPT) after the same
-steps, and the mean of the lowest-degree workers' own models' accuracy (loss) at the
-end: the workers of the smallest degree in the setting's first graph, each
-evaluated alone (``--eval-workers``), the same workers in the dynamic runs. On the
-ring every worker has the lowest degree. :func:`lsgd.bench.aldsgd_claims.claims`
-judges the claims from these numbers (docs/decentralized.md).
-
-The full study (about 170 runs of 300 steps; on a GPU machine with 16 cores),
-from the repository's root (the graph files are read from configs/graphs/)::
-
-    lsgd bench aldsgd --device cuda --jobs 16 --out records/aldsgd
-    # or one task at a time:
-    lsgd bench aldsgd --tasks cnn7-8 --device cuda --jobs 16 --out records/aldsgd
-    lsgd bench aldsgd --tasks mlp-16 --device cuda --jobs 16 --out records/aldsgd
-    lsgd bench aldsgd --tasks gpt-8 --device cuda --jobs 16 --out records/aldsgd
-    # the tables again from the records, training nothing:
-    lsgd bench aldsgd --device cuda --out records/aldsgd --reuse-only
-
-``--reuse`` continues a stopped study; ``--seeds N`` sets the seeds (default 3),
-``--target`` a task's target (with one ``--tasks``). The quick mode (the test
-suite's): the MLP on the digits, 4 workers, 16 steps, the imbalanced graph of 4,
-D-PSGD and AL-DSGD on one and on two graphs, 2 seeds.
+docs/decentralized.md ("AL-DSGD's claims, measured") says what runs, on which graphs
+(:func:`graphs_for`), tasks (:data:`TASKS`) and methods (:data:`METHODS`), what is
+reported and how to run the full study. In short: every method trains the same model
+from the same seed for the same local steps, gossiping every step, each worker a node
+behind a modeled link, each local step costing a fixed ``--step-seconds``; reported
+per setting and method, median [min-max] over the seeds: the modeled time until the
+center first reaches the task's target, the center's test accuracy (validation loss
+for the GPT) after the same steps, and the lowest-degree workers' own models' at the
+end. :func:`lsgd.bench.aldsgd_claims.claims` judges the claims from these numbers.
+The quick mode (the test suite's): the MLP on the digits, 4 workers, 16 steps, the
+imbalanced graph of 4, D-PSGD and AL-DSGD on one and on two graphs, 2 seeds.
 """
 
 from __future__ import annotations

@@ -15,9 +15,7 @@ records/aldsgd by the tests (:mod:`lsgd.bench.records`, block kind ``claims``).
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 from typing import Any
 
 from lsgd.bench.aldsgd import span, time_to
@@ -100,7 +98,3 @@ def markdown(data: dict[str, Any]) -> str:
     lines = ["| claim | setting | verdict | numbers |", "|---|---|---|---|"]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in claims(data)])
 
-
-def from_records(path: Path) -> str:
-    """The claims table from a stored ``aldsgd.json`` (what ``lsgd bench aldsgd`` wrote)."""
-    return markdown(json.loads(path.read_text())["data"])

@@ -4,22 +4,14 @@ Four nodes behind shaped 100 Mbit/s links train CNN7 on Fashion-MNIST for a
 fixed number of steps (quick: an MLP on the digits, on the loopback where links
 cannot be shaped). For each mode (elastic on torchft, or restartable from
 checkpoints), method (LSGD, DiLoCo) and kind of round (blocking, or hidden
-int8: ``--overlap 1 --compress int8``), the run is made once without faults,
-then once per seed under ``lsgd train --fault`` items drawn by ``--chaos SEED``
-(:mod:`lsgd.train.chaos`): twelve faults at times drawn uniformly over the
-first 90% of the unfailed run's training time (its training clock), so that they strike
-(kill, segv, stop, kill-node, nan, link-down, slow, and corrupt-checkpoint
-where there are checkpoints), fatal ones capped per node at ``--restarts``.
-
-Each run is ``lsgd train`` in a process of its own, its output in the run
-folder; the center is evaluated every 50 steps (quick: 40), which also shows
-that the run is alive. Reported per run: the faults injected and survived (all
-those before the end of a run that finished), whether it finished, **hangs**
-(the run folder unchanged for ``--timeout`` + join timeout + 10 s: the run is
-stopped there), **silent exits** (a worker that ended by a signal no fault sent, or
-with an error code and no error written; from the agents' logs the run keeps
-in ``logs/``), the steps redone, the wall time lost against the unfailed run,
-and the final accuracy against it.
+int8), the run is made once without faults, then once per seed under the faults
+drawn by ``--chaos SEED`` (:mod:`lsgd.train.chaos`); docs/reliability.md ("The
+chaos benchmark") gives the setting. Each run is ``lsgd train`` in a process of
+its own. Reported per run: the faults injected and survived, whether it
+finished, **hangs** (the run folder unchanged for ``--timeout`` + join timeout +
+10 s: the run is stopped there), **silent exits** (a worker that ended by a
+signal no fault sent, or with an error code and no error written), the steps
+redone, the wall time lost and the final accuracy against the unfailed run.
 """
 
 from __future__ import annotations

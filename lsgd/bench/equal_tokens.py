@@ -2,20 +2,14 @@
 number of steps, against all-reduce's, with the bytes each sent (the DiLoCo paper's
 comparison, on this machine's scale).
 
-Each variant trains lsgd's GPT on the King James Bible with 4 workers (4
-single-worker nodes, batch 16 windows of 128 bytes per worker, AdamW with
-warm-up and cosine decay over the run, DiLoCo's outer learning rate 0.35) for
-the same number of local steps from
-the same seeds, so every worker reads the same number of tokens whatever the
-method. Reported: the center's validation loss at the end (each seed, their
-mean), its difference from all-reduce's mean in percent, the MB each worker
-sent, and how many times fewer bytes than all-reduce. A step budget makes each
-number exact for its seed, whatever the machine's load; every variant runs in
-the simulator (no link: only steps count here). The variants are the periodic
-methods that send 100x fewer bytes than all-reduce (rounds every 32 steps as
-int8); PyTorch's bf16 and PowerSGD hooks shrink all-reduce's bytes 2x and 20x
-without changing its steps, and time-to-loss measures them.
-The quick mode: a one-block GPT, 64 steps, one seed, three variants.
+Each variant trains lsgd's GPT on the King James Bible with 4 single-worker nodes in
+the simulator for the same number of local steps from the same seeds, so every worker
+reads the same number of tokens whatever the method (docs/benchmarks.md, "A language
+model at equal tokens", gives the settings). Reported: the center's validation loss at
+the end (each seed, their mean), its difference from all-reduce's mean in percent, the
+MB each worker sent, and how many times fewer bytes than all-reduce. The variants are
+the periodic methods that send 100x fewer bytes than all-reduce (rounds every 32 steps
+as int8). The quick mode: a one-block GPT, 64 steps, one seed, three variants.
 """
 
 from __future__ import annotations

@@ -3,40 +3,20 @@
 ``torchft-diloco`` and ``torchft-streaming`` train with torchft (the optional
 extra ``pip install 'lsgd[torchft]'``, torchft 0.2.0) what ``lsgd train`` trains
 for DiLoCo: the same model, initialization, shards, batches, augmentation,
-inner optimizer (SGD, Nesterov 0.9, weight decay), outer optimizer (SGD, lr
-0.7, Nesterov 0.9), period (torchft's ``sync_every``) and time budget, on the
-same nodes behind the same shaped links, started by lsgd's launcher (one
-process per node). The runs leave the records a ``lsgd train`` run leaves
-(``config.toml``, ``metrics.csv``, ``summary.json``), so ``lsgd bench
-time-to-accuracy`` ranks them beside lsgd's own methods and ``--reuse`` reads
-them back.
+inner and outer optimizers, period (torchft's ``sync_every``) and time budget, on
+the same nodes behind the same shaped links, started by lsgd's launcher (one
+process per node). The runs leave the records a ``lsgd train`` run leaves, so
+``lsgd bench time-to-accuracy`` ranks them beside lsgd's own methods and
+``--reuse`` reads them back.
 
 Each node is a torchft replica group of one process with a TCPStore of its own
-on the node's address; rank 0 also runs torchft's lighthouse, which forms the
-quorum (every replica: ``min_replica_size = W``) at each synchronisation.
-Its manager advertises the node's address (``hostname=``) and heals over the
-process group (torchft's ``PGTransport``), so nothing advertises the machine's
-host name or serves the model over HTTP. torchft's DiLoCo synchronises through its own
-process group; lsgd's communicator (the launcher's process group) is used only
-to evaluate the center, to agree on the training clock, as lsgd's runs do,
-and to start and stop together.
-
-Where it cannot be made the same, and what was done:
-
-* quantized all-reduces (``should_quantize``) need Triton and a GPU: on a
-  CPU torchft sends float32, so there is no torchft counterpart to lsgd's
-  int8 rounds;
-* fragments are whole layers (torchft's ``model_fragments``), split into
-  ``F`` groups of about equal size: for CNN7 in 2, the first two
-  convolutions (59% of the values) and the rest, where lsgd's fragments are
-  equal halves of the flat state;
-* torchft all-reduces each parameter tensor in turn and holds a quorum (a
-  round trip to the lighthouse) before each synchronisation;
-* torchft counts no bytes: the bytes reported are those of its ring
-  all-reduces (``2 (W - 1) / W`` of each synchronised fragment per worker);
-* before each evaluation the worker waits for an all-reduce in flight, as
-  lsgd's workers do (``Strategy.settle``), so no transfer runs while the
-  training clock is stopped.
+on the node's address; rank 0 also runs torchft's lighthouse. The manager
+advertises the node's address and heals over the process group (``PGTransport``).
+lsgd's communicator is used only to evaluate the center, to agree on the
+training clock and to start and stop together. What could not be made the same
+(no quantized all-reduce on a CPU, fragments as whole layers, a quorum before
+each synchronisation, bytes counted as ring all-reduces) is listed in
+docs/benchmarks.md ("Ahead of the peer").
 """
 
 from __future__ import annotations

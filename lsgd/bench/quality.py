@@ -1,23 +1,14 @@
 """Quality per step: the studies of LSGD's early valley, the leader's force on DiLoCo,
 DiLoCo's eager outer steps, and every method at its tuned defaults against all-reduce.
 
-Each is a :mod:`lsgd.bench.study`: the variants train from the same seeds (0, 1, 2,
-interleaved) on the language model and on CNN7, 4 workers as 4 nodes in the simulator,
-300 steps at 0.135 s each on the simulator's clock, the periodic methods behind a
-modeled 20 Mbit/s link and all-reduce on the free 1 Gbit/s network; every variant starts
-from a pinned point of its method (:data:`BASE`, the tuning grid's). Reported per variant: the
-metric at the end (equal tokens), the steps and the modeled seconds to the target, the MB
-each worker sent (median [min-max]); ``apart`` says whether the variant's seeds and the
-first variant's do not overlap at the end.
-
-* ``lsgd bench valley``: LSGD with ``--pull-decay-rounds R`` (the pull decays from a
-  full copy of the leader to λ over R rounds) against R = 0;
-* ``lsgd bench leader-force``: DiLoCo with ``--leader weights`` and ``--leader pull``
-  against ``--leader none``;
-* ``lsgd bench eager``: DiLoCo's hidden rounds, ``--outer eager`` against overlap with
-  the ``mix`` merge, int8;
-* ``lsgd bench tuned``: every method and its hidden forms against all-reduce on the
-  free network: the loss at equal steps and the modeled time to the target.
+Each is a :mod:`lsgd.bench.study`: the variants train from the same seeds on the
+language model and on CNN7, 4 workers as 4 nodes in the simulator, behind a modeled
+20 Mbit/s link; every variant starts from a pinned point of its method (:data:`BASE`).
+Reported per variant: the metric at the end, the steps and the modeled seconds to the
+target, the MB each worker sent (median [min-max]); ``apart`` says whether the
+variant's seeds and the first variant's do not overlap at the end. The studies
+(``valley``, ``leader-force``, ``eager``, ``tuned``) are described in
+docs/benchmarks.md ("Quality per step").
 
 ``--tasks language,cnn7`` picks tasks; ``--quick``: a one-block GPT, 12 steps, one seed.
 """

@@ -1,23 +1,14 @@
 """Replicas of several processes, measured: the language model with eight processes as
 8, 4 or 2 replicas (``--replica node``), against all-reduce of the eight.
 
-``lsgd bench replicas`` (equal tokens): every layout trains lsgd's GPT on the King
-James Bible in the simulator for the same 300 steps, 8 windows per process and step
-(64 in all, whatever the layout), from the same seeds, with DiLoCo, local SGD and LSGD
-(blocking rounds every 16 steps) and all-reduce of all eight processes. Reported: the
-center's validation loss at the end (each seed, the mean, [min-max]), its difference
-from all-reduce's mean, and the MB that crossed each node's link and that stayed inside
-it. Eight replicas of one process are ``--replica process`` with 8 nodes.
-
-``lsgd bench replicas-time``: 4 nodes of 2 processes on a modeled 20 Mbit/s link,
-each step costing ``--step-seconds`` (0.135 s) on the simulator's clock plus the
-modeled transfers: the time until the center's validation loss reaches 2.2 nats per
-byte, hidden int8 DiLoCo and hidden LSGD as 4 replicas of 2 (``node``) and as 8 replicas
-(``process``, LSGD's multi-leader form), with all-reduce of the eight; seeds
-interleaved, median [min-max].
-
-Both share the language-model settings of ``lsgd bench equal-tokens`` and
-``time-to-loss`` (AdamW, lr 0.001 after a 0.1-epoch warm-up, DiLoCo's outer lr 0.35).
+``lsgd bench replicas`` (equal tokens): every layout trains lsgd's GPT in the
+simulator for the same 300 steps, 64 windows a step in all, from the same seeds, with
+DiLoCo, local SGD and LSGD and all-reduce of all eight processes; reported: the
+center's validation loss at the end, its difference from all-reduce's, and the MB that
+crossed each node's link and that stayed inside it. ``lsgd bench replicas-time``: 4
+nodes of 2 processes on a modeled 20 Mbit/s link, the time until the center's
+validation loss reaches 2.2 nats per byte, as 4 replicas of 2 and as 8 replicas.
+docs/benchmarks.md ("Replicas: a node's processes as one worker") gives the settings.
 The quick modes train a one-block GPT for a few steps.
 """
 

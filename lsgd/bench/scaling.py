@@ -1,21 +1,14 @@
 """``lsgd bench scaling``: time to a target and bytes per worker from one node to sixteen.
 
-The question multi-leader LSGD was made for: what happens as workers are added
-in nodes behind slow links. 4, 16 and 64 workers in nodes of 4 (1, 4 and 16
-nodes), 20 Mbit/s between nodes and free links inside one, on the simulator's
-modeled clock with a fixed step time (so a run's clock depends on neither this
-machine's speed nor the number of simulated workers sharing its cores), a small
-model (the MLP on Fashion-MNIST, batch 32 per worker). For each size and method:
-the time until the center first reaches the target (median over the seeds, on
-a grid of evaluations every few steps, off the clock), the steps it took, and
-the MB each worker sent until then. One figure: time to the target and MB per
-worker against the number of workers.
-
-Methods: all-reduce, DiLoCo plain and hidden (two fragments, overlap 2),
-multi-leader LSGD plain and hidden (a leader per node every 4 steps, a global
-one every 16; overlap, int8). The knobs are those of the 12-worker setting, not
-tuned per size. On one node there is one level: multi-leader LSGD is then
-single-leader LSGD at its local knobs (no ``global_period``).
+4, 16 and 64 workers in nodes of 4 (1, 4 and 16 nodes), 20 Mbit/s between nodes and
+free links inside one, on the simulator's modeled clock with a fixed step time, a
+small model (the MLP on Fashion-MNIST, batch 32 per worker). For each size and
+method: the time until the center first reaches the target (median over the seeds,
+on a grid of evaluations every few steps), the steps it took, and the MB each worker
+sent until then; one figure of both against the number of workers. Methods:
+all-reduce, DiLoCo plain and hidden, multi-leader LSGD plain and hidden, at the knobs
+of the 12-worker setting; on one node multi-leader LSGD is single-leader LSGD at its
+local knobs. docs/benchmarks.md ("Scaling") shows the results.
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """The simulator's speed: W simulated workers against W models in a plain loop.
 
-``lsgd.simulate`` runs W workers as threads of one process that take turns
-(at every step and collective), each with its own random state, so that a
-run is exact and repeatable. Measured: for W = 1, 4, 8 and 16 workers (1 and
-4 in quick mode), each training a small model (``mlp``, and ``cnn7`` in full
-mode, on a (1, 28, 28) input, batch 32, random batches made beforehand) for
-S steps under ``lsgd.make_strategy("lsgd", model, opt, period=8)`` inside
-``lsgd.simulate(fn, W, 1)``: the total worker steps per second, W * S over
-the wall seconds of the whole ``simulate`` call (threads, models and
-strategies built, training). Against it, the same W models (same batches,
-same SGD) trained one after another in a plain Python loop in this process,
-without strategy or simulator, timed the same way. The ratio simulated /
-plain is what an exact simulated experiment costs over the bare work (LSGD's
-own pulls and rounds included); the same ratio in process CPU time leaves out
-the waits for a core that, on a busy machine, each hand-over of the turn
-adds. Both run on one intra-op thread (restored afterwards: on a busy machine
-spinning thread pools make timings erratic), after an untimed warm-up; each
-pair is run a few times, taking turns to go first, and the fastest of each
-kept.
+For W = 1, 4, 8 and 16 workers (1 and 4 in quick mode), each training a small
+model (``mlp``, and ``cnn7`` in full mode, batch 32, random batches made
+beforehand) for S steps under ``lsgd.make_strategy("lsgd", model, opt, period=8)``
+inside ``lsgd.simulate(fn, W, 1)``: the total worker steps per second over the wall
+seconds of the whole ``simulate`` call. Against it, the same W models trained one
+after another in a plain loop, timed the same way. The ratio simulated / plain is
+what an exact simulated experiment costs over the bare work; the same ratio in
+process CPU time leaves out the waits for a core. Both run on one intra-op thread
+(restored afterwards), after an untimed warm-up, each pair a few times, taking
+turns to go first, the fastest of each kept.
 """
 
 from __future__ import annotations

@@ -5,17 +5,10 @@ model on three seeds (0, 1, 2, interleaved); the point with the lowest median va
 loss at the end is each method's chosen point (``chosen`` in ``tuning.json``), the
 candidate for its entry in :data:`lsgd.train.tuned.TUNED`. Every run is a
 :mod:`lsgd.bench.study` run: 4 workers as 4 nodes in the simulator, 300 steps, the loss
-at the end (equal tokens) and the steps to 2.2 nats/byte. The grids (a point names the knobs that differ from its
-method's base):
-
-* all-reduce: the learning rate;
-* DiLoCo: the inner and outer learning rates, the period, and Muon as the inner
-  optimizer (``--optimizer muon``) at one point;
-* local SGD: the inner learning rate;
-* LSGD: the inner learning rate and the pull.
-
-The periodic methods send int8 rounds every 32 steps (the form that sends over 100x
-fewer bytes than all-reduce). ``--quick``: a one-block GPT, two points per method.
+at the end (equal tokens) and the steps to 2.2 nats/byte. The grids (a point names the
+knobs that differ from its method's base) vary the learning rates, and DiLoCo's period
+and inner optimizer (Muon at one point) and LSGD's pull. The periodic methods send int8
+rounds every 32 steps. ``--quick``: a one-block GPT, two points per method.
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """The pipelined chain broadcast across nodes: the plan every communicator follows.
 
 With one link per node, a tree broadcast sends the state through the source's
-link up to ``ceil(log2 n)`` times, ``(n - 1) B / rate`` at worst; the chain
-costs about ``B / rate``:
-
-1. The nodes form a chain from the source's node on in node order
-   (``node(src), node(src) + 1, ... mod groups``). Each node's *head* is the
-   source on its own node, the node's first worker elsewhere.
-2. The state is cut into ``c`` chunks of about 64 KB (:func:`chunk_count`);
-   each head forwards chunk ``k`` to the next head as soon as it has arrived:
-   ``hops + c - 1`` stages of ``B / c``, each crossing every link at most once.
-3. Inside each node the head broadcasts to its workers (gloo's tree).
-
-Bytes (:func:`chain_bytes`): every head but the last sends ``B``, every head
-but the source receives ``B``, plus the tree's bytes inside each node.
-Communicators use it for world broadcasts with several nodes and more than two
-workers, unless the backend's broadcast is a chain already (NCCL's ring).
+link up to ``ceil(log2 n)`` times; the chain costs about ``B / rate``
+(docs/algorithms.md, "Traffic accounting"): the nodes form a chain from the
+source's node on in node order, each node's *head* (the source on its own node,
+the node's first worker elsewhere) forwards each of ``c`` chunks of about 64 KB
+(:func:`chunk_count`) to the next head as soon as it has arrived, and inside each
+node the head broadcasts to its workers (gloo's tree). Bytes (:func:`chain_bytes`):
+every head but the last sends ``B``, every head but the source receives ``B``, plus
+the tree's bytes inside each node. Communicators use it for world broadcasts with
+several nodes and more than two workers, unless the backend's broadcast is a chain
+already (NCCL's ring).
 """
 
 from __future__ import annotations

@@ -2,21 +2,12 @@
 
 :func:`ddp_data_parallel` wraps the model in ``DistributedDataParallel`` on the
 communicator's process group with a communication hook that runs DDP's own
-all-reduce of each gradient bucket and counts it. DDP's broadcast of rank 0's
-floating buffers before each forward is counted too.
-
-With a :class:`~lsgd.comm.data_parallel.GradientCompression` the hook calls one
-of PyTorch's own hooks instead and counts what it sends:
-
-* ``bf16``: ``default_hooks.bf16_compress_hook``, 2 bytes per value (called
-  from lsgd's hook it also runs on gloo);
-* ``powersgd``: ``powerSGD_hook.powerSGD_hook`` (PowerSGD, Vogels et al.,
-  arXiv:1905.13727) with the given rank and warm-up: for each compressed
-  ``n x m`` matrix the factors P (``n x r``) and Q (``m x r``), the other
-  tensors whole, the whole bucket during the warm-up, as torch's own
-  ``total_numel_after_compression`` counts them.
-
-Each all-reduce is counted as a ring's, ``2 (W - 1) / W`` of its bytes per worker.
+all-reduce of each gradient bucket and counts it (as a ring's, ``2 (W - 1) / W``
+of its bytes per worker); DDP's broadcast of rank 0's floating buffers before each
+forward is counted too. With a :class:`~lsgd.comm.data_parallel.GradientCompression`
+the hook calls PyTorch's ``bf16_compress_hook`` or ``powerSGD_hook`` (PowerSGD,
+Vogels et al., arXiv:1905.13727) instead, and counts what it sends as torch's own
+``total_numel_after_compression`` counts it.
 """
 
 from __future__ import annotations

@@ -1,53 +1,26 @@
 """Elastic membership on torchft: collectives among the nodes of the current quorum.
 
-:class:`ElasticCommunicator` lets a periodic method go on when workers die
-and take them back when they return, with torchft (the optional extra
-``pip install 'lsgd[torchft]'``) as the engine: each *node* is a torchft
-replica group (one process, or ``per_node`` processes started together by one
-elastic agent) with a ``Manager`` in every process; a lighthouse
-(``torchft_lighthouse``, or :func:`~lsgd.comm.quorum.start_lighthouse`) forms a
-*quorum* of the live nodes at each round. lsgd adds no membership protocol of
-its own.
-
-Node ``n`` keeps its number across restarts; its workers are the global ranks
-``n * per_node + k``, ``k`` the local rank. A round among all workers is a
-quorum point::
+:class:`ElasticCommunicator` lets a periodic method go on when workers die and take
+them back when they return, with torchft (``pip install 'lsgd[torchft]'``) as the
+engine: each *node* is a torchft replica group (one process, or ``per_node``
+processes started together by one elastic agent) with a ``Manager`` in every
+process; a lighthouse forms a *quorum* of the live nodes at each round. Node ``n``
+keeps its number across restarts; its workers are the global ranks
+``n * per_node + k``. A round among all workers is a quorum point::
 
     comm.begin_round()     # the quorum: which nodes take part (members()); a node
                            # behind the others is healed here from a live one
     ...collectives...      # among the members' workers only
     comm.end_round()       # torchft's commit: False if anything failed
 
-Between ``begin_round`` and ``end_round`` the collectives among ``"world"`` run
-among the members' workers, in rank order: inside each node over its own
-process group (torch.distributed's default group of the node's agent), across
-nodes over torchft's process group, which joins the workers of the same local
-rank. ``all_reduce_`` sums or averages over the members' workers; ``broadcast_``
-takes a member's rank as ``src`` (its node's worker of that local rank receives
-it across nodes, then hands it on inside its node); ``all_gather`` returns
-``W`` rows, those of absent workers NaN (0 for integer tensors). A collective
-across nodes that fails (a node died, or did not answer within ``timeout``)
-leaves its tensor as it was and raises :class:`~lsgd.comm.quorum.RoundFailed`;
-the round is then not committed (:mod:`lsgd.strategies.elastic` says what the
-methods do). Collectives among a node's ``"group"`` need no round: a worker
-that dies takes its node down with it, and its agent restarts the node.
-
-Healing (torchft's): at the quorum, a node whose count of committed rounds is
-below the others' receives, worker by worker, what the parts registered with
-:meth:`add_state` return on the same local rank of an up-to-date node, over
-torchft's process-group checkpoint transport (``PGTransport``: point-to-point
-sends over the quorum's process group, no server of its own), before the
-round's collectives. Its bytes are counted as received under the ``"join"``
-category.
-
-Started collectives (overlapped, fragmented or compressed rounds) run on a
-background thread, over the same process groups, with one worker per node
-only; the round stays open until they land (:mod:`lsgd.strategies.elastic`).
-A compressed all-reduce moves its codec's bytes across nodes (all-to-all,
-reduce, all-gather over torchft's process group). Not available here:
-pairwise exchange and the shared counter of asynchronous methods.
-The CUDA/NCCL form (torchft's ``ProcessGroupNCCL``) is not built: elastic
-workers run on gloo.
+Inside a node the collectives run over its own process group, across nodes over
+torchft's; ``all_gather`` returns ``W`` rows, those of absent workers NaN (0 for
+integer tensors). A collective across nodes that fails leaves its tensor as it was
+and raises :class:`~lsgd.comm.quorum.RoundFailed`; the round is then not committed.
+Healing (torchft's ``PGTransport``) sends what :meth:`add_state` registered, counted
+under ``"join"``. Started collectives run on a background thread with one worker per
+node. docs/reliability.md ("Survivors keep training") says the rest; not available
+here: pairwise exchange, the shared counter of asynchronous methods, and NCCL.
 """
 
 from __future__ import annotations

@@ -3,19 +3,13 @@
 With ``replica="node"`` on an :class:`~lsgd.comm.elastic.ElasticCommunicator` of
 ``per_node`` processes (:func:`lsgd.comm.replica.replicas_of`), a method's world is
 the nodes, and each round's collective runs on this process's part among the
-processes of its local rank on every member node: exactly torchft's process
-group of the worker, which joins the workers of one local rank. :class:`ElasticPeers`
-is that view: rank = the node (slot), world = the nodes the job is made for,
-members = the nodes of the current quorum; an all-gather has a row per node, NaN
-for absent ones. Rounds, quorums, heals and commits stay the elastic
-communicator's (one torchft ``Manager`` per process, the node a replica group);
-a collective that fails on one process fails on all of the node's
-(:meth:`~lsgd.comm.elastic.ElasticCommunicator._across`).
-
-Hidden rounds (overlap, fragments, compress) start their collective on a
-background thread, as with one process per node; the node's processes agree on
-its outcome over a process group of their own (the main thread's, the node's,
-carries the data parallelism meanwhile), and put the parts together when it lands.
+processes of its local rank on every member node: torchft's process group of the
+worker. :class:`ElasticPeers` is that view: rank = the node (slot), world = the
+nodes the job is made for, members = the nodes of the current quorum; an all-gather
+has a row per node, NaN for absent ones. Rounds, quorums, heals and commits stay the
+elastic communicator's; a collective that fails on one process fails on all of the
+node's. Hidden rounds start their collective on a background thread, as with one
+process per node.
 """
 
 from __future__ import annotations

@@ -3,37 +3,18 @@
 With ``replica="node"`` the ``P`` processes of each node (group) train one
 replica: every step their gradients are averaged inside the node by torch's
 ``DistributedDataParallel`` over the node's own process group
-(:meth:`ReplicaCommunicator.replica_parallel`; BatchNorm buffers follow DDP's
-rule, the node's first process's before each forward), so they hold the same
-state, and the method (its rounds, leaders, averages, graphs) sees the ``R``
+(:meth:`ReplicaCommunicator.replica_parallel`), and the method sees the ``R``
 nodes as its ``R`` workers: a :class:`ReplicaCommunicator` has rank = the node,
 world size = the nodes, one group.
 
-Across replicas the work is split over the replica's processes in HSDP's
-layout: local rank ``r`` owns the ``r``-th of ``P`` equal parts of every flat
-tensor a collective carries and runs the collective on its part only, among
-the *peers* (the processes of local rank ``r`` of every node, a process group
-of their own, each on its own node); then the node's processes put the parts
-back together with one all-gather over the node's fast fabric. A ring
-all-reduce, a chain broadcast or a compressed all-to-all thus puts on each
-node's link what one process per node would, and encoding and decoding are
-shared ``P`` ways. Collectives over a replica's world:
-
-* ``all_reduce_``, ``broadcast_``, ``exchange_many`` and their started forms
-  take the replica's tensor from its processes, which hold the same one (the
-  replica's state);
-* ``all_gather`` gathers each replica's *mean* of its processes' tensors (float
-  tensors; integer ones must agree): a replica's score is its processes' mean
-  loss, and a NaN in one process makes its replica's NaN.
-
-Bytes are counted by the peers' and the node's communicators:
-``stats(category)`` adds them, its ``link_*`` counts are what crossed the
-node's link (the peers' traffic), the rest stayed inside (the node's).
-
-A strategy needs nothing of this: it finds the communicator
-(:func:`lsgd.get_communicator` with ``replica="node"``, ``lsgd.simulate(...,
-replica="node")``, ``lsgd.launch(..., replica="node")``, or ``LSGD_REPLICA=node``
-under torchrun) and calls the model it is given (``strategy.model``).
+Across replicas the work is split in HSDP's layout (docs/algorithms.md,
+"Across replicas, by parts"): local rank ``r`` runs each collective on the
+``r``-th of ``P`` parts of the flat tensor, among its *peers* (local rank ``r``
+of every node), and the node's processes put the parts back together with one
+all-gather inside the node. ``all_gather`` gathers each replica's *mean* of its
+processes' tensors (a NaN in one process makes its replica's NaN). Bytes are
+counted by the peers' and the node's communicators: ``stats(category)`` adds
+them, its ``link_*`` counts are what crossed the node's link.
 """
 
 from __future__ import annotations

@@ -3,25 +3,16 @@
 ``simulate(fn, world_size=W, groups=n)`` runs ``fn(info)`` once per worker and
 returns the results by rank. Workers talk through :class:`SimCommunicator`,
 which has the torch.distributed communicator's interface, so strategy code runs
-unchanged. Each simulated worker behaves like its own process:
-
-* **One runs at a time.** The turn goes to the ready worker with the earliest
-  virtual clock (ties: the lowest rank) and passes when it enters a
-  collective, ends a local step or returns; a collective completes when its
-  last member arrives. The order depends on the program, the clocks and the
-  ranks alone, so a run is bit-for-bit repeatable (:mod:`lsgd.comm.world`).
-* **A virtual clock.** Each worker's clock advances by its step time
-  (``step_time``, 1.0 by default) at every local step; a collective completes
-  at its members' latest clock, and each member's clock jumps there.
-* **Private random state.** Each worker keeps its own torch, CUDA, ``random``
-  and NumPy generator state and swaps it in on its turn.
-* **Failure is global.** An exception in any worker unwinds the others
-  (:class:`WorkerAborted`), and ``simulate`` raises :class:`SimulationError`
-  naming the rank; a collective that can never complete is a deadlock,
-  reported with what each worker waited for.
-
-:meth:`SimCommunicator.add_count` updates a world counter in the order of the
-virtual clock. Collectives reduce in rank order, so sums are deterministic.
+unchanged. Each simulated worker behaves like its own process: one runs at a
+time (the turn goes to the ready worker with the earliest virtual clock, ties to
+the lowest rank, and passes at a collective, a local step's end or a return), so a
+run is bit-for-bit repeatable (:mod:`lsgd.comm.world`); each has a virtual clock
+(advanced by ``step_time`` every local step; a collective completes at its
+members' latest clock) and private random state (torch, CUDA, ``random``, NumPy).
+An exception in any worker unwinds the others (:class:`WorkerAborted`) and
+``simulate`` raises :class:`SimulationError` naming the rank; a collective that can
+never complete is a deadlock, reported with what each worker waited for.
+Collectives reduce in rank order, so sums are deterministic.
 """
 
 from __future__ import annotations

@@ -4,22 +4,14 @@
 ``start_all_gather(...)`` return a :class:`Handle` at once; the transfer runs
 while the worker computes, and ``handle.wait()`` blocks until it has arrived
 (docs/algorithms.md, "Overlapped rounds"). The tensors belong to the transfer
-until ``wait`` returns.
-
-Started transfers run in order within a *lane* (:data:`LANES`): ``"bulk"`` for
-rounds' states, ``"control"`` for small messages such as an election's scores,
-so a score exchange never queues behind a state. Under torch.distributed a lane
-is a background thread with process groups of its own (:mod:`lsgd.comm.lanes`);
-in the simulator a transfer finishes at the latest start among its members (or
-the end of the lane's previous transfer) plus its modeled time.
-
-Bytes and seconds are counted at ``wait``, under the category current at the
-start, with the blocking collectives' formulas (:mod:`lsgd.comm.wire`,
-:mod:`lsgd.comm.codec`). Compressed transfers (``codec`` ``"bf16"`` or
-``"int8"``, float32 tensors): an all-reduce is an all-to-all of encoded parts,
-each owner's float32 sum encoded again, then an all-gather, so every member
-ends with the same values; a broadcast sends the source's encoding, which every
-member (the source included) decodes.
+until ``wait`` returns. Started transfers run in order within a *lane*
+(:data:`LANES`): ``"bulk"`` for rounds' states, ``"control"`` for small messages
+such as an election's scores (:mod:`lsgd.comm.lanes`). Bytes and seconds are
+counted at ``wait``, under the category current at the start, with the blocking
+collectives' formulas. Compressed transfers (``"bf16"`` or ``"int8"``): an
+all-reduce is an all-to-all of encoded parts, each owner's sum encoded again, then
+an all-gather, so every member ends with the same values; a broadcast sends the
+source's encoding, which every member (the source included) decodes.
 """
 
 from __future__ import annotations

@@ -1,32 +1,19 @@
 """What each collective puts on the wire, and how long that takes over a link.
 
-**Bytes** a worker sends and receives, as the algorithm really moves them (over
-all workers, bytes sent equal bytes received). For ``n`` members and ``B`` bytes:
+**Bytes** a worker sends and receives, as the algorithm really moves them, for
+``n`` members and ``B`` bytes (docs/algorithms.md has the table): a ring
+all-reduce ``2 (n - 1) / n * B`` each way per member; a ring all-gather
+``(n - 1) * B``; a broadcast as gloo's binomial tree (``"tree"``, the source
+sends ``ceil(log2 n) * B``) or as a chain (``"chain"``: every member but the last
+sends ``B``); a pairwise exchange ``B`` to and from each peer. Of these, the bytes
+to or from a worker on another node cross its node's link; :class:`Traffic`
+carries both.
 
-- ring all-reduce: each member sends and receives ``2 (n - 1) / n * B``;
-- ring all-gather: each member sends and receives ``(n - 1) * B``;
-- broadcast, ``"tree"`` (gloo's binomial tree, also the simulator's): with
-  ``v`` a member's distance from the source, in round ``i`` (``i = 0 ..
-  ceil(log2 n) - 1``) every ``v < 2**i`` sends ``B`` to ``v + 2**i``; the source
-  sends ``ceil(log2 n) * B``, every other member receives ``B`` once;
-- broadcast, ``"chain"`` (NCCL's ring, lsgd's pipelined chain): every member
-  but the last sends ``B``, every member but the source receives ``B``;
-- pairwise exchange: ``B`` to and from each peer.
-
-**Across the link**: of these bytes, those a worker sends to (receives from) a
-worker on another node (group) cross its node's link; the rest stay inside the
-node. :class:`Traffic` carries both, computed from the collective's message
-pattern (the ring's neighbours, the tree's pairs, the chain's heads) and the
-node of every member.
-
-**Seconds**, the simulator's link model (``lsgd.simulate(..., link=...)``,
-checked against the shaped links of ``lsgd.launch(..., link=...)``): each node
-(group) reaches the others through one link of ``rate`` bits per second each
-way and ``latency`` seconds one way; traffic inside a node is free. A
-collective runs in stages (a ring's ``2 (n - 1)`` steps, a tree's rounds), one
-after another; a stage takes ``latency + 8 * max_bytes / rate``, ``max_bytes``
-being the most any node sends or receives across its link in it, and nothing
-when no bytes cross a link.
+**Seconds**, the simulator's link model: each node reaches the others through
+one link of ``rate`` bits per second each way and ``latency`` seconds one way;
+traffic inside a node is free. A collective runs in stages, one after another;
+a stage takes ``latency + 8 * max_bytes / rate`` (``max_bytes``: the most any
+node sends or receives across its link in it), nothing when no bytes cross.
 """
 
 from __future__ import annotations

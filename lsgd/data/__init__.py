@@ -1,19 +1,14 @@
 """Datasets as tensors, and exclusive per-worker shards.
 
-In memory (a :class:`Dataset`: images float32 ``[N, C, H, W]``, labels int64 ``[N]``):
-
-* Fashion-MNIST from its IDX files (the folder given, ``$LSGD_DATA``, or
-  Debian's ``/usr/share/datasets/fashion-mnist``), normalized by the training
-  set's mean and standard deviation;
-* CIFAR-10 / CIFAR-100 from their python-pickle folders (never downloaded),
-  normalized per channel (:mod:`lsgd.data.cifar`);
-* scikit-learn's bundled 8x8 digits;
-* :func:`synthetic`: a learnable Gaussian-prototype task for quick runs.
-
-Text as byte tokens (a :class:`TextData`, :mod:`lsgd.data.text`): the King James
-Bible (``kjv``) or any UTF-8 text (``text``). Decoded lazily (an
-:class:`ImageFolder`): ImageNet-style ``train/`` and ``val/`` class folders,
-read with Pillow (the extra ``lsgd[imagenet]``).
+In memory (a :class:`Dataset`: images float32 ``[N, C, H, W]``, labels int64
+``[N]``): Fashion-MNIST from its IDX files (the folder given, ``$LSGD_DATA``, or
+Debian's ``/usr/share/datasets/fashion-mnist``), CIFAR-10 / CIFAR-100 from their
+python-pickle folders (never downloaded; :mod:`lsgd.data.cifar`), each normalized;
+scikit-learn's bundled 8x8 digits; and :func:`synthetic`, a learnable
+Gaussian-prototype task for quick runs. Text as byte tokens (a :class:`TextData`,
+:mod:`lsgd.data.text`): the King James Bible (``kjv``) or any UTF-8 text
+(``text``). Decoded lazily (an :class:`ImageFolder`): ImageNet-style ``train/`` and
+``val/`` class folders, read with Pillow (the extra ``lsgd[imagenet]``).
 
 :func:`load_dataset` picks one by name from :data:`DATASETS`; each dataset
 names its augmentation preset in ``augment`` (:mod:`lsgd.augment`).
@@ -22,6 +17,7 @@ names its augmentation preset in ``augment`` (:mod:`lsgd.augment`).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from lsgd.data.cifar import (CIFAR100_MEAN, CIFAR100_STD, CIFAR_MEAN, CIFAR_NORMALIZATION,
                              CIFAR_STD, cifar, cifar_dir)
@@ -114,19 +110,10 @@ def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None
     decoded :class:`ImageFolder`, text (``kjv``, ``text``) as :class:`TextData`, the
     rest as an in-memory :class:`Dataset`.
     """
-    key = name.lower()
-    if key == "fashion-mnist":
-        return fashion_mnist(data_dir)
-    if key in ("cifar10", "cifar100"):
-        return cifar(data_dir, int(key[len("cifar"):]))
-    if key == "imagenet":
-        return imagenet(data_dir)
-    if key == "digits":
-        return digits()
-    if key == "synthetic":
-        return synthetic()
-    if key == "kjv":
-        return kjv()
-    if key == "text":
-        return user_text(data_dir)
-    raise ValueError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}")
+    loaders: dict[str, Callable[[], Dataset | ImageFolder | TextData]] = {
+        "fashion-mnist": lambda: fashion_mnist(data_dir), "cifar10": lambda: cifar(data_dir, 10),
+        "cifar100": lambda: cifar(data_dir, 100), "imagenet": lambda: imagenet(data_dir),
+        "digits": digits, "synthetic": synthetic, "kjv": kjv, "text": lambda: user_text(data_dir)}
+    if name.lower() not in loaders:
+        raise ValueError(f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}")
+    return loaders[name.lower()]()

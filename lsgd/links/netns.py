@@ -9,22 +9,13 @@
       eth0 10.77.0.102/24  <== veth ==>  p1
     ...
 
-Each node reaches the others only through its ``eth0``, a veth pair into the
-switch namespace, shaped by the kernel's token-bucket filter (``tc qdisc ...
-tbf``) in both directions: ``eth0``'s egress is the node's upload, the switch
-port's egress its download, each at the link's rate. Traffic between workers of
-one node stays on that node's loopback (a packet to a local address never
-leaves the namespace). A latency needs ``netem``; where the kernel lacks it, a
-clear error says so (the simulator's modeled link has latencies).
-
-Nothing is created outside these namespaces: every interface is made directly
-inside one of them, the addresses are a private /24 that only they see, and
-deleting the namespaces removes everything. ``close()`` (also on an error, on
-Ctrl-C and on SIGTERM through the context manager) deletes them; a run that was
-killed before it could clean up leaves namespaces named after its pid, which
-:func:`remove_leftovers` (called by every new network) deletes once that pid is
-gone. :func:`set_node_link` takes a node's link down and up again (for tests of
-lost links). Needs root and ``ip``/``tc`` from Debian's ``iproute2``.
+Each node reaches the others only through its ``eth0``, shaped by the kernel's
+token-bucket filter (``tc qdisc ... tbf``) in both directions, at the link's rate;
+traffic inside a node stays on its loopback. A latency needs ``netem``. Nothing is
+created outside these namespaces; ``close()`` (also on an error, on Ctrl-C and on
+SIGTERM through the context manager) deletes them, and :func:`remove_leftovers`
+deletes those of a killed run once its pid is gone. :func:`set_node_link` takes a
+node's link down and up again. Needs root and ``ip``/``tc`` from ``iproute2``.
 """
 
 from __future__ import annotations
@@ -289,10 +280,6 @@ class ShapedNetwork:
     def command(self, node: int, args: Sequence[str]) -> list[str]:
         """``args`` run inside node ``node``'s namespace."""
         return ["ip", "netns", "exec", self.namespaces[node], *args]
-
-    def set_link(self, node: int, up: bool) -> None:
-        """Take node ``node``'s link down or up again (:func:`set_node_link`)."""
-        _set_eth0(self.namespaces[node], up)
 
     def enter(self, node: int) -> None:
         """Move the calling process into node ``node``'s network namespace (for a

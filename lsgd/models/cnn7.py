@@ -44,7 +44,6 @@ class CNN7(nn.Module):
                 f"conv), got {image_size}x{image_size}"
             )
         self.image_size = image_size
-        self.feature_side = side
         self.flatten_features = 64 * side * side
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, 64, kernel_size=5),

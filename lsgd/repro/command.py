@@ -11,46 +11,36 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from lsgd.repro import defaults
 
 
 # -- argument types -------------------------------------------------------
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _checked(convert: Callable[[str], Any], fits: Callable[[Any], bool],
+             expected: str) -> Callable[[str], Any]:
+    """An argument type: ``convert(text)`` where ``fits`` it, else "expected ``expected``"."""
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not fits(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_int = _checked(int, lambda value: value >= 1, "a positive integer")
+positive_float = _checked(float, lambda value: 0 < value < float("inf"), "a positive number")
+fraction = _checked(float, lambda value: 0.0 <= value <= 1.0, "a number in [0, 1]")
 
 
 def int_list(text: str) -> list[int]:
     """``"1,10"`` or ``"1"`` (used with ``nargs="+"``: ``--ranks 1 10`` or ``--ranks 1,10``)."""
     return [positive_int(part) for part in text.split(",") if part.strip()]
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
-    return value
 
 
 # -- the parsers ------------------------------------------------------------

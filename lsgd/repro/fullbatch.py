@@ -208,17 +208,3 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-
-
-__all__ = [
-    "FullBatchRun",
-    "Method",
-    "PLOT_HINT",
-    "Point",
-    "Progress",
-    "ValueAndGrad",
-    "eagd",
-    "lgd",
-    "pyplot",
-    "run_full_batch",
-]

@@ -1,24 +1,12 @@
 """The LSGD paper's low-rank matrix factorization: EAGD slows down near the
 minimizers, LGD does not (the paper's Figure 1).
 
-Setup (docs/algorithms.md, "The papers' own small experiments")::
-
-    F(X) = 1/4 ||M - X X^T||_F^2,   X in R^{d x r},   M = U U^T,   U_ij ~ N(0, 1)
-    grad F(X) = (X X^T - M) X
-
-8 workers from the same N(0, 1) starts for both methods, a round every step.
-Every minimizer is global (``X = U Q``, ``Q`` orthogonal), so the workers reach
-*different* ones: EAGD's center, their average, is not a minimizer and its
-elastic force holds every worker off its own, while LGD's leader is (near) one
-and the pull toward it vanishes. Reported: the best worker's ``F / F(0)``,
-``F(0) = 1/4 ||M||_F^2``, against steps.
-
-The paper's simultaneous update ``X <- (1 - eta lambda) X + eta lambda Z - eta
-grad F(X)`` (``Z``: the leader, or EAGD's center) becomes, in the library's
-step-then-pull order, LGD = ``LSGD(pull = eta lambda, scope = 0, period = 1)``
-and EAGD = ``EASGD(moving_rate = W eta lambda, period = 1)``: the gradient term
-carries an extra factor ``1 - eta lambda`` and the target is the post-step
-state. The leader is elected on ``F`` before the step.
+``F(X) = 1/4 ||M - X X^T||_F^2`` with ``M = U U^T``, 8 workers from the same
+N(0, 1) starts for both methods, a round every step; reported: the best worker's
+``F / F(0)`` against steps. docs/algorithms.md ("The papers' own small
+experiments") gives the setup and how the paper's simultaneous update maps onto
+the strategies: LGD = ``LSGD(pull = eta lambda, scope = 0, period = 1)``, EAGD =
+``EASGD(moving_rate = W eta lambda, period = 1)``.
 
 Two engines compute the same thing (the tests check them to 1e-9):
 ``"strategy"``, each worker a :class:`~lsgd.repro.Point` under the real strategy

@@ -1,22 +1,14 @@
 """The LSGD paper's 2-D toy landscape: LGD reaches a better optimum than EAGD.
 
-Setup (docs/algorithms.md, "The papers' own small experiments")::
-
-    L(x, y) = sin(pi r) / (pi r),   r = sqrt(x^2 + y^2)    (L(0, 0) = 1)
-
-a radial "sinc" whose minima are rings, each shallower than the one inside it:
-the deepest at r ~ 1.430 (L ~ -0.2172), then r ~ 3.471 (-0.0913), r ~ 5.478
-(-0.0580), ... Four workers start at (-6, -4), (-15, -18), (20, 11), (17, 8)
-and take full gradient steps, communicating every step:
-
-* LGD: LSGD with ``scope = 0``, ``period = 1``: the worker with the lowest L
-  (before the step) leads, every other moves ``pull`` of the way to its new point;
-* EAGD: EASGD with ``moving_rate = beta``, ``period = 1`` (``alpha = beta / 4``),
-  the center starting at the mean of the starts;
-
-and for comparison LSGD with a scope pull and period above 1, local SGD and
-independent gradient descent. A run stops when no worker moved a coordinate
-more than ``tol`` in a step (checked every 10 steps), or after ``max_steps``.
+``L(x, y) = sin(pi r) / (pi r)``, ``r = sqrt(x^2 + y^2)``: a radial "sinc" whose
+minima are rings, each shallower than the one inside it (the deepest at r ~ 1.430,
+L ~ -0.2172). Four workers take full gradient steps, communicating every step,
+under LGD (LSGD with ``scope = 0``, ``period = 1``) and EAGD (EASGD with
+``moving_rate = beta``, ``period = 1``), and for comparison LSGD with a scope pull
+and period above 1, local SGD and independent gradient descent. A run stops when
+no worker moved a coordinate more than ``tol`` in a step (checked every 10 steps),
+or after ``max_steps``. docs/algorithms.md ("The papers' own small experiments")
+gives the setup.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """All-reduce data parallel (the papers' "DataParallel" baseline).
 
 Gradients are averaged across all workers every step, so all workers keep
-identical states (docs/algorithms.md, "All-reduce data parallel"). With real
-processes this is :class:`torch.nn.parallel.DistributedDataParallel` itself
-(:meth:`~lsgd.comm.base.Communicator.data_parallel`); in the simulator the
-gradients are all-reduced after the backward pass and rank 0's buffers
-broadcast before each forward. Communicated per step: one ring all-reduce of
-the gradients (``2 (W - 1) / W`` of their bytes per worker), plus the buffers.
-The forward pass must go through ``strategy.model`` (``RuntimeError``
-otherwise).
-
-A non-finite averaged gradient is the same on every worker, so every worker
-skips that optimizer step (``details["skipped_steps"]``); non-finite
-parameters at such a step raise :class:`~lsgd.strategies.health.DivergedError`.
+identical states (docs/algorithms.md, "All-reduce data parallel"): with real
+processes :class:`torch.nn.parallel.DistributedDataParallel` itself, in the
+simulator an all-reduce after the backward pass. Communicated per step: one ring
+all-reduce of the gradients, plus the buffers. The forward pass must go through
+``strategy.model`` (``RuntimeError`` otherwise). A non-finite averaged gradient
+skips that optimizer step on every worker (``details["skipped_steps"]``);
+non-finite parameters at such a step raise :class:`~lsgd.strategies.health.DivergedError`.
 ``compress="bf16"`` and ``powersgd=RANK`` use PyTorch's DDP communication hooks
-instead (worker processes only; PowerSGD: Vogels, Karimireddy & Jaggi,
-https://arxiv.org/abs/1905.13727; see :mod:`lsgd.comm.ddp`).
+(worker processes only; :mod:`lsgd.comm.ddp`).
 """
 
 from __future__ import annotations

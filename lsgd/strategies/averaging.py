@@ -4,29 +4,16 @@ blocking, overlapped, fragmented and compressed rounds.
 A round all-reduces the workers' states (or one part of them) and hands the
 mean to the method's rule (:meth:`Averaging._rule`); nothing else is sent on a
 healthy round. The options (docs/algorithms.md, "Hiding and shrinking
-communication: overlapped, fragmented and compressed rounds"):
-
-* ``fragments=F``: the flat state is cut into ``F`` equal parts; part ``f``
-  has its own round every ``period`` steps at offset ``(f + 1) period / F``
-  (Streaming DiLoCo, https://arxiv.org/abs/2501.18512).
-* ``overlap=K``: the part's all-reduce starts at round step ``s`` and its mean
-  is applied after step ``s + K``; ``K = 0`` is the blocking round.
-* ``compress="bf16"|"int8"``: each worker sends ``r - x`` for a reference
-  ``r`` that every worker holds identically (:mod:`lsgd.comm.codec`); with
-  ``error_feedback`` it adds what the codec lost of its last message.
-
-DiLoCo's eager rounds (``outer="eager"``, :mod:`lsgd.strategies.eager`) send
-``θ_g^m - x`` uncompressed too (``difference``) and land a whole period later.
-
-``merge`` (with overlap): ``"keep"`` gives ``target + (x_now - x_s)``,
-``"replace"`` gives ``target``, ``"mix"`` gives ``0.5 target + 0.5 x_now``.
+communication: overlapped, fragmented and compressed rounds", gives them in full):
+``fragments=F`` cuts the flat state into ``F`` parts, each with its own round
+(Streaming DiLoCo, https://arxiv.org/abs/2501.18512); ``overlap=K`` applies a
+part's mean ``K`` steps after its all-reduce starts, meeting the steps taken
+meanwhile as ``merge`` says (``"keep"``, ``"replace"`` or ``"mix"``);
+``compress="bf16"|"int8"`` sends ``r - x`` for a reference ``r`` every worker holds
+(:mod:`lsgd.comm.codec`), with ``error_feedback`` adding what the codec lost.
 A non-finite mean is redone over the healthy members (:meth:`Averaging._recover`).
-
-With replicas of several processes (:mod:`lsgd.comm.replica`) each part is cut again
-into one share per process of the replica: a process averages its share across the
-replicas (``comm.across``), applies the rule to it (encoding, decoding, the outer
-step), and the replica's processes put the shares of the state and of the method's
-reference back together (``comm.put_together_``).
+With replicas of several processes each process averages and updates its share of
+each part (``comm.across``), and the replica puts the shares back together.
 """
 
 from __future__ import annotations

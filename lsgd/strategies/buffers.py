@@ -1,22 +1,13 @@
 """What a round does with the BatchNorm running statistics (``bn_buffers=``).
 
-Floating-point buffers (BatchNorm's running mean and variance) are not trained
-by the optimizer; integer buffers (``num_batches_tracked``) always stay local.
-Modes (docs/algorithms.md, "BatchNorm statistics"):
-
-``"average"``
-    At every round the round's workers average their statistics (one
-    all-reduce of the buffers and a count; riding in the round's all-reduce
-    for local SGD and DiLoCo). The default of LSGD, EASGD, local SGD, DiLoCo.
-``"pull"``
-    The buffers are part of the state ``x`` (the decentralized methods' default).
-``"local"``
-    Never communicated.
-``"broadcast"``
-    All-reduce data parallel (its default): rank 0's buffers before each forward.
-
-Non-finite buffers are left out of the average (zeros and a count of 0) and
-receive the healthy workers' mean.
+Floating-point buffers (BatchNorm's running mean and variance) are not trained by
+the optimizer; integer buffers (``num_batches_tracked``) always stay local. Modes
+(docs/algorithms.md, "BatchNorm statistics"): ``"average"`` (every round's workers
+average them; the default of LSGD, EASGD, local SGD, DiLoCo), ``"pull"`` (part of the
+state ``x``; the decentralized methods' default), ``"local"`` (never communicated)
+and ``"broadcast"`` (all-reduce data parallel's default: rank 0's before each
+forward). Non-finite buffers are left out of the average and receive the healthy
+workers' mean.
 """
 
 from __future__ import annotations

@@ -10,17 +10,10 @@ one partner per matching) and mixes::
 that is ``x <- W x`` with ``W = I - a L(t)`` symmetric and doubly stochastic,
 so the workers' average never moves. The methods differ only in which
 matchings are active, in ``a``, and in AL-DSGD's leader terms. ``topology``
-may be a list of graphs used in turn (dynamic graphs). At construction one
-all-gather checks that all workers were given the same graphs, budget, period
-and seed, and rank 0 broadcasts its probabilities and weights (``"init"``
-traffic).
-
-Diverged workers: a worker drops every non-finite neighbour state and keeps
-its weight, ``x_i <- (1 - d' a) x_i + a sum_{finite j} x_j``; a worker whose
-own state is not finite is reset to the mean of its finite neighbours'
-(docs/algorithms.md, "Decentralized methods" and "Diverging and mismatched
-workers"). :meth:`Decentralized.spread` and the center are for evaluation
-only (``"eval"`` traffic).
+may be a list of graphs used in turn (dynamic graphs). A worker drops every
+non-finite neighbour state; one whose own state is not finite is reset to the
+mean of its finite neighbours' (docs/algorithms.md, "Decentralized methods").
+:meth:`Decentralized.spread` and the center are for evaluation only.
 """
 
 from __future__ import annotations
@@ -145,11 +138,6 @@ class Decentralized(Strategy):
     uses_graph = True
     #: C_b when none is given (MATCHA's is 0.5).
     default_budget = 1.0
-
-    @property
-    def mixing_weights(self) -> list[float]:
-        """``a`` of each graph."""
-        return [plan.weight for plan in self.plans]
 
     def __init__(
         self,

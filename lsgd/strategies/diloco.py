@@ -12,15 +12,10 @@ Every worker holds an identical copy of the global parameters ``θ_g``. Every
     θ   <- θ_g                         (on every worker)
 
 with ``lr_out = outer_lr`` (0.7) and ``μ = outer_momentum`` (0.9, the paper's
-values); ``outer_lr=1, outer_momentum=0`` is local SGD. Communicated per
-round: one all-reduce of the state (BatchNorm statistics ride in it and are
-simply averaged). Overlapped, fragmented and compressed rounds:
-:mod:`lsgd.strategies.averaging` (Streaming DiLoCo,
-https://arxiv.org/abs/2501.18512). Diverged workers: the mean is redone over
-the healthy workers, and a diverged worker is reset to the new ``θ_g``.
-Eager outer steps (``outer="eager"``, each worker steps at once on its own
-pseudo-gradient and the last round's mean, whose all-reduce spans a period):
-:mod:`lsgd.strategies.eager`.
+values). Communicated per round: one all-reduce of the state. Hidden rounds:
+:mod:`lsgd.strategies.averaging`; eager outer steps: :mod:`lsgd.strategies.eager`.
+Diverged workers: the mean is redone over the healthy workers, and a diverged
+worker is reset to the new ``θ_g``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """DiLoCo's eager outer steps (Kale et al. 2025, "Eager Updates For Overlapped
 Communication and Computation in DiLoCo", https://arxiv.org/abs/2502.12996;
-docs/algorithms.md, "DiLoCo with eager outer steps").
+docs/algorithms.md, "DiLoCo with eager outer steps", gives the rule in full).
 
 With ``outer="eager"`` the all-reduce of round ``t`` runs behind the whole next
-inner phase: it starts at round ``t`` and lands right before round ``t + 1``'s
-outer step. At round ``t`` (one part's round with fragments) worker ``m``, one of
-``M``, with ``θ_g^m`` its own copy of the global parameters and ``x^m`` its state::
+inner phase. At round ``t`` worker ``m`` of ``M``, with ``θ_g^m`` its own copy of the
+global parameters and ``x^m`` its state::
 
     Δ_t^m = θ_g^m - x^m                              its own pseudo-gradient
     start the all-reduce (mean) of Δ_t^m             lands at round t + 1 as Δ̄_t
@@ -13,22 +12,10 @@ outer step. At round ``t`` (one part's round with fragments) worker ``m``, one o
     θ_g^m <- OuterNesterov(θ_g^m, grad = Δ̂)           torch.optim.SGD(nesterov)
     x^m   <- θ_g^m
 
-At the first round ``Δ̄_0 = 0`` and ``Δ_0^m = 0``, so ``Δ̂ = Δ_1^m / M``. The mean
-that lands is not applied a second time: it only enters the next ``Δ̂``. Since each
-worker steps with its own ``Δ_t^m``, the workers' ``θ_g^m`` differ slightly.
-
 Communicated per round: the all-reduce of ``Δ_t^m`` (the parameters' size; the
-BatchNorm statistics are averaged apart, blocking, as in every hidden round). It is
-already a difference, so compressed rounds send it as it is (the worker's own
-``θ_g^m`` is the reference of ``r - x``); with error feedback the worker adds what the
-codec lost of its last message. With replicas of several processes each process
-applies the rule to its share of each part.
-
-Diverged workers: a landed mean that is not finite is redone over the healthy
-workers (every value of ``x``, ``θ_g``, ``Δ_{t-1}`` and the outer momentum finite):
-``Δ̄_{t-1}`` becomes the healthy workers' mean of their ``Δ_{t-1}``, and a diverged
-worker takes the healthy workers' mean ``θ_g``, ``Δ_{t-1}`` and outer momentum and is
-reset to that ``θ_g``.
+BatchNorm statistics are averaged apart, blocking), sent as it is when compressed.
+A landed mean that is not finite is redone over the healthy workers, and a
+diverged worker takes their mean ``θ_g``, ``Δ_{t-1}`` and outer momentum.
 """
 
 from __future__ import annotations

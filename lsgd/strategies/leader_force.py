@@ -1,40 +1,23 @@
 """The leader's force on the averaging methods (DiLoCo, local SGD): their centralized
 analogue of AL-DSGD's corrective force toward the best worker (docs/algorithms.md,
-"The leader's force on averaging methods").
+"The leader's force on averaging methods", gives the rules in full).
 
-At every round each worker's score (the mean of its last :data:`WINDOW` training
-losses, ``+inf`` when its state is not finite) is all-gathered and the leader ``L``
-is elected as LSGD elects (:class:`~lsgd.strategies.election.Election`,
-:func:`lsgd.functional.elect`): the lowest finite score, ties to the lowest rank;
-a diverged worker is never elected. Then, with ``M`` workers (replicas):
+At every round the workers' scores (the mean of the last :data:`WINDOW` training
+losses, ``+inf`` when the state is not finite) are all-gathered and the leader ``L``
+elected as LSGD elects: the lowest finite score, ties to the lowest rank. With ``M``
+workers (replicas):
 
-* ``leader="weights"``: the round's mean is weighted toward the leader::
-
-      θ̄ = (Σ_m x_m + c x_L) / (M + c)          c = leader_weight
-
-  Each worker multiplies what it sends by ``w = (1 + c)/(M + c)`` (the leader) or
-  ``1/(M + c)`` (the others) and the round sums instead of averaging; compressed,
-  the message ``r - x`` is weighted the same way (``Σ w_m = 1``, so the decoded sum
-  is ``r - θ̄``), and with error feedback the residual is what the codec lost of the
-  weighted message. No leader (no finite score): ``w = 1/M``, the plain mean.
+* ``leader="weights"``: the round's mean is ``θ̄ = (Σ_m x_m + c x_L) / (M + c)``,
+  ``c = leader_weight``: each worker weights what it sends and the round sums.
   Communicated: the score all-gather (8 bytes per worker), nothing else.
+* ``leader="pull"``: after the method's rule, ``θ_g <- θ_g + λ (x_L - θ_g)``,
+  ``λ = leader_pull``, toward the leader's state at the round's start.
+  Communicated: the score all-gather and one broadcast of the leader's state (its
+  part with fragments; compressed, ``x_L - r`` for the shared reference ``r``).
 
-* ``leader="pull"``: after the method's rule (DiLoCo's outer step, local SGD's
-  average) the new global state moves toward the leader's state as it was when
-  the round started::
-
-      θ_g <- θ_g + λ (x_L - θ_g)                λ = leader_pull
-
-  Communicated: the score all-gather and one broadcast of the leader's state (or
-  its part with fragments; compressed, ``x_L - r`` for the shared reference ``r``,
-  so that every worker decodes the same ``x_L``), counted in the strategy's
-  traffic. No leader: no broadcast and no pull.
-
-Both apply on a healthy round only: a round whose mean is not finite takes the
-plain rule over the healthy workers (:meth:`~lsgd.strategies.averaging.Averaging._recover`).
-With replicas of several processes each process sends and pulls its share
-(``comm.across``) like the round's mean. Elastic, asynchronous and hierarchical
-rounds are refused.
+Both apply on a healthy round only (a round whose mean is not finite takes the plain
+rule over the healthy workers); elastic, asynchronous and hierarchical rounds are
+refused.
 """
 
 from __future__ import annotations

@@ -4,26 +4,16 @@ single-leader and multi-leader, synchronous and asynchronous.
 
 Each worker runs its own optimizer and is pulled toward the *leader* (lowest
 recent training loss), never toward an average (docs/algorithms.md, "LSGD,
-synchronous"):
-
-1. every local step, after the optimizer step, toward the leaders of the last
-   round (stale leaders are fine, Theorem 2)::
-
-       x <- x - (scope / period) (x - leader_local) - (scope_global / global_period) (x - leader_global)
-
-2. every ``period`` steps (a local round): elect the leader of each group,
-   broadcast its state inside the group, ``x <- x - pull (x - leader_local)``
-   (``pull_decay_rounds=R``: the level's round r pulls ``pull + (1 - pull)
-   max(0, 1 - r/R)``, :mod:`lsgd.strategies.pull_decay`);
-3. every ``global_period`` steps (a global round): the same among all workers.
-
-The local round goes first when both fall on one step; a leader takes no pull.
-Communicated per round: one all-gather of the scores (one serves both levels
-when both are due) and one broadcast of the leader's state, nothing else.
-Diverged workers (a NaN or infinite score or state) are never elected and copy
-the leader instead of pulling. Overlapped, fragmented and compressed rounds and
-the early election: docs/algorithms.md, "LSGD's hidden round: the early
-election and fragments"; asynchronous rounds: "LSGD, asynchronous".
+synchronous", gives the rule in full): every local step a scope pull of
+``scope / period`` toward the leaders of the last round; every ``period`` steps a
+local round (elect each group's leader, broadcast its state inside the group,
+``x <- x - pull (x - leader_local)``, :mod:`lsgd.strategies.pull_decay` with
+``pull_decay_rounds``); every ``global_period`` steps the same among all workers.
+Communicated per round: one all-gather of the scores and one broadcast of the
+leader's state, nothing else. Diverged workers are never elected and copy the
+leader instead of pulling. Hidden rounds and the early election: docs/algorithms.md,
+"LSGD's hidden round: the early election and fragments"; asynchronous rounds:
+"LSGD, asynchronous".
 """
 
 from __future__ import annotations

@@ -53,8 +53,6 @@ class Task(ABC):
     kind: str = ""
     #: The headline figure of the center: ``"accuracy"`` (higher is better) or ``"loss"``.
     metric: str = "accuracy"
-    #: What the evaluation set is called in messages: test set, validation set.
-    eval_set: str = "test set"
     #: Batches per epoch of one worker (its shard once through).
     steps_per_epoch: int
 

@@ -27,7 +27,6 @@ class ImageClassification(Task):
 
     kind = "classification"
     metric = "accuracy"
-    eval_set = "test set"
 
     def __init__(self, data: datasets.Dataset | datasets.ImageFolder, *, dataset: str,
                  model: str, augment_preset: str = "auto", batch_size: int = 128,

@@ -34,7 +34,6 @@ class LanguageModelling(Task):
 
     kind = "language"
     metric = "loss"
-    eval_set = "validation set"
 
     def __init__(self, data: TextData, *, model: str = "gpt", context: int = 128,
                  layers: int = 4, width: int = 128, heads: int = 4, batch_size: int = 16,

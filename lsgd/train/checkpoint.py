@@ -6,21 +6,14 @@ Layout of a run's ``checkpoints/`` folder::
     step-00000400/...
     progress            the last step rank 0 finished (to count steps redone)
 
-A checkpoint ``step-N/`` holds worker R's model, optimizer and strategy state,
-its data position, its random states, the schedule and (rank 0) the metrics so
-far in ``rank-R.pt``. Every worker writes its own file atomically (a temporary
-file, then a rename) and computes its SHA-256; the digests are gathered (one
-small all-gather, which is also the barrier) and rank 0 writes ``meta.json``
-with them, the step, the world size, the method and the model. Only then is
-the checkpoint *complete*; rank 0 then deletes all but the two newest complete
-checkpoints. A kill at any moment therefore leaves the previous complete
-checkpoint untouched: a half-written one has no ``meta.json`` and is ignored.
-
-Loading (``--resume``, or a restart by torchrun) takes the newest checkpoint
-whose files all exist and match their digests on every worker (agreed with one
-all-gather); a truncated or corrupt newer one is skipped with a warning. Files
-are read with ``torch.load(weights_only=True)``: tensors and plain values only,
-so a checkpoint never runs code; a file that holds anything else is refused.
+Every worker writes its own ``rank-R.pt`` atomically (a temporary file, then a
+rename) and computes its SHA-256; the digests are gathered (one small all-gather,
+which is also the barrier) and only then does rank 0 write ``meta.json``, which
+makes the checkpoint *complete*; rank 0 then deletes all but the two newest.
+Loading takes the newest checkpoint whose files all exist and match their digests
+on every worker (agreed with one all-gather), read with
+``torch.load(weights_only=True)`` so that a checkpoint never runs code
+(docs/reliability.md, "Checkpoints are data, kept twice and verified").
 """
 
 from __future__ import annotations

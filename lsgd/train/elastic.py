@@ -4,24 +4,13 @@ Each node (``--groups`` of them, or one per worker) is a torchft replica
 group started by an elastic agent of its own
 (:func:`lsgd.launcher.elastic.launch_elastic`), every worker with an
 :class:`~lsgd.comm.elastic.ElasticCommunicator`; the strategy's rounds among
-all workers are the quorum points (:mod:`lsgd.strategies.elastic`). Everything the workers decide
-together is decided inside a round, among its members, right after the
-method's rule (``Strategy.on_round``):
-
-* **the clock and the budgets**: the members all-gather their training
-  seconds (``"control"`` traffic) and take the largest; the run stops at the
-  first round where the step count (the same on every member) or that clock
-  reaches its budget (:class:`~lsgd.train.clock.Pace`'s budgets);
-* **evaluations**, at the first round where ``--eval-every`` is due: the
-  center (``Strategy.center()``), each member on its slice of the test set
-  (:meth:`~lsgd.train.loop.WorkerLoop.evaluate`); every member keeps the row;
-* **who writes**: the member with the lowest slot writes ``metrics.csv`` and,
-  at the end, ``summary.json`` and the figures.
-
-A joining worker receives with the strategy's state the run's own (its rows,
-training seconds, next evaluation, learning-rate schedule), so it continues
-the run where the others are. Worker ``r`` reads its shard of each epoch,
-the batch chosen by its step count. No checkpoint is written or read.
+all workers are the quorum points (:mod:`lsgd.strategies.elastic`). What the
+workers decide together is decided inside a round, among its members, right
+after the method's rule (``Strategy.on_round``): the clock and the budgets (the
+members' largest training seconds, all-gathered as ``"control"`` traffic), the
+evaluations of the center, and who writes (the member with the lowest slot).
+A joining worker receives the run's own state with the strategy's; no
+checkpoint is written or read (docs/reliability.md, "Survivors keep training").
 
 Faults: ``--fault`` (:mod:`lsgd.train.faults`, each once per run), and, for
 benchmarks, on a worker's first attempt only, :func:`elastic_worker`'s

@@ -1,31 +1,18 @@
 """``lsgd train --fault SPEC`` (repeatable): faults injected into a run, and their log.
 
-Each kind has its own fields; STEP is a worker's step, or ``@S`` for its first
-step after S seconds of training (the run's training clock, which a restart
-continues from its checkpoint and a heal from a live worker; what ``--chaos``
-draws); SECOND counts wall seconds from the run's first training step:
-
-* ``kill:RANK:STEP``: the worker SIGKILLs itself before that step.
-* ``nan:RANK:STEP``: its loss becomes NaN at that step (so do its gradients
-  and, after the optimizer step, its state).
-* ``segv:RANK:STEP``: a real crash by signal (SIGSEGV, the default action:
-  the process dies as a segmentation fault would end it).
-* ``stop:RANK:STEP:SECONDS``: the worker is stopped (SIGSTOP) for SECONDS, a
-  hung process; a helper process it starts first sends SIGCONT.
-* ``kill-node:NODE:STEP``: every worker of node NODE SIGKILLs itself.
-* ``corrupt-checkpoint:STEP``: worker 0 truncates the newest complete
-  checkpoint's files, then SIGKILLs itself: the restart falls back to the older
-  of the two kept (restartable runs; elastic runs keep no checkpoint).
-* ``link-down:NODE:SECOND:SECONDS``: node NODE's link down (shaped links).
-* ``slow:NODE:SECOND:RATE:SECONDS``: node NODE's link at RATE for SECONDS.
+The kinds and their fields (:data:`FIELDS`; docs/reliability.md, "Faults at
+random", says what each does): ``kill:RANK:STEP``, ``nan:RANK:STEP``,
+``segv:RANK:STEP``, ``stop:RANK:STEP:SECONDS``, ``kill-node:NODE:STEP``,
+``corrupt-checkpoint:STEP``, ``link-down:NODE:SECOND:SECONDS`` and
+``slow:NODE:SECOND:RATE:SECONDS``. STEP is a worker's step, or ``@S`` for its first
+step after S seconds of the run's training clock; SECOND counts wall seconds from
+the run's first training step.
 
 Every fault fires once per run: the worker (or the link injector,
 :mod:`lsgd.train.injector`) appends it to the run folder's ``faults.jsonl``
 before it strikes, so a restarted worker, which reads the log, does not fire it
-again, and a crashed one has already said what hit it. The run's answers
-(restart, fell back to an older checkpoint, heal, reset) are appended to the
-same log by the workers that make them; :func:`write_table` turns it into
-``faults.csv`` at the end.
+again. The run's answers (restart, fall-back, heal, reset) are appended to the
+same log; :func:`write_table` turns it into ``faults.csv`` at the end.
 """
 
 from __future__ import annotations
