@@ -39,7 +39,7 @@ def launch_local(
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     threads = threads_for(world_size, threads_per_worker)
-    method = start_method(threads)
+    method = start_method(threads, max_restarts)
     before_start(method, fn)
     config = LaunchConfig(
         min_nodes=1,

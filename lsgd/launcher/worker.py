@@ -101,7 +101,7 @@ def _thread_count() -> int | None:
         return None
 
 
-def start_method(threads: int) -> str:
+def start_method(threads: int, restarts: int = 0) -> str:
     """How worker processes are started: ``"fork"``, ``"forkserver"`` or ``"spawn"``.
 
     * ``fork`` (the quickest: a worker starts in milliseconds, shares what the
@@ -109,8 +109,12 @@ def start_method(threads: int) -> str:
       leaves without tearing the interpreter down), only where it is safe: on
       Linux, without CUDA (a CUDA context cannot be forked), one intra-op thread
       per worker (a child of a process that has used GNU OpenMP's pool hangs in
-      its first parallel region), and from a process that vouched for itself
-      (:func:`vouch_for_fork`) and has started no thread since. A thread that
+      its first parallel region), from a process that vouched for itself
+      (:func:`vouch_for_fork`) and has started no thread since, and for a launch
+      of no ``restarts``: a restart forks again, from an agent whose rendezvous
+      keep-alive and store threads run by then (a restarted worker forked so hung
+      before it published its address, and the restart failed after the store's
+      timeout). A thread that
       holds a lock at the moment of the fork (the C library's resolver lock,
       the allocator's) leaves the forked worker waiting for it forever, and
       libraries whose threads were busy (OpenMP, autograd) can crash in the
@@ -135,7 +139,7 @@ def start_method(threads: int) -> str:
 
     import torch
 
-    if (threads == 1 and _vouched is not None and _thread_count() == _vouched
+    if (threads == 1 and restarts == 0 and _vouched is not None and _thread_count() == _vouched
             and threading.active_count() == 1 and not torch.cuda.is_available()):
         return "fork"
     return "forkserver"
