@@ -219,7 +219,9 @@ def test_a_hung_worker_is_left_behind_and_healed_when_it_returns(tmp_path: Path)
         assert all(b > a for a, b in zip(taken, taken[1:]))  # never back
     hung = _steps(records[0])
     assert records[0]["heals"] >= 1 and records[0]["join_bytes"] > 0
-    assert max(b - a for a, b in zip(hung, hung[1:])) > PERIOD  # the heal moved it forward
+    # The heal moved it forward, past the steps the others took while it slept (how many
+    # depends on the machine's load).
+    assert max(b - a for a, b in zip(hung, hung[1:])) > 1
 
 
 @needs_torchft

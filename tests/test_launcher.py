@@ -32,7 +32,7 @@ def test_fork_only_from_a_process_that_vouched_for_itself_and_started_no_thread(
         "print(start_method(1))\n"                      # not vouched: a fork server
         "vouch_for_fork()\n"
         "print(start_method(1), start_method(2))\n"     # one thread per worker only
-        "print(start_method(1, restarts=1))\n"          # a restart forks from the agent
+        "print(start_method(1, by_agent=True))\n"       # never from torch's agent
         "t = threading.Thread(target=time.sleep, args=(1,)); t.start()\n"
         "print(start_method(1))\n"                      # a thread started since
         "t.join()\n")

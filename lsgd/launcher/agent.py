@@ -55,7 +55,7 @@ def run_node(job: dict[str, Any], node: int, result_path: str) -> int:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
-    method = start_method(threads, job["max_restarts"])
+    method = start_method(threads, by_agent=True)
     before_start(method, job["fn"])
     config = LaunchConfig(
         min_nodes=job["nodes"],

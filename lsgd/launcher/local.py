@@ -39,7 +39,7 @@ def launch_local(
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     threads = threads_for(world_size, threads_per_worker)
-    method = start_method(threads, max_restarts)
+    method = start_method(threads, by_agent=True)
     before_start(method, fn)
     config = LaunchConfig(
         min_nodes=1,

@@ -101,29 +101,27 @@ def _thread_count() -> int | None:
         return None
 
 
-def start_method(threads: int, restarts: int = 0) -> str:
-    """How worker processes are started: ``"fork"``, ``"forkserver"`` or ``"spawn"``.
+def start_method(threads: int, by_agent: bool = False) -> str:
+    """How processes are started: ``"fork"``, ``"forkserver"`` or ``"spawn"``.
 
-    * ``fork`` (the quickest: a worker starts in milliseconds, shares what the
-      launcher imported and read, the dataset ``lsgd train`` checked, and
-      leaves without tearing the interpreter down), only where it is safe: on
-      Linux, without CUDA (a CUDA context cannot be forked), one intra-op thread
-      per worker (a child of a process that has used GNU OpenMP's pool hangs in
-      its first parallel region), from a process that vouched for itself
-      (:func:`vouch_for_fork`) and has started no thread since, and for a launch
-      of no ``restarts``: a restart forks again, from an agent whose rendezvous
-      keep-alive and store threads run by then (a restarted worker forked so hung
-      before it published its address, and the restart failed after the store's
-      timeout). A thread that
-      holds a lock at the moment of the fork (the C library's resolver lock,
-      the allocator's) leaves the forked worker waiting for it forever, and
-      libraries whose threads were busy (OpenMP, autograd) can crash in the
-      child; a long-lived process that has trained in threads (a notebook, a
-      test session) is no place to fork from.
-    * ``forkserver`` elsewhere on Linux: workers are forked from a server
+    * ``fork`` (the quickest: a process starts in milliseconds, shares what the
+      launcher imported and read, and leaves without tearing the interpreter
+      down), only where it is safe: on Linux, without CUDA (a CUDA context cannot
+      be forked), one intra-op thread per worker (a child of a process that has
+      used GNU OpenMP's pool hangs in its first parallel region), from a process
+      that vouched for itself (:func:`vouch_for_fork`) and has started no thread
+      since, and not ``by_agent``. A thread that holds a lock at the moment of the
+      fork (the C library's resolver lock, the allocator's) leaves the child
+      waiting for it forever. torch's elastic agent, which starts the workers,
+      runs its rendezvous keep-alive and store threads by then: workers it forked
+      hung before they published their address, under load (a restart that failed
+      after the store's timeout, a run that never started). So workers are never
+      forked from the agent; the agents of shaped nodes are forked from the
+      launcher where this allows.
+    * ``forkserver`` elsewhere on Linux: processes are forked from a server
       process that does nothing but import torch and the workers' modules once
       (:func:`prepare_forkserver`) and serves every later launch of this process.
-    * ``spawn`` on other systems: a fresh interpreter per worker.
+    * ``spawn`` on other systems: a fresh interpreter per process.
 
     ``LSGD_START_METHOD`` (one of the three) overrides the choice.
     """
@@ -139,7 +137,7 @@ def start_method(threads: int, restarts: int = 0) -> str:
 
     import torch
 
-    if (threads == 1 and restarts == 0 and _vouched is not None and _thread_count() == _vouched
+    if (threads == 1 and not by_agent and _vouched is not None and _thread_count() == _vouched
             and threading.active_count() == 1 and not torch.cuda.is_available()):
         return "fork"
     return "forkserver"
