@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.launcher.worker import (before_start, failure_lines, process_main,
-                                  quiet_elastic_agent, start_method, vouch_for_fork)
+                                  quiet_elastic_agent, start_method)
 from lsgd.links.netns import node_address
 
 
@@ -39,7 +39,6 @@ def _load_main(path: str | None) -> None:
 
 def main(payload_path: str, node: int, result_path: str) -> int:
     """The agent started as ``python -m lsgd.launcher.agent``: load the job, run it."""
-    vouch_for_fork()  # a fresh interpreter that runs nothing but this agent
     payload = pickle.loads(Path(payload_path).read_bytes())
     _load_main(payload["main_path"])
     return run_node(pickle.loads(payload["job"]), node, result_path)

@@ -87,9 +87,9 @@ _vouched: int | None = None
 
 
 def vouch_for_fork() -> None:
-    """Declare this process fit to fork workers from: it runs no torch thread pool and
-    no thread of its own, and starts none before it launches (``lsgd train`` does
-    this, having set torch to one thread; so does a node's agent)."""
+    """Declare this process fit to fork shaped nodes' agents from: it runs no torch
+    thread pool and no thread of its own, and starts none before it launches
+    (``lsgd train`` does this, having set torch to one thread)."""
     global _vouched
     _vouched = _thread_count()
 
