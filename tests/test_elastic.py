@@ -105,6 +105,24 @@ def test_bad_slots(kwargs: dict[str, Any], message: str) -> None:
         ElasticCommunicator(lighthouse="http://127.0.0.1:1", **kwargs)
 
 
+@needs_torchft
+def test_a_lighthouse_that_never_answered_stops_the_worker_with_lighthouse_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchft's manager could not reach the lighthouse at start (it died before this
+    worker connected, or its address is wrong): the same clear error as in a round."""
+    import torchft.manager
+
+    from lsgd.comm.elastic import ElasticCommunicator, LighthouseLost
+
+    def unreachable(**_: Any) -> None:
+        raise RuntimeError("failed to connect to http://127.0.0.1:1 within timeout of 60s")
+
+    monkeypatch.setattr(torchft.manager, "Manager", unreachable)
+    with pytest.raises(LighthouseLost, match=r"lighthouse at http://127.0.0.1:1 does not answer"
+                       r".*failed to connect"):
+        ElasticCommunicator(0, 2, lighthouse="http://127.0.0.1:1")
+
+
 # -- real processes ----------------------------------------------------------------
 
 def _job(method: str, faults: list[tuple[Any, ...]], tmp: Path, *, restarts: int = 1,

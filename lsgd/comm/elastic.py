@@ -127,16 +127,21 @@ class ElasticCommunicator(Communicator):
         self.heals = 0
         self.heal_seconds = 0.0
         self.failed_rounds = 0
-        self.manager = Manager(
-            pg=self._pg, min_replica_size=min_members, use_async_quorum=False,
-            load_state_dict=self._on_heal, state_dict=self._on_send,
-            replica_id=f"lsgd{slot}", store_addr=store_addr, store_port=store_port,
-            rank=local_rank, world_size=per_node, lighthouse_addr=lighthouse, hostname=address,
-            # heals over the process group of the quorum: no HTTP server of the whole state
-            checkpoint_transport=PGTransport(
-                self._pg, timeout=patience, device=torch.device("cpu")),
-            timeout=patience, quorum_timeout=datetime.timedelta(seconds=quorum_timeout),
-            connect_timeout=datetime.timedelta(seconds=60), init_sync=False)
+        try:
+            self.manager = Manager(
+                pg=self._pg, min_replica_size=min_members, use_async_quorum=False,
+                load_state_dict=self._on_heal, state_dict=self._on_send,
+                replica_id=f"lsgd{slot}", store_addr=store_addr, store_port=store_port,
+                rank=local_rank, world_size=per_node, lighthouse_addr=lighthouse, hostname=address,
+                # heals over the process group of the quorum: no HTTP server of the whole state
+                checkpoint_transport=PGTransport(
+                    self._pg, timeout=patience, device=torch.device("cpu")),
+                timeout=patience, quorum_timeout=datetime.timedelta(seconds=quorum_timeout),
+                connect_timeout=datetime.timedelta(seconds=60), init_sync=False)
+        except RuntimeError as exc:  # torchft's manager could not reach the lighthouse
+            if answers(lighthouse):
+                raise
+            raise self._lost(exc) from None
 
     # -- what a healed worker receives ------------------------------------
     def add_state(self, name: str, save: Callable[[], Any], load: Callable[[Any], None]) -> None:
@@ -154,6 +159,13 @@ class ElasticCommunicator(Communicator):
             load(state[name])
         self.healed = True
         self.heals += 1
+
+    def _lost(self, error: object) -> LighthouseLost:
+        return LighthouseLost(
+            f"worker {self.rank}: the lighthouse at {self._lighthouse} does not answer "
+            f"(stopped, or its node is down): {error}. Every round forms there, so "
+            "elastic training cannot go on without it: start the run again, "
+            "lighthouse included")
 
     # -- rounds -----------------------------------------------------------
     def begin_round(self) -> None:
@@ -173,11 +185,7 @@ class ElasticCommunicator(Communicator):
         error = self._node_agrees(error)
         if error is not None:
             if not answers(self._lighthouse):
-                raise LighthouseLost(
-                    f"worker {self.rank}: the lighthouse at {self._lighthouse} does not answer "
-                    f"(stopped, or its node is down): {error}. Every round forms there, so "
-                    "elastic training cannot go on without it: start the run again, "
-                    "lighthouse included") from None
+                raise self._lost(error) from None
             raise RoundFailed(f"worker {self.rank}: the quorum failed: {error}")
         ranks = list(getattr(self._pg, "_global_ranks", None) or [])  # node * per_node + k
         nodes = [r // self.per_node for r in ranks]
