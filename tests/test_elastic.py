@@ -205,7 +205,11 @@ def test_lsgd_survives_its_leader_and_then_another_worker(tmp_path: Path) -> Non
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_diloco_survives_a_kill_and_every_copy_of_the_global_state_agrees(tmp_path: Path) -> None:
-    records = _job("diloco", [("kill", 1, 44)], tmp_path)
+    """Worker 1 dies before step 44; three nodes behind 100 Mbit/s links with the
+    lighthouse in node 0's namespace (on one network where links cannot be shaped
+    here; LSGD on shaped elastic nodes: tests/test_link_faults.py)."""
+    records = _job("diloco", [("kill", 1, 44)], tmp_path,
+                   link="100mbit" if SHAPING is None else None)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["restarts"] >= 1 and summary["heals"] >= 1  # worker 1's, at least
     assert summary["steps_redone"] == 0 and summary["members_at_end"] == SLOTS
@@ -221,25 +225,26 @@ def test_diloco_survives_a_kill_and_every_copy_of_the_global_state_agrees(tmp_pa
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_hung_worker_is_left_behind_and_healed_when_it_returns(tmp_path: Path) -> None:
-    """Worker 0 sleeps 2 s at step 20 (its heartbeats go on): after the lighthouse's
+    """Worker 0 sleeps 4 s at step 20 (its heartbeats go on): after the lighthouse's
     join timeout (0.5 s) the others go on without it; when it wakes it is behind,
     is healed from a live peer at its next round and jumps to the job's step.
     Worker 2 sleeps 2 s three steps before the end: the others end the run without
     it, and its own last round, alone, after they left, does not overwrite their
     record (it did: the run's end then showed one worker's model as the center)."""
     steps = 2000
-    records = _job("local-sgd", [("hang", 0, 20, 2.0), ("hang", 2, steps - 3, 2.0)], tmp_path,
+    records = _job("local-sgd", [("hang", 0, 20, 4.0), ("hang", 2, steps - 3, 2.0)], tmp_path,
                    restarts=0, join_timeout=0.5, steps=steps, late=(2,))
-    assert [r["writer"] for r in records] == [True, False, False]
+    seen = [{k: r[k] for k in ("slot", "writer", "heals", "join_bytes")} for r in records]
+    assert [r["writer"] for r in records] == [True, False, False], seen
     for record in records:
         taken = _steps(record)
         assert record["attempt"] == 0 and taken[-1] == steps
         assert all(b > a for a, b in zip(taken, taken[1:]))  # never back
     hung = _steps(records[0])
-    assert records[0]["heals"] >= 1 and records[0]["join_bytes"] > 0
+    assert records[0]["heals"] >= 1 and records[0]["join_bytes"] > 0, seen
     # The heal moved it forward, past the steps the others took while it slept (how many
     # depends on the machine's load).
-    assert max(b - a for a, b in zip(hung, hung[1:])) > 1
+    assert max(b - a for a, b in zip(hung, hung[1:])) > 1, (seen, hung[:40])
 
 
 @needs_torchft
@@ -250,18 +255,6 @@ def test_easgd_survives_a_kill_and_the_joiner_takes_the_center(tmp_path: Path) -
     _survivor_checks(records, [1, 2])
     _rejoined_checks(records[0], 36)
     assert records[1]["accuracy"] > 0.8
-
-
-@needs_torchft
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-@pytest.mark.skipif(SHAPING is not None, reason=f"no shaped links here: {SHAPING}")
-def test_on_shaped_links_diloco_survives_a_kill(tmp_path: Path) -> None:
-    """Three nodes behind 100 Mbit/s links, the lighthouse in node 0's namespace (LSGD
-    on shaped elastic nodes: tests/test_link_faults.py, a link down for 10 s)."""
-    records = _job("diloco", [("kill", 1, 44)], tmp_path, link="100mbit")
-    _survivor_checks(records, [0, 2])
-    _rejoined_checks(records[1], 44)
 
 
 @needs_torchft
