@@ -346,6 +346,11 @@ def test_equal_tokens_quick_compares_losses_and_bytes_with_all_reduce(tmp_path: 
         assert rows[label][2] < 5.0  # all of them learned (from 5.55)
     again = equal_tokens.run(tmp_path, True, {"reuse": "only"})
     assert again.rows == result.rows
+    # the DiLoCo screen shares the runs of the settings both hold (all-reduce's here)
+    screen = equal_tokens.run_screen(tmp_path, True, {"variants": ["diloco, lr 0.002"]})
+    assert [row[0] for row in screen.rows] == ["allreduce", "diloco, lr 0.002"]
+    assert screen.rows[0][1:] == rows["allreduce"][1:] and screen.title == result.title
+    assert screen.rows[1][5] > 4 and screen.rows[1][2] < 5.3  # rounds every 16 steps; learned
 
 
 @pytest.mark.slow

@@ -61,7 +61,8 @@ def test_lsgd_train_takes_the_tuned_point_of_its_task_and_method() -> None:
 def test_the_studies_run_what_lsgd_train_gives_by_default() -> None:
     """The documented numbers are what a user gets: each study's pinned point of a method
     holds lsgd train's defaults for the task (the learning rate, the warm-up, the
-    tuned entries), and its text-default DiLoCo is lsgd train's DiLoCo with nothing given."""
+    tuned entries), and the equal-tokens rows of the tuned text defaults are lsgd train's
+    all-reduce, DiLoCo and LSGD with nothing given."""
     for table, task in tuned.STUDY_TASK.items():
         for method, base in quality.BASE[task].items():
             given = {"dataset": "kjv", "model": "gpt"} if table == "text" else {"model": "cnn7"}
@@ -69,9 +70,14 @@ def test_the_studies_run_what_lsgd_train_gives_by_default() -> None:
             for key in ("lr", "warmup_epochs", "outer_lr", "pull"):
                 if key in base:
                     assert getattr(cfg, key) == base[key], (task, method, key)
-    # the equal-tokens benchmark's "diloco, period 16" is lsgd train's DiLoCo on text
+    # the equal-tokens benchmark's tuned rows are lsgd train's all-reduce and DiLoCo on text
     from lsgd.bench import equal_tokens
 
-    bench = make_config(equal_tokens.FULL | equal_tokens.VARIANTS["diloco, period 16"])
-    plain = make_config({"dataset": "kjv", "model": "gpt", "method": "diloco"})
-    assert bench == plain
+    for method, row in (("allreduce", "allreduce, lr 0.002"),
+                        ("diloco", "diloco, period 16, lr 0.002"),
+                        ("lsgd", "lsgd, period 16, lr 0.002")):
+        bench = make_config(equal_tokens.FULL | equal_tokens.VARIANTS[row])
+        plain = make_config({"dataset": "kjv", "model": "gpt", "method": method,
+                             "outer_lr": 0.35})  # DiLoCo's tuned one; all-reduce has none
+        assert bench == plain, method
+    assert make_config({"dataset": "kjv", "model": "gpt", "method": "diloco"}).outer_lr == 0.35

@@ -29,6 +29,7 @@ _RUNNERS = {
     "scaling": ("scaling", "run"),
     "time-to-loss": ("accuracy", "run_text"),
     "equal-tokens": ("equal_tokens", "run"),
+    "diloco-screen": ("equal_tokens", "run_screen"),
     "volume": ("volume", "run"),
     "overhead": ("overhead", "run"),
     "stragglers": ("stragglers", "run"),

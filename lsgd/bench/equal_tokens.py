@@ -9,7 +9,9 @@ model at equal tokens", gives the settings). Reported: the center's validation l
 the end (each seed, their mean), its difference from all-reduce's mean in percent, the
 MB each worker sent, and how many times fewer bytes than all-reduce. The variants are
 the periodic methods that send 100x fewer bytes than all-reduce (rounds every 32 steps
-as int8). The quick mode: a one-block GPT, 64 steps, one seed, three variants.
+as int8), and lsgd train's tuned text defaults. ``lsgd bench diloco-screen`` is the
+screen those defaults came from (:data:`SCREEN`, one seed). The quick mode: a one-block
+GPT, 64 steps, one seed, three variants.
 """
 
 from __future__ import annotations
@@ -34,8 +36,39 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "diloco, period 16": {"method": "diloco"},
     "diloco, period 32, int8, leader weights": {"method": "diloco", "period": 32,
                                                 "compress": "int8", "leader": "weights"},
+    # lsgd train's tuned text defaults (lsgd/train/tuned.py), and LSGD's untuned one
+    "allreduce, lr 0.002": {"method": "allreduce", "lr": 0.002},
+    "diloco, period 16, lr 0.002": {"method": "diloco", "lr": 0.002},
+    "lsgd, period 16": {"method": "lsgd"},
+    "lsgd, period 16, lr 0.002": {"method": "lsgd", "lr": 0.002},
 }
 QUICK = ["allreduce", "diloco, period 32, int8", "local-sgd, period 32, int8"]
+#: ``lsgd bench diloco-screen``: DiLoCo at the untuned text defaults (lr 0.001; blocking
+#: float32 rounds every 16 steps, outer Nesterov SGD at lr 0.35 and momentum 0.9), one knob
+#: moved at a time, and all-reduce's learning rate; one seed by default (a screen: the
+#: points worth three seeds, which :data:`VARIANTS` then holds).
+SCREEN: dict[str, dict[str, Any]] = {
+    "allreduce": {"method": "allreduce"},
+    "allreduce, lr 0.0015": {"method": "allreduce", "lr": 0.0015},
+    "allreduce, lr 0.002": {"method": "allreduce", "lr": 0.002},
+    "allreduce, lr 0.003": {"method": "allreduce", "lr": 0.003},
+    "diloco, period 16": {"method": "diloco"},
+    "diloco, outer lr 0.2": {"method": "diloco", "outer_lr": 0.2},
+    "diloco, outer lr 0.7": {"method": "diloco", "outer_lr": 0.7},
+    "diloco, outer momentum 0.5": {"method": "diloco", "outer_momentum": 0.5},
+    "diloco, period 8": {"method": "diloco", "period": 8},
+    "diloco, period 4": {"method": "diloco", "period": 4},
+    "diloco, lr 0.0015": {"method": "diloco", "lr": 0.0015},
+    "diloco, lr 0.002": {"method": "diloco", "lr": 0.002},
+    "diloco, lr 0.003": {"method": "diloco", "lr": 0.003},
+    "diloco, period 8, lr 0.0007": {"method": "diloco", "period": 8, "lr": 0.0007},
+    "diloco, period 8, lr 0.0015": {"method": "diloco", "period": 8, "lr": 0.0015},
+    "diloco, period 8, lr 0.002": {"method": "diloco", "period": 8, "lr": 0.002},
+    "local-sgd, period 16": {"method": "local-sgd"},
+    "local-sgd, period 16, lr 0.002": {"method": "local-sgd", "lr": 0.002},
+    "lsgd, period 16": {"method": "lsgd"},
+    "lsgd, period 16, lr 0.002": {"method": "lsgd", "lr": 0.002},
+}
 #: The GPT and its training: the text defaults at lsgd's default sizes (AdamW, cosine
 #: decay over the run), at time-to-loss's learning rate, warm-up and DiLoCo outer rate.
 FULL = {"dataset": "kjv", "model": "gpt", "lr": 0.001, "warmup_epochs": 0.1, "outer_lr": 0.35}
@@ -59,16 +92,29 @@ def _one(out: Path, label: str, settings: dict[str, Any], steps: int, seed: int,
 
 
 def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
-    seeds = list(range(options.get("seeds") or (1 if quick else 3)))
+    """The periodic methods at 100x fewer bytes against all-reduce, three seeds."""
+    return _compare(out, quick, options, NAME, VARIANTS, QUICK, 3)
+
+
+def run_screen(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    """DiLoCo's settings at the text defaults against all-reduce, one seed (a screen)."""
+    return _compare(out, quick, options, "diloco-screen", SCREEN,
+                    ["allreduce", "diloco, period 16", "diloco, lr 0.002"], 1)
+
+
+def _compare(out: Path, quick: bool, options: dict[str, Any], name: str,
+             table: dict[str, dict[str, Any]], quick_variants: list[str],
+             default_seeds: int) -> Result:
+    seeds = list(range(options.get("seeds") or (1 if quick else default_seeds)))
     steps = 64 if quick else STEPS
-    chosen = options.get("variants") or (QUICK if quick else list(VARIANTS))
-    unknown = [v for v in chosen if v not in VARIANTS]
+    chosen = options.get("variants") or (quick_variants if quick else list(table))
+    unknown = [v for v in chosen if v not in table]
     if unknown:
-        raise UsageError(f"equal-tokens: unknown variant(s) {unknown}; choose from "
-                         f"{', '.join(VARIANTS)}")
-    reference = next(iter(VARIANTS))
+        raise UsageError(f"{name}: unknown variant(s) {unknown}; choose from "
+                         f"{', '.join(table)}")
+    reference = next(iter(table))
     chosen = [reference] + [v for v in chosen if v != reference]
-    calls = [(out, label, VARIANTS[label], steps, seed, quick, options.get("reuse") or False)
+    calls = [(out, label, table[label], steps, seed, quick, options.get("reuse") or False)
              for seed in seeds for label in chosen]  # interleaved, seed by seed
     results = in_parallel(_one, calls, options.get("jobs") or 1)
     by_label = {label: [r for r, call in zip(results, calls) if call[1] == label]
@@ -89,7 +135,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
              "validation loss at the end (nats per byte, each seed), their mean, its "
              f"difference from {reference}'s mean (%), MB sent per worker (mean), and how "
              "many times fewer bytes than all-reduce."]
-    return Result(NAME, f"Validation loss after {steps} steps (equal tokens) against "
+    return Result(name, f"Validation loss after {steps} steps (equal tokens) against "
                   "all-reduce, and the bytes sent",
                   ["variant", "loss each seed", "mean loss", "vs allreduce %",
                    "MB sent/worker", "x fewer bytes"], rows, notes,

@@ -27,13 +27,13 @@ from lsgd.train.build import UsageError
 #: and CNN7's (SGD with Nesterov momentum, lr 0.05, batch 128; int8 rounds).
 BASE: dict[str, dict[str, dict[str, Any]]] = {
     "language": {
-        "allreduce": {"method": "allreduce", "warmup_epochs": 0.1, "lr": 0.001},
+        "allreduce": {"method": "allreduce", "warmup_epochs": 0.1, "lr": 0.002},
         "diloco": {"method": "diloco", "warmup_epochs": 0.1, "compress": "int8",
-                   "period": 32, "lr": 0.001, "outer_lr": 0.35},
+                   "period": 32, "lr": 0.002, "outer_lr": 0.35},
         "local-sgd": {"method": "local-sgd", "warmup_epochs": 0.1, "compress": "int8",
                       "period": 32, "lr": 0.001},
         "lsgd": {"method": "lsgd", "warmup_epochs": 0.1, "compress": "int8", "period": 32,
-                 "lr": 0.001, "pull": 0.1}},
+                 "lr": 0.002, "pull": 0.1}},
     "cnn7": {
         "allreduce": {"method": "allreduce", "lr": 0.05},
         "diloco": {"method": "diloco", "compress": "int8", "period": 16, "lr": 0.05,

@@ -37,7 +37,8 @@ from lsgd.bench.common import Result, read_result
 #: Benchmarks whose tables come from training runs kept as records.
 TRAINED = {"time-to-accuracy", "twelve-workers", "scaling", "stragglers", "decentralized", "fidelity",
            "aldsgd",
-           "equal-steps", "time-to-loss", "equal-tokens", "replicas", "replicas-time"}
+           "equal-steps", "time-to-loss", "equal-tokens", "diloco-screen", "replicas",
+           "replicas-time"}
 # A table never spans another block's marker (an empty block is left as it is).
 BLOCK = re.compile(r"(<!-- (records|headline|tuning|claims): lsgd bench ([^\n]+?) -->\n)"
                    r"((?:(?!<!-- (?:records|headline|tuning|claims):).)*?)(\n<!-- end \2 -->)",
