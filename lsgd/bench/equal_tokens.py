@@ -45,8 +45,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
 QUICK = ["allreduce", "diloco, period 32, int8", "local-sgd, period 32, int8"]
 #: ``lsgd bench diloco-screen``: DiLoCo at the untuned text defaults (lr 0.001; blocking
 #: float32 rounds every 16 steps, outer Nesterov SGD at lr 0.35 and momentum 0.9), one knob
-#: moved at a time, and all-reduce's learning rate; one seed by default (a screen: the
-#: points worth three seeds, which :data:`VARIANTS` then holds).
+#: moved at a time, and the learning rates of all-reduce, local SGD and LSGD; one seed by
+#: default (a screen: the points worth three seeds, which :data:`VARIANTS` then holds).
 SCREEN: dict[str, dict[str, Any]] = {
     "allreduce": {"method": "allreduce"},
     "allreduce, lr 0.0015": {"method": "allreduce", "lr": 0.0015},
@@ -97,7 +97,8 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
 
 
 def run_screen(out: Path, quick: bool, options: dict[str, Any]) -> Result:
-    """DiLoCo's settings at the text defaults against all-reduce, one seed (a screen)."""
+    """DiLoCo's settings and every method's learning rate at the text defaults against
+    all-reduce, one seed (a screen)."""
     return _compare(out, quick, options, "diloco-screen", SCREEN,
                     ["allreduce", "diloco, period 16", "diloco, lr 0.002"], 1)
 
