@@ -225,7 +225,8 @@ def test_diloco_survives_a_kill_and_every_copy_of_the_global_state_agrees(tmp_pa
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_hung_worker_is_left_behind_and_healed_when_it_returns(tmp_path: Path) -> None:
-    """Worker 0 sleeps 4 s at step 20 (its heartbeats go on): after the lighthouse's
+    """Worker 0 sleeps 4 s at step 20 (or its first step past it, were it healed there at
+    its first round after a late start; its heartbeats go on): after the lighthouse's
     join timeout (0.5 s) the others go on without it; when it wakes it is behind,
     is healed from a live peer at its next round and jumps to the job's step.
     Worker 2 sleeps 2 s three steps before the end: the others end the run without

@@ -126,12 +126,18 @@ class ElasticRun(WorkerLoop):
 
     # -- around each step -------------------------------------------------------
     def before_step(self) -> None:
-        """The faults of ``extra_faults`` due at this step: SIGKILL, or a hang."""
+        """The faults of ``extra_faults`` due by this step: SIGKILL, or a hang. A fault
+        for a rank fires once, at the first step at or past its own (a worker healed
+        past it at its first round, having started late, still gets it); a fault for
+        the leader, at its step only, on whoever leads then."""
         if not self.extra_faults:
             return
         leads = self.strategy.report().leader_rank == self.rank
-        for kind, who, at, *seconds in self.extra_faults:
-            if at == self.steps and who in (self.rank, "leader" if leads else None):
+        for fault in list(self.extra_faults):
+            kind, who, at, *seconds = fault
+            due = at == self.steps if who == "leader" else at <= self.steps
+            if due and who in (self.rank, "leader" if leads else None):
+                self.extra_faults.remove(fault)
                 if kind == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
                 time.sleep(seconds[0] if seconds else 10.0)
