@@ -94,3 +94,29 @@ def test_a_worker_blocked_in_cpp_ends_when_its_agent_stops_it(
     failed, named, seconds = done.stdout.split()[-3:]
     assert (failed, named) == ("failed", "True"), done.stdout + done.stderr[-2000:]
     assert float(seconds) < 20.0, seconds
+
+
+def _hung_at_exit(info: lsgd.WorkerInfo) -> float:
+    import threading
+
+    from lsgd.launcher import worker
+
+    worker.EXIT_GRACE_S = 0.3
+    if info.rank == 0:  # a thread joined at exit that never ends: the teardown would hang
+        threading.Thread(target=threading.Event().wait, name="hang_forever").start()
+    else:  # rank 0 waits in the hand-over meanwhile, past its grace, and is not ended
+        time.sleep(2.0)
+    return time.time()
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_hung_in_its_teardown_is_ended_after_its_grace_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LSGD_LOG_DIR", str(tmp_path))
+    returned = lsgd.launch(_hung_at_exit, 2, timeout=30)
+    notes = list(tmp_path.glob("exit-*.txt"))
+    assert len(notes) == 1, notes  # rank 0 only: rank 1 ended by itself
+    text = notes[0].read_text()
+    assert "still running 0 s after its work was done" in text and "Thread" in text, text
+    # ended only after rank 1 returned: not while it waited for it in the hand-over
+    assert notes[0].stat().st_mtime >= returned[1] - 0.05

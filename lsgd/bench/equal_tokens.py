@@ -41,6 +41,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "diloco, period 16, lr 0.002": {"method": "diloco", "lr": 0.002},
     "lsgd, period 16": {"method": "lsgd"},
     "lsgd, period 16, lr 0.002": {"method": "lsgd", "lr": 0.002},
+    # the quality-per-step forms on the tuned defaults: the leader's force on DiLoCo,
+    # its eager outer steps, LSGD's early valley
+    "diloco, period 16, lr 0.002, leader weights": {"method": "diloco", "lr": 0.002,
+                                                    "leader": "weights"},
+    "diloco, period 16, lr 0.002, leader pull": {"method": "diloco", "lr": 0.002,
+                                                 "leader": "pull"},
+    "diloco, period 16, lr 0.002, eager": {"method": "diloco", "lr": 0.002, "outer": "eager"},
+    "lsgd, period 16, lr 0.002, R=8": {"method": "lsgd", "lr": 0.002, "pull_decay_rounds": 8},
 }
 QUICK = ["allreduce", "diloco, period 32, int8", "local-sgd, period 32, int8"]
 #: ``lsgd bench diloco-screen``: DiLoCo at the untuned text defaults (lr 0.001; blocking

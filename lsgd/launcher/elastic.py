@@ -132,6 +132,12 @@ def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
     except LaunchError as error:
         outcome = {"results": None, "failures": [f"node {slot}: {error}"]}
     Path(path).write_bytes(pickle.dumps(outcome))
+    # The outcome is on disk: end here, as the shaped nodes' agents do, so that no
+    # teardown of torch's interpreter state (its forkserver, its stores' threads) can
+    # keep the launcher waiting on this process.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _lighthouse(namespace: str, port: int, join_timeout: float,

@@ -46,9 +46,75 @@ def _run(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[A
         torch.set_num_threads(int(threads))
     init_from_env(datetime.timedelta(seconds=timeout_s))
     try:
-        return fn(get_communicator().processes.info, *args)
+        result = fn(get_communicator().processes.info, *args)
     finally:
         shutdown()
+    watch_exit(EXIT_GRACE_S)
+    return result
+
+
+#: Seconds a worker may take to end once its result is handed to its agent.
+EXIT_GRACE_S = 30.0
+
+
+def watch_exit(grace_s: float) -> None:
+    """End this process if it has not ended ``grace_s`` seconds after its work was done.
+
+    Call it once the worker's function has returned. The agent waits for every
+    worker process to end, and a worker whose work is done can still hang in the
+    interpreter's teardown (a library's thread that is joined at exit and waits on
+    peers that have gone): its node's agent, and so the run, would wait forever.
+    While the worker's main thread is still in the launcher's hand-over (its result
+    queued, waiting for the node's other workers to finish theirs) it is not
+    hung and the watch waits on. Past the grace anywhere else, the watch writes every
+    thread's stack to stderr (and to ``LSGD_LOG_DIR/exit-PID.txt`` if set) and
+    ends the process with code 0: its result is already with its agent.
+    """
+    import threading
+
+    main = threading.main_thread()
+
+    def handing_over() -> bool:
+        frame = sys._current_frames().get(main.ident or -1)
+        while frame is not None:
+            if frame.f_code.co_name == "_wrap" and "elastic" in frame.f_code.co_filename:
+                return True  # torch's hand-over: the result queued, the node's others awaited
+            frame = frame.f_back
+        return False
+
+    def check() -> None:
+        if handing_over():
+            _arm(check, grace_s)
+            return
+        _dump_and_end(grace_s)
+
+    _arm(check, grace_s)
+
+
+def _arm(check: Callable[[], None], seconds: float) -> None:
+    import threading
+
+    timer = threading.Timer(seconds, check)
+    timer.daemon = True
+    timer.start()
+
+
+def _dump_and_end(grace_s: float) -> None:
+    import faulthandler
+
+    line = (f"lsgd worker (pid {os.getpid()}): still running {grace_s:.0f} s after its work "
+            "was done and its result handed over; ended with code 0. Every thread's stack:")
+    print(line, file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    folder = os.environ.get("LSGD_LOG_DIR")
+    if folder:
+        with contextlib.suppress(OSError), open(
+                os.path.join(folder, f"exit-{os.getpid()}.txt"), "w") as out:
+            out.write(line + "\n")
+            out.flush()
+            faulthandler.dump_traceback(file=out, all_threads=True)
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def process_main(fn: Callable[..., Any], groups: int, timeout_s: float,
