@@ -86,7 +86,6 @@ def test_simulator_quick_measures_steps_per_second_against_a_plain_loop(tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.alone
 @pytest.mark.timeout(300)
 def test_startup_quick_forks_workers_faster_than_it_spawns_them(tmp_path: Path) -> None:
     from lsgd.bench import startup

@@ -137,7 +137,7 @@ def _defaults(quick: bool, setting: str) -> dict[str, Any]:
     if quick:
         return {"links": ["20mbit"], "seeds": 1, "budget": 6.0, "target": 0.8,
                 "model": "mlp", "dataset": "digits", "backend": "threads", "batch_size": 32,
-                "tune": False, "methods": QUICK, "step_seconds": 0.003}
+                "tune": False, "methods": QUICK, "eval_steps": 10, "step_seconds": 0.003}
     workers, groups, backend, _ = SETTINGS[setting]
     if text:
         return {"links": ["20mbit", "100mbit"], "seeds": 3, "budget": 240.0, "target": 2.2,

@@ -78,7 +78,8 @@ def run_node(job: dict[str, Any], node: int, result_path: str) -> int:
         with quiet_elastic_agent(threads):
             results = elastic_launch(config, process_main)(job["fn"], job["groups"],
                                                            job["timeout"], job["args"],
-                                                           job["replica"])
+                                                           job["replica"],
+                                                           os.environ.get("LSGD_LOG_DIR"))
         outcome = {"results": dict(results), "failures": []}
         code = 0
     except ChildFailedError as error:

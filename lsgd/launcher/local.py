@@ -9,6 +9,7 @@ back by rank.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -55,7 +56,8 @@ def launch_local(
     with quiet_elastic_agent(threads):
         try:
             results = elastic_launch(config, process_main)(fn, groups, timeout, tuple(args),
-                                                                replica)
+                                                                replica,
+                                                                os.environ.get("LSGD_LOG_DIR"))
         except ChildFailedError as error:
             raise LaunchError("worker processes failed:\n"
                               + "\n".join(failure_lines(error.failures))) from error

@@ -24,7 +24,7 @@ class LaunchError(RuntimeError):
 
 
 def _run(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[Any],
-         replica: str = "process") -> Any:
+         replica: str = "process", log_dir: str | None = None) -> Any:
     import signal
 
     from lsgd.comm import get_communicator, shutdown
@@ -39,6 +39,12 @@ def _run(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[A
 
     os.environ["LSGD_GROUPS"] = str(groups)
     os.environ["LSGD_REPLICA"] = replica
+    # A worker forked from a fork server has the server's environment, from its start:
+    # the launch's log folder comes as an argument.
+    if log_dir:
+        os.environ["LSGD_LOG_DIR"] = log_dir
+    else:
+        os.environ.pop("LSGD_LOG_DIR", None)
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads:  # a forked worker has the launcher's torch, already initialized
         import torch
@@ -118,9 +124,11 @@ def _dump_and_end(grace_s: float) -> None:
 
 
 def process_main(fn: Callable[..., Any], groups: int, timeout_s: float,
-                 args: Sequence[Any], replica: str = "process") -> Any:
+                 args: Sequence[Any], replica: str = "process",
+                 log_dir: str | None = None) -> Any:
     """One worker process: join the process group (``env://``), run ``fn(info, *args)``
-    (``info`` the process's own; ``replica`` the strategies' default, ``LSGD_REPLICA``).
+    (``info`` the process's own; ``replica`` the strategies' default, ``LSGD_REPLICA``;
+    ``log_dir`` the launch's ``LSGD_LOG_DIR``).
 
     torch's ``record`` writes the worker's exception and traceback where its
     elastic agent reads them, so the parent's :class:`LaunchError` can name it.
@@ -129,7 +137,7 @@ def process_main(fn: Callable[..., Any], groups: int, timeout_s: float,
     """
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    return record(_run)(fn, groups, timeout_s, args, replica)
+    return record(_run)(fn, groups, timeout_s, args, replica, log_dir)
 
 
 def failure_lines(failures: Mapping[int, Any], where: str = "") -> list[str]:
