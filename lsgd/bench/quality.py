@@ -53,7 +53,8 @@ def _variants(name: str, task: str) -> dict[str, dict[str, Any]]:
         return {"lsgd": base["lsgd"], "lsgd, R=8": base["lsgd"] | {"pull_decay_rounds": 8}}
     if name == "leader-force":
         return {"diloco": base["diloco"],
-                "diloco, leader weights": base["diloco"] | {"leader": "weights"}}
+                "diloco, leader weights": base["diloco"] | {"leader": "weights"},
+                "diloco, leader pull": base["diloco"] | {"leader": "pull"}}
     if name == "eager":
         return {"diloco, overlap mix": base["diloco"] | {"overlap": k},
                 "diloco, eager": base["diloco"] | {"outer": "eager"},
