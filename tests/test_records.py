@@ -22,6 +22,11 @@ def test_the_documented_tables_are_marked() -> None:
     blocks = _blocks()
     assert any(page == "README.md" and kind == "headline" for page, kind, _, _ in blocks)
     assert sum(page == "docs/benchmarks.md" for page, *_ in blocks) >= 5
+    for page in records.PAGES:  # an empty block would match no pattern, and go unchecked
+        text = (ROOT / page).read_text()
+        opened = sum(text.count(f"<!-- {kind}: lsgd bench ")
+                     for kind in ("records", "headline", "tuning", "claims"))
+        assert opened == len(records.blocks(text)), page
 
 
 @pytest.mark.parametrize("page,kind,args,table", _blocks(),
