@@ -134,10 +134,11 @@ def _defaults(quick: bool, setting: str) -> dict[str, Any]:
                 "tune": False, "methods": QUICK_TEXT, "eval_steps": 5, "step_seconds": 0.008,
                 "task": {**TEXT_TRAINING, "lr": 0.003, "context": 32, "layers": 1,
                          "width": 32, "heads": 2, "eval_tokens": 2048}}
-    if quick:
+    if quick:  # time-to-accuracy's runs stop at the target (a grid of 10 steps)
+        grid = {"eval_steps": 10} if setting == "time-to-accuracy" else {}
         return {"links": ["20mbit"], "seeds": 1, "budget": 6.0, "target": 0.8,
                 "model": "mlp", "dataset": "digits", "backend": "threads", "batch_size": 32,
-                "tune": False, "methods": QUICK, "eval_steps": 10, "step_seconds": 0.003}
+                "tune": False, "methods": QUICK, "step_seconds": 0.003} | grid
     workers, groups, backend, _ = SETTINGS[setting]
     if text:
         return {"links": ["20mbit", "100mbit"], "seeds": 3, "budget": 240.0, "target": 2.2,
