@@ -3,11 +3,11 @@
 Four nodes behind shaped 100 Mbit/s links (``--links``; the loopback where
 links cannot be shaped) train CNN7 on Fashion-MNIST for 240 steps (quick: three
 workers on the loopback, an MLP on the digits, no unfailed restartable run);
-worker 2 SIGKILLs itself before step 100 and is started again by its agent. Side by side, LSGD and
-DiLoCo: **elastic** (``lsgd.launcher.elastic``: the survivors go on, the killed
-worker rejoins healed from a live peer), **restart from a checkpoint** (torch's
-elastic agent: all restart from the latest checkpoint), and each without the
-fault. Reported: the job's wall time (every attempt counted), the steps taken
+worker 2 SIGKILLs itself before step 100 and is started again by its agent.
+Side by side, LSGD and DiLoCo: **elastic** (``lsgd.launcher.elastic``: the
+survivors go on, the killed worker rejoins healed from a live peer), **restart
+from a checkpoint** (torch's elastic agent: all restart from the latest
+checkpoint), and each without the fault. Reported: the job's wall time (every attempt counted), the steps taken
 twice, the seconds from the kill until the killed worker rejoined (elastic),
 the bytes a heal moved, and the center's test accuracy at the end.
 """
