@@ -7,9 +7,10 @@ worker 2 SIGKILLs itself before step 100 and is started again by its agent.
 Side by side, LSGD and DiLoCo: **elastic** (``lsgd.launcher.elastic``: the
 survivors go on, the killed worker rejoins healed from a live peer), **restart
 from a checkpoint** (torch's elastic agent: all restart from the latest
-checkpoint), and each without the fault. Reported: the job's wall time (every attempt counted), the steps taken
-twice, the seconds from the kill until the killed worker rejoined (elastic),
-the bytes a heal moved, and the center's test accuracy at the end.
+checkpoint), and each without the fault. Reported: the job's wall time (every
+attempt counted), the steps taken twice, the seconds from the kill until the
+killed worker rejoined (elastic), the bytes a heal moved, and the center's test
+accuracy at the end.
 """
 
 from __future__ import annotations
