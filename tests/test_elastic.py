@@ -145,9 +145,22 @@ def _job(method: str, faults: list[tuple[Any, ...]], tmp: Path, *, restarts: int
     # The summary counts the final round's members: every finished worker but the
     # ``late`` ones, left out of it (they may still be healed before they end alone).
     members = [r for r in records if r is not None and r["slot"] not in late]
-    assert summary["members_at_end"] == len(members)
+    assert summary["members_at_end"] == len(members), _seen(tmp / "run", records)
     _failure_checks(summary, members)
     return records
+
+
+def _seen(run: Path, records: list[Any]) -> str:
+    """What each worker and each evaluation saw, for a failed assertion's message."""
+    import csv
+
+    with open(run / "metrics.csv") as f:
+        rows = [(r["steps"], r["members"], r["heals"]) for r in csv.DictReader(f)]
+    workers = [None if r is None else
+               {k: r.get(k) for k in ("slot", "attempt", "started", "steps", "heals",
+                                      "committed_rounds", "failed_rounds", "writer")}
+               | {"first": r["trace"][:1], "last": r["trace"][-1:]} for r in records]
+    return f"evaluations (steps, members, heals): {rows}; workers: {workers}"
 
 
 def _failure_checks(summary: dict[str, Any], records: list[dict[str, Any]]) -> None:

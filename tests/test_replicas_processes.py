@@ -16,7 +16,7 @@ import torch
 import lsgd
 from lsgd.train import checkpoint
 from tests.cases_replicas import VARIANTS, train
-from tests.test_elastic import needs_torchft
+from tests.test_elastic import _seen, needs_torchft
 
 
 @pytest.mark.slow
@@ -109,7 +109,8 @@ def test_an_elastic_replica_survives_a_dead_process(tmp_path: Path, method: str,
     node 0 (one replica of two processes) trains on; node 1 is healed from node 0, each
     local rank from its peer, and every process finishes in the same state."""
     summary, records = _elastic(tmp_path, method, **knobs)
-    assert summary["members_at_end"] == 4 and summary["heals"] == 2
+    assert summary["members_at_end"] == 4 and summary["heals"] == 2, _seen(tmp_path / "run",
+                                                                          records)
     for rank in (0, 1):
         assert records[rank]["attempt"] == 0 and records[rank]["heals"] == 0
         assert [s for _, s in records[rank]["trace"]][:3] == [1, 2, 3]
