@@ -96,6 +96,7 @@ def test_startup_quick_forks_workers_faster_than_it_spawns_them(tmp_path: Path) 
     forked, spawned = rows["1 step, 4 processes"], rows["1 step, 4 processes, spawned"]
     # Spawned workers each import torch and read the data themselves, on 2 shared cores:
     # seconds more than forked ones, whatever the machine's load.
+    # Its ratio to the import is about 3.8 alone (docs/benchmarks.md) but over 11 beside the
+    # parallel suite, which slows the four workers more than the one import: no bound on it here.
     assert forked[1] < spawned[1], rows
-    assert forked[3] < 10, rows  # digits: sklearn adds a second; fashion-mnist gives about 3.7
     assert rows["1 step, 4 threads (simulator)"][1] > rows["import lsgd"][1]

@@ -146,6 +146,10 @@ def _job(method: str, faults: list[tuple[Any, ...]], tmp: Path, *, restarts: int
     # ``late`` ones, left out of it (they may still be healed before they end alone).
     members = [r for r in records if r is not None and r["slot"] not in late]
     assert summary["members_at_end"] == len(members), _seen(tmp / "run", records)
+    for record in members:  # each worker's quorums are in the run's logs, the last formed
+        log = tmp / "run" / "logs" / f"quorums-{record['slot']}.csv"
+        _, rank, _, _, nodes, _, error = log.read_text().splitlines()[-1].split(",")
+        assert int(rank) == record["slot"] and nodes and not error, log.read_text()
     _failure_checks(summary, members)
     return records
 
@@ -160,7 +164,13 @@ def _seen(run: Path, records: list[Any]) -> str:
                {k: r.get(k) for k in ("slot", "attempt", "started", "steps", "heals",
                                       "committed_rounds", "failed_rounds", "writer")}
                | {"first": r["trace"][:1], "last": r["trace"][-1:]} for r in records]
-    return f"evaluations (steps, members, heals): {rows}; workers: {workers}"
+    quorums = {}
+    for log in sorted((run / "logs").glob("quorums-*.csv")):
+        with open(log) as f:
+            quorums[log.stem] = [(r["attempt"], r["committed_rounds"], r["member_nodes"],
+                                  r["healed"], r["error"][:60]) for r in csv.DictReader(f)]
+    return (f"evaluations (steps, members, heals): {rows}; workers: {workers}; quorums "
+            f"(attempt, committed rounds, member nodes, healed, error): {quorums}")
 
 
 def _failure_checks(summary: dict[str, Any], records: list[dict[str, Any]]) -> None:
@@ -370,3 +380,37 @@ def test_lsgds_lighthouse_listens_on_the_address_it_is_given_only() -> None:
         assert not reachable("127.0.0.2")
     finally:
         server.shutdown()
+
+
+def _first_round(info: Any, slot: int, slots: int, lighthouse: str,
+                 delay: float) -> tuple[float | None, list[int]]:
+    """One worker of the start-gate test: the last node starts ``delay`` seconds late."""
+    import time
+
+    from lsgd.comm.elastic import ElasticCommunicator
+    from lsgd.launcher.elastic import start_gate
+
+    time.sleep(delay if slot == slots - 1 else 0.0)
+    comm = ElasticCommunicator(slot, slots, lighthouse=lighthouse, timeout=10.0)
+    waited = start_gate(slot, slots, 30.0)
+    comm.begin_round()
+    nodes = comm.member_nodes()
+    comm.end_round()
+    comm.close()
+    return waited, nodes
+
+
+@needs_torchft
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_first_round_waits_for_a_node_slow_to_start() -> None:
+    """Node 2 starts 4 s after the others. Without the start gate the first quorum
+    formed at once without it (it was not beating yet: the lighthouse did not know
+    it), and it was healed a round later; with it, the others wait for it at the
+    gate, and the first round has every node."""
+    from lsgd.launcher.elastic import launch_elastic
+
+    results = launch_elastic(_first_round, 3, args=(4.0,), join_timeout=30.0)
+    assert [nodes for _, nodes in results] == [[0, 1, 2]] * 3, results
+    waits = [waited for waited, _ in results]  # seconds at the gate (None: it timed out)
+    assert None not in waits and waits[2] == min(waits) and max(waits) > 3.0, waits

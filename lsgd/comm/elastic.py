@@ -65,6 +65,10 @@ class ElasticCommunicator(Communicator):
         timeout: seconds a collective or a heal may take before the round fails.
         quorum_timeout: seconds to wait for a quorum; when none came and the
             lighthouse does not answer, :class:`LighthouseLost` is raised.
+        quorum_log: a file to which every quorum adds a line (the seconds since
+            the epoch, the worker, its attempt, its committed rounds, the member
+            nodes, whether it was healed, the error of a failed one), for a run's
+            record.
     """
 
     elastic = True
@@ -72,7 +76,8 @@ class ElasticCommunicator(Communicator):
 
     def __init__(self, slot: int, slots: int, *, lighthouse: str, address: str = "127.0.0.1",
                  per_node: int = 1, local_rank: int = 0, min_members: int = 1,
-                 timeout: float = 30.0, quorum_timeout: float = 300.0) -> None:
+                 timeout: float = 30.0, quorum_timeout: float = 300.0,
+                 quorum_log: str | os.PathLike[str] | None = None) -> None:
         name = "ElasticCommunicator"
         if not isinstance(slot, int) or not 0 <= slot < slots:
             raise ValueError(f"{name}: slot must be in [0, {slots}), got {slot!r}")
@@ -127,6 +132,7 @@ class ElasticCommunicator(Communicator):
         self.heals = 0
         self.heal_seconds = 0.0
         self.failed_rounds = 0
+        self._quorum_log = quorum_log
         try:
             self.manager = Manager(
                 pg=self._pg, min_replica_size=min_members, use_async_quorum=False,
@@ -184,6 +190,7 @@ class ElasticCommunicator(Communicator):
             error = exc
         error = self._node_agrees(error)
         if error is not None:
+            self._log_quorum(f"failed: {error}")
             if not answers(self._lighthouse):
                 raise self._lost(error) from None
             raise RoundFailed(f"worker {self.rank}: the quorum failed: {error}")
@@ -197,6 +204,17 @@ class ElasticCommunicator(Communicator):
         self._nodes = nodes
         if self.healed:  # the quorum's time, the heal's transfer included
             self.heal_seconds += time.perf_counter() - start
+        self._log_quorum("")
+
+    def _log_quorum(self, error: str) -> None:
+        if self._quorum_log is not None:
+            nodes = " ".join(map(str, self._nodes or []))
+            step = self.manager.current_step()
+            error = " ".join(error.split()).replace(",", ";")[:300]
+            attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            with open(self._quorum_log, "a") as f:
+                f.write(f"{time.time():.3f},{self.rank},{attempt},{step},{nodes},"
+                        f"{int(self.healed)},{error}\n")
 
     def end_round(self) -> bool:
         """Leave the round: whether it was committed (no member saw a failure)."""

@@ -9,11 +9,20 @@ agent alone (up to ``restarts`` times) while the others go on; a lighthouse
 quorums. ``fn`` builds its :class:`~lsgd.comm.elastic.ElasticCommunicator`
 from ``slot``, ``slots`` and ``lighthouse``. The agents are spawned (fresh
 interpreters), so ``fn`` and ``args`` must be picklable. Loopback only.
+
+The job starts together: a c10d store beside the lighthouse is its start gate.
+A worker's first attempt calls :func:`start_gate` once its manager beats (the
+lighthouse then counts it live), and waits there, up to the lighthouse's
+``join_timeout``, for every worker of the job; so the first quorum waits for a
+node that is slow to start (its agent, or the interpreter, loaded) instead of
+forming without it and healing it a round later. A restarted worker does not
+wait.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import multiprocessing
 import os
 import pickle
@@ -30,6 +39,8 @@ from lsgd.launcher.worker import LaunchError
 from lsgd.links.spec import Link
 
 LIGHTHOUSE_PORT = 29510  # inside node 0's namespace
+GATE_PORT = LIGHTHOUSE_PORT + 1  # the start gate's store, beside it
+GATE_ENV = "LSGD_ELASTIC_GATE"  # host:port of the start gate, in each agent's environment
 
 T = TypeVar("T")
 
@@ -60,6 +71,8 @@ def launch_elastic(
     if not isinstance(restarts, int) or restarts < 0:
         raise ValueError(f"launch_elastic: restarts must be 0 or more, got {restarts!r}")
     require_torchft()
+    import torch.distributed as dist
+
     threads = threads_per_worker or max(1, (os.cpu_count() or 1) // (slots * per_node))
     with contextlib.ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lsgd-elastic-")))
@@ -72,6 +85,8 @@ def launch_elastic(
             stack.callback(lighthouse.shutdown)
             where = [(None, "127.0.0.1")] * slots
             address = f"http://127.0.0.1:{port}"
+            gate_store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+            gate = f"127.0.0.1:{gate_store.port}"
         else:
             from lsgd.links.netns import ShapedNetwork, node_address
 
@@ -83,11 +98,12 @@ def launch_elastic(
             server.start()
             stack.callback(_stop, server)
             address = f"http://{node_address(0)}:{LIGHTHOUSE_PORT}"
+            gate = f"{node_address(0)}:{GATE_PORT}"
         paths = [folder / f"slot{slot}.pkl" for slot in range(slots)]
         agents = [context.Process(
             target=_agent, name=f"lsgd-elastic-agent-{slot}",
             args=(fn, slot, slots, address, tuple(args), restarts, timeout, threads,
-                  str(paths[slot]), *where[slot], per_node))
+                  str(paths[slot]), *where[slot], per_node, gate))
             for slot in range(slots)]
         for agent in agents:
             stack.callback(_stop, agent)
@@ -111,10 +127,12 @@ def launch_elastic(
 
 def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
            args: tuple[Any, ...], restarts: int, timeout: float, threads: int,
-           path: str, namespace: str | None, address: str, per_node: int) -> None:
+           path: str, namespace: str | None, address: str, per_node: int, gate: str) -> None:
     """One node's agent (a spawned process, in its namespace on shaped links): torch's
     elastic agent with restarts, which starts the node's workers together."""
     from lsgd.launcher.local import launch_local
+
+    os.environ[GATE_ENV] = gate  # before its workers' fork server starts: they inherit it
 
     if namespace is not None:
         from lsgd.links.netns import enter_namespace
@@ -150,11 +168,38 @@ def _lighthouse(namespace: str, port: int, join_timeout: float,
 
     server = start_lighthouse(port, 1, host=node_address(0), join_timeout=join_timeout,
                               heartbeat_timeout=heartbeat_timeout)
+    import torch.distributed as dist
+
+    gate = dist.TCPStore(node_address(0), GATE_PORT, is_master=True, wait_for_workers=False)
     try:
         while True:
             time.sleep(3600)
     finally:
         server.shutdown()
+        del gate
+
+
+def start_gate(rank: int, world: int, timeout: float) -> float | None:
+    """Worker ``rank`` of ``world`` is up: mark it in the job's start gate and wait up to
+    ``timeout`` seconds for every other worker. The seconds it waited, or None when
+    not every worker came in time (a node slow to start, or lost: the lighthouse's
+    join timeout and heals take over) or the job has no gate (a worker not started
+    by :func:`launch_elastic`)."""
+    where = os.environ.get(GATE_ENV)
+    if not where:
+        return None
+    import torch.distributed as dist
+
+    host, port = where.rsplit(":", 1)
+    patience = datetime.timedelta(seconds=max(timeout, 0.001))
+    start = time.monotonic()
+    try:
+        store = dist.TCPStore(host, int(port), is_master=False, timeout=patience)
+        store.set(f"up/{rank}", "1")
+        store.wait([f"up/{r}" for r in range(world)], patience)
+    except (RuntimeError, ValueError):  # c10d's timeout (DistStoreError) or a lost store
+        return None
+    return time.monotonic() - start
 
 
 def _stop(process: Any) -> None:

@@ -32,6 +32,7 @@ import torch
 import lsgd
 from lsgd.comm.elastic import ElasticCommunicator
 from lsgd.comm.replica import replicas_of
+from lsgd.launcher.elastic import launch_elastic, start_gate
 from lsgd.train import faults
 from lsgd.train.build import knobs_from_config
 from lsgd.train.config import TrainConfig
@@ -51,7 +52,9 @@ class ElasticRun(WorkerLoop):
         comm = ElasticCommunicator(slot, slots, lighthouse=lighthouse, address=address,
                                    per_node=cfg.workers // slots, local_rank=local_rank,
                                    min_members=cfg.min_workers, timeout=cfg.timeout,
-                                   quorum_timeout=cfg.timeout)
+                                   quorum_timeout=cfg.timeout,
+                                   quorum_log=_quorum_log(cfg, slot * (cfg.workers // slots)
+                                                          + local_rank))
         super().__init__(cfg, replicas_of(comm, cfg.replica), torch.device("cpu"), t0)
         self.comm: ElasticCommunicator = comm
         self.groups = cfg.groups
@@ -59,6 +62,10 @@ class ElasticRun(WorkerLoop):
         comm.add_state("run", self._send, self._take)
         self.pace.uses_clock = False  # the members agree on the clock in each round, below
         self.extra_faults = list(extra_faults) if self.attempt == 0 else []
+        # The job's start, together: the seconds this worker waited for the others to be
+        # up (None: restarted, or not every worker came within the join timeout).
+        self.start_wait = (start_gate(self.rank, cfg.workers, cfg.join_timeout)
+                           if self.attempt == 0 else None)
         self.trace: list[tuple[float, int]] = []
         self.join_gap: float | None = None
         self.healed_seconds: float | None = None  # the run's clock, received at a heal
@@ -155,6 +162,7 @@ class ElasticRun(WorkerLoop):
         report = self.strategy.report()
         last = self.rows[-1] if self.rows else {}
         result = {"slot": self.rank, "attempt": self.attempt, "started": self.started,
+                  "start_wait": self.start_wait,
                   "trace": self.trace, "steps": self.steps, "rounds": report.rounds,
                   "resets": report.resets, "heals": self.comm.heals,
                   "failed_rounds": self.comm.failed_rounds,
@@ -187,6 +195,17 @@ class ElasticRun(WorkerLoop):
             steps_redone=0, time_axis="wall-clock seconds of training (the members' largest)")
 
 
+def _quorum_log(cfg: TrainConfig, rank: int) -> Any:
+    """``logs/quorums-RANK.csv`` in the run folder: a line per quorum of the worker, of
+    each of its attempts (:class:`~lsgd.comm.elastic.ElasticCommunicator`'s
+    ``quorum_log``), under a header written by its first."""
+    path = cfg.out_dir / "logs" / f"quorums-{rank}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.write_text("time,rank,attempt,committed_rounds,member_nodes,healed,error\n")
+    return path
+
+
 def elastic_worker(info: Any, slot: int, slots: int, lighthouse: str, cfg: TrainConfig,
                    t0: float, extra_faults: list[tuple[Any, ...]] = (),  # type: ignore[assignment]
                    address: str = "127.0.0.1") -> dict[str, Any]:
@@ -202,8 +221,6 @@ def train_elastic(cfg: TrainConfig, extra_faults: list[tuple[Any, ...]] = (),  #
                   ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Run ``cfg`` elastically into its run folder; (the summary, every slot's record).
     ``started``: when training started (``time.time()``, default now)."""
-    from lsgd.launcher.elastic import launch_elastic
-
     nodes = cfg.elastic_nodes()
     records = launch_elastic(elastic_worker, nodes,
                              args=(cfg, started or time.time(), list(extra_faults)),
