@@ -388,16 +388,14 @@ def _first_round(info: Any, slot: int, slots: int, lighthouse: str,
     import time
 
     from lsgd.comm.elastic import ElasticCommunicator
-    from lsgd.launcher.elastic import start_gate
 
     time.sleep(delay if slot == slots - 1 else 0.0)
     comm = ElasticCommunicator(slot, slots, lighthouse=lighthouse, timeout=10.0)
-    waited = start_gate(slot, slots, 30.0)
-    comm.begin_round()
+    comm.begin_round()  # the first: at the job's start gate, then the quorum
     nodes = comm.member_nodes()
     comm.end_round()
     comm.close()
-    return waited, nodes
+    return comm.start_wait, nodes
 
 
 @needs_torchft

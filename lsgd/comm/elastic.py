@@ -42,7 +42,8 @@ from lsgd.comm.transfers import run as run_transfer
 from lsgd.comm.wire import Traffic
 from lsgd.comm.info import Among, ReduceOp, WorkerInfo
 from lsgd.comm.quorum import (EXTRA, LighthouseLost, RoundFailed, answers, cloned,
-                              options, payload_bytes, require_torchft, start_lighthouse)
+                              options, payload_bytes, require_torchft, start_gate,
+                              start_lighthouse)
 
 __all__ = ["EXTRA", "ElasticCommunicator", "LighthouseLost", "RoundFailed", "start_lighthouse"]
 
@@ -133,6 +134,10 @@ class ElasticCommunicator(Communicator):
         self.heal_seconds = 0.0
         self.failed_rounds = 0
         self._quorum_log = quorum_log
+        #: seconds this worker waited at the job's start gate (its first attempt's first
+        #: round, in a job of :func:`lsgd.launch_elastic`); None: no wait, or it timed out
+        self.start_wait: float | None = None
+        self._gated = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
         try:
             self.manager = Manager(
                 pg=self._pg, min_replica_size=min_members, use_async_quorum=False,
@@ -182,6 +187,9 @@ class ElasticCommunicator(Communicator):
         came and the lighthouse does not answer."""
         self.healed = False
         self._nodes = []
+        if not self._gated:  # the job starts together (a restarted worker does not wait)
+            self._gated = True
+            self.start_wait = start_gate(self.rank, self.world_size)
         start = time.perf_counter()
         try:
             self.manager.start_quorum()

@@ -7,14 +7,19 @@ the optional extra (``pip install 'lsgd[torchft]'``).
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import os
 import socket
+import time
 from typing import Any
 
 import torch
 
 EXTRA = "pip install 'lsgd[torchft]'"
+#: ``host:port:seconds`` of an elastic job's start gate (a c10d store), in the environment
+#: of the workers that :func:`lsgd.launch_elastic` starts.
+GATE_ENV = "LSGD_ELASTIC_GATE"
 
 
 class RoundFailed(RuntimeError):
@@ -51,6 +56,29 @@ def start_lighthouse(port: int = 29510, min_members: int = 1, *, host: str = "12
     return LighthouseServer(bind=bind, min_replicas=min_members,
                             join_timeout_ms=int(join_timeout * 1000),
                             heartbeat_timeout_ms=int(heartbeat_timeout * 1000))
+
+
+def start_gate(rank: int, world: int) -> float | None:
+    """Worker ``rank`` of ``world`` is up: mark it in the job's start gate (``GATE_ENV``)
+    and wait there, up to the gate's seconds (the lighthouse's join timeout), for every
+    worker of the job. The seconds it waited; None when not every worker came in time (a
+    node slow to start, or lost: the lighthouse's join timeout and heals take over), or
+    the job has no gate."""
+    where = os.environ.get(GATE_ENV)
+    if not where:
+        return None
+    import torch.distributed as dist
+
+    host, port, seconds = where.rsplit(":", 2)
+    patience = datetime.timedelta(seconds=max(float(seconds), 0.001))
+    start = time.monotonic()
+    try:
+        store = dist.TCPStore(host, int(port), is_master=False, timeout=patience)
+        store.set(f"up/{rank}", "1")
+        store.wait([f"up/{r}" for r in range(world)], patience)
+    except (RuntimeError, ValueError):  # c10d's timeout (DistStoreError), or a lost store
+        return None
+    return time.monotonic() - start
 
 
 def answers(url: str, seconds: float = 2.0) -> bool:

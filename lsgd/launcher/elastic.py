@@ -10,13 +10,13 @@ quorums. ``fn`` builds its :class:`~lsgd.comm.elastic.ElasticCommunicator`
 from ``slot``, ``slots`` and ``lighthouse``. The agents are spawned (fresh
 interpreters), so ``fn`` and ``args`` must be picklable. Loopback only.
 
-The job starts together: a c10d store beside the lighthouse is its start gate.
-A worker's first attempt calls :func:`start_gate` once its manager beats (the
-lighthouse then counts it live), and waits there, up to the lighthouse's
-``join_timeout``, for every worker of the job; so the first quorum waits for a
-node that is slow to start (its agent, or the interpreter, loaded) instead of
-forming without it and healing it a round later. A restarted worker does not
-wait.
+The job starts together: a c10d store beside the lighthouse is its start gate
+(``GATE_ENV`` in the workers' environment). A worker's first attempt, at its
+first round (its manager beats: the lighthouse counts it live), waits there up
+to the lighthouse's ``join_timeout`` for every worker of the job
+(:func:`lsgd.comm.quorum.start_gate`); so the first quorum waits for a node that
+is slow to start (its agent, or the interpreter, loaded) instead of forming
+without it and healing it a round later. A restarted worker does not wait.
 """
 
 from __future__ import annotations
@@ -34,13 +34,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lsgd.comm.quorum import require_torchft, start_lighthouse
+from lsgd.comm.quorum import GATE_ENV, require_torchft, start_lighthouse
 from lsgd.launcher.worker import LaunchError
 from lsgd.links.spec import Link
 
 LIGHTHOUSE_PORT = 29510  # inside node 0's namespace
 GATE_PORT = LIGHTHOUSE_PORT + 1  # the start gate's store, beside it
-GATE_ENV = "LSGD_ELASTIC_GATE"  # host:port of the start gate, in each agent's environment
 
 T = TypeVar("T")
 
@@ -86,7 +85,7 @@ def launch_elastic(
             where = [(None, "127.0.0.1")] * slots
             address = f"http://127.0.0.1:{port}"
             gate_store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-            gate = f"127.0.0.1:{gate_store.port}"
+            gate = f"127.0.0.1:{gate_store.port}:{join_timeout}"
         else:
             from lsgd.links.netns import ShapedNetwork, node_address
 
@@ -98,7 +97,7 @@ def launch_elastic(
             server.start()
             stack.callback(_stop, server)
             address = f"http://{node_address(0)}:{LIGHTHOUSE_PORT}"
-            gate = f"{node_address(0)}:{GATE_PORT}"
+            gate = f"{node_address(0)}:{GATE_PORT}:{join_timeout}"
         paths = [folder / f"slot{slot}.pkl" for slot in range(slots)]
         agents = [context.Process(
             target=_agent, name=f"lsgd-elastic-agent-{slot}",
@@ -177,29 +176,6 @@ def _lighthouse(namespace: str, port: int, join_timeout: float,
     finally:
         server.shutdown()
         del gate
-
-
-def start_gate(rank: int, world: int, timeout: float) -> float | None:
-    """Worker ``rank`` of ``world`` is up: mark it in the job's start gate and wait up to
-    ``timeout`` seconds for every other worker. The seconds it waited, or None when
-    not every worker came in time (a node slow to start, or lost: the lighthouse's
-    join timeout and heals take over) or the job has no gate (a worker not started
-    by :func:`launch_elastic`)."""
-    where = os.environ.get(GATE_ENV)
-    if not where:
-        return None
-    import torch.distributed as dist
-
-    host, port = where.rsplit(":", 1)
-    patience = datetime.timedelta(seconds=max(timeout, 0.001))
-    start = time.monotonic()
-    try:
-        store = dist.TCPStore(host, int(port), is_master=False, timeout=patience)
-        store.set(f"up/{rank}", "1")
-        store.wait([f"up/{r}" for r in range(world)], patience)
-    except (RuntimeError, ValueError):  # c10d's timeout (DistStoreError) or a lost store
-        return None
-    return time.monotonic() - start
 
 
 def _stop(process: Any) -> None:

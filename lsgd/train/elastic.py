@@ -32,7 +32,7 @@ import torch
 import lsgd
 from lsgd.comm.elastic import ElasticCommunicator
 from lsgd.comm.replica import replicas_of
-from lsgd.launcher.elastic import launch_elastic, start_gate
+from lsgd.launcher.elastic import launch_elastic
 from lsgd.train import faults
 from lsgd.train.build import knobs_from_config
 from lsgd.train.config import TrainConfig
@@ -62,10 +62,6 @@ class ElasticRun(WorkerLoop):
         comm.add_state("run", self._send, self._take)
         self.pace.uses_clock = False  # the members agree on the clock in each round, below
         self.extra_faults = list(extra_faults) if self.attempt == 0 else []
-        # The job's start, together: the seconds this worker waited for the others to be
-        # up (None: restarted, or not every worker came within the join timeout).
-        self.start_wait = (start_gate(self.rank, cfg.workers, cfg.join_timeout)
-                           if self.attempt == 0 else None)
         self.trace: list[tuple[float, int]] = []
         self.join_gap: float | None = None
         self.healed_seconds: float | None = None  # the run's clock, received at a heal
@@ -162,7 +158,7 @@ class ElasticRun(WorkerLoop):
         report = self.strategy.report()
         last = self.rows[-1] if self.rows else {}
         result = {"slot": self.rank, "attempt": self.attempt, "started": self.started,
-                  "start_wait": self.start_wait,
+                  "start_wait": self.comm.start_wait,
                   "trace": self.trace, "steps": self.steps, "rounds": report.rounds,
                   "resets": report.resets, "heals": self.comm.heals,
                   "failed_rounds": self.comm.failed_rounds,
