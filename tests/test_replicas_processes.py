@@ -116,6 +116,7 @@ def test_an_elastic_replica_survives_a_dead_process(tmp_path: Path, method: str,
         assert [s for _, s in records[rank]["trace"]][:3] == [1, 2, 3]
     for rank in (2, 3):
         assert records[rank]["attempt"] == 1 and records[rank]["heals"] == 1
-        assert records[rank]["trace"][0][1] <= 30 + 2 * 4
+        first = records[rank]["trace"][0][1]  # it joined at a round after its death
+        assert first > 30 and first % 4 == 0, first
     assert len({record["accuracy"] for record in records}) == 1
     assert records[0]["accuracy"] > 0.9

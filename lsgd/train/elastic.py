@@ -66,6 +66,7 @@ class ElasticRun(WorkerLoop):
         self.join_gap: float | None = None
         self.healed_seconds: float | None = None  # the run's clock, received at a heal
         self.writer = False  # the lowest member of the last round writes the files
+        self.after_end = False  # restarted after the run had ended (see run)
         self.restarts = 0  # restarts of the last round's members (the attempts they are in)
         if self.attempt > 0 and cfg.fault:
             faults.answer(cfg.out_dir, f"restart {self.attempt} of worker {self.rank}",
@@ -106,6 +107,17 @@ class ElasticRun(WorkerLoop):
             self.restarts = int(every["attempt"].sum())
             self.record(row)
         self.stop = stop
+
+    def run(self) -> dict[str, Any] | None:
+        """Train; but a restarted worker that finds the run ended while it was down ends
+        at once (else it would train the whole run again alone, the others gone)."""
+        if self.attempt > 0 and (self.cfg.out_dir / "logs" / "ended").exists():
+            self.after_end = True
+            if self.cfg.fault:
+                faults.answer(self.cfg.out_dir, f"worker {self.rank} came back after the run "
+                              "ended; it ended too", rank=self.rank)
+            return self.finish()
+        return super().run()
 
     def writes(self) -> bool:
         """Whether this worker was the lowest member of the last round."""
@@ -158,7 +170,7 @@ class ElasticRun(WorkerLoop):
         report = self.strategy.report()
         last = self.rows[-1] if self.rows else {}
         result = {"slot": self.rank, "attempt": self.attempt, "started": self.started,
-                  "start_wait": self.comm.start_wait,
+                  "start_wait": self.comm.start_wait, "after_end": self.after_end,
                   "trace": self.trace, "steps": self.steps, "rounds": report.rounds,
                   "resets": report.resets, "heals": self.comm.heals,
                   "failed_rounds": self.comm.failed_rounds,
