@@ -26,7 +26,7 @@ HAVE_TORCHFT = importlib.util.find_spec("torchft") is not None
 needs_torchft = pytest.mark.skipif(not HAVE_TORCHFT, reason="torchft is not installed "
                                    "(pip install 'lsgd[torchft]')")
 
-STEPS, PERIOD, SLOTS = 192, 8, 3
+STEPS, PERIOD, SLOTS = 96, 8, 3
 SHAPING = shaping_problem()
 
 
@@ -126,7 +126,7 @@ def test_a_lighthouse_that_never_answered_stops_the_worker_with_lighthouse_lost(
 # -- real processes ----------------------------------------------------------------
 
 def _job(method: str, faults: list[tuple[Any, ...]], tmp: Path, *, restarts: int = 1,
-         join_timeout: float = 30.0, steps: int = STEPS,
+         join_timeout: float = 30.0, steps: int = STEPS, heartbeat_timeout: float = 10.0,
          link: str | None = None, groups: int | None = None,
          extra: dict[str, Any] | None = None, late: tuple[int, ...] = ()) -> list[Any]:
     from lsgd.train.config import make_config
@@ -137,6 +137,10 @@ def _job(method: str, faults: list[tuple[Any, ...]], tmp: Path, *, restarts: int
                        "workers": (extra or {}).get("workers", SLOTS), "period": PERIOD, "batch_size": 32, "seed": 0,
                        "steps": steps, "elastic": True, "restarts": restarts,
                        "join_timeout": join_timeout, "timeout": 10.0, "quiet": True,
+                       # A killed worker's restart beats again within 10 s even on a loaded
+                       # machine, so the others wait for it at their next round (with the
+                       # default 2 s they went on, and a short run could end before it came).
+                       "heartbeat_timeout": heartbeat_timeout,
                        "out": str(tmp / "run"), "link": link,
                        "groups": groups or (SLOTS if link else 1), **(extra or {})})
     prepare(cfg, cfg.out_dir)
@@ -289,7 +293,7 @@ def test_easgd_survives_a_kill_and_the_joiner_takes_the_center(tmp_path: Path) -
 @pytest.mark.timeout(300)
 def test_a_node_lost_for_good_leaves_the_others_to_finish(tmp_path: Path) -> None:
     """Worker 2 dies and its agent may not restart it (a node lost): the others finish."""
-    records = _job("lsgd", [("kill", 2, 40)], tmp_path, restarts=0)
+    records = _job("lsgd", [("kill", 2, 40)], tmp_path, restarts=0, heartbeat_timeout=2.0)
     assert records[2] is None
     _survivor_checks(records, [0, 1])
 

@@ -92,6 +92,7 @@ def _elastic(tmp: Path, method: str, **knobs: Any) -> tuple[dict[str, Any], list
                        "groups": 2, "replica": "node", "period": 4, "batch_size": 32,
                        "seed": 0, "steps": 300, "elastic": True, "restarts": 1,
                        "join_timeout": 30.0, "timeout": 10.0, "quiet": True,
+                       "heartbeat_timeout": 10.0,  # node 1's restart is waited for
                        "out": str(tmp / "run"), **knobs})
     prepare(cfg, cfg.out_dir)
     return train_elastic(cfg, [("kill", 3, 30)])

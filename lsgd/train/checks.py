@@ -95,10 +95,10 @@ def config_errors(cfg: Any) -> list[str]:
     errors += _task_errors(cfg)
     if cfg.elastic:
         errors += _elastic_errors(cfg)
-    elif (cfg.min_workers != 1 or cfg.join_timeout != 30.0 or cfg.lighthouse or
-          cfg.slot is not None or cfg.address):
-        errors.append("--min-workers, --join-timeout, --lighthouse, --slot and --address are "
-                      "settings of --elastic; add it")
+    elif (cfg.min_workers != 1 or cfg.join_timeout != 30.0 or cfg.heartbeat_timeout != 2.0
+          or cfg.lighthouse or cfg.slot is not None or cfg.address):
+        errors.append("--min-workers, --join-timeout, --heartbeat-timeout, --lighthouse, --slot "
+                      "and --address are settings of --elastic; add it")
     if cfg.asynchronous and cfg.method not in methods_with("supports_asynchronous"):
         errors.append(f"--async works with --method "
                       f"{', '.join(methods_with('supports_asynchronous'))}; "

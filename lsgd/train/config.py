@@ -241,6 +241,9 @@ class TrainConfig:
     min_workers: int = _f(1, "--elastic: rounds with fewer nodes are not committed")
     join_timeout: float = _f(30.0, "--elastic: seconds a round waits for a live worker that has "
                                    "not come to it (a slow or hung one) before going on without")
+    heartbeat_timeout: float = _f(2.0, "--elastic: seconds without a heartbeat after which a "
+                                       "worker is left out of the rounds (dead); a restarted "
+                                       "one that beats again within them is waited for")
     lighthouse: str | None = _f(None, "--elastic under torchrun, one per node: the torchft "
                                       "lighthouse's address, http://HOST:29510")
     slot: int | None = _f(None, "--elastic under torchrun: this node's number, 0 .. nodes - 1 "

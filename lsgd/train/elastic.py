@@ -233,7 +233,8 @@ def train_elastic(cfg: TrainConfig, extra_faults: list[tuple[Any, ...]] = (),  #
     records = launch_elastic(elastic_worker, nodes,
                              args=(cfg, started or time.time(), list(extra_faults)),
                              restarts=cfg.restarts, timeout=cfg.timeout + 3600.0,
-                             join_timeout=cfg.join_timeout, link=cfg.link,
+                             join_timeout=cfg.join_timeout,
+                             heartbeat_timeout=cfg.heartbeat_timeout, link=cfg.link,
                              per_node=cfg.workers // nodes)
     summaries = [r["summary"] for r in records if r is not None and "summary" in r]
     if not summaries:

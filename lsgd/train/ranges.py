@@ -21,6 +21,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "warmup_epochs": (0, 1e6, True, True),
     "timeout": (0, 1e7, False, True),  # seconds: about 116 days
     "join_timeout": (0, 1e7, False, True),
+    "heartbeat_timeout": (0, 1e7, False, True),
     "epochs": (0, 1e6, False, True),
     "minutes": (0, 1e8, False, True),
     "step_seconds": (0, 1e6, False, True),
