@@ -117,9 +117,12 @@ def run_one(run: Path, flags: list[str], faults: list[str]) -> dict[str, Any]:
 
 
 def _newest(run: Path) -> float:
-    """The newest modification time of the run folder's files (progress, logs, metrics)."""
+    """The newest modification time of the run folder's files (progress, logs, metrics),
+    but the quorum logs: a run whose quorums all fail still writes those."""
     newest = 0.0
     for path in run.rglob("*"):
+        if path.name.startswith("quorums-"):
+            continue
         try:
             newest = max(newest, path.stat().st_mtime)
         except OSError:

@@ -32,6 +32,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -66,7 +67,7 @@ class ElasticCommunicator(Communicator):
         timeout: seconds a collective or a heal may take before the round fails.
         quorum_timeout: seconds to wait for a quorum; when none came and the
             lighthouse does not answer, :class:`LighthouseLost` is raised.
-        quorum_log: a file to which every quorum adds a line (the seconds since
+        quorum_log: a CSV file to which every quorum adds a line (the seconds since
             the epoch, the worker, its attempt, its committed rounds, the member
             nodes, whether it was healed, the error of a failed one), for a run's
             record.
@@ -216,11 +217,15 @@ class ElasticCommunicator(Communicator):
 
     def _log_quorum(self, error: str) -> None:
         if self._quorum_log is not None:
+            path = Path(self._quorum_log)
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text("time,rank,attempt,committed_rounds,member_nodes,healed,error\n")
             nodes = " ".join(map(str, self._nodes or []))
             step = self.manager.current_step()
             error = " ".join(error.split()).replace(",", ";")[:300]
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-            with open(self._quorum_log, "a") as f:
+            with open(path, "a") as f:
                 f.write(f"{time.time():.3f},{self.rank},{attempt},{step},{nodes},"
                         f"{int(self.healed)},{error}\n")
 

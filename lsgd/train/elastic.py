@@ -52,9 +52,9 @@ class ElasticRun(WorkerLoop):
         comm = ElasticCommunicator(slot, slots, lighthouse=lighthouse, address=address,
                                    per_node=cfg.workers // slots, local_rank=local_rank,
                                    min_members=cfg.min_workers, timeout=cfg.timeout,
-                                   quorum_timeout=cfg.timeout,
-                                   quorum_log=_quorum_log(cfg, slot * (cfg.workers // slots)
-                                                          + local_rank))
+                                   quorum_timeout=quorum_timeout(cfg),
+                                   quorum_log=cfg.out_dir / "logs" / "quorums-{}.csv".format(
+                                       slot * (cfg.workers // slots) + local_rank))
         super().__init__(cfg, replicas_of(comm, cfg.replica), torch.device("cpu"), t0)
         self.comm: ElasticCommunicator = comm
         self.groups = cfg.groups
@@ -203,15 +203,13 @@ class ElasticRun(WorkerLoop):
             steps_redone=0, time_axis="wall-clock seconds of training (the members' largest)")
 
 
-def _quorum_log(cfg: TrainConfig, rank: int) -> Any:
-    """``logs/quorums-RANK.csv`` in the run folder: a line per quorum of the worker, of
-    each of its attempts (:class:`~lsgd.comm.elastic.ElasticCommunicator`'s
-    ``quorum_log``), under a header written by its first."""
-    path = cfg.out_dir / "logs" / f"quorums-{rank}.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        path.write_text("time,rank,attempt,committed_rounds,member_nodes,healed,error\n")
-    return path
+def quorum_timeout(cfg: TrainConfig) -> float:
+    """How long a worker waits for a quorum: ``--timeout``, but past the longest the
+    lighthouse may hold one (the join timeout, or a silent node counted live for the
+    heartbeat timeout) and 10 s more. A quorum whose wait timed out left torchft's
+    manager failing every later one at once ("Timeout expired"), and the run never
+    stepped again (docs/reliability.md)."""
+    return max(cfg.timeout, cfg.join_timeout + cfg.heartbeat_timeout + 10.0)
 
 
 def elastic_worker(info: Any, slot: int, slots: int, lighthouse: str, cfg: TrainConfig,
