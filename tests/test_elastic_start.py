@@ -31,16 +31,16 @@ def _first_round(info: Any, slot: int, slots: int, lighthouse: str,
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_the_first_round_waits_for_a_node_slow_to_start() -> None:
-    """Node 2 starts 4 s after the others. Without the start gate the first quorum
-    formed at once without it (it was not beating yet: the lighthouse did not know
-    it), and it was healed a round later; with it, the others wait for it at the
-    gate, and the first round has every node."""
+    """Node 1 starts 4 s after node 0. Without the start gate the first quorum formed
+    at once without it (it was not beating yet: the lighthouse did not know it), and
+    it was healed a round later; with it, node 0 waits for it at the gate, and the
+    first round has both nodes. (How long each waited depends on when the agents
+    started, seconds apart on a loaded machine.)"""
     from lsgd.launcher.elastic import launch_elastic
 
-    results = launch_elastic(_first_round, 3, args=(4.0,), join_timeout=30.0)
-    assert [nodes for _, nodes in results] == [[0, 1, 2]] * 3, results
-    waits = [waited for waited, _ in results]  # seconds at the gate (None: it timed out)
-    assert None not in waits and waits[2] == min(waits) and max(waits) > 3.0, waits
+    results = launch_elastic(_first_round, 2, args=(4.0,), join_timeout=30.0)
+    assert [nodes for _, nodes in results] == [[0, 1]] * 2, results
+    assert None not in [waited for waited, _ in results], results  # None: timed out
 
 
 def test_a_worker_restarted_after_the_run_ended_ends_at_once(tmp_path: Path) -> None:
