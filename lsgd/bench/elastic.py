@@ -36,9 +36,10 @@ COLUMNS = ["method", "how", "fault", "wall s", "steps redone", "rejoin s", "heal
 def _setup(quick: bool, link: str | None) -> dict[str, Any]:
     common = {"seed": 0, "quiet": True, "restarts": 1, "link": link,
               "groups": None if link is None else 0}
-    if quick:
+    if quick:  # the restart is waited for (10 s heartbeats): loaded, it beats again past 2 s
         return common | {"workers": 3, "model": "mlp", "dataset": "digits", "steps": 96,
-                         "kill": 40, "period": 8, "every": 16, "batch_size": 32}
+                         "kill": 40, "period": 8, "every": 16, "batch_size": 32,
+                         "heartbeat_timeout": 10.0}
     return common | {"workers": 4, "model": "cnn7", "dataset": "fashion-mnist", "steps": 240,
                      "kill": 100, "period": 16, "every": 40, "batch_size": 64}
 
@@ -61,7 +62,8 @@ def _elastic(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> d
     from lsgd.train.elastic import train_elastic
     from lsgd.train.runner import prepare
 
-    cfg = _config(method, setup, fault, folder / f"{method}-elastic-{int(fault)}", elastic=True)
+    cfg = _config(method, setup, fault, folder / f"{method}-elastic-{int(fault)}", elastic=True,
+                  heartbeat_timeout=setup.get("heartbeat_timeout", 2.0))
     prepare(cfg, cfg.out_dir)
     start = time.perf_counter()
     summary, records = train_elastic(cfg)
@@ -70,7 +72,7 @@ def _elastic(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> d
     survivors = [r for r in records if r["attempt"] == 0]
     redone = sum(_steps_back(r["trace"]) for r in survivors)
     rejoin = float("nan")
-    joined = [r for r in records if r["attempt"] > 0]
+    joined = [r for r in records if r["attempt"] > 0 and r["trace"]]  # not after the end
     if joined:
         killed_at = max(t for r in survivors for t, s in r["trace"] if s == kill - 1)
         rejoin = joined[0]["trace"][0][0] - killed_at

@@ -22,7 +22,6 @@ without it and healing it a round later. A restarted worker does not wait.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import multiprocessing
 import os
 import pickle
