@@ -111,13 +111,17 @@ class ElasticRun(WorkerLoop):
     def run(self) -> dict[str, Any] | None:
         """Train; but a restarted worker that finds the run ended while it was down ends
         at once (else it would train the whole run again alone, the others gone)."""
-        if self.attempt > 0 and (self.cfg.out_dir / "logs" / "ended").exists():
+        if self.attempt > 0 and self._ended_marker().exists():
             self.after_end = True
             if self.cfg.fault:
                 faults.answer(self.cfg.out_dir, f"worker {self.rank} came back after the run "
                               "ended; it ended too", rank=self.rank)
             return self.finish()
         return super().run()
+
+    def _ended_marker(self) -> Any:
+        """``logs/ended``: created by the first round that ends the run."""
+        return self.cfg.out_dir / "logs" / "ended"
 
     def writes(self) -> bool:
         """Whether this worker was the lowest member of the last round."""
@@ -128,7 +132,7 @@ class ElasticRun(WorkerLoop):
         round (stopped, or cut off) reaches the last step after the others have gone and
         ends the run again alone: its lone round (its own model as the center) must not
         overwrite the run's record. The first round to end it creates ``logs/ended``."""
-        marker = self.cfg.out_dir / "logs" / "ended"
+        marker = self._ended_marker()
         marker.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
