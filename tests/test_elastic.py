@@ -237,7 +237,7 @@ def test_lsgd_survives_its_leader_and_then_another_worker(tmp_path: Path) -> Non
 @pytest.mark.timeout(300)
 def test_diloco_survives_a_kill_and_every_copy_of_the_global_state_agrees(tmp_path: Path) -> None:
     """Worker 1 dies before step 44; three nodes behind 100 Mbit/s links with the
-    lighthouse in node 0's namespace (on one network where links cannot be shaped
+    lighthouse on the switch (on one network where links cannot be shaped
     here; LSGD on shaped elastic nodes: tests/test_link_faults.py)."""
     records = _job("diloco", [("kill", 1, 44)], tmp_path,
                    link="100mbit" if SHAPING is None else None)

@@ -145,6 +145,36 @@ def test_a_transfer_across_a_shaped_link_takes_at_least_its_size_over_the_rate()
 
 @needs_shaping
 @pytest.mark.timeout(60)
+def test_the_switch_is_reached_through_each_nodes_own_link() -> None:
+    """A service on the switch (the elastic lighthouse) answers node 1 while node 0's
+    link is down, and node 0 alone loses it."""
+    with netns.ShapedNetwork(2, "100mbit") as network:
+        server = subprocess.Popen(["ip", "netns", "exec", network.switch, "python3", "-c",
+                                   "import socket; s = socket.create_server(('"
+                                   f"{netns.switch_address()}', 29599)); s.listen(); "
+                                   "[s.accept()[0].close() for _ in range(9)]"])
+        probe = ("import socket, sys\ntry:\n    socket.create_connection(('"
+                 f"{netns.switch_address()}', 29599), timeout=1).close()\n"
+                 "except OSError:\n    sys.exit(1)")
+        try:
+            def reaches(node: int) -> bool:
+                return subprocess.run(network.command(node, ["python3", "-c", probe])
+                                      ).returncode == 0
+
+            deadline = time.monotonic() + 20
+            while not reaches(1) and time.monotonic() < deadline:
+                time.sleep(0.2)  # the server starting
+            netns.set_node_link(0, up=False)
+            assert reaches(1) and not reaches(0)
+            netns.set_node_link(0, up=True)
+        finally:
+            server.kill()
+            server.wait()
+    assert _our_namespaces() == []
+
+
+@needs_shaping
+@pytest.mark.timeout(60)
 def test_leftovers_of_a_killed_run_are_removed_and_errors_remove_everything() -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -34,7 +34,6 @@ _RUNNERS = {
     "overhead": ("overhead", "run"),
     "stragglers": ("stragglers", "run"),
     "simulator": ("simulator", "run"),
-    "decentralized": ("decentralized", "run"),
     "aldsgd": ("aldsgd", "run"),
     "fidelity": ("fidelity", "run"),
     "startup": ("startup", "run"),

@@ -37,6 +37,7 @@ RESTARTS = 3  #: fatal faults each node may take
 FAULTS = 12  #: faults in each run's schedule
 KINDS = ("kill", "segv", "stop", "kill-node", "nan", "link-down", "slow")
 ROUNDS: dict[str, dict[str, Any]] = {"blocking": {}, "hidden int8": {"overlap": 1, "compress": "int8"}}
+MODES = ("elastic", "restart")  #: on torchft, or restartable from checkpoints
 
 
 def _setup(quick: bool, link: str | None) -> dict[str, Any]:
@@ -189,12 +190,14 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     seeds = range(options.get("first_seed") or 1,
                   (options.get("first_seed") or 1) + (options.get("seeds") or (1 if quick else 3)))
     methods = options.get("methods") or (["diloco"] if quick else ["lsgd", "diloco"])
-    modes = ["restart"] if quick else ["elastic", "restart"]
+    sets = options.get("sets") or []
+    modes = ["restart"] if quick else [
+        m for m in MODES if m in sets or not any(s in MODES for s in sets)]
     if not quick and importlib.util.find_spec("torchft") is None:
-        modes = ["restart"]
-    sets = options.get("sets")
+        modes = [m for m in modes if m != "elastic"]
     rounds_kinds = ["blocking"] if quick else [
-        kind for kind in ROUNDS if not sets or kind.replace(" ", "-") in sets]
+        kind for kind in ROUNDS
+        if kind.replace(" ", "-") in sets or not any(s.replace("-", " ") in ROUNDS for s in sets)]
     rows: list[list[Any]] = []
     data: dict[str, Any] = {"setup": setup, "runs": {}}
     folder = out / "chaos-runs"

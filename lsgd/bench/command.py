@@ -34,10 +34,13 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="time to accuracy, twelve workers: the first seed (default 0); "
                              "--seeds N runs seeds K to K+N-1, so --first-seed 2 "
                              "--seeds 1 adds a third seed to a run of two")
+    parser.add_argument("--top", type=int, default=None, metavar="K",
+                        help="tuning: screen every point on the first seed, then run only "
+                             "each method's K best points on every seed")
     parser.add_argument("--sets", default=None,
                         help="fidelity: comma-separated sets, from bn, pull-form, "
-                             "leader-momentum (default: all); chaos: kinds of round, from "
-                             "blocking, hidden-int8")
+                             "leader-momentum (default: all); chaos: modes and kinds of "
+                             "round, from elastic, restart, blocking, hidden-int8")
     parser.add_argument("--repeats", type=int, default=None,
                         help="startup: times each variant is run (default 5)")
     parser.add_argument("--budget", type=float, default=None,
@@ -101,6 +104,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
                 parse_link(link)
             except ValueError as error:
                 raise UsageError(f"--links: {error}") from None
+    if args.top is not None and args.top < 1:
+        raise UsageError(f"--top {args.top}: give at least 1 point per method")
     if args.seeds is not None and args.seeds < 1:
         raise UsageError(f"--seeds {args.seeds}: give at least 1")
     if args.budget is not None and not args.budget > 0:
@@ -121,12 +126,13 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     if args.first_seed is not None and args.first_seed < 0:
         raise UsageError(f"--first-seed {args.first_seed}: give 0 or more")
     from lsgd.bench.accuracy import METHODS
-    from lsgd.bench.chaos import ROUNDS
+    from lsgd.bench.chaos import MODES, ROUNDS
     from lsgd.bench.fidelity import SETS
 
-    sets = _names("--sets", args.sets, [*SETS, *(kind.replace(" ", "-") for kind in ROUNDS)])
+    sets = _names("--sets", args.sets,
+                  [*SETS, *MODES, *(kind.replace(" ", "-") for kind in ROUNDS)])
     methods = _names("--methods", args.methods, METHODS)
-    return {"links": links, "seeds": args.seeds, "first_seed": args.first_seed,
+    return {"links": links, "seeds": args.seeds, "first_seed": args.first_seed, "top": args.top,
             "budget": args.budget, "target": args.target, "eval_steps": args.eval_steps,
             "steps_from": args.steps_from,
             "methods": methods, "backend": args.backend,

@@ -35,7 +35,7 @@ from lsgd.bench import ranking, runner
 from lsgd.bench.common import Result, read_result
 
 #: Benchmarks whose tables come from training runs kept as records.
-TRAINED = {"time-to-accuracy", "twelve-workers", "scaling", "stragglers", "decentralized", "fidelity",
+TRAINED = {"time-to-accuracy", "twelve-workers", "scaling", "stragglers", "fidelity",
            "aldsgd",
            "equal-steps", "time-to-loss", "equal-tokens", "diloco-screen", "replicas",
            "replicas-time"}

@@ -5,7 +5,9 @@ model on three seeds (0, 1, 2, interleaved); the point with the lowest median va
 loss at the end is each method's chosen point (``chosen`` in ``tuning.json``), the
 candidate for its entry in :data:`lsgd.train.tuned.TUNED`. Every run is a
 :mod:`lsgd.bench.study` run: 4 workers as 4 nodes in the simulator, 300 steps, the loss
-at the end (equal tokens) and the steps to 2.2 nats/byte. The grids (a point names the
+at the end (equal tokens) and the steps to 2.2 nats/byte. ``--top K``: every point is
+screened on the first seed, and only each method's K best go on to every seed (the
+chosen point is among those). The grids (a point names the
 knobs that differ from its method's base) vary the learning rates, and DiLoCo's period
 and inner optimizer (Muon at one point) and LSGD's pull. The periodic methods send int8
 rounds every 32 steps. ``--quick``: a one-block GPT, two points per method.
@@ -14,6 +16,7 @@ rounds every 32 steps. ``--quick``: a one-block GPT, two points per method.
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -64,28 +67,41 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                          f"{', '.join(GRIDS)}")
     grids = QUICK if quick else {t: GRIDS[t] for t in (options.get("tasks") or GRIDS)}
     seeds = list(range(options.get("seeds") or (1 if quick else 3)))
+    top = options.get("top")
     rows: list[list[Any]] = []
     chosen: dict[str, dict[str, dict[str, Any]]] = {}
     data: dict[str, Any] = {"tasks": {}, "chosen": chosen, "seeds": seeds}
     for task, methods in grids.items():
         lower = study.TASKS[task]["lower"]
+
+        def score(s: dict[str, Any], lower: bool = lower) -> float:  # lower is better
+            return math.inf if s["final"][0] is None else s["final"][0] * (1 if lower else -1)
+
         variants = {label(m, p): base | p for m, (base, points) in methods.items()
                     for p in points}
-        results = study.run_variants(out, task, variants, seeds, options)
+        results = study.run_variants(out, task, variants, seeds[:1] if top else seeds, options)
+        if top and len(seeds) > 1:
+            screen = study.summarize(task, results, list(variants))
+            kept = [s["label"] for m in methods for s in sorted(
+                (s for s in screen if s["label"].split()[0] == m), key=score)[:top]]
+            results += study.run_variants(out, task, {k: variants[k] for k in kept},
+                                          seeds[1:], options)
         summary = study.summarize(task, results, list(variants))
         data["tasks"][task] = {"runs": results, "summary": summary}
         chosen[task] = {}
         for method, (base, points) in methods.items():
             mine = [s for s in summary if s["label"].split()[0] == method]
-            best = min(mine, key=lambda s: s["final"][0] if lower else -s["final"][0])
+            best = min((s for s in mine if len(s["seeds"]) == len(seeds)), key=score)
             point = next(p for p in points if label(method, p) == best["label"])
             chosen[task][method] = {k: v for k, v in (base | point).items()
                                     if k not in ("method", "compress")}
             for s in mine:
                 rows.append([task, s["label"], study.cell(s["final"], 4),
                              study.cell(s["steps"], 0), round(s["mb"], 2),
-                             "chosen" if s is best else ""])
-    notes = [f"Every point on seeds {', '.join(map(str, seeds))}, interleaved (median "
+                             "chosen" if s is best else "" if len(s["seeds"]) == len(seeds)
+                             else "screened out"])
+    where = f"screened on seed 0, each method's {top} best on" if top else "on"
+    notes = [f"Every point {where} seeds {', '.join(map(str, seeds))}, interleaved (median "
              "[min-max]); 4 workers as 4 nodes in the simulator; the center's validation "
              "loss (nats/byte) after 300 steps of 16 windows of 128 bytes per worker, and the "
              "steps to 2.2 nats/byte. The chosen point (the lowest median at the end) of "

@@ -8,7 +8,10 @@ agent alone (up to ``restarts`` times) while the others go on; a lighthouse
 (:func:`lsgd.comm.elastic.start_lighthouse`) in the calling process forms the
 quorums. ``fn`` builds its :class:`~lsgd.comm.elastic.ElasticCommunicator`
 from ``slot``, ``slots`` and ``lighthouse``. The agents are spawned (fresh
-interpreters), so ``fn`` and ``args`` must be picklable. Loopback only.
+interpreters), so ``fn`` and ``args`` must be picklable. On loopback, or with
+``link=`` each node in a namespace of its own behind a shaped link and the
+lighthouse on the switch (:func:`lsgd.links.netns.switch_address`), which each
+node reaches through its own link.
 
 The job starts together: a c10d store beside the lighthouse is its start gate
 (``GATE_ENV`` in the workers' environment). A worker's first attempt, at its
@@ -37,7 +40,7 @@ from lsgd.comm.quorum import GATE_ENV, require_torchft, start_lighthouse
 from lsgd.launcher.worker import LaunchError
 from lsgd.links.spec import Link
 
-LIGHTHOUSE_PORT = 29510  # inside node 0's namespace
+LIGHTHOUSE_PORT = 29510  # on shaped links: at the switch's address
 GATE_PORT = LIGHTHOUSE_PORT + 1  # the start gate's store, beside it
 
 T = TypeVar("T")
@@ -86,17 +89,17 @@ def launch_elastic(
             gate_store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
             gate = f"127.0.0.1:{gate_store.port}:{join_timeout}"
         else:
-            from lsgd.links.netns import ShapedNetwork, node_address
+            from lsgd.links.netns import ShapedNetwork, node_address, switch_address
 
             net = stack.enter_context(ShapedNetwork(slots, link))
             where = [(net.namespaces[n], node_address(n)) for n in range(slots)]
             server = context.Process(target=_lighthouse, name="lsgd-lighthouse",
-                                     args=(where[0][0], LIGHTHOUSE_PORT, join_timeout,
+                                     args=(net.switch, LIGHTHOUSE_PORT, join_timeout,
                                            heartbeat_timeout), daemon=True)
             server.start()
             stack.callback(_stop, server)
-            address = f"http://{node_address(0)}:{LIGHTHOUSE_PORT}"
-            gate = f"{node_address(0)}:{GATE_PORT}:{join_timeout}"
+            address = f"http://{switch_address()}:{LIGHTHOUSE_PORT}"
+            gate = f"{switch_address()}:{GATE_PORT}:{join_timeout}"
         paths = [folder / f"slot{slot}.pkl" for slot in range(slots)]
         agents = [context.Process(
             target=_agent, name=f"lsgd-elastic-agent-{slot}",
@@ -158,17 +161,17 @@ def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
 
 def _lighthouse(namespace: str, port: int, join_timeout: float,
                 heartbeat_timeout: float) -> None:
-    """The lighthouse in node 0's namespace (a spawned process), until it is stopped."""
-    from lsgd.links.netns import enter_namespace
+    """The lighthouse and the start gate on the switch (a spawned process in its
+    namespace, reached by every node through its own link, as a separate machine
+    would be: one node's link down cuts that node off alone), until it is stopped."""
+    from lsgd.links.netns import enter_namespace, switch_address
 
     enter_namespace(namespace)
-    from lsgd.links.netns import node_address
-
-    server = start_lighthouse(port, 1, host=node_address(0), join_timeout=join_timeout,
+    server = start_lighthouse(port, 1, host=switch_address(), join_timeout=join_timeout,
                               heartbeat_timeout=heartbeat_timeout)
     import torch.distributed as dist
 
-    gate = dist.TCPStore(node_address(0), GATE_PORT, is_master=True, wait_for_workers=False)
+    gate = dist.TCPStore(switch_address(), GATE_PORT, is_master=True, wait_for_workers=False)
     try:
         while True:
             time.sleep(3600)

@@ -3,7 +3,7 @@
 ``ShapedNetwork(nodes, link)`` builds, as a context manager::
 
     namespace lsgd-<pid>-n0 (node 0)        namespace lsgd-<pid>-br (the switch)
-      lo         workers of node 0 talk here     br0 -- p0, p1, ..., p{n-1}
+      lo         workers of node 0 talk here     br0 10.77.0.100/24 -- p0, ..., p{n-1}
       eth0 10.77.0.101/24  <== veth ==>  p0
     namespace lsgd-<pid>-n1 (node 1)
       eth0 10.77.0.102/24  <== veth ==>  p1
@@ -11,7 +11,9 @@
 
 Each node reaches the others only through its ``eth0``, shaped by the kernel's
 token-bucket filter (``tc qdisc ... tbf``) in both directions, at the link's rate;
-traffic inside a node stays on its loopback. A latency needs ``netem``. Nothing is
+traffic inside a node stays on its loopback. The switch has an address of its own
+(:func:`switch_address`, no node's): a service every node reaches through its own
+link, as a separate machine would be. A latency needs ``netem``. Nothing is
 created outside these namespaces; ``close()`` (also on an error, on Ctrl-C and on
 SIGTERM through the context manager) deletes them, and :func:`remove_leftovers`
 deletes those of a killed run once its pid is gone. :func:`set_node_link` takes a
@@ -32,6 +34,7 @@ from lsgd.links.spec import Link, parse_link
 
 SUBNET = "10.77.0"  # a private /24, seen only inside the namespaces made here
 FIRST_HOST = 101  # node i is SUBNET.(101 + i): equal-width addresses sort like node indices
+SWITCH_HOST = 100  # the switch's own address, SUBNET.100
 MAX_NODES = 99
 _NAME = re.compile(r"lsgd-(\d+)-(n\d+|br|probe)$")
 MODELED_HINT = ("use the simulator's modeled link instead: --backend threads --link RATE "
@@ -120,6 +123,12 @@ def enter_namespace(name: str) -> None:
 def node_address(node: int) -> str:
     """Node ``node``'s address on the shaped network."""
     return f"{SUBNET}.{FIRST_HOST + node}"
+
+
+def switch_address() -> str:
+    """The switch's own address on the shaped network (its bridge ``br0``): every node
+    reaches it through its own link, so a node whose link is down loses it alone."""
+    return f"{SUBNET}.{SWITCH_HOST}"
 
 
 def node_namespace(node: int, owner: int | None = None) -> str:
@@ -247,6 +256,7 @@ class ShapedNetwork:
         self._make_namespace(self.switch)
         _run(["ip", "-n", self.switch, "link", "add", "br0", "type", "bridge"])
         _run(["ip", "-n", self.switch, "link", "set", "br0", "up"])
+        _run(["ip", "-n", self.switch, "addr", "add", f"{switch_address()}/24", "dev", "br0"])
         for i, name in enumerate(self.namespaces):
             self._make_namespace(name)
             port = f"p{i}"
