@@ -34,6 +34,34 @@ def test_every_study_starts_from_its_methods_pinned_point() -> None:
     assert {study.slug(s) for s in quality.BASE["language"].values()} <= grid
 
 
+def test_tuning_top_screens_on_one_seed_and_chooses_among_the_points_run_on_all(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[list[str], list[int]]] = []
+
+    def fake(out: Path, task: str, variants: dict, seeds: list, options: dict) -> list:
+        calls.append((list(variants), list(seeds)))
+        # seed 0: the later a point in the grid, the lower its loss; seeds 1 and 2 reverse it
+        return [{"label": label, "seed": seed, "steps": None, "time": None, "bytes": 1e6,
+                 "final": 2.0 + (1 if seed else -1) * list(variants).index(label) / 100}
+                for seed in seeds for label in variants]
+
+    monkeypatch.setattr(tuning.study, "run_variants", fake)
+    result = tuning.run(tmp_path, False, {"seeds": 3, "top": 2, "tasks": ["language"]})
+    grid = tuning.GRIDS["language"]
+    assert calls[0][1] == [0] and len(calls[0][0]) == sum(len(p) for _, p in grid.values())
+    # the screen's two best (the last two) of each method, and only they, on seeds 1 and 2
+    kept = [tuning.label(m, p) for m, (_, points) in grid.items() for p in points[-2:]]
+    assert calls[1] == (kept, [1, 2])
+    # on three seeds the earlier of the two wins (its median: seeds 1 and 2 reverse)
+    chosen = result.data["chosen"]["language"]
+    assert all(chosen[m] == {k: v for k, v in (base | points[-2]).items()
+                             if k not in ("method", "compress")}
+               for m, (base, points) in grid.items())
+    marks = {row[1]: row[5] for row in result.rows}
+    assert sum(v == "screened out" for v in marks.values()) == len(marks) - len(kept)
+    assert sum(v == "chosen" for v in marks.values()) == len(grid)
+
+
 @pytest.mark.slow
 def test_a_quick_study_reports_each_variant_and_reads_its_runs_back(tmp_path: Path) -> None:
     result = quality.run_study("leader-force", tmp_path, True, {})

@@ -44,7 +44,8 @@ GRIDS: dict[str, dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]] = {
                    [{"lr": 0.001, "outer_lr": 0.35}, {"lr": 0.002, "outer_lr": 0.35},
                     {"lr": 0.001, "outer_lr": 0.7}, {"lr": 0.002, "outer_lr": 0.7},
                     {"lr": 0.002, "outer_lr": 0.7, "period": 16},
-                    {"lr": 0.002, "outer_lr": 0.7, "optimizer": "muon"}]),
+                    {"lr": 0.001, "outer_lr": 0.35, "outer_momentum": 0.8},
+                    {"lr": 0.001, "outer_lr": 0.35, "optimizer": "muon"}]),
         "local-sgd": ({"method": "local-sgd"} | LM | ROUNDS, _grid(lr=[0.001, 0.002])),
         "lsgd": ({"method": "lsgd"} | LM | ROUNDS,
                  [{"lr": 0.001, "pull": 0.1}, {"lr": 0.002, "pull": 0.1},
@@ -82,10 +83,10 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
         results = study.run_variants(out, task, variants, seeds[:1] if top else seeds, options)
         if top and len(seeds) > 1:
             screen = study.summarize(task, results, list(variants))
-            kept = [s["label"] for m in methods for s in sorted(
-                (s for s in screen if s["label"].split()[0] == m), key=score)[:top]]
-            results += study.run_variants(out, task, {k: variants[k] for k in kept},
-                                          seeds[1:], options)
+            kept = {s["label"] for m in methods for s in sorted(
+                (s for s in screen if s["label"].split()[0] == m), key=score)[:top]}
+            results += study.run_variants(out, task, {k: v for k, v in variants.items()
+                                                      if k in kept}, seeds[1:], options)
         summary = study.summarize(task, results, list(variants))
         data["tasks"][task] = {"runs": results, "summary": summary}
         chosen[task] = {}
