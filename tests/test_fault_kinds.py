@@ -224,6 +224,17 @@ def test_a_worker_exit_that_no_fault_explains_is_counted_silent(tmp_path: Path) 
     assert silent_exits(tmp_path) == (1, ["exit code -6"])
 
 
+def test_chaos_sets_pick_modes_and_kinds_of_round_and_none_picks_all() -> None:
+    from lsgd.bench.chaos import MODES, ROUNDS, _picked
+    from lsgd.bench.command import _options
+    from lsgd.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "chaos", "--sets", "elastic,hidden-int8"])
+    sets = _options(args)["sets"]
+    assert _picked(MODES, sets) == ["elastic"] and _picked(list(ROUNDS), sets) == ["hidden int8"]
+    assert _picked(MODES, ["blocking"]) == ["elastic", "restart"]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_the_quick_chaos_bench_survives_a_dozen_faults_with_no_hang_or_silent_exit(

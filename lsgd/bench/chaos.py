@@ -191,13 +191,10 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                   (options.get("first_seed") or 1) + (options.get("seeds") or (1 if quick else 3)))
     methods = options.get("methods") or (["diloco"] if quick else ["lsgd", "diloco"])
     sets = options.get("sets") or []
-    modes = ["restart"] if quick else [
-        m for m in MODES if m in sets or not any(s in MODES for s in sets)]
+    modes = ["restart"] if quick else _picked(MODES, sets)
     if not quick and importlib.util.find_spec("torchft") is None:
         modes = [m for m in modes if m != "elastic"]
-    rounds_kinds = ["blocking"] if quick else [
-        kind for kind in ROUNDS
-        if kind.replace(" ", "-") in sets or not any(s.replace("-", " ") in ROUNDS for s in sets)]
+    rounds_kinds = ["blocking"] if quick else _picked(list(ROUNDS), sets)
     rows: list[list[Any]] = []
     data: dict[str, Any] = {"setup": setup, "runs": {}}
     folder = out / "chaos-runs"
@@ -230,6 +227,11 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     notes += [f"did not finish: {k}: {v['tail'][-300:]!r}" for k, v in data["runs"].items()
               if not v["finished"]]
     return Result(NAME, TITLE, COLUMNS, rows, notes, data)
+
+
+def _picked(names: list[str] | tuple[str, ...], sets: list[str]) -> list[str]:
+    """The names ``--sets`` picks (its words spell a space as ``-``), or all if it picks none."""
+    return [n for n in names if n.replace(" ", "-") in sets] or list(names)
 
 
 def _done(path: Path, setup: dict[str, Any]) -> dict[str, Any]:
