@@ -2,8 +2,9 @@
 
 ``lsgd bench tuning`` trains every point of a small grid per method on the language
 model on three seeds (0, 1, 2, interleaved); the point with the lowest median validation
-loss at the end is each method's chosen point (``chosen`` in ``tuning.json``), the
-candidate for its entry in :data:`lsgd.train.tuned.TUNED`. Every run is a
+loss at the end is each method's chosen point (``chosen`` in ``tuning.json``): its best
+with int8 rounds every 32 steps, beside :data:`lsgd.train.tuned.TUNED`'s entries, which
+are measured at ``lsgd train``'s own period of 16. Every run is a
 :mod:`lsgd.bench.study` run: 4 workers as 4 nodes in the simulator, 300 steps, the loss
 at the end (equal tokens) and the steps to 2.2 nats/byte. ``--top K``: every point is
 screened on the first seed, and only each method's K best go on to every seed (the
@@ -105,8 +106,8 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     notes = [f"Every point {where} seeds {', '.join(map(str, seeds))}, interleaved (median "
              "[min-max]); 4 workers as 4 nodes in the simulator; the center's validation "
              "loss (nats/byte) after 300 steps of 16 windows of 128 bytes per worker, and the "
-             "steps to 2.2 nats/byte. The chosen point (the lowest median at the end) of "
-             "each method is its default in lsgd train (lsgd/train/tuned.py)."]
+             "steps to 2.2 nats/byte. The chosen point: the lowest median at the end among "
+             "the points run on every seed."]
     return Result(NAME, "Tuning: each method's points on the language model, three seeds",
                   ["task", "point", "loss at 300 steps", "steps to 2.2", "MB sent/worker",
                    ""], rows, notes, data)
