@@ -13,7 +13,9 @@ steps, two seeds; the language model: 2.29 against 2.36 nats/byte, ``lsgd bench
 diloco-screen``). On text, all-reduce, DiLoCo and LSGD take lr 0.002 rather than the
 text default 0.001 (300 equal steps, three seeds, ``lsgd bench equal-tokens``: all-reduce
 1.94 against 2.15, DiLoCo 2.21 against 2.28, LSGD 2.21 against 2.28); local SGD keeps
-0.001 (2.32 against 2.28 on the screen's seed). A test checks that the studies' pinned
+0.001 (2.32 against 2.28 on the screen's seed). These hold at ``lsgd train``'s period of
+16; with int8 rounds every 32 steps every periodic method is best at lr 0.001 (``lsgd
+bench tuning``, docs/benchmarks.md section 10). A test checks that the studies' pinned
 points are these.
 """
 
