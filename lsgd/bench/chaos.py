@@ -35,6 +35,9 @@ TIMEOUT = 30.0  #: the runs' --timeout (a collective's patience)
 JOIN = 30.0  #: the elastic runs' --join-timeout
 RESTARTS = 3  #: fatal faults each node may take
 FAULTS = 12  #: faults in each run's schedule
+#: the share of the unfailed run's training time the faults are drawn over; quick runs
+#: take half, so that all fire though a run may train twice as fast as its unfailed one
+HORIZON = {False: 0.9, True: 0.5}
 KINDS = ("kill", "segv", "stop", "kill-node", "nan", "link-down", "slow")
 ROUNDS: dict[str, dict[str, Any]] = {"blocking": {}, "hidden int8": {"overlap": 1, "compress": "int8"}}
 MODES = ("elastic", "restart")  #: on torchft, or restartable from checkpoints
@@ -72,16 +75,17 @@ def _flags(settings: dict[str, Any]) -> list[str]:
     return flags
 
 
-def schedule(settings: dict[str, Any], seed: int, seconds: float) -> list[str]:
+def schedule(settings: dict[str, Any], seed: int, seconds: float,
+             share: float = HORIZON[False]) -> list[str]:
     """The ``--fault`` items of ``--chaos seed`` for the run of ``settings`` whose unfailed
-    run trained for ``seconds``: :data:`FAULTS` faults over the first 90% of them."""
+    run trained for ``seconds``: :data:`FAULTS` faults over the first ``share`` of them."""
     from lsgd.train import chaos
     from lsgd.train.config import make_config
 
     kinds = [k for k in KINDS if settings.get("link") or k not in ("link-down", "slow")]
     if not settings.get("elastic"):
         kinds.append("corrupt-checkpoint")
-    horizon = 0.9 * seconds
+    horizon = share * seconds
     cfg = make_config(settings | {"chaos": seed, "chaos_kinds": ",".join(kinds),
                                   "chaos_mtbf": max(0.01, horizon / FAULTS),
                                   "minutes": horizon / 60})
@@ -210,7 +214,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                 data["runs"][f"{key}/unfailed"] = base
                 rows.append(_row(method, mode, rounds, "-", base, base))
                 for seed in seeds if base["finished"] else ():
-                    specs = schedule(settings, seed, base["train_seconds"])
+                    specs = schedule(settings, seed, base["train_seconds"], HORIZON[quick])
                     got = done.get(f"{key}/{seed}") or run_one(
                         folder / key.replace(" ", "-") / f"seed-{seed}", flags, specs)
                     got["schedule"] = specs
@@ -220,7 +224,8 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     notes = [f"4 workers, {'4 nodes behind ' + setup['link'] + ' shaped links' if setup['link'] else 'on the loopback'}, "
              f"{setup['model']} on {setup['dataset']}, {setup['steps']} steps, period "
              f"{setup['period']}, --timeout {TIMEOUT:.0f}, --restarts {RESTARTS}; faults drawn by "
-             f"--chaos SEED, {FAULTS} at uniform times over 90% of the unfailed run's training time. "
+             f"--chaos SEED, {FAULTS} at uniform times over {HORIZON[quick]:.0%} of the unfailed run's "
+             "training time. "
              "Hang: the run folder unchanged for timeout + join timeout + 10 s. Silent exit: a "
              "worker that ended by a signal no fault sent, or with an error code and no error "
              "written (the agents' logs in each run's logs/)."]
