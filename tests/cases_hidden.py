@@ -32,21 +32,27 @@ def reference(levels: list[tuple[int, list[list[int]], float]], fragments: int, 
     steps later, or at once with no overlap (the parts started at one step: every
     level's first, then the later parts, local before global; those landing together
     in that order). ``decay``: R of the early valley, the level's ``r``-th election
-    (from 0) pulls all its parts by ``pull + (1 - pull) max(0, 1 - r / R)``."""
+    (from 0) pulls all its parts by ``pull + (1 - pull) c`` with ``c = max(0, 1 - r / R)``;
+    with overlap its parts first move ``c`` of the way by the difference of the worker's
+    part at the send from the leader's, ``x <- x - c (x_s - x̃)``, then pull by ``pull``."""
     x = [list(v) for v in X0]
     n = len(x[0])
     bounds = [(n * f // fragments, n * (f + 1) // fragments) for f in range(fragments)]
     elected: dict[tuple[int, int], int] = {}
     rounds = [0 for _ in levels]  # each level's elections so far
-    flight: list[tuple[int, list[int], int, float, int, list[float]]] = []
+    flight: list[tuple[Any, ...]] = []
     out: list[list[list[float]]] = [[] for _ in x]
 
-    def land(item: tuple[int, list[int], int, float, int, list[float]]) -> None:
-        _, members, leader, pull, f, values = item
+    def land(item: tuple[Any, ...]) -> None:
+        _, members, leader, pull, f, values, share, starts = item
         lo, hi = bounds[f]
         for r in members:
             if r != leader:
-                x[r][lo:hi] = [a + pull * (b - a) for a, b in zip(x[r][lo:hi], values)]
+                now, weight = x[r][lo:hi], pull + (1 - pull) * share
+                if overlap and share:  # hidden: the copied share on the round's difference
+                    now = [a - share * (s0 - b) for a, s0, b in zip(now, starts[r], values)]
+                    weight = pull
+                x[r][lo:hi] = [a + weight * (b - a) for a, b in zip(now, values)]
 
     for s in range(1, STEPS + 1):
         for r in range(len(x)):
@@ -64,13 +70,13 @@ def reference(levels: list[tuple[int, list[list[int]], float]], fragments: int, 
             for li, (period, groups, pull) in enumerate(levels):
                 if s % period == f * period // fragments and (li, 0) in elected:
                     r = rounds[li] - 1
-                    if decay:
-                        pull = pull + (1 - pull) * max(0.0, 1 - r / decay)
+                    share = max(0.0, 1 - r / decay) if decay else 0.0
                     for gi, members in enumerate(groups):
                         leader = elected[li, gi]
                         lo, hi = bounds[f]
                         flight.append((s + overlap, members, leader, pull, f,
-                                       list(x[leader][lo:hi])))
+                                       list(x[leader][lo:hi]), share,
+                                       {m: list(x[m][lo:hi]) for m in members}))
                         if not overlap:  # a blocking round pulls before the next is sent
                             land(flight.pop())
         for r in range(len(x)):

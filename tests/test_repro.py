@@ -73,6 +73,24 @@ def test_toy_lgd_reaches_the_global_ring_and_eagd_does_not(toy_result: tuple[dic
     assert spread < 1e-6
 
 
+def test_toy_early_valley_collapses_lgd_onto_its_first_leader() -> None:
+    """Why LSGD's decaying pull (``pull_decay_rounds``) is not its default: at R = 8 the
+    first step copies the first leader (worker 0, the lowest start) to every worker, so
+    LGD ends on the ring nearest worker 0 (plain GD's, -0.04248) instead of the deepest
+    ring (-0.21723) that the constant pull finds."""
+    method = lgd(toy.PULL)
+    decayed = type(method)(method.label, method.kind,
+                           dict(method.options) | {"pull_decay_rounds": 8})
+    run = run_full_batch(decayed, toy.value_and_grad, toy.starts(), toy.LR, 20_000,
+                         stop_tol=1e-10)
+    summary = toy.summarize(run)
+    assert summary["stopped"]
+    assert summary["best_objective"] == pytest.approx(-0.04248, abs=1e-5)
+    assert summary["best_objective"] > SECOND_RING > GLOBAL_MIN
+    assert run.positions is not None
+    assert (run.positions[1] - run.positions[1, 0]).abs().max() < 1e-12  # one point after step 1
+
+
 def test_toy_first_leader_is_the_lowest_start(toy_result: tuple[dict, list]) -> None:
     _, runs = toy_result
     lgd_run = next(r for r in runs if r.method.label == "LGD")

@@ -49,6 +49,9 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     # round's transfer at 20 Mbit/s (see lsgd bench equal-steps for their cost per step).
     "lsgd-overlap": ("lsgd", {"overlap": 3}, [{"period": 4}]),
     "lsgd-overlap-int8": ("lsgd", {"overlap": 3, "compress": "int8"}, [{"period": 4}]),
+    # ... with the early valley: the pull decays from a full copy over the first 32 rounds.
+    "lsgd-valley-overlap-int8": ("lsgd", {"overlap": 3, "compress": "int8",
+                                          "pull_decay_rounds": 32}, [{"period": 4}]),
     "lsgd-multi-overlap": ("lsgd", {"overlap": 3}, [{"period": 4, "global_period": 16}]),
     "lsgd-multi-overlap-int8": ("lsgd", {"overlap": 3, "compress": "int8"},
                                 [{"period": 4, "global_period": 16}]),
@@ -114,6 +117,7 @@ SETTINGS = {
         "lsgd": "several workers per node make LSGD multi-leader: lsgd-multi",
         "lsgd-overlap": "several workers per node: lsgd-multi-overlap",
         "lsgd-overlap-int8": "several workers per node: lsgd-multi-overlap-int8",
+        "lsgd-valley-overlap-int8": "several workers per node: lsgd-multi-overlap-int8",
         "lsgd-hidden": "several workers per node: lsgd-multi-hidden",
         "lsgd-momentum": "an option of LSGD, measured at 4 nodes",
         **dict.fromkeys(peer.METHODS, "torchft runs as processes on shaped links")}),

@@ -49,8 +49,10 @@ def _variants(name: str, task: str) -> dict[str, dict[str, Any]]:
     """The study ``name``'s variants on ``task``: label -> settings; the first is the
     reference."""
     base, k = BASE[task], OVERLAP[task]
+    valley = {"lsgd": base["lsgd"], "lsgd, R=8": base["lsgd"] | {"pull_decay_rounds": 8},
+              f"lsgd, R=8, overlap {k}": base["lsgd"] | {"pull_decay_rounds": 8, "overlap": k}}
     if name == "valley":
-        return {"lsgd": base["lsgd"], "lsgd, R=8": base["lsgd"] | {"pull_decay_rounds": 8}}
+        return valley
     if name == "leader-force":
         return {"diloco": base["diloco"],
                 "diloco, leader weights": base["diloco"] | {"leader": "weights"},
@@ -63,8 +65,7 @@ def _variants(name: str, task: str) -> dict[str, dict[str, Any]]:
     return {"diloco": base["diloco"],
             "diloco, leader weights": base["diloco"] | {"leader": "weights"},
             "diloco, overlap mix": base["diloco"] | {"overlap": k},
-            "diloco, eager": base["diloco"] | {"outer": "eager"},
-            "lsgd": base["lsgd"], "lsgd, R=8": base["lsgd"] | {"pull_decay_rounds": 8}}
+            "diloco, eager": base["diloco"] | {"outer": "eager"}} | valley
 
 
 STUDIES = {"valley": "LSGD's early valley: a pull that decays from 1 over R rounds",

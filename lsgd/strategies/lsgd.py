@@ -35,7 +35,8 @@ from lsgd.strategies.base import Options, Strategy, as_loss_tensor
 from lsgd.strategies.election import ELECTIONS, Election
 from lsgd.strategies.levels import Level, build_levels, check_knobs
 from lsgd.strategies.pipeline import InFlight, check_options
-from lsgd.strategies.pull_decay import check_decay_rounds, copied_share, round_pull_
+from lsgd.strategies.pull_decay import (check_decay_rounds, copied_share, copy_since_,
+                                        round_pull_)
 from lsgd.strategies.cadence import Cadence
 from lsgd.names import SCOPE_PULLS
 
@@ -296,10 +297,16 @@ class LSGD(Strategy):
                        for b in buffers]
         info = {"leader": leader, "diverged": diverged, "pull": pull, "level": level.name,
                 "part": part}
+        tensors = {"leader": buffers}
         if pull and self.pull_decay_rounds:  # the round's r, for its decayed pull
             info["round"] = level.rounds - 1
+            if overlap and self.rank != leader and copied_share(info["round"],
+                                                               self.pull_decay_rounds):
+                # the copied share lands on the round's own difference (copy_since_)
+                tensors["start"] = [t.clone() for t in (
+                    self._state if self.fragments == 1 else self._copy_of_part(part))]
         return InFlight(self.steps, self.steps + overlap, _part_name(level.name, part),
-                        handles, {"leader": buffers}, info)
+                        handles, tensors, info)
 
     def _copy_of_part(self, part: int) -> list[torch.Tensor]:
         """Part ``part`` of the state, copied into the work buffer (only that part)."""
@@ -319,14 +326,16 @@ class LSGD(Strategy):
         elif received[0].data_ptr() != snapshot[0].data_ptr():  # not received in place
             torch._foreach_copy_(snapshot, received)
         share = copied_share(info.get("round"), self.pull_decay_rounds)
-        self._land(level, part, info["leader"], info["diverged"], info["pull"], share)
+        self._land(level, part, info["leader"], info["diverged"], info["pull"], share,
+                   item.tensors.get("start"))
 
     def _land(self, level: Level, part: int, leader: int, diverged: bool, pull: bool,
-              share: float) -> None:
+              share: float, start: list[torch.Tensor] | None = None) -> None:
         """Part ``part`` of the leader's state is in the level's snapshot (the whole state
         is part 0 of 1). A diverged worker copies it, and after the last part is reset to
         the whole snapshot (and trains again); with ``pull``, the others pull that part
-        toward it (``share``: the round's copied share), and the leader's own velocity
+        toward it (``share``: the round's copied share, on ``start``'s difference in a
+        hidden round), and the leader's own velocity
         restarts (its lag is zero). The first part notes the leader.
 
         With fragments, a part of the state is copied into the work buffer and back; the
@@ -342,6 +351,9 @@ class LSGD(Strategy):
             if diverged:
                 torch._foreach_copy_(x, target)
             else:
+                if start is not None and share:  # a hidden round: x_s's difference
+                    copy_since_(x, start, target, share)
+                    share = 0.0
                 self._round_pull(level, x, target, share, *self._momentum_views(level, part))
             if not whole:
                 self._work.copy_range_to(self._state, self._parts.bounds[part])

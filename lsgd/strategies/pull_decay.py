@@ -15,6 +15,18 @@ of the way, so that its pull is
 a full copy of the leader at ``r = 0``, decaying linearly to ``λ`` at ``r = R``
 and ``λ`` from then on (bit for bit; ``R = 0`` is the constant pull). Nothing
 more is communicated: ``r`` is a count every member of the level holds alike.
+
+A hidden round (``overlap=K``) lands ``K`` steps after its election, when the
+worker's state is ``x = x_s + δ`` (``x_s``: its state at the round, ``δ``: the
+``K`` steps since). Its copied share moves by the round's own difference,
+keeping those steps, and the ordinary pull follows (:func:`copy_since_`):
+
+    x <- x - c_r (x_s - x̃)        then        x <- x - λ (x - x̃)
+
+so ``r = 0`` leaves ``x̃ + (1 - λ) δ``, not ``x̃``; with ``K = 0`` the two are
+the one pull ``λ_r``. Each non-leader keeps ``x_s`` (or the part sent) while
+such a round is in flight: one copy of the state, only in the first ``R``
+rounds, and in checkpoints with the round.
 """
 
 from __future__ import annotations
@@ -60,3 +72,11 @@ def round_pull_(x: list[torch.Tensor], leader: list[torch.Tensor], pull: float, 
     else:
         pull_(x, leader, share)
         nesterov_pull_(x, leader, pull, velocity, lag, mu)
+
+
+def copy_since_(x: list[torch.Tensor], start: list[torch.Tensor],
+                leader: list[torch.Tensor], share: float) -> None:
+    """A hidden round's copied share: ``x <- x - share (start - leader)``, the worker's
+    steps since ``start`` (its state at the round) kept; ``start`` is used up."""
+    torch._foreach_sub_(start, leader)
+    torch._foreach_add_(x, start, alpha=-share)
