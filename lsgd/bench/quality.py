@@ -22,14 +22,15 @@ from lsgd.bench import study
 from lsgd.bench.common import Result
 from lsgd.train.build import UsageError
 
-#: The points every study starts from, pinned (the tuning grid's first points): the
-#: language model's (AdamW, 0.1-epoch warm-up, cosine decay; int8 rounds every 32 steps)
-#: and CNN7's (SGD with Nesterov momentum, lr 0.05, batch 128; int8 rounds).
+#: The points every study starts from, pinned (points of the tuning grid): the language
+#: model's (AdamW, 0.1-epoch warm-up, cosine decay; int8 rounds every 32 steps, DiLoCo's
+#: every 16 at lr 0.002, where the leader's force was measured at equal tokens) and CNN7's
+#: (SGD with Nesterov momentum, lr 0.05, batch 128; int8 rounds).
 BASE: dict[str, dict[str, dict[str, Any]]] = {
     "language": {
         "allreduce": {"method": "allreduce", "warmup_epochs": 0.1, "lr": 0.002},
         "diloco": {"method": "diloco", "warmup_epochs": 0.1, "compress": "int8",
-                   "period": 32, "lr": 0.002, "outer_lr": 0.35},
+                   "period": 16, "lr": 0.002, "outer_lr": 0.35},
         "local-sgd": {"method": "local-sgd", "warmup_epochs": 0.1, "compress": "int8",
                       "period": 32, "lr": 0.001},
         "lsgd": {"method": "lsgd", "warmup_epochs": 0.1, "compress": "int8", "period": 32,

@@ -59,9 +59,11 @@ def one_run(out: Path, task: str, label: str, settings: dict[str, Any], seed: in
             device: str | None = None) -> dict[str, Any]:
     """Train one variant on one seed (on ``device``, default train's); its metric at the
     end, its first evaluation at the target (steps, modeled seconds), the bytes each
-    worker sent and its curve."""
+    worker sent and its curve. ``settings`` may name its own ``steps`` (a point of
+    another batch size at equal tokens)."""
     spec = TASKS[task]
-    steps = steps or spec["steps"]
+    settings = dict(settings)
+    steps = settings.pop("steps", None) or steps or spec["steps"]
     link = settings.get("link") or (FREE if settings.get("method") == "allreduce" else LINK)
     every = settings.pop("eval_every", None) or spec["eval_every"]
     run = out / "runs" / task / f"{slug(settings)}-s{steps}-seed{seed}"

@@ -9,8 +9,10 @@ are measured at ``lsgd train``'s own period of 16. Every run is a
 at the end (equal tokens) and the steps to 2.2 nats/byte. ``--top K``: every point is
 screened on the first seed, and only each method's K best go on to every seed (the
 chosen point is among those). The grids (a point names the
-knobs that differ from its method's base) vary the learning rates, and DiLoCo's period
-and inner optimizer (Muon at one point) and LSGD's pull. The periodic methods send int8
+knobs that differ from its method's base) vary the learning rates, all-reduce's batch
+(at equal tokens), DiLoCo's outer learning rate and momentum, period and inner optimizer
+(Muon at one point), local SGD's period, and LSGD's pull, scope, period, leader momentum
+and early valley. The periodic methods send int8
 rounds every 32 steps. ``--quick``: a one-block GPT, two points per method.
 """
 
@@ -40,17 +42,29 @@ ROUNDS = {"compress": "int8", "period": 32}
 #: task -> method -> (the base every point shares, the points).
 GRIDS: dict[str, dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]] = {
     "language": {
-        "allreduce": ({"method": "allreduce"} | LM, _grid(lr=[0.001, 0.002])),
+        # batches of 32 and 8 windows at equal tokens: 150 and 600 steps
+        "allreduce": ({"method": "allreduce"} | LM,
+                      [*_grid(lr=[0.001, 0.002]),
+                       {"lr": 0.002, "batch_size": 32, "steps": 150},
+                       {"lr": 0.003, "batch_size": 32, "steps": 150},
+                       {"lr": 0.002, "batch_size": 8, "steps": 600}]),
         "diloco": ({"method": "diloco"} | LM | ROUNDS,
                    [{"lr": 0.001, "outer_lr": 0.35}, {"lr": 0.002, "outer_lr": 0.35},
                     {"lr": 0.001, "outer_lr": 0.7}, {"lr": 0.002, "outer_lr": 0.7},
                     {"lr": 0.002, "outer_lr": 0.7, "period": 16},
+                    {"lr": 0.002, "outer_lr": 0.35, "period": 16},
                     {"lr": 0.001, "outer_lr": 0.35, "outer_momentum": 0.8},
                     {"lr": 0.001, "outer_lr": 0.35, "optimizer": "muon"}]),
-        "local-sgd": ({"method": "local-sgd"} | LM | ROUNDS, _grid(lr=[0.001, 0.002])),
+        "local-sgd": ({"method": "local-sgd"} | LM | ROUNDS,
+                      [*_grid(lr=[0.001, 0.002]), {"lr": 0.001, "period": 16},
+                       # all-reduce's best batch, at equal tokens and bytes
+                       {"lr": 0.001, "batch_size": 8, "steps": 600, "period": 64}]),
         "lsgd": ({"method": "lsgd"} | LM | ROUNDS,
                  [{"lr": 0.001, "pull": 0.1}, {"lr": 0.002, "pull": 0.1},
-                  {"lr": 0.002, "pull": 0.3}]),
+                  {"lr": 0.002, "pull": 0.3}, {"lr": 0.001, "pull": 0.1, "scope": 0.04},
+                  {"lr": 0.001, "pull": 0.1, "period": 16},
+                  {"lr": 0.001, "pull": 0.1, "leader_momentum": 0.5},
+                  {"lr": 0.001, "pull": 0.1, "pull_decay_rounds": 4}]),
     },
 }
 QUICK = {"language-quick": {m: (base | {"warmup_epochs": 0.0, "period": 4}, points[:2])
@@ -105,9 +119,10 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     where = f"screened on seed 0, each method's {top} best on" if top else "on"
     notes = [f"Every point {where} seeds {', '.join(map(str, seeds))}, interleaved (median "
              "[min-max]); 4 workers as 4 nodes in the simulator; the center's validation "
-             "loss (nats/byte) after 300 steps of 16 windows of 128 bytes per worker, and the "
+             "loss (nats/byte) after 300 steps of 16 windows of 128 bytes per worker (a point "
+             "with another batch: the same tokens, in its steps), and the "
              "steps to 2.2 nats/byte. The chosen point: the lowest median at the end among "
              "the points run on every seed."]
     return Result(NAME, "Tuning: each method's points on the language model, three seeds",
-                  ["task", "point", "loss at 300 steps", "steps to 2.2", "MB sent/worker",
+                  ["task", "point", "loss at the end", "steps to 2.2", "MB sent/worker",
                    ""], rows, notes, data)
