@@ -9,6 +9,7 @@ while EAGD is held off the minimizers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -79,8 +80,7 @@ def test_toy_early_valley_collapses_lgd_onto_its_first_leader() -> None:
     LGD ends on the ring nearest worker 0 (plain GD's, -0.04248) instead of the deepest
     ring (-0.21723) that the constant pull finds."""
     method = lgd(toy.PULL)
-    decayed = type(method)(method.label, method.kind,
-                           dict(method.options) | {"pull_decay_rounds": 8})
+    decayed = dataclasses.replace(method, options={**method.options, "pull_decay_rounds": 8})
     run = run_full_batch(decayed, toy.value_and_grad, toy.starts(), toy.LR, 20_000,
                          stop_tol=1e-10)
     summary = toy.summarize(run)

@@ -11,9 +11,9 @@ screened on the first seed, and only each method's K best go on to every seed (t
 chosen point is among those). The grids (a point names the
 knobs that differ from its method's base) vary the learning rates, all-reduce's batch
 (at equal tokens), DiLoCo's outer learning rate and momentum, period and inner optimizer
-(Muon at one point), local SGD's period, and LSGD's pull, scope, period, leader momentum
-and early valley. The periodic methods send int8
-rounds every 32 steps. ``--quick``: a one-block GPT, two points per method.
+(Muon at one point), local SGD's period and batch, and LSGD's pull, scope, period, leader
+momentum and early valley; a point of another batch names its own ``steps``, for the same
+tokens. The periodic methods send int8 rounds every 32 steps unless a point says otherwise. ``--quick``: a one-block GPT, two points per method.
 """
 
 from __future__ import annotations

@@ -35,8 +35,7 @@ from lsgd.strategies.base import Options, Strategy, as_loss_tensor
 from lsgd.strategies.election import ELECTIONS, Election
 from lsgd.strategies.levels import Level, build_levels, check_knobs
 from lsgd.strategies.pipeline import InFlight, check_options
-from lsgd.strategies.pull_decay import (check_decay_rounds, copied_share, copy_since_,
-                                        round_pull_)
+from lsgd.strategies.pull_decay import check_decay_rounds, copied_share, round_pull_
 from lsgd.strategies.cadence import Cadence
 from lsgd.names import SCOPE_PULLS
 
@@ -302,7 +301,7 @@ class LSGD(Strategy):
             info["round"] = level.rounds - 1
             if overlap and self.rank != leader and copied_share(info["round"],
                                                                self.pull_decay_rounds):
-                # the copied share lands on the round's own difference (copy_since_)
+                # the copied share lands on the round's own difference (round_pull_)
                 tensors["start"] = [t.clone() for t in (
                     self._state if self.fragments == 1 else self._copy_of_part(part))]
         return InFlight(self.steps, self.steps + overlap, _part_name(level.name, part),
@@ -351,10 +350,8 @@ class LSGD(Strategy):
             if diverged:
                 torch._foreach_copy_(x, target)
             else:
-                if start is not None and share:  # a hidden round: x_s's difference
-                    copy_since_(x, start, target, share)
-                    share = 0.0
-                self._round_pull(level, x, target, share, *self._momentum_views(level, part))
+                self._round_pull(level, x, target, share, *self._momentum_views(level, part),
+                                 start=start)
             if not whole:
                 self._work.copy_range_to(self._state, self._parts.bounds[part])
         elif pull and level.name in self._velocity:
@@ -383,10 +380,11 @@ class LSGD(Strategy):
 
     def _round_pull(self, level: Level, x: list[torch.Tensor], leader: list[torch.Tensor],
                     share: float, velocity: list[torch.Tensor] | None,
-                    lag: list[torch.Tensor] | None) -> None:
-        """``x <- x - λ_r (x - leader)``; with leader momentum, the Nesterov form
-        (:func:`~lsgd.strategies.pull_decay.round_pull_`)."""
-        round_pull_(x, leader, level.pull, share, velocity, lag, self.leader_momentum)
+                    lag: list[torch.Tensor] | None,
+                    start: list[torch.Tensor] | None = None) -> None:
+        """``x <- x - λ_r (x - leader)``; with leader momentum, the Nesterov form; a hidden
+        round's copy from ``start`` (:func:`~lsgd.strategies.pull_decay.round_pull_`)."""
+        round_pull_(x, leader, level.pull, share, velocity, lag, self.leader_momentum, start)
 
     def _after_reset(self) -> None:
         """Forget the losses of the diverged past: the window refills from the next step;

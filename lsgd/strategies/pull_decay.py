@@ -58,7 +58,8 @@ def copied_share(round_index: int | None, decay_rounds: int) -> float:
 
 def round_pull_(x: list[torch.Tensor], leader: list[torch.Tensor], pull: float, share: float,
                 velocity: list[torch.Tensor] | None = None,
-                lag: list[torch.Tensor] | None = None, mu: float = 0.0) -> None:
+                lag: list[torch.Tensor] | None = None, mu: float = 0.0,
+                start: list[torch.Tensor] | None = None) -> None:
     """A non-leader's round pull toward ``leader`` (in place on ``x``).
 
     Plain (no ``velocity``): one pull of ``λ_r = pull + (1 - pull) share``,
@@ -66,7 +67,12 @@ def round_pull_(x: list[torch.Tensor], leader: list[torch.Tensor], pull: float, 
     momentum ``mu``: first ``x <- x - share (x - x̃)``, then the Nesterov step on
     what is left, with ``d = x - x̃``: ``v <- mu v + d``, ``x <- x - λ (d + mu v)``
     (``lag`` is scratch space); with ``mu = 0`` that would be the plain ``λ_r``.
+    A hidden round gives ``start`` (the worker's state at the round, used up): its
+    copied share is :func:`copy_since_`, then the pull of ``pull`` as above.
     """
+    if start is not None and share:
+        copy_since_(x, start, leader, share)
+        share = 0.0
     if velocity is None or lag is None:
         pull_(x, leader, pull + (1.0 - pull) * share)
     else:
