@@ -15,8 +15,15 @@ from __future__ import annotations
 #: (:data:`lsgd.registry.STRATEGIES`, each class's ``name``).
 METHODS = ("lsgd", "easgd", "local-sgd", "allreduce", "sgd", "dpsgd", "matcha", "al-dsgd",
            "diloco")
-#: The wire formats of a round (:mod:`lsgd.comm.codec`).
+#: The dense wire formats of a round's all-reduce (:mod:`lsgd.comm.codec`).
 CODECS = ("none", "bf16", "int8")
+#: The compressed messages a round all-gathers, each worker's kept entries its own:
+#: dense 2-bit values, or the top-k of every chunk (:mod:`lsgd.comm.sparse`).
+GATHERED_CODECS = ("2bit", "topk")
+#: Every wire format of an averaging round (:mod:`lsgd.strategies.stages`).
+ROUND_CODECS = CODECS + GATHERED_CODECS
+#: The value formats of a sparse top-k message (:mod:`lsgd.comm.sparse`).
+SPARSE_VALUES = ("float32", "int8", "2bit")
 #: What a strategy sees as one worker: every process, or every node's processes together
 #: (:mod:`lsgd.comm.info`).
 REPLICAS = ("process", "node")

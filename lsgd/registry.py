@@ -17,7 +17,7 @@ from torch import nn
 from lsgd.strategies import (ALDSGD, DPSGD, EASGD, LSGD, MATCHA, AllReduce, DiLoCo, Independent,
                               LocalSGD)
 from lsgd.names import METHODS
-from lsgd.strategies.base import Options, Strategy
+from lsgd.strategies.base import Strategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
@@ -42,12 +42,13 @@ def strategy_class(name: str) -> type[Strategy]:
 
 
 def accepted_knobs(name: str) -> list[str]:
-    """The keyword arguments that the strategy ``name`` accepts (its own, then the shared
-    :class:`~lsgd.strategies.base.Options` it passes on with ``**options``)."""
-    parameters = inspect.signature(strategy_class(name).__init__).parameters.values()
+    """The keyword arguments that the strategy ``name`` accepts (its own, then those it
+    passes on with ``**options``: the strategy's, and an averaging round's)."""
+    cls = strategy_class(name)
+    parameters = inspect.signature(cls.__init__).parameters.values()
     own = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        own += [key for key in Options.__annotations__ if key not in own]
+        own += [key for key in cls.option_names() if key not in own]
     return own
 
 

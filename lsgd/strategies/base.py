@@ -45,7 +45,7 @@ from lsgd.strategies.report import Report
 from lsgd.strategies.rounds import Rounds
 from lsgd.strategies.cadence import Cadence, RoundSchedule
 from lsgd.strategies.seams import Seams, supporting
-from lsgd.strategies.state import on_state_, state_tensors
+from lsgd.strategies.state import float_buffers, on_state_, state_tensors
 
 INITS = ("broadcast", "independent")
 TRAFFIC = ("train", "eval")
@@ -94,6 +94,13 @@ class Strategy(Recovery, Seams):
     bn_modes: tuple[str, ...] = ("pull", "local")
     #: Whether a round averages the whole state (then ``"average"`` buffers ride in it).
     rounds_average_state = False
+    #: The keywords the method passes on with ``**options``.
+    options_type: Any = Options
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        """The keywords the method takes with ``**options`` (:attr:`options_type`)."""
+        return list(cls.options_type.__annotations__)
 
     def __init__(
         self,
@@ -132,7 +139,7 @@ class Strategy(Recovery, Seams):
             self.bn_buffers == "average" and self.rounds_average_state)
         self._state = state_tensors(model, self._buffers_in_state)
         separate = self.bn_buffers == "average" and not self._buffers_in_state
-        found = bn.float_buffers(model) if separate else []
+        found = float_buffers(model) if separate else []
         self._bn_average = bn.BufferAverage(found) if found else None
         self.steps = 0
         self.rounds = 0

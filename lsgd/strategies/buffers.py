@@ -15,18 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import nn
 
 from lsgd.comm import Communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import all_finite
 from lsgd.names import BN_MODES as MODES
-
-
-def float_buffers(model: nn.Module) -> list[torch.Tensor]:
-    """``model``'s floating-point buffers (the BatchNorm running statistics)."""
-    return [b for b in model.buffers() if b.is_floating_point()]
 
 
 def resolve(owner: str, allowed: Sequence[str], bn_buffers: str | None) -> str:

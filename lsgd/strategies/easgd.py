@@ -32,8 +32,7 @@ from lsgd import _validate
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elastic_step_, pull_
-from lsgd.strategies.averaging import Averaging
-from lsgd.strategies.base import Options
+from lsgd.strategies.averaging import Averaging, AveragingOptions
 
 
 class EASGD(Averaging):
@@ -43,12 +42,10 @@ class EASGD(Averaging):
         moving_rate: beta in [0, 1] (default 0.43, the LSGD paper's); each
             worker's elastic pull is ``alpha = beta / W``.
         period: tau, local steps between rounds.
-        overlap, fragments, compress, error_feedback: overlapped, fragmented and
-            compressed rounds (:mod:`lsgd.strategies.averaging`); compressed, the
-            workers send ``c - x``.
-        comm, init, bn_buffers, asynchronous: see
-            :class:`~lsgd.strategies.base.Strategy` (``bn_buffers``: ``"average"``, the
-            default, ``"pull"`` or ``"local"``).
+        options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions`, but
+            ``merge``: a landing moves the state as it is then; compressed, the workers
+            send ``c - x``) and the strategy's (:class:`~lsgd.strategies.base.Strategy`;
+            ``bn_buffers``: ``"average"``, the default, ``"pull"`` or ``"local"``).
 
     ``center()`` returns the center variable ``c`` (no communication).
     """
@@ -57,6 +54,7 @@ class EASGD(Averaging):
     supports_asynchronous = True
     bn_modes = ("average", "pull", "local")
     default_merge = "replace"
+    round_takes = ()
 
     def __init__(
         self,
@@ -65,21 +63,16 @@ class EASGD(Averaging):
         *,
         moving_rate: float = 0.43,
         period: int = 16,
-        overlap: int = 0,
-        fragments: int = 1,
-        compress: str = "none",
-        error_feedback: bool = False,
-        **options: Unpack[Options],
+        **options: Unpack[AveragingOptions],
     ) -> None:
         self.moving_rate = _validate.fraction("EASGD", "moving_rate", moving_rate)
         self.period = _validate.positive_int("EASGD", "period", period)
-        self._hidden("EASGD", self.period, overlap, fragments, compress, None,
-                     options.get("asynchronous", False))
-        super().__init__(model, optimizer, **options)
+        self._plan("EASGD", self.period, options)  # type: ignore[arg-type]
+        super().__init__(model, optimizer, **options)  # type: ignore[misc]
         self.alpha = self.moving_rate / self.world_size
         with torch.no_grad():
             self.center_state = self._shared_copy()
-        self._setup_rounds(error_feedback)
+        self._setup_round(shared=(self.center_state,))
 
     def _reference(self) -> FlatBuffer:
         return self.center_state
@@ -89,7 +82,7 @@ class EASGD(Averaging):
         """The elastic step of the worker's part now toward the center's part, which
         moves toward the round's mean ``x̄`` (absent workers of an elastic round count
         as sitting at the center)."""
-        center = self._averaging.fragments.of(self.center_state, part)
+        center = self._round.parts.of(self.center_state, part)
         if encoded:  # the mean of c - x: x̄ = c - mean
             torch._foreach_neg_(mean)
             torch._foreach_add_(mean, center)
@@ -97,12 +90,11 @@ class EASGD(Averaging):
         if members < self.world_size:
             torch._foreach_mul_(mean, members / self.world_size)
             torch._foreach_add_(mean, center, alpha=1 - members / self.world_size)
-        now = self._averaging.current(part)
-        elastic_step_(now, center, mean, self.alpha, self.moving_rate)
-        self._averaging.write_back(part)
-        self._averaging.put_together(self.center_state, part)
+        self._round.land(part, center, weight=self.alpha)  # x <- x - α (x - c)
+        pull_(center, mean, self.moving_rate)  # c <- c + β (x̄ - c)
 
-    def _recover(self, part: int, healthy: bool, count: int, among: Among) -> None:
+    def _recover(self, part: int, healthy: bool, count: int, among: Among
+                 ) -> list[torch.Tensor]:
         """The round again, the diverged workers counted as sitting at the center:
         ``x̄' = (sum of the healthy states + (W - H) c) / W``; healthy workers take the
         elastic step, diverged ones are reset to the new center."""
@@ -114,13 +106,13 @@ class EASGD(Averaging):
                           self.alpha, self.moving_rate)
         else:
             pull_(self.center_state.views, self._mean.views, self.moving_rate)
-            self._reset_to(self.center_state.views)
+        return self.center_state.views
 
     def center(self) -> nn.Module:
         """A copy of the model holding the center variable ``c``."""
-        replica = copy.deepcopy(self._module)
-        self.center_state.copy_to(self._state_of(replica))
-        return replica
+        model = copy.deepcopy(self._module)
+        self.center_state.copy_to(self._state_of(model))
+        return model
 
     def reset_target(self) -> list[torch.Tensor]:
         return self.center_state.views

@@ -5,10 +5,10 @@ Every ``period`` steps ``x <- mean over workers of x`` (one all-reduce of the
 state). With ``hierarchical=True`` and several groups, the average every
 ``period`` steps is taken inside each group and every ``global_period`` steps
 across all workers; when both fall on one step only the global one is taken
-(docs/algorithms.md, "Local SGD"). Overlapped, fragmented and compressed
-averages: :mod:`lsgd.strategies.averaging`. Diverged workers: a non-finite
-average is redone over the healthy members, and a diverged member takes it;
-a group average whose whole group diverged is skipped until the next global one.
+(docs/algorithms.md, "Local SGD"). The round's options (hidden, compressed,
+gathered, the leader's force): :mod:`lsgd.strategies.stages`. Diverged workers: a
+non-finite average is redone over the healthy members, and a diverged member takes
+it; a group average whose whole group diverged is skipped until the next global one.
 """
 
 from __future__ import annotations
@@ -22,9 +22,7 @@ from torch import nn
 from lsgd import _validate
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
-from lsgd.strategies import leader_force
-from lsgd.strategies.averaging import Averaging
-from lsgd.strategies.base import Options
+from lsgd.strategies.averaging import Averaging, AveragingOptions
 from lsgd.strategies.cadence import Cadence
 
 
@@ -36,23 +34,18 @@ class LocalSGD(Averaging):
         hierarchical: average inside groups every ``period`` and across all
             every ``global_period`` (needs several groups).
         global_period: tau_G, a multiple of ``period`` (default ``4 * period``).
-        overlap, fragments, compress, merge, error_feedback: overlapped,
-            fragmented and compressed averages, as :class:`~lsgd.strategies.diloco.DiLoCo`
-            with outer learning rate 1 and no momentum (not hierarchical; see
-            :mod:`lsgd.strategies.averaging`); ``merge`` defaults to ``"keep"``.
-        leader, leader_weight, leader_pull: the leader's force, as
-            :class:`~lsgd.strategies.diloco.DiLoCo`'s (not hierarchical or asynchronous):
-            ``"weights"`` averages ``(Σ_m x_m + c x_L) / (M + c)``, ``"pull"`` moves the
-            average ``x̄ <- x̄ + λ (x_L - x̄)`` (:mod:`lsgd.strategies.leader_force`).
-        comm, init, bn_buffers, asynchronous: see
-            :class:`~lsgd.strategies.base.Strategy` (``bn_buffers``: ``"average"``, in the
-            round's all-reduce, or ``"local"``).
+        options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions`, one
+            level of averaging only; ``merge`` defaults to ``"keep"``) and the strategy's
+            (:class:`~lsgd.strategies.base.Strategy`; ``bn_buffers``: ``"average"``, in
+            the round's all-reduce, or ``"local"``). Compressed, a worker sends ``r - x``
+            for ``r`` the last average.
     """
 
     name = "local-sgd"
     supports_asynchronous = True
     bn_modes = ("average", "local")
     rounds_average_state = True
+    round_takes = ("merge", "leader")
 
     def __init__(
         self,
@@ -62,27 +55,16 @@ class LocalSGD(Averaging):
         period: int = 16,
         hierarchical: bool = False,
         global_period: int | None = None,
-        overlap: int = 0,
-        fragments: int = 1,
-        compress: str = "none",
-        merge: str | None = None,
-        error_feedback: bool = False,
-        leader: str = "none",
-        leader_weight: float | None = None,
-        leader_pull: float | None = None,
-        **options: Unpack[Options],
+        **options: Unpack[AveragingOptions],
     ) -> None:
         self.period = _validate.positive_int("LocalSGD", "period", period)
         self.global_period = _validate.positive_int(
             "LocalSGD", "global_period", 4 * self.period if global_period is None else global_period
         )
-        hidden = self._hidden("LocalSGD", self.period, overlap, fragments, compress, merge,
-                              options.get("asynchronous", False))
-        self._force = leader_force.make("LocalSGD", leader, leader_weight, leader_pull)
-        if hidden and hierarchical:
+        if self._plan("LocalSGD", self.period, options).hidden and hierarchical:  # type: ignore[arg-type]
             raise ValueError("LocalSGD: overlap, fragments and compress work with one level "
                              "of averaging; drop hierarchical=True or them")
-        super().__init__(model, optimizer, **options)
+        super().__init__(model, optimizer, **options)  # type: ignore[misc]
         self.hierarchical = bool(hierarchical) and 1 < self.comm.groups
         if self.hierarchical:
             _validate.multiple_of("LocalSGD", "global_period", self.global_period,
@@ -99,7 +81,7 @@ class LocalSGD(Averaging):
                       Cadence("global", self.global_period, "world")]
         elif self.hierarchical:  # groups of one: only the global average moves anything
             levels = [Cadence("global", self.global_period, "world")]
-        self._setup_rounds(error_feedback, levels)
+        self._setup_round(levels, shared=(self.reference,))
 
     def _reference(self) -> FlatBuffer | None:
         return self.reference
@@ -111,27 +93,27 @@ class LocalSGD(Averaging):
         ``reference - x``)."""
         if encoded:
             assert self.reference is not None
-            average = self._averaging.fragments.of(self.reference, part)
+            average = self._round.parts.of(self.reference, part)
             torch._foreach_sub_(average, mean)
             mean = average
-        self._pull_to_leader(mean)  # leader="pull": x̄ <- x̄ + λ (x_L - x̄)
-        self._averaging.land(part, mean, start)
-        if self.reference is not None:
-            self._averaging.put_together(self.reference, part)
+        self._round.land(part, mean, start)
 
-    def _recover(self, part: int, healthy: bool, count: int, among: Among) -> None:
+    def _recover(self, part: int, healthy: bool, count: int, among: Among
+                 ) -> list[torch.Tensor] | None:
         """Every healthy member takes the healthy mean, a diverged one is reset to it; a
         group whose members all diverged waits for the global average."""
         if count == 0:
             self.skipped_rounds += 1
-            return
+            return None
         torch._foreach_div_(self._mean.buffers, float(count))
         if healthy:
             self._mean.copy_to(self._state)
-        else:
-            self._reset_to(self._mean.views)
-        if self.reference is not None:
-            self.reference.copy_from(self._state)
+            if self.reference is not None:
+                self.reference.copy_from(self._state)
+            return None
+        if self.reference is not None:  # the healthy mean, which this worker then takes
+            self.reference.copy_from(self._mean.views)
+        return self._mean.views
 
     def _report_fields(self) -> dict[str, Any]:
         return {"details": {"skipped_rounds": self.skipped_rounds}}

@@ -30,7 +30,7 @@ from lsgd.comm.transfers import done_handle
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elect, lags_, pull_, pull_two_
 from lsgd.leader import Scorer
-from lsgd.strategies.averaging import Fragments
+from lsgd.strategies.stages.parts import Fragments
 from lsgd.strategies.base import Options, Strategy, as_loss_tensor
 from lsgd.strategies.election import ELECTIONS, Election
 from lsgd.strategies.levels import Level, build_levels, check_knobs

@@ -26,14 +26,14 @@ from typing import Any
 import torch
 
 from lsgd import _validate
-from lsgd.comm import Communicator
 from lsgd.comm.base import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import all_finite
-from lsgd.strategies.averaging import AveragingRounds
+from lsgd.names import OUTERS
 from lsgd.strategies.health import sum_healthy_
 from lsgd.strategies.pipeline import InFlight
-from lsgd.names import OUTERS
+from lsgd.strategies.stages.options import RoundPlan
+from lsgd.strategies.stages.round import Round
 
 
 def check_outer(owner: str, outer: Any, overlap: Any, merge: str | None) -> str:
@@ -51,38 +51,38 @@ def check_outer(owner: str, outer: Any, overlap: Any, merge: str | None) -> str:
     return str(outer)
 
 
-class EagerOuter:
+class EagerRound(Round):
     """One worker's eager rounds: its last pseudo-gradient ``Δ_{t-1}^m`` (:attr:`own`)
     and the last mean that landed, ``Δ̄_{t-1}`` (:attr:`mean`), laid out like the state.
 
-    ``rounds`` are the method's rounds (made with ``eager=True``: they send ``θ_g^m - x``
-    and land a period later); ``global_state`` is ``θ_g^m``, ``outer_parts`` its outer
-    optimizers, one per part.
+    Its rounds send ``θ_g^m - x`` and land a period later (``difference``, ``overlap =
+    period``, ``merge="replace"``); :meth:`attach` gives it ``global_state``, ``θ_g^m``,
+    and ``outer_parts``, its outer optimizers, one per part.
     """
 
-    def __init__(self, owner: str, comm: Communicator, state: list[torch.Tensor],
-                 rounds: AveragingRounds, global_state: FlatBuffer,
-                 outer_parts: list[torch.optim.Optimizer]) -> None:
-        if getattr(comm, "elastic", False):
+    def __init__(self, owner: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(owner, *args, **kwargs)
+        if getattr(self.comm, "elastic", False):
             raise ValueError(f"{owner}: outer='eager' keeps each all-reduce in flight for a "
                              "whole period, and an elastic round lands before the next one "
                              "starts: use outer='standard' for elastic training")
-        self.comm = comm
-        self.state = state
-        self.rounds = rounds
-        self.global_state = global_state
-        self.outer_parts = outer_parts
-        self.own = FlatBuffer(state)  # Δ_{t-1}^m, 0 before the first round
-        self.mean = FlatBuffer(state)  # Δ̄_{t-1}, 0 before the first round
+        self.own = FlatBuffer(self.parts.tensors)  # Δ_{t-1}^m, 0 before the first round
+        self.mean = FlatBuffer(self.parts.tensors)  # Δ̄_{t-1}, 0 before the first round
+        self.global_state: FlatBuffer | None = None
+        self.outer_parts: list[torch.optim.Optimizer] = []
 
-    def start(self, part: int, steps: int, among: Among = "world"
+    def attach(self, global_state: FlatBuffer, outer_parts: list[torch.optim.Optimizer]
+               ) -> None:
+        self.global_state, self.outer_parts = global_state, outer_parts
+
+    def begin(self, part: int, steps: int, reference: FlatBuffer | None, among: Among
               ) -> tuple[InFlight, list[torch.Tensor]]:
         """Round ``t`` of ``part``: start the all-reduce of ``Δ_t^m = θ_g^m - x^m``, keep
-        ``Δ_t^m``; returns the transfer and ``Δ̂``, the outer step's gradient."""
-        parts = self.rounds.fragments
-        now = self.rounds.current(part)
-        fresh = torch._foreach_sub(parts.of(self.global_state, part), now)  # Δ_t^m
-        item = self.rounds.start(part, steps, self.global_state, among)
+        ``Δ_t^m``; returns the transfer and ``Δ̂``, the outer step's gradient, taken now."""
+        assert self.global_state is not None
+        parts = self.parts
+        fresh = torch._foreach_sub(parts.of(self.global_state, part), parts.current(part))
+        item = self.start(part, steps, self.global_state, among)
         own = parts.of(self.own, part)
         direction = torch._foreach_sub(fresh, own)
         torch._foreach_div_(direction, float(self.comm.world_size))
@@ -90,49 +90,68 @@ class EagerOuter:
         torch._foreach_copy_(own, fresh)
         return item, direction
 
-    def land(self, item: InFlight) -> bool:
-        """The mean of a round has landed: it becomes ``Δ̄`` of its part; False (nothing
-        kept) when it is not finite on some share."""
-        mean = item.tensors["mean"]
+    def arrive(self, item: InFlight, reference: FlatBuffer | None
+               ) -> tuple[bool, list[torch.Tensor] | None]:
+        """The mean of a round has landed: it becomes ``Δ̄`` of its part (nothing for the
+        rule now); not healthy when it is not finite on some share."""
+        mean, _ = self.move.finish(item.tensors, None, None)
         if not self.comm.all_agree(all_finite(mean)):
-            return False
-        torch._foreach_copy_(self.rounds.fragments.of(self.mean, int(item.info["fragment"])),
-                             mean)
-        return True
+            return False, None
+        torch._foreach_copy_(self.parts.of(self.mean, int(item.info["fragment"])), mean)
+        return True, None
 
-    def recover(self, part: int, among: Among, device: torch.device) -> tuple[bool, int]:
+    def heal(self, strategy: Any, part: int, among: Among
+             ) -> tuple[bool, int, list[torch.Tensor] | None]:
         """The rare path of a mean that is not finite: ``Δ̄`` of ``part`` from the healthy
         workers' ``Δ_{t-1}``; a diverged worker takes their mean ``θ_g``, ``Δ_{t-1}`` and
-        outer momentum (every part). Returns (this worker healthy, healthy count): the
-        caller resets a diverged worker to ``θ_g`` and raises when none is healthy."""
-        parts = self.rounds.fragments
-        thetas = [t for f in range(parts.count) for t in parts.of(self.global_state, f)]
-        owns = [t for f in range(parts.count) for t in parts.of(self.own, f)]
+        outer momentum (every part), then ``θ_g``. Returns (this worker healthy, healthy
+        count, what a diverged worker is reset to); raises when none is healthy."""
+        assert self.global_state is not None
+        fragments = self.parts.fragments
+        thetas = [t for f in range(fragments.count) for t in fragments.of(self.global_state, f)]
+        owns = [t for f in range(fragments.count) for t in fragments.of(self.own, f)]
         momenta = [o.state[p]["momentum_buffer"] for o in self.outer_parts
                    for group in o.param_groups for p in group["params"]
                    if "momentum_buffer" in o.state.get(p, {})]
         held = thetas + owns + momenta
-        healthy = self.comm.all_agree(all_finite(held) and all_finite(self.state))
+        healthy = self.comm.all_agree(all_finite(held) and all_finite(self.parts.tensors))
         sums = [t.clone() for t in held]
-        count = sum_healthy_(self.comm.across, sums, healthy, among, device)
+        count = sum_healthy_(self.comm.across, sums, healthy, among, self.device)
         if count == 0:
-            return healthy, 0
+            raise strategy._diverged_error()
         torch._foreach_div_(sums, float(count))
         width = len(self.own.buffers)
         own_sums = sums[len(thetas):len(thetas) + len(owns)]
-        torch._foreach_copy_(parts.of(self.mean, part), own_sums[part * width:(part + 1) * width])
+        torch._foreach_copy_(fragments.of(self.mean, part),
+                             own_sums[part * width:(part + 1) * width])
         if not healthy:
             torch._foreach_copy_(held, sums)
-            for f in range(parts.count):
-                self.rounds.put_together(self.global_state, f)
-        return healthy, count
+            for f in range(fragments.count):
+                self.parts.put_together(self.global_state, f)
+        return healthy, count, self.global_state.views
 
-    def state_dict(self) -> dict[str, Any]:
+    def state(self) -> dict[str, Any]:
         """``Δ_{t-1}^m`` and ``Δ̄_{t-1}`` (the transfers in flight are the strategy's)."""
-        return {"own": [b.clone() for b in self.own.buffers],
-                "mean": [b.clone() for b in self.mean.buffers]}
+        state = super().state()
+        state["eager"] = {"own": [b.clone() for b in self.own.buffers],
+                          "mean": [b.clone() for b in self.mean.buffers]}
+        return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load(self, state: Mapping[str, Any], owner: str) -> None:
+        super().load(state, owner)
         for key, flat in (("own", self.own), ("mean", self.mean)):
-            for buffer, value in zip(flat.buffers, state[key]):
+            for buffer, value in zip(flat.buffers, state["eager"][key]):
                 buffer.copy_(value)
+
+
+def outer_round(owner: str, outer: str, period: int, plan: RoundPlan) -> dict[str, Any]:
+    """The round options of DiLoCo's ``outer`` step (for
+    :meth:`~lsgd.strategies.averaging.Averaging._setup_round`): none for the standard
+    step; eager: its kind of round, sending ``θ_g - x`` and landing a period later (no
+    leader's force: it needs the standard step)."""
+    if outer != "eager":
+        return {}
+    if plan.leader != "none":
+        raise ValueError(f"{owner}: leader={plan.leader!r} takes the standard outer step; "
+                         "give outer='standard' or leader='none'")
+    return {"kind": EagerRound, "difference": True, "overlap": period, "merge": "replace"}

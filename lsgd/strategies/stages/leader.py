@@ -13,7 +13,9 @@ workers (replicas):
 * ``leader="pull"``: after the method's rule, ``θ_g <- θ_g + λ (x_L - θ_g)``,
   ``λ = leader_pull``, toward the leader's state at the round's start.
   Communicated: the score all-gather and one broadcast of the leader's state (its
-  part with fragments; compressed, ``x_L - r`` for the shared reference ``r``).
+  part with fragments; compressed, ``x_L - r`` for the shared reference ``r``); a round
+  that gathers every worker's message (top-k, 2-bit) already holds the leader's own,
+  ``r - x_L`` as the codec carried it, and sends nothing more.
 
 Both apply on a healthy round only (a round whose mean is not finite takes the plain
 rule over the healthy workers); elastic, asynchronous and hierarchical rounds are
@@ -35,6 +37,7 @@ from lsgd.functional import elect, pull_
 from lsgd.leader import Scorer
 from lsgd.strategies.election import Election
 from lsgd.strategies.pipeline import InFlight
+from lsgd.strategies.stages.parts import StateParts
 from lsgd.names import LEADERS
 
 WINDOW = 10  # losses in a score: LSGD's default leader_window
@@ -73,35 +76,49 @@ class LeaderForce:
         mine = 1.0 + self.weight if comm.rank == self.leader else 1.0
         return mine / (count + self.weight)
 
+    def weights(self, count: int, leader: int) -> list[float] | None:
+        """Every member's weight of the round's sum when ``leader`` leads (``"weights"``;
+        None: a plain mean), for a move that gathers every member's message."""
+        if self.mode != "weights":
+            return None
+        return [(1.0 + self.weight if m == leader else 1.0) / (count + self.weight)
+                for m in range(count)]
+
     # -- the leader's state (pull) ----------------------------------------------
-    def send(self, comm: Communicator, rounds: Any, reference: FlatBuffer | None,
-             item: InFlight, part: int, among: Among) -> None:
-        """Add the broadcast of the leader's part of the state (``rounds``: the method's
-        :class:`~lsgd.strategies.averaging.AveragingRounds`) to the round ``item``
-        (compressed: ``x_L - r`` for the method's ``reference`` r); blocking rounds
-        broadcast at once."""
+    def send(self, comm: Communicator, parts: StateParts, move: Any,
+             reference: FlatBuffer | None, item: InFlight, part: int, among: Among) -> None:
+        """Add the leader's part of the state to the round ``item`` (``"pull"``). A dense
+        move broadcasts it (compressed: ``x_L - r`` for the method's ``reference`` r;
+        blocking rounds at once); a gathering move already carries the leader's own
+        message ``r - x_L``, so nothing more is sent."""
         if self.mode != "pull" or self.leader is None:
             return
-        buffers = [t.clone() for t in rounds.current(part)]
-        compress = rounds.compress
+        item.info["leader"] = self.leader
+        if move.gathers:
+            return
+        buffers = [t.clone() for t in parts.current(part)]
+        compress = move.codec
         if compress != "none" and comm.rank == self.leader:
             assert reference is not None
-            torch._foreach_sub_(buffers, rounds.fragments.of(reference, part))
+            torch._foreach_sub_(buffers, parts.of(reference, part))
         across = comm.across
-        if rounds.overlap == 0 and compress == "none":
+        if move.blocking:
             for buffer in buffers:
                 across.broadcast_(buffer, src=self.leader, among=among)
         else:
             item.handles += [across.start_broadcast(b, self.leader, among, codec=compress)
                              for b in buffers]
         item.tensors["leader"] = buffers
-        item.info["leader"] = self.leader
 
-    def arrive(self, item: InFlight, reference: Sequence[torch.Tensor] | None) -> None:
+    def arrive(self, item: InFlight, reference: Sequence[torch.Tensor] | None,
+               gathered: list[torch.Tensor] | None = None) -> None:
         """The round ``item`` is applied next: hold its leader's state, decoded against
-        ``reference`` (the part of ``r``, as at the round's start) when compressed."""
+        ``reference`` (the part of ``r``, as at the round's start) when compressed, or,
+        from a gathering move, ``r - `` the leader's own decoded message (``gathered``)."""
         self._landed = item.tensors.get("leader")
-        if self._landed is not None and reference is not None:
+        if gathered is not None and reference is not None:
+            self._landed = [r - g for r, g in zip(reference, gathered)]
+        elif self._landed is not None and reference is not None:
             torch._foreach_add_(self._landed, list(reference))
 
     def pull_(self, targets: Sequence[torch.Tensor]) -> None:

@@ -1,0 +1,186 @@
+"""A round of an averaging method as one pipeline of stages.
+
+    message  ->  transforms                   ->  move                 ->  landing
+    x, r - x     the leader's weight,              all-reduce (dense),      the rule's target
+                 error feedback (what the          all-gather (top-k,       into the state,
+                 codec drops, sent next time)      2-bit)                   merged with the
+                                                                            steps since
+
+:meth:`Round.start` runs the sending half at a round's step and returns the transfer
+in flight; :meth:`Round.arrive` runs the receiving half when it has landed and gives
+the mean (decoded, weighted) to the method's rule, which computes its target and calls
+:meth:`Round.land`. Every stage owns its state (the feedback's accumulator, the
+leader's scores) and :meth:`Round.state` checkpoints it. The rule never sees which
+codec, which share of a replica or which leader: those are stages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from lsgd.comm import Communicator
+from lsgd.comm.base import Among
+from lsgd.flat import FlatBuffer
+from lsgd.functional import all_finite
+from lsgd.strategies.pipeline import InFlight
+from lsgd.strategies.stages import leader as leaders
+from lsgd.strategies.stages.feedback import ErrorFeedback
+from lsgd.strategies.stages.land import Landing
+from lsgd.strategies.stages.message import Message
+from lsgd.strategies.stages.move import AllReduce, Gather
+from lsgd.strategies.stages.options import RoundPlan
+from lsgd.strategies.stages.parts import StateParts
+
+Tensors = list[torch.Tensor]
+
+
+class Round:
+    """The stages of one method's rounds (see the module docstring).
+
+    ``plan`` holds the checked options; ``difference``: send ``r - x`` even
+    uncompressed; ``overlap`` and ``merge`` override the plan's (a round whose
+    transfer spans a whole period). ``module`` and ``device`` serve the leader's
+    election.
+    """
+
+    def __init__(self, owner: str, comm: Communicator, state: Sequence[torch.Tensor],
+                 plan: RoundPlan, module: nn.Module, device: torch.device, *,
+                 difference: bool = False, overlap: int | None = None,
+                 merge: str | None = None) -> None:
+        self.comm, self.plan, self.module, self.device = comm, plan, module, device
+        self.overlap = plan.overlap if overlap is None else overlap
+        self.parts = StateParts(comm, state, plan.fragments)
+        self.message = Message(self.parts, difference or plan.compress != "none")
+        blocking = self.overlap == 0
+        self.move: AllReduce | Gather = (
+            Gather(comm, plan.fmt, plan.chunk, blocking) if plan.fmt is not None
+            else AllReduce(comm, plan.compress, blocking))
+        self.feedback = (ErrorFeedback(self.parts, plan.feedback_decay)
+                         if plan.error_feedback else None)
+        self.leader = leaders.make(owner, plan.leader, plan.leader_weight, plan.leader_pull)
+        self.landing = Landing(self.parts, self.overlap, merge or plan.merge)
+        self.shared: list[FlatBuffer] = []  # copies every worker holds, by shares
+
+    def check(self, asynchronous: bool, hierarchical: bool, elastic: bool) -> None:
+        """Refuse what the stages cannot take of the method's rounds."""
+        leaders.check_rounds(self.leader, asynchronous, hierarchical, elastic)
+
+    @property
+    def encoded(self) -> bool:
+        """Whether the mean is of ``r - x`` (compressed, or ``difference``)."""
+        return self.message.difference
+
+    # -- the sending half ----------------------------------------------------------
+    def start(self, part: int, steps: int, reference: FlatBuffer | None,
+              among: Among = "world") -> InFlight:
+        """Build ``part``'s message, transform it and start its move; the transfer lands
+        ``overlap`` steps later (at once when blocking)."""
+        message, now = self.message.build(part, reference)
+        leader, weight = self.leader, None
+        if leader is not None:
+            weight = leader.elect(self.comm, self.module, self.parts.tensors, self.device,
+                                  among)
+            if weight is not None and not self.move.gathers:  # the sum of weighted messages
+                torch._foreach_mul_(message, weight)
+        if self.feedback is not None:
+            self.feedback.send(message, part, self.move)
+        summed = weight is not None and not self.move.gathers
+        handles, tensors = self.move.start(message, among, summed)
+        if self.overlap and self.landing.merge == "keep":
+            tensors["start"] = [t.clone() for t in now]
+        item = InFlight(steps, steps + self.overlap, f"fragment{part}", handles, tensors,
+                        {"fragment": part, "among": among})
+        if leader is not None:
+            if self.move.gathers and leader.leader is not None:
+                item.info["leader"] = leader.leader
+            leader.send(self.comm, self.parts, self.move, reference, item, part, among)
+        return item
+
+    def attach(self, global_state: FlatBuffer, outer_parts: list[torch.optim.Optimizer]
+               ) -> None:
+        """The method's global copy and its outer optimizers, for a round that steps on
+        its own (DiLoCo's eager one); nothing for the others."""
+
+    def begin(self, part: int, steps: int, reference: FlatBuffer | None, among: Among
+              ) -> tuple[InFlight, Tensors | None]:
+        """:meth:`start`, and what the rule applies at once (nothing: it waits for the
+        mean; a round that steps at once returns its direction)."""
+        return self.start(part, steps, reference, among), None
+
+    # -- the receiving half ----------------------------------------------------------
+    def arrive(self, item: InFlight, reference: FlatBuffer | None
+               ) -> tuple[bool, Tensors | None]:
+        """(whether the landed mean is finite on every share, the mean for the rule:
+        decoded and reduced, with the leader's state held for its pull)."""
+        part = int(item.info["fragment"])
+        leader, weights, keep = self.leader, None, None
+        if leader is not None and self.move.gathers and "leader" in item.info:
+            count = len(item.tensors["gathered"][0])
+            weights = leader.weights(count, int(item.info["leader"]))
+            keep = int(item.info["leader"]) if leader.mode == "pull" else None
+        mean, kept = self.move.finish(item.tensors, weights, keep)
+        if not self.comm.all_agree(all_finite(mean)):  # every share of the replica's
+            return False, None
+        if leader is not None:
+            encoded = self.plan.compress != "none" and reference is not None
+            leader.arrive(item, self.parts.of(reference, part) if encoded else None, kept)
+        return True, mean
+
+    def land(self, part: int, target: Sequence[torch.Tensor],
+             start: Sequence[torch.Tensor] | None = None, weight: float = 1.0) -> None:
+        """The rule's ``target`` for ``part`` (moved first toward the round's leader,
+        ``leader="pull"``) lands in the state (:class:`Landing`)."""
+        if self.leader is not None and weight == 1.0:
+            self.leader.pull_(target)
+        self.landing.land(part, target, start, weight)
+
+    def done(self, part: int) -> None:
+        """After the rule: the shared copies whole again, the round's leader let go."""
+        if self.leader is not None:
+            self.leader.done()
+        for flat in self.shared:
+            self.parts.put_together(flat, part)
+
+    def heal(self, strategy: Any, part: int, among: Among
+             ) -> tuple[bool, int, Tensors | None]:
+        """The rare path of a mean that is not finite: the method's rule over the healthy
+        members (``strategy._recover``); (this worker healthy, healthy count, what a
+        diverged worker is reset to)."""
+        healthy, count = strategy._healthy_sum_into(strategy._mean, among)
+        return healthy, count, strategy._recover(part, healthy, count, among)
+
+    # -- what a checkpoint keeps -------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """The stages' own state: the feedback's accumulator, the leader's scores."""
+        state: dict[str, Any] = {"rounds_of": {} if self.feedback is None
+                                 else self.feedback.state()}
+        if self.leader is not None:
+            state["leader_force"] = self.leader.state()
+        return state
+
+    def load(self, state: Mapping[str, Any], owner: str) -> None:
+        if self.feedback is not None:
+            saved = state.get("rounds_of", {})
+            if "residual" not in saved:
+                raise ValueError(f"{owner}.load_state_dict: the state was saved without error "
+                                 "feedback; resume with error_feedback=False")
+            self.feedback.load(saved)
+        if self.leader is not None:
+            if "leader_force" not in state:
+                raise ValueError(f"{owner}.load_state_dict: the state was saved without a "
+                                 "leader force; resume with leader='none'")
+            self.leader.load(state["leader_force"])
+
+    def record(self, loss: torch.Tensor | None) -> None:
+        """The step's training loss, for the leader's score."""
+        if self.leader is not None:
+            self.leader.record(loss)
+
+    def forget(self) -> None:
+        """After a reset: the leader's score forgets the diverged losses."""
+        if self.leader is not None:
+            self.leader.scorer.window.load([])
