@@ -1,7 +1,8 @@
 """lsgd: communication-efficient distributed training for PyTorch.
 
 Leader SGD (single- and multi-leader) and its baselines (EASGD, local SGD,
-DiLoCo, all-reduce data parallel, independent SGD, the LARS optimizer) and the
+DiLoCo, all-reduce data parallel, independent SGD, the LARS optimizer), the sparse,
+error-corrected methods (SparseLoCo, DeMo, MuLoCo) and the
 decentralized family (D-PSGD, MATCHA, AL-DSGD on graphs from ``lsgd.topology``),
 running on torch.distributed (gloo or NCCL, launched with torchrun) or in an in-process
 simulator with the same strategy code.
@@ -27,9 +28,9 @@ _SOURCES: dict[str, str] = {
     "launch": "lsgd.launcher",
     "launch_elastic": "lsgd.launcher.elastic",
     **dict.fromkeys(("LARS", "MuonAdamW", "lars_param_groups"), "lsgd.optim"),
-    **dict.fromkeys(("ALDSGD", "AllReduce", "DPSGD", "Decentralized", "DiLoCo", "DivergedError",
-                     "EASGD", "Independent", "LSGD", "LocalSGD", "MATCHA", "Report",
-                     "Strategy"), "lsgd.strategies"),
+    **dict.fromkeys(("ALDSGD", "AllReduce", "DPSGD", "Decentralized", "DeMo", "DiLoCo",
+                     "DivergedError", "EASGD", "Independent", "LSGD", "LocalSGD", "MATCHA",
+                     "MuLoCo", "Report", "SparseLoCo", "Strategy"), "lsgd.strategies"),
     **dict.fromkeys(("make_strategy", "strategy_names"), "lsgd.registry"),
     "Topology": "lsgd.topology",
 }
@@ -65,5 +66,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the names themselves
     from lsgd.optim import LARS, MuonAdamW, lars_param_groups
     from lsgd.registry import make_strategy, strategy_names
     from lsgd.strategies import (ALDSGD, DPSGD, EASGD, LSGD, MATCHA, AllReduce, Decentralized,
-                                 DiLoCo, DivergedError, Independent, LocalSGD, Report, Strategy)
+                                 DeMo, DiLoCo, DivergedError, Independent, LocalSGD, MuLoCo,
+                                 Report, SparseLoCo, Strategy)
     from lsgd.topology import Topology

@@ -14,7 +14,7 @@ from __future__ import annotations
 #: The methods by their command-line names, in the registry's order
 #: (:data:`lsgd.registry.STRATEGIES`, each class's ``name``).
 METHODS = ("lsgd", "easgd", "local-sgd", "allreduce", "sgd", "dpsgd", "matcha", "al-dsgd",
-           "diloco")
+           "diloco", "sparseloco", "demo", "muloco")
 #: The dense wire formats of a round's all-reduce (:mod:`lsgd.comm.codec`).
 CODECS = ("none", "bf16", "int8")
 #: The compressed messages a round all-gathers, each worker's kept entries its own:

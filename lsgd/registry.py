@@ -14,14 +14,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from lsgd.strategies import (ALDSGD, DPSGD, EASGD, LSGD, MATCHA, AllReduce, DiLoCo, Independent,
-                              LocalSGD)
+from lsgd.strategies import (ALDSGD, DPSGD, EASGD, LSGD, MATCHA, AllReduce, DeMo, DiLoCo,
+                              Independent, LocalSGD, MuLoCo, SparseLoCo)
 from lsgd.names import METHODS
 from lsgd.strategies.base import Strategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
-    for cls in (LSGD, EASGD, LocalSGD, AllReduce, Independent, DPSGD, MATCHA, ALDSGD, DiLoCo)
+    for cls in (LSGD, EASGD, LocalSGD, AllReduce, Independent, DPSGD, MATCHA, ALDSGD, DiLoCo,
+                SparseLoCo, DeMo, MuLoCo)
 }
 assert tuple(STRATEGIES) == METHODS, "lsgd.names.METHODS lists the registry's names, in order"
 

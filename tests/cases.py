@@ -153,5 +153,7 @@ CASES: dict[str, tuple[int, int, str, dict[str, Any], Callable[[list[dict[str, A
 }
 
 from tests.cases_hidden import HIDDEN_CASES  # noqa: E402
+from tests.cases_sparse import SPARSE_CASES  # noqa: E402
 
 CASES.update(HIDDEN_CASES)
+CASES.update(SPARSE_CASES)

@@ -138,10 +138,17 @@ def chain(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def sparse_scripted(info: lsgd.WorkerInfo, spec: dict[str, Any]) -> dict[str, Any]:
+    """SparseLoCo, DeMo and MuLoCo on scripted gradients (tests/cases_sparse.py)."""
+    from tests.cases_sparse import worker
+
+    return worker(info, spec)
+
+
 def bundle(info: lsgd.WorkerInfo, specs: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     """Run several scenarios in one launch (process start-up is the slow part)."""
     functions = {"scripted": scripted, "train_small": train_small, "ddp_reference": ddp_reference,
-                 "chain": chain}
+                 "chain": chain, "sparse_scripted": sparse_scripted}
     return {name: functions[fn](info, spec) for name, (fn, spec) in specs.items()}
 
 

@@ -37,7 +37,8 @@ def _train(info: lsgd.WorkerInfo, method: str, knobs: dict[str, Any],
            persistent: bool) -> dict[str, Any]:
     torch.manual_seed(info.rank)
     model = Masked(persistent)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    opt = (lsgd.MuonAdamW(model, lr=0.01) if method == "muloco"
+           else torch.optim.SGD(model.parameters(), lr=0.05))
     strategy = lsgd.make_strategy(method, model, opt, **knobs)
     g = torch.Generator().manual_seed(info.rank)
     for _ in range(STEPS):
@@ -58,6 +59,10 @@ ROUNDS = [("lsgd", {"period": 2}), ("lsgd", {"period": 4, "overlap": 1, "compres
           ("diloco", {"period": 2}), ("diloco", {"period": 4, "overlap": 1}),
           ("diloco", {"period": 4, "fragments": 2}), ("diloco", {"period": 2, "outer": "eager"}),
           ("diloco", {"period": 2, "leader": "pull"}),
+          ("diloco", {"period": 2, "compress": "topk", "density": 0.1, "error_feedback": True}),
+          ("local-sgd", {"period": 2, "compress": "2bit", "overlap": 1}),
+          ("sparseloco", {"period": 2}), ("sparseloco", {"period": 4, "overlap": 2}),
+          ("demo", {}), ("demo", {"overlap": 1}), ("muloco", {"period": 2}),
           ("allreduce", {}), ("sgd", {}), ("dpsgd", {"topology": "ring"}),
           ("al-dsgd", {"topology": "ring"})]
 
@@ -73,6 +78,22 @@ def test_a_causal_mask_trains_with_every_method(method: str, knobs: dict[str, An
     for r in results:
         assert r["finite"] and r["resets"] == 0
         assert torch.equal(r["mask"], mask)  # never averaged into NaN, never reset
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_causal_mask_trains_in_gloo_processes() -> None:
+    results = lsgd.launch(_every, 4, 2, args=(True,), timeout=60)
+    mask = nn.Transformer.generate_square_subsequent_mask(4)
+    for per_method in results:
+        for r in per_method:
+            assert r["finite"] and r["resets"] == 0 and torch.equal(r["mask"], mask)
+
+
+def _every(info: lsgd.WorkerInfo, persistent: bool) -> list[dict[str, Any]]:
+    """Every method and round kind of :data:`ROUNDS` in one launch."""
+    return [_train(info, method, knobs, persistent) for method, knobs in ROUNDS
+            if method != "allreduce" or persistent]
 
 
 def test_constants_are_decided_once_and_kept_out_of_the_state() -> None:

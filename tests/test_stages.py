@@ -17,7 +17,7 @@ from lsgd.flat import FlatBuffer
 from lsgd.strategies.stages.feedback import ErrorFeedback
 from lsgd.strategies.stages.land import Landing
 from lsgd.strategies.stages.message import Message
-from lsgd.strategies.stages.move import Gather
+from lsgd.strategies.stages.move import Chunks, Gather
 from lsgd.strategies.stages.parts import StateParts
 
 LR = 0.125
@@ -69,7 +69,7 @@ def test_a_landing_merges_the_steps_taken_since(merge: str, expected: list[float
 
 def _gather(info: lsgd.WorkerInfo, fmt: SparseFormat, chunk: int) -> dict[str, Any]:
     comm = lsgd.get_communicator()
-    move = Gather(comm, fmt, chunk, blocking=True)
+    move = Gather(comm, Chunks(fmt, chunk), blocking=True)
     message = [torch.arange(10.0) * (info.rank + 1) - 3.0 * info.rank]
     before = comm.stats()
     _, tensors = move.start([t.clone() for t in message], "world", False)

@@ -21,6 +21,7 @@ import torch
 
 from lsgd import _validate
 from lsgd.comm.codec import CODECS
+from lsgd.names import GATHERED_CODECS
 from lsgd.comm.transfers import Handle, done_handle
 
 
@@ -102,6 +103,10 @@ def check_options(owner: str, period: int, overlap: Any, fragments: Any, compres
     if period % fragments:
         raise ValueError(f"{owner}: fragments={fragments} must divide the period {period}, "
                          f"so that a fragment goes every {period}/fragments steps")
+    if compress in GATHERED_CODECS:
+        raise ValueError(f"{owner}: compress={compress!r} gathers every worker's compressed "
+                         f"message, and a round of {owner} sends one worker's state (the "
+                         "leader's broadcast): give compress 'none', 'bf16' or 'int8'")
     _validate.choice(owner, "compress", compress, CODECS)
     given = [f"{name}={value!r}" for name, value, default in (
         ("overlap", overlap, 0), ("fragments", fragments, 1), ("compress", compress, "none"))

@@ -5,10 +5,10 @@
   (``"none"``, ``"bf16"``, ``"int8"``, :mod:`lsgd.comm.codec`); a round that neither
   hides nor compresses runs the blocking all-reduce.
 * :class:`Gather`: a compressed message whose kept entries differ from worker to
-  worker (top-k per chunk, or 2-bit values, :mod:`lsgd.comm.sparse`): every worker
-  all-gathers every worker's encoded payload (``uint8``, one all-gather per round),
-  decodes each and sums them in rank order, so every worker computes the same mean
-  from the same bytes. Bytes on the wire: ``(n - 1)`` payloads sent and received by
+  worker (top-k per chunk, or 2-bit values, :mod:`lsgd.comm.sparse`; the rows of a
+  layout, :class:`Chunks` or DeMo's DCT blocks): every worker all-gathers every
+  worker's encoded payload (``uint8``, one all-gather per round), decodes each and sums
+  them in rank order, so every worker computes the same mean from the same bytes. Bytes on the wire: ``(n - 1)`` payloads sent and received by
   each of ``n`` members (a ring all-gather), counted by the communicator.
 
 Both move this process's share of the part among the replicas (``comm.across``).
@@ -17,6 +17,7 @@ Both move this process's share of the part among the replicas (``comm.across``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -63,36 +64,58 @@ class AllReduce:
         return tensors["mean"], None
 
 
+class Chunks:
+    """A gathered message's layout: each (1-D) tensor as rows of ``chunk`` values
+    (zero-padded), every row in ``fmt``."""
+
+    def __init__(self, fmt: SparseFormat, chunk: int) -> None:
+        self.fmt, self.chunk = fmt, chunk
+
+    def formats(self, message: Sequence[torch.Tensor]) -> list[SparseFormat]:
+        return [self.fmt] * len(message)
+
+    def split(self, message: Sequence[torch.Tensor]) -> Tensors:
+        return [as_rows(t.reshape(-1).float(), self.chunk) for t in message]
+
+    def shapes(self, message: Sequence[torch.Tensor]) -> list[tuple[int, int]]:
+        return [(-(-t.numel() // self.chunk), self.chunk) for t in message]
+
+    def join(self, rows: Sequence[torch.Tensor], like: Sequence[torch.Tensor]) -> Tensors:
+        return [from_rows(r, t.numel()).view_as(t).to(t.dtype) for r, t in zip(rows, like)]
+
+
 class Gather:
     """The gathered move of a compressed message (see the module docstring): each
-    message tensor as rows of ``chunk`` values in ``fmt``."""
+    message tensor as rows (``layout``: :class:`Chunks`, or DeMo's DCT blocks), each row
+    in its format; the members' rows are summed before they are turned back."""
 
     gathers = True
 
-    def __init__(self, comm: Communicator, fmt: SparseFormat, chunk: int, blocking: bool) -> None:
+    def __init__(self, comm: Communicator, layout: Any, blocking: bool) -> None:
         self.comm = comm
-        self.fmt = fmt
-        self.chunk = chunk
+        self.layout = layout
         self.blocking = blocking
         self._payload: torch.Tensor | None = None  # encoded by roundtrip, sent by start
 
     def _sizes(self, message: Sequence[torch.Tensor]) -> list[int]:
-        return [self.fmt.nbytes(-(-t.numel() // self.chunk), self.chunk) for t in message]
+        return [fmt.nbytes(rows, s) for fmt, (rows, s)
+                in zip(self.layout.formats(message), self.layout.shapes(message))]
 
     def nbytes(self, message: Sequence[torch.Tensor]) -> int:
         """Bytes of one worker's payload for ``message``."""
         return sum(self._sizes(message))
 
     def _encode(self, message: Tensors) -> torch.Tensor:
-        parts = [self.fmt.encode(as_rows(t.reshape(-1).float(), self.chunk)) for t in message]
+        parts = [fmt.encode(rows) for fmt, rows
+                 in zip(self.layout.formats(message), self.layout.split(message))]
         return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.uint8)
 
     def _decode(self, payload: torch.Tensor, like: Sequence[torch.Tensor]) -> Tensors:
+        """The rows ``payload`` stands for, dense (zeros where nothing was kept)."""
         out, offset = [], 0
-        for t, size in zip(like, self._sizes(like)):
-            rows = -(-t.numel() // self.chunk)
-            dense = self.fmt.decode(payload[offset:offset + size], rows, self.chunk)
-            out.append(from_rows(dense, t.numel()).view_as(t).to(t.dtype))
+        for fmt, (rows, s), size in zip(self.layout.formats(like), self.layout.shapes(like),
+                                        self._sizes(like)):
+            out.append(fmt.decode(payload[offset:offset + size], rows, s))
             offset += size
         return out
 
@@ -100,7 +123,7 @@ class Gather:
         """What this worker's ``message`` is decoded to; its encoding is kept, and the
         next :meth:`start` sends it."""
         self._payload = self._encode(message)
-        return self._decode(self._payload, message)
+        return self.layout.join(self._decode(self._payload, message), message)
 
     def start(self, message: Tensors, among: Among, summed: bool
               ) -> tuple[list[Handle], dict[str, Tensors]]:
@@ -122,21 +145,30 @@ class Gather:
             handle.wait()
         return [handle], {"gathered": [gathered], "mean": [torch.zeros_like(t) for t in message]}
 
+    def decoded(self, tensors: dict[str, Tensors]) -> list[Tensors]:
+        """Every member's message decoded, as its rows (in rank order)."""
+        return [self._decode(payload, tensors["mean"]) for payload in tensors["gathered"][0]]
+
     def finish(self, tensors: dict[str, Tensors], weights: Sequence[float] | None,
                keep: int | None) -> tuple[Tensors, Tensors | None]:
         """Every member's message decoded and reduced in rank order into
         ``tensors["mean"]``: the mean, or with ``weights`` the weighted sum; also the
         decoded message of member ``keep`` (None: none)."""
-        mean, rows = tensors["mean"], tensors["gathered"][0]
+        mean = tensors["mean"]
+        members = self.decoded(tensors)
+        total: Tensors | None = None
         kept = None
-        torch._foreach_zero_(mean)
-        for member, payload in enumerate(rows):
-            decoded = self._decode(payload, mean)
+        for member, rows in enumerate(members):
             if member == keep:
-                kept = [t.clone() for t in decoded]
+                kept = [t.clone() for t in self.layout.join(rows, mean)]
             if weights is not None:
-                torch._foreach_mul_(decoded, weights[member])
-            torch._foreach_add_(mean, decoded)
+                torch._foreach_mul_(rows, weights[member])
+            if total is None:
+                total = rows
+            else:
+                torch._foreach_add_(total, rows)
+        assert total is not None
         if weights is None:
-            torch._foreach_div_(mean, float(len(rows)))
+            torch._foreach_div_(total, float(len(members)))
+        torch._foreach_copy_(mean, self.layout.join(total, mean))
         return mean, kept

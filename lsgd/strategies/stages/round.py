@@ -31,7 +31,7 @@ from lsgd.strategies.stages import leader as leaders
 from lsgd.strategies.stages.feedback import ErrorFeedback
 from lsgd.strategies.stages.land import Landing
 from lsgd.strategies.stages.message import Message
-from lsgd.strategies.stages.move import AllReduce, Gather
+from lsgd.strategies.stages.move import AllReduce, Chunks, Gather
 from lsgd.strategies.stages.options import RoundPlan
 from lsgd.strategies.stages.parts import StateParts
 
@@ -57,7 +57,7 @@ class Round:
         self.message = Message(self.parts, difference or plan.compress != "none")
         blocking = self.overlap == 0
         self.move: AllReduce | Gather = (
-            Gather(comm, plan.fmt, plan.chunk, blocking) if plan.fmt is not None
+            Gather(comm, Chunks(plan.fmt, plan.chunk), blocking) if plan.fmt is not None
             else AllReduce(comm, plan.compress, blocking))
         self.feedback = (ErrorFeedback(self.parts, plan.feedback_decay)
                          if plan.error_feedback else None)

@@ -1,0 +1,225 @@
+"""DeMo, decoupled momentum (Peng, Quesnelle, Kingma, "DeMo: Decoupled Momentum
+Optimization", 2024, https://arxiv.org/abs/2411.19870; docs/algorithms.md, "DeMo").
+
+Every step each worker shares only the fast components of its momentum; the rest
+stays in the momentum until it grows. With the optimizer's learning rate ``η``, the
+momentum ``m`` (zero at the start), ``β = decay``::
+
+    m  <- β m + η g                          the local momentum
+    q  = IDCT(TopK_s,k(DCT(m)))              its fast components: the k largest DCT
+                                             coefficients of every block of s values
+    m  <- m - q                              what is sent leaves the momentum
+    Q  = mean over workers of q              all-gather of the kept coefficients
+    x  <- x - η (sign(Q) + wd x)             the optimizer's step on grad = sign(Q)
+
+The DCT is orthonormal, over blocks of each parameter (``chunk``: a 1-D tensor in
+chunks, a 2-D one in blocks, the largest divisors of its sizes up to ``chunk``,
+:mod:`lsgd.dct`); the reference's settings are chunk 64, top-k 32, decay 0.999. In
+the round's stages (:mod:`lsgd.strategies.stages`) DeMo is a message of ``η g``, error
+feedback with decay ``β`` (its accumulator is ``m``), a gathered move of DCT blocks and
+a landing that is the sign step. Workers start alike and apply the same update, so
+they hold one state. Communicated per step: one all-gather of each worker's kept
+coefficients (values, their indices in the block, scales), nothing else; with
+``overlap=1`` the gather of step ``t`` is applied at step ``t + 1`` (the first step
+applies none), behind that step's forward and backward. A worker whose momentum is not
+finite is left out of ``Q`` and its momentum restarts from zero; when every worker's
+is, every worker raises :class:`~lsgd.strategies.health.DivergedError`.
+
+Choices of this implementation: ``Q`` is the mean over all workers (the reference
+averages each coefficient over the workers that sent it); weight decay is the
+optimizer's (``torch.optim.SGD(weight_decay=wd)``, the same as the reference's
+``x <- (1 - η wd) x`` before the step).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Unpack
+
+import torch
+from torch import nn
+
+from lsgd import _validate
+from lsgd.comm.sparse import SparseFormat
+from lsgd.dct import from_blocks, to_blocks
+from lsgd.flat import FlatBuffer
+from lsgd.functional import finite_each
+from lsgd.names import SPARSE_VALUES
+from lsgd.strategies.base import Options, Strategy
+from lsgd.strategies.pipeline import InFlight
+from lsgd.strategies.stages.feedback import ErrorFeedback
+from lsgd.strategies.stages.move import Gather
+from lsgd.strategies.stages.parts import StateParts
+
+Tensors = list[torch.Tensor]
+
+
+class Blocks:
+    """DeMo's layout of a gathered message: the flat buffers of the parameters, each
+    parameter's DCT blocks as rows (``k`` kept per row, at most the row)."""
+
+    def __init__(self, flat: FlatBuffer, chunk: int, k: int, values: str) -> None:
+        self.flat, self.chunk = flat, chunk
+        self.shapes_ = [tuple(to_blocks(torch.zeros(v.shape), chunk).shape) for v in flat.views]
+        self.formats_ = [SparseFormat(min(k, s), values) for _, s in self.shapes_]
+
+    def formats(self, message: Sequence[torch.Tensor]) -> list[SparseFormat]:
+        return self.formats_
+
+    def shapes(self, message: Sequence[torch.Tensor]) -> list[tuple[int, int]]:
+        return self.shapes_
+
+    def split(self, message: Sequence[torch.Tensor]) -> Tensors:
+        return [to_blocks(v.float(), self.chunk) for v in self.flat.views_of(message)]
+
+    def join(self, rows: Sequence[torch.Tensor], like: Sequence[torch.Tensor]) -> Tensors:
+        out = [torch.empty_like(b) for b in like]
+        for view, block, template in zip(self.flat.views_of(out), rows, self.flat.views):
+            view.copy_(from_blocks(block, template.shape, self.chunk))
+        return out
+
+
+class DeMo(Strategy):
+    """DeMo's sign step on the mean of every worker's fast momentum components.
+
+    Args:
+        decay: β in [0, 1), the momentum's decay (the reference's 0.999).
+        topk: k, coefficients kept per DCT block (32).
+        chunk: the largest block side (64): 1-D chunks of up to 64 values, 2-D blocks of
+            up to 64 x 64.
+        values: the kept coefficients' format, ``"float32"`` (default), ``"int8"`` or
+            ``"2bit"`` (:mod:`lsgd.comm.sparse`).
+        overlap: 0, or 1: each step's gather lands a step later.
+        leader: ``"none"`` only: DeMo's workers hold one state, so none leads another.
+        comm, init: see :class:`~lsgd.strategies.base.Strategy` (``bn_buffers``:
+            ``"local"``).
+
+    ``optimizer`` must be ``torch.optim.SGD`` without momentum (DeMo's momentum is its
+    own): its learning rate and weight decay are DeMo's ``η`` and ``wd``.
+    """
+
+    name = "demo"
+    bn_modes = ("local",)
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        decay: float = 0.999,
+        topk: int = 32,
+        chunk: int = 64,
+        values: str = "float32",
+        overlap: int = 0,
+        leader: str = "none",
+        **options: Unpack[Options],
+    ) -> None:
+        self.decay = _validate.momentum("DeMo", "decay", decay)
+        self.topk = _validate.positive_int("DeMo", "topk", topk)
+        self.chunk = _validate.positive_int("DeMo", "chunk", chunk)
+        values = _validate.choice("DeMo", "values", values, SPARSE_VALUES)
+        if not _validate.is_int(overlap) or overlap not in (0, 1):
+            raise ValueError(f"DeMo: overlap must be 0 or 1 (a step's gather lands at the "
+                             f"next step at the latest), got {overlap!r}")
+        if leader != "none":
+            raise ValueError(f"DeMo: leader={leader!r} needs workers whose states differ, "
+                             "and DeMo's workers hold one state (every step applies the same "
+                             "gathered update; its message is momentum, not a state "
+                             "difference): use leader='none', or a leader with DiLoCo, "
+                             "SparseLoCo or MuLoCo")
+        if not isinstance(optimizer, torch.optim.SGD) or any(
+                g.get("momentum", 0) or g.get("nesterov") for g in optimizer.param_groups):
+            raise ValueError("DeMo: the optimizer must be torch.optim.SGD with momentum=0 "
+                             "(DeMo's momentum is its own, compressed), got "
+                             f"{type(optimizer).__name__}; give torch.optim.SGD(params, lr=..., "
+                             "weight_decay=...)")
+        self.overlap = int(overlap)
+        super().__init__(model, optimizer, **options)
+        if self.comm.share[1] > 1:
+            raise ValueError("DeMo: each parameter's DCT blocks are transformed whole, and a "
+                             "replica's processes each hold a slice of the state: use "
+                             "replica='process'")
+        self._params = [p for p in model.parameters()]
+        self._parts = StateParts(self.comm, [p.data for p in self._params], 1)
+        self._momentum = ErrorFeedback(self._parts, self.decay)  # m: its accumulator
+        self._move = Gather(self.comm, Blocks(self._parts.work, self.chunk, self.topk, values),
+                            blocking=self.overlap == 0)
+        self._message = FlatBuffer(self._parts.tensors)  # η g
+        self.skipped = 0  # steps that applied no update (overlap: the first)
+
+    def _before_optimizer_step(self) -> bool:
+        """This step's message sent; the update due (this step's, or the last one's with
+        overlap) written as the sign into the gradients."""
+        item = self._send()
+        self.rounds += 1
+        if self.overlap:
+            due = self._pipeline.due(self.steps + 1)
+            self._pipeline.add(item)
+            if not due:
+                self.skipped += 1
+                return False
+            item = due[0]
+        item.wait()
+        update = self._mean(item)
+        for p, u in zip(self._params, self._message.views_of(update)):
+            p.grad = torch.sign(u).to(p.dtype)
+        return True
+
+    def _send(self) -> InFlight:
+        """``η g`` plus ``β m`` sent, ``m`` what the codec left of it."""
+        message = self._message
+        lrs = [group["lr"] for group in self.optimizer.param_groups for _ in group["params"]]
+        for view, p, lr in zip(message.views, self._params, lrs):
+            view.zero_() if p.grad is None else torch.mul(p.grad, lr, out=view)
+        sent = [b.clone() for b in message.buffers]
+        self._momentum.send(sent, 0, self._move)
+        handles, tensors = self._move.start(sent, "world", False)
+        return InFlight(self.steps, self.steps + 1 + self.overlap, "step", handles, tensors)
+
+    def _mean(self, item: InFlight) -> Tensors:
+        """``Q``: the mean of the members' decoded messages whose values are finite; a
+        diverged worker's momentum restarts from zero."""
+        members = self._move.decoded(item.tensors)
+        healthy = finite_each(members)
+        if not any(healthy):
+            raise self._diverged_error("momentum")
+        if not healthy[self.comm.rank]:
+            self._reset_momentum()
+        total = [torch.zeros_like(r) for r in members[0]]
+        for rows, finite in zip(members, healthy):
+            if finite:
+                torch._foreach_add_(total, rows)
+        torch._foreach_div_(total, float(sum(healthy)))
+        return self._move.layout.join(total, item.tensors["mean"])
+
+    def _reset_momentum(self) -> None:
+        for buffer in self._momentum.residual.buffers:
+            buffer.zero_()
+        self.resets += 1
+
+    def _apply(self, item: InFlight) -> None:
+        raise AssertionError("DeMo applies its updates before the optimizer step")
+
+    def _report_fields(self) -> dict[str, Any]:
+        return {"details": {"skipped_steps": self.skipped}}
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["momentum"] = self._momentum.state()["residual"]
+        state["skipped"] = self.skipped
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._momentum.load({"residual": state["momentum"]})
+        self.skipped = int(state.get("skipped", 0))
+
+    @staticmethod
+    def payload_fraction(model: nn.Module, topk: int = 32, chunk: int = 64,
+                         values: str = "float32") -> float:
+        """Bytes of one worker's message over the parameters' float32 bytes."""
+        flat = FlatBuffer([p.data for p in model.parameters()])
+        blocks = Blocks(flat, chunk, topk, values)
+        sent = sum(f.nbytes(r, s) for f, (r, s) in zip(blocks.formats_, blocks.shapes_))
+        return sent / max(1, 4 * sum(math.prod(v.shape) for v in flat.views))
