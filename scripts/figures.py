@@ -1,15 +1,18 @@
 """Draw every figure of docs/figures that a page owns again from the records in records/
-(see lsgd/bench/records.py); trains nothing. Names the PNGs no page shows.
+(see studies/records.py); trains nothing. Names the PNGs no page shows.
 
     python scripts/figures.py
 """
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 
-from lsgd.bench import records
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # studies/, beside lsgd
+
+from studies import records
 
 ROOT = Path(__file__).resolve().parents[1]
 

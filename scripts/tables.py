@@ -1,15 +1,18 @@
 """Rewrite every marked benchmark table of README.md and docs/ (records.PAGES) from the
-records in records/ (see lsgd/bench/records.py); trains nothing.
+records in records/ (see studies/records.py); trains nothing.
 
     python scripts/tables.py
 """
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 
-from lsgd.bench import records
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # studies/, beside lsgd
+
+from studies import records
 
 ROOT = Path(__file__).resolve().parents[1]
 

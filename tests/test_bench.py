@@ -1,5 +1,6 @@
 """`lsgd bench`: the quick mode of the time-to-accuracy, volume and straggler benchmarks,
-and the command line's checks."""
+and the command line's checks; the quick modes of the studies that read back their runs
+(fidelity, equal steps, equal tokens, replicas)."""
 
 from __future__ import annotations
 
@@ -201,7 +202,7 @@ def test_given_knobs_name_the_run_folder_in_the_grid_order() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_fidelity_quick_reports_every_variant_and_reuses_its_records(tmp_path: Path) -> None:
-    from lsgd.bench import fidelity
+    from studies import fidelity
 
     first = fidelity.run(tmp_path, True, {})
     assert [row[1] for row in first.rows] == [v for v, _ in fidelity.SETS["leader-momentum"][2]]
@@ -214,8 +215,10 @@ def test_fidelity_quick_reports_every_variant_and_reuses_its_records(tmp_path: P
 
 def test_reuse_only_trains_nothing_and_names_the_missing_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["bench", "fidelity", "--quick", "--reuse-only", "--out",
-                     str(tmp_path)]) == 2
+    from studies import fidelity
+    from studies.common import script
+
+    assert script(fidelity).main(["--quick", "--reuse-only", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "--reuse-only: no finished run with these settings in" in err
     assert "drop --reuse-only to train the missing runs" in err
@@ -225,7 +228,7 @@ def test_reuse_only_trains_nothing_and_names_the_missing_run(
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_equal_steps_quick_compares_each_form_with_its_plain_one(tmp_path: Path) -> None:
-    from lsgd.bench import equal_steps
+    from studies import equal_steps
 
     result = equal_steps.run(tmp_path, True, {})
     rows = {(row[0], row[1]): row for row in result.rows}
@@ -315,7 +318,7 @@ def test_time_to_loss_quick_ranks_the_language_model_by_its_validation_loss(
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_equal_tokens_quick_compares_losses_and_bytes_with_all_reduce(tmp_path: Path) -> None:
-    from lsgd.bench import equal_tokens
+    from studies import equal_tokens
 
     result = equal_tokens.run(tmp_path, True, {})
     rows = {row[0]: row for row in result.rows}
@@ -357,7 +360,7 @@ def test_replicas_quick_compares_layouts_and_replica_forms(tmp_path: Path) -> No
     """Equal tokens: every layout of DiLoCo learns, the bytes over a node's link fall with
     the replicas and a replica's gradients stay inside its node; to a target: both forms
     of each method, the node form putting fewer bytes on the link than the process form."""
-    from lsgd.bench import replicas
+    from studies import replicas
 
     result = replicas.run(tmp_path / "tokens", True, {})
     rows = {(row[0], row[1]): row for row in result.rows}

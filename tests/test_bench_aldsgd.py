@@ -1,6 +1,7 @@
-"""`lsgd bench aldsgd`: the claims' rule on hand-made numbers, the options' checks, the
-records' placeholder, and the quick mode (4 workers on an imbalanced graph, 2 seeds)
-with its per-worker evaluation, its read-back and its claims table."""
+"""The aldsgd study (`python studies/aldsgd.py`): the claims' rule on hand-made numbers,
+the options' checks, the records' placeholder, and the quick mode (4 workers on an
+imbalanced graph, 2 seeds) with its per-worker evaluation, its read-back and its claims
+table."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from lsgd import cli
-from lsgd.bench import aldsgd, records
-from lsgd.bench.aldsgd_claims import NOT_MEASURED, claims, markdown, verdict
 from lsgd.train.build import UsageError
 from lsgd.train.outputs import read_csv
+from studies import aldsgd, records
+from studies.aldsgd_claims import NOT_MEASURED, claims, markdown, verdict
+from studies.common import script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,13 +68,17 @@ def test_the_claims_table_judges_each_claim_per_setting_with_its_numbers() -> No
 
 def test_the_options_are_checked_before_anything_runs(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["bench", "aldsgd", "--tasks", "cnn9", "--out", str(tmp_path)]) == 2
-    assert "unknown task(s) ['cnn9']; choose from cnn7-8, mlp-16, mlp-16i, gpt-8" in capsys.readouterr().err
+    main = script(aldsgd).main
+    assert main(["--tasks", "cnn9", "--out", str(tmp_path)]) == 2
+    assert "unknown ['cnn9']; choose from cnn7-8, mlp-16, mlp-16i, gpt-8" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="unknown task"):
+        aldsgd.run(tmp_path, False, {"tasks": ["cnn9"]})
     with pytest.raises(UsageError, match="give one task"):
         aldsgd.run(tmp_path, False, {"target": 0.9})
-    with pytest.raises(UsageError, match="give one link"):
-        aldsgd.run(tmp_path, True, {"links": ["1gbit", "100mbit"]})
-    assert cli.main(["bench", "aldsgd", "--device", "tpu"]) == 2
+    assert main(["--link", "fast"]) == 2
+    assert "--link: link: expected RATE" in capsys.readouterr().err
+    assert main(["--device", "tpu"]) == 2
+    assert not list(tmp_path.iterdir())
 
 
 def test_the_imbalanced_graphs_are_read_from_the_repository_root(
@@ -89,13 +94,13 @@ def test_the_imbalanced_graphs_are_read_from_the_repository_root(
 
 
 def test_a_study_without_records_shows_a_placeholder(tmp_path: Path) -> None:
-    args = "aldsgd --device cuda --out records/aldsgd"
-    assert records.pending(args, tmp_path)
+    command = "python studies/aldsgd.py --device cuda --out records/aldsgd"
+    assert records.pending(command, tmp_path)
     page = tmp_path / "page.md"
-    page.write_text(f"<!-- claims: lsgd bench {args} -->\n| old |\n<!-- end claims -->\n")
+    page.write_text(f"<!-- claims: {command} -->\n| old |\n<!-- end claims -->\n")
     assert records.refresh(page, tmp_path, tmp_path / "scratch") == 1
-    assert records.placeholder(args) in page.read_text()
-    assert "Not yet measured" in records.placeholder(args)
+    assert records.placeholder(command) in page.read_text()
+    assert f"Not yet measured: `{command}`" in records.placeholder(command)
 
 
 @pytest.mark.slow
@@ -134,9 +139,9 @@ def test_aldsgd_quick_measures_the_lowest_degree_workers_and_reads_back(
     again = aldsgd.run(out, True, {"device": "cpu", "reuse": "only"})
     assert again.rows == result.rows
     page = tmp_path / "page.md"
-    args = "aldsgd --quick --device cpu --out records/aldsgd"
-    page.write_text(f"<!-- claims: lsgd bench {args} -->\n| old |\n<!-- end claims -->\n")
+    command = "python studies/aldsgd.py --quick --device cpu --out records/aldsgd"
+    page.write_text(f"<!-- claims: {command} -->\n| old |\n<!-- end claims -->\n")
     assert records.refresh(page, tmp_path, tmp_path / "scratch") == 1
     assert markdown(result.data) in page.read_text()
-    assert cli.main(["bench", "aldsgd", "--quick", "--device", "cpu", "--reuse-only",
-                     "--out", str(out)]) == 0
+    assert script(aldsgd).main(["--quick", "--device", "cpu", "--reuse-only",
+                                 "--out", str(out)]) == 0

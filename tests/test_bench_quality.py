@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lsgd.bench import quality, study, tuning
 from lsgd.train import tuned
 from lsgd.train.config import TEXT_DEFAULTS, make_config
+from studies import equal_tokens, quality, study, tuning
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,9 +98,7 @@ def test_the_studies_run_what_lsgd_train_gives_by_default() -> None:
             for key in ("lr", "warmup_epochs", "outer_lr", "pull"):
                 if key in base:
                     assert getattr(cfg, key) == base[key], (task, method, key)
-    # the equal-tokens benchmark's tuned rows are lsgd train's all-reduce and DiLoCo on text
-    from lsgd.bench import equal_tokens
-
+    # the equal-tokens study's tuned rows are lsgd train's all-reduce and DiLoCo on text
     for method, row in (("allreduce", "allreduce, lr 0.002"),
                         ("diloco", "diloco, period 16, lr 0.002"),
                         ("lsgd", "lsgd, period 16, lr 0.002")):

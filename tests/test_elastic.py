@@ -45,8 +45,8 @@ def _model() -> tuple[nn.Module, torch.optim.Optimizer]:
 
 
 @pytest.mark.parametrize("method, knobs, message", [
-    ("dpsgd", {}, "runs diloco, easgd, local-sgd, lsgd; dpsgd is not one of them"),
-    ("allreduce", {}, "runs diloco, easgd, local-sgd, lsgd; allreduce"),
+    ("dpsgd", {}, "runs diloco, easgd, local-sgd, lsgd, muloco; dpsgd is not one of them"),
+    ("allreduce", {}, "runs diloco, easgd, local-sgd, lsgd, muloco; allreduce"),
     ("easgd", {"init": "independent"}, "drop init='independent'"),
     ("diloco", {"period": 8, "fragments": 2, "overlap": 4},
      "overlap must be below period / fragments = 4, got 4"),

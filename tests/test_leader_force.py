@@ -310,7 +310,7 @@ def test_the_flags_reach_the_strategy() -> None:
 
 @pytest.mark.parametrize("args,expected", [
     (["--method", "diloco", "--leader", "best"], ["--leader", "best"]),
-    (["--method", "lsgd", "--leader", "pull"], ["--leader pull", "diloco or local-sgd"]),
+    (["--method", "lsgd", "--leader", "pull"], ["--leader pull", "diloco, local-sgd, sparseloco or muloco"]),
     (["--method", "diloco", "--leader-pull", "0.5"], ["--leader-pull", "--leader pull"]),
     (["--method", "diloco", "--leader", "weights", "--leader-weight", "-1"],
      ["--leader-weight", "-1"]),

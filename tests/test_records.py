@@ -1,6 +1,6 @@
 """Every table of docs/benchmarks.md (and the README's headline) is what its command
 gives, re-derived from the records in records/ (nothing is trained): see
-:mod:`lsgd.bench.records`."""
+:mod:`studies.records`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lsgd.bench import records
+from studies import records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,20 +24,21 @@ def test_the_documented_tables_are_marked() -> None:
     assert sum(page == "docs/benchmarks.md" for page, *_ in blocks) >= 5
     for page in records.PAGES:  # an empty block would match no pattern, and go unchecked
         text = (ROOT / page).read_text()
-        opened = sum(text.count(f"<!-- {kind}: lsgd bench ")
-                     for kind in ("records", "headline", "tuning", "claims"))
+        opened = sum(text.count(f"<!-- {kind}: {program}")
+                     for kind in ("records", "headline", "tuning", "claims")
+                     for program in ("lsgd bench ", "python studies/"))
         assert opened == len(records.blocks(text)), page
 
 
-@pytest.mark.parametrize("page,kind,args,table", _blocks(),
-                         ids=[f"{b[0]}:{b[2].split()[0]}" for b in _blocks()])
-def test_a_documented_table_is_re_derived_from_the_records(page: str, kind: str, args: str,
+@pytest.mark.parametrize("page,kind,command,table", _blocks(),
+                         ids=[f"{b[0]}:{records.name_of(b[2])}" for b in _blocks()])
+def test_a_documented_table_is_re_derived_from_the_records(page: str, kind: str, command: str,
                                                            table: str, tmp_path: Path) -> None:
-    if records.pending(args, ROOT):  # a study still to be run shows that it is
-        assert table == records.placeholder(args), f"{page}: no records for lsgd bench {args}"
+    if records.pending(command, ROOT):  # a study still to be run shows that it is
+        assert table == records.placeholder(command), f"{page}: no records for {command}"
         return
-    derived = records.table(kind, records.derive(args, ROOT, tmp_path))
-    assert derived == table, f"{page}: the table differs from lsgd bench {args}:\n{derived}"
+    derived = records.table(kind, records.derive(command, ROOT, tmp_path))
+    assert derived == table, f"{page}: the table differs from {command}:\n{derived}"
 
 
 def test_a_marked_table_is_rewritten_from_its_records(tmp_path: Path) -> None:
@@ -76,12 +77,12 @@ def test_every_figure_a_page_shows_exists() -> None:
 
 def test_every_time_to_target_table_has_its_figure() -> None:
     text = (ROOT / "docs" / "benchmarks.md").read_text()
-    owned = {args for tables in records.owned(text).values() for args in tables}
-    timed = [args for kind, args, _ in records.blocks(text)
-             if kind == "records" and args.split()[0] in records.CURVES]
+    owned = {command for tables in records.owned(text).values() for command in tables}
+    timed = [command for kind, command, _ in records.blocks(text)
+             if kind == "records" and records.name_of(command) in records.CURVES]
     assert len(timed) >= 10
-    for args in timed:
-        assert args in owned, f"lsgd bench {args}: no figure under its table"
+    for command in timed:
+        assert command in owned, f"{command}: no figure under its table"
 
 
 def test_figures_belong_to_the_tables_above_them() -> None:
@@ -92,9 +93,8 @@ def test_figures_belong_to_the_tables_above_them() -> None:
             "![c](figures/c.png)\n## B\n![d](figures/d.png)\n"
             "<!-- tuning: lsgd bench x --out e -->\n|t|\n<!-- end tuning -->\n"
             "![e](figures/e.png)\n")
-    assert records.owned(text) == {"ab.png": ["x --out a", "x --out b"],
-                                   "ab-too.png": ["x --out a", "x --out b"],
-                                   "c.png": ["x --out c"]}
+    a, b, c = (f"lsgd bench x --out {out}" for out in "abc")
+    assert records.owned(text) == {"ab.png": [a, b], "ab-too.png": [a, b], "c.png": [c]}
 
 
 def test_the_figures_are_drawn_again_from_the_records(tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ def test_the_figures_are_drawn_again_from_the_records(tmp_path: Path) -> None:
     drawn = records.draw_figures(ROOT, tmp_path / "figures", tmp_path / "scratch")
     owned = {name: tables for page in records.figure_pages(ROOT)
              for name, tables in records.owned(page.read_text()).items()}
-    tables = {args: table for _, kind, args, table in _blocks() if kind == "records"}
+    tables = {command: table for _, kind, command, table in _blocks() if kind == "records"}
     assert set(drawn) == set(owned) and {"scaling.png", "hidden-20mbit.png"} <= set(owned)
     for name, labels in drawn.items():
         path = tmp_path / "figures" / name
@@ -110,16 +110,29 @@ def test_the_figures_are_drawn_again_from_the_records(tmp_path: Path) -> None:
         assert set(records.shown(ROOT)[name]) >= {"docs/benchmarks.md"}
         if not labels:  # the benchmark's own figure
             continue
-        for args in owned[name]:  # a line for every method of its tables
+        for command in owned[name]:  # a line for every method of its tables
             header, _, *rows = [line.strip("|").split(" | ") for line in
-                                tables[args].splitlines()]
+                                tables[command].splitlines()]
             column = [cell.strip() for cell in header].index("method")
             methods = {row[column].strip() for row in rows}
-            assert methods <= {label.split(",")[0] for label in labels}, (name, args)
+            assert methods <= {label.split(",")[0] for label in labels}, (name, command)
 
 
 def test_an_empty_marked_block_is_left_alone_and_eats_no_text() -> None:
     text = ("<!-- records: lsgd bench a --out x -->\n<!-- end records -->\nkeep me\n"
             "<!-- records: lsgd bench b --out y -->\n| t |\n<!-- end records -->\n")
-    assert [(kind, args, table) for kind, args, table in records.blocks(text)] == [
-        ("records", "b --out y", "| t |")]
+    assert records.blocks(text) == [("records", "lsgd bench b --out y", "| t |")]
+
+
+def test_a_study_marks_its_table_with_its_own_command(tmp_path: Path) -> None:
+    (tmp_path / "records" / "lab").mkdir(parents=True)
+    (tmp_path / "records" / "lab" / "replicas-lab.json").write_text(
+        '{"name": "replicas-lab", "title": "t", "columns": ["round", "MB"], '
+        '"rows": [["ring", 6.5]], "notes": [], "data": {}, "figures": [], "seconds": 1}')
+    command = "python studies/replica_lab.py --link 20mbit --out records/lab"
+    page = tmp_path / "page.md"
+    page.write_text(f"<!-- records: {command} -->\n| old |\n<!-- end records -->\n")
+    assert records.blocks(page.read_text()) == [("records", command, "| old |")]
+    assert records.name_of(command) == "replicas-lab"
+    assert records.refresh(page, tmp_path, tmp_path / "scratch") == 1
+    assert "| ring | 6.5 |" in page.read_text()

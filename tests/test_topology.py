@@ -244,7 +244,7 @@ def test_an_edge_list_file_must_fit_the_number_of_workers(tmp_path) -> None:
 def test_the_shipped_imbalanced_graphs_have_leaves_that_move(size: int) -> None:
     """configs/graphs/imbalanced-W.edges and its partner -Wb: the same number of edges as
     ring(W), degree-1 leaves, and every leaf of the first on another neighbour in the
-    second (the dynamic graphs of lsgd bench aldsgd)."""
+    second (the dynamic graphs of the aldsgd study, studies/aldsgd.py)."""
     from pathlib import Path
 
     from lsgd.topology import from_spec

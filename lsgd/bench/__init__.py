@@ -1,9 +1,10 @@
 """Benchmarks that show what lsgd is for: speed where communication is expensive.
 
-``lsgd bench NAME`` (or ``all``; the names are :data:`NAMES`) runs them; each
-prints a table and writes ``NAME.json``, ``NAME.txt`` and figures under
-``--out``. ``--quick`` runs a seconds-long version of each (the test suite runs
-those). docs/benchmarks.md says what each one measures and shows.
+``lsgd bench NAME`` (or ``all``; the names are :data:`NAMES`) runs them on a user's
+own links, model and machine; each prints a table and writes ``NAME.json``,
+``NAME.txt`` and figures under ``--out``. ``--quick`` runs a seconds-long version of
+each (the test suite runs those). docs/benchmarks.md says what each one measures
+and shows.
 
 This package's own names import no torch (``lsgd bench`` checks the names it is
 given before anything else); ``Result`` is :mod:`lsgd.bench.common`'s, imported on
@@ -28,26 +29,13 @@ _RUNNERS = {
     "twelve-workers": ("accuracy", "run_twelve"),
     "scaling": ("scaling", "run"),
     "time-to-loss": ("accuracy", "run_text"),
-    "equal-tokens": ("equal_tokens", "run"),
-    "diloco-screen": ("equal_tokens", "run_screen"),
     "volume": ("volume", "run"),
     "overhead": ("overhead", "run"),
     "stragglers": ("stragglers", "run"),
     "simulator": ("simulator", "run"),
-    "aldsgd": ("aldsgd", "run"),
-    "fidelity": ("fidelity", "run"),
     "startup": ("startup", "run"),
-    "equal-steps": ("equal_steps", "run"),
     "elastic": ("elastic", "run"),
     "chaos": ("chaos", "run"),
-    "replicas": ("replicas", "run"),
-    "replicas-time": ("replicas", "run_time"),
-    "replicas-lab": ("replica_lab", "run"),
-    "tuning": ("tuning", "run"),
-    "valley": ("quality", "run_valley"),
-    "leader-force": ("quality", "run_leader_force"),
-    "eager": ("quality", "run_eager"),
-    "tuned": ("quality", "run_tuned"),
 }
 
 

@@ -46,7 +46,7 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     "matcha": ("matcha", {}, [{"gossip_period": 1}, {"gossip_period": 4}]),
     "al-dsgd": ("al-dsgd", {}, [{"gossip_period": 1}, {"gossip_period": 4}]),
     # Hidden and shrunk rounds at each method's tuned period, the overlap covering a
-    # round's transfer at 20 Mbit/s (see lsgd bench equal-steps for their cost per step).
+    # round's transfer at 20 Mbit/s (the equal-steps study measures their cost per step).
     "lsgd-overlap": ("lsgd", {"overlap": 3}, [{"period": 4}]),
     "lsgd-overlap-int8": ("lsgd", {"overlap": 3, "compress": "int8"}, [{"period": 4}]),
     # ... with the early valley: the pull decays from a full copy over the first 32 rounds.

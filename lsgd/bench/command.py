@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,77 +16,89 @@ from lsgd.links.spec import parse_link
 from lsgd.train.errors import UsageError
 from lsgd.train.ranges import RANGES, within
 
+#: The times to a target: the benchmarks that most flags are for.
+TIMED = ("time-to-accuracy", "twelve-workers", "time-to-loss")
+
+
+def _listed(*names: str) -> str:
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+
+
+def _for(text: str, *names: str) -> str:
+    """A flag's help: what it does, and the benchmarks it is for."""
+    return f"{text} ({', '.join(names)})"
+
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "bench", help="measure the methods side by side (time to accuracy on slow links, ...)",
-        description="Run lsgd's benchmarks: each prints a table and writes NAME.json, "
-                    "NAME.txt and its figures under --out (see docs/benchmarks.md).")
+        description="Compare lsgd's methods on this machine and its links: each benchmark "
+                    "prints a table and writes NAME.json, NAME.txt and its figures under "
+                    "--out (see docs/benchmarks.md).")
     parser.add_argument("names", nargs="+", metavar="NAME", choices=(*NAMES, "all"),
                         help=f"one or more of {', '.join(NAMES)}, or all")
     parser.add_argument("--quick", action="store_true",
                         help="a seconds-long version of each (small model, modeled links)")
     parser.add_argument("--out", default="bench-results", help="folder for the results")
     parser.add_argument("--links", default=None,
-                        help="comma-separated links, e.g. 1gbit,100mbit,20mbit")
-    parser.add_argument("--seeds", type=int, default=None, help="seeds per method and link")
+                        help="comma-separated links, e.g. 1gbit,100mbit,20mbit: each one for "
+                             f"{_listed(*TIMED, 'volume')}; the first for scaling, chaos "
+                             "and elastic")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help=_for("seeds per method and link", *TIMED, "scaling", "chaos"))
     parser.add_argument("--first-seed", type=int, default=None, metavar="K",
-                        help="time to accuracy, twelve workers: the first seed (default 0); "
-                             "--seeds N runs seeds K to K+N-1, so --first-seed 2 "
-                             "--seeds 1 adds a third seed to a run of two")
-    parser.add_argument("--top", type=int, default=None, metavar="K",
-                        help="tuning: screen every point on the first seed, then run only "
-                             "each method's K best points on every seed")
+                        help=_for("the first seed (default 0; chaos: 1): --seeds N runs "
+                                  "seeds K to K+N-1, so --first-seed 2 --seeds 1 adds a "
+                                  "third seed to a run of two", *TIMED, "scaling", "chaos"))
     parser.add_argument("--sets", default=None,
-                        help="fidelity: comma-separated sets, from bn, pull-form, "
-                             "leader-momentum (default: all); chaos: modes and kinds of "
-                             "round, from elastic, restart, blocking, hidden-int8")
+                        help="chaos: comma-separated modes and kinds of round, from elastic, "
+                             "restart, blocking, hidden-int8 (default: all)")
     parser.add_argument("--repeats", type=int, default=None,
                         help="startup: times each variant is run (default 5)")
     parser.add_argument("--budget", type=float, default=None,
-                        help="seconds of training per run (time to accuracy, stragglers)")
+                        help=_for("seconds of training per run", *TIMED, "scaling",
+                                  "stragglers"))
     parser.add_argument("--target", type=float, default=None,
-                        help="the center's target: a test accuracy, e.g. 0.88, or for "
+                        help="the center's target: a test accuracy, e.g. 0.88 "
+                             "(time-to-accuracy, twelve-workers, scaling), or for "
                              "time-to-loss a validation loss in nats per byte, e.g. 2.0")
     parser.add_argument("--steps-from", default=None, metavar="RESULT.json",
-                        help="time to accuracy/loss: predict each time from these steps to "
-                             "the target (the same benchmark run in the simulator, e.g. with "
-                             "more seeds) and the pace measured here")
+                        help=_for("predict each time from these steps to the target (the "
+                                  "same benchmark run in the simulator, e.g. with more "
+                                  "seeds) and the pace measured here", *TIMED))
     parser.add_argument("--eval-steps", type=int, default=None, metavar="N",
-                        help="time to accuracy/loss: evaluate the center every N steps (a "
-                             "grid in steps, off the training clock) instead of every "
-                             "budget/12 seconds, and stop each run at the target")
+                        help=_for("evaluate the center every N steps (a grid in steps, off "
+                                  "the training clock) and stop each run at the target, "
+                                  "instead of every budget/12 seconds; scaling evaluates "
+                                  "every 10 steps unless given", *TIMED, "scaling"))
     parser.add_argument("--methods", default=None,
-                        help="comma-separated subset of the methods (time to accuracy)")
+                        help=_for("comma-separated subset of the methods", *TIMED, "scaling",
+                                  "chaos", "elastic"))
     parser.add_argument("--backend", choices=("processes", "threads"), default=None,
-                        help="time to accuracy: shaped links between processes (root) or "
-                             "the simulator's modeled links")
+                        help=_for("shaped links between processes (root) or the simulator's "
+                                  "modeled links", *TIMED, "stragglers"))
     parser.add_argument("--step-seconds", type=float, default=None,
-                        help="time to accuracy, twelve workers with --backend threads: the "
-                             "seconds each local step costs on the modeled clock instead of "
-                             "its measured compute (the results then do not depend on this "
-                             "machine's speed or load)")
+                        help="the seconds each local step costs on the modeled clock instead "
+                             "of its measured compute, so that the results do not depend on "
+                             "this machine's speed or load (twelve-workers, or "
+                             "time-to-accuracy and time-to-loss with --backend threads; "
+                             "scaling: default 0.05)")
     parser.add_argument("--jobs", type=int, default=None,
-                        help="time to accuracy, twelve workers: runs at once, each in a "
-                             "process of its own with a share of the cores (needs "
-                             "--step-seconds)")
-    parser.add_argument("--tasks", default=None,
-                        help="aldsgd: comma-separated subset of its tasks (cnn7-8, mlp-16, "
-                             "gpt-8)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None,
-                        help="aldsgd: where the simulated workers compute (as lsgd train "
-                             "--device; default: lsgd train's, auto)")
+                        help="runs at once, each in a process of its own with a share of the "
+                             f"cores (scaling; {_listed(*TIMED)} with --step-seconds)")
     parser.add_argument("--no-tune", action="store_true",
-                        help="skip the tuning runs; use each method's first knobs")
+                        help=_for("skip the tuning runs; use each method's first knobs",
+                                  "time-to-accuracy", "twelve-workers"))
     parser.add_argument("--knobs", action="append", default=None, metavar="METHOD:KEY=VALUE,...",
-                        help="time to accuracy, twelve workers: a method's knobs, e.g. "
-                             "dpsgd:gossip_period=4 or lsgd-multi:period=4,global_period=16 "
-                             "(once per method); that method is not tuned")
+                        help=_for("a method's knobs, e.g. dpsgd:gossip_period=4 or "
+                                  "lsgd-multi:period=4,global_period=16 (once per method); "
+                                  "that method is not tuned", *TIMED))
     parser.add_argument("--reuse", action="store_true",
-                        help="time to accuracy, stragglers: read back a finished run already "
-                             "under --out with the same settings instead of training it again "
-                             "(continue a benchmark that was stopped, or rerun only the runs "
-                             "whose folders were removed)")
+                        help=_for("read back a finished run already under --out with the same "
+                                  "settings instead of training it again: continue a "
+                                  "benchmark that was stopped, or rerun only the runs whose "
+                                  "folders were removed", *TIMED, "scaling", "stragglers",
+                                  "chaos"))
     parser.add_argument("--reuse-only", action="store_true",
                         help="read every run back from --out (as --reuse) and train none: "
                              "re-derive the tables from stored records in seconds; a run "
@@ -104,8 +116,6 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
                 parse_link(link)
             except ValueError as error:
                 raise UsageError(f"--links: {error}") from None
-    if args.top is not None and args.top < 1:
-        raise UsageError(f"--top {args.top}: give at least 1 point per method")
     if args.seeds is not None and args.seeds < 1:
         raise UsageError(f"--seeds {args.seeds}: give at least 1")
     if args.budget is not None and not args.budget > 0:
@@ -127,21 +137,16 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--first-seed {args.first_seed}: give 0 or more")
     from lsgd.bench.accuracy import METHODS
     from lsgd.bench.chaos import MODES, ROUNDS
-    from lsgd.bench.fidelity import SETS
 
-    sets = _names("--sets", args.sets,
-                  [*SETS, *MODES, *(kind.replace(" ", "-") for kind in ROUNDS)])
+    sets = _names("--sets", args.sets, [*MODES, *(kind.replace(" ", "-") for kind in ROUNDS)])
     methods = _names("--methods", args.methods, METHODS)
-    return {"links": links, "seeds": args.seeds, "first_seed": args.first_seed, "top": args.top,
+    return {"links": links, "seeds": args.seeds, "first_seed": args.first_seed,
             "budget": args.budget, "target": args.target, "eval_steps": args.eval_steps,
-            "steps_from": args.steps_from,
-            "methods": methods, "backend": args.backend,
+            "steps_from": args.steps_from, "methods": methods, "backend": args.backend,
             "step_seconds": args.step_seconds, "jobs": args.jobs, "repeats": args.repeats,
-            "sets": sets, "device": args.device,
-            "tasks": [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks
-            else None,
-            "knobs": _knobs(args.knobs or []) or None,
-            "tune": False if args.no_tune else None, "reuse": "only" if args.reuse_only else (args.reuse or None)}
+            "sets": sets, "knobs": _knobs(args.knobs or []) or None,
+            "tune": False if args.no_tune else None,
+            "reuse": "only" if args.reuse_only else (args.reuse or None)}
 
 
 def _names(flag: str, text: str | None, known: Any) -> list[str] | None:
@@ -189,23 +194,20 @@ def _knobs(specs: list[str]) -> dict[str, dict[str, Any]]:
     return given
 
 
+def parse(words: Sequence[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """The arguments of ``lsgd bench WORDS`` and the options its benchmarks are given
+    (checked as the command line checks them)."""
+    parser = argparse.ArgumentParser(prog="lsgd")
+    add_bench_parser(parser.add_subparsers())
+    args = parser.parse_args(["bench", *words])
+    return args, _options(args)
+
+
 def run_bench(args: argparse.Namespace) -> int:
-    from lsgd.bench.common import MissingRecord, write
+    from lsgd.bench.common import run_and_write
 
     options = _options(args)
     names = list(NAMES) if "all" in args.names else list(dict.fromkeys(args.names))
-    out = Path(args.out)
     for name in names:
-        start = time.perf_counter()
-        try:
-            result = runner(name)(out, args.quick, dict(options))
-        except MissingRecord as error:
-            raise UsageError(f"--reuse-only: {error}; the records under --out {out} are of "
-                             "other settings, or drop --reuse-only to train the missing "
-                             "runs") from None
-        result.seconds = time.perf_counter() - start
-        path = write(result, out)
-        print(result.text())
-        print(f"({result.seconds:.0f} s) wrote {path}"
-              + "".join(f", {figure}" for figure in result.figures) + "\n", flush=True)
+        run_and_write(runner(name), Path(args.out), args.quick, options)
     return 0

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from lsgd.train.errors import UsageError
+
 
 @dataclasses.dataclass
 class Result:
@@ -102,6 +104,27 @@ def write(result: Result, out: Path) -> Path:
     path.write_text(json.dumps(payload, indent=2, default=_plain) + "\n")
     (out / f"{result.name}.txt").write_text(result.text() + "\n")
     return path
+
+
+def run_and_write(run: Callable[[Path, bool, dict[str, Any]], Result], out: Path, quick: bool,
+                  options: dict[str, Any]) -> Result:
+    """Run one benchmark (``run(out, quick, options)``), print its table and write its
+    files under ``out`` (:func:`write`); the result, its ``seconds`` measured. A run
+    that ``--reuse-only`` does not find (:class:`MissingRecord`) is a
+    :class:`~lsgd.train.errors.UsageError` that names it."""
+    start = time.perf_counter()
+    try:
+        result = run(out, quick, dict(options))
+    except MissingRecord as error:
+        raise UsageError(f"--reuse-only: {error}; the records under --out {out} are of "
+                         "other settings, or drop --reuse-only to train the missing "
+                         "runs") from None
+    result.seconds = time.perf_counter() - start
+    path = write(result, out)
+    print(result.text())
+    print(f"({result.seconds:.0f} s) wrote {path}"
+          + "".join(f", {figure}" for figure in result.figures) + "\n", flush=True)
+    return result
 
 
 def _plain(value: Any) -> Any:

@@ -44,6 +44,7 @@ class SparseLoCo(DiLoCo):
     """
 
     name = "sparseloco"
+    supports_elastic = False  # its message is gathered from every worker
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
                  period: int = 16, outer_lr: float = 1.0, feedback_decay: float = 0.95,

@@ -35,7 +35,8 @@ from lsgd.train.errors import UsageError  # also lsgd.train.build.UsageError, as
 from lsgd.train.ranges import flag
 from lsgd.train.lr_schedule import Schedule
 PIPELINE_DEFAULTS = {"overlap": 0, "fragments": 1, "compress": "none", "merge": "auto",
-                     "error_feedback": False}
+                     "error_feedback": False, "feedback_decay": None, "density": None,
+                     "chunk": None, "values": None}
 
 
 # -- building blocks --------------------------------------------------------------
@@ -136,7 +137,7 @@ def knobs_from_config(cfg: TrainConfig, groups: int = 0) -> dict[str, Any]:
     knobs["init"] = cfg.init
     if cfg.method in ("lsgd", "easgd", "local-sgd"):
         knobs["asynchronous"] = cfg.asynchronous
-    if cfg.method in OVERLAPPED:  # given only when set, so that defaults stay the method's
+    if cfg.method in (*OVERLAPPED, "demo"):  # given only when set: defaults stay the method's
         knobs.update({name: getattr(cfg, name) for name, default in PIPELINE_DEFAULTS.items()
                       if getattr(cfg, name) != default})
     if cfg.method == "lsgd":
@@ -154,11 +155,16 @@ def knobs_from_config(cfg: TrainConfig, groups: int = 0) -> dict[str, Any]:
     elif cfg.method == "local-sgd":
         knobs.update(period=cfg.period, hierarchical=cfg.hierarchical,
                      global_period=cfg.global_period)
-    elif cfg.method == "diloco":
+    elif cfg.method in ("diloco", "muloco"):
         knobs.update(period=cfg.period, outer_lr=cfg.outer_lr,
                      outer_momentum=cfg.outer_momentum)
         if cfg.outer != "standard":  # given only when set, as the pipeline's options
             knobs["outer"] = cfg.outer
+    elif cfg.method == "sparseloco":
+        knobs.update(period=cfg.period, outer_lr=cfg.outer_lr)
+    elif cfg.method == "demo":
+        knobs.update({"decay": knobs.pop("feedback_decay")} if "feedback_decay" in knobs else {})
+        knobs.update({"topk": cfg.topk} if cfg.topk is not None else {})
     elif cfg.method in DECENTRALIZED:
         weight: Any = {"auto": None, "max-degree": "max-degree"}.get(cfg.mixing_weight)
         if weight is None and cfg.mixing_weight != "auto":
@@ -170,7 +176,7 @@ def knobs_from_config(cfg: TrainConfig, groups: int = 0) -> dict[str, Any]:
             knobs.update(c_B=cfg.c_b, c_D=cfg.c_d, p_B=cfg.p_b, p_D=cfg.p_d,
                          budget=1.0 if cfg.budget is None else cfg.budget, seed=cfg.seed,
                          leader_window=cfg.leader_window)
-    if cfg.method in ("diloco", "local-sgd") and cfg.leader != "none":  # given only when set
+    if cfg.method in ("diloco", "local-sgd", "sparseloco", "muloco") and cfg.leader != "none":
         knobs["leader"] = cfg.leader
         knobs.update({name: getattr(cfg, name) for name in ("leader_weight", "leader_pull")
                       if getattr(cfg, name) is not None})

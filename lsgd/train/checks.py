@@ -203,6 +203,12 @@ def _pipeline_errors(cfg: Any) -> list[str]:
                       "gradients; give it with --method allreduce")
     given = [f"--{flag(name)} {getattr(cfg, name)}" for name, default in
              (("overlap", 0), ("fragments", 1), ("compress", "none")) if getattr(cfg, name) != default]
+    if cfg.method == "demo":
+        return errors + _demo_errors(cfg)
+    errors += _codec_errors(cfg)
+    if cfg.method == "muloco" and cfg.optimizer != "muon":
+        errors.append(f"--optimizer {cfg.optimizer}: muloco's inner optimizer is Muon; give "
+                      "--optimizer muon (or leave it out), or use --method diloco")
     if given and cfg.method not in methods_with("supports_hidden_rounds"):
         errors.append(f"{', '.join(given)}: --method {cfg.method} has no rounds to hide "
                       f"or shrink; these work with "
@@ -236,9 +242,69 @@ def _pipeline_errors(cfg: Any) -> list[str]:
         errors.append(f"--outer eager with {given}: an eager round's all-reduce runs behind "
                       "the whole next period and its outer step is taken at once; drop "
                       f"{given}")
-    if cfg.error_feedback and (cfg.compress == "none" or cfg.method == "lsgd"):
-        errors.append("--error-feedback: needs --compress bf16 or int8 with diloco, "
-                      "local-sgd or easgd (LSGD's reference already carries what was lost)")
+    if cfg.error_feedback and cfg.method != "muloco" and (
+            cfg.compress == "none" or cfg.method in ("lsgd", "sparseloco")):
+        errors.append("--error-feedback: needs --compress (bf16, int8, 2bit or topk) with "
+                      "diloco, local-sgd, easgd or muloco (LSGD's reference already carries "
+                      "what was lost; sparseloco and demo always feed back)")
+    return errors
+
+
+#: The codec settings, and the methods or --compress values that take each.
+CODEC_SETTINGS = {"density": (("sparseloco",), ("topk",)),
+                  "values": (("sparseloco", "demo"), ("topk",)),
+                  "chunk": (("sparseloco", "demo"), ("topk", "2bit")),
+                  "topk": (("demo",), ()),
+                  "feedback_decay": (("sparseloco", "demo"), ())}
+
+
+def _codec_errors(cfg: Any) -> list[str]:
+    """A codec setting without the codec that takes it; a gathered codec where the round
+    broadcasts; sparseloco's fixed codec."""
+    errors = []
+    for name, (methods, codecs) in CODEC_SETTINGS.items():
+        value = getattr(cfg, name)
+        if value is None or cfg.method in methods or cfg.compress in codecs:
+            continue
+        if name == "feedback_decay" and cfg.error_feedback:
+            continue
+        takes = [f"--method {m}" for m in methods] + [f"--compress {c}" for c in codecs]
+        if name == "feedback_decay":
+            takes.append("--error-feedback")
+        errors.append(f"--{flag(name)} {value}: a setting of {' or '.join(takes)}; add it or "
+                      f"drop --{flag(name)}")
+    if cfg.compress in ("2bit", "topk") and cfg.method == "lsgd":
+        errors.append(f"--compress {cfg.compress}: gathers every worker's compressed message, "
+                      "and an lsgd round broadcasts the leader's state: give --compress bf16 or "
+                      "int8 with lsgd, or --compress topk with diloco, local-sgd or easgd")
+    if cfg.compress in ("2bit", "topk") and cfg.elastic:
+        errors.append(f"--compress {cfg.compress} with --elastic: a gathered message needs every "
+                      "worker, and an elastic round reduces among a quorum: give --compress "
+                      "bf16 or int8")
+    if cfg.method == "sparseloco" and cfg.compress != "none":
+        errors.append(f"--compress {cfg.compress}: sparseloco's message is the top --density of "
+                      "every chunk with error feedback; drop --compress, or use --method diloco "
+                      "for another codec")
+    return errors
+
+
+def _demo_errors(cfg: Any) -> list[str]:
+    """DeMo takes --overlap 0 or 1 and its codec's settings, nothing else of a round's."""
+    errors = []
+    if cfg.overlap not in (0, 1):
+        errors.append(f"--overlap {cfg.overlap}: demo's gather of a step lands at the next "
+                      "step at the latest; give --overlap 0 or 1")
+    given = [f"--{flag(name)} {getattr(cfg, name)}" for name, default in (
+        ("fragments", 1), ("compress", "none"), ("merge", "auto"), ("error_feedback", False),
+        ("density", None), ("period", 16)) if getattr(cfg, name) != default]
+    if given:
+        errors.append(f"{', '.join(given)}: demo sends every step the top --topk DCT "
+                      "coefficients of every block of its momentum (--chunk, --values, "
+                      "--feedback-decay); drop them")
+    if cfg.optimizer != "sgd" or cfg.momentum:
+        errors.append(f"--optimizer {cfg.optimizer} --momentum {cfg.momentum:g}: demo steps a "
+                      "momentum-free SGD on the sign of the gathered update (its momentum is "
+                      "its own); give --optimizer sgd --momentum 0 or leave them out")
     return errors
 
 
@@ -252,9 +318,15 @@ def _leader_errors(cfg: Any) -> list[str]:
                           f"--leader {mode} or drop --{flag(name)}")
     if cfg.leader == "none":
         return errors
-    if cfg.method not in ("diloco", "local-sgd"):
+    if cfg.method == "demo":
+        errors.append(f"--leader {cfg.leader}: demo's workers hold one state (every step "
+                      "applies the same gathered update) and its message is momentum, not a "
+                      "state difference, so no worker leads: drop --leader, or use it with "
+                      "diloco, sparseloco or muloco")
+    elif cfg.method not in ("diloco", "local-sgd", "sparseloco", "muloco"):
         errors.append(f"--leader {cfg.leader}: the leader's force on an averaging method "
-                      "works with --method diloco or local-sgd (lsgd has its own leader)")
+                      "works with --method diloco, local-sgd, sparseloco or muloco (lsgd has "
+                      "its own leader)")
     refused = [f for f, on in (("--async", cfg.asynchronous), ("--hierarchical", cfg.hierarchical),
                                ("--elastic", cfg.elastic)) if on]
     if refused:
@@ -276,9 +348,10 @@ def _gradient_hook_errors(cfg: Any) -> list[str]:
         errors.append(f"{', '.join(rounds)}: all-reduce averages gradients every step, it has "
                       "no rounds to hide; it shrinks them with --compress bf16 or --powersgd "
                       "RANK (PyTorch's communication hooks)")
-    if cfg.compress == "int8":
-        errors.append("--compress int8 with allreduce: PyTorch's DDP hooks compress to bf16 "
-                      "(--compress bf16) or by PowerSGD (--powersgd RANK); it has no int8 hook")
+    if cfg.compress not in ("none", "bf16"):
+        errors.append(f"--compress {cfg.compress} with allreduce: PyTorch's DDP hooks compress "
+                      "to bf16 (--compress bf16) or by PowerSGD (--powersgd RANK); it has no "
+                      f"{cfg.compress} hook (demo sends a sparse message every step)")
     if cfg.powersgd and cfg.compress != "none":
         errors.append(f"--powersgd {cfg.powersgd} and --compress {cfg.compress}: give one")
     if cfg.powersgd_warmup != 10 and not cfg.powersgd:

@@ -20,7 +20,8 @@ from typing import Any
 import tomli_w
 
 from lsgd._validate import is_int, is_number
-from lsgd.names import BN_MODES, CODECS, LEADERS, MERGES, METHODS, OUTERS, REPLICAS, SCOPE_PULLS
+from lsgd.names import (BN_MODES, LEADERS, MERGES, METHODS, OUTERS, REPLICAS, ROUND_CODECS,
+                        SCOPE_PULLS, SPARSE_VALUES)
 from lsgd.tasks.headline import is_language
 from lsgd.train import tuned
 from lsgd.train.checks import config_errors
@@ -177,19 +178,33 @@ class TrainConfig:
     election: str = _f("auto", "lsgd: gather the scores at the round (round, blocking) or "
                                "a step before (early); auto: early if hidden or fragmented",
                        choices=("auto", "round", "early"))
-    compress: str = _f("none", "wire format of the rounds: none (float32), bf16, or int8 "
-                               "(blocks of 256 values with a scale each); what is sent is "
-                               "the difference from a reference every worker holds; with "
+    compress: str = _f("none", "wire format of the rounds: none (float32), bf16, int8 (blocks "
+                               "of 256 values with a scale each), all-reduced; 2bit (sign and "
+                               "one magnitude bit) or topk (the top --density of every chunk), "
+                               "all-gathered (diloco, local-sgd, easgd, muloco); what is sent "
+                               "is the difference from a reference every worker holds; with "
                                "allreduce, bf16 is PyTorch's bf16 gradient hook",
-                       choices=CODECS)
+                       choices=ROUND_CODECS)
     merge: str = _f("auto", "diloco, local-sgd with --overlap: how the new average meets the "
                             "steps taken while it was in flight: keep them (added on top), "
                             "replace (drop them, as torchft), mix (half of each); auto: the "
                             "method's own, mix for diloco, keep for local-sgd",
                     choices=("auto", *MERGES))
-    error_feedback: bool = _f(False, "with --compress: each worker adds what the codec lost "
+    error_feedback: bool = _f(False, "with --compress: each worker adds what the codec dropped "
                                      "of its last message into its next one (diloco, "
-                                     "local-sgd, easgd)")
+                                     "local-sgd, easgd, muloco)")
+    feedback_decay: float | None = _f(None, "beta in [0, 1]: the error feedback's accumulator "
+                                            "decays by it each round (default 1; sparseloco "
+                                            "0.95; demo: its momentum's decay, 0.999)")
+    density: float | None = _f(None, "--compress topk, sparseloco: the share of each chunk's "
+                                      "entries a message keeps, in (0, 1] (default 0.01; "
+                                      "sparseloco 0.02)")
+    chunk: int | None = _f(None, "--compress topk or 2bit, sparseloco: values per chunk "
+                                 "(default 4096); demo: the largest side of a DCT block (64)")
+    values: str | None = _f(None, "the kept values' format: float32, int8 or 2bit (--compress "
+                                  "topk: float32; sparseloco: 2bit; demo: float32)",
+                            choices=SPARSE_VALUES)
+    topk: int | None = _f(None, "demo: DCT coefficients each worker sends per block (default 32)")
     powersgd: int = _f(0, "allreduce: average the gradients with PyTorch's PowerSGD "
                           "communication hook of this rank (0: off); with --compress bf16, "
                           "allreduce uses PyTorch's bf16 hook instead (worker processes only)")
@@ -323,7 +338,7 @@ class TrainConfig:
         """Raise ``ValueError`` listing every bad value at once (:mod:`lsgd.train.checks`)."""
         errors = [f"--{flag(f.name)} {getattr(self, f.name)!r}: choose one of "
                   f"{', '.join(f.metadata['choices'])}" for f in dataclasses.fields(self)
-                  if f.metadata.get("choices") and
+                  if f.metadata.get("choices") and getattr(self, f.name) is not None and
                   getattr(self, f.name) not in f.metadata["choices"]]
         errors += config_errors(self)
         if errors:

@@ -26,12 +26,14 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "minutes": (0, 1e8, False, True),
     "step_seconds": (0, 1e6, False, True),
     "budget": (0, 1, False, True),
+    "density": (0, 1, False, True),
+    "feedback_decay": (0, 1, True, True),
     **{name: (0, 1, True, True) for name in ("pull", "scope", "moving_rate", "pull_global",
                                              "scope_global", "c_b", "c_d", "p_b", "p_d")},
 }
 POSITIVE_INTS = ("workers", "groups", "batch_size", "period", "leader_window", "patience",
                  "gossip_period", "steps", "global_period", "fragments", "min_workers",
-                 "context", "layers", "width", "heads")
+                 "context", "layers", "width", "heads", "chunk", "topk")
 NON_NEGATIVE_INTS = ("bn_recalibrate", "checkpoint_every", "restarts", "eval_tokens",
                      "powersgd", "powersgd_warmup", "pull_decay_rounds")
 #: The largest count or interval any setting takes: above it a value is a mistake

@@ -9,14 +9,15 @@ does not give (the command line and the TOML file win); the task's own defaults 
 
 The entries and their evidence (docs/train.md, "Tuned defaults"): DiLoCo's outer learning
 rate 0.35 rather than the paper's 0.7, on both tasks (CNN7: 86.4% against 85.2% at equal
-steps, two seeds; the language model: 2.29 against 2.36 nats/byte, ``lsgd bench
-diloco-screen``). On text, all-reduce, DiLoCo and LSGD take lr 0.002 rather than the
-text default 0.001 (300 equal steps, three seeds, ``lsgd bench equal-tokens``: all-reduce
-1.94 against 2.15, DiLoCo 2.21 against 2.28, LSGD 2.21 against 2.28); local SGD keeps
-0.001 (2.32 against 2.28 on the screen's seed). These hold at ``lsgd train``'s period of
-16; with int8 rounds every 32 steps every periodic method is best at lr 0.001 (``lsgd
-bench tuning``, docs/benchmarks.md section 10). A test checks that the studies' pinned
-points are these.
+steps, two seeds; the language model: 2.29 against 2.36 nats/byte, the study
+``python studies/equal_tokens.py diloco-screen``). On text, all-reduce, DiLoCo and LSGD
+take lr 0.002 rather than the text default 0.001 (300 equal steps, three seeds,
+``python studies/equal_tokens.py equal-tokens``: all-reduce 1.94 against 2.15, DiLoCo
+2.21 against 2.28, LSGD 2.21 against 2.28); local SGD keeps 0.001 (2.32 against 2.28 on
+the screen's seed). These hold at ``lsgd train``'s period of 16; with int8 rounds every
+32 steps every periodic method is best at lr 0.001 (``python studies/tuning.py``,
+docs/benchmarks.md section 10). A test checks that the studies' pinned points are
+these.
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ TUNED: dict[str, dict[str, dict[str, Any]]] = {
     "text": {"allreduce": {"lr": 0.002}, "diloco": {"outer_lr": 0.35, "lr": 0.002},
              "lsgd": {"lr": 0.002}},
     "cnn7": {"diloco": {"outer_lr": 0.35}},
+}
+#: method -> setting -> value, on every task: what a method needs of the shared settings
+#: (MuLoCo's inner optimizer is Muon; DeMo steps a momentum-free SGD, its momentum its own;
+#: SparseLoCo's outer step is plain, lr 1).
+METHOD: dict[str, dict[str, Any]] = {
+    "muloco": {"optimizer": "muon"},
+    "sparseloco": {"outer_lr": 1.0},
+    "demo": {"optimizer": "sgd", "momentum": 0.0, "nesterov": False},
 }
 #: The quality studies' task of each table.
 STUDY_TASK = {"text": "language", "cnn7": "cnn7"}
@@ -45,6 +54,7 @@ def task_of(settings: dict[str, Any]) -> str | None:
 
 
 def defaults(settings: dict[str, Any], method: str) -> dict[str, Any]:
-    """The tuned settings of ``method`` on the task of ``settings`` (empty if none)."""
+    """The settings ``method`` needs (:data:`METHOD`), then its tuned ones on the task of
+    ``settings`` (empty if none)."""
     task = task_of(settings)
-    return dict(TUNED.get(task, {}).get(method, {})) if task else {}
+    return {**METHOD.get(method, {}), **(TUNED.get(task, {}).get(method, {}) if task else {})}

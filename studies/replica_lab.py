@@ -1,4 +1,4 @@
-"""``lsgd bench replicas-lab``: what each kind of round puts on a node's real link, with a
+"""The study replicas-lab: what each kind of round puts on a node's real link, with a
 node's processes as one replica (``node``) and as replicas of their own (``process``).
 
 2 nodes of 2 processes behind links the kernel shapes (root and iproute2), a model of
@@ -13,6 +13,10 @@ a first one:
   each node and a global round across at every step);
 * int8 all-to-all and all-gather: DiLoCo with ``compress="int8"``;
 * int8 broadcast: LSGD with ``compress="int8"``.
+
+It needs links the kernel shapes (root and iproute2):
+
+    python studies/replica_lab.py --out records/replicas-lab
 """
 
 from __future__ import annotations
@@ -23,8 +27,12 @@ from typing import Any
 
 import torch
 
+if not __package__:  # python studies/NAME.py: the repository's root on the path
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 from lsgd.bench.common import Result
-from lsgd.train.build import UsageError
+from lsgd.train.errors import UsageError
+from studies.common import link, script
 
 NAME = "replicas-lab"
 ROUNDS = 3
@@ -34,6 +42,9 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "int8 all-to-all": ("diloco", {"period": 1, "compress": "int8"}),
     "int8 broadcast": ("lsgd", {"period": 1, "compress": "int8"}),
 }
+#: It trains no runs: neither seeds nor records of runs, a measurement on shaped links.
+TRAINS = False
+FLAGS = {"--link": {"type": link, "help": "the nodes' shaped link (default 100mbit)"}}
 
 
 def _eth0() -> tuple[int, int]:
@@ -82,9 +93,9 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     import lsgd
     from lsgd.links.netns import LinkSetupError, shaped_links_possible
 
-    link = (options.get("links") or ["100mbit"])[0]
+    rate = options.get("link") or "100mbit"
     try:
-        shaped_links_possible(link)
+        shaped_links_possible(rate)
     except LinkSetupError as error:
         raise UsageError(f"replicas-lab needs shaped links: {error}") from None
     width, rounds = (128, 1) if quick else (1024, ROUNDS)
@@ -93,7 +104,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
         per_form = {}
         for form in ("process", "node"):
             results = lsgd.launch(measure, 4, groups=2, args=(kind, width, rounds),
-                                  link=link, replica=form, timeout=120)
+                                  link=rate, replica=form, timeout=120)
             # Every process of a node reads the same eth0: take its first process's.
             node = [results[0], results[2]]
             per_form[form] = {
@@ -108,7 +119,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                      node["sent"] / 1e6, node["tx"] / process["tx"]])
     values = sum(p.numel() for p in torch.nn.Sequential(
         torch.nn.Linear(width, width), torch.nn.Linear(width, 1)).parameters())
-    notes = [f"2 nodes of 2 processes behind shaped {link} links, a model of {values:,} "
+    notes = [f"2 nodes of 2 processes behind shaped {rate} links, a model of {values:,} "
              f"values ({4 * values / 1e6:.2f} MB in float32), a round at every step; per "
              f"node and round, the mean of {rounds} round(s) after a first one: MB its eth0 "
              "sent (the kernel's count, headers and acknowledgements included) and MB lsgd "
@@ -119,4 +130,11 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                   "replicas of a node (2 nodes of 2 processes, shaped links)",
                   ["round", "kernel MB process", "kernel MB node", "lsgd MB process",
                    "lsgd MB node", "kernel node/process"], rows, notes,
-                  {"link": link, "width": width, "rounds": rounds, "runs": data})
+                  {"link": rate, "width": width, "rounds": rounds, "runs": data})
+
+
+#: The studies this script runs, by name.
+STUDIES = {NAME: run}
+
+if __name__ == "__main__":
+    sys.exit(script(sys.modules[__name__]).main())

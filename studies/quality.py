@@ -1,7 +1,7 @@
 """Quality per step: the studies of LSGD's early valley, the leader's force on DiLoCo,
 DiLoCo's eager outer steps, and every method at its tuned defaults against all-reduce.
 
-Each is a :mod:`lsgd.bench.study`: the variants train from the same seeds on the
+Each is a :mod:`studies.study`: the variants train from the same seeds on the
 language model and on CNN7, 4 workers as 4 nodes in the simulator, behind a modeled
 20 Mbit/s link; every variant starts from a pinned point of its method (:data:`BASE`).
 Reported per variant: the metric at the end, the steps and the modeled seconds to the
@@ -11,16 +11,28 @@ variant's seeds and the first variant's do not overlap at the end. The studies
 docs/benchmarks.md ("Quality per step").
 
 ``--tasks language,cnn7`` picks tasks; ``--quick``: a one-block GPT, 12 steps, one seed.
+All four fill records/quality:
+
+    python studies/quality.py tuned --out records/quality
+    python studies/quality.py leader-force --tasks language,cnn7 --out records/quality
+    python studies/quality.py eager --out records/quality
+    python studies/quality.py valley --out records/quality
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from pathlib import Path
 from typing import Any
 
-from lsgd.bench import study
+if not __package__:  # python studies/NAME.py: the repository's root on the path
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 from lsgd.bench.common import Result
-from lsgd.train.build import UsageError
+from lsgd.train.errors import UsageError
+from studies import study
+from studies.common import DEVICE, listed, script
 
 #: The points every study starts from, pinned (points of the tuning grid): the language
 #: model's (AdamW, 0.1-epoch warm-up, cosine decay; int8 rounds every 32 steps, DiLoCo's
@@ -69,7 +81,7 @@ def _variants(name: str, task: str) -> dict[str, dict[str, Any]]:
             "diloco, eager": base["diloco"] | {"outer": "eager"}} | valley
 
 
-STUDIES = {"valley": "LSGD's early valley: a pull that decays from 1 over R rounds",
+TITLES = {"valley": "LSGD's early valley: a pull that decays from 1 over R rounds",
            "leader-force": "The leader's force on DiLoCo",
            "eager": "DiLoCo's eager outer steps against overlapped rounds",
            "tuned": "DiLoCo's and LSGD's forms side by side: equal steps, time to the target"}
@@ -77,11 +89,12 @@ TASKS = ("language", "cnn7")
 #: The tasks each study runs by default (the language model's runs cost 3x CNN7's here).
 STUDY_TASKS = {"valley": ("cnn7",), "leader-force": ("cnn7",), "eager": ("cnn7",),
                "tuned": ("cnn7",)}
+FLAGS = {"--tasks": listed(TASKS, "cnn7"), "--device": DEVICE}
 
 
 def run_study(name: str, out: Path, quick: bool, options: dict[str, Any]) -> Result:
     """Run the study ``name`` (see the module text)."""
-    title = STUDIES[name]
+    title = TITLES[name]
     tasks = ["language-quick"] if quick else list(options.get("tasks") or STUDY_TASKS[name])
     unknown = [t for t in tasks if t not in study.TASKS]
     if unknown:
@@ -128,17 +141,8 @@ def _quick(settings: dict[str, Any]) -> dict[str, Any]:
                                                      else {})
 
 
-def run_valley(out: Path, quick: bool, options: dict[str, Any]) -> Result:
-    return run_study("valley", out, quick, options)
+#: The studies this script runs, by name.
+STUDIES = {name: functools.partial(run_study, name) for name in TITLES}
 
-
-def run_leader_force(out: Path, quick: bool, options: dict[str, Any]) -> Result:
-    return run_study("leader-force", out, quick, options)
-
-
-def run_eager(out: Path, quick: bool, options: dict[str, Any]) -> Result:
-    return run_study("eager", out, quick, options)
-
-
-def run_tuned(out: Path, quick: bool, options: dict[str, Any]) -> Result:
-    return run_study("tuned", out, quick, options)
+if __name__ == "__main__":
+    sys.exit(script(sys.modules[__name__]).main())

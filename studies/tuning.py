@@ -1,31 +1,39 @@
-"""Tuning as a benchmark: the points behind the defaults of ``lsgd train``.
+"""Tuning as a study: the points behind the defaults of ``lsgd train``.
 
-``lsgd bench tuning`` trains every point of a small grid per method on the language
-model on three seeds (0, 1, 2, interleaved); the point with the lowest median validation
-loss at the end is each method's chosen point (``chosen`` in ``tuning.json``): its best
-with int8 rounds every 32 steps, beside :data:`lsgd.train.tuned.TUNED`'s entries, which
-are measured at ``lsgd train``'s own period of 16. Every run is a
-:mod:`lsgd.bench.study` run: 4 workers as 4 nodes in the simulator, 300 steps, the loss
-at the end (equal tokens) and the steps to 2.2 nats/byte. ``--top K``: every point is
-screened on the first seed, and only each method's K best go on to every seed (the
-chosen point is among those). The grids (a point names the
-knobs that differ from its method's base) vary the learning rates, all-reduce's batch
-(at equal tokens), DiLoCo's outer learning rate and momentum, period and inner optimizer
-(Muon at one point), local SGD's period and batch, and LSGD's pull, scope, period, leader
-momentum and early valley; a point of another batch names its own ``steps``, for the same
-tokens. The periodic methods send int8 rounds every 32 steps unless a point says otherwise. ``--quick``: a one-block GPT, two points per method.
+Every point of a small grid per method trains the language model on three seeds (0, 1,
+2, interleaved); the point with the lowest median validation loss at the end is each
+method's chosen point (``chosen`` in ``tuning.json``): its best with int8 rounds every
+32 steps, beside :data:`lsgd.train.tuned.TUNED`'s entries, which are measured at
+``lsgd train``'s own period of 16. Every run is a :mod:`studies.study` run: 4 workers
+as 4 nodes in the simulator, 300 steps, the loss at the end (equal tokens) and the
+steps to 2.2 nats/byte. ``--top K``: every point is screened on the first seed, and
+only each method's K best go on to every seed (the chosen point is among those). The
+grids (a point names the knobs that differ from its method's base) vary the learning
+rates, all-reduce's batch (at equal tokens), DiLoCo's outer learning rate and
+momentum, period and inner optimizer (Muon at one point), local SGD's period and
+batch, and LSGD's pull, scope, period, leader momentum and early valley; a point of
+another batch names its own ``steps``, for the same tokens. The periodic methods send
+int8 rounds every 32 steps unless a point says otherwise. ``--quick``: a one-block
+GPT, two points per method.
+
+    python studies/tuning.py --seeds 3 --top 1 --jobs 2 --out records/tuning
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
-from lsgd.bench import study
+if not __package__:  # python studies/NAME.py: the repository's root on the path
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 from lsgd.bench.common import Result
-from lsgd.train.build import UsageError
+from lsgd.train.errors import UsageError
+from studies import study
+from studies.common import DEVICE, listed, positive, script
 
 NAME = "tuning"
 
@@ -67,6 +75,10 @@ GRIDS: dict[str, dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]] = {
                   {"lr": 0.001, "pull": 0.1, "pull_decay_rounds": 4}]),
     },
 }
+FLAGS: dict[str, dict[str, Any]] = {
+    "--top": {"type": positive, "metavar": "K", "help": "screen every point on the first "
+              "seed, then run only each method's K best points on every seed"},
+    "--tasks": listed(list(GRIDS), "all"), "--device": DEVICE}
 QUICK = {"language-quick": {m: (base | {"warmup_epochs": 0.0, "period": 4}, points[:2])
                             for m, (base, points) in GRIDS["language"].items()}}
 
@@ -126,3 +138,10 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     return Result(NAME, "Tuning: each method's points on the language model, three seeds",
                   ["task", "point", "loss at the end", "steps to 2.2", "MB sent/worker",
                    ""], rows, notes, data)
+
+
+#: The studies this script runs, by name.
+STUDIES = {NAME: run}
+
+if __name__ == "__main__":
+    sys.exit(script(sys.modules[__name__]).main())

@@ -10,16 +10,23 @@ ResNet-20), ``pull-form`` (400 steps, ``--scope-pull`` at scopes 0.01 and 0.1,
 CNN7) and ``leader-momentum`` (200 steps, against LSGD, DiLoCo and local SGD,
 CNN7). ``--sets`` picks some (default all), ``--seeds N`` the seeds 0 to N-1
 (default 2). Quick: the leader-momentum set on an MLP and the digits, 40 steps,
-one seed.
+one seed. It fills no records folder; docs/algorithms.md shows its numbers.
+
+    python studies/fidelity.py --sets leader-momentum,bn,pull-form --seeds 2 --jobs 2
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
+if not __package__:  # python studies/NAME.py: the repository's root on the path
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 from lsgd.bench.common import Result, in_parallel, train
+from studies.common import listed, script
 
 NAME = "fidelity"
 CNN7 = {"model": "cnn7", "method": "lsgd", "period": 16}
@@ -48,6 +55,7 @@ SETS: dict[str, tuple[int, dict[str, Any], list[tuple[str, dict[str, Any]]]]] = 
     ]),
 }
 WORKERS = 4
+FLAGS = {"--sets": listed(list(SETS), "all; quick: leader-momentum")}
 
 
 def _one(out: Path, settings: dict[str, Any], steps: int, seed: int, dataset: str,
@@ -97,3 +105,10 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     return Result(NAME, "Fidelity choices: BatchNorm statistics, pull form, leader momentum",
                   ["set", "variant", "steps", "center acc", "leader acc", "center each seed"],
                   rows, notes, {"sets": data})
+
+
+#: The studies this script runs, by name.
+STUDIES = {NAME: run}
+
+if __name__ == "__main__":
+    sys.exit(script(sys.modules[__name__]).main())

@@ -1,5 +1,5 @@
-"""AL-DSGD's claims judged from ``lsgd bench aldsgd``'s runs: per claim and setting,
-"holds", "does not hold" or "not shown", with the numbers.
+"""AL-DSGD's claims judged from the runs of the aldsgd study (:mod:`studies.aldsgd`):
+per claim and setting, "holds", "does not hold" or "not shown", with the numbers.
 
 The rule: each claim compares one method with a baseline on one measure over the
 same seeds (time to the target, lower is better, a missed target counting as
@@ -10,7 +10,7 @@ better side, **does not hold** where they do not overlap and the baseline's is o
 better side, and is **not shown** where they overlap (or where neither reached the
 target). Claim (b) is judged on the irregular graphs only (on the ring every worker
 has the same degree). The table is docs/decentralized.md's, re-derived from
-records/aldsgd by the tests (:mod:`lsgd.bench.records`, block kind ``claims``).
+records/aldsgd by the tests (:mod:`studies.records`, block kind ``claims``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lsgd.bench.aldsgd import span, time_to
+from studies.aldsgd import span, time_to
 
 #: (claim, what is compared, measure, method, baseline, graphs: None = every graph)
 CLAIMS: list[tuple[str, str, str, str, str, tuple[str, ...] | None]] = [
@@ -70,8 +70,8 @@ def _text(values: list[float], digits: int) -> str:
 
 
 def claims(data: dict[str, Any]) -> list[list[str]]:
-    """The rows [claim, setting, verdict, numbers] from the ``data`` of ``lsgd bench
-    aldsgd``'s result (its ``aldsgd.json``): every claim on every setting it ran."""
+    """The rows [claim, setting, verdict, numbers] from the ``data`` of the aldsgd
+    study's result (its ``aldsgd.json``): every claim on every setting it ran."""
     runs, settings = data.get("runs", []), data.get("settings", {})
     rows = []
     for claim, what, measure, method, baseline, graphs in CLAIMS:

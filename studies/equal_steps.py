@@ -8,24 +8,33 @@ each seed's, their mean, and the difference from the plain form's mean in points
 A step budget makes every number exact for its seed, whatever the machine's
 load, so ``--jobs`` runs them side by side. The question it answers is the cost
 in accuracy per step of a delayed or lossy round; what the link saves is
-measured in time by ``time-to-accuracy``.
+measured in time by ``lsgd bench time-to-accuracy``.
 
 Each method keeps the period it was tuned to on slow links (LSGD 4, DiLoCo and
 local SGD 16, EASGD 16); ``overlap`` is the steps that cover a round's transfer
 at 20 Mbit/s there. LSGD's hidden forms elect early (one step before the
-round) unless a row says "election at the round", its form before lsgd 0.6. Overlapped DiLoCo and local SGD are run with each merge
-(``merge``): these runs chose the defaults, mix for DiLoCo, keep for local SGD. ``--seeds N`` takes seeds 0 to N-1 (default 2). The quick
-mode: an MLP on the digits, 40 steps, one seed, a few variants.
+round) unless a row says "election at the round", its form before lsgd 0.6.
+Overlapped DiLoCo and local SGD are run with each merge (``merge``): these runs chose
+the defaults, mix for DiLoCo, keep for local SGD.
+``--seeds N`` takes seeds 0 to N-1 (default 2), ``--methods`` some of the methods. The
+quick mode: an MLP on the digits, 40 steps, one seed, a few variants.
+
+    python studies/equal_steps.py --jobs 2 --out records/equal-steps
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
+if not __package__:  # python studies/NAME.py: the repository's root on the path
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 from lsgd.bench.common import Result, in_parallel, train
-from lsgd.train.build import UsageError
+from lsgd.train.errors import UsageError
+from studies.common import listed, script
 
 NAME = "equal-steps"
 STEPS = 240
@@ -85,6 +94,8 @@ VARIANTS: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {
     ]),
 }
 QUICK = {"lsgd": ["plain", "overlap 3 + int8"], "diloco": ["plain", "overlap 4, keep", "int8"]}
+#: ``--methods``: the methods whose forms are compared.
+FLAGS = {"--methods": listed(list(VARIANTS), "all; quick: lsgd, diloco")}
 
 
 def _one(out: Path, settings: dict[str, Any], steps: int, seed: int, quick: bool,
@@ -140,3 +151,10 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                   "against the plain ones",
                   ["method", "variant", "center acc each seed", "mean acc",
                    "vs plain (points)", "MB sent/worker"], rows, notes, {"runs": data})
+
+
+#: The studies this script runs, by name.
+STUDIES = {NAME: run}
+
+if __name__ == "__main__":
+    sys.exit(script(sys.modules[__name__]).main())

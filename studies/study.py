@@ -11,7 +11,8 @@ seconds). The variants of a study run seed by seed, interleaved (:func:`run_vari
 and :func:`summarize` gives each variant's median [min-max] over the seeds.
 
 A difference between two variants is called one only where their seeds' spreads do not
-overlap (:func:`apart`).
+overlap (:func:`apart`). The studies :mod:`studies.tuning` and :mod:`studies.quality` are
+made of such runs.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def run_variants(out: Path, task: str, variants: dict[str, dict[str, Any]],
                  seeds: Sequence[int], options: dict[str, Any], steps: int | None = None
                  ) -> list[dict[str, Any]]:
     """Every variant on every seed, seed by seed (interleaved), ``--jobs`` at a time (the
-    bench's ``options``: ``jobs``, ``reuse``, ``device``)."""
+    study's ``options``: ``jobs``, ``reuse``, ``device``)."""
     calls = [(out, task, label, dict(settings), seed, options.get("reuse") or False, steps,
               options.get("device")) for seed in seeds for label, settings in variants.items()]
     jobs = options.get("jobs") or 1

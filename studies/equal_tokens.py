@@ -9,9 +9,12 @@ model at equal tokens", gives the settings). Reported: the center's validation l
 the end (each seed, their mean), its difference from all-reduce's mean in percent, the
 MB each worker sent, and how many times fewer bytes than all-reduce. The variants are
 the periodic methods that send 100x fewer bytes than all-reduce (rounds every 32 steps
-as int8), and lsgd train's tuned text defaults. ``lsgd bench diloco-screen`` is the
+as int8), and lsgd train's tuned text defaults. The study ``diloco-screen`` is the
 screen those defaults came from (:data:`SCREEN`, one seed). The quick mode: a one-block
 GPT, 64 steps, one seed, three variants.
+
+    python studies/equal_tokens.py equal-tokens --out records/equal-tokens
+    python studies/equal_tokens.py diloco-screen --out records/diloco-screen
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+if not __package__:  # python studies/NAME.py: the repository's root on the path
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 from lsgd.bench.common import Result, in_parallel, train
-from lsgd.train.build import UsageError
+from lsgd.train.errors import UsageError
+from studies.common import script
 
 NAME = "equal-tokens"
 STEPS = 300
@@ -51,7 +58,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "lsgd, period 16, lr 0.002, R=8": {"method": "lsgd", "lr": 0.002, "pull_decay_rounds": 8},
 }
 QUICK = ["allreduce", "diloco, period 32, int8", "local-sgd, period 32, int8"]
-#: ``lsgd bench diloco-screen``: DiLoCo at the untuned text defaults (lr 0.001; blocking
+#: ``diloco-screen``: DiLoCo at the untuned text defaults (lr 0.001; blocking
 #: float32 rounds every 16 steps, outer Nesterov SGD at lr 0.35 and momentum 0.9), one knob
 #: moved at a time, and the learning rates of all-reduce, local SGD and LSGD; one seed by
 #: default (a screen: the points worth three seeds, which :data:`VARIANTS` then holds).
@@ -150,3 +157,10 @@ def _compare(out: Path, quick: bool, options: dict[str, Any], name: str,
                    "MB sent/worker", "x fewer bytes"], rows, notes,
                   {"runs": [{"variant": label, "runs": runs} for label, runs in by_label.items()],
                    "steps": steps, "seeds": seeds})
+
+
+#: The studies this script runs, by name.
+STUDIES = {NAME: run, "diloco-screen": run_screen}
+
+if __name__ == "__main__":
+    sys.exit(script(sys.modules[__name__]).main())

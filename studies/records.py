@@ -1,14 +1,18 @@
 """The tables of the documentation and the records behind them.
 
 Every benchmark table in docs/benchmarks.md (and the README's headline) is
-marked with the command that produced it::
+marked with the command that produced it, a benchmark of ``lsgd bench`` or a
+study of studies/::
 
     <!-- records: lsgd bench NAME ARGS --out records/NAME -->
     | ... the table ... |
     <!-- end records -->
 
+    <!-- records: python studies/SCRIPT.py [STUDY] ARGS --out records/NAME -->
+    ...
+
 (``headline:`` instead of ``records:`` for the README's summary, ``claims:`` for
-the verdicts of :mod:`lsgd.bench.aldsgd_claims`). A block whose records are not
+the verdicts of :mod:`studies.aldsgd_claims`). A block whose records are not
 there yet (:func:`pending`) shows :func:`placeholder` until they are.
 :func:`derive` computes such a table again from the records under
 ``records/``, training nothing (``--reuse-only``, or the stored ``NAME.json``
@@ -24,6 +28,7 @@ is the one that benchmark draws. :func:`draw_figures` draws them all
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 import shlex
@@ -31,16 +36,18 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lsgd.bench import ranking, runner
+from lsgd.bench import Runner, command, ranking, runner
 from lsgd.bench.common import Result, read_result
+from studies.common import script
 
-#: Benchmarks whose tables come from training runs kept as records.
-TRAINED = {"time-to-accuracy", "twelve-workers", "scaling", "stragglers", "fidelity",
-           "aldsgd",
-           "equal-steps", "time-to-loss", "equal-tokens", "diloco-screen", "replicas",
+#: Benchmarks and studies whose tables come from training runs kept as records.
+TRAINED = {"time-to-accuracy", "twelve-workers", "scaling", "stragglers", "time-to-loss",
+           "fidelity", "aldsgd", "equal-steps", "equal-tokens", "diloco-screen", "replicas",
            "replicas-time"}
+#: The commands a block may name: a benchmark of lsgd bench, or a study's script.
+COMMAND = r"(?:lsgd bench|python studies/\w+\.py) [^\n]+?"
 # A table never spans another block's marker (an empty block is left as it is).
-BLOCK = re.compile(r"(<!-- (records|headline|tuning|claims): lsgd bench ([^\n]+?) -->\n)"
+BLOCK = re.compile(rf"(<!-- (records|headline|tuning|claims): ({COMMAND}) -->\n)"
                    r"((?:(?!<!-- (?:records|headline|tuning|claims):).)*?)(\n<!-- end \2 -->)",
                    re.S)
 PAGES = ("README.md", "docs/benchmarks.md", "docs/decentralized.md", "docs/reliability.md")
@@ -51,49 +58,60 @@ HEADING = re.compile(r"^#+ ", re.M)
 
 
 def blocks(text: str) -> list[tuple[str, str, str]]:
-    """The marked tables of a page: (kind, the command's arguments, the table)."""
-    return [(kind, args, table) for _, kind, args, table, _ in BLOCK.findall(text)]
+    """The marked tables of a page: (kind, the command, the table)."""
+    return [(kind, said, table) for _, kind, said, table, _ in BLOCK.findall(text)]
 
 
-def derive(args_text: str, root: Path, scratch: Path) -> Result:
-    """The result of ``lsgd bench ARGS`` from the records under ``root`` (the repository);
+def parse(command_text: str) -> tuple[str, Runner, dict[str, Any], Path, bool]:
+    """What a block's command runs: the benchmark's or study's name, its run, its options,
+    its ``--out`` folder and whether it is quick."""
+    words = shlex.split(command_text)
+    if words[:2] == ["lsgd", "bench"]:
+        args, options = command.parse(words[2:])
+        (name,) = args.names
+        return name, runner(name), options, Path(args.out), args.quick
+    study = script(importlib.import_module(f"studies.{Path(words[1]).stem}"))
+    name, run, args, options = study.parse(words[2:])
+    return name, run, options, Path(args.out), args.quick
+
+
+def name_of(command_text: str) -> str:
+    """The benchmark or study a block's command runs (``time-to-loss``, ``tuning``)."""
+    return parse(command_text)[0]
+
+
+def derive(command_text: str, root: Path, scratch: Path) -> Result:
+    """The result of a block's command from the records under ``root`` (the repository);
     ``scratch`` is a folder to work in (figures are drawn where runs are read)."""
-    import argparse
-
-    from lsgd.bench.command import _options, add_bench_parser
-
-    parser = argparse.ArgumentParser(prog="lsgd")
-    add_bench_parser(parser.add_subparsers())
-    args = parser.parse_args(["bench", *shlex.split(args_text)])
-    (name,) = args.names
-    records = root / args.out
+    name, run, options, out, quick = parse(command_text)
+    records = root / out
     if name not in TRAINED:
         return read_result(records / f"{name}.json")
-    out = scratch / "records"
-    shutil.rmtree(out, ignore_errors=True)
-    shutil.copytree(records, out)
-    return runner(name)(out, args.quick, _options(args) | {"reuse": "only"})
+    copy = scratch / "records"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(records, copy)
+    return run(copy, quick, options | {"reuse": "only"})
 
 
-def pending(args_text: str, root: Path) -> bool:
-    """Whether the records of ``lsgd bench ARGS`` (its ``--out`` folder under ``root``)
+def pending(command_text: str, root: Path) -> bool:
+    """Whether the records of a block's command (its ``--out`` folder under ``root``)
     are not there yet: a study whose code is in but whose runs are still to be made."""
-    words = shlex.split(args_text)
+    words = shlex.split(command_text)
     out = words[words.index("--out") + 1] if "--out" in words else "bench-results"
     return not (root / out).exists()
 
 
-def placeholder(args_text: str) -> str:
+def placeholder(command_text: str) -> str:
     """What a block shows until its records exist (see :func:`pending`)."""
-    return (f"*Not yet measured: `lsgd bench {args_text}` writes the records this "
+    return (f"*Not yet measured: `{command_text}` writes the records this "
             "table is derived from.*")
 
 
 def table(kind: str, result: Result) -> str:
     """A block's table: the result's Markdown, its headline (README), its tuning runs,
-    or the claims it judges (``lsgd bench aldsgd``)."""
+    or the claims it judges (the aldsgd study)."""
     if kind == "claims":
-        from lsgd.bench.aldsgd_claims import markdown
+        from studies.aldsgd_claims import markdown
 
         return markdown(result.data)
     if kind == "headline":
@@ -134,7 +152,7 @@ def shown(root: Path) -> dict[str, list[str]]:
 
 def owned(text: str) -> dict[str, list[str]]:
     """The figures of a page drawn from its marked tables: each figure's name, with the
-    arguments of the ``records`` tables it belongs to (see the module's text)."""
+    commands of the ``records`` tables it belongs to (see the module's text)."""
     events = sorted([(m.start(), "heading", "") for m in HEADING.finditer(text)]
                     + [(m.start(), "table", m.group(3)) for m in BLOCK.finditer(text)
                        if m.group(2) == "records"]
@@ -169,15 +187,15 @@ def draw_figures(root: Path, out: Path, scratch: Path) -> dict[str, list[str]]:
 
 def _draw(name: str, tables: list[str], root: Path, out: Path, scratch: Path) -> list[str]:
     results = []
-    for k, args in enumerate(tables):
-        result = derive(args, root, scratch / str(k))
+    for k, command_text in enumerate(tables):
+        result = derive(command_text, root, scratch / str(k))
         own = [f for f in result.figures if Path(f).name == name == f"{result.name}.png"]
         if own:  # the benchmark's own figure
             out.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(own[0], out / name)
             return []
         if result.name not in CURVES:
-            raise ValueError(f"figures/{name}: lsgd bench {args} draws no such figure")
+            raise ValueError(f"figures/{name}: {command_text} draws no such figure")
         results.append(result)
     from lsgd.bench.ranking import headline_of
     from lsgd.plots import draw_curves

@@ -1,15 +1,18 @@
 """Replicas of several processes, measured: the language model with eight processes as
 8, 4 or 2 replicas (``--replica node``), against all-reduce of the eight.
 
-``lsgd bench replicas`` (equal tokens): every layout trains lsgd's GPT in the
+The study ``replicas`` (equal tokens): every layout trains lsgd's GPT in the
 simulator for the same 300 steps, 64 windows a step in all, from the same seeds, with
 DiLoCo, local SGD and LSGD and all-reduce of all eight processes; reported: the
 center's validation loss at the end, its difference from all-reduce's, and the MB that
-crossed each node's link and that stayed inside it. ``lsgd bench replicas-time``: 4
+crossed each node's link and that stayed inside it. ``replicas-time``: 4
 nodes of 2 processes on a modeled 20 Mbit/s link, the time until the center's
 validation loss reaches 2.2 nats per byte, as 4 replicas of 2 and as 8 replicas.
 docs/benchmarks.md ("Replicas: a node's processes as one worker") gives the settings.
 The quick modes train a one-block GPT for a few steps.
+
+    python studies/replicas.py replicas --jobs 2 --out records/replicas
+    python studies/replicas.py replicas-time --jobs 2 --out records/replicas-time
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+if not __package__:  # python studies/NAME.py: the repository's root on the path
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 from lsgd.bench.common import Result, in_parallel, median, train
-from lsgd.bench.equal_tokens import FULL, SMALL
 from lsgd.plots import pyplot, save
-from lsgd.train.build import UsageError
+from studies.common import above_zero, link, positive, script
+from studies.equal_tokens import FULL, SMALL
 
 NAME = "replicas"
 PROCESSES = 8
@@ -47,6 +53,15 @@ TIME_VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
 }
 TIME_TRAINING = {"schedule": "constant", "lr": 0.001, "warmup_epochs": 0.1,
                  "outer_lr": 0.35, "eval_tokens": 16384}
+#: The flags of replicas-time (replicas has none of its own).
+FLAGS: dict[str, dict[str, Any]] = {
+    "--link": {"type": link, "help": "replicas-time: the nodes' modeled link (default 20mbit)"},
+    "--step-seconds": {"type": above_zero, "metavar": "S", "help": "replicas-time: the "
+                       "seconds a step costs on the modeled clock (default 0.135)"},
+    "--target": {"type": above_zero, "help": "replicas-time: the center's validation loss to "
+                 "reach, in nats per byte (default 2.2; quick: 5.5)"},
+    "--eval-steps": {"type": positive, "metavar": "N", "help": "replicas-time: evaluate the "
+                     "center every N steps (default 10; quick: 4)"}}
 
 
 def _one(out: Path, layout: str, label: str, settings: dict[str, Any], steps: int,
@@ -173,13 +188,11 @@ def _timed(out: Path, label: str, steps: int, seed: int, quick: bool,
 
 def run_time(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     """Time to the target on the modeled link (see the module text)."""
-    opts = {"link": (options.get("links") or ["20mbit"])[0],
+    opts = {"link": options.get("link") or "20mbit",
             "step_seconds": options.get("step_seconds") or 0.135,
             "target": options.get("target") or (5.5 if quick else 2.2),
             "eval_steps": options.get("eval_steps") or (4 if quick else 10),
             "reuse": options.get("reuse")}
-    if len(options.get("links") or []) > 1:
-        raise UsageError("replicas-time: give one link (--links 20mbit)")
     seeds = list(range(options.get("seeds") or (1 if quick else 3)))
     steps = 24 if quick else 500
     labels = list(TIME_VARIANTS)
@@ -227,3 +240,10 @@ def _time_figure(out: Path, results: list[dict[str, Any]], labels: list[str],
                        ylabel="validation loss of the center (nats/byte)",
                        target=opts["target"])
     return [str(path)]
+
+
+#: The studies this script runs, by name.
+STUDIES = {NAME: run, "replicas-time": run_time}
+
+if __name__ == "__main__":
+    sys.exit(script(sys.modules[__name__]).main())

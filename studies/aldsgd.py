@@ -9,9 +9,11 @@ behind a modeled link, each local step costing a fixed ``--step-seconds``; repor
 per setting and method, median [min-max] over the seeds: the modeled time until the
 center first reaches the task's target, the center's test accuracy (validation loss
 for the GPT) after the same steps, and the lowest-degree workers' own models' at the
-end. :func:`lsgd.bench.aldsgd_claims.claims` judges the claims from these numbers.
+end. :func:`studies.aldsgd_claims.claims` judges the claims from these numbers.
 The quick mode (the test suite's): the MLP on the digits, 4 workers, 16 steps, the
 imbalanced graph of 4, D-PSGD and AL-DSGD on one and on two graphs, 2 seeds.
+
+    python studies/aldsgd.py --tasks mlp-16i --out records/aldsgd
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+if not __package__:  # python studies/NAME.py: the repository's root on the path
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 from lsgd.bench.common import Result, in_parallel, median, train
-from lsgd.bench.equal_tokens import FULL
-from lsgd.tasks.base import HEADLINES, reaches
+from lsgd.tasks.headline import HEADLINES, reaches
 from lsgd.topology import from_spec
-from lsgd.train.build import UsageError
+from lsgd.train.errors import UsageError
+from studies.common import DEVICE, above_zero, link, listed, positive, script
+from studies.equal_tokens import FULL
 
 NAME = "aldsgd"
 #: The paper's AL-DSGD weights (lsgd's defaults, as in configs/al-dsgd-paper/).
@@ -65,6 +71,17 @@ QUICK_TASK = {"quick-4": {"workers": 4, "graphs": ["imbalanced"], "metric": "acc
                           "train": {"model": "mlp", "dataset": "digits", "batch_size": 32,
                                     "lr": 0.05}}}
 QUICK_METHODS = ["D-PSGD", "AL-DSGD", "AL-DSGD dynamic"]
+#: The script's own flags (run it from the repository's root, where configs/graphs is).
+FLAGS: dict[str, dict[str, Any]] = {
+    "--tasks": listed(list(TASKS), "all"),
+    "--link": {"type": link, "help": "each worker's modeled link (default 100mbit)"},
+    "--step-seconds": {"type": above_zero, "metavar": "S", "help": "the seconds each local "
+                       "step costs on the modeled clock (default: the task's)"},
+    "--eval-steps": {"type": positive, "metavar": "N", "help": "evaluate the center every N "
+                     "steps (default 25; quick: 4)"},
+    "--target": {"type": above_zero, "help": "the center's target of the one task --tasks "
+                 "gives (default: the task's)"},
+    "--device": DEVICE}
 
 
 def graphs_for(graph: str, workers: int) -> tuple[str, str, str]:
@@ -80,7 +97,7 @@ def graphs_for(graph: str, workers: int) -> tuple[str, str, str]:
         missing = [f for f in (first, second) if not Path(f).is_file()]
         if missing:
             raise UsageError(f"aldsgd: graph file(s) {missing} not found from {Path.cwd()}: "
-                             "run lsgd bench aldsgd from the repository's root")
+                             "run python studies/aldsgd.py from the repository's root")
         return first, second, "max-degree"
     raise UsageError(f"aldsgd: unknown graph {graph!r}; choose ring, erdos-renyi or imbalanced")
 
@@ -143,11 +160,11 @@ def _settings(quick: bool, options: dict[str, Any]) -> dict[str, dict[str, Any]]
     if quick:
         chosen = dict(QUICK_TASK)
     else:
-        names = options.get("tasks") or list(TASKS)
-        unknown = [n for n in names if n not in TASKS]
+        picked = options.get("tasks") or list(TASKS)
+        unknown = [n for n in picked if n not in TASKS]
         if unknown:
             raise UsageError(f"aldsgd: unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
-        chosen = {n: dict(TASKS[n]) for n in names}
+        chosen = {n: dict(TASKS[n]) for n in picked}
     if options.get("target") is not None:
         if len(chosen) > 1:
             raise UsageError(f"--target {options['target']}: the tasks {list(chosen)} have "
@@ -160,10 +177,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     """Every task, graph, method and seed (see the module text); one row per setting
     and method."""
     settings = _settings(quick, options)
-    links = options.get("links") or ["100mbit"]
-    if len(links) > 1:
-        raise UsageError(f"aldsgd: give one link (--links {links[0]}), not {links}")
-    opts = {"link": links[0], "step_seconds": options.get("step_seconds"),
+    opts = {"link": options.get("link") or "100mbit", "step_seconds": options.get("step_seconds"),
             "eval_steps": options.get("eval_steps"), "device": options.get("device"),
             "reuse": options.get("reuse"), "quick": quick}
     methods = QUICK_METHODS if quick else list(METHODS)
@@ -197,3 +211,10 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                   ["setting", "method", "time s", "center", "lowest-degree", "MB/worker"],
                   rows, notes, {"runs": runs, "seeds": seeds, "options": opts,
                                 "settings": settings})
+
+
+#: The studies this script runs, by name.
+STUDIES = {NAME: run}
+
+if __name__ == "__main__":
+    sys.exit(script(sys.modules[__name__]).main())

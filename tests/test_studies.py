@@ -1,0 +1,94 @@
+"""The studies beside the package: every study script's command line, one run as a
+script from the repository's root, what ``lsgd bench`` offers (the benchmarks a user
+runs, and only their flags), and the wheel without the studies."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lsgd import cli
+from lsgd.bench import NAMES
+from studies.common import script
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Each study script and its studies (the first runs when the script holds one).
+SCRIPTS = {"equal_tokens": ["equal-tokens", "diloco-screen"], "equal_steps": ["equal-steps"],
+           "replicas": ["replicas", "replicas-time"], "replica_lab": ["replicas-lab"],
+           "quality": ["valley", "leader-force", "eager", "tuned"], "tuning": ["tuning"],
+           "aldsgd": ["aldsgd"], "fidelity": ["fidelity"]}
+USERS = {"time-to-accuracy", "twelve-workers", "time-to-loss", "scaling", "volume",
+         "overhead", "stragglers", "simulator", "startup", "elastic", "chaos"}
+
+
+@pytest.mark.parametrize("module", SCRIPTS)
+def test_a_study_script_names_its_studies_and_answers_help(
+        module: str, capsys: pytest.CaptureFixture[str]) -> None:
+    study = script(importlib.import_module(f"studies.{module}"))
+    assert list(study.studies) == SCRIPTS[module]
+    assert study.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"usage: python studies/{module}.py")
+    assert f"  python studies/{module}.py " in text  # the commands of its records
+    if len(SCRIPTS[module]) > 1:  # the study's name first, one of its own
+        assert study.main(["--quick"]) == 2
+        assert study.main(["nonsense"]) == 2
+        name, _, args, options = study.parse([SCRIPTS[module][-1], "--reuse-only"])
+        assert name == SCRIPTS[module][-1] and args.out == "bench-results"
+        assert options["reuse"] == "only"
+
+
+def test_a_study_checks_its_own_flags_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from studies import equal_steps, fidelity, replicas
+
+    assert script(fidelity).main(["--sets", "bn,colour", "--out", str(tmp_path)]) == 2
+    assert "unknown ['colour']; choose from bn, pull-form, leader-momentum" in (
+        capsys.readouterr().err)
+    assert script(fidelity).parse(["--sets", "bn"])[3] == {
+        "seeds": None, "jobs": None, "sets": ["bn"], "reuse": None}
+    assert script(equal_steps).main(["--methods", "adam", "--out", str(tmp_path)]) == 2
+    assert script(replicas).main(["replicas-time", "--step-seconds", "0"]) == 2
+    assert "give a finite number above 0" in capsys.readouterr().err
+    assert script(replicas).main(["replicas", "--seeds", "0"]) == 2
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_study_runs_as_a_script_from_the_repository_root() -> None:
+    done = subprocess.run([sys.executable, "studies/tuning.py", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "--top K" in done.stdout and "records/tuning" in done.stdout
+
+
+def test_lsgd_bench_offers_the_users_benchmarks_and_their_flags_only(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert set(NAMES) == USERS
+    assert cli.main(["bench", "--help"]) == 0
+    text = capsys.readouterr().out
+    for flag in ("--top", "--tasks", "--device", "--variants"):  # the studies' own
+        assert flag not in text, flag
+    for study in ("equal-tokens", "equal-steps", "aldsgd", "fidelity", "replicas"):
+        assert cli.main(["bench", study]) == 2
+        assert "invalid choice" in capsys.readouterr().err
+    # a missing record under --reuse-only is a usage error that names it
+    assert cli.main(["bench", "stragglers", "--quick", "--reuse-only",
+                     "--out", str(tmp_path)]) == 2
+    assert "drop --reuse-only to train the missing runs" in capsys.readouterr().err
+
+
+def test_the_wheel_leaves_the_studies_out() -> None:
+    from setuptools import find_packages
+
+    found = re.search(r"\[tool\.setuptools\.packages\.find\]\ninclude = \[([^\]]*)\]",
+                      (ROOT / "pyproject.toml").read_text())
+    assert found, "pyproject.toml: [tool.setuptools.packages.find] include = [...]"
+    include = re.findall(r'"([^"]+)"', found.group(1))
+    packages = find_packages(str(ROOT), include=include)
+    assert "lsgd.bench" in packages
+    assert not [name for name in packages if name.split(".")[0] == "studies"]
