@@ -30,11 +30,11 @@ REPLICAS = ("process", "node")
 #: What a round does with the BatchNorm running statistics (:mod:`lsgd.strategies.buffers`).
 BN_MODES = ("average", "pull", "local", "broadcast")
 #: How an average that was in flight meets the steps taken meanwhile
-#: (:mod:`lsgd.strategies.averaging`).
+#: (:mod:`lsgd.strategies.stages.land`).
 MERGES = ("keep", "replace", "mix")
-#: The force of the round's leader on an averaging method (:mod:`lsgd.strategies.leader_force`).
+#: The force of the round's leader on an averaging method (:mod:`lsgd.strategies.stages.leader`).
 LEADERS = ("none", "weights", "pull")
-#: DiLoCo's outer step: on the round's mean, or eager (:mod:`lsgd.strategies.eager`).
+#: DiLoCo's outer step: on the round's mean, or eager (:mod:`lsgd.strategies.stages.eager`).
 OUTERS = ("standard", "eager")
 #: Where LSGD's every-step pull is taken (:mod:`lsgd.strategies.lsgd`).
 SCOPE_PULLS = ("after-step", "algorithm-1")

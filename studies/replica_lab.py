@@ -12,7 +12,10 @@ a first one:
 * chain broadcast: LSGD, blocking (``process``: multi-leader LSGD, a local round inside
   each node and a global round across at every step);
 * int8 all-to-all and all-gather: DiLoCo with ``compress="int8"``;
-* int8 broadcast: LSGD with ``compress="int8"``.
+* int8 broadcast: LSGD with ``compress="int8"``;
+* top-k all-gather: DiLoCo with ``compress="topk"`` (2% of every chunk, 2-bit values);
+* DCT all-gather: DeMo (its top 32 coefficients of every block), replicas of a process
+  only (DeMo transforms each parameter whole).
 
 It needs links the kernel shapes (root and iproute2):
 
@@ -41,7 +44,12 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "chain broadcast": ("lsgd", {"period": 1}),
     "int8 all-to-all": ("diloco", {"period": 1, "compress": "int8"}),
     "int8 broadcast": ("lsgd", {"period": 1, "compress": "int8"}),
+    "top-k all-gather": ("diloco", {"period": 1, "compress": "topk", "density": 0.02,
+                                    "values": "2bit"}),
+    "DCT all-gather": ("demo", {}),
 }
+#: The kinds whose method takes no replica of several processes.
+PROCESS_ONLY = ("DCT all-gather",)
 #: It trains no runs: neither seeds nor records of runs, a measurement on shaped links.
 TRAINS = False
 FLAGS = {"--link": {"type": link, "help": "the nodes' shaped link (default 100mbit)"}}
@@ -102,7 +110,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     rows, data = [], []
     for kind in KINDS:
         per_form = {}
-        for form in ("process", "node"):
+        for form in ("process",) if kind in PROCESS_ONLY else ("process", "node"):
             results = lsgd.launch(measure, 4, groups=2, args=(kind, width, rounds),
                                   link=rate, replica=form, timeout=120)
             # Every process of a node reads the same eth0: take its first process's.
@@ -114,9 +122,10 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
             data.append({"kind": kind, "form": form, "results": results})
             print(f"  {kind}, {form}: {per_form[form]['tx'] / 1e6:.3f} MB sent per node "
                   "and round on its link", file=sys.stderr, flush=True)
-        process, node = per_form["process"], per_form["node"]
-        rows.append([kind, process["tx"] / 1e6, node["tx"] / 1e6, process["sent"] / 1e6,
-                     node["sent"] / 1e6, node["tx"] / process["tx"]])
+        process, node = per_form["process"], per_form.get("node")
+        rows.append([kind, process["tx"] / 1e6, node["tx"] / 1e6 if node else "-",
+                     process["sent"] / 1e6, node["sent"] / 1e6 if node else "-",
+                     node["tx"] / process["tx"] if node else "-"])
     values = sum(p.numel() for p in torch.nn.Sequential(
         torch.nn.Linear(width, width), torch.nn.Linear(width, 1)).parameters())
     notes = [f"2 nodes of 2 processes behind shaped {rate} links, a model of {values:,} "

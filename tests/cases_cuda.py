@@ -12,7 +12,8 @@ from lsgd.topology import ring
 
 #: Every method, with knobs that give it rounds within a few steps.
 METHODS = ["lsgd", "lsgd-int8", "easgd", "local-sgd", "diloco", "diloco-streaming-int8",
-           "diloco-replicas", "allreduce", "dpsgd", "matcha", "al-dsgd", "sgd"]
+           "diloco-replicas", "diloco-topk", "sparseloco", "demo", "muloco", "allreduce",
+           "dpsgd", "matcha", "al-dsgd", "sgd"]
 KNOBS: dict[str, tuple[str, dict[str, Any]]] = {
     "lsgd": ("lsgd", {"period": 2}),
     "lsgd-int8": ("lsgd", {"period": 2, "overlap": 1, "compress": "int8"}),
@@ -22,6 +23,11 @@ KNOBS: dict[str, tuple[str, dict[str, Any]]] = {
     "diloco-streaming-int8": ("diloco", {"period": 2, "fragments": 2, "overlap": 1,
                                          "compress": "int8"}),
     "diloco-replicas": ("diloco", {"period": 2}),
+    "diloco-topk": ("diloco", {"period": 2, "overlap": 1, "compress": "topk", "density": 0.1,
+                               "values": "int8", "error_feedback": True}),
+    "sparseloco": ("sparseloco", {"period": 2, "density": 0.1, "leader": "pull"}),
+    "demo": ("demo", {"overlap": 1, "topk": 8, "chunk": 8}),
+    "muloco": ("muloco", {"period": 2}),
     "allreduce": ("allreduce", {}),
     "dpsgd": ("dpsgd", {"topology": ring(4)}),
     "matcha": ("matcha", {"topology": ring(4)}),
@@ -52,7 +58,10 @@ def train_on(info: lsgd.WorkerInfo, method: str, device: str, steps: int = 16
         if importlib.util.find_spec("cvxpy") is None:  # MATCHA's probabilities need it
             knobs = {**knobs, "budget": 1.0}
     model = _model(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+    opt: torch.optim.Optimizer = (
+        lsgd.MuonAdamW(model, lr=0.02, weight_decay=0.0) if name == "muloco" else
+        torch.optim.SGD(model.parameters(), lr=0.01) if name == "demo" else
+        torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9))
     strategy = lsgd.make_strategy(name, model, opt, **knobs)
     losses = []
     for step in range(steps):

@@ -16,6 +16,8 @@ import torch
 
 import lsgd
 from lsgd.comm import codec
+from lsgd.comm.sparse import SparseFormat
+from lsgd.dct import to_blocks
 from tests.cases_cuda import METHODS, shared_gpu, train_on, with_nccl_inside
 
 DEVICE = os.environ.get("LSGD_TEST_DEVICE", "cuda")
@@ -48,6 +50,19 @@ def test_the_codecs_on_cuda_equal_the_cpu(name: str) -> None:
     reduced = codec.reduce_encoded(name, parts, here.numel(), mean=True)
     on_device = codec.reduce_encoded(name, [p.to(DEVICE) for p in parts], here.numel(), True)
     assert torch.equal(reduced, on_device.cpu())
+
+
+@pytest.mark.parametrize("values", ["float32", "int8", "2bit"])
+def test_the_sparse_format_and_the_dct_on_cuda_equal_the_cpu(values: str) -> None:
+    generator = torch.Generator().manual_seed(1)
+    rows = torch.randn(7, 64, generator=generator)
+    fmt = SparseFormat(5, values)
+    here, there = fmt.encode(rows), fmt.encode(rows.to(DEVICE))
+    assert torch.equal(here, there.cpu())
+    assert torch.equal(fmt.decode(here, 7, 64), fmt.decode(there, 7, 64).cpu())
+    weight = torch.randn(48, 40, generator=generator)
+    torch.testing.assert_close(to_blocks(weight.to(DEVICE), 16).cpu(), to_blocks(weight, 16),
+                               rtol=0, atol=1e-5)
 
 
 def test_two_gloo_processes_share_one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,6 +5,7 @@ runs, and only their flags), and the wheel without the studies."""
 from __future__ import annotations
 
 import importlib
+import math
 import re
 import subprocess
 import sys
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = {"equal_tokens": ["equal-tokens", "diloco-screen"], "equal_steps": ["equal-steps"],
            "replicas": ["replicas", "replicas-time"], "replica_lab": ["replicas-lab"],
            "quality": ["valley", "leader-force", "eager", "tuned"], "tuning": ["tuning"],
-           "aldsgd": ["aldsgd"], "fidelity": ["fidelity"]}
+           "aldsgd": ["aldsgd"], "fidelity": ["fidelity"], "regime": ["regime"]}
 USERS = {"time-to-accuracy", "twelve-workers", "time-to-loss", "scaling", "volume",
          "overhead", "stragglers", "simulator", "startup", "elastic", "chaos"}
 
@@ -92,3 +93,23 @@ def test_the_wheel_leaves_the_studies_out() -> None:
     packages = find_packages(str(ROOT), include=include)
     assert "lsgd.bench" in packages
     assert not [name for name in packages if name.split(".")[0] == "studies"]
+
+
+@pytest.mark.slow
+def test_the_regime_study_gives_each_methods_gap_at_each_budget(tmp_path: Path) -> None:
+    """The regime's quick mode (a one-block GPT, two budgets, the first point of every
+    grid): a row per method and budget, all-reduce the reference, the gaps and the
+    bytes from the runs, and the runs read back on a second call."""
+    from studies import regime
+
+    result = regime.run(tmp_path, True, {"jobs": 1})
+    assert [row[0] for row in result.rows] == [1] * 6 + [2] * 6
+    for row in result.rows:
+        assert row[1].split()[0] in regime.GRIDS
+        if not row[1].startswith("allreduce"):
+            gap = float(row[3].rstrip("%"))
+            assert math.isfinite(gap) and row[5].endswith("x")
+    gaps = result.data["gaps"]
+    assert set(gaps) == set(regime.GRIDS) and all(len(v) == 2 for v in gaps.values())
+    again = regime.run(tmp_path, True, {"jobs": 1, "reuse": True})
+    assert again.rows == result.rows

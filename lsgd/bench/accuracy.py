@@ -87,6 +87,17 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     "lsgd-multi-hidden": ("lsgd", {}, [
         {"period": 4, "global_period": 16, "overlap": 3, "compress": "int8"},
         {"period": 4, "global_period": 16, "overlap": 1, "fragments": 2}]),
+    # The sparse, error-corrected methods (docs/algorithms.md): SparseLoCo and MuLoCo
+    # every 16 steps, hidden behind 4; DeMo every step, hidden behind the next (overlap 1);
+    # and the leader's pull on SparseLoCo. Their learning rates: the regime study's.
+    "sparseloco": ("sparseloco", {}, [{"period": 16, "lr": 0.001}]),
+    "sparseloco-overlap": ("sparseloco", {"overlap": 4}, [{"period": 16, "lr": 0.001}]),
+    "sparseloco-leader": ("sparseloco", {"overlap": 4, "leader": "pull"},
+                          [{"period": 16, "lr": 0.001}]),
+    "muloco": ("muloco", {}, [{"period": 16, "lr": 0.001}]),
+    "muloco-overlap": ("muloco", {"overlap": 4}, [{"period": 16, "lr": 0.001}]),
+    "demo": ("demo", {}, [{"lr": 0.001}]),
+    "demo-overlap": ("demo", {"overlap": 1}, [{"lr": 0.001}]),
     # The peer, torchft 0.2.0 (lsgd.bench.peer): its DiLoCo, and its Streaming DiLoCo
     # with 2 fragments and fragment_sync_delay 2.
     "torchft-diloco": ("torchft-diloco", {}, [{"period": 16}]),

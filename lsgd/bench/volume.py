@@ -34,14 +34,33 @@ from lsgd.models import build_model
 
 WORKERS = 4
 METHODS = ("allreduce", "lsgd", "easgd", "local-sgd", "dpsgd",
-           "lsgd bf16", "lsgd int8", "local-sgd bf16", "local-sgd int8")
+           "lsgd bf16", "lsgd int8", "local-sgd bf16", "local-sgd int8", "local-sgd 2bit",
+           "local-sgd topk", "sparseloco", "demo")
 PERIODS = (1, 4, 16, 64)
 
 
-def _theory(label: str, period: int, b: float, w: int) -> float:
+def _gathered(label: str, model: Any) -> float:
+    """The payload of one worker's gathered message (top-k, 2-bit, DeMo's DCT blocks), by
+    the format's byte count (docs/algorithms.md, "Gathered messages")."""
+    from lsgd.comm.sparse import SparseFormat, density_to_k
+
+    if label == "demo":
+        return lsgd.DeMo.payload_fraction(model) * 4 * sum(p.numel() for p in model.parameters())
+    values = sum(p.numel() for p in model.parameters())
+    chunk, rows = 4096, -(-values // 4096)
+    k, kind = {"sparseloco": (density_to_k(0.02, chunk), "2bit"),
+               "local-sgd topk": (density_to_k(0.01, chunk), "float32"),
+               "local-sgd 2bit": (chunk, "2bit")}[label]
+    return SparseFormat(k, kind).nbytes(rows, chunk)
+
+
+def _theory(label: str, period: int, b: float, w: int, model: Any = None) -> float:
     """Bytes per worker per step that the algorithm sends (means over the workers); a
-    compressed round sends the codec's share of the state's bytes."""
+    compressed round sends the codec's share of the state's bytes; a gathered one
+    ``(w - 1)`` payloads (a ring all-gather)."""
     method, _, compress = label.partition(" ")
+    if label in ("sparseloco", "demo") or compress in ("2bit", "topk"):
+        return (w - 1) * _gathered(label, model) / (1 if label == "demo" else period)
     if compress:
         values = int(b // 4)
         return _theory(method, period, b, w) * codec.nbytes(compress, values) / (4 * values)
@@ -63,7 +82,7 @@ def _count(info: lsgd.WorkerInfo, label: str, period: int, steps: int, model: st
     net = build_model(model, (1, 28, 28), 10)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     method, _, compress = label.partition(" ")
-    knobs: dict[str, Any] = {} if method == "allreduce" else {"period": period}
+    knobs: dict[str, Any] = {} if method in ("allreduce", "demo") else {"period": period}
     if compress:
         knobs["compress"] = compress
     strategy = lsgd.make_strategy(method, net, opt, **knobs)
@@ -105,11 +124,12 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     rows: list[list[Any]] = []
     counted: dict[str, Any] = {}
     reference = {p: _theory("allreduce", 1, b, WORKERS) for p in periods}
+    net = build_model(model, (1, 28, 28), 10)
     for method in METHODS:
-        for period in (1,) if method == "allreduce" else periods:
+        for period in (1,) if method in ("allreduce", "demo") else periods:
             result = lsgd.simulate(_count, WORKERS, 1, args=(method, period, steps, model))
             measured = sum(r["bytes"] for r in result) / WORKERS
-            theory = _theory(method, period, b, WORKERS)
+            theory = _theory(method, period, b, WORKERS, net)
             counted[f"{method}/{period}"] = {"measured": measured, "theory": theory}
             rows.append([method, period, measured, theory, measured / b,
                          reference[periods[0]] / measured if measured else None])
@@ -117,7 +137,9 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     timed, timing_note = _timed_rounds(b, links, repeats=2 if quick else 5)
     notes = [f"{model}: B = {b / 1e6:.3f} MB of parameters, {WORKERS} workers, {steps} steps; "
              "bytes sent per worker per local step, the algorithm's value, B per step, and "
-             "how many times less than all-reduce (higher is better).",
+             "how many times less than all-reduce (higher is better); sparseloco: "
+             "top 2% of every 4096 in 2-bit values; local-sgd topk: top 1% in float32; "
+             "demo: top 32 DCT coefficients of every block, every step.",
              "lsgd's theory leaves out the all-gather of one score per worker at each "
              "round (4 bytes per worker and round) and the extra round LSGD holds after "
              "its first step (to elect a first leader), which short runs feel most.",
@@ -164,7 +186,8 @@ def _figure(out: Path, counted: dict[str, Any], periods: tuple[int, ...], b: flo
         return []
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for method in METHODS:
-        ps = [p for p in ((1,) if method == "allreduce" else periods) if f"{method}/{p}" in counted]
+        ps = [p for p in ((1,) if method in ("allreduce", "demo") else periods)
+              if f"{method}/{p}" in counted]
         ys = [counted[f"{method}/{p}"]["measured"] / b for p in ps]
         ax.plot(ps, ys, marker="o", label=method)
     log_log_axes(ax, "period (steps between rounds; gossip period for dpsgd)", "bytes sent per worker per step / B")

@@ -32,7 +32,7 @@ from lsgd.comm.base import Among
 class Cadence:
     """Rounds of one kind: ``name``, every ``period`` steps, among ``among``; with an
     ``offset`` (synchronous rounds only) at the steps ``s`` with ``s % period == offset``
-    (a fragment's rounds, see :mod:`lsgd.strategies.averaging`)."""
+    (a fragment's rounds, see :mod:`lsgd.strategies.stages.parts`)."""
 
     name: str
     period: int

@@ -94,7 +94,7 @@ def check_options(owner: str, period: int, overlap: Any, fragments: Any, compres
     """``overlap``, ``fragments`` and ``compress`` of a periodic method, checked against
     its ``period`` (the shortest when it has several): ``0 <= overlap < period``, a
     whole number of ``fragments`` dividing the period; synchronous rounds only. (DiLoCo's
-    eager rounds take overlap 0 and land a period later: :mod:`lsgd.strategies.eager`.)"""
+    eager rounds take overlap 0 and land a period later: :mod:`lsgd.strategies.stages.eager`.)"""
     if not _validate.is_int(overlap) or not 0 <= overlap < period:
         raise ValueError(f"{owner}: overlap must be a whole number of steps in [0, {period}) "
                          f"(below the period, so that a round lands before the next one "
