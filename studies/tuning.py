@@ -11,8 +11,9 @@ only each method's K best go on to every seed (the chosen point is among those).
 grids (a point names the knobs that differ from its method's base) vary the learning
 rates, all-reduce's batch (at equal tokens), DiLoCo's outer learning rate and
 momentum, period and inner optimizer (Muon at one point), local SGD's period and
-batch, and LSGD's pull, scope, period, leader momentum and early valley; a point of
-another batch names its own ``steps``, for the same tokens. The periodic methods send
+batch, LSGD's pull, scope, period, leader momentum and early valley, and the learning
+rates of SparseLoCo, DeMo and MuLoCo at batch 8; a point of another batch names its own
+``steps``, for the same tokens. The periodic methods send
 int8 rounds every 32 steps unless a point says otherwise. ``--quick``: a one-block
 GPT, two points per method.
 
@@ -55,7 +56,8 @@ GRIDS: dict[str, dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]] = {
                       [*_grid(lr=[0.001, 0.002]),
                        {"lr": 0.002, "batch_size": 32, "steps": 150},
                        {"lr": 0.003, "batch_size": 32, "steps": 150},
-                       {"lr": 0.002, "batch_size": 8, "steps": 600}]),
+                       {"lr": 0.002, "batch_size": 8, "steps": 600},
+                       {"lr": 0.002, "batch_size": 4, "steps": 1200}]),
         "diloco": ({"method": "diloco"} | LM | ROUNDS,
                    [{"lr": 0.001, "outer_lr": 0.35}, {"lr": 0.002, "outer_lr": 0.35},
                     {"lr": 0.001, "outer_lr": 0.7}, {"lr": 0.002, "outer_lr": 0.7},
@@ -73,6 +75,15 @@ GRIDS: dict[str, dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]] = {
                   {"lr": 0.001, "pull": 0.1, "period": 16},
                   {"lr": 0.001, "pull": 0.1, "leader_momentum": 0.5},
                   {"lr": 0.001, "pull": 0.1, "pull_decay_rounds": 4}]),
+        # the sparse, error-corrected methods, at all-reduce's best batch (the regime
+        # study's lesson on the small GPT: every method gains from it at this budget)
+        "sparseloco": ({"method": "sparseloco", "period": 16} | LM,
+                       [{"lr": lr, "density": 0.1, "batch_size": 8, "steps": 600}
+                        for lr in (0.002, 0.004)]),
+        "demo": ({"method": "demo", "values": "int8"} | LM,
+                 [{"lr": lr, "batch_size": 8, "steps": 600} for lr in (0.002, 0.004)]),
+        "muloco": ({"method": "muloco", "period": 16} | LM,
+                   [{"lr": 0.002, "batch_size": 8, "steps": 600}]),
     },
 }
 FLAGS: dict[str, dict[str, Any]] = {

@@ -103,13 +103,14 @@ def test_the_regime_study_gives_each_methods_gap_at_each_budget(tmp_path: Path) 
     from studies import regime
 
     result = regime.run(tmp_path, True, {"jobs": 1})
-    assert [row[0] for row in result.rows] == [1] * 6 + [2] * 6
+    assert [row[0] for row in result.rows] == [1] * 7 + [2] * 7
     for row in result.rows:
         assert row[1].split()[0] in regime.GRIDS
+        assert ("leader=pull" in row[1]) == (row is result.rows[6] or row is result.rows[13])
         if not row[1].startswith("allreduce"):
             gap = float(row[3].rstrip("%"))
             assert math.isfinite(gap) and row[5].endswith("x")
     gaps = result.data["gaps"]
-    assert set(gaps) == set(regime.GRIDS) and all(len(v) == 2 for v in gaps.values())
+    assert set(gaps) == {*regime.GRIDS, "leader"} and all(len(v) == 2 for v in gaps.values())
     again = regime.run(tmp_path, True, {"jobs": 1, "reuse": True})
     assert again.rows == result.rows

@@ -89,15 +89,16 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
         {"period": 4, "global_period": 16, "overlap": 1, "fragments": 2}]),
     # The sparse, error-corrected methods (docs/algorithms.md): SparseLoCo and MuLoCo
     # every 16 steps, hidden behind 4; DeMo every step, hidden behind the next (overlap 1);
-    # and the leader's pull on SparseLoCo. Their learning rates: the regime study's.
-    "sparseloco": ("sparseloco", {}, [{"period": 16, "lr": 0.001}]),
-    "sparseloco-overlap": ("sparseloco", {"overlap": 4}, [{"period": 16, "lr": 0.001}]),
-    "sparseloco-leader": ("sparseloco", {"overlap": 4, "leader": "pull"},
-                          [{"period": 16, "lr": 0.001}]),
-    "muloco": ("muloco", {}, [{"period": 16, "lr": 0.001}]),
-    "muloco-overlap": ("muloco", {"overlap": 4}, [{"period": 16, "lr": 0.001}]),
-    "demo": ("demo", {}, [{"lr": 0.001}]),
-    "demo-overlap": ("demo", {"overlap": 1}, [{"lr": 0.001}]),
+    # the leader's pull on SparseLoCo. The first learning rate is the language model's
+    # (time-to-loss does not tune), the second CNN7's scale (SGD inner steps; Muon and
+    # DeMo's sign step take small ones), which time-to-accuracy's tuning picks between.
+    **{name: ("sparseloco", fixed, [{"period": 16, "lr": lr} for lr in (0.001, 0.05)])
+       for name, fixed in (("sparseloco", {}), ("sparseloco-overlap", {"overlap": 4}),
+                           ("sparseloco-leader", {"overlap": 4, "leader": "pull"}))},
+    **{name: ("muloco", fixed, [{"period": 16, "lr": lr} for lr in (0.001, 0.003)])
+       for name, fixed in (("muloco", {}), ("muloco-overlap", {"overlap": 4}))},
+    **{name: ("demo", fixed, [{"lr": lr} for lr in (0.001, 0.003)])
+       for name, fixed in (("demo", {}), ("demo-overlap", {"overlap": 1}))},
     # The peer, torchft 0.2.0 (lsgd.bench.peer): its DiLoCo, and its Streaming DiLoCo
     # with 2 fragments and fragment_sync_delay 2.
     "torchft-diloco": ("torchft-diloco", {}, [{"period": 16}]),

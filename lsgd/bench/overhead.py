@@ -2,7 +2,8 @@
 
 Two gloo worker processes on the loopback (one intra-op thread each, so what
 shows is lsgd's own work) train cnn7 (and resnet20 in full mode) on one fixed
-random batch of 128 (16 in quick mode) with SGD (lr 0.01, momentum 0.9): in a
+random batch of 128 (16 in quick mode) with SGD (lr 0.01, momentum 0.9; DeMo without
+momentum, MuLoCo with Muon and AdamW): in a
 plain PyTorch loop, and under each strategy of ``lsgd.strategy_names()`` with
 its default knobs and ``period=8`` (one that cannot be built so is skipped).
 The methods take turns step by step in a rotating order, so a busy machine
@@ -77,10 +78,15 @@ def measure(info: lsgd.WorkerInfo, name: str, batch: int, steps: int, warmup: in
     x = torch.randn(batch, *shape, generator=g)
     y = torch.randint(0, 10, (batch,), generator=g)
 
-    def fresh() -> tuple[nn.Module, torch.optim.Optimizer]:
+    def fresh(method: str = "") -> tuple[nn.Module, torch.optim.Optimizer]:
+        """A model and its optimizer: SGD with momentum, but a momentum-free one for
+        DeMo (its momentum is its own) and Muon with AdamW for MuLoCo."""
         torch.manual_seed(seed)
         model = build_model(name, shape, 10)
-        return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        if method == "muloco":
+            return model, lsgd.MuonAdamW(model, lr=0.01)
+        return model, torch.optim.SGD(model.parameters(), lr=0.01,
+                                      momentum=0.0 if method == "demo" else 0.9)
 
     model, opt = fresh()
 
@@ -91,7 +97,7 @@ def measure(info: lsgd.WorkerInfo, name: str, batch: int, steps: int, warmup: in
     steppers: dict[str, Stepper] = {PLAIN: (model, opt, plain)}
     skipped: dict[str, str] = {}
     for method in lsgd.strategy_names():
-        model, opt = fresh()
+        model, opt = fresh(method)
         try:
             strategy = lsgd.make_strategy(method, model, opt, **knobs(method))
         except ValueError as error:  # the same on both workers: both skip it

@@ -120,10 +120,15 @@ class Averaging(Strategy):
                 self._rule(part, mean, self._round.encoded, item.tensors.get("start"))
                 self._round.done(part)
             return
-        healthy, count, reset = self._round.heal(self, part, among)
+        healthy, count, reset = self._round.heal(part, among, self._heal, self._diverged_error)
         self._round.done(part)
         if not healthy and count and reset is not None:
             self._reset_to(reset)
+
+    def _heal(self, part: int, among: Among) -> tuple[bool, int, list[torch.Tensor] | None]:
+        """The rule over the healthy members' mean (one more all-reduce of the state)."""
+        healthy, count = self._healthy_sum_into(self._mean, among)
+        return healthy, count, self._recover(part, healthy, count, among)
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
         self._round.record(None if loss is None else as_loss_tensor(loss, self.name))

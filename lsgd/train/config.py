@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from typing import Any
 
 import tomli_w
 
-from lsgd._validate import is_int, is_number
+from lsgd.train.conform import conform_to
 from lsgd.names import (BN_MODES, LEADERS, MERGES, METHODS, OUTERS, REPLICAS, ROUND_CODECS,
                         SCOPE_PULLS, SPARSE_VALUES)
 from lsgd.tasks.headline import is_language
@@ -365,50 +364,6 @@ class TrainConfig:
         return text + "".join(line + "\n" for line in unset)
 
 
-#: What each scalar type of a field reads as, alone and in a list.
-_KINDS: dict[type, tuple[str, str]] = {
-    bool: ("true or false", "true or false values"),
-    int: ("an integer", "integers"),
-    float: ("a number", "numbers"),
-    str: ("a string", "strings"),
-}
-
-
-def _conform_to(hint: Any, value: Any) -> Any:
-    """``value`` as type ``hint`` takes it, or ``TypeError`` saying what was expected.
-
-    Types other than those of :data:`_KINDS`, lists of them and unions of these are
-    taken as given."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        expected = []
-        for alternative in (a for a in args if a is not type(None)):
-            try:
-                return _conform_to(alternative, value)
-            except TypeError as error:
-                expected.append(str(error))
-        raise TypeError(" or ".join(expected))
-    if origin is list:
-        kind = f"a list of {_KINDS.get(args[0], ('', 'values'))[1]}"
-        if not isinstance(value, (list, tuple)):
-            raise TypeError(kind)
-        try:
-            return [_conform_to(args[0], item) for item in value]
-        except TypeError:
-            raise TypeError(kind) from None
-    if hint is bool and isinstance(value, bool) or hint is int and is_int(value):
-        return value
-    if hint is float and is_number(value):
-        return float(value)
-    if hint is str and (isinstance(value, str) or is_number(value)):
-        return str(value)
-    if hint in _KINDS:
-        raise TypeError(_KINDS[hint][0])
-    return value
-
-
 _HINTS = typing.get_type_hints(TrainConfig)
 
 
@@ -419,7 +374,7 @@ def conform(name: str, value: Any) -> Any:
     number stands for its text where a string is expected (``eval-every = 200``,
     ``mixing-weight = 0.5``); a tuple is also a list.
     """
-    return _conform_to(_HINTS[name], value)
+    return conform_to(_HINTS[name], value)
 
 
 #: The defaults of a language-modelling run (``--dataset kjv`` or ``text``) where they

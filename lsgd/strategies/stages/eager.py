@@ -20,7 +20,7 @@ diverged worker takes their mean ``θ_g``, ``Δ_{t-1}`` and outer momentum.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -33,7 +33,7 @@ from lsgd.names import OUTERS
 from lsgd.strategies.health import sum_healthy_
 from lsgd.strategies.pipeline import InFlight
 from lsgd.strategies.stages.options import RoundPlan
-from lsgd.strategies.stages.round import Round
+from lsgd.strategies.stages.round import Healing, Round
 
 
 def check_outer(owner: str, outer: Any, overlap: Any, merge: str | None) -> str:
@@ -100,8 +100,8 @@ class EagerRound(Round):
         torch._foreach_copy_(self.parts.of(self.mean, int(item.info["fragment"])), mean)
         return True, None
 
-    def heal(self, strategy: Any, part: int, among: Among
-             ) -> tuple[bool, int, list[torch.Tensor] | None]:
+    def heal(self, part: int, among: Among, plain: Callable[[int, Among], Healing],
+             diverged: Callable[[], Exception]) -> Healing:
         """The rare path of a mean that is not finite: ``Δ̄`` of ``part`` from the healthy
         workers' ``Δ_{t-1}``; a diverged worker takes their mean ``θ_g``, ``Δ_{t-1}`` and
         outer momentum (every part), then ``θ_g``. Returns (this worker healthy, healthy
@@ -118,7 +118,7 @@ class EagerRound(Round):
         sums = [t.clone() for t in held]
         count = sum_healthy_(self.comm.across, sums, healthy, among, self.device)
         if count == 0:
-            raise strategy._diverged_error()
+            raise diverged()
         torch._foreach_div_(sums, float(count))
         width = len(self.own.buffers)
         own_sums = sums[len(thetas):len(thetas) + len(owns)]

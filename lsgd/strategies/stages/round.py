@@ -16,7 +16,7 @@ codec, which share of a replica or which leader: those are stages.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -36,6 +36,8 @@ from lsgd.strategies.stages.options import RoundPlan
 from lsgd.strategies.stages.parts import StateParts
 
 Tensors = list[torch.Tensor]
+#: (this worker healthy, the healthy count, what a diverged worker is reset to)
+Healing = tuple[bool, int, Tensors | None]
 
 
 class Round:
@@ -145,13 +147,13 @@ class Round:
         for flat in self.shared:
             self.parts.put_together(flat, part)
 
-    def heal(self, strategy: Any, part: int, among: Among
-             ) -> tuple[bool, int, Tensors | None]:
-        """The rare path of a mean that is not finite: the method's rule over the healthy
-        members (``strategy._recover``); (this worker healthy, healthy count, what a
-        diverged worker is reset to)."""
-        healthy, count = strategy._healthy_sum_into(strategy._mean, among)
-        return healthy, count, strategy._recover(part, healthy, count, among)
+    def heal(self, part: int, among: Among, plain: Callable[[int, Among], Healing],
+             diverged: Callable[[], Exception]) -> Healing:
+        """The rare path of a mean that is not finite: (this worker healthy, healthy count,
+        what a diverged worker is reset to). Here the method's ``plain`` rule over the
+        healthy members; a round that keeps state of its own heals it (``diverged``: the
+        error when no worker is healthy)."""
+        return plain(part, among)
 
     # -- what a checkpoint keeps -------------------------------------------------------
     def state(self) -> dict[str, Any]:
