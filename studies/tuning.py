@@ -83,7 +83,7 @@ GRIDS: dict[str, dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]] = {
         "demo": ({"method": "demo", "values": "int8"} | LM,
                  [{"lr": lr, "batch_size": 8, "steps": 600} for lr in (0.002, 0.004)]),
         "muloco": ({"method": "muloco", "period": 16} | LM,
-                   [{"lr": 0.002, "batch_size": 8, "steps": 600}]),
+                   [{"lr": lr, "batch_size": 8, "steps": 600} for lr in (0.002, 0.004)]),
     },
 }
 FLAGS: dict[str, dict[str, Any]] = {
