@@ -75,22 +75,28 @@ GRIDS: dict[str, dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]] = {
                   {"lr": 0.001, "pull": 0.1, "period": 16},
                   {"lr": 0.001, "pull": 0.1, "leader_momentum": 0.5},
                   {"lr": 0.001, "pull": 0.1, "pull_decay_rounds": 4}]),
-        # the sparse, error-corrected methods, at all-reduce's best batch (the regime
-        # study's lesson on the small GPT: every method gains from it at this budget)
-        "sparseloco": ({"method": "sparseloco", "period": 16} | LM,
-                       [{"lr": lr, "density": 0.1, "batch_size": 8, "steps": 600}
-                        for lr in (0.002, 0.004)]),
-        "demo": ({"method": "demo", "values": "int8"} | LM,
-                 [{"lr": lr, "batch_size": 8, "steps": 600} for lr in (0.002, 0.004)]),
-        "muloco": ({"method": "muloco", "period": 16} | LM,
-                   [{"lr": lr, "batch_size": 8, "steps": 600} for lr in (0.002, 0.004)]),
+        # the sparse, error-corrected methods, at all-reduce's best batches (the regime
+        # study's lesson on the small GPT: every method gains from them at this budget)
+        "sparseloco": ({"method": "sparseloco", "period": 16, "density": 0.1} | LM,
+                       [{"lr": lr, "batch_size": 8, "steps": 600} for lr in (0.002, 0.004, 0.008)]
+                       + [{"lr": 0.004, "batch_size": 4, "steps": 1200}]),
+        "demo": ({"method": "demo", "values": "int8", "batch_size": 4, "steps": 1200} | LM,
+                 [{"lr": 0.004}, {"lr": 0.008}]),
+        "muloco": ({"method": "muloco", "period": 16, "batch_size": 4, "steps": 1200} | LM,
+                   [{"lr": 0.002}, {"lr": 0.004}]),
     },
 }
 FLAGS: dict[str, dict[str, Any]] = {
     "--top": {"type": positive, "metavar": "K", "help": "screen every point on the first "
               "seed, then run only each method's K best points on every seed"},
     "--tasks": listed(list(GRIDS), "all"), "--device": DEVICE}
-QUICK = {"language-quick": {m: (base | {"warmup_epochs": 0.0, "period": 4}, points[:2])
+def _quick(settings: dict[str, Any]) -> dict[str, Any]:
+    """A point in the quick mode: its own steps and batch are the quick task's."""
+    return {k: v for k, v in settings.items() if k not in ("steps", "batch_size")}
+
+
+QUICK = {"language-quick": {m: (_quick(base) | {"warmup_epochs": 0.0, "period": 4},
+                                [_quick(p) for p in points[:2]])
                             for m, (base, points) in GRIDS["language"].items()}}
 
 

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from lsgd import _validate, topology as topo
-from lsgd.comm import Communicator, get_communicator
+from lsgd.comm import get_communicator
 from lsgd.flat import FlatBuffer
 from lsgd.functional import finite_each
 from lsgd.strategies.base import Options, Strategy

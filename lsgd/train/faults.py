@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import signal
 import subprocess
 import sys

@@ -8,8 +8,9 @@
   worker (top-k per chunk, or 2-bit values, :mod:`lsgd.comm.sparse`; the rows of a
   layout, :class:`Chunks` or DeMo's DCT blocks): every worker all-gathers every
   worker's encoded payload (``uint8``, one all-gather per round), decodes each and sums
-  them in rank order, so every worker computes the same mean from the same bytes. Bytes on the wire: ``(n - 1)`` payloads sent and received by
-  each of ``n`` members (a ring all-gather), counted by the communicator.
+  them in rank order, so every worker computes the same mean from the same bytes. Bytes
+  on the wire: ``(n - 1)`` payloads sent and received by each of ``n`` members (a ring
+  all-gather), counted by the communicator.
 
 Both move this process's share of the part among the replicas (``comm.across``).
 """
@@ -17,7 +18,7 @@ Both move this process's share of the part among the replicas (``comm.across``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Protocol
 
 import torch
 
@@ -64,6 +65,18 @@ class AllReduce:
         return tensors["mean"], None
 
 
+class Layout(Protocol):
+    """How a gathered message's tensors become rows, each row in a format, and back."""
+
+    def formats(self, message: Sequence[torch.Tensor]) -> list[SparseFormat]: ...
+
+    def shapes(self, message: Sequence[torch.Tensor]) -> list[tuple[int, int]]: ...
+
+    def split(self, message: Sequence[torch.Tensor]) -> Tensors: ...
+
+    def join(self, rows: Sequence[torch.Tensor], like: Sequence[torch.Tensor]) -> Tensors: ...
+
+
 class Chunks:
     """A gathered message's layout: each (1-D) tensor as rows of ``chunk`` values
     (zero-padded), every row in ``fmt``."""
@@ -91,7 +104,7 @@ class Gather:
 
     gathers = True
 
-    def __init__(self, comm: Communicator, layout: Any, blocking: bool) -> None:
+    def __init__(self, comm: Communicator, layout: Layout, blocking: bool) -> None:
         self.comm = comm
         self.layout = layout
         self.blocking = blocking
