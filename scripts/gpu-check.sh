@@ -4,7 +4,9 @@
 # tests marked cuda (every method on CUDA tensors in the simulator, the codecs on CUDA
 # against the CPU, two gloo processes sharing one GPU, a replica of two processes with
 # NCCL inside where there are two GPUs), then the language model's steps per second at
-# the default size and at 12 blocks of width 768. Records go to records/gpu/ (and to
+# the default size and at 12 blocks of width 768, then the regime study's point of 20
+# tokens per parameter with a larger GPT (studies/regime_gpu.py: lsgd train's own
+# requirements, tomli-w and tqdm, must import). Records go to records/gpu/ (and to
 # $OUT/gpu when OUT is set): the device, torch's version, the tests' outcome, the rates.
 # Without CUDA it says so and does nothing.
 set -euo pipefail
@@ -27,6 +29,9 @@ status=0
 "$PYTHON" -m pytest -q -m cuda --noconftest -p no:cacheprovider -rs tests/test_cuda.py \
     2>&1 | tee records/gpu/tests.txt || status=1
 "$PYTHON" scripts/gpu_steps.py --out records/gpu/steps.json || status=1
+# The regime's 20-tokens-per-parameter point with a larger GPT (about 6 minutes on an H100).
+timeout 480 "$PYTHON" studies/regime_gpu.py --device cuda --out records/gpu/regime \
+    2>&1 | tail -12 | tee records/gpu/regime.txt || status=1
 if [ -n "${OUT:-}" ]; then
     mkdir -p "$OUT/gpu" && cp records/gpu/* "$OUT/gpu/"
 fi

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = {"equal_tokens": ["equal-tokens", "diloco-screen"], "equal_steps": ["equal-steps"],
            "replicas": ["replicas", "replicas-time"], "replica_lab": ["replicas-lab"],
            "quality": ["valley", "leader-force", "eager", "tuned"], "tuning": ["tuning"],
-           "aldsgd": ["aldsgd"], "fidelity": ["fidelity"], "regime": ["regime"]}
+           "aldsgd": ["aldsgd"], "fidelity": ["fidelity"], "regime": ["regime"],
+           "regime_gpu": ["regime-gpu"]}
 USERS = {"time-to-accuracy", "twelve-workers", "time-to-loss", "scaling", "volume",
          "overhead", "stragglers", "simulator", "startup", "elastic", "chaos"}
 
