@@ -48,7 +48,7 @@ def _gathered(label: str, model: Any) -> float:
         return lsgd.DeMo.payload_fraction(model) * 4 * sum(p.numel() for p in model.parameters())
     values = sum(p.numel() for p in model.parameters())
     chunk, rows = 4096, -(-values // 4096)
-    k, kind = {"sparseloco": (density_to_k(0.02, chunk), "2bit"),
+    k, kind = {"sparseloco": (density_to_k(0.1, chunk), "2bit"),
                "local-sgd topk": (density_to_k(0.01, chunk), "float32"),
                "local-sgd 2bit": (chunk, "2bit")}[label]
     return SparseFormat(k, kind).nbytes(rows, chunk)
@@ -138,7 +138,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     notes = [f"{model}: B = {b / 1e6:.3f} MB of parameters, {WORKERS} workers, {steps} steps; "
              "bytes sent per worker per local step, the algorithm's value, B per step, and "
              "how many times less than all-reduce (higher is better); sparseloco: "
-             "top 2% of every 4096 in 2-bit values; local-sgd topk: top 1% in float32; "
+             "top 10% of every 4096 in 2-bit values; local-sgd topk: top 1% in float32; "
              "demo: top 32 DCT coefficients of every block, every step.",
              "lsgd's theory leaves out the all-gather of one score per worker at each "
              "round (4 bytes per worker and round) and the extra round LSGD holds after "

@@ -36,7 +36,8 @@ class SparseLoCo(DiLoCo):
         period: H, inner steps between outer steps (16).
         outer_lr: α, the outer step on the mean of the messages (1.0).
         feedback_decay: β in [0, 1], the accumulator's decay (0.95).
-        density: the share of each chunk's entries sent, in (0, 1] (0.02).
+        density: the share of each chunk's entries sent, in (0, 1] (0.1; the paper's
+            1-3% lost to it at every budget of lsgd's small GPTs, docs/benchmarks.md).
         chunk: values per chunk (4096).
         values: the kept values' format, ``"2bit"`` (default), ``"int8"`` or ``"float32"``.
         options: DiLoCo's (:class:`~lsgd.strategies.diloco.DiLoCo`), but its codec,
@@ -48,7 +49,7 @@ class SparseLoCo(DiLoCo):
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
                  period: int = 16, outer_lr: float = 1.0, feedback_decay: float = 0.95,
-                 density: float = 0.02, chunk: int = 4096, values: str = "2bit",
+                 density: float = 0.1, chunk: int = 4096, values: str = "2bit",
                  **options: Any) -> None:
         fixed = [key for key in ("compress", "error_feedback", "outer_momentum", "outer")
                  if key in options]

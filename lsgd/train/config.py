@@ -197,7 +197,7 @@ class TrainConfig:
                                             "0.95; demo: its momentum's decay, 0.999)")
     density: float | None = _f(None, "--compress topk, sparseloco: the share of each chunk's "
                                       "entries a message keeps, in (0, 1] (default 0.01; "
-                                      "sparseloco 0.02)")
+                                      "sparseloco 0.1)")
     chunk: int | None = _f(None, "--compress topk or 2bit, sparseloco: values per chunk "
                                  "(default 4096); demo: the largest side of a DCT block (64)")
     values: str | None = _f(None, "the kept values' format: float32, int8 or 2bit (--compress "
