@@ -58,6 +58,9 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--budget", type=float, default=None,
                         help=_for("seconds of training per run", *TIMED, "scaling",
                                   "stragglers"))
+    parser.add_argument("--batch-size", type=int, default=None, metavar="B",
+                        help=_for("images or text windows per worker and step (default: "
+                                  "128 images, 16 windows)", *TIMED))
     parser.add_argument("--target", type=float, default=None,
                         help="the center's target: a test accuracy, e.g. 0.88 "
                              "(time-to-accuracy, twelve-workers, scaling), or for "
@@ -131,6 +134,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
                          "seconds, e.g. 0.12")
     if args.repeats is not None and not 1 <= args.repeats <= 1000:
         raise UsageError(f"--repeats {args.repeats}: give 1 to 1000")
+    if args.batch_size is not None and not 1 <= args.batch_size <= 65536:
+        raise UsageError(f"--batch-size {args.batch_size}: give a whole number of at least 1")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give at least 1")
     if args.first_seed is not None and args.first_seed < 0:
@@ -145,6 +150,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
             "steps_from": args.steps_from, "methods": methods, "backend": args.backend,
             "step_seconds": args.step_seconds, "jobs": args.jobs, "repeats": args.repeats,
             "sets": sets, "knobs": _knobs(args.knobs or []) or None,
+            "batch_size": args.batch_size,
             "tune": False if args.no_tune else None,
             "reuse": "only" if args.reuse_only else (args.reuse or None)}
 
