@@ -57,7 +57,9 @@ GRIDS: dict[str, dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]] = {
                        {"lr": 0.002, "batch_size": 32, "steps": 150},
                        {"lr": 0.003, "batch_size": 32, "steps": 150},
                        {"lr": 0.002, "batch_size": 8, "steps": 600},
-                       {"lr": 0.002, "batch_size": 4, "steps": 1200}]),
+                       {"lr": 0.002, "batch_size": 4, "steps": 1200},
+                       # MuLoCo's inner optimizer on all-reduce: Muon's share of its gain
+                       {"lr": 0.004, "batch_size": 4, "steps": 1200, "optimizer": "muon"}]),
         "diloco": ({"method": "diloco"} | LM | ROUNDS,
                    [{"lr": 0.001, "outer_lr": 0.35}, {"lr": 0.002, "outer_lr": 0.35},
                     {"lr": 0.001, "outer_lr": 0.7}, {"lr": 0.002, "outer_lr": 0.7},
@@ -76,14 +78,17 @@ GRIDS: dict[str, dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]] = {
                   {"lr": 0.001, "pull": 0.1, "leader_momentum": 0.5},
                   {"lr": 0.001, "pull": 0.1, "pull_decay_rounds": 4}]),
         # the sparse, error-corrected methods, at all-reduce's best batches (the regime
-        # study's lesson on the small GPT: every method gains from them at this budget)
+        # study's lesson on the small GPT: every method gains from them at this budget),
+        # and at lsgd train's own batch of 16 (its text defaults, TUNED["text"])
         "sparseloco": ({"method": "sparseloco", "period": 16, "density": 0.1} | LM,
                        [{"lr": lr, "batch_size": 8, "steps": 600} for lr in (0.002, 0.004, 0.008)]
                        + [{"lr": 0.004, "batch_size": 4, "steps": 1200}]),
         "demo": ({"method": "demo", "values": "int8", "batch_size": 4, "steps": 1200} | LM,
-                 [{"lr": 0.004}, {"lr": 0.008}]),
+                 [{"lr": 0.004}, {"lr": 0.008}]
+                 + [{"lr": 0.004, "batch_size": 16, "steps": 300}]),
         "muloco": ({"method": "muloco", "period": 16, "batch_size": 4, "steps": 1200} | LM,
-                   [{"lr": 0.002}, {"lr": 0.004}]),
+                   [{"lr": 0.002}, {"lr": 0.004}]
+                   + [{"lr": 0.004, "batch_size": 16, "steps": 300}]),
     },
 }
 FLAGS: dict[str, dict[str, Any]] = {

@@ -178,13 +178,15 @@ def test_given_knobs_skip_tuning_and_first_seed_picks_the_seeds(tmp_path: Path) 
     (["--knobs", "lsgd-multi-hidden:period=8,compress=zip"], "--compress 'zip'"),
     (["--knobs", "dpsgd:gossip_period=4", "--knobs", "dpsgd:gossip_period=1"], "given twice"),
     (["--knobs", "dpsgd:period=4"],
-     "--knobs dpsgd: unknown ['period']; its knobs are gossip_period"),
-    (["--knobs", "allreduce:period=4"], "unknown ['period']; it has no knobs to set"),
+     "--knobs dpsgd: unknown ['period']; its knobs are gossip_period, lr"),
+    (["--knobs", "allreduce:period=4"], "unknown ['period']; its knobs are lr"),
+    (["--knobs", "allreduce:lr=-1"], "--lr"),
     (["--knobs", "lsgd-multi:period=16,global-period=4"],
      "--global-period 4 must be a multiple of --period 16"),
     (["--knobs", "lsgd:period=4"], "--knobs lsgd: left out of this benchmark"),
     (["--methods", "dpsgd", "--knobs", "matcha:gossip_period=4"], "--knobs matcha: not among"),
     (["--first-seed", "-1"], "--first-seed -1: give 0 or more"),
+    (["--batch-size", "0"], "--batch-size 0: give a whole number of at least 1"),
 ])
 def test_bench_checks_knobs_and_seeds_before_running(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
@@ -374,3 +376,16 @@ def test_replicas_quick_compares_layouts_and_replica_forms(tmp_path: Path) -> No
     timed = {row[0]: row for row in replicas.run_time(tmp_path / "time", True, {}).rows}
     assert timed["diloco-int8, node"][5] < timed["diloco-int8, process"][5]
     assert all(row[4] < 5.5 for row in timed.values())
+
+
+def test_batch_size_and_an_lr_knob_reach_the_runs_settings(tmp_path: Path) -> None:
+    """``--batch-size`` and ``--knobs allreduce:lr=...`` are what the runs train with."""
+    from lsgd.bench import command
+
+    _, options = command.parse(["time-to-loss", "--batch-size", "4",
+                                "--knobs", "allreduce:lr=0.004", "--out", str(tmp_path)])
+    assert options["batch_size"] == 4
+    opts = accuracy._defaults(False, "time-to-loss") | {"batch_size": 4}
+    assert opts["batch_size"] == 4 and opts["task"]["lr"] == 0.001  # the knob wins per run
+    given = accuracy._given_knobs({"allreduce": {"lr": 0.004}}, ["allreduce"], {}, (4, 4))
+    assert given == {"allreduce": {"lr": 0.004}}

@@ -319,7 +319,8 @@ def _seeds(opts: dict[str, Any]) -> list[int]:
 def _given_knobs(given: dict[str, dict[str, int]], methods: list[str], left_out: dict[str, str],
                  layout: tuple[int, int]) -> dict[str, dict[str, int]]:
     """``given`` (method: knobs, from ``--knobs``), checked before any run starts: each
-    method runs in this benchmark, each knob is one that the method's grid tunes, and
+    method runs in this benchmark, each knob is one that the method's grid tunes (or an
+    lsgd method's learning rate), and
     ``lsgd train`` accepts the settings. The knobs come back in the grid's order, which
     names the run's folder, so ``--reuse`` finds a run whatever order they were given in."""
     from lsgd.train.config import make_config
@@ -332,7 +333,9 @@ def _given_knobs(given: dict[str, dict[str, int]], methods: list[str], left_out:
             raise UsageError(f"--knobs {name}: not among the methods run "
                              f"({', '.join(methods)}); add it to --methods or drop its knobs")
         method, fixed, grid = METHODS[name]
-        tunable = list(dict.fromkeys(key for point in grid for key in point))
+        # every lsgd method's learning rate may be set, beside its grid's knobs
+        shared = [] if method in peer.METHODS else ["lr"]
+        tunable = list(dict.fromkeys([*(key for point in grid for key in point), *shared]))
         unknown = sorted(set(knobs) - set(tunable))
         if unknown:
             hint = (f"its knobs are {', '.join(tunable)}" if tunable
