@@ -12,7 +12,9 @@ screened on seed 0 and each method's best goes on to seeds 1 and 2: every method
 learning rate and batch on the same points (:data:`POINTS`): all-reduce, DiLoCo,
 SparseLoCo (density 0.1), DeMo, MuLoCo and LSGD (period 16; DiLoCo's and LSGD's rounds
 int8, DeMo's values int8). Then the leader on top: the best of DiLoCo, SparseLoCo and
-MuLoCo again at its chosen point with ``leader="pull"``, on every seed. The table gives each method's chosen point per
+MuLoCo again at its chosen point with ``leader="pull"``, on every seed; and all-reduce
+with MuLoCo's inner optimizer (Muon) at MuLoCo's chosen point, on every seed, for
+Muon's share of MuLoCo's gain. The table gives each method's chosen point per
 budget, its validation loss at the end (median [min-max] of the three seeds), its gap
 to all-reduce's median in percent, and the bytes each worker sent against
 all-reduce's; ``regime.png`` draws each method's gap against tokens per parameter.
@@ -39,10 +41,8 @@ NAME = "regime"
 PARAMETERS = 120_576  # the small GPT's
 CONTEXT, BATCH, WORKERS = 64, 16, 4
 BUDGETS = (3, 10, 20)  # tokens per parameter
-study.TASKS["language-small"] = {
-    "settings": {"dataset": "kjv", "model": "gpt", "context": CONTEXT, "layers": 2,
-                 "width": 64, "heads": 2, "eval_tokens": 16384},
-    "metric": "center_loss", "lower": True, "target": 2.6, "steps": 300, "eval_every": 10}
+# the task, :data:`studies.study.TASKS` ``"language-small"``: where worker processes find it
+assert study.TASKS["language-small"]["settings"]["context"] == CONTEXT
 #: lsgd train's text warm-up, in epochs of a worker's shard (about 100 steps of 16 windows
 #: of 64 bytes): a tenth of the run at 10 tokens per parameter, all of it at 3. Shorter
 #: warm-ups (10% of every run) left all-reduce's runs of 8 windows on the unigram
@@ -122,9 +122,15 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
         top = min(takers, key=lambda m: summary[best[m]]["final"][0] or math.inf)
         led = f"{best[top]} leader=pull"
         variants[led] = variants[best[top]] | {"leader": "pull"}
-        results += study.run_variants(out, task, {led: variants[led]}, seeds, options)
-        best["leader"] = led
-        summary[led] = study.summarize(task, results, [led])[0]
+        # Muon's share: all-reduce with MuLoCo's inner optimizer at MuLoCo's chosen point
+        muon = f"{budget:g} allreduce {best['muloco'].split(' ', 2)[2]} optimizer=muon"
+        variants[muon] = (GRIDS["allreduce"][0] | {"optimizer": "muon"}
+                          | {k: v for k, v in variants[best["muloco"]].items() if k in (
+                              "lr", "batch_size", "steps", "eval_every", "warmup_epochs")})
+        results += study.run_variants(out, task, {led: variants[led], muon: variants[muon]},
+                                      seeds, options)
+        best["leader"], best["allreduce+muon"] = led, muon
+        summary |= {s["label"]: s for s in study.summarize(task, results, [led, muon])}
         data["budgets"][budget] = {"runs": results, "chosen": best}
         for method, chosen in best.items():
             s = summary[chosen]  # (the leader's row: the best taker's point, pulled)
@@ -155,9 +161,10 @@ def _figure(out: Path, gaps: dict[str, list[tuple[float, float]]]) -> list[str]:
     fig, ax = plt.subplots(figsize=(6, 4))
     for method, points in gaps.items():
         if method != "allreduce":
-            name = "the best + leader pull" if method == "leader" else method
+            name = {"leader": "the best + leader pull",
+                    "allreduce+muon": "all-reduce with Muon"}.get(method, method)
             ax.plot(*zip(*points), marker="o", label=name,
-                    linestyle=":" if method == "leader" else "-")
+                    linestyle={"leader": ":", "allreduce+muon": "--"}.get(method, "-"))
     ax.axhline(0.0, color="black", linestyle="-.", linewidth=1, label="all-reduce, tuned")
     ax.set_xlabel("tokens per parameter")
     ax.set_ylabel("validation loss above all-reduce (%)")

@@ -33,6 +33,12 @@ TASKS: dict[str, dict[str, Any]] = {
     "cnn7": {"settings": {"dataset": "fashion-mnist", "model": "cnn7"},
              "metric": "center_accuracy", "lower": False, "target": 0.85, "steps": 200,
              "eval_every": 20},
+    # the regime study's GPT (studies/regime.py): 120,576 parameters
+    "language-small": {"settings": {"dataset": "kjv", "model": "gpt", "context": 64,
+                                    "layers": 2, "width": 64, "heads": 2,
+                                    "eval_tokens": 16384},
+                       "metric": "center_loss", "lower": True, "target": 2.6, "steps": 300,
+                       "eval_every": 10},
     # the quick forms, for tests: a one-block GPT, an MLP on the digits
     "language-quick": {"settings": {"dataset": "kjv", "model": "gpt", "context": 32,
                                     "layers": 1, "width": 32, "heads": 2, "batch_size": 8,

@@ -104,14 +104,21 @@ def test_the_regime_study_gives_each_methods_gap_at_each_budget(tmp_path: Path) 
     from studies import regime
 
     result = regime.run(tmp_path, True, {"jobs": 1})
-    assert [row[0] for row in result.rows] == [1] * 7 + [2] * 7
+    assert [row[0] for row in result.rows] == [1] * 8 + [2] * 8
     for row in result.rows:
         assert row[1].split()[0] in regime.GRIDS
-        assert ("leader=pull" in row[1]) == (row is result.rows[6] or row is result.rows[13])
-        if not row[1].startswith("allreduce"):
+        assert ("leader=pull" in row[1]) == (row is result.rows[6] or row is result.rows[14])
+        # Muon's share: all-reduce with Muon at MuLoCo's chosen point
+        assert ("optimizer=muon" in row[1]) == (row is result.rows[7] or row is result.rows[15])
+        if row[1].startswith("allreduce") and "muon" not in row[1]:
+            assert row[3] == ""  # the reference
+        else:
             gap = float(row[3].rstrip("%"))
             assert math.isfinite(gap) and row[5].endswith("x")
+    muloco = next(r[1] for r in result.rows if r[1].startswith("muloco"))
+    assert result.rows[7][1] == f"allreduce {muloco.split(' ', 1)[1]} optimizer=muon"
     gaps = result.data["gaps"]
-    assert set(gaps) == {*regime.GRIDS, "leader"} and all(len(v) == 2 for v in gaps.values())
+    assert (set(gaps) == {*regime.GRIDS, "leader", "allreduce+muon"}
+            and all(len(v) == 2 for v in gaps.values()))
     again = regime.run(tmp_path, True, {"jobs": 1, "reuse": True})
     assert again.rows == result.rows
