@@ -76,7 +76,7 @@ def test_a_quick_study_reports_each_variant_and_reads_its_runs_back(tmp_path: Pa
 def test_lsgd_train_takes_the_tuned_point_of_its_task_and_method() -> None:
     for method, point in tuned.TUNED["text"].items():
         cfg = make_config({"dataset": "kjv", "model": "gpt", "method": method})
-        for key, value in (TEXT_DEFAULTS | point).items():
+        for key, value in (TEXT_DEFAULTS | tuned.METHOD.get(method, {}) | point).items():
             assert getattr(cfg, key) == value, (method, key)
         given = make_config({"dataset": "kjv", "model": "gpt", "method": method, "outer_lr": 0.9})
         assert given.outer_lr == 0.9  # what the user gives wins
