@@ -39,10 +39,11 @@ from studies.common import DEVICE, script
 
 NAME = "regime"
 PARAMETERS = 120_576  # the small GPT's
-CONTEXT, BATCH, WORKERS = 64, 16, 4
+BATCH, WORKERS = 16, 4
 BUDGETS = (3, 10, 20)  # tokens per parameter
-# the task, :data:`studies.study.TASKS` ``"language-small"``: where worker processes find it
-assert study.TASKS["language-small"]["settings"]["context"] == CONTEXT
+#: the task is :data:`studies.study.TASKS` ``"language-small"`` (where worker processes
+#: find it); its context in bytes
+CONTEXT = study.TASKS["language-small"]["settings"]["context"]
 #: lsgd train's text warm-up, in epochs of a worker's shard (about 100 steps of 16 windows
 #: of 64 bytes): a tenth of the run at 10 tokens per parameter, all of it at 3. Shorter
 #: warm-ups (10% of every run) left all-reduce's runs of 8 windows on the unigram
@@ -125,8 +126,8 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
         # Muon's share: all-reduce with MuLoCo's inner optimizer at MuLoCo's chosen point
         muon = f"{budget:g} allreduce {best['muloco'].split(' ', 2)[2]} optimizer=muon"
         variants[muon] = (GRIDS["allreduce"][0] | {"optimizer": "muon"}
-                          | {k: v for k, v in variants[best["muloco"]].items() if k in (
-                              "lr", "batch_size", "steps", "eval_every", "warmup_epochs")})
+                          | {k: v for k, v in variants[best["muloco"]].items()
+                             if k not in GRIDS["muloco"][0]})
         results += study.run_variants(out, task, {led: variants[led], muon: variants[muon]},
                                       seeds, options)
         best["leader"], best["allreduce+muon"] = led, muon

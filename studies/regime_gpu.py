@@ -3,7 +3,7 @@ DiLoCo and the best sparse form at equal tokens.
 
 lsgd's GPT of 4 blocks, width 192, 4 heads and a 128-byte context (1,853,568
 parameters) on the King James Bible, 4 workers as 4 nodes in the simulator on one CUDA
-device, 20 tokens per parameter: 2,262 steps of 32 windows per worker. One seed, the
+device, 20 tokens per parameter: 2,263 steps of 32 windows per worker. One seed, the
 points the CPU study (``studies/regime.py``) chose at this budget, scaled to the batch:
 all-reduce, DiLoCo (int8 rounds every 16 steps) and MuLoCo (2-bit rounds every 16
 steps). The table: the validation loss at the end, the gap to all-reduce, the bytes
@@ -27,13 +27,11 @@ from studies import study
 from studies.common import DEVICE, script
 
 NAME = "regime-gpu"
-PARAMETERS, CONTEXT, BATCH, WORKERS = 1_853_568, 128, 32, 4
-STEPS = round(20 * PARAMETERS / (WORKERS * BATCH * CONTEXT))
-study.TASKS["language-gpu"] = {
-    "settings": {"dataset": "kjv", "model": "gpt", "context": CONTEXT, "layers": 4,
-                 "width": 192, "heads": 4, "eval_tokens": 65536, "batch_size": BATCH},
-    "metric": "center_loss", "lower": True, "target": 1.6, "steps": STEPS,
-    "eval_every": STEPS // 10}
+PARAMETERS, WORKERS = 1_853_568, 4
+#: the task, :data:`studies.study.TASKS` ``"language-gpu"`` (where worker processes find it)
+TASK = study.TASKS["language-gpu"]
+CONTEXT, BATCH = TASK["settings"]["context"], TASK["settings"]["batch_size"]
+STEPS = TASK["steps"]
 VARIANTS = {
     "allreduce": {"method": "allreduce", "lr": 0.004},
     "diloco int8": {"method": "diloco", "compress": "int8", "period": 16, "outer_lr": 0.35,

@@ -39,6 +39,13 @@ TASKS: dict[str, dict[str, Any]] = {
                                     "eval_tokens": 16384},
                        "metric": "center_loss", "lower": True, "target": 2.6, "steps": 300,
                        "eval_every": 10},
+    # studies/regime_gpu.py's GPT: 1,853,568 parameters, 20 tokens per parameter in
+    # 2,263 steps of 32 windows of 128 bytes per worker
+    "language-gpu": {"settings": {"dataset": "kjv", "model": "gpt", "context": 128,
+                                  "layers": 4, "width": 192, "heads": 4,
+                                  "eval_tokens": 65536, "batch_size": 32},
+                     "metric": "center_loss", "lower": True, "target": 1.6, "steps": 2263,
+                     "eval_every": 226},
     # the quick forms, for tests: a one-block GPT, an MLP on the digits
     "language-quick": {"settings": {"dataset": "kjv", "model": "gpt", "context": 32,
                                     "layers": 1, "width": 32, "heads": 2, "batch_size": 8,
