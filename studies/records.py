@@ -1,8 +1,9 @@
 """The tables of the documentation and the records behind them.
 
-Every benchmark table in docs/benchmarks.md (and the README's headline) is
-marked with the command that produced it, a benchmark of ``lsgd bench`` or a
-study of studies/::
+Every benchmark table of the docs (:data:`PAGES`: the README's headline, the
+current headline tables of docs/benchmarks.md, the record of past studies in
+docs/studies.md, and those of the other pages) is marked with the command that
+produced it, a benchmark of ``lsgd bench`` or a study of studies/::
 
     <!-- records: lsgd bench NAME ARGS --out records/NAME -->
     | ... the table ... |
@@ -24,6 +25,12 @@ center's test error or validation loss against time, one line per method and
 link (its median seed's run); one named after its benchmark (``scaling.png``)
 is the one that benchmark draws. :func:`draw_figures` draws them all
 (``python scripts/figures.py``).
+
+A page's choice of method (docs/benchmarks.md, "Choose a method") cites the
+marked tables instead of holding one: each citation (:data:`CITATION`) names a
+records folder, the cells that pick a row of its tables, a column and the
+number that row shows there; :func:`cited` reads that number back from the
+marked tables whose command writes to that folder, on every page.
 """
 
 from __future__ import annotations
@@ -50,10 +57,17 @@ COMMAND = r"(?:lsgd bench|python studies/\w+\.py) [^\n]+?"
 BLOCK = re.compile(rf"(<!-- (records|headline|tuning|claims): ({COMMAND}) -->\n)"
                    r"((?:(?!<!-- (?:records|headline|tuning|claims):).)*?)(\n<!-- end \2 -->)",
                    re.S)
-PAGES = ("README.md", "docs/benchmarks.md", "docs/decentralized.md", "docs/reliability.md")
+ROOT = Path(__file__).resolve().parents[1]
+#: Every page whose marked tables are re-derived: the README and every page of docs/.
+PAGES = ("README.md", *sorted(f"docs/{page.name}" for page in (ROOT / "docs").glob("*.md")))
 #: Benchmarks whose tables are times to a target, with every run's curve in their data.
 CURVES = {"time-to-accuracy", "time-to-loss", "twelve-workers", "scaling"}
 FIGURE = re.compile(r"!\[[^\]]*\]\((?:docs/)?figures/([^)\s]+)\)")
+#: A citation of a marked table: `records/FOLDER` · CELL · ... · COLUMN: **NUMBER**
+#: (the cells pick the rows, each one of the row's cells; COLUMN is a header).
+CITATION = re.compile(r"`(records/[\w./-]+)`((?: · [^·:*|`]+)+): \*\*([^*]+)\*\*")
+#: Where a page's choice of method is, between these two lines.
+CHOOSE = re.compile(r"<!-- choose:[^\n]*-->\n(.*?)\n<!-- end choose -->", re.S)
 HEADING = re.compile(r"^#+ ", re.M)
 
 
@@ -96,9 +110,13 @@ def derive(command_text: str, root: Path, scratch: Path) -> Result:
 def pending(command_text: str, root: Path) -> bool:
     """Whether the records of a block's command (its ``--out`` folder under ``root``)
     are not there yet: a study whose code is in but whose runs are still to be made."""
+    return not (root / out_of(command_text)).exists()
+
+
+def out_of(command_text: str) -> str:
+    """A block's ``--out`` folder (``records/NAME``; ``bench-results`` without one)."""
     words = shlex.split(command_text)
-    out = words[words.index("--out") + 1] if "--out" in words else "bench-results"
-    return not (root / out).exists()
+    return words[words.index("--out") + 1] if "--out" in words else "bench-results"
 
 
 def placeholder(command_text: str) -> str:
@@ -239,3 +257,33 @@ def _median_run(runs: list[dict[str, Any]], higher_is_better: bool) -> dict[str,
     ordered = sorted(runs, key=lambda run: (math.inf if run["time"] is None else run["time"],
                                             -run["best"] if higher_is_better else run["best"]))
     return ordered[(len(ordered) - 1) // 2]
+
+
+def citations(text: str) -> list[tuple[str, list[str], str, str]]:
+    """The citations of a page's choice of method (:data:`CHOOSE`): (the records folder,
+    the cells that pick the row, the column, the number cited)."""
+    found = []
+    for choice in CHOOSE.findall(text):
+        for folder, path, number in CITATION.findall(choice):
+            *cells, column = [part.strip() for part in path.split(" · ")[1:]]
+            found.append((folder, cells, column, number.strip()))
+    return found
+
+
+def cited(folder: str, cells: list[str], column: str, root: Path,
+          pages: tuple[str, ...] = PAGES) -> list[str]:
+    """What the rows holding every one of ``cells`` show in ``column``, in the ``records``
+    tables of every page (of ``pages``, under ``root``) whose command writes to
+    ``folder``."""
+    shown = []
+    for page in pages:
+        for kind, command_text, markdown in blocks((root / page).read_text()):
+            if kind != "records" or out_of(command_text) != folder:
+                continue
+            header, _, *rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+                                for line in markdown.splitlines()]
+            if column not in header:
+                continue
+            shown += [row[header.index(column)] for row in rows
+                      if all(cell in row for cell in cells)]
+    return shown

@@ -18,7 +18,8 @@ def test_command_line_wins_over_the_config_file(tmp_path: Path) -> None:
     config = tmp_path / "run.toml"
     config.write_text('method = "easgd"\nperiod = 8\nmoving-rate = 0.3\nworkers = 8\n')
     cfg = _resolve(["--config", str(config), "--period", "4"])
-    assert (cfg.method, cfg.period, cfg.moving_rate, cfg.workers) == ("easgd", 4, 0.3, 8)
+    assert (cfg.method, cfg.options.period, cfg.options.moving_rate, cfg.workers) == (
+        "easgd", 4, 0.3, 8)
     assert cfg.lr == 0.05, "untouched settings keep their defaults"
 
 
@@ -27,7 +28,7 @@ def test_flags_of_every_kind_parse() -> None:
                     "--eval-every", "30s", "--groups", "2", "--pull-global", "0.2"])
     assert cfg.nesterov is False and cfg.drops == [30.0, 60.0]
     assert cfg.eval_interval() == ("seconds", 30.0)
-    assert (cfg.groups, cfg.pull_global) == (2, 0.2)
+    assert (cfg.groups, cfg.options.pull_global) == (2, 0.2)
 
 
 @pytest.mark.parametrize(
@@ -41,7 +42,8 @@ def test_flags_of_every_kind_parse() -> None:
         (["train", "--method", "adam"], "--method 'adam': choose one of lsgd"),
         (["train", "--dataset", "digits", "--model", "mlp", "--global-period", "64"],
          "--global-period 64: with one group LSGD has a single leader, set by --period 16"),
-        (["train", "--method", "allreduce", "--async"], "--async works with --method lsgd"),
+        (["train", "--method", "allreduce", "--async"],
+         "--async: an option of --method lsgd or easgd or local-sgd, not of allreduce"),
         (["plot", "/nonexistent"], "not a run folder"),
     ],
 )

@@ -317,8 +317,8 @@ def test_the_trainer_passes_outer_and_refuses_it_elsewhere(capsys: Any) -> None:
     assert "outer" not in knobs_from_config(make_config({"method": "diloco"}))
     common = ["train", "--backend", "threads", "--workers", "2", "--steps", "4", "--quiet"]
     for extra, message in [
-        (["--method", "local-sgd", "--outer", "eager"], "--outer eager: the outer step is "
-                                                        "DiLoCo's; give it with --method diloco"),
+        (["--method", "local-sgd", "--outer", "eager"], "--outer eager: an option of "
+                                                        "--method diloco, not of local-sgd"),
         (["--method", "diloco", "--outer", "lazy"], "argument --outer: invalid choice: "
                                                     "'lazy'"),
         (["--method", "diloco", "--outer", "eager", "--overlap", "2", "--merge", "keep"],

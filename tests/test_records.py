@@ -1,6 +1,8 @@
-"""Every table of docs/benchmarks.md (and the README's headline) is what its command
-gives, re-derived from the records in records/ (nothing is trained): see
-:mod:`studies.records`."""
+"""Every marked table of the docs (the README's headline, docs/benchmarks.md's current
+headline tables, docs/studies.md's record of past studies, and the other pages') is
+what its command gives, re-derived from the records in records/ (nothing is trained),
+and every number docs/benchmarks.md's choice of method cites is one of those tables':
+see :mod:`studies.records`."""
 
 from __future__ import annotations
 
@@ -21,7 +23,10 @@ def _blocks() -> list[tuple[str, str, str, str]]:
 def test_the_documented_tables_are_marked() -> None:
     blocks = _blocks()
     assert any(page == "README.md" and kind == "headline" for page, kind, _, _ in blocks)
-    assert sum(page == "docs/benchmarks.md" for page, *_ in blocks) >= 5
+    assert sum(page == "docs/benchmarks.md" for page, *_ in blocks) >= 5  # the headline
+    assert sum(page == "docs/studies.md" for page, *_ in blocks) >= 5  # the record
+    assert set(records.PAGES) == {"README.md", *(f"docs/{page.name}" for page in
+                                                  (ROOT / "docs").glob("*.md"))}
     for page in records.PAGES:  # an empty block would match no pattern, and go unchecked
         text = (ROOT / page).read_text()
         opened = sum(text.count(f"<!-- {kind}: {program}")
@@ -76,13 +81,16 @@ def test_every_figure_a_page_shows_exists() -> None:
 
 
 def test_every_time_to_target_table_has_its_figure() -> None:
-    text = (ROOT / "docs" / "benchmarks.md").read_text()
-    owned = {command for tables in records.owned(text).values() for command in tables}
-    timed = [command for kind, command, _ in records.blocks(text)
-             if kind == "records" and records.name_of(command) in records.CURVES]
-    assert len(timed) >= 10
-    for command in timed:
-        assert command in owned, f"{command}: no figure under its table"
+    timed = {}
+    for page in records.PAGES:  # on the page where the table is
+        text = (ROOT / page).read_text()
+        owned = {command for tables in records.owned(text).values() for command in tables}
+        timed[page] = [command for kind, command, _ in records.blocks(text)
+                       if kind == "records" and records.name_of(command) in records.CURVES]
+        for command in timed[page]:
+            assert command in owned, f"{page}: {command}: no figure under its table"
+    assert sum(map(len, timed.values())) >= 20
+    assert len(timed["docs/benchmarks.md"]) >= 5 and len(timed["docs/studies.md"]) >= 5
 
 
 def test_figures_belong_to_the_tables_above_them() -> None:
@@ -103,11 +111,13 @@ def test_the_figures_are_drawn_again_from_the_records(tmp_path: Path) -> None:
     owned = {name: tables for page in records.figure_pages(ROOT)
              for name, tables in records.owned(page.read_text()).items()}
     tables = {command: table for _, kind, command, table in _blocks() if kind == "records"}
+    owners = {name: {str(page.relative_to(ROOT)) for page in records.figure_pages(ROOT)
+                     if name in records.owned(page.read_text())} for name in owned}
     assert set(drawn) == set(owned) and {"scaling.png", "hidden-20mbit.png"} <= set(owned)
     for name, labels in drawn.items():
         path = tmp_path / "figures" / name
         assert path.is_file() and path.stat().st_size > 0, name
-        assert set(records.shown(ROOT)[name]) >= {"docs/benchmarks.md"}
+        assert set(records.shown(ROOT)[name]) & owners[name], name  # shown under its tables
         if not labels:  # the benchmark's own figure
             continue
         for command in owned[name]:  # a line for every method of its tables
@@ -136,3 +146,56 @@ def test_a_study_marks_its_table_with_its_own_command(tmp_path: Path) -> None:
     assert records.name_of(command) == "replicas-lab"
     assert records.refresh(page, tmp_path, tmp_path / "scratch") == 1
     assert "| ring | 6.5 |" in page.read_text()
+
+
+# The choice of method (docs/benchmarks.md): every cell backed by a marked table's number.
+
+CHOICE = ROOT / "docs" / "benchmarks.md"
+
+
+def test_every_number_the_choice_of_method_cites_is_its_records() -> None:
+    """Each citation names a records folder, the cells of a row, a column and a number:
+    the folder exists, and the marked tables written to it (re-derived from it above)
+    show that number there, in every row those cells pick."""
+    text = CHOICE.read_text()
+    cited = records.citations(text)
+    assert len(cited) >= 10
+    for folder, cells, column, number in cited:
+        assert (ROOT / folder).is_dir(), f"{folder}: no such records"
+        shown = records.cited(folder, cells, column, ROOT)
+        assert shown, f"{folder} · {' · '.join(cells)}: no such row with a {column!r} column"
+        assert set(shown) == {number}, f"{folder} · {' · '.join(cells)} · {column}: {shown}"
+
+
+def test_every_row_of_the_choice_of_method_is_backed_or_says_not_measured() -> None:
+    (choice,) = records.CHOOSE.findall(CHOICE.read_text())
+    header, _, *rows = choice.splitlines()
+    assert header.startswith("| link between nodes | model | faults | pick |")
+    assert len(rows) >= 8
+    for row in rows:
+        evidence = row.strip().strip("|").split(" | ")[-1].strip()
+        assert records.CITATION.search(evidence) or evidence == "not measured", row
+    speeds = {row.split(" | ")[0].strip("| ").split(",")[0] for row in rows}
+    assert {"fast LAN (1 Gbit/s)", "100 Mbit/s", "20 Mbit/s"} <= speeds
+    assert any(" | none | " not in row for row in rows)  # faults
+
+
+def test_a_citation_reads_its_number_from_the_marked_tables(tmp_path: Path) -> None:
+    (tmp_path / "records" / "x").mkdir(parents=True)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("")
+    (tmp_path / "docs" / "a.md").write_text(
+        "<!-- records: lsgd bench volume --out records/x -->\n"
+        "| link | method | time s |\n|---|---|---|\n| 20mbit | diloco, node | 4.5 |\n"
+        "| 1gbit | diloco, node | 3 |\n<!-- end records -->\n")
+    text = ("<!-- choose: x -->\n| a | b |\n|---|---|\n"
+            "| 20 | `records/x` · 20mbit · diloco, node · time s: **4.5**; "
+            "`records/x` · diloco, node · time s: **3** |\n<!-- end choose -->\n")
+    assert records.citations(text) == [
+        ("records/x", ["20mbit", "diloco, node"], "time s", "4.5"),
+        ("records/x", ["diloco, node"], "time s", "3")]
+    pages = ("README.md", "docs/a.md")
+    assert records.cited("records/x", ["20mbit", "diloco, node"], "time s", tmp_path,
+                         pages) == ["4.5"]
+    assert records.cited("records/x", ["diloco, node"], "time s", tmp_path, pages) == ["4.5", "3"]
+    assert records.cited("records/y", ["diloco, node"], "time s", tmp_path, pages) == []

@@ -35,7 +35,7 @@ from lsgd.strategies.base import Options, Strategy
 from lsgd.topology import Topology
 
 Tensors = Sequence[torch.Tensor]
-GraphSpec = Topology | Sequence[Topology] | str | None
+GraphSpec = Topology | Sequence[Topology | str] | str | None
 
 
 # -- the math, on lists of tensors --------------------------------------------------
@@ -95,12 +95,11 @@ def resolve_graphs(owner: str, spec: GraphSpec, world_size: int) -> list[Topolog
     """The graphs of ``spec`` (default a ring), checked against ``world_size``."""
     if spec is None:
         graphs = [topo.ring(world_size)]
-    elif isinstance(spec, str):
-        graphs = [topo.make(spec, world_size)]
     elif isinstance(spec, Topology):
         graphs = [spec]
-    else:
-        graphs = list(spec)
+    else:  # a spec as the command line gives it (lsgd.topology.from_spec), or several
+        graphs = [topo.from_spec(g, world_size) if isinstance(g, str) else g
+                  for g in ([spec] if isinstance(spec, str) else spec)]
         if not graphs or not all(isinstance(g, Topology) for g in graphs):
             raise ValueError(
                 f"{owner}: topology must be a Topology, a non-empty list of them (dynamic "

@@ -29,14 +29,11 @@ from lsgd.models.gpt import build_language_model
 from lsgd.tasks import ImageClassification, Task, image_steps_per_epoch, make_task as build_task
 from lsgd.tasks.headline import is_language
 from lsgd.topology import Topology, from_spec
-from lsgd.train.checks import DECENTRALIZED, OVERLAPPED
+from lsgd.train.checks import DECENTRALIZED
 from lsgd.train.config import TrainConfig
 from lsgd.train.errors import UsageError  # also lsgd.train.build.UsageError, as before
 from lsgd.train.ranges import flag
 from lsgd.train.lr_schedule import Schedule
-PIPELINE_DEFAULTS = {"overlap": 0, "fragments": 1, "compress": "none", "merge": "auto",
-                     "error_feedback": False, "feedback_decay": None, "density": None,
-                     "chunk": None, "values": None}
 
 
 # -- building blocks --------------------------------------------------------------
@@ -122,65 +119,11 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
 
 
 def knobs_from_config(cfg: TrainConfig, groups: int = 0) -> dict[str, Any]:
-    """The keyword arguments of ``cfg.method``'s strategy, from the configuration; with
-    ``groups`` 1, LSGD's one level is set by ``pull``, ``scope`` and ``period`` only
-    (:func:`check_single_leader` refused a different ``--*-global`` value)."""
-    knobs: dict[str, Any] = {}
-    if cfg.bn_buffers != "auto":
-        knobs["bn_buffers"] = cfg.bn_buffers
-    if cfg.method == "allreduce":  # torch's gradient hooks, given only when set
-        if cfg.compress != "none":
-            knobs["compress"] = cfg.compress
-        if cfg.powersgd:
-            knobs.update(powersgd=cfg.powersgd, powersgd_warmup=cfg.powersgd_warmup)
-        return knobs
-    knobs["init"] = cfg.init
-    if cfg.method in ("lsgd", "easgd", "local-sgd"):
-        knobs["asynchronous"] = cfg.asynchronous
-    if cfg.method in (*OVERLAPPED, "demo"):  # given only when set: defaults stay the method's
-        knobs.update({name: getattr(cfg, name) for name, default in PIPELINE_DEFAULTS.items()
-                      if getattr(cfg, name) != default})
-    if cfg.method == "lsgd":
-        knobs.update(pull=cfg.pull, scope=cfg.scope, period=cfg.period,
-                     pull_global=cfg.pull_global, scope_global=cfg.scope_global,
-                     global_period=cfg.global_period, leader_window=cfg.leader_window,
-                     scope_pull=cfg.scope_pull, leader_momentum=cfg.leader_momentum,
-                     pull_decay_rounds=cfg.pull_decay_rounds,
-                     election=None if cfg.election == "auto" else cfg.election)
-        if groups == 1:
-            for name in ("pull_global", "scope_global", "global_period"):
-                del knobs[name]
-    elif cfg.method == "easgd":
-        knobs.update(moving_rate=cfg.moving_rate, period=cfg.period)
-    elif cfg.method == "local-sgd":
-        knobs.update(period=cfg.period, hierarchical=cfg.hierarchical,
-                     global_period=cfg.global_period)
-    elif cfg.method in ("diloco", "muloco"):
-        knobs.update(period=cfg.period, outer_lr=cfg.outer_lr,
-                     outer_momentum=cfg.outer_momentum)
-        if cfg.outer != "standard":  # given only when set, as the pipeline's options
-            knobs["outer"] = cfg.outer
-    elif cfg.method == "sparseloco":
-        knobs.update(period=cfg.period, outer_lr=cfg.outer_lr)
-    elif cfg.method == "demo":
-        knobs.update({"decay": knobs.pop("feedback_decay")} if "feedback_decay" in knobs else {})
-        knobs.update({"topk": cfg.topk} if cfg.topk is not None else {})
-    elif cfg.method in DECENTRALIZED:
-        weight: Any = {"auto": None, "max-degree": "max-degree"}.get(cfg.mixing_weight)
-        if weight is None and cfg.mixing_weight != "auto":
-            weight = float(cfg.mixing_weight)
-        knobs.update(topology=graphs_of(cfg), period=cfg.gossip_period, mixing_weight=weight)
-        if cfg.method == "matcha":
-            knobs.update(budget=0.5 if cfg.budget is None else cfg.budget, seed=cfg.seed)
-        elif cfg.method == "al-dsgd":
-            knobs.update(c_B=cfg.c_b, c_D=cfg.c_d, p_B=cfg.p_b, p_D=cfg.p_d,
-                         budget=1.0 if cfg.budget is None else cfg.budget, seed=cfg.seed,
-                         leader_window=cfg.leader_window)
-    if cfg.method in ("diloco", "local-sgd", "sparseloco", "muloco") and cfg.leader != "none":
-        knobs["leader"] = cfg.leader
-        knobs.update({name: getattr(cfg, name) for name in ("leader_weight", "leader_pull")
-                      if getattr(cfg, name) is not None})
-    return knobs
+    """The keyword arguments of ``cfg.method``'s strategy: its options
+    (:meth:`lsgd.method_options.MethodOptions.knobs`); with ``groups`` 1, LSGD's one level
+    is set by ``pull``, ``scope`` and ``period`` only (:func:`check_single_leader`
+    refused a different ``--*-global`` value)."""
+    return cfg.options.knobs(cfg.seed, groups)
 
 
 def make_strategy(cfg: TrainConfig, model: nn.Module, opt: torch.optim.Optimizer,
@@ -200,18 +143,18 @@ def check_single_leader(cfg: TrainConfig, groups: int) -> None:
         return
     for plain, global_ in (("pull", "pull_global"), ("scope", "scope_global"),
                            ("period", "global_period")):
-        value = getattr(cfg, global_)
-        if value is not None and value != getattr(cfg, plain):
+        value = cfg.option(global_)
+        if value is not None and value != cfg.option(plain):
             raise UsageError(
                 f"--{flag(global_)} {value}: with one group LSGD has a single leader, set by "
-                f"--{flag(plain)} {getattr(cfg, plain)}; drop --{flag(global_)}, or use several "
+                f"--{flag(plain)} {cfg.option(plain)}; drop --{flag(global_)}, or use several "
                 "groups (--groups N, or one group per node under torchrun)"
             )
 
 
 def graphs_of(cfg: TrainConfig) -> list[Topology]:
     """The communication graph(s) of a decentralized run (several: used in turn)."""
-    specs = list(cfg.graphs) or [cfg.topology]
+    specs = list(cfg.option("graphs")) or [cfg.option("topology")]
     try:
         graphs = [from_spec(spec, cfg.replicas) for spec in specs]
         for graph in graphs if len(graphs) == 1 else []:
@@ -251,7 +194,7 @@ def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
         try:
             graphs_of(cfg)
         except TypeError as error:  # an option the graph's kind does not take
-            raise UsageError(f"--topology/--graphs {' '.join(cfg.graphs or [cfg.topology])}: "
+            raise UsageError(f"--topology/--graphs {' '.join(cfg.option('graphs') or [cfg.option('topology')])}: "
                              f"{error}; see lsgd train --help for each kind's options") from error
     if cfg.link is not None and cfg.backend != "threads":
         if "TORCHELASTIC_RUN_ID" in os.environ:

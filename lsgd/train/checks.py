@@ -6,12 +6,14 @@ all of them; which methods take which options is written here once.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
 from typing import Any
 
 from lsgd.links.spec import parse_link
+from lsgd.method_options import OPTIONS, CodecOptions, declarations
 from lsgd.names import LANGUAGE_MODELS, METHODS, TEXT_DATASETS
 from lsgd.tasks.headline import from_dataset, is_language
 from lsgd.train import chaos, faults
@@ -61,7 +63,8 @@ def config_errors(cfg: Any) -> list[str]:
         errors.append(f"--groups {cfg.groups} must divide --workers {cfg.workers}"
                       + (" (a replica is a group's workers, --replica node)"
                          if cfg.replica == "node" else ""))
-    if cfg.replica == "node" and cfg.hierarchical:
+    o = cfg.option
+    if cfg.replica == "node" and o("hierarchical"):
         errors.append("--hierarchical averages inside each group before across them, but "
                       "with --replica node a group's workers are one replica: drop one")
     for name, bounds in RANGES.items():
@@ -73,23 +76,29 @@ def config_errors(cfg: Any) -> list[str]:
     if bad_drops:
         errors.append(f"--drops {' '.join(f'{d:g}' for d in bad_drops)}: every drop must be "
                       f"{range_text(*at_or_after_start)} (epochs or minutes)")
-    if cfg.global_period and cfg.period >= 1 and cfg.global_period % cfg.period:
-        errors.append(f"--global-period {cfg.global_period} must be a multiple of "
-                      f"--period {cfg.period}")
+    if o("global_period") and o("period", 0) >= 1 and o("global_period") % o("period"):
+        errors.append(f"--global-period {o('global_period')} must be a multiple of "
+                      f"--period {o('period')}")
     errors += eval_every_errors(str(cfg.eval_every).strip())
     if cfg.schedule in ("step", "minutes") and not cfg.drops:
         errors.append(f"--schedule {cfg.schedule} needs --drops (e.g. --drops 30 60)")
-    if cfg.mixing_weight not in ("auto", "max-degree") and not within(
-            as_float(cfg.mixing_weight), 0, 1, False, True):
-        errors.append(f"--mixing-weight {cfg.mixing_weight!r}: give auto, max-degree "
+    if o("mixing_weight", "auto") not in ("auto", "max-degree") and not within(
+            as_float(o("mixing_weight")), 0, 1, False, True):
+        errors.append(f"--mixing-weight {o('mixing_weight')!r}: give auto, max-degree "
                       f"or a number in (0, 1]")
-    if cfg.bn_buffers != "auto" and cfg.method in METHODS:
+    if o("bn_buffers", "auto") != "auto" and cfg.method in METHODS:
         from lsgd.registry import strategy_class
 
         allowed = strategy_class(cfg.method).bn_modes
-        if cfg.bn_buffers not in allowed:
-            errors.append(f"--bn-buffers {cfg.bn_buffers}: --method {cfg.method} takes "
+        if o("bn_buffers") not in allowed:
+            errors.append(f"--bn-buffers {o('bn_buffers')}: --method {cfg.method} takes "
                           f"{', '.join(allowed)}")
+    needs = OPTIONS[cfg.method].requires if cfg.method in OPTIONS else {}
+    wrong = {name: value for name, value in needs.items() if getattr(cfg, name) != value}
+    if wrong:
+        errors.append(f"{' '.join(f'--{flag(n)} {getattr(cfg, n)}' for n in wrong)}: "
+                      f"{cfg.method} needs {' '.join(f'--{flag(n)} {v}' for n, v in needs.items())}"
+                      " (leave them out), or use another --method")
     errors += _pipeline_errors(cfg)
     errors += _leader_errors(cfg)
     errors += _task_errors(cfg)
@@ -99,10 +108,6 @@ def config_errors(cfg: Any) -> list[str]:
           or cfg.lighthouse or cfg.slot is not None or cfg.address):
         errors.append("--min-workers, --join-timeout, --heartbeat-timeout, --lighthouse, --slot "
                       "and --address are settings of --elastic; add it")
-    if cfg.asynchronous and cfg.method not in methods_with("supports_asynchronous"):
-        errors.append(f"--async works with --method "
-                      f"{', '.join(methods_with('supports_asynchronous'))}; "
-                      f"{cfg.method} is synchronous")
     if cfg.link is not None:
         try:
             parse_link(cfg.link)
@@ -138,20 +143,24 @@ def _elastic_errors(cfg: Any) -> list[str]:
         errors.append(f"--slot {cfg.slot}: give a node number in [0, {nodes})")
     if cfg.min_workers > nodes:
         errors.append(f"--min-workers {cfg.min_workers}: at most the {nodes} nodes")
-    hidden = [flag_ for flag_, given in (("--overlap", cfg.overlap != 0), ("--fragments",
-              cfg.fragments != 1), ("--compress", cfg.compress != "none")) if given]
+    o = cfg.option
+    overlap, fragments, period = o("overlap", 0), o("fragments", 1), o("period", 0)
+    hidden = [flag_ for flag_, given in (("--overlap", overlap != 0), ("--fragments",
+              fragments != 1), ("--compress", o("compress", "none") != "none")) if given]
     if hidden and cfg.workers > nodes and cfg.replica == "process":
         errors.append(f"--elastic with {', '.join(hidden)} runs one replica per node; give "
                       f"--replica node (a node's workers as one replica), or --groups "
                       f"{cfg.workers} (or drop them)")
-    if cfg.overlap and cfg.period and cfg.overlap >= cfg.period // max(1, cfg.fragments):
-        errors.append(f"--elastic --overlap {cfg.overlap}: a round must land before the next "
+    if overlap and period and overlap >= period // max(1, fragments):
+        errors.append(f"--elastic --overlap {overlap}: a round must land before the next "
                       f"starts; give an overlap below period / fragments = "
-                      f"{cfg.period // max(1, cfg.fragments)}")
+                      f"{period // max(1, fragments)}")
     unsupported = [flag_ for flag_, given in (
-        ("--async", cfg.asynchronous), ("--election early", cfg.election == "early"), ("--checkpoint-every", cfg.checkpoint_every), ("--resume", cfg.resume),
+        ("--async", o("asynchronous")), ("--election early", o("election") == "early"),
+        ("--checkpoint-every", cfg.checkpoint_every), ("--resume", cfg.resume),
         ("--backend threads", cfg.backend == "threads"),
-        ("--init independent", cfg.init != "broadcast"), ("--straggle", cfg.straggle),
+        ("--init independent", o("init", "broadcast") != "broadcast"),
+        ("--straggle", cfg.straggle),
         ("--target", cfg.target is not None))
         if given]
     if unsupported:
@@ -192,175 +201,138 @@ def _task_errors(cfg: Any) -> list[str]:
     return errors
 
 
+def option_errors(method: str, options: Any) -> list[str]:
+    """Each of the method's options (a :mod:`lsgd.method_options` dataclass, or for an
+    unknown method a dict by name, checked as the first method that takes each declares
+    it) outside its declared choices or range."""
+    errors: list[str] = []
+    if isinstance(options, dict):
+        found = declarations()
+        pairs = [(found[name][0][1], value) for name, value in options.items() if name in found]
+    else:
+        pairs = [(f, getattr(options, f.name)) for f in dataclasses.fields(options)]
+    for f, value in pairs:
+        choices, bounds = f.metadata["choices"], f.metadata["range"]
+        if value is None:
+            continue
+        if choices and value not in choices:
+            errors.append(f"--{flag(f.name)} {value!r}: --method {method} takes one of "
+                          f"{', '.join(choices)}")
+        elif bounds and not isinstance(value, bool) and not within(value, *bounds):
+            low, high = bounds[0], bounds[1]
+            what = (f"a positive integer of at most {high}" if isinstance(value, int) and low == 1
+                    else f"an integer in [{low}, {high}]" if isinstance(value, int)
+                    else range_text(*bounds))
+            errors.append(f"--{flag(f.name)} must be {what}, got {value}")
+    return errors
+
+
 def _pipeline_errors(cfg: Any) -> list[str]:
     """What is wrong with --overlap, --fragments, --compress, --merge, --error-feedback,
-    --powersgd."""
-    errors: list[str] = []
+    --powersgd, together."""
     if cfg.method == "allreduce":
         return _gradient_hook_errors(cfg)
-    if cfg.powersgd or cfg.powersgd_warmup != 10:
-        errors.append(f"--powersgd {cfg.powersgd}: PowerSGD compresses all-reduce's "
-                      "gradients; give it with --method allreduce")
-    given = [f"--{flag(name)} {getattr(cfg, name)}" for name, default in
-             (("overlap", 0), ("fragments", 1), ("compress", "none")) if getattr(cfg, name) != default]
-    if cfg.method == "demo":
-        return errors + _demo_errors(cfg)
-    errors += _codec_errors(cfg)
-    if cfg.method == "muloco" and cfg.optimizer != "muon":
-        errors.append(f"--optimizer {cfg.optimizer}: muloco's inner optimizer is Muon; give "
-                      "--optimizer muon (or leave it out), or use --method diloco")
-    if given and cfg.method not in methods_with("supports_hidden_rounds"):
-        errors.append(f"{', '.join(given)}: --method {cfg.method} has no rounds to hide "
-                      f"or shrink; these work with "
-                      f"{', '.join(methods_with('supports_hidden_rounds'))}")
-    if cfg.election != "auto" and cfg.method != "lsgd":
-        errors.append(f"--election {cfg.election}: says when LSGD elects its leader; give it "
-                      "with --method lsgd")
-    elif cfg.election == "early" and cfg.asynchronous:
+    o = cfg.option
+    errors = _codec_errors(cfg)
+    period, overlap, fragments = o("period"), o("overlap", 0), o("fragments", 1)
+    defaults = _defaults(cfg)
+    given = [f"--{flag(name)} {o(name)}" for name in ("overlap", "fragments", "compress")
+             if name in defaults and o(name) != defaults[name]]
+    if o("election") == "early" and o("asynchronous"):
         errors.append("--election early: needs synchronous rounds (an asynchronous round "
                       "falls due at a step no worker knows before); drop --async")
-    if cfg.period >= 1 and not 0 <= cfg.overlap < cfg.period:
-        errors.append(f"--overlap {cfg.overlap}: give a whole number of steps in "
-                      f"[0, {cfg.period}), below --period {cfg.period}, so that a "
+    if period is not None and period >= 1 and not 0 <= overlap < period:
+        errors.append(f"--overlap {overlap}: give a whole number of steps in "
+                      f"[0, {period}), below --period {period}, so that a "
                       "round lands before the next one starts")
-    if cfg.fragments >= 1 and cfg.period >= 1 and cfg.period % cfg.fragments:
-        errors.append(f"--fragments {cfg.fragments} must divide --period {cfg.period}")
-    if given and (cfg.asynchronous or cfg.hierarchical):
+    if period is not None and fragments >= 1 and period >= 1 and period % fragments:
+        errors.append(f"--fragments {fragments} must divide --period {period}")
+    if given and (o("asynchronous") or o("hierarchical")):
         errors.append(f"{', '.join(given)}: need synchronous rounds at one level; drop "
-                      f"{'--async' if cfg.asynchronous else '--hierarchical'}")
-    if cfg.merge != "auto" and cfg.method not in ("diloco", "local-sgd"):
-        errors.append(f"--merge {cfg.merge}: works with --method diloco or local-sgd")
-    elif cfg.merge != "auto" and cfg.overlap == 0 and cfg.outer != "eager":
-        errors.append(f"--merge {cfg.merge}: says how an average meets the steps taken while "
+                      f"{'--async' if o('asynchronous') else '--hierarchical'}")
+    if o("merge", "auto") != "auto" and overlap == 0 and o("outer") != "eager":
+        errors.append(f"--merge {o('merge')}: says how an average meets the steps taken while "
                       "it was in flight; add --overlap K")
-    if cfg.outer != "standard" and cfg.method != "diloco":
-        errors.append(f"--outer {cfg.outer}: the outer step is DiLoCo's; give it with "
-                      "--method diloco")
-    elif cfg.outer == "eager" and (cfg.overlap or cfg.merge != "auto"):
-        given = " ".join(f"--{flag(name)} {getattr(cfg, name)}" for name, default in
-                         (("overlap", 0), ("merge", "auto")) if getattr(cfg, name) != default)
+    if o("outer") == "eager" and (overlap or o("merge", "auto") != "auto"):
+        given = " ".join(f"--{flag(name)} {o(name)}" for name, default in
+                         (("overlap", 0), ("merge", "auto")) if o(name) != default)
         errors.append(f"--outer eager with {given}: an eager round's all-reduce runs behind "
                       "the whole next period and its outer step is taken at once; drop "
                       f"{given}")
-    if cfg.error_feedback and cfg.method != "muloco" and (
-            cfg.compress == "none" or cfg.method in ("lsgd", "sparseloco")):
-        errors.append("--error-feedback: needs --compress (bf16, int8, 2bit or topk) with "
-                      "diloco, local-sgd, easgd or muloco (LSGD's reference already carries "
-                      "what was lost; sparseloco and demo always feed back)")
     return errors
 
 
-#: The codec settings, and the methods or --compress values that take each.
-CODEC_SETTINGS = {"density": (("sparseloco",), ("topk",)),
-                  "values": (("sparseloco", "demo"), ("topk",)),
-                  "chunk": (("sparseloco", "demo"), ("topk", "2bit")),
-                  "topk": (("demo",), ()),
-                  "feedback_decay": (("sparseloco", "demo"), ())}
+def _defaults(cfg: Any) -> dict[str, Any]:
+    """The declared defaults of the run's method's options."""
+    return ({f.name: f.default for f in dataclasses.fields(cfg.options)}
+            if dataclasses.is_dataclass(cfg.options) else {})
+
+
+#: The codec settings of a method that chooses its codec, and the --compress values
+#: that take each.
+CODEC_SETTINGS = {"density": ("topk",), "values": ("topk",), "chunk": ("topk", "2bit")}
 
 
 def _codec_errors(cfg: Any) -> list[str]:
-    """A codec setting without the codec that takes it; a gathered codec where the round
-    broadcasts; sparseloco's fixed codec."""
+    """A codec setting without the codec that takes it; error feedback without a codec; a
+    gathered codec with --elastic."""
     errors = []
-    for name, (methods, codecs) in CODEC_SETTINGS.items():
-        value = getattr(cfg, name)
-        if value is None or cfg.method in methods or cfg.compress in codecs:
-            continue
-        if name == "feedback_decay" and cfg.error_feedback:
-            continue
-        takes = [f"--method {m}" for m in methods] + [f"--compress {c}" for c in codecs]
-        if name == "feedback_decay":
-            takes.append("--error-feedback")
-        errors.append(f"--{flag(name)} {value}: a setting of {' or '.join(takes)}; add it or "
-                      f"drop --{flag(name)}")
-    if cfg.compress in ("2bit", "topk") and cfg.method == "lsgd":
-        errors.append(f"--compress {cfg.compress}: gathers every worker's compressed message, "
-                      "and an lsgd round broadcasts the leader's state: give --compress bf16 or "
-                      "int8 with lsgd, or --compress topk with diloco, local-sgd or easgd")
-    if cfg.compress in ("2bit", "topk") and cfg.elastic:
-        errors.append(f"--compress {cfg.compress} with --elastic: a gathered message needs every "
-                      "worker, and an elastic round reduces among a quorum: give --compress "
-                      "bf16 or int8")
-    if cfg.method == "sparseloco" and cfg.compress != "none":
-        errors.append(f"--compress {cfg.compress}: sparseloco's message is the top --density of "
-                      "every chunk with error feedback; drop --compress, or use --method diloco "
-                      "for another codec")
-    return errors
-
-
-def _demo_errors(cfg: Any) -> list[str]:
-    """DeMo takes --overlap 0 or 1 and its codec's settings, nothing else of a round's."""
-    errors = []
-    if cfg.overlap not in (0, 1):
-        errors.append(f"--overlap {cfg.overlap}: demo's gather of a step lands at the next "
-                      "step at the latest; give --overlap 0 or 1")
-    given = [f"--{flag(name)} {getattr(cfg, name)}" for name, default in (
-        ("fragments", 1), ("compress", "none"), ("merge", "auto"), ("error_feedback", False),
-        ("density", None), ("period", 16)) if getattr(cfg, name) != default]
-    if given:
-        errors.append(f"{', '.join(given)}: demo sends every step the top --topk DCT "
-                      "coefficients of every block of its momentum (--chunk, --values, "
-                      "--feedback-decay); drop them")
-    if cfg.optimizer != "sgd" or cfg.momentum:
-        errors.append(f"--optimizer {cfg.optimizer} --momentum {cfg.momentum:g}: demo steps a "
-                      "momentum-free SGD on the sign of the gathered update (its momentum is "
-                      "its own); give --optimizer sgd --momentum 0 or leave them out")
+    o = cfg.option
+    if not isinstance(cfg.options, CodecOptions):
+        return errors
+    for name, codecs in CODEC_SETTINGS.items():
+        if o(name) is not None and o("compress") not in codecs:
+            errors.append(f"--{flag(name)} {o(name)}: a setting of "
+                          f"{' or '.join(f'--compress {c}' for c in codecs)}; add it or "
+                          f"drop --{flag(name)}")
+    if o("feedback_decay") is not None and not o("error_feedback"):
+        errors.append(f"--feedback-decay {o('feedback_decay')}: decays the error feedback; "
+                      "add --error-feedback or drop --feedback-decay")
+    if o("error_feedback") and o("compress") == "none":
+        errors.append("--error-feedback: adds what a codec dropped to the next message; give "
+                      "--compress (bf16, int8, 2bit or topk)")
+    if o("compress") in ("2bit", "topk") and cfg.elastic:
+        errors.append(f"--compress {o('compress')} with --elastic: a gathered message needs "
+                      "every worker, and an elastic round reduces among a quorum: give "
+                      "--compress bf16 or int8")
     return errors
 
 
 def _leader_errors(cfg: Any) -> list[str]:
     """What is wrong with --leader, --leader-weight, --leader-pull."""
     errors: list[str] = []
+    o = cfg.option
     for name, mode in (("leader_weight", "weights"), ("leader_pull", "pull")):
-        value = getattr(cfg, name)
-        if value is not None and cfg.leader != mode:
-            errors.append(f"--{flag(name)} {value}: the strength of --leader {mode}; add "
+        if o(name) is not None and o("leader") != mode:
+            errors.append(f"--{flag(name)} {o(name)}: the strength of --leader {mode}; add "
                           f"--leader {mode} or drop --{flag(name)}")
-    if cfg.leader == "none":
+    if o("leader", "none") == "none":
         return errors
-    if cfg.method == "demo":
-        errors.append(f"--leader {cfg.leader}: demo's workers hold one state (every step "
-                      "applies the same gathered update) and its message is momentum, not a "
-                      "state difference, so no worker leads: drop --leader, or use it with "
-                      "diloco, sparseloco or muloco")
-    elif cfg.method not in ("diloco", "local-sgd", "sparseloco", "muloco"):
-        errors.append(f"--leader {cfg.leader}: the leader's force on an averaging method "
-                      "works with --method diloco, local-sgd, sparseloco or muloco (lsgd has "
-                      "its own leader)")
-    refused = [f for f, on in (("--async", cfg.asynchronous), ("--hierarchical", cfg.hierarchical),
-                               ("--elastic", cfg.elastic)) if on]
+    refused = [f for f, on in (("--async", o("asynchronous")), ("--hierarchical",
+                                o("hierarchical")), ("--elastic", cfg.elastic)) if on]
     if refused:
-        errors.append(f"--leader {cfg.leader}: elects among all workers at synchronous rounds "
+        errors.append(f"--leader {o('leader')}: elects among all workers at synchronous rounds "
                       f"of one level; drop {refused[0]} or --leader")
-    if getattr(cfg, "outer", "standard") == "eager":
-        errors.append(f"--leader {cfg.leader}: acts at the standard outer step; drop "
+    if o("outer") == "eager":
+        errors.append(f"--leader {o('leader')}: acts at the standard outer step; drop "
                       "--outer eager or --leader")
     return errors
 
 
 def _gradient_hook_errors(cfg: Any) -> list[str]:
-    """All-reduce takes torch's bf16 or PowerSGD hook, in worker processes, and no rounds."""
+    """All-reduce takes torch's bf16 or PowerSGD hook, in worker processes."""
     errors: list[str] = []
-    rounds = [f"--{flag(name)} {getattr(cfg, name)}" for name, default in
-              (("overlap", 0), ("fragments", 1), ("merge", "auto"), ("error_feedback", False))
-              if getattr(cfg, name) != default]
-    if rounds:
-        errors.append(f"{', '.join(rounds)}: all-reduce averages gradients every step, it has "
-                      "no rounds to hide; it shrinks them with --compress bf16 or --powersgd "
-                      "RANK (PyTorch's communication hooks)")
-    if cfg.compress not in ("none", "bf16"):
-        errors.append(f"--compress {cfg.compress} with allreduce: PyTorch's DDP hooks compress "
-                      "to bf16 (--compress bf16) or by PowerSGD (--powersgd RANK); it has no "
-                      f"{cfg.compress} hook (demo sends a sparse message every step)")
-    if cfg.powersgd and cfg.compress != "none":
-        errors.append(f"--powersgd {cfg.powersgd} and --compress {cfg.compress}: give one")
-    if cfg.powersgd_warmup != 10 and not cfg.powersgd:
-        errors.append(f"--powersgd-warmup {cfg.powersgd_warmup}: a setting of --powersgd RANK; "
+    o = cfg.option
+    powersgd, warmup, compress = o("powersgd"), o("powersgd_warmup"), o("compress")
+    if powersgd and compress != "none":
+        errors.append(f"--powersgd {powersgd} and --compress {compress}: give one")
+    if warmup != 10 and not powersgd:
+        errors.append(f"--powersgd-warmup {warmup}: a setting of --powersgd RANK; "
                       "add it or drop --powersgd-warmup")
-    elif cfg.powersgd_warmup < 2 and cfg.powersgd:
-        errors.append(f"--powersgd-warmup {cfg.powersgd_warmup}: give at least 2 steps (PowerSGD's "
+    elif warmup < 2 and powersgd:
+        errors.append(f"--powersgd-warmup {warmup}: give at least 2 steps (PowerSGD's "
                       "error feedback and warm start need two plain steps first)")
-    hook = "--powersgd" if cfg.powersgd else "--compress bf16" if cfg.compress != "none" else None
+    hook = "--powersgd" if powersgd else "--compress bf16" if compress != "none" else None
     if hook and cfg.backend == "threads":
         errors.append(f"{hook} with allreduce: PyTorch's communication hooks run inside "
                       "DistributedDataParallel in worker processes; the simulator has none: "

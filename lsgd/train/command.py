@@ -17,6 +17,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from lsgd.method_options import OPTIONS, declarations
 from lsgd.train.config import TrainConfig
 from lsgd.train.errors import UsageError
 from lsgd.train.runner import (check_before_start, dry_run, launch_from_this_process, resolve,
@@ -33,28 +34,62 @@ def add_train_parser(subparsers: Any) -> None:
     parser.add_argument("--config", help="TOML file with settings (keys as the long options)")
     hints = typing.get_type_hints(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
-        flags = ["--" + f.name.replace("_", "-"), *f.metadata.get("flags", ())]
-        kind = hints[f.name]
-        args = typing.get_args(kind)
-        base = next((a for a in args if a is not type(None)), kind) if args else kind
-        default = f.default
-        help_text = f.metadata["help"] + (f" (default: {default})" if default not in (None, ()) else "")
-        if base is bool:
-            parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
-                                help=help_text)
-        elif typing.get_origin(kind) is list or base is list or typing.get_origin(base) is list:
-            item = typing.get_args(kind)[0] if typing.get_args(kind) else float
-            parser.add_argument(*flags, dest=f.name, type=item, nargs="+", action="extend",
-                                help=help_text)
-        else:
-            # --method also takes several methods (checked by make_config, each of them).
-            choices = f.metadata.get("choices")
-            if f.name == "method":
-                help_text += f"; one of {', '.join(choices)}"
-                choices = None
-            parser.add_argument(*flags, dest=f.name, type=base if base in (int, float) else str,
-                                choices=choices, help=help_text, metavar=None)
+        if f.metadata.get("cli", True):
+            _add_flag(parser, f, hints[f.name], f.default)
+    for title, names in _option_groups().items():
+        group = parser.add_argument_group(title)
+        for name in names:
+            (method, f), *others = declarations()[name]
+            defaults = {m: g.default for m, g in [(method, f), *others]}
+            shown = {m: d for m, d in defaults.items() if d != f.default}
+            default = f"{f.default}" + "".join(f"; {m}: {d}" for m, d in shown.items())
+            _add_flag(group, f, typing.get_type_hints(OPTIONS[method])[name], default,
+                      choices=_union(g.metadata["choices"] for _, g in [(method, f), *others]))
     parser.set_defaults(handler=run_train)
+
+
+def _add_flag(parser: Any, f: dataclasses.Field[Any], kind: Any, default: Any,
+              choices: tuple[str, ...] | None = None) -> None:
+    """The flag of the setting ``f`` (a run's field or a method's option) of type ``kind``."""
+    flags = ["--" + f.name.replace("_", "-"), *f.metadata.get("flags", ())]
+    args = typing.get_args(kind)
+    base = next((a for a in args if a is not type(None)), kind) if args else kind
+    help_text = f.metadata["help"] + (f" (default: {default})" if default not in (None, (), "None")
+                                      else "")
+    if base is bool:
+        parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
+                            help=help_text)
+    elif typing.get_origin(kind) is list or base is list or typing.get_origin(base) is list:
+        item = typing.get_args(kind)[0] if typing.get_args(kind) else float
+        parser.add_argument(*flags, dest=f.name, type=item, nargs="+", action="extend",
+                            help=help_text)
+    else:
+        # --method also takes several methods (checked by make_config, each of them).
+        choices = choices or f.metadata.get("choices")
+        if f.name == "method":
+            help_text += f"; one of {', '.join(choices)}"
+            choices = None
+        parser.add_argument(*flags, dest=f.name, type=base if base in (int, float) else str,
+                            choices=choices, help=help_text, metavar=None)
+
+
+def _option_groups() -> dict[str, list[str]]:
+    """The methods' options as ``--help`` groups them: each option under the methods that
+    take it (``lsgd``, ``diloco, muloco``, ...), the groups in the methods' order."""
+    groups: dict[str, list[str]] = {}
+    for name, found in declarations().items():
+        methods = [m for m, _ in found]
+        title = ("every method" if len(methods) == len(OPTIONS) else
+                 "every method but " + ", ".join(m for m in OPTIONS if m not in methods)
+                 if len(methods) > len(OPTIONS) / 2 else ", ".join(methods))
+        groups.setdefault(f"options of {title}", []).append(name)
+    return groups
+
+
+def _union(choices: Any) -> tuple[str, ...] | None:
+    """Every choice of any declaration, in order (each method checks its own)."""
+    merged = [c for group in choices if group for c in group]
+    return tuple(dict.fromkeys(merged)) or None
 
 
 def run_train(args: argparse.Namespace) -> int:

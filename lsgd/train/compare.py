@@ -55,7 +55,7 @@ def configs(args: argparse.Namespace) -> list[TrainConfig]:
     for method in methods:
         one = copy.copy(args)
         one.method, one.out = method, str(base / method)
-        found.append(resolve(one))
+        found.append(resolve(one, tuple(methods)))
         args.backend = found[-1].backend  # --backend auto: decided (and said) once
     return found
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,11 +19,11 @@ from typing import Any
 import tomli_w
 
 from lsgd.train.conform import conform_to
-from lsgd.names import (BN_MODES, LEADERS, MERGES, METHODS, OUTERS, REPLICAS, ROUND_CODECS,
-                        SCOPE_PULLS, SPARSE_VALUES)
+from lsgd.method_options import OPTIONS, MethodOptions, declarations
+from lsgd.names import METHODS, REPLICAS
 from lsgd.tasks.headline import is_language
 from lsgd.train import tuned
-from lsgd.train.checks import config_errors
+from lsgd.train.checks import config_errors, option_errors
 from lsgd.train.ranges import EVAL_EVERY, flag
 
 ALIASES = {"async": "asynchronous"}  # TOML keys accepted besides the field names
@@ -80,9 +80,6 @@ class TrainConfig:
                       choices=BACKENDS)
     device: str = _f("auto", "cpu, cuda (one GPU per worker), or auto", choices=DEVICES)
     timeout: float = _f(300.0, "seconds a collective may wait before the run fails")
-    asynchronous: bool = _f(False, "asynchronous rounds (lsgd, easgd, local-sgd): due by the "
-                                   "total steps of all workers, so fast workers do not wait "
-                                   "for slow ones between rounds", flags=("--async",))
     link: str | None = _f(None, "the link between nodes (groups), RATE[,LATENCY] such as "
                                 "100mbit, 1gbit or 20mbit,5ms; with processes every group "
                                 "is a node in a network namespace of its own behind a "
@@ -125,112 +122,9 @@ class TrainConfig:
     drop_factor: float = _f(0.1, "factor of each drop")
     patience: int = _f(3, "plateau: evaluations without improvement before a drop")
     warmup_epochs: float = _f(0.0, "linear warm-up from 0 over this many epochs (text: 0.1)")
-    # LSGD
-    pull: float = _f(0.1, "LSGD lambda: fraction of the way to the leader at a round")
-    scope: float = _f(0.01, "LSGD gamma: every-step pull of gamma/period toward the leader")
-    period: int = _f(16, "steps between rounds (LSGD local level, EASGD, local SGD, DiLoCo)")
-    pull_global: float | None = _f(None, "LSGD lambda_G (several groups; default: pull)")
-    scope_global: float | None = _f(None, "LSGD gamma_G (several groups; default: scope)")
-    global_period: int | None = _f(None, "LSGD tau_G / hierarchical local SGD global period "
-                                         "(default: 4 * period; for LSGD, period when "
-                                         "each group is one worker)")
-    scope_pull: str = _f("after-step", "LSGD every-step pull: after-step (the point after the "
-                         "optimizer step; the leader exempt) or algorithm-1 (the paper's "
-                         "Algorithm 1: at the gradient's point, the leader too)",
-                         choices=SCOPE_PULLS)
-    leader_momentum: float = _f(0.0, "LSGD: Nesterov momentum mu of the round's pull toward "
-                                "the leader, in [0, 1); 0 is plain LSGD")
-    pull_decay_rounds: int = _f(0, "LSGD: R; each level's round r pulls pull + (1 - pull) "
-                                "max(0, 1 - r/R): a full copy of the leader at its first round, "
-                                "down to --pull by round R; 0 keeps the pull constant")
-    leader_window: int = _f(10, "LSGD: a worker's score is the mean of its last k losses")
-    # EASGD, local SGD
-    moving_rate: float = _f(0.43, "EASGD beta")
-    hierarchical: bool = _f(False, "local SGD: average inside groups, then across")
-    outer_lr: float = _f(0.7, "DiLoCo: learning rate of the outer Nesterov SGD on the "
-                              "pseudo-gradient, every --period steps")
-    outer_momentum: float = _f(0.9, "DiLoCo: Nesterov momentum of the outer SGD, in [0, 1) "
-                                    "(0: plain SGD)")
-    # The leader's force on the averaging methods (diloco, local-sgd)
-    leader: str = _f("none", "diloco, local-sgd: the force of the round's leader (the worker "
-                             "of the lowest recent training loss): none; weights (the round's "
-                             "mean counts the leader 1 + --leader-weight times); pull (after "
-                             "the round the global state moves --leader-pull of the way to "
-                             "the leader's, one broadcast of it per round)",
-                     choices=LEADERS)
-    leader_weight: float | None = _f(None, "--leader weights: c, the leader's extra count in "
-                                           "the mean (sum x + c x_leader) / (M + c), >= 0 "
-                                           "(default 1)")
-    leader_pull: float | None = _f(None, "--leader pull: lambda in [0, 1], the fraction of the "
-                                         "way from the round's global state to the leader's "
-                                         "(default 0.5)")
-    outer: str = _f("standard", "DiLoCo: standard (the outer step on the round's mean) or "
-                                "eager (each worker steps at once on its own pseudo-gradient "
-                                "and the last round's mean, whose all-reduce runs behind the "
-                                "whole next period; no --overlap or --merge)",
-                    choices=OUTERS)
-    # Hiding and shrinking communication (lsgd, diloco, local-sgd, easgd)
-    overlap: int = _f(0, "steps a round's transfer runs behind local training before it "
-                         "is applied (0: the round blocks); below --period")
-    fragments: int = _f(1, "send the state in F parts, one every --period/F steps (F "
-                           "divides --period); lsgd: the leader's, elected once a period")
-    election: str = _f("auto", "lsgd: gather the scores at the round (round, blocking) or "
-                               "a step before (early); auto: early if hidden or fragmented",
-                       choices=("auto", "round", "early"))
-    compress: str = _f("none", "wire format of the rounds: none (float32), bf16, int8 (blocks "
-                               "of 256 values with a scale each), all-reduced; 2bit (sign and "
-                               "one magnitude bit) or topk (the top --density of every chunk), "
-                               "all-gathered (diloco, local-sgd, easgd, muloco); what is sent "
-                               "is the difference from a reference every worker holds; with "
-                               "allreduce, bf16 is PyTorch's bf16 gradient hook",
-                       choices=ROUND_CODECS)
-    merge: str = _f("auto", "diloco, local-sgd with --overlap: how the new average meets the "
-                            "steps taken while it was in flight: keep them (added on top), "
-                            "replace (drop them, as torchft), mix (half of each); auto: the "
-                            "method's own, mix for diloco, keep for local-sgd",
-                    choices=("auto", *MERGES))
-    error_feedback: bool = _f(False, "with --compress: each worker adds what the codec dropped "
-                                     "of its last message into its next one (diloco, "
-                                     "local-sgd, easgd, muloco)")
-    feedback_decay: float | None = _f(None, "beta in [0, 1]: the error feedback's accumulator "
-                                            "decays by it each round (default 1; sparseloco "
-                                            "0.95; demo: its momentum's decay, 0.999)")
-    density: float | None = _f(None, "--compress topk, sparseloco: the share of each chunk's "
-                                      "entries a message keeps, in (0, 1] (default 0.01; "
-                                      "sparseloco 0.1)")
-    chunk: int | None = _f(None, "--compress topk or 2bit, sparseloco: values per chunk "
-                                 "(default 4096); demo: the largest side of a DCT block (64)")
-    values: str | None = _f(None, "the kept values' format: float32, int8 or 2bit (--compress "
-                                  "topk: float32; sparseloco: 2bit; demo: float32)",
-                            choices=SPARSE_VALUES)
-    topk: int | None = _f(None, "demo: DCT coefficients each worker sends per block (default 32)")
-    powersgd: int = _f(0, "allreduce: average the gradients with PyTorch's PowerSGD "
-                          "communication hook of this rank (0: off); with --compress bf16, "
-                          "allreduce uses PyTorch's bf16 hook instead (worker processes only)")
-    powersgd_warmup: int = _f(10, "allreduce --powersgd: steps of plain all-reduce before "
-                                  "PowerSGD compresses (torch's start_powerSGD_iter, >= 2)")
-    # Decentralized methods (dpsgd, matcha, al-dsgd)
-    topology: str = _f("ring", "communication graph: ring, torus, complete, erdos-renyi, with "
-                               "options as KIND:key=value,... (ring:stride=3, "
-                               "erdos-renyi:seed=1), or an edge-list file of 'i j' lines")
-    graphs: list[str] = _f((), "several graphs used in turn (dynamic graphs), each as --topology")
-    budget: float | None = _f(None, "MATCHA/AL-DSGD communication budget C_b in (0, 1] "
-                                    "(default: 0.5 for matcha, 1 otherwise)")
-    gossip_period: int = _f(1, "steps between neighbour exchanges (decentralized methods)")
-    mixing_weight: str = _f("auto", "mixing weight a: auto (the method's own), max-degree, "
-                                    "or a number")
-    c_b: float = _f(0.3, "AL-DSGD weight of the best-scoring neighbour in the average")
-    c_d: float = _f(0.1, "AL-DSGD weight of the highest-degree neighbour in the average")
-    p_b: float = _f(0.1, "AL-DSGD corrective pull toward the best-scoring neighbour")
-    p_d: float = _f(0.1, "AL-DSGD corrective pull toward the highest-degree neighbour")
-    # All methods
-    init: str = _f("broadcast", "broadcast (all start from rank 0) or independent",
-                   choices=("broadcast", "independent"))
-    bn_buffers: str = _f("auto", "BatchNorm running statistics at a round: average (every "
-                         "worker's averaged), pull (like parameters), local, broadcast "
-                         "(allreduce); auto: the method's default (average for lsgd, easgd, "
-                         "local-sgd, diloco; pull for the decentralized methods; broadcast "
-                         "for allreduce)", choices=("auto", *BN_MODES))
+    # The method's own options (lsgd.method_options), by their flags
+    options: Any = _f(None, "the method's options: lsgd.method_options.OPTIONS[method], "
+                            "given on the command line by their own flags", cli=False)
     # Evaluation and output
     eval_every: str = _f("auto", "evaluate every N steps, or every Ns seconds (e.g. 30s); "
                                  "auto: 10 times per run")
@@ -284,7 +178,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         """Every value as its field's type (see :func:`conform`), or ``ValueError`` listing
-        the values of a wrong type."""
+        the values of a wrong type; no ``options``: the method's defaults."""
         errors: list[str] = []
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -295,6 +189,14 @@ class TrainConfig:
         if errors:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
         self.fault = [str(v) for v in self.fault]
+        if self.options is None and self.method in OPTIONS:
+            self.options = OPTIONS[self.method]()
+
+    def option(self, name: str, default: Any = None) -> Any:
+        """The method's option ``name``, or ``default`` if the method has none of that name."""
+        if isinstance(self.options, dict):  # an unknown method's, being refused
+            return self.options.get(name, default)
+        return getattr(self.options, name, default)
 
     # -- derived -------------------------------------------------------------
     @property
@@ -339,7 +241,7 @@ class TrainConfig:
                   f"{', '.join(f.metadata['choices'])}" for f in dataclasses.fields(self)
                   if f.metadata.get("choices") and getattr(self, f.name) is not None and
                   getattr(self, f.name) not in f.metadata["choices"]]
-        errors += config_errors(self)
+        errors += option_errors(self.method, self.options) + config_errors(self)
         if errors:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
 
@@ -355,16 +257,25 @@ class TrainConfig:
         return given or {"epochs": 1.0}
 
     # -- TOML ----------------------------------------------------------------
+    def settings(self) -> dict[str, Any]:
+        """Every setting by name, the method's options among them (as a TOML file holds them)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.name != "options"}
+        return values | ({f.name: getattr(self.options, f.name)
+                          for f in dataclasses.fields(self.options)} if self.options else {})
+
     def to_toml(self) -> str:
         """The settings as TOML (written by ``tomli_w``); unset ones as comments."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values = self.settings()
         unset = [f"# {name} = (unset)" for name, value in values.items() if value is None]
         text = tomli_w.dumps({name: list(value) if isinstance(value, tuple) else value
                               for name, value in values.items() if value is not None})
         return text + "".join(line + "\n" for line in unset)
 
 
-_HINTS = typing.get_type_hints(TrainConfig)
+#: Every setting's type: the run's fields, and each option as its first method declares it.
+_HINTS = {name: typing.get_type_hints(OPTIONS[found[0][0]])[name]
+          for name, found in declarations().items()} | typing.get_type_hints(TrainConfig)
 
 
 def conform(name: str, value: Any) -> Any:
@@ -402,11 +313,18 @@ def without_removed(settings: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in settings.items() if name not in REMOVED}
 
 
-def make_config(settings: dict[str, Any]) -> TrainConfig:
-    """A validated config from field values (TOML file merged with the command line);
-    settings not given take :data:`TEXT_DEFAULTS` for a text dataset, else the fields'
-    defaults; then the tuned point of the run's task and method
-    (:data:`lsgd.train.tuned.TUNED`) for every setting not given."""
+def make_config(settings: dict[str, Any], siblings: tuple[str, ...] = (),
+                lenient: Collection[str] = ()) -> TrainConfig:
+    """A validated config from settings by name (TOML file merged with the command line):
+    the run's fields, and the method's options (:data:`lsgd.method_options.OPTIONS`).
+
+    Settings not given take :data:`TEXT_DEFAULTS` for a text dataset, else the
+    fields' defaults; then the method's needs and its tuned point on the run's task
+    (:mod:`lsgd.train.tuned`). An option the method does not take is a mistake, unless
+    a method in ``siblings`` (compared side by side) takes it, or it is in ``lenient`` (read
+    from a TOML file, which may hold every method's options) at the default of a method
+    that takes it.
+    """
     settings = without_removed(settings)
     method = str(settings.get("method", TrainConfig.method))
     chosen = tuned.defaults(settings, method)
@@ -414,6 +332,59 @@ def make_config(settings: dict[str, Any]) -> TrainConfig:
         settings = TEXT_DEFAULTS | chosen | settings
     else:
         settings = chosen | settings
-    cfg = TrainConfig(**settings)
+    run = {name: value for name, value in settings.items() if name in RUN_FIELDS}
+    given = {name: value for name, value in settings.items() if name not in RUN_FIELDS}
+    cfg = TrainConfig(**run)
+    if method in OPTIONS:
+        cls = OPTIONS[method]
+        takes = {f.name for f in dataclasses.fields(cls)}
+        known = declarations()
+        errors = []
+        for name, value in given.items():
+            if name in takes:
+                continue
+            others = [m for m, f in known.get(name, ())]
+            default = {f.default for m, f in known.get(name, ()) if not isinstance(f.default, list)}
+            if any(m in siblings for m in others) or name in lenient and _hashable(value) in default:
+                continue
+            field_ = known[name][0][1] if name in known else None
+            spelled = _flag_of(field_) if field_ else f"--{flag(name)}"
+            shown = (" ".join(str(v) for v in value) if isinstance(value, list) else
+                     "" if value is True else value)
+            errors.append(f"{spelled} {shown}".strip() + ": "
+                          + (f"an option of --method {' or '.join(others)}, not of {method}"
+                             if others else f"not an option of --method {method}")
+                          + f"; {method} takes "
+                          + ", ".join(sorted(_flag_of(f) for f in dataclasses.fields(cls))))
+        if errors:
+            raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
+        options = {name: value for name, value in given.items() if name in takes}
+        hints = typing.get_type_hints(cls)
+        bad = []
+        for name, value in options.items():
+            try:
+                options[name] = conform_to(hints[name], value)
+            except TypeError as expected:
+                bad.append(f"--{flag(name)} {value!r}: expected {expected}")
+        if bad:
+            raise ValueError("invalid configuration:\n  " + "\n  ".join(bad))
+        cfg.options = cls(**options)
+    else:  # a mistake validate() names; the options checked as far as they can be
+        cfg.options = {name: value for name, value in given.items() if name in SETTING_NAMES}
     cfg.validate()
     return cfg
+
+
+def _flag_of(f: dataclasses.Field[Any]) -> str:
+    """A setting's flag as the command line spells it (``--async`` for ``asynchronous``)."""
+    return (*f.metadata.get("flags", ()), f"--{flag(f.name)}")[0]
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+#: The run's own settings (every field but the method's options).
+RUN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig) if f.name != "options")
+#: Every setting's name: the run's and every method's options.
+SETTING_NAMES = RUN_FIELDS | frozenset(declarations())

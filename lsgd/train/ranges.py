@@ -10,11 +10,6 @@ import re
 RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "lr": (0, math.inf, False, False),
     "momentum": (0, 1, True, False),
-    "outer_lr": (0, math.inf, False, False),
-    "outer_momentum": (0, 1, True, False),
-    "leader_momentum": (0, 1, True, False),
-    "leader_weight": (0, math.inf, True, False),
-    "leader_pull": (0, 1, True, True),
     "weight_decay": (0, math.inf, True, False),
     "trust_coefficient": (0, math.inf, False, False),
     "drop_factor": (0, 1, False, False),
@@ -25,17 +20,10 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "epochs": (0, 1e6, False, True),
     "minutes": (0, 1e8, False, True),
     "step_seconds": (0, 1e6, False, True),
-    "budget": (0, 1, False, True),
-    "density": (0, 1, False, True),
-    "feedback_decay": (0, 1, True, True),
-    **{name: (0, 1, True, True) for name in ("pull", "scope", "moving_rate", "pull_global",
-                                             "scope_global", "c_b", "c_d", "p_b", "p_d")},
 }
-POSITIVE_INTS = ("workers", "groups", "batch_size", "period", "leader_window", "patience",
-                 "gossip_period", "steps", "global_period", "fragments", "min_workers",
-                 "context", "layers", "width", "heads", "chunk", "topk")
-NON_NEGATIVE_INTS = ("bn_recalibrate", "checkpoint_every", "restarts", "eval_tokens",
-                     "powersgd", "powersgd_warmup", "pull_decay_rounds")
+POSITIVE_INTS = ("workers", "groups", "batch_size", "patience", "steps", "min_workers",
+                 "context", "layers", "width", "heads")
+NON_NEGATIVE_INTS = ("bn_recalibrate", "checkpoint_every", "restarts", "eval_tokens")
 #: The largest count or interval any setting takes: above it a value is a mistake
 #: (a slip of the keyboard), not a plan; workers are started on this one machine.
 MAX_COUNT = 10**9

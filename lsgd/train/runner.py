@@ -39,8 +39,10 @@ def under_torchrun() -> bool:
 RUN_IDENTITY = ("method", "model", "dataset", "workers", "groups", "replica")
 
 
-def resolve(args: argparse.Namespace) -> TrainConfig:
-    """Defaults, then the resumed run's or --config's settings, then the command line."""
+def resolve(args: argparse.Namespace, siblings: tuple[str, ...] = ()) -> TrainConfig:
+    """Defaults, then the resumed run's or --config's settings, then the command line;
+    ``siblings``: the methods trained side by side with this one (their options given
+    are not this one's mistakes)."""
     given = {k: v for k, v in vars(args).items() if k not in ("handler", "parser", "config", "command")}
     config = getattr(args, "config", None)
     from_file: dict[str, Any] = {}
@@ -62,7 +64,7 @@ def resolve(args: argparse.Namespace) -> TrainConfig:
     settings.update(from_file)
     settings.update(given)
     try:
-        cfg = make_config(settings)
+        cfg = make_config(settings, siblings, lenient=set(settings) - set(given))
     except (ValueError, TypeError) as error:
         raise UsageError(str(error)) from error
     return resolve_backend(resolve_replica(cfg))

@@ -9,7 +9,7 @@ from typing import Any
 
 import tomli_w
 
-from lsgd.train.config import ALIASES, TrainConfig, conform, without_removed
+from lsgd.train.config import ALIASES, SETTING_NAMES, conform, without_removed
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -45,7 +45,7 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"{path}: section(s) {', '.join(f'[{key}]' for key in sections)} "
                          "found; settings go at the top level of the file: remove the "
                          "[section] line(s)")
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    names = SETTING_NAMES
     keys = {key: ALIASES.get(key.replace("-", "_"), key.replace("-", "_")) for key in raw}
     try:  # an older run's config.toml holds sync_buffers = true: read as if it did not
         kept = without_removed({name: raw[key] for key, name in keys.items()})

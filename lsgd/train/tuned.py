@@ -27,22 +27,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from lsgd.method_options import OPTIONS
 from lsgd.tasks.headline import is_language
 
-#: task -> method -> setting -> value.
-TUNED: dict[str, dict[str, dict[str, Any]]] = {
-    "text": {"allreduce": {"lr": 0.002}, "diloco": {"outer_lr": 0.35, "lr": 0.002},
-             "lsgd": {"lr": 0.002}, "muloco": {"lr": 0.004}},
-    "cnn7": {"diloco": {"outer_lr": 0.35}},
-}
-#: method -> setting -> value, on every task: what a method needs of the shared settings
-#: (MuLoCo's inner optimizer is Muon; DeMo steps a momentum-free SGD, its momentum its own;
-#: SparseLoCo's outer step is plain, lr 1).
-METHOD: dict[str, dict[str, Any]] = {
-    "muloco": {"optimizer": "muon"},
-    "sparseloco": {"outer_lr": 1.0},
-    "demo": {"optimizer": "sgd", "momentum": 0.0, "nesterov": False},
-}
+#: task -> method -> setting -> value, from each method's declaration
+#: (:attr:`lsgd.method_options.MethodOptions.tuned`).
+TUNED: dict[str, dict[str, dict[str, Any]]] = {}
+for _method, _cls in OPTIONS.items():
+    for _task, _point in _cls.tuned.items():
+        TUNED.setdefault(_task, {})[_method] = _point
+#: method -> setting -> value, on every task: what a method needs of the run's settings
+#: (:attr:`lsgd.method_options.MethodOptions.requires`: MuLoCo's inner optimizer is Muon,
+#: DeMo steps a momentum-free SGD, its momentum its own).
+METHOD: dict[str, dict[str, Any]] = {m: cls.requires for m, cls in OPTIONS.items() if cls.requires}
 #: The quality studies' task of each table.
 STUDY_TASK = {"text": "language", "cnn7": "cnn7"}
 
