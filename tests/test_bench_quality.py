@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from lsgd.names import METHODS
+
 from lsgd.train import tuned
 from lsgd.train.config import TEXT_DEFAULTS, make_config
 from studies import equal_tokens, quality, study, tuning
@@ -77,13 +79,16 @@ def test_lsgd_train_takes_the_tuned_point_of_its_task_and_method() -> None:
     for method, point in tuned.TUNED["text"].items():
         cfg = make_config({"dataset": "kjv", "model": "gpt", "method": method})
         for key, value in (TEXT_DEFAULTS | tuned.METHOD.get(method, {}) | point).items():
-            assert getattr(cfg, key) == value, (method, key)
-        given = make_config({"dataset": "kjv", "model": "gpt", "method": method, "outer_lr": 0.9})
-        assert given.outer_lr == 0.9  # what the user gives wins
-    assert make_config({"dataset": "kjv", "model": "gpt", "method": "diloco"}).outer_lr == 0.35
-    assert make_config({"model": "cnn7", "method": "diloco"}).outer_lr == 0.35
-    assert make_config({"model": "mlp", "method": "diloco"}).outer_lr == 0.7  # untuned
-    assert make_config({"model": "mlp"}).lr == 0.05
+            assert cfg.setting(key) == value, (method, key)
+        if cfg.option("outer_lr") is not None:
+            given = make_config({"dataset": "kjv", "model": "gpt", "method": method,
+                                 "outer_lr": 0.9})
+            assert given.options.outer_lr == 0.9  # what the user gives wins
+    assert make_config({"dataset": "kjv", "model": "gpt", "method": "diloco"}).options.outer_lr \
+        == 0.35
+    assert make_config({"model": "cnn7", "method": "diloco"}).options.outer_lr == 0.35
+    assert make_config({"model": "mlp", "method": "diloco"}).options.outer_lr == 0.7  # untuned
+    assert make_config({"model": "mlp"}).optim.lr == 0.05
 
 
 def test_the_studies_run_what_lsgd_train_gives_by_default() -> None:
@@ -97,13 +102,13 @@ def test_the_studies_run_what_lsgd_train_gives_by_default() -> None:
             cfg = make_config(given | {"method": method})
             for key in ("lr", "warmup_epochs", "outer_lr", "pull"):
                 if key in base:
-                    assert getattr(cfg, key) == base[key], (task, method, key)
+                    assert cfg.setting(key) == base[key], (task, method, key)
     # the equal-tokens study's tuned rows are lsgd train's all-reduce and DiLoCo on text
     for method, row in (("allreduce", "allreduce, lr 0.002"),
                         ("diloco", "diloco, period 16, lr 0.002"),
                         ("lsgd", "lsgd, period 16, lr 0.002")):
-        bench = make_config(equal_tokens.FULL | equal_tokens.VARIANTS[row])
-        plain = make_config({"dataset": "kjv", "model": "gpt", "method": method,
-                             "outer_lr": 0.35})  # DiLoCo's tuned one; all-reduce has none
+        bench = make_config(equal_tokens.FULL | equal_tokens.VARIANTS[row], siblings=METHODS)
+        plain = make_config({"dataset": "kjv", "model": "gpt", "method": method})
         assert bench == plain, method
-    assert make_config({"dataset": "kjv", "model": "gpt", "method": "diloco"}).outer_lr == 0.35
+    assert make_config({"dataset": "kjv", "model": "gpt", "method": "diloco"}).option(
+        "outer_lr") == 0.35

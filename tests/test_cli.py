@@ -20,13 +20,13 @@ def test_command_line_wins_over_the_config_file(tmp_path: Path) -> None:
     cfg = _resolve(["--config", str(config), "--period", "4"])
     assert (cfg.method, cfg.options.period, cfg.options.moving_rate, cfg.workers) == (
         "easgd", 4, 0.3, 8)
-    assert cfg.lr == 0.05, "untouched settings keep their defaults"
+    assert cfg.optim.lr == 0.05, "untouched settings keep their defaults"
 
 
 def test_flags_of_every_kind_parse() -> None:
     cfg = _resolve(["--no-nesterov", "--drops", "30", "60", "--schedule", "step",
                     "--eval-every", "30s", "--groups", "2", "--pull-global", "0.2"])
-    assert cfg.nesterov is False and cfg.drops == [30.0, 60.0]
+    assert cfg.optim.nesterov is False and cfg.optim.drops == [30.0, 60.0]
     assert cfg.eval_interval() == ("seconds", 30.0)
     assert (cfg.groups, cfg.options.pull_global) == (2, 0.2)
 

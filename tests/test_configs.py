@@ -114,7 +114,7 @@ def test_dry_run_reads_no_data_and_creates_nothing(tmp_path: Path, nothing_runs:
     assert list(tmp_path.iterdir()) == [], "not even the probe is left"
     assert "note: dry run: CIFAR-10 not found" in err, "says the data was not found"
     cfg = make_config(tomllib.loads(printed))
-    assert (cfg.model, cfg.workers, cfg.groups, cfg.out, cfg.dry_run) == (
+    assert (cfg.model, cfg.workers, cfg.groups, cfg.out, cfg.output.dry_run) == (
         "vgg16", 12, 3, str(out), False)
 
 
@@ -179,7 +179,7 @@ def test_resume_dry_run_checks_the_checkpoint_and_stays_a_dry_run(
     text = (run / "config.toml").read_text().replace("dry_run = false", "dry_run = true")
     (run / "config.toml").write_text(text)
     args = build_parser().parse_args(["train", "--resume", str(run)])
-    assert runner.resolve(args).dry_run is False
+    assert runner.resolve(args).output.dry_run is False
 
 
 def test_resume_dry_run_of_a_real_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

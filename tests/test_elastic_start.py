@@ -58,7 +58,8 @@ def test_a_worker_restarted_after_the_run_ended_ends_at_once(tmp_path: Path) -> 
     def worker(attempt: int) -> ElasticRun:
         run = ElasticRun.__new__(ElasticRun)
         run.attempt, run.rank, run.after_end = attempt, 2, False
-        run.cfg = SimpleNamespace(out_dir=tmp_path, fault=["kill:2:60"])
+        run.cfg = SimpleNamespace(out_dir=tmp_path,
+                                  faults=SimpleNamespace(fault=["kill:2:60"]))
         run.finish = lambda: {"after_end": run.after_end}  # type: ignore[method-assign]
         return run
 

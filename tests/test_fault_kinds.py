@@ -122,24 +122,24 @@ def test_the_table_pairs_each_fault_with_what_the_run_did(tmp_path: Path) -> Non
     (["kill:1:0"], "KILL:RANK:STEP"),
 ])
 def test_a_bad_fault_is_refused_with_its_fix(specs: list[str], says: str) -> None:
-    cfg = TrainConfig(workers=4, groups=2, method="lsgd", fault=specs)
+    cfg = TrainConfig.of(workers=4, groups=2, method="lsgd", fault=specs)
     with pytest.raises(ValueError, match=None) as caught:
         cfg.validate()
     assert says in str(caught.value), str(caught.value)
 
 
 def test_the_simulator_takes_nan_only() -> None:
-    cfg = TrainConfig(workers=4, backend="threads", fault=["kill:1:3"])
+    cfg = TrainConfig.of(workers=4, backend="threads", fault=["kill:1:3"])
     with pytest.raises(ValueError, match="drop --backend threads"):
         cfg.validate()
-    TrainConfig(workers=4, backend="threads", fault=["nan:1:3"]).validate()
+    TrainConfig.of(workers=4, backend="threads", fault=["nan:1:3"]).validate()
 
 
 def _cfg(**settings: object) -> TrainConfig:
     base = dict(method="diloco", model="mlp", workers=4, groups=4, link="100mbit",
                 elastic=True, restarts=2, chaos=1, minutes=10.0, chaos_mtbf=10.0)
     base.update(settings)
-    cfg = TrainConfig(**base)  # type: ignore[arg-type]
+    cfg = TrainConfig.of(**base)  # type: ignore[arg-type]
     cfg.validate()
     return cfg
 
@@ -160,7 +160,7 @@ def test_chaos_draws_the_same_schedule_from_the_same_seed_and_caps_the_fatal_one
     local = chaos.draw(_cfg(elastic=False, link=None, restarts=3, groups=1,
                             chaos_kinds="kill,segv,stop,nan"))
     assert sum(faults.parse(s).kind in faults.FATAL for s in local) == 3
-    assert chaos.with_chaos(_cfg()).fault == first and chaos.with_chaos(_cfg()).chaos is None
+    assert chaos.with_chaos(_cfg()).faults.fault == first and chaos.with_chaos(_cfg()).faults.chaos is None
 
 
 def test_chaos_refuses_kinds_the_run_cannot_take() -> None:

@@ -8,6 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from lsgd.method_options import OPTIONS
 import torch
 
 from lsgd.data import text as texts
@@ -269,7 +271,8 @@ def test_every_method_trains_the_language_model(method: str, options: list[str],
         pytest.skip("MATCHA's budget needs cvxpy (pip install 'lsgd[matcha]')")
     out = tmp_path / "run"
     code = main(["train", "--dataset", "text", "--data-dir", str(_text_file(tmp_path)), *TINY,
-                 "--method", method, "--workers", "4", "--backend", "threads", "--period", "4",
+                 "--method", method, "--workers", "4", "--backend", "threads",
+                 *(["--period", "4"] if "period" in OPTIONS[method].__dataclass_fields__ else []),
                  "--steps", "24", "--eval-every", "24", "--lr", "0.003", *options,
                  "--out", str(out)])
     assert code == 0

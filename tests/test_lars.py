@@ -546,8 +546,8 @@ def test_trust_coefficient_default_is_lars_eta() -> None:
 
     from lsgd.train.config import TrainConfig
 
-    assert TrainConfig().trust_coefficient == inspect.signature(LARS).parameters["eta"].default
-    assert TrainConfig().trust_coefficient == 0.001
+    assert TrainConfig().optim.trust_coefficient == inspect.signature(LARS).parameters["eta"].default
+    assert TrainConfig().optim.trust_coefficient == 0.001
 
 
 def test_cli_trust_coefficient_dry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -225,5 +225,5 @@ def test_a_bad_pull_decay_rounds_is_refused_naming_it(value: Any) -> None:
 
 
 def test_lsgd_train_passes_the_flag_to_the_strategy() -> None:
-    assert knobs_from_config(TrainConfig(pull_decay_rounds=7))["pull_decay_rounds"] == 7
-    assert TrainConfig().pull_decay_rounds == 0
+    assert knobs_from_config(TrainConfig.of(pull_decay_rounds=7))["pull_decay_rounds"] == 7
+    assert TrainConfig().options.pull_decay_rounds == 0

@@ -161,7 +161,7 @@ def test_an_existing_run_is_never_overwritten(tmp_path: Path) -> None:
 def test_budget_defaults_to_one_epoch() -> None:
     assert TrainConfig().budgets() == {"epochs": 1.0}
     assert make_config({"minutes": 2}).budgets() == {"minutes": 2}
-    assert not math.isnan(TrainConfig().lr)
+    assert not math.isnan(TrainConfig().optim.lr)
 
 
 @pytest.mark.parametrize("method", ["dpsgd", "matcha", "al-dsgd"])

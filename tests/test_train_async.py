@@ -65,7 +65,7 @@ def test_a_resumed_async_run_ends_exactly_where_an_uninterrupted_one_does(tmp_pa
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--method", "allreduce", "--async"], "--async works with --method lsgd, easgd, local-sgd"),
+    (["--method", "allreduce", "--async"], "--async: an option of --method lsgd or easgd or local-sgd, not of allreduce"),
     (["--straggle", "4:2"], "--straggle '4:2': give RANK:FACTOR with a rank in [0, 4)"),
     (["--straggle", "1:0.5"], "a factor >= 1"),
     (["--straggle", "one"], "e.g. 3:2.5"),
@@ -81,8 +81,8 @@ def test_async_is_accepted_in_toml_under_either_name(tmp_path: Path) -> None:
     config.write_text('async = true\nstraggle = ["2:1.5"]\nmethod = "easgd"\n')
     settings = read_toml(config)
     cfg = make_config(settings)
-    assert cfg.asynchronous and cfg.straggler_factors() == {2: 1.5}
-    assert make_config(read_toml(_saved(tmp_path, cfg))).asynchronous
+    assert cfg.options.asynchronous and cfg.straggler_factors() == {2: 1.5}
+    assert make_config(read_toml(_saved(tmp_path, cfg))).options.asynchronous
 
 
 def _saved(tmp: Path, cfg) -> Path:

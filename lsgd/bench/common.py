@@ -147,7 +147,8 @@ class MissingRecord(Exception):
 def train(run: Path, reuse: bool | str = False, **settings: Any) -> dict[str, Any]:
     """``lsgd train`` in this process with ``settings`` (quiet, into a fresh ``run``);
     its summary, with the metrics rows under ``"rows"``. The run folder is then cut
-    down to its record (:data:`RECORD_FILES`).
+    down to its record (:data:`RECORD_FILES`). An option of another method is left out
+    (a study gives every method of a table the same settings).
 
     With ``reuse``, a finished run already in ``run`` with the same settings
     (see :func:`finished`) is read back instead of trained again; with
@@ -155,10 +156,11 @@ def train(run: Path, reuse: bool | str = False, **settings: Any) -> dict[str, An
     instead of training.
     """
     from lsgd.train import runner
+    from lsgd.names import METHODS
     from lsgd.train.config import make_config
     from lsgd.train.outputs import read_csv
 
-    cfg = make_config({"out": str(run), "quiet": True, **settings})
+    cfg = make_config({"out": str(run), "quiet": True, **settings}, siblings=METHODS)
     if reuse and (done := finished(run, cfg.to_toml())) is not None:
         return done | {"rows": read_csv(run / "metrics.csv"), "run": str(run), "reused": True}
     if reuse == "only":
@@ -192,7 +194,8 @@ def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
     """
     import tomllib
 
-    from lsgd.train.config import REMOVED, TrainConfig
+    from lsgd.method_options import OPTIONS
+    from lsgd.train.config import REMOVED, defaults_of, from_legacy
 
     summary, saved = run / "summary.json", run / "config.toml"
     if not (summary.is_file() and saved.is_file() and (run / "metrics.csv").is_file()):
@@ -202,9 +205,12 @@ def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
         done = json.loads(summary.read_text())
     except (OSError, ValueError):
         return None
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    method = str(wanted.get("method"))
+    defaults = defaults_of(method if method in OPTIONS else "lsgd")
+    stored = from_legacy(stored, method)
     defaults |= {name: default for name, (default, _) in REMOVED.items()}
-    for key in (stored.keys() | wanted.keys()) - {"out", "quiet", "device"}:  # where, not what
+    # another method's options (an older run's config.toml held them all) cannot matter
+    for key in (stored.keys() | wanted.keys()) & defaults.keys() - {"out", "quiet", "device"}:
         default = defaults.get(key)
         if isinstance(default, tuple):
             default = list(default)

@@ -136,8 +136,8 @@ class _TorchftDiLoCo:
         self.parts, self.steps = _fragments(model, settings["fragments"]), 0
         self.fragment_bytes = [sum(p.numel() * p.element_size() for p in part.parameters())
                                for part in self.parts]
-        outers = [torch.optim.SGD(part.parameters(), lr=loop.cfg.outer_lr, nesterov=True,
-                                  momentum=loop.cfg.outer_momentum) for part in self.parts]
+        outers = [torch.optim.SGD(part.parameters(), lr=loop.cfg.options.outer_lr, nesterov=True,
+                                  momentum=loop.cfg.options.outer_momentum) for part in self.parts]
         self.lighthouse = (LighthouseServer(bind=f"[::]:{LIGHTHOUSE_PORT}",
                                             min_replicas=self.world_size)
                            if self.rank == 0 else None)

@@ -67,8 +67,8 @@ def make_task(cfg: TrainConfig, device: torch.device, data: Any = None) -> Task:
     try:
         return build_task(data, dataset=cfg.dataset, model=cfg.model,
                           batch_size=cfg.batch_size, workers=cfg.workers, seed=cfg.seed,
-                          augment=cfg.augment, context=cfg.context, layers=cfg.layers,
-                          width=cfg.width, heads=cfg.heads, eval_tokens=cfg.eval_tokens,
+                          augment=cfg.augment, context=cfg.language.context, layers=cfg.language.layers,
+                          width=cfg.language.width, heads=cfg.language.heads, eval_tokens=cfg.language.eval_tokens,
                           device=device)
     except ValueError as error:
         if str(error).startswith("--"):  # it names its option
@@ -94,28 +94,28 @@ def make_schedule(cfg: TrainConfig, optimizer: torch.optim.Optimizer,
     budget = cfg.budgets()
     horizon = min(budget.get("epochs", math.inf),
                   budget.get("steps", math.inf) / steps_per_epoch)
-    return Schedule(optimizer, cfg.schedule, cfg.drops, cfg.drop_factor, cfg.patience,
-                    cfg.warmup_epochs, horizon_epochs=horizon,
+    return Schedule(optimizer, cfg.optim.schedule, cfg.optim.drops, cfg.optim.drop_factor, cfg.optim.patience,
+                    cfg.optim.warmup_epochs, horizon_epochs=horizon,
                     horizon_minutes=budget.get("minutes", math.inf))
 
 
 def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     params = model.parameters()
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
-                               nesterov=cfg.nesterov and cfg.momentum > 0,
-                               weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "muon":
+    if cfg.optim.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.optim.lr, momentum=cfg.optim.momentum,
+                               nesterov=cfg.optim.nesterov and cfg.optim.momentum > 0,
+                               weight_decay=cfg.optim.weight_decay)
+    if cfg.optim.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+    if cfg.optim.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+    if cfg.optim.optimizer == "muon":
         from lsgd.optim.muon import MuonAdamW
 
-        return MuonAdamW(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return lsgd.LARS(lsgd.lars_param_groups(model, cfg.weight_decay), lr=cfg.lr,
-                     momentum=cfg.momentum, nesterov=cfg.nesterov and cfg.momentum > 0,
-                     eta=cfg.trust_coefficient)
+        return MuonAdamW(model, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+    return lsgd.LARS(lsgd.lars_param_groups(model, cfg.optim.weight_decay), lr=cfg.optim.lr,
+                     momentum=cfg.optim.momentum, nesterov=cfg.optim.nesterov and cfg.optim.momentum > 0,
+                     eta=cfg.optim.trust_coefficient)
 
 
 def knobs_from_config(cfg: TrainConfig, groups: int = 0) -> dict[str, Any]:
@@ -238,8 +238,8 @@ def _check_language(cfg: TrainConfig, read_data: bool) -> list[str]:
                          "run reads no data)")
     try:
         with torch.device("meta"):
-            build_language_model(cfg.model, 256, cfg.context, cfg.layers, cfg.width,
-                                 cfg.heads)
+            build_language_model(cfg.model, 256, cfg.language.context, cfg.language.layers, cfg.language.width,
+                                 cfg.language.heads)
     except ImportError as error:
         raise UsageError(f"--model {cfg.model}: {error}") from error
     except ValueError as error:

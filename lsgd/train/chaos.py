@@ -30,28 +30,28 @@ DEFAULT_MINUTES = 10.0
 
 def kinds_of(cfg: Any) -> list[str]:
     """``--chaos-kinds`` as a list."""
-    return [k.strip() for k in str(cfg.chaos_kinds).split(",") if k.strip()]
+    return [k.strip() for k in str(cfg.faults.chaos_kinds).split(",") if k.strip()]
 
 
 def errors(cfg: Any) -> list[str]:
     """What is wrong with the --chaos settings for this run (one line each, with the fix)."""
-    if cfg.chaos is None:
+    if cfg.faults.chaos is None:
         return []
     found = []
     kinds = kinds_of(cfg)
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds:
-        found.append(f"--chaos-kinds {cfg.chaos_kinds!r}: choose among {', '.join(KINDS)}, "
+        found.append(f"--chaos-kinds {cfg.faults.chaos_kinds!r}: choose among {', '.join(KINDS)}, "
                      "comma-separated")
-    if not cfg.chaos_mtbf > 0:
-        found.append(f"--chaos-mtbf {cfg.chaos_mtbf}: give the mean seconds between faults, "
+    if not cfg.faults.chaos_mtbf > 0:
+        found.append(f"--chaos-mtbf {cfg.faults.chaos_mtbf}: give the mean seconds between faults, "
                      "above 0 (e.g. 30)")
-    if cfg.chaos < 0:
-        found.append(f"--chaos {cfg.chaos}: give a seed of 0 or more")
+    if cfg.faults.chaos < 0:
+        found.append(f"--chaos {cfg.faults.chaos}: give a seed of 0 or more")
     if found:
         return found
     for kind in kinds:  # each kind's fit to this run, said once
-        problems = config_errors(dataclasses.replace(cfg, fault=[_example(kind, cfg)]))
+        problems = config_errors(cfg.but(fault=[_example(kind, cfg)]))
         found += [f"--chaos-kinds {kind}: " + p.split(": ", 1)[1] for p in problems]
     return found
 
@@ -74,7 +74,7 @@ def draw(cfg: Any, count: int | None = None) -> list[str]:
     """The ``--fault`` items of ``--chaos`` for ``cfg`` (validated by :func:`errors`);
     with ``count``, exactly that many, at times drawn uniformly over the horizon (the
     Poisson process given its number of faults)."""
-    rng = random.Random(cfg.chaos)
+    rng = random.Random(cfg.faults.chaos)
     kinds = kinds_of(cfg)
     horizon = 60.0 * (cfg.minutes or DEFAULT_MINUTES)
     if count is not None:
@@ -88,7 +88,7 @@ def draw(cfg: Any, count: int | None = None) -> list[str]:
     second = 0.0
     while True:
         if count is None:
-            second += rng.expovariate(1.0 / cfg.chaos_mtbf)
+            second += rng.expovariate(1.0 / cfg.faults.chaos_mtbf)
         else:
             second = next(times, horizon)
         if second >= horizon:
@@ -100,7 +100,7 @@ def draw(cfg: Any, count: int | None = None) -> list[str]:
             node, rank = 0, 0
         if kind in FATAL:
             key = node if separate else 0
-            if fatal.get(key, 0) >= cfg.restarts:
+            if fatal.get(key, 0) >= cfg.faults.restarts:
                 others = [k for k in kinds if k not in FATAL]
                 if not others:
                     continue
@@ -125,6 +125,6 @@ def draw(cfg: Any, count: int | None = None) -> list[str]:
 
 def with_chaos(cfg: Any) -> Any:
     """``cfg`` with its ``--chaos`` schedule drawn into ``fault`` (and ``chaos`` cleared)."""
-    if cfg.chaos is None:
+    if cfg.faults.chaos is None:
         return cfg
-    return dataclasses.replace(cfg, fault=[*cfg.fault, *draw(cfg)], chaos=None)
+    return cfg.but(fault=[*cfg.faults.fault, *draw(cfg)], chaos=None)

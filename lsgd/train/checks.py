@@ -50,12 +50,12 @@ def config_errors(cfg: Any) -> list[str]:
     choices, each a line naming the option, the value and what to give instead."""
     errors: list[str] = []
     for name in POSITIVE_INTS:
-        value = getattr(cfg, name)
+        value = cfg.setting(name)
         if value is not None and not 1 <= value <= count_limit(name):
             errors.append(f"--{flag(name)} must be a positive integer of at most "
                           f"{count_limit(name)}, got {value}")
     for name in NON_NEGATIVE_INTS:
-        value = getattr(cfg, name)
+        value = cfg.setting(name)
         if not 0 <= value <= count_limit(name):
             errors.append(f"--{flag(name)} must be an integer in [0, {count_limit(name)}], "
                           f"got {value}")
@@ -68,20 +68,20 @@ def config_errors(cfg: Any) -> list[str]:
         errors.append("--hierarchical averages inside each group before across them, but "
                       "with --replica node a group's workers are one replica: drop one")
     for name, bounds in RANGES.items():
-        value = getattr(cfg, name)
+        value = cfg.setting(name)
         if value is not None and not within(value, *bounds):
             errors.append(f"--{flag(name)} must be {range_text(*bounds)}, got {value}")
     at_or_after_start = (0, math.inf, True, False)
-    bad_drops = [d for d in cfg.drops if not within(d, *at_or_after_start)]
+    bad_drops = [d for d in cfg.optim.drops if not within(d, *at_or_after_start)]
     if bad_drops:
         errors.append(f"--drops {' '.join(f'{d:g}' for d in bad_drops)}: every drop must be "
                       f"{range_text(*at_or_after_start)} (epochs or minutes)")
     if o("global_period") and o("period", 0) >= 1 and o("global_period") % o("period"):
         errors.append(f"--global-period {o('global_period')} must be a multiple of "
                       f"--period {o('period')}")
-    errors += eval_every_errors(str(cfg.eval_every).strip())
-    if cfg.schedule in ("step", "minutes") and not cfg.drops:
-        errors.append(f"--schedule {cfg.schedule} needs --drops (e.g. --drops 30 60)")
+    errors += eval_every_errors(str(cfg.evaluation.eval_every).strip())
+    if cfg.optim.schedule in ("step", "minutes") and not cfg.optim.drops:
+        errors.append(f"--schedule {cfg.optim.schedule} needs --drops (e.g. --drops 30 60)")
     if o("mixing_weight", "auto") not in ("auto", "max-degree") and not within(
             as_float(o("mixing_weight")), 0, 1, False, True):
         errors.append(f"--mixing-weight {o('mixing_weight')!r}: give auto, max-degree "
@@ -94,9 +94,9 @@ def config_errors(cfg: Any) -> list[str]:
             errors.append(f"--bn-buffers {o('bn_buffers')}: --method {cfg.method} takes "
                           f"{', '.join(allowed)}")
     needs = OPTIONS[cfg.method].requires if cfg.method in OPTIONS else {}
-    wrong = {name: value for name, value in needs.items() if getattr(cfg, name) != value}
+    wrong = {name: value for name, value in needs.items() if cfg.setting(name) != value}
     if wrong:
-        errors.append(f"{' '.join(f'--{flag(n)} {getattr(cfg, n)}' for n in wrong)}: "
+        errors.append(f"{' '.join(f'--{flag(n)} {cfg.setting(n)}' for n in wrong)}: "
                       f"{cfg.method} needs {' '.join(f'--{flag(n)} {v}' for n, v in needs.items())}"
                       " (leave them out), or use another --method")
     errors += _pipeline_errors(cfg)
@@ -104,8 +104,8 @@ def config_errors(cfg: Any) -> list[str]:
     errors += _task_errors(cfg)
     if cfg.elastic:
         errors += _elastic_errors(cfg)
-    elif (cfg.min_workers != 1 or cfg.join_timeout != 30.0 or cfg.heartbeat_timeout != 2.0
-          or cfg.lighthouse or cfg.slot is not None or cfg.address):
+    elif (cfg.quorum.min_workers != 1 or cfg.quorum.join_timeout != 30.0 or cfg.quorum.heartbeat_timeout != 2.0
+          or cfg.quorum.lighthouse or cfg.quorum.slot is not None or cfg.quorum.address):
         errors.append("--min-workers, --join-timeout, --heartbeat-timeout, --lighthouse, --slot "
                       "and --address are settings of --elastic; add it")
     if cfg.link is not None:
@@ -135,14 +135,14 @@ def _elastic_errors(cfg: Any) -> list[str]:
     elastic = methods_with("supports_elastic")
     if cfg.method not in elastic:
         errors.append(f"--elastic works with --method {', '.join(elastic)}; not {cfg.method}")
-    if (cfg.lighthouse is None) != (cfg.slot is None):
+    if (cfg.quorum.lighthouse is None) != (cfg.quorum.slot is None):
         errors.append("--elastic on separate machines needs both --lighthouse and --slot "
                       "(one torchrun per node, docs/multinode.md); give both or neither")
     nodes = cfg.elastic_nodes()
-    if cfg.slot is not None and not 0 <= cfg.slot < nodes:
-        errors.append(f"--slot {cfg.slot}: give a node number in [0, {nodes})")
-    if cfg.min_workers > nodes:
-        errors.append(f"--min-workers {cfg.min_workers}: at most the {nodes} nodes")
+    if cfg.quorum.slot is not None and not 0 <= cfg.quorum.slot < nodes:
+        errors.append(f"--slot {cfg.quorum.slot}: give a node number in [0, {nodes})")
+    if cfg.quorum.min_workers > nodes:
+        errors.append(f"--min-workers {cfg.quorum.min_workers}: at most the {nodes} nodes")
     o = cfg.option
     overlap, fragments, period = o("overlap", 0), o("fragments", 1), o("period", 0)
     hidden = [flag_ for flag_, given in (("--overlap", overlap != 0), ("--fragments",
@@ -157,11 +157,11 @@ def _elastic_errors(cfg: Any) -> list[str]:
                       f"{period // max(1, fragments)}")
     unsupported = [flag_ for flag_, given in (
         ("--async", o("asynchronous")), ("--election early", o("election") == "early"),
-        ("--checkpoint-every", cfg.checkpoint_every), ("--resume", cfg.resume),
+        ("--checkpoint-every", cfg.faults.checkpoint_every), ("--resume", cfg.resume),
         ("--backend threads", cfg.backend == "threads"),
         ("--init independent", o("init", "broadcast") != "broadcast"),
         ("--straggle", cfg.straggle),
-        ("--target", cfg.target is not None))
+        ("--target", cfg.evaluation.target is not None))
         if given]
     if unsupported:
         errors.append(f"--elastic runs synchronous rounds from a fresh start, in "
@@ -184,20 +184,20 @@ def _task_errors(cfg: Any) -> list[str]:
         errors.append(f"--model {cfg.model} is a language model; train it on --dataset "
                       f"{' or '.join(TEXT_DATASETS)} (and --data-dir for text)")
     if not text:
-        given = [f"--{flag(name)} {getattr(cfg, name)}" for name, default in MODEL_SIZES.items()
-                 if getattr(cfg, name) != default]
+        given = [f"--{flag(name)} {cfg.setting(name)}" for name, default in MODEL_SIZES.items()
+                 if cfg.setting(name) != default]
         if given:
             errors.append(f"{', '.join(given)}: size a language model (--model gpt or "
                           f"hf-gpt2 on a text dataset); {cfg.model} has its own shape")
-    elif cfg.heads >= 1 and cfg.width >= 1 and cfg.width % cfg.heads:
-        errors.append(f"--heads {cfg.heads} must divide --width {cfg.width} (each head takes "
+    elif cfg.language.heads >= 1 and cfg.language.width >= 1 and cfg.language.width % cfg.language.heads:
+        errors.append(f"--heads {cfg.language.heads} must divide --width {cfg.language.width} (each head takes "
                       "width / heads channels)")
     if text and cfg.augment not in ("auto", "none"):
         errors.append(f"--augment {cfg.augment}: augmentation is for images; drop it for "
                       f"--dataset {cfg.dataset}")
     headline = from_dataset(cfg.dataset)
-    if cfg.target is not None and not headline.target_ok(cfg.target):
-        errors.append(f"--target {cfg.target}: {headline.target_text}")
+    if cfg.evaluation.target is not None and not headline.target_ok(cfg.evaluation.target):
+        errors.append(f"--target {cfg.evaluation.target}: {headline.target_text}")
     return errors
 
 

@@ -52,11 +52,11 @@ class Pace:
         assert every > 0, "validated: a zero interval would never move past the next evaluation"
         self.eval_kind, self.eval_every = kind, every
         self.uses_clock = (math.isfinite(self.max_seconds) or kind == "seconds"
-                           or cfg.schedule == "minutes")
+                           or cfg.optim.schedule == "minutes")
         self.shared_seconds = 0.0  # rank 0's training clock, as last broadcast
         self.shared_steps = 0.0  # steps per worker all agree on (async: the mean)
         self.next_eval = every
-        self.next_checkpoint = cfg.checkpoint_every
+        self.next_checkpoint = cfg.faults.checkpoint_every
         self.next_clock_sync = 1  # the step after which rank 0's clock is next broadcast
 
     @property
@@ -99,10 +99,10 @@ class Pace:
         if evaluate:
             while self.next_eval <= position:
                 self.next_eval += self.eval_every
-        save = bool(self.cfg.checkpoint_every) and self.shared_steps >= self.next_checkpoint
+        save = bool(self.cfg.faults.checkpoint_every) and self.shared_steps >= self.next_checkpoint
         if save:
             while self.next_checkpoint <= self.shared_steps:
-                self.next_checkpoint += self.cfg.checkpoint_every
+                self.next_checkpoint += self.cfg.faults.checkpoint_every
         return evaluate, save and not stop, stop
 
     def state_dict(self) -> dict[str, Any]:

@@ -32,10 +32,15 @@ def add_train_parser(subparsers: Any) -> None:
         argument_default=argparse.SUPPRESS,
     )
     parser.add_argument("--config", help="TOML file with settings (keys as the long options)")
-    hints = typing.get_type_hints(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
-        if f.metadata.get("cli", True):
-            _add_flag(parser, f, hints[f.name], f.default)
+        if f.metadata.get("group"):
+            holder = f.default_factory  # type: ignore[misc]
+            section = parser.add_argument_group(holder.__doc__.split("\n")[0].rstrip("."))
+            hints = typing.get_type_hints(holder)
+            for g in dataclasses.fields(holder):
+                _add_flag(section, g, hints[g.name], g.default)
+        elif f.metadata.get("cli", True):
+            _add_flag(parser, f, typing.get_type_hints(TrainConfig)[f.name], f.default)
     for title, names in _option_groups().items():
         group = parser.add_argument_group(title)
         for name in names:
@@ -100,7 +105,7 @@ def run_train(args: argparse.Namespace) -> int:
 
         return run_comparison(args)
     cfg = resolve(args)
-    if cfg.dry_run:
+    if cfg.output.dry_run:
         return dry_run(cfg)
     launch_from_this_process(cfg)
     check_before_start(cfg)

@@ -63,7 +63,7 @@ def configs(args: argparse.Namespace) -> list[TrainConfig]:
 def run_comparison(args: argparse.Namespace) -> int:
     """Check every method's run, train them one after another, compare them."""
     runs = configs(args)
-    if runs[0].dry_run:
+    if runs[0].output.dry_run:
         return max(dry_run(cfg) for cfg in runs)
     launch_from_this_process(runs[0])
     for cfg in runs:
@@ -134,7 +134,7 @@ def comparison_text(runs: list[TrainConfig], summaries: list[dict[str, Any] | No
              if first.link else f"{first.backend}, no link")
     lines += ["", f"{first.model} on {first.dataset}, {first.workers} workers, {where}; "
               f"time to {show(common)}: training time until the center first reached "
-              f"{headline.common_text} (evaluated every {first.eval_every}); s comm: seconds "
+              f"{headline.common_text} (evaluated every {first.evaluation.eval_every}); s comm: seconds "
               "each worker spent in collectives."]
     return "\n".join(lines)
 

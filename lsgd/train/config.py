@@ -25,10 +25,10 @@ from lsgd.tasks.headline import is_language
 from lsgd.train import tuned
 from lsgd.train.checks import config_errors, option_errors
 from lsgd.train.ranges import EVAL_EVERY, flag
+from lsgd.train.settings import (EvaluationSettings, FaultSettings, LanguageSettings,
+                                 OptimizerSettings, OutputSettings, QuorumSettings, group)
 
 ALIASES = {"async": "asynchronous"}  # TOML keys accepted besides the field names
-OPTIMIZERS = ("sgd", "adam", "adamw", "lars", "muon")
-SCHEDULES = ("constant", "step", "minutes", "plateau", "cosine")
 BACKENDS = ("processes", "threads", "auto")
 DEVICES = ("auto", "cpu", "cuda")
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -57,14 +57,7 @@ class TrainConfig:
     augment: str = _f("auto", "augmentation preset (auto: the papers' choice for the dataset "
                               "and model; none to turn off)")
     # Language models (--dataset kjv or text)
-    context: int = _f(128, "language models: tokens (bytes) a window holds and the model "
-                           "attends over")
-    layers: int = _f(4, "language models: transformer blocks")
-    width: int = _f(128, "language models: width of the residual stream")
-    heads: int = _f(4, "language models: attention heads (divides --width)")
-    eval_tokens: int = _f(65536, "language models: validation bytes predicted at each "
-                                 "evaluation, in windows spread over the validation text "
-                                 "(0: all of it)")
+    language: LanguageSettings = group(LanguageSettings)
     # Workers
     workers: int = _f(4, "number of workers W")
     groups: int = _f(1, "groups (nodes) of workers; several groups make LSGD multi-leader")
@@ -101,96 +94,65 @@ class TrainConfig:
     steps: int | None = _f(None, "local steps per worker (with --async, the workers' mean)")
     minutes: float | None = _f(None, "wall-clock minutes")
     # Inner optimizer
-    optimizer: str = _f("sgd", "inner optimizer of every worker (text: adamw); muon: Muon on "
-                                "the 2-D weights outside embeddings, AdamW on the rest",
-                        choices=OPTIMIZERS)
-    lr: float = _f(0.05, "learning rate (text: 0.001)")
-    momentum: float = _f(0.9, "momentum (SGD, LARS)")
-    nesterov: bool = _f(True, "Nesterov momentum (SGD, LARS)")
-    weight_decay: float = _f(1e-4, "weight decay (text: 0.1)")
-    trust_coefficient: float = _f(0.001, "LARS trust coefficient eta: a layer's local lr is "
-                                         "eta * ||w|| / (||g|| + weight_decay * ||w||) "
-                                         "(1 where ||w|| or ||g|| is 0)")
+    optim: OptimizerSettings = group(OptimizerSettings)
     batch_size: int = _f(128, "batch size per worker: images, or text windows (text: 16)")
     # Learning-rate schedule
-    schedule: str = _f("constant", "constant; step (drop at --drops epochs); minutes (drop at "
-                                   "--drops minutes); plateau (drop when the center's test loss "
-                                   "stops improving); cosine (from the lr down to a tenth of "
-                                   "it over the budget: --steps, --epochs or --minutes) "
-                                   "(text: cosine)", choices=SCHEDULES)
-    drops: list[float] = _f((), "epochs or minutes at which the lr is multiplied by --drop-factor")
-    drop_factor: float = _f(0.1, "factor of each drop")
-    patience: int = _f(3, "plateau: evaluations without improvement before a drop")
-    warmup_epochs: float = _f(0.0, "linear warm-up from 0 over this many epochs (text: 0.1)")
     # The method's own options (lsgd.method_options), by their flags
     options: Any = _f(None, "the method's options: lsgd.method_options.OPTIONS[method], "
                             "given on the command line by their own flags", cli=False)
     # Evaluation and output
-    eval_every: str = _f("auto", "evaluate every N steps, or every Ns seconds (e.g. 30s); "
-                                 "auto: 10 times per run")
-    eval_leader: bool = _f(True, "also test the leader at each evaluation (one more broadcast "
-                                 "of its state, and one more pass over the test set)")
-    eval_workers: bool = _f(False, "also evaluate every worker's own model (columns "
-                                   "workerR_accuracy and workerR_loss)")
-    bn_recalibrate: int = _f(0, "refresh the center's BatchNorm statistics with N batches")
-    target: float | None = _f(None, "stop once the center reaches this at an evaluation: a "
-                                    "test accuracy in (0, 1] for images, a validation loss "
-                                    "in nats per byte for text (summary.json says when)")
-    checkpoint_every: int = _f(0, "steps between checkpoints (0: only at the end); the last "
-                                  "two are kept")
-    restarts: int = _f(0, "restart the workers up to N times after a failure (a worker "
-                          "killed, a node lost), from the latest checkpoint; under torchrun "
-                          "use its --max-restarts instead")
+    evaluation: EvaluationSettings = group(EvaluationSettings)
+    faults: FaultSettings = group(FaultSettings)
     elastic: bool = _f(False, "keep training when workers fail (torchft, pip install "
                               "'lsgd[torchft]'): the others go on without a restart, and a "
                               "worker started again (--restarts) rejoins from a live one; "
                               "lsgd, diloco, local-sgd and easgd; nodes: --groups, or one "
                               "per worker")
-    min_workers: int = _f(1, "--elastic: rounds with fewer nodes are not committed")
-    join_timeout: float = _f(30.0, "--elastic: seconds a round waits for a live worker that has "
-                                   "not come to it (a slow or hung one) before going on without")
-    heartbeat_timeout: float = _f(2.0, "--elastic: seconds without a heartbeat after which a "
-                                       "worker is left out of the rounds (dead); a restarted "
-                                       "one that beats again within them is waited for")
-    lighthouse: str | None = _f(None, "--elastic under torchrun, one per node: the torchft "
-                                      "lighthouse's address, http://HOST:29510")
-    slot: int | None = _f(None, "--elastic under torchrun: this node's number, 0 .. nodes - 1 "
-                                "(kept across restarts)")
-    address: str | None = _f(None, "--elastic under torchrun: this node's address, which its "
-                                   "servers advertise to the others (default: its hostname)")
-    fault: list[str] = _f((), "inject a fault, once per run (repeatable): kill:RANK:STEP, "
-                              "nan:RANK:STEP, segv:RANK:STEP, stop:RANK:STEP:SECONDS, "
-                              "kill-node:NODE:STEP, corrupt-checkpoint:STEP, "
-                              "link-down:NODE:SECOND:SECONDS, slow:NODE:SECOND:RATE:SECONDS "
-                              "(STEP may be @SECOND); logged in faults.csv")
-    chaos: int | None = _f(None, "draw a reproducible fault schedule from this seed "
-                                 "(--chaos-mtbf, --chaos-kinds), added to --fault")
-    chaos_mtbf: float = _f(30.0, "--chaos: mean seconds between faults")
-    chaos_kinds: str = _f("kill,segv,stop,kill-node,link-down,slow",
-                          "--chaos: the kinds drawn, comma-separated")
+    quorum: QuorumSettings = group(QuorumSettings)
     out: str | None = _f(None, "run folder (default runs/METHOD-DATASET-Ww)")
     resume: str | None = _f(None, "continue the run in this folder where it stopped")
     seed: int = _f(0, "random seed")
-    quiet: bool = _f(False, "no progress bar, no line per evaluation")
-    dry_run: bool = _f(False, "check and print the resolved settings, then exit without "
-                              "loading data or training")
-    tensorboard: bool = _f(False, "also log to TensorBoard in the run folder")
+    output: OutputSettings = group(OutputSettings)
 
     def __post_init__(self) -> None:
-        """Every value as its field's type (see :func:`conform`), or ``ValueError`` listing
-        the values of a wrong type; no ``options``: the method's defaults."""
+        """Every value as its setting's type (see :func:`conform`), or ``ValueError``
+        listing the values of a wrong type; no ``options``: the method's defaults."""
         errors: list[str] = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
+        for holder, f in _flat_fields(self):
+            value = getattr(holder, f.name)
             try:
-                setattr(self, f.name, conform(f.name, value))
+                setattr(holder, f.name, conform(f.name, value))
             except TypeError as expected:
                 errors.append(f"--{flag(f.name)} {value!r}: expected {expected}")
         if errors:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
-        self.fault = [str(v) for v in self.fault]
+        self.faults.fault = [str(v) for v in self.faults.fault]
         if self.options is None and self.method in OPTIONS:
             self.options = OPTIONS[self.method]()
+
+    @classmethod
+    def of(cls, **settings: Any) -> TrainConfig:
+        """A config from settings by their flat names (``lr``, ``period``): the run's,
+        its groups' and the method's options (unchecked: :func:`make_config` checks)."""
+        top = {name: value for name, value in settings.items() if GROUP_OF.get(name, "") is None}
+        for name, holder in GROUPS.items():
+            top[name] = holder(**{k: v for k, v in settings.items() if GROUP_OF.get(k) == name})
+        cfg = cls(**top)
+        given = {k: v for k, v in settings.items() if k not in GROUP_OF}
+        if given and cfg.method in OPTIONS:
+            cfg.options = OPTIONS[cfg.method](**given)
+        return cfg
+
+    def but(self, **changes: Any) -> TrainConfig:
+        """A copy with the settings ``changes`` (by flat name), unchecked."""
+        return TrainConfig.of(**(self.settings() | changes))
+
+    def setting(self, name: str, default: Any = None) -> Any:
+        """The setting ``name`` by its flat name: the run's, a group's or the method's."""
+        if name in GROUP_OF:
+            holder = self if GROUP_OF[name] is None else getattr(self, GROUP_OF[name])
+            return getattr(holder, name)
+        return self.option(name, default)
 
     def option(self, name: str, default: Any = None) -> Any:
         """The method's option ``name``, or ``default`` if the method has none of that name."""
@@ -210,7 +172,7 @@ class TrainConfig:
 
     def eval_interval(self) -> tuple[str, float]:
         """``("steps", N)``, ``("seconds", S)`` or ``("auto", 0)`` (validated: N, S > 0)."""
-        text = str(self.eval_every).strip()
+        text = str(self.evaluation.eval_every).strip()
         if text == "auto":
             return ("auto", 0.0)
         match = re.fullmatch(EVAL_EVERY, text)
@@ -237,10 +199,10 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` listing every bad value at once (:mod:`lsgd.train.checks`)."""
-        errors = [f"--{flag(f.name)} {getattr(self, f.name)!r}: choose one of "
-                  f"{', '.join(f.metadata['choices'])}" for f in dataclasses.fields(self)
-                  if f.metadata.get("choices") and getattr(self, f.name) is not None and
-                  getattr(self, f.name) not in f.metadata["choices"]]
+        errors = [f"--{flag(f.name)} {getattr(holder, f.name)!r}: choose one of "
+                  f"{', '.join(f.metadata['choices'])}" for holder, f in _flat_fields(self)
+                  if f.metadata.get("choices") and getattr(holder, f.name) is not None and
+                  getattr(holder, f.name) not in f.metadata["choices"]]
         errors += option_errors(self.method, self.options) + config_errors(self)
         if errors:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
@@ -259,8 +221,7 @@ class TrainConfig:
     # -- TOML ----------------------------------------------------------------
     def settings(self) -> dict[str, Any]:
         """Every setting by name, the method's options among them (as a TOML file holds them)."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                  if f.name != "options"}
+        values = {f.name: getattr(holder, f.name) for holder, f in _flat_fields(self)}
         return values | ({f.name: getattr(self.options, f.name)
                           for f in dataclasses.fields(self.options)} if self.options else {})
 
@@ -273,9 +234,50 @@ class TrainConfig:
         return text + "".join(line + "\n" for line in unset)
 
 
-#: Every setting's type: the run's fields, and each option as its first method declares it.
+#: The groups of settings, by their field of :class:`TrainConfig`.
+GROUPS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(TrainConfig)
+                           if f.metadata.get("group")}  # type: ignore[misc]
+#: The run's settings by flat name: the group that holds each (None: TrainConfig itself).
+GROUP_OF: dict[str, str | None] = {
+    **{f.name: None for f in dataclasses.fields(TrainConfig)
+       if f.name != "options" and not f.metadata.get("group")},
+    **{f.name: name for name, holder in GROUPS.items() for f in dataclasses.fields(holder)}}
+
+
+def _flat_fields(cfg: TrainConfig) -> list[tuple[Any, dataclasses.Field[Any]]]:
+    """Every run setting of ``cfg`` as (the object holding it, its field)."""
+    return [(cfg if name is None else getattr(cfg, name), f)
+            for name, holder in [(None, cfg), *((n, getattr(cfg, n)) for n in GROUPS)]
+            for f in dataclasses.fields(holder)
+            if name is not None or (f.name != "options" and not f.metadata.get("group"))]
+
+
+#: Options whose value, in a config.toml written before each method declared its options
+#: (one holding every method's), meant "the method's own default".
+LEGACY_DEFAULTS = {"compress": "none", "error_feedback": False}
+
+
+def from_legacy(settings: dict[str, Any], method: str) -> dict[str, Any]:
+    """The settings of a TOML file as they were meant: in an older run's file (it holds
+    options ``method`` does not take) a :data:`LEGACY_DEFAULTS` value is left out, so
+    the method's own default applies, as it did when the run was trained."""
+    takes = {f.name for f in dataclasses.fields(OPTIONS[method])} if method in OPTIONS else set()
+    if all(name in takes or name in GROUP_OF for name in settings):
+        return settings
+    return {name: value for name, value in settings.items()
+            if not (name in takes and LEGACY_DEFAULTS.get(name, ...) == value)}
+
+
+def defaults_of(method: str) -> dict[str, Any]:
+    """Every setting's default by flat name: the run's, and ``method``'s options."""
+    cfg = TrainConfig(method=method)
+    return cfg.settings() | {f.name: f.default for _, f in _flat_fields(cfg)}
+
+
+#: Every setting's type: the run's, and each option as the first method declares it.
 _HINTS = {name: typing.get_type_hints(OPTIONS[found[0][0]])[name]
-          for name, found in declarations().items()} | typing.get_type_hints(TrainConfig)
+          for name, found in declarations().items()} | typing.get_type_hints(TrainConfig) | {
+    k: v for holder in GROUPS.values() for k, v in typing.get_type_hints(holder).items()}
 
 
 def conform(name: str, value: Any) -> Any:
@@ -334,7 +336,7 @@ def make_config(settings: dict[str, Any], siblings: tuple[str, ...] = (),
         settings = chosen | settings
     run = {name: value for name, value in settings.items() if name in RUN_FIELDS}
     given = {name: value for name, value in settings.items() if name not in RUN_FIELDS}
-    cfg = TrainConfig(**run)
+    cfg = TrainConfig.of(**run)
     if method in OPTIONS:
         cls = OPTIONS[method]
         takes = {f.name for f in dataclasses.fields(cls)}
@@ -384,7 +386,7 @@ def _hashable(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-#: The run's own settings (every field but the method's options).
-RUN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig) if f.name != "options")
+#: The run's own settings (every one but the method's options), by flat name.
+RUN_FIELDS = frozenset(GROUP_OF)
 #: Every setting's name: the run's and every method's options.
 SETTING_NAMES = RUN_FIELDS | frozenset(declarations())

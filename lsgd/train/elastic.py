@@ -51,7 +51,7 @@ class ElasticRun(WorkerLoop):
         self.started = time.time() - t0
         comm = ElasticCommunicator(slot, slots, lighthouse=lighthouse, address=address,
                                    per_node=cfg.workers // slots, local_rank=local_rank,
-                                   min_members=cfg.min_workers, timeout=cfg.timeout,
+                                   min_members=cfg.quorum.min_workers, timeout=cfg.timeout,
                                    quorum_timeout=quorum_timeout(cfg),
                                    quorum_log=cfg.out_dir / "logs" / "quorums-{}.csv".format(
                                        slot * (cfg.workers // slots) + local_rank))
@@ -68,7 +68,7 @@ class ElasticRun(WorkerLoop):
         self.writer = False  # the lowest member of the last round writes the files
         self.after_end = False  # restarted after the run had ended (see run)
         self.restarts = 0  # restarts of the last round's members (the attempts they are in)
-        if self.attempt > 0 and cfg.fault:
+        if self.attempt > 0 and cfg.faults.fault:
             faults.answer(cfg.out_dir, f"restart {self.attempt} of worker {self.rank}",
                           rank=self.rank)
 
@@ -83,7 +83,7 @@ class ElasticRun(WorkerLoop):
                 "pace": self.pace.state_dict(), "schedule": self.schedule.state_dict()}
 
     def _take(self, state: dict[str, Any]) -> None:
-        if self.cfg.fault:
+        if self.cfg.faults.fault:
             faults.answer(self.cfg.out_dir, f"heal of worker {self.rank}", rank=self.rank)
         self.healed_seconds = self.train_seconds = float(state["train_seconds"])
         self.rows = list(state["rows"])
@@ -113,7 +113,7 @@ class ElasticRun(WorkerLoop):
         at once (else it would train the whole run again alone, the others gone)."""
         if self.attempt > 0 and self._ended_marker().exists():
             self.after_end = True
-            if self.cfg.fault:
+            if self.cfg.faults.fault:
                 faults.answer(self.cfg.out_dir, f"worker {self.rank} came back after the run "
                               "ended; it ended too", rank=self.rank)
             return self.finish()
@@ -138,7 +138,7 @@ class ElasticRun(WorkerLoop):
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
             return False
         except FileExistsError:
-            if self.cfg.fault:
+            if self.cfg.faults.fault:
                 faults.answer(self.cfg.out_dir, f"worker {self.rank} ended after the others; "
                               "its lone last round left out of the record", rank=self.rank)
             return True
@@ -213,7 +213,7 @@ def quorum_timeout(cfg: TrainConfig) -> float:
     heartbeat timeout) and 10 s more. A quorum whose wait timed out left torchft's
     manager failing every later one at once ("Timeout expired"), and the run never
     stepped again (docs/reliability.md)."""
-    return max(cfg.timeout, cfg.join_timeout + cfg.heartbeat_timeout + 10.0)
+    return max(cfg.timeout, cfg.quorum.join_timeout + cfg.quorum.heartbeat_timeout + 10.0)
 
 
 def elastic_worker(info: Any, slot: int, slots: int, lighthouse: str, cfg: TrainConfig,
@@ -234,9 +234,9 @@ def train_elastic(cfg: TrainConfig, extra_faults: list[tuple[Any, ...]] = (),  #
     nodes = cfg.elastic_nodes()
     records = launch_elastic(elastic_worker, nodes,
                              args=(cfg, started or time.time(), list(extra_faults)),
-                             restarts=cfg.restarts, timeout=cfg.timeout + 3600.0,
-                             join_timeout=cfg.join_timeout,
-                             heartbeat_timeout=cfg.heartbeat_timeout, link=cfg.link,
+                             restarts=cfg.faults.restarts, timeout=cfg.timeout + 3600.0,
+                             join_timeout=cfg.quorum.join_timeout,
+                             heartbeat_timeout=cfg.quorum.heartbeat_timeout, link=cfg.link,
                              per_node=cfg.workers // nodes)
     summaries = [r["summary"] for r in records if r is not None and "summary" in r]
     if not summaries:

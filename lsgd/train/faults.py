@@ -124,9 +124,9 @@ def _number(text: str, least: float) -> float:
 
 
 def config_errors(cfg: Any) -> list[str]:
-    """What is wrong with ``cfg.fault`` for this run (one line each, with the fix)."""
+    """What is wrong with ``cfg.faults.fault`` for this run (one line each, with the fix)."""
     errors: list[str] = []
-    for spec in cfg.fault:
+    for spec in cfg.faults.fault:
         try:
             fault = parse(spec)
         except ValueError as error:
@@ -151,8 +151,8 @@ def _fit_errors(fault: Fault, cfg: Any) -> list[str]:
     if fault.node is not None and fault.node >= nodes:
         return [f"{where}: node {fault.node} is not one of the {nodes} nodes (--groups; "
                 f"0 to {nodes - 1})"]
-    if fault.kind == "corrupt-checkpoint" and (cfg.elastic or not cfg.restarts
-                                               or not cfg.checkpoint_every):
+    if fault.kind == "corrupt-checkpoint" and (cfg.elastic or not cfg.faults.restarts
+                                               or not cfg.faults.checkpoint_every):
         return [f"{where}: a restartable run's checkpoints; give --restarts N and "
                 "--checkpoint-every STEPS (elastic runs keep no checkpoint)"]
     return []

@@ -70,7 +70,7 @@ class WorkerLoop:
         self.schedule = make_schedule(cfg, self.opt, self.steps_per_epoch)
         self.generator = seed_worker(cfg, self.rank, attempt if self.reseeds else 0)
         self.pace = Pace(cfg, self.steps_per_epoch, self.strategy, device)
-        self.faults = Faults(cfg.fault, self.rank, node_of(self.rank, cfg), cfg.out_dir,
+        self.faults = Faults(cfg.faults.fault, self.rank, node_of(self.rank, cfg), cfg.out_dir,
                              checkpoints=checkpoint_folder(cfg.out_dir))  # --fault
         # With a modeled link the simulator's clock is the time axis: seconds of measured
         # compute (or --step-seconds per step) plus modeled transfers and waits.
@@ -108,8 +108,8 @@ class WorkerLoop:
             row = self.evaluation()
             self.record(row)
             # Where the center first reached --target: every worker sees the same rows.
-            if self.cfg.target is not None and self.reached is None and reaches(
-                    self.task.metric, row[self.task.column], self.cfg.target):
+            if self.cfg.evaluation.target is not None and self.reached is None and reaches(
+                    self.task.metric, row[self.task.column], self.cfg.evaluation.target):
                 self.reached = {"time": row["time"], "steps": row["steps"],
                                 "value": row[self.task.column]}
             stop = stop or self.reached is not None
@@ -162,7 +162,7 @@ class WorkerLoop:
         self.loss_count += finite
         self.strategy.step(loss)  # an elastic run's rounds may evaluate in there
         self.steps = self.strategy.steps  # one more, or the run's step after a heal
-        if self.cfg.fault:
+        if self.cfg.faults.fault:
             self.faults.note_resets(self.strategy.resets, self.steps)
         self.data_seconds += t1 - t0
         self.train_seconds += self.clock() - c0
@@ -187,10 +187,10 @@ class WorkerLoop:
         with self.comm.category("eval"):
             center = self.strategy.center()
             leader = self.leader_model(report.leader_rank)
-        if cfg.bn_recalibrate:  # the same fixed batches on every worker
+        if cfg.evaluation.bn_recalibrate:  # the same fixed batches on every worker
             fixed = torch.Generator().manual_seed(cfg.seed)
             recalibrate_bn(center, [task.train_batch(0, self.world, 0, i, fixed)[0] for i in
-                                    range(min(cfg.bn_recalibrate, self.steps_per_epoch))])
+                                    range(min(cfg.evaluation.bn_recalibrate, self.steps_per_epoch))])
         part, parts = members.index(self.rank), len(members)
         own = task.evaluate(center, part, parts)
         led = task.evaluate(leader, part, parts) if leader is not None else None
@@ -252,7 +252,7 @@ class WorkerLoop:
             "leader_test_accuracy": none_if_nan(last["leader_accuracy"]),
             "leader_test_loss": none_if_nan(last["leader_loss"]),
             "leader_rank": last["leader_rank"], **self.task.summary(self.rows),
-            "target": cfg.target, "reached_target": self.reached,
+            "target": cfg.evaluation.target, "reached_target": self.reached,
             "steps": steps, "epochs": epochs,
             "wall_seconds": time.perf_counter() - self.start,
             "train_seconds": self.train_seconds,

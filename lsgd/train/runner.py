@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.train.errors import UsageError
-from lsgd.train.config import TrainConfig, make_config
+from lsgd.train.config import TrainConfig, from_legacy, make_config
 from lsgd.train.tomlfile import read_toml
 
 
@@ -63,6 +63,8 @@ def resolve(args: argparse.Namespace, siblings: tuple[str, ...] = ()) -> TrainCo
         settings["out"] = run
     settings.update(from_file)
     settings.update(given)
+    method = str(settings.get("method", TrainConfig.method))
+    settings = from_legacy(settings, method) | given
     try:
         cfg = make_config(settings, siblings, lenient=set(settings) - set(given))
     except (ValueError, TypeError) as error:
@@ -160,7 +162,7 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
             shutdown()
     prepare(cfg, out)
     start = time.time()
-    helper = injector.start(cfg.fault, os.getpid(), out, cfg.link) if cfg.link else None
+    helper = injector.start(cfg.faults.fault, os.getpid(), out, cfg.link) if cfg.link else None
     logs = os.environ.get("LSGD_LOG_DIR")
     os.environ["LSGD_LOG_DIR"] = str(out / "logs")  # the agents' logs (lsgd.launcher)
     try:
@@ -175,7 +177,7 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
         else:
             summary = lsgd.launch(worker.run_worker, cfg.workers, cfg.groups,
                                   args=(cfg, start), timeout=cfg.timeout, link=cfg.link,
-                                  max_restarts=cfg.restarts, replica=cfg.replica)[0]
+                                  max_restarts=cfg.faults.restarts, replica=cfg.replica)[0]
     finally:
         if logs is None:
             os.environ.pop("LSGD_LOG_DIR", None)
@@ -185,7 +187,7 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
             helper.kill()
             helper.wait()
         counts = faults.write_table(out, start)
-    return _count_faults(out, summary, counts) if cfg.fault else summary
+    return _count_faults(out, summary, counts) if cfg.faults.fault else summary
 
 
 def _count_faults(out: Path, summary: dict[str, Any] | None,
@@ -215,10 +217,10 @@ def _elastic_node(cfg: TrainConfig, out: Path) -> dict[str, Any] | None:
         from lsgd.comm.distributed import init_from_env
 
         init_from_env(datetime.timedelta(seconds=cfg.timeout))
-    assert cfg.slot is not None and cfg.lighthouse is not None, "validated"
+    assert cfg.quorum.slot is not None and cfg.quorum.lighthouse is not None, "validated"
     info = lsgd.WorkerInfo(rank=local, world_size=per_node, groups=1)
-    record = elastic_worker(info, cfg.slot, cfg.workers // per_node, cfg.lighthouse, cfg,
-                            time.time(), [], address=cfg.address or socket.gethostname())
+    record = elastic_worker(info, cfg.quorum.slot, cfg.workers // per_node, cfg.quorum.lighthouse, cfg,
+                            time.time(), [], address=cfg.quorum.address or socket.gethostname())
     return record.get("summary")
 
 
@@ -257,11 +259,11 @@ def check_before_start(cfg: TrainConfig) -> None:
 
     worker.preflight(cfg)
     if cfg.elastic:
-        if under_torchrun() and cfg.lighthouse is None:
+        if under_torchrun() and cfg.quorum.lighthouse is None:
             raise UsageError("--elastic under torchrun runs one node's worker: give --slot K and "
                              "--lighthouse http://HOST:29510 (docs/multinode.md); without "
                              "torchrun, lsgd train --elastic starts every worker itself")
-        if not under_torchrun() and cfg.lighthouse is not None:
+        if not under_torchrun() and cfg.quorum.lighthouse is not None:
             raise UsageError("--lighthouse and --slot are for one torchrun per node; without "
                              "torchrun, lsgd train --elastic starts the lighthouse itself")
         if importlib.util.find_spec("torchft") is None:
@@ -356,5 +358,5 @@ def dry_run(cfg: TrainConfig) -> int:
         _check_resumable(cfg)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    print(dataclasses.replace(cfg, dry_run=False).to_toml(), end="")
+    print(cfg.but(dry_run=False).to_toml(), end="")
     return 0

@@ -61,11 +61,11 @@ class Worker(WorkerLoop):
             self._restart_from_scratch()
         self.progress_file = checkpoint.Progress(self.run_dir) if self.rank == 0 else None
         self.tensorboard = (outputs.TensorBoard(self.run_dir) if self.rank == 0
-                            and cfg.tensorboard else None)
-        self.bar = progress.bar(self.pace, disable=self.rank != 0 or cfg.quiet
+                            and cfg.output.tensorboard else None)
+        self.bar = progress.bar(self.pace, disable=self.rank != 0 or cfg.output.quiet
                                 or not sys.stderr.isatty())
         # Without a terminal (a log file, CI) a line per evaluation says how far it is.
-        self.log_lines = self.rank == 0 and not cfg.quiet and self.bar.disable
+        self.log_lines = self.rank == 0 and not cfg.output.quiet and self.bar.disable
 
     def make_strategy(self) -> lsgd.Strategy:
         """The run's strategy (:func:`lsgd.train.build.make_strategy`)."""
@@ -193,7 +193,7 @@ class Worker(WorkerLoop):
     # -- evaluation ----------------------------------------------------------------
     def leader_model(self, leader: int | None) -> nn.Module | None:
         """A copy of the leader's model on every worker (one broadcast), with --eval-leader."""
-        if leader is None or not self.cfg.eval_leader:
+        if leader is None or not self.cfg.evaluation.eval_leader:
             return None
         return model_copy(self.strategy.comm, self.model, leader)
 
@@ -201,7 +201,7 @@ class Worker(WorkerLoop):
         """Collective: the row of the center, the leader (and each worker, with
         --eval-workers), with every worker's own figures in columns of its own."""
         report = self.strategy.report()
-        accuracy = self.task.evaluate(self.model) if self.cfg.eval_workers else None
+        accuracy = self.task.evaluate(self.model) if self.cfg.evaluation.eval_workers else None
         nan = float("nan")
         row, every = self.evaluate(
             accuracy=accuracy.correct / accuracy.count if accuracy is not None else nan,
@@ -217,7 +217,7 @@ class Worker(WorkerLoop):
         row.update({f"worker{r}_{name}": kind(every[name][r]) for r in world for name, kind in (
             ("steps", int), ("rounds", int), ("wait_seconds", float), ("comm_seconds", float),
             ("resets", int))})
-        if self.cfg.eval_workers:
+        if self.cfg.evaluation.eval_workers:
             row.update({f"worker{r}_{name}": float(every[name][r])
                         for r in world for name in ("accuracy", "loss")})
         return row
