@@ -66,6 +66,10 @@ class MethodOptions:
                 out[f.metadata["keyword"] or f.name] = value
         return out
 
+    def layout_errors(self, groups: int) -> list[str]:
+        """What the options cannot do with the run's ``groups`` of workers (none here)."""
+        return []
+
     def given(self) -> dict[str, Any]:
         """The options whose values differ from the declared defaults."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
@@ -193,6 +197,17 @@ class LSGDOptions(AsyncOptions, RoundOptions):
                            "(early); auto: early if hidden or fragmented",
                            choices=("auto", "round", "early"), auto="auto")
     tuned: ClassVar[dict[str, dict[str, Any]]] = {"text": {"lr": 0.002}}
+
+    def layout_errors(self, groups: int) -> list[str]:
+        """With one group LSGD has one level, set by ``pull``, ``scope`` and ``period``: a
+        different ``--*-global`` value is a mistake."""
+        return [f"--{global_.replace('_', '-')} {getattr(self, global_)}: with one group LSGD "
+                f"has a single leader, set by --{plain} {getattr(self, plain)}; drop "
+                f"--{global_.replace('_', '-')}, or use several groups (--groups N, or one "
+                "group per node under torchrun)"
+                for plain, global_ in (("pull", "pull_global"), ("scope", "scope_global"),
+                                       ("period", "global_period"))
+                if groups == 1 and getattr(self, global_) not in (None, getattr(self, plain))]
 
     def knobs(self, seed: int, groups: int) -> dict[str, Any]:
         """With one group LSGD has one level: ``pull``, ``scope`` and ``period`` set it."""

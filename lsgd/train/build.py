@@ -121,7 +121,7 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
 def knobs_from_config(cfg: TrainConfig, groups: int = 0) -> dict[str, Any]:
     """The keyword arguments of ``cfg.method``'s strategy: its options
     (:meth:`lsgd.method_options.MethodOptions.knobs`); with ``groups`` 1, LSGD's one level
-    is set by ``pull``, ``scope`` and ``period`` only (:func:`check_single_leader`
+    is set by ``pull``, ``scope`` and ``period`` only (:func:`check_layout`
     refused a different ``--*-global`` value)."""
     return cfg.options.knobs(cfg.seed, groups)
 
@@ -131,25 +131,17 @@ def make_strategy(cfg: TrainConfig, model: nn.Module, opt: torch.optim.Optimizer
     """The run's strategy around ``model`` and ``opt`` (see :func:`lsgd.make_strategy`), on
     ``comm`` (by default this worker's, with ``cfg.replica``)."""
     comm = comm if comm is not None else lsgd.get_communicator(replica=cfg.replica)
-    if cfg.method == "lsgd":
-        check_single_leader(cfg, comm.groups)
+    check_layout(cfg, comm.groups)
     return lsgd.make_strategy(cfg.method, model, opt, comm=comm,
                               **knobs_from_config(cfg, comm.groups))
 
 
-def check_single_leader(cfg: TrainConfig, groups: int) -> None:
-    """With one group LSGD has one level: a different ``--*-global`` value is a mistake."""
-    if cfg.method != "lsgd" or groups != 1:
-        return
-    for plain, global_ in (("pull", "pull_global"), ("scope", "scope_global"),
-                           ("period", "global_period")):
-        value = cfg.option(global_)
-        if value is not None and value != cfg.option(plain):
-            raise UsageError(
-                f"--{flag(global_)} {value}: with one group LSGD has a single leader, set by "
-                f"--{flag(plain)} {cfg.option(plain)}; drop --{flag(global_)}, or use several "
-                "groups (--groups N, or one group per node under torchrun)"
-            )
+def check_layout(cfg: TrainConfig, groups: int) -> None:
+    """The method's options against the run's ``groups`` (LSGD with one group has one
+    level: a different ``--*-global`` value is a mistake), as a :class:`UsageError`."""
+    problems = cfg.options.layout_errors(groups)
+    if problems:
+        raise UsageError("\n".join(problems))
 
 
 def graphs_of(cfg: TrainConfig) -> list[Topology]:
@@ -206,7 +198,7 @@ def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
         except LinkSetupError as error:
             raise UsageError(f"--link {cfg.link}: {error}") from None
     if "TORCHELASTIC_RUN_ID" not in os.environ:  # under torchrun the groups are the nodes
-        check_single_leader(cfg, 1 if cfg.replica == "node" else cfg.groups)
+        check_layout(cfg, 1 if cfg.replica == "node" else cfg.groups)
     if os.environ.get("RANK", "0") == "0":  # the process that writes the run folder
         make_run_folder(cfg.out_dir, probe=True, create=read_data)
     return notes

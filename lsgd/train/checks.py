@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from lsgd.links.spec import parse_link
-from lsgd.method_options import OPTIONS, CodecOptions, declarations
+from lsgd.method_options import OPTIONS, AllReduceOptions, CodecOptions, declarations
 from lsgd.names import LANGUAGE_MODELS, METHODS, TEXT_DATASETS
 from lsgd.tasks.headline import from_dataset, is_language
 from lsgd.train import chaos, faults
@@ -230,7 +230,7 @@ def option_errors(method: str, options: Any) -> list[str]:
 def _pipeline_errors(cfg: Any) -> list[str]:
     """What is wrong with --overlap, --fragments, --compress, --merge, --error-feedback,
     --powersgd, together."""
-    if cfg.method == "allreduce":
+    if isinstance(cfg.options, AllReduceOptions):
         return _gradient_hook_errors(cfg)
     o = cfg.option
     errors = _codec_errors(cfg)
