@@ -170,14 +170,14 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
             from lsgd.train.elastic import train_elastic
 
             summary = train_elastic(cfg, started=start)[0]
-        elif cfg.backend == "threads":
+        elif cfg.backend == "threads":  # cfg.replica reaches the strategy by cfg alone
             summary = lsgd.simulate(worker.run_worker, cfg.workers, cfg.groups, args=(cfg,),
                                     seed=cfg.seed, step_time=cfg.step_times(),
-                                    link=cfg.link, replica=cfg.replica)[0]
+                                    link=cfg.link)[0]
         else:
             summary = lsgd.launch(worker.run_worker, cfg.workers, cfg.groups,
                                   args=(cfg, start), timeout=cfg.timeout, link=cfg.link,
-                                  max_restarts=cfg.faults.restarts, replica=cfg.replica)[0]
+                                  max_restarts=cfg.faults.restarts)[0]
     finally:
         if logs is None:
             os.environ.pop("LSGD_LOG_DIR", None)
