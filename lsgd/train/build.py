@@ -9,6 +9,7 @@ the launching process before any worker starts (:func:`preflight`).
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import pickle
@@ -48,6 +49,16 @@ def pick_device(cfg: TrainConfig) -> torch.device:
 @functools.lru_cache(maxsize=2)
 def _load(name: str, data_dir: str | None) -> datasets.Dataset | datasets.ImageFolder | datasets.TextData:
     return datasets.load_dataset(name, data_dir)
+
+
+#: Set by ``lsgd train`` for its fork server alone (``[dataset, data_dir]`` as JSON): the
+#: server reads the dataset once, and every worker forked from it shares that copy.
+PRELOAD_ENV = "LSGD_PRELOAD_DATA"
+if PRELOAD_ENV in os.environ:
+    try:
+        _load(*json.loads(os.environ[PRELOAD_ENV]))
+    except Exception:  # noqa: BLE001 - each worker reads it again, and says what is wrong
+        pass
 
 
 def load_data(cfg: TrainConfig) -> datasets.Dataset | datasets.ImageFolder | datasets.TextData:

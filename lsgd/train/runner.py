@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import datetime
 import importlib.util
+import json
 import os
 import socket
 import sys
@@ -285,6 +286,17 @@ def launch_from_this_process(cfg: TrainConfig) -> None:
 
         torch.set_num_threads(1)
         vouch_for_fork()
+        if cfg.link is None and not cfg.elastic:  # workers of this process's fork server
+            from lsgd.launcher.worker import prepare_forkserver, start_method
+            from lsgd.train.build import PRELOAD_ENV
+            from lsgd.train.worker import run_worker
+
+            if start_method(1, by_agent=True) == "forkserver":  # it imports torch and reads
+                os.environ[PRELOAD_ENV] = json.dumps([cfg.dataset, cfg.data_dir])  # the data
+                try:  # while this process checks the run
+                    prepare_forkserver(run_worker)
+                finally:
+                    os.environ.pop(PRELOAD_ENV, None)
 
 
 def train_and_report(cfg: TrainConfig) -> tuple[int, dict[str, Any] | None]:
