@@ -289,8 +289,10 @@ def _codec_errors(cfg: Any) -> list[str]:
         errors.append(f"--feedback-decay {o('feedback_decay')}: decays the error feedback; "
                       "add --error-feedback or drop --feedback-decay")
     if o("error_feedback") and o("compress") == "none":
-        errors.append("--error-feedback: adds what a codec dropped to the next message; give "
-                      "--compress (bf16, int8, 2bit or topk)")
+        mine = f" ({cfg.method}'s default)" if _defaults(cfg)["error_feedback"] else ""
+        errors.append(f"--error-feedback{mine} with --compress none: it adds what a codec "
+                      "dropped to the next message; give --compress (bf16, int8, 2bit or "
+                      "topk) or --no-error-feedback")
     if o("compress") in ("2bit", "topk") and cfg.elastic:
         errors.append(f"--compress {o('compress')} with --elastic: a gathered message needs "
                       "every worker, and an elastic round reduces among a quorum: give "
