@@ -39,9 +39,11 @@ def _refused(args: list[str]) -> tuple[int, bool, bool, str]:
     (["train", "--compress", "zip"], "invalid choice: 'zip'"),
     (["train", "--target", "2"], "--target 2.0: a test accuracy in (0, 1]"),
     (["bench", "nope"], "invalid choice: 'nope'"),
+    (["bench", "volume", "--sets", "elastic"], "--sets: a flag of chaos, not of volume"),
     (["repro", "nope"], "invalid choice: 'nope'"),
     (["plot", "--metric", "nope", "run"], "invalid choice: 'nope'"),
-], ids=["flag", "method", "methods", "choice", "target", "bench", "repro", "plot"])
+], ids=["flag", "method", "methods", "choice", "target", "bench", "bench-flag", "repro",
+        "plot"])
 def test_a_mistake_is_refused_before_torch_is_imported(args: list[str], message: str) -> None:
     code, torch, numpy, err = _refused(args)
     assert code == 2, err

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,19 @@ from lsgd.train.ranges import RANGES, within
 
 #: The times to a target: the benchmarks that most flags are for.
 TIMED = ("time-to-accuracy", "twelve-workers", "time-to-loss")
+#: The benchmarks each flag is for (--quick and --out are every one's).
+TAKES: dict[str, tuple[str, ...]] = {
+    "links": (*TIMED, "volume", "scaling", "chaos", "elastic"),
+    "seeds": (*TIMED, "scaling", "chaos"), "first_seed": (*TIMED, "scaling", "chaos"),
+    "sets": ("chaos",), "repeats": ("startup",),
+    "budget": (*TIMED, "scaling", "stragglers"), "batch_size": TIMED,
+    "target": (*TIMED, "scaling"), "steps_from": TIMED, "eval_steps": (*TIMED, "scaling"),
+    "methods": (*TIMED, "scaling", "chaos", "elastic"), "backend": (*TIMED, "stragglers"),
+    "step_seconds": (*TIMED, "scaling"), "jobs": (*TIMED, "scaling"),
+    "no_tune": ("time-to-accuracy", "twelve-workers"), "knobs": TIMED,
+    "reuse": (*TIMED, "scaling", "stragglers", "chaos"),
+    "reuse_only": (*TIMED, "scaling", "stragglers", "chaos"),
+}
 
 
 def _listed(*names: str) -> str:
@@ -209,11 +223,25 @@ def parse(words: Sequence[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     return args, _options(args)
 
 
+def _flags_given(args: argparse.Namespace) -> list[str]:
+    """The flags of :data:`TAKES` given on the command line."""
+    return [name for name in TAKES if getattr(args, name, None) not in (None, False)]
+
+
 def run_bench(args: argparse.Namespace) -> int:
+    names = list(NAMES) if "all" in args.names else list(dict.fromkeys(args.names))
+    for name in _flags_given(args):
+        takers = [n for n in names if n in TAKES[name]]
+        spelled = "--" + name.replace("_", "-")
+        if not takers:
+            raise UsageError(f"{spelled}: a flag of {_listed(*TAKES[name])}, not of "
+                             f"{_listed(*names)}; drop it, or name one of those benchmarks")
+        if len(takers) < len(names):
+            print(f"note: {spelled} applies to {_listed(*takers)}; the others run without it",
+                  file=sys.stderr)
+    options = _options(args)
     from lsgd.bench.common import run_and_write
 
-    options = _options(args)
-    names = list(NAMES) if "all" in args.names else list(dict.fromkeys(args.names))
     for name in names:
         run_and_write(runner(name), Path(args.out), args.quick, options)
     return 0
