@@ -1,6 +1,6 @@
 """Elastic replicas of a node's processes: the peers' view of an elastic worker.
 
-With ``replica="node"`` on an :class:`~lsgd.comm.elastic.ElasticCommunicator` of
+With ``replica="node"`` on an :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator` of
 ``per_node`` processes (:func:`lsgd.comm.replica.replicas_of`), a method's world is
 the nodes, and each round's collective runs on this process's part among the
 processes of its local rank on every member node: torchft's process group of the
@@ -36,7 +36,7 @@ class ElasticPeers(Communicator):
     pipelined_broadcast = False
 
     def __init__(self, elastic: Any) -> None:
-        """``elastic``: this process's :class:`~lsgd.comm.elastic.ElasticCommunicator`,
+        """``elastic``: this process's :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`,
         which builds its peers (``_replica_parts``)."""
         super().__init__(WorkerInfo(rank=elastic.node, world_size=elastic.world_size //
                                     elastic.per_node, groups=1))

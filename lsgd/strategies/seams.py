@@ -36,7 +36,7 @@ class Seams:
 
     #: Rounds by all workers' steps together (``asynchronous=True``).
     supports_asynchronous = False
-    #: Elastic rounds (:mod:`lsgd.strategies.elastic`).
+    #: Elastic rounds (:mod:`lsgd.strategies.elastic_rounds`).
     supports_elastic = False
     #: Rounds that take ``overlap``, ``fragments`` and ``compress``.
     supports_hidden_rounds = False

@@ -1,5 +1,5 @@
 """The one training loop of a worker: ``lsgd train`` (:mod:`lsgd.train.worker`), its
-elastic form (:mod:`lsgd.train.elastic`) and the torchft peer (:mod:`lsgd.bench.peer`).
+elastic form (:mod:`lsgd.train.elastic_run`) and the torchft peer (:mod:`lsgd.bench.peer`).
 
 :class:`WorkerLoop` builds the task, model, optimizer, schedule and seeds, takes
 each step (the batch of the step count, forward, backward, ``strategy.step``),

@@ -163,7 +163,7 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
     os.environ["LSGD_LOG_DIR"] = str(out / "logs")  # the agents' logs (lsgd.launcher)
     try:
         if cfg.elastic:
-            from lsgd.train.elastic import train_elastic
+            from lsgd.train.elastic_run import train_elastic
 
             summary = train_elastic(cfg, started=start)[0]
         elif cfg.backend == "threads":
@@ -203,7 +203,7 @@ def _elastic_node(cfg: TrainConfig, out: Path) -> dict[str, Any] | None:
     """``lsgd train --elastic --slot K --lighthouse URL`` under one torchrun per node: one of
     this node's workers; the run's summary if it wrote the run's files."""
     import lsgd
-    from lsgd.train.elastic import elastic_worker
+    from lsgd.train.elastic_run import elastic_worker
 
     # torchrun --standalone: RANK and WORLD_SIZE are this node's own.
     local, per_node = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
