@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from lsgd.comm.base import Communicator
+from lsgd.comm.communicator import Communicator
 from lsgd.comm.info import WorkerInfo
 from lsgd.comm.distributed import DistCommunicator, _StoreCalls
 from lsgd.comm.errors import CommunicationError, communication_errors

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from lsgd.comm.base import Communicator
+from lsgd.comm.communicator import Communicator
 from lsgd.comm.local import LocalCommunicator
 from lsgd.comm.info import REPLICAS, CommStats, WorkerInfo, check_replica
 from lsgd.comm.replica import ReplicaCommunicator, replicas_of

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lsgd.comm.base import Among, Communicator, ReduceOp
+from lsgd.comm.communicator import Among, Communicator, ReduceOp
 from lsgd.comm.info import WorkerInfo, check_layout
 from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.errors import communication_errors, seconds_text

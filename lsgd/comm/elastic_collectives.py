@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from lsgd.comm.base import Communicator
+from lsgd.comm.communicator import Communicator
 from lsgd.comm.lanes import BackgroundLane
 from lsgd.comm.transfers import run as run_transfer
 from lsgd.comm.wire import Traffic

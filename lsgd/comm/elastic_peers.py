@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lsgd.comm.base import Communicator
+from lsgd.comm.communicator import Communicator
 from lsgd.comm.info import Among, ReduceOp, WorkerInfo
 from lsgd.comm.lanes import BackgroundLane, current_lane
 from lsgd.comm.quorum import options

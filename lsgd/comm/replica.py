@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from lsgd.comm import codec as codecs
-from lsgd.comm.base import Communicator
+from lsgd.comm.communicator import Communicator
 from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_replica
 from lsgd.comm.transfers import Handle, done_handle

@@ -1,4 +1,4 @@
-"""The named, typed views of a :class:`~lsgd.strategies.base.Strategy` that code outside
+"""The named, typed views of a :class:`~lsgd.strategies.strategy.Strategy` that code outside
 the strategy uses (the elastic layer, the elastic trainer) instead of its private state."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from lsgd.strategies.cadence import Cadence, RoundSchedule
 
 def supporting(capability: str) -> list[str]:
     """The names of the methods whose class declares ``capability`` (a class flag of
-    :class:`~lsgd.strategies.base.Strategy` such as ``supports_asynchronous``): each
+    :class:`~lsgd.strategies.strategy.Strategy` such as ``supports_asynchronous``): each
     capability is declared once, on the method, and every check reads it here."""
     found: dict[str, None] = {}
     pending = list(Seams.__subclasses__())
@@ -29,7 +29,8 @@ def supporting(capability: str) -> list[str]:
 
 
 class Seams:
-    """Mixed into :class:`~lsgd.strategies.base.Strategy`, which sets the attributes annotated here.
+    """Mixed into :class:`~lsgd.strategies.strategy.Strategy`, which sets the attributes
+    annotated here.
 
     What a method supports is declared here once, as a class flag that the method's
     class overrides; the library's and the command line's checks read the flags."""

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from lsgd.comm import Communicator
-from lsgd.comm.base import Among
+from lsgd.comm.communicator import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import all_finite
 from lsgd.strategies.pipeline import InFlight
