@@ -9,7 +9,7 @@ from lsgd.comm.communicator import Communicator
 from lsgd.comm.local import LocalCommunicator
 from lsgd.comm.info import REPLICAS, CommStats, WorkerInfo, check_replica
 from lsgd.comm.replica import ReplicaCommunicator, replicas_of
-from lsgd.comm.errors import CommunicationError
+from lsgd.comm.failures import CommunicationError
 from lsgd.comm.simulator import SimulationError, WorkerAborted, current_simulated, simulate
 
 __all__ = [

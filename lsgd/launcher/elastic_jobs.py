@@ -131,7 +131,7 @@ def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
            path: str, namespace: str | None, address: str, per_node: int, gate: str) -> None:
     """One node's agent (a spawned process, in its namespace on shaped links): torch's
     elastic agent with restarts, which starts the node's workers together."""
-    from lsgd.launcher.local import launch_local
+    from lsgd.launcher.standalone import launch_local
 
     os.environ[GATE_ENV] = gate  # before its workers' fork server starts: they inherit it
 

@@ -130,7 +130,8 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
     (:mod:`lsgd.train.injector`); ``faults.csv`` is written at the end, also when
     the run failed."""
     import lsgd
-    from lsgd.train import chaos, faults, injector, worker
+    from lsgd.train import chaos, faults, injector
+    from lsgd.train.run_worker import run_worker
 
     cfg = chaos.with_chaos(cfg)
 
@@ -153,7 +154,7 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
             prepare(cfg, out)
             _note_shared_store()
         try:
-            return worker.run_worker(info, cfg)
+            return run_worker(info, cfg)
         finally:
             shutdown()
     prepare(cfg, out)
@@ -167,11 +168,11 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
 
             summary = train_elastic(cfg, started=start)[0]
         elif cfg.backend == "threads":
-            summary = lsgd.simulate(worker.run_worker, cfg.workers, cfg.groups, args=(cfg,),
+            summary = lsgd.simulate(run_worker, cfg.workers, cfg.groups, args=(cfg,),
                                     seed=cfg.seed, step_time=cfg.step_times(),
                                     link=cfg.link, replica=cfg.replica)[0]
         else:
-            summary = lsgd.launch(worker.run_worker, cfg.workers, cfg.groups,
+            summary = lsgd.launch(run_worker, cfg.workers, cfg.groups,
                                   args=(cfg, start), timeout=cfg.timeout, link=cfg.link,
                                   max_restarts=cfg.restarts, replica=cfg.replica)[0]
     finally:
@@ -251,9 +252,9 @@ def prepare(cfg: TrainConfig, out: Path) -> None:
 
 def check_before_start(cfg: TrainConfig) -> None:
     """Fail fast, before any worker starts, on what a person can fix."""
-    from lsgd.train import worker
+    from lsgd.train.run_worker import preflight
 
-    worker.preflight(cfg)
+    preflight(cfg)
     if cfg.elastic:
         if under_torchrun() and cfg.lighthouse is None:
             raise UsageError("--elastic under torchrun runs one node's worker: give --slot K and "

@@ -27,7 +27,7 @@ from lsgd.comm.communicator import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import all_finite
 from lsgd.strategies.pipeline import InFlight
-from lsgd.strategies.stages import leader as leaders
+from lsgd.strategies.stages import leader_force as leaders
 from lsgd.strategies.stages.feedback import ErrorFeedback
 from lsgd.strategies.stages.land import Landing
 from lsgd.strategies.stages.message import Message
