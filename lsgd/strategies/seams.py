@@ -74,7 +74,7 @@ class Seams:
         parameters, EASGD's center; ``None`` where no worker keeps it (an average)."""
         return None
 
-    # -- what the round runners call (lsgd.strategies.rounds, .elastic) -------------
+    # -- what the round runners call (lsgd.strategies.rounds, .elastic_rounds) ------
     def join_rounds(self, names: list[str]) -> None:
         """Run the rounds ``names`` (cadence names) that fell due together, then their
         BatchNorm average."""
