@@ -23,10 +23,10 @@ __version__ = "0.13.0"
 _SOURCES: dict[str, str] = {
     **dict.fromkeys(("CommStats", "CommunicationError", "Communicator", "SimulationError",
                      "WorkerInfo", "get_communicator", "simulate", "worker_info"), "lsgd.comm"),
-    "ElasticCommunicator": "lsgd.comm.elastic",
+    "ElasticCommunicator": "lsgd.comm.elastic_collectives",
     "LaunchError": "lsgd.launcher",
     "launch": "lsgd.launcher",
-    "launch_elastic": "lsgd.launcher.elastic",
+    "launch_elastic": "lsgd.launcher.elastic_jobs",
     **dict.fromkeys(("LARS", "MuonAdamW", "lars_param_groups"), "lsgd.optim"),
     **dict.fromkeys(("ALDSGD", "AllReduce", "DPSGD", "Decentralized", "DeMo", "DiLoCo",
                      "DivergedError", "EASGD", "Independent", "LSGD", "LocalSGD", "MATCHA",
@@ -60,9 +60,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the names themselves
     from lsgd import topology
     from lsgd.comm import (CommStats, CommunicationError, Communicator, SimulationError,
                            WorkerInfo, get_communicator, simulate, worker_info)
-    from lsgd.comm.elastic import ElasticCommunicator
+    from lsgd.comm.elastic_collectives import ElasticCommunicator
     from lsgd.launcher import LaunchError, launch
-    from lsgd.launcher.elastic import launch_elastic
+    from lsgd.launcher.elastic_jobs import launch_elastic
     from lsgd.optim import LARS, MuonAdamW, lars_param_groups
     from lsgd.registry import make_strategy, strategy_names
     from lsgd.strategies import (ALDSGD, DPSGD, EASGD, LSGD, MATCHA, AllReduce, Decentralized,

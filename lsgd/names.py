@@ -32,7 +32,8 @@ BN_MODES = ("average", "pull", "local", "broadcast")
 #: How an average that was in flight meets the steps taken meanwhile
 #: (:mod:`lsgd.strategies.stages.land`).
 MERGES = ("keep", "replace", "mix")
-#: The force of the round's leader on an averaging method (:mod:`lsgd.strategies.stages.leader`).
+#: The force of the round's leader on an averaging method
+#: (:mod:`lsgd.strategies.stages.leader_force`).
 LEADERS = ("none", "weights", "pull")
 #: DiLoCo's outer step: on the round's mean, or eager (:mod:`lsgd.strategies.stages.eager`).
 OUTERS = ("standard", "eager")

@@ -8,7 +8,7 @@
 * communication graphs, one colour per matching (:func:`draw_graphs`).
 
 A run folder's own figures (test error, test loss, leaders) are the
-trainer's: :mod:`lsgd.train.plots`. matplotlib is an optional extra (``pip
+trainer's: :mod:`lsgd.train.run_plots`. matplotlib is an optional extra (``pip
 install 'lsgd[plot]'``); without it the plots are skipped with a note.
 """
 

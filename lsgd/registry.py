@@ -17,7 +17,7 @@ from torch import nn
 from lsgd.strategies import (ALDSGD, DPSGD, EASGD, LSGD, MATCHA, AllReduce, DeMo, DiLoCo,
                               Independent, LocalSGD, MuLoCo, SparseLoCo)
 from lsgd.names import METHODS
-from lsgd.strategies.base import Strategy
+from lsgd.strategies.strategy import Strategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import lsgd
-from lsgd.bench import overhead, simulator
+from lsgd.bench import overhead, simulator_bench
 from lsgd.bench.common import write
 
 
@@ -63,8 +63,8 @@ def test_overhead_quick_separates_local_steps_from_round_steps(tmp_path: Path) -
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_simulator_quick_measures_steps_per_second_against_a_plain_loop(tmp_path: Path) -> None:
-    result = simulator.run(tmp_path, True, {"seed": 1})
-    assert result.name == simulator.NAME == "simulator"
+    result = simulator_bench.run(tmp_path, True, {"seed": 1})
+    assert result.name == simulator_bench.NAME == "simulator"
     assert [(r[0], r[1]) for r in result.rows] == [("mlp", 1), ("mlp", 4)]
     for name, workers, simulated, plain, ratio, cpu_ratio in result.rows:
         assert simulated > 0 and plain > 0 and cpu_ratio > 0, (workers, simulated, plain)
@@ -77,7 +77,7 @@ def test_simulator_quick_measures_steps_per_second_against_a_plain_loop(tmp_path
         # Period 8: every worker held the same rounds, at least one per 8 steps.
         assert len(run["rounds_per_worker"]) == run["workers"]
         assert len(set(run["rounds_per_worker"])) == 1
-        assert run["rounds_per_worker"][0] >= steps // simulator.PERIOD
+        assert run["rounds_per_worker"][0] >= steps // simulator_bench.PERIOD
         fastest = min(wall for wall, _ in run["simulated_seconds"])
         assert run["simulated_steps_per_s"] == pytest.approx(run["workers"] * steps / fastest)
     assert result.data["seed"] == 1

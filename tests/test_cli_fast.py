@@ -88,11 +88,11 @@ def test_the_torch_free_tables_are_the_ones_the_torch_modules_use() -> None:
     from lsgd.registry import strategy_names
     from lsgd.comm import sparse
     from lsgd.strategies import buffers, lsgd as lsgd_module
-    from lsgd.strategies.stages import eager, land, leader, options
+    from lsgd.strategies.stages import eager, land, leader_force, options
 
     assert codec.CODECS is names.CODECS and info.REPLICAS is names.REPLICAS
     assert buffers.MODES is names.BN_MODES and land.MERGES is names.MERGES
-    assert leader.LEADERS is names.LEADERS and eager.OUTERS is names.OUTERS
+    assert leader_force.LEADERS is names.LEADERS and eager.OUTERS is names.OUTERS
     assert options.ROUND_CODECS is names.ROUND_CODECS and sparse.VALUES is names.SPARSE_VALUES
     assert lsgd_module.SCOPE_PULLS is names.SCOPE_PULLS
     assert TEXT_DATASETS is names.TEXT_DATASETS and LANGUAGE_MODELS is names.LANGUAGE_MODELS

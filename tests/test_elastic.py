@@ -85,13 +85,13 @@ def test_an_elastic_strategy_sends_nothing_at_construction() -> None:
 
 
 def test_without_torchft_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lsgd.comm import elastic, quorum
+    from lsgd.comm import elastic_collectives, quorum
 
     real = importlib.util.find_spec
     monkeypatch.setattr(quorum.importlib.util, "find_spec",
                         lambda name, *a: None if name == "torchft" else real(name, *a))
     with pytest.raises(RuntimeError, match=r"pip install 'lsgd\[torchft\]'"):
-        elastic.ElasticCommunicator(0, 2, lighthouse="http://127.0.0.1:1")
+        elastic_collectives.ElasticCommunicator(0, 2, lighthouse="http://127.0.0.1:1")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -99,7 +99,7 @@ def test_without_torchft_the_error_names_the_extra(monkeypatch: pytest.MonkeyPat
     ({"slot": 0, "slots": 3, "min_members": 4}, r"min_members must be in \[1, 3\]"),
 ])
 def test_bad_slots(kwargs: dict[str, Any], message: str) -> None:
-    from lsgd.comm.elastic import ElasticCommunicator
+    from lsgd.comm.elastic_collectives import ElasticCommunicator
 
     with pytest.raises(ValueError, match=message):
         ElasticCommunicator(lighthouse="http://127.0.0.1:1", **kwargs)
@@ -112,7 +112,7 @@ def test_a_lighthouse_that_never_answered_stops_the_worker_with_lighthouse_lost(
     worker connected, or its address is wrong): the same clear error as in a round."""
     import torchft.manager
 
-    from lsgd.comm.elastic import ElasticCommunicator, LighthouseLost
+    from lsgd.comm.elastic_collectives import ElasticCommunicator, LighthouseLost
 
     def unreachable(**_: Any) -> None:
         raise RuntimeError("failed to connect to http://127.0.0.1:1 within timeout of 60s")
@@ -130,7 +130,7 @@ def _job(method: str, faults: list[tuple[Any, ...]], tmp: Path, *, restarts: int
          link: str | None = None, groups: int | None = None,
          extra: dict[str, Any] | None = None, late: tuple[int, ...] = ()) -> list[Any]:
     from lsgd.train.config import make_config
-    from lsgd.train.elastic import train_elastic
+    from lsgd.train.elastic_run import train_elastic
     from lsgd.train.runner import prepare
 
     cfg = make_config({"method": method, "model": "mlp", "dataset": "digits",

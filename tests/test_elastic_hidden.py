@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import lsgd
-from lsgd.comm.elastic import RoundFailed
-from lsgd.strategies import elastic
+from lsgd.comm.elastic_collectives import RoundFailed
+from lsgd.strategies import elastic_rounds
 from lsgd.strategies.pipeline import InFlight
 from tests.test_elastic import PERIOD, _Elastic, _job, _model, _steps, needs_torchft
 
@@ -56,7 +56,7 @@ def test_a_hidden_round_stays_open_until_it_lands_and_a_failed_transfer_is_dropp
         comm.log.append("failed")
         raise RoundFailed("a member died while the transfer was under way")
 
-    assert elastic.land_round(strategy, item, fails) is False  # dropped, not committed
+    assert elastic_rounds.land_round(strategy, item, fails) is False  # dropped, not committed
     assert hooks == [6], "no hook after a failed round"
 
 

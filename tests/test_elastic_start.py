@@ -16,7 +16,7 @@ def _first_round(info: Any, slot: int, slots: int, lighthouse: str,
     """One worker of the start-gate test: the last node starts ``delay`` seconds late."""
     import time
 
-    from lsgd.comm.elastic import ElasticCommunicator
+    from lsgd.comm.elastic_collectives import ElasticCommunicator
 
     time.sleep(delay if slot == slots - 1 else 0.0)
     comm = ElasticCommunicator(slot, slots, lighthouse=lighthouse, timeout=10.0)
@@ -36,7 +36,7 @@ def test_the_first_round_waits_for_a_node_slow_to_start() -> None:
     it was healed a round later; with it, node 0 waits for it at the gate, and the
     first round has both nodes. (How long each waited depends on when the agents
     started, seconds apart on a loaded machine.)"""
-    from lsgd.launcher.elastic import launch_elastic
+    from lsgd.launcher.elastic_jobs import launch_elastic
 
     results = launch_elastic(_first_round, 2, args=(4.0,), join_timeout=30.0)
     assert [nodes for _, nodes in results] == [[0, 1]] * 2, results
@@ -50,7 +50,7 @@ def test_a_worker_restarted_after_the_run_ended_ends_at_once(tmp_path: Path) -> 
     trains."""
     from types import SimpleNamespace
 
-    from lsgd.train.elastic import ElasticRun
+    from lsgd.train.elastic_run import ElasticRun
     from lsgd.train.loop import WorkerLoop
 
     trained: list[int] = []
@@ -85,7 +85,7 @@ def test_a_worker_waits_for_a_quorum_past_the_lighthouses_longest_hold() -> None
     wait for it timed out first left torchft's manager failing every later quorum at
     once, so the wait is past both, whatever ``--timeout`` says."""
     from lsgd.train.config import make_config
-    from lsgd.train.elastic import quorum_timeout
+    from lsgd.train.elastic_run import quorum_timeout
 
     cfg = make_config({"elastic": True, "timeout": 10.0, "join_timeout": 30.0,
                        "heartbeat_timeout": 10.0})

@@ -209,7 +209,7 @@ def test_the_link_injector_takes_a_link_down_and_slows_one_then_restores_them(
 
 
 def test_a_worker_exit_that_no_fault_explains_is_counted_silent(tmp_path: Path) -> None:
-    from lsgd.bench.chaos import silent_exits
+    from lsgd.bench.chaos_bench import silent_exits
 
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -225,7 +225,7 @@ def test_a_worker_exit_that_no_fault_explains_is_counted_silent(tmp_path: Path) 
 
 
 def test_chaos_sets_pick_modes_and_kinds_of_round_and_none_picks_all() -> None:
-    from lsgd.bench.chaos import MODES, ROUNDS, _picked
+    from lsgd.bench.chaos_bench import MODES, ROUNDS, _picked
     from lsgd.bench.command import _options
     from lsgd.cli import build_parser
 

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from lsgd.comm.base import Communicator
+from lsgd.comm.communicator import Communicator
 from lsgd.comm.info import WorkerInfo
 from lsgd.comm.distributed import DistCommunicator, _StoreCalls
-from lsgd.comm.errors import CommunicationError, communication_errors
+from lsgd.comm.failures import CommunicationError, communication_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("fault_worker.py")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lsgd.cli import main
-from lsgd.train.plots import leader_counts, plot_leaders, plot_run, plot_runs
+from lsgd.train.run_plots import leader_counts, plot_leaders, plot_run, plot_runs
 from lsgd.train.outputs import METRIC_FIELDS, write_csv, write_json
 
 pytest.importorskip("matplotlib")

@@ -85,7 +85,7 @@ def test_a_killed_process_restarts_its_replica_run_from_the_checkpoint(tmp_path:
 
 def _elastic(tmp: Path, method: str, **knobs: Any) -> tuple[dict[str, Any], list[Any]]:
     from lsgd.train.config import make_config
-    from lsgd.train.elastic import train_elastic
+    from lsgd.train.elastic_run import train_elastic
     from lsgd.train.runner import prepare
 
     cfg = make_config({"method": method, "model": "mlp", "dataset": "digits", "workers": 4,

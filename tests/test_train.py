@@ -14,7 +14,7 @@ import torch
 from lsgd.train import checkpoint, runner
 from lsgd.train.config import TrainConfig, make_config
 from lsgd.train.tomlfile import read_toml
-from lsgd.train.worker import UsageError
+from lsgd.train.run_worker import UsageError
 from lsgd.train.outputs import METRIC_FIELDS, read_csv
 from lsgd.train.lr_schedule import Schedule
 

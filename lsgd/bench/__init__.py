@@ -32,10 +32,10 @@ _RUNNERS = {
     "volume": ("volume", "run"),
     "overhead": ("overhead", "run"),
     "stragglers": ("stragglers", "run"),
-    "simulator": ("simulator", "run"),
+    "simulator": ("simulator_bench", "run"),
     "startup": ("startup", "run"),
-    "elastic": ("elastic", "run"),
-    "chaos": ("chaos", "run"),
+    "elastic": ("elastic_bench", "run"),
+    "chaos": ("chaos_bench", "run"),
 }
 
 

@@ -155,7 +155,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     if args.first_seed is not None and args.first_seed < 0:
         raise UsageError(f"--first-seed {args.first_seed}: give 0 or more")
     from lsgd.bench.accuracy import METHODS
-    from lsgd.bench.chaos import MODES, ROUNDS
+    from lsgd.bench.chaos_bench import MODES, ROUNDS
 
     sets = _names("--sets", args.sets, [*MODES, *(kind.replace(" ", "-") for kind in ROUNDS)])
     methods = _names("--methods", args.methods, METHODS)

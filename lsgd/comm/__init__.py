@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import sys
 
-from lsgd.comm.base import Communicator
+from lsgd.comm.communicator import Communicator
 from lsgd.comm.local import LocalCommunicator
 from lsgd.comm.info import REPLICAS, CommStats, WorkerInfo, check_replica
 from lsgd.comm.replica import ReplicaCommunicator, replicas_of
-from lsgd.comm.errors import CommunicationError
+from lsgd.comm.failures import CommunicationError
 from lsgd.comm.simulator import SimulationError, WorkerAborted, current_simulated, simulate
 
 __all__ = [

@@ -26,7 +26,7 @@ from lsgd.comm.wire import ring_allreduce_bytes
 if TYPE_CHECKING:
     import torch.distributed as dist
 
-    from lsgd.comm.base import Communicator
+    from lsgd.comm.communicator import Communicator
 
 
 def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, module: nn.Module,

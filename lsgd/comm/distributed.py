@@ -10,7 +10,7 @@ key prefixed with ``lsgd/`` and torchrun's restart count.
 Failures: every collective, exchange and store call is bounded by the process
 group's timeout. A dead peer fails the others at once, a hung one once the
 timeout runs out; either way the primitives raise
-:class:`~lsgd.comm.errors.CommunicationError` naming this rank, the operation
+:class:`~lsgd.comm.failures.CommunicationError` naming this rank, the operation
 and how long it waited. ``TCPStore.add`` has no timeout of its own, so
 :meth:`~DistCommunicator.add_count` runs it on a helper thread.
 """
@@ -31,10 +31,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lsgd.comm.base import Among, Communicator, ReduceOp
+from lsgd.comm.communicator import Among, Communicator, ReduceOp
 from lsgd.comm.info import WorkerInfo, check_layout
 from lsgd.comm.data_parallel import DataParallel, GradientCompression
-from lsgd.comm.errors import communication_errors, seconds_text
+from lsgd.comm.failures import communication_errors, seconds_text
 from lsgd.comm.lanes import BackgroundLane, current_lane
 from lsgd.comm.transfers import Transfer
 from lsgd.comm.transfers import run as run_transfer

@@ -1,7 +1,7 @@
 """The background lanes of a torch.distributed worker: started transfers, in order.
 
 Under torch.distributed a started transfer
-(:meth:`~lsgd.comm.base.Communicator.start_all_reduce` and its kin) runs on its
+(:meth:`~lsgd.comm.communicator.Communicator.start_all_reduce` and its kin) runs on its
 lane's background thread (``"bulk"`` for states, ``"control"`` for small
 messages), in start order, over process groups of the lane's own (copies of
 the world group and node subgroups, created collectively at the lane's first

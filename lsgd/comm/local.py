@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lsgd.comm.base import Communicator
+from lsgd.comm.communicator import Communicator
 from lsgd.comm.info import Among, ReduceOp, WorkerInfo
 
 

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from lsgd.comm import codec as codecs
-from lsgd.comm.base import Communicator
+from lsgd.comm.communicator import Communicator
 from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_replica
 from lsgd.comm.transfers import Handle, done_handle
@@ -60,7 +60,8 @@ class ReplicaCommunicator(Communicator):
         info = processes.info
         super().__init__(WorkerInfo(rank=info.group, world_size=info.groups, groups=1))
         self._processes, self.node, self.peers = processes, node, peers
-        #: Elastic replicas (:mod:`lsgd.comm.elastic_peers`): the rounds are the peers'.
+        #: Elastic replicas (:class:`~lsgd.comm.elastic_collectives.ElasticPeers`): the rounds
+        #: are the peers'.
         self.elastic = bool(getattr(peers, "elastic", False))
         #: (this process's part, parts): local rank ``r`` of ``P`` owns part ``r``.
         self.share = (info.group_rank, info.group_size)

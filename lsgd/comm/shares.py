@@ -19,7 +19,7 @@ from lsgd.comm.data_parallel import DataParallel
 
 class Shares:
     """The replica-facing side of a communicator (mixed into
-    :class:`~lsgd.comm.base.Communicator`)."""
+    :class:`~lsgd.comm.communicator.Communicator`)."""
 
     @property
     def processes(self) -> Any:

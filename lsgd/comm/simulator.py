@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from lsgd.comm.base import Among, Communicator, ReduceOp
+from lsgd.comm.communicator import Among, Communicator, ReduceOp
 from lsgd.comm.info import WorkerInfo, check_layout, check_replica
 from lsgd.comm import codec as codecs
 from lsgd.comm.chain import chain_heads, chunk_count
@@ -287,7 +287,7 @@ def simulate(
 ) -> list[T]:
     """Run ``fn(info, *args)`` as ``world_size`` simulated workers; results by rank.
 
-    ``info`` is the worker's :class:`~lsgd.comm.base.WorkerInfo`. Inside ``fn``,
+    ``info`` is the worker's :class:`~lsgd.comm.communicator.WorkerInfo`. Inside ``fn``,
     :func:`lsgd.get_communicator` and every strategy find this worker's
     :class:`SimCommunicator` on their own.
 

@@ -2,7 +2,7 @@
 
 ``launch(fn, world_size=W, groups=n)`` is the process counterpart of
 :func:`lsgd.simulate`. Without a link the W processes run on this machine
-(:mod:`lsgd.launcher.local`, torch's elastic launcher as ``torchrun
+(:mod:`lsgd.launcher.standalone`, torch's elastic launcher as ``torchrun
 --standalone`` uses it); with ``link="20mbit"`` every group is a node behind
 a link the kernel shapes, with one elastic agent per node
 (:mod:`lsgd.launcher.nodes`, :mod:`lsgd.launcher.agent`). Under ``torchrun``
@@ -71,7 +71,7 @@ def launch(
         return launch_on_links(fn, world_size, groups, link, args=args, timeout=timeout,
                                threads_per_worker=threads_per_worker, max_restarts=max_restarts,
                                replica=replica)
-    from lsgd.launcher.local import launch_local
+    from lsgd.launcher.standalone import launch_local
 
     return launch_local(fn, world_size, groups, args=args, timeout=timeout,
                         threads_per_worker=threads_per_worker, max_restarts=max_restarts,

@@ -1,6 +1,6 @@
 """What every launched worker process runs, and how it is started.
 
-Shared by the local launcher (:mod:`lsgd.launcher.local`) and the per-node
+Shared by the local launcher (:mod:`lsgd.launcher.standalone`) and the per-node
 agents of the shaped network (:mod:`lsgd.launcher.agent`): the entry point of
 a worker process (:func:`process_main`), the way its failure is reported
 (:class:`LaunchError`), and the start method of the processes

@@ -2,7 +2,7 @@
 
 Every constructor takes the input channels and classes, so one architecture
 serves gray and colour data. ``build_model(name, (C, H, W), classes)`` picks one
-from :data:`~lsgd.models.registry.MODELS`:
+from :data:`~lsgd.models.catalog.MODELS`:
 
 =============  ==============================================================
 ``cnn7``       EASGD's 7-layer CNN (Zhang et al., arXiv:1412.6651)
@@ -18,7 +18,7 @@ from :data:`~lsgd.models.registry.MODELS`:
 
 from lsgd.models.cnn7 import CNN7, cnn7
 from lsgd.models.mlp import MLP, mlp
-from lsgd.models.registry import MODELS, build_model, model_names, parse_wrn
+from lsgd.models.catalog import MODELS, build_model, model_names, parse_wrn
 from lsgd.models.resnet20 import ResNet20, resnet20
 from lsgd.models.resnet50 import ResNet50, resnet50, stem_for
 from lsgd.models.vgg import VGG16, vgg16

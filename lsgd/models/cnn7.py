@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lsgd.models.common import _check_positive
+from lsgd.models.shared import _check_positive
 
 CNN7_MIN_SIZE = 24
 

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lsgd.models.common import _check_positive
+from lsgd.models.shared import _check_positive
 from lsgd.names import LANGUAGE_MODELS  # by name, for messages and the command line
 
 HF_EXTRA = "pip install 'lsgd[hf]'"

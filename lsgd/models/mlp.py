@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from lsgd.models.common import _check_positive
+from lsgd.models.shared import _check_positive
 
 class MLP(nn.Module):
     """A multilayer perceptron (Rumelhart, Hinton & Williams, 1986): flatten,

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lsgd.models.common import _check_positive, _init_conv_bn
+from lsgd.models.shared import _check_positive, _init_conv_bn
 
 class _ShortcutA(nn.Module):
     """Option-A shortcut: stride-2 subsampling and zero-padded channels."""

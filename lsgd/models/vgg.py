@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lsgd.models.common import _check_positive, _init_conv_bn
+from lsgd.models.shared import _check_positive, _init_conv_bn
 
 VGG16_CONFIG: tuple[int | str, ...] = (
     64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M",

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lsgd.models.common import _check_positive, _init_conv_bn
+from lsgd.models.shared import _check_positive, _init_conv_bn
 
 class _WideBlock(nn.Module):
     """Pre-activation wide basic block: BN-ReLU-conv3x3, [dropout],

@@ -18,7 +18,7 @@ from tqdm import tqdm
 import lsgd
 from lsgd.plots import PLOT_HINT, pyplot
 from lsgd.registry import strategy_class
-from lsgd.strategies.base import Strategy
+from lsgd.strategies.strategy import Strategy
 
 
 #: ``value_and_grad(x) -> (F(x), grad F(x))`` for one worker's point ``x``.

@@ -2,7 +2,7 @@
 
 from lsgd.strategies.aldsgd import ALDSGD
 from lsgd.strategies.allreduce import AllReduce
-from lsgd.strategies.base import Strategy
+from lsgd.strategies.strategy import Strategy
 from lsgd.strategies.health import DivergedError
 from lsgd.strategies.decentralized import Decentralized
 from lsgd.strategies.demo import DeMo

@@ -32,7 +32,7 @@ from lsgd import _validate
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elect
 from lsgd.leader import Scorer
-from lsgd.strategies.base import Options, as_loss_tensor
+from lsgd.strategies.strategy import Options, as_loss_tensor
 from lsgd.strategies.decentralized import Decentralized, GraphSpec, MixingWeight, mix_
 
 Tensors = Sequence[torch.Tensor]
@@ -122,7 +122,7 @@ class ALDSGD(Decentralized):
         leader_window, leader_metric, eval_batch, eval_loss: the leader score,
             as in :class:`~lsgd.strategies.lsgd.LSGD`.
         mixing_weight: ``a``: see :class:`~lsgd.strategies.decentralized.Decentralized`.
-        comm, init, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, bn_buffers: see :class:`~lsgd.strategies.strategy.Strategy`.
     """
 
     name = "al-dsgd"

@@ -24,7 +24,7 @@ from torch import nn
 
 from lsgd.comm import Communicator, get_communicator
 from lsgd.comm.data_parallel import GradientCompression
-from lsgd.strategies.base import Strategy
+from lsgd.strategies.strategy import Strategy
 from lsgd.functional import all_finite
 
 
@@ -32,7 +32,7 @@ class AllReduce(Strategy):
     """Synchronous data parallel: one gradient all-reduce per step.
 
     Args:
-        comm: see :class:`~lsgd.strategies.base.Strategy`.
+        comm: see :class:`~lsgd.strategies.strategy.Strategy`.
         bn_buffers: ``"broadcast"`` (rank 0's buffers before every forward, the
             default) or ``"local"``.
         ddp_kwargs: extra keyword arguments for ``DistributedDataParallel``.

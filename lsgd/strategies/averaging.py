@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from lsgd.comm.base import Among
+from lsgd.comm.communicator import Among
 from lsgd.flat import FlatBuffer
-from lsgd.strategies.base import Options, Strategy, as_loss_tensor
+from lsgd.strategies.strategy import Options, Strategy, as_loss_tensor
 from lsgd.strategies.cadence import Cadence
 from lsgd.strategies.pipeline import InFlight
 from lsgd.strategies.stages.options import RoundOptions, RoundPlan, option_names, plan
@@ -30,7 +30,7 @@ from lsgd.strategies.stages.round import Round
 
 class AveragingOptions(Options, RoundOptions, total=False):
     """The keywords every averaging method passes on (``**options``): the strategy's
-    (:class:`~lsgd.strategies.base.Options`) and the round's
+    (:class:`~lsgd.strategies.strategy.Options`) and the round's
     (:class:`~lsgd.strategies.stages.options.RoundOptions`)."""
 
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from lsgd.comm import Communicator
-from lsgd.comm.base import Among
+from lsgd.comm.communicator import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import all_finite
 from lsgd.names import BN_MODES as MODES

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lsgd.comm import Communicator
-from lsgd.comm.base import Among
+from lsgd.comm.communicator import Among
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +102,7 @@ class RoundSchedule:
         """Continue after :meth:`state`; a new job's counter restarts where this one was.
 
         Exact when saved at a sync point after the workers agreed on the
-        counter (:meth:`~lsgd.strategies.base.Strategy.agree`).
+        counter (:meth:`~lsgd.strategies.strategy.Strategy.agree`).
         """
         self.joined = {c.name: int(state["joined"].get(c.name, 0)) for c in self.cadences}
         self._announced = dict(self.joined)

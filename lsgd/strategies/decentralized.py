@@ -2,7 +2,7 @@
 
 No center and no global collective during training: at a communication every
 worker swaps its state with its partners along the *active matchings* of the
-current graph (one :meth:`~lsgd.comm.base.Communicator.exchange_many`, at most
+current graph (one :meth:`~lsgd.comm.communicator.Communicator.exchange_many`, at most
 one partner per matching) and mixes::
 
     x_i <- (1 - d_i a) x_i + a sum_{j in A_i} x_j          (d_i = |A_i|)
@@ -31,7 +31,7 @@ from lsgd import _validate, topology as topo
 from lsgd.comm import get_communicator
 from lsgd.flat import FlatBuffer
 from lsgd.functional import finite_each
-from lsgd.strategies.base import Options, Strategy
+from lsgd.strategies.strategy import Options, Strategy
 from lsgd.topology import Topology
 
 Tensors = Sequence[torch.Tensor]
@@ -129,7 +129,7 @@ class Decentralized(Strategy):
         mixing_weight: ``a``. ``None``: the method's own (D-PSGD's
             ``2 / (lambda_2 + lambda_max)``, MATCHA's SDP); ``"max-degree"``:
             ``1 / (1 + max degree)``, every self weight positive; a number in (0, 1].
-        comm, init, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`
+        comm, init, bn_buffers: see :class:`~lsgd.strategies.strategy.Strategy`
             (``bn_buffers``: ``"pull"``, mixed like parameters, the default, or ``"local"``).
     """
 

@@ -46,7 +46,7 @@ from lsgd.dct import from_blocks, to_blocks
 from lsgd.flat import FlatBuffer
 from lsgd.functional import finite_each
 from lsgd.names import SPARSE_VALUES
-from lsgd.strategies.base import Options, Strategy
+from lsgd.strategies.strategy import Options, Strategy
 from lsgd.strategies.pipeline import InFlight
 from lsgd.strategies.stages.feedback import ErrorFeedback
 from lsgd.strategies.stages.move import Gather
@@ -92,7 +92,7 @@ class DeMo(Strategy):
             ``"2bit"`` (:mod:`lsgd.comm.sparse`).
         overlap: 0, or 1: each step's gather lands a step later.
         leader: ``"none"`` only: DeMo's workers hold one state, so none leads another.
-        comm, init: see :class:`~lsgd.strategies.base.Strategy` (``bn_buffers``:
+        comm, init: see :class:`~lsgd.strategies.strategy.Strategy` (``bn_buffers``:
             ``"local"``).
 
     ``optimizer`` must be ``torch.optim.SGD`` without momentum (DeMo's momentum is its

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.comm.base import Among
+from lsgd.comm.communicator import Among
 from lsgd.flat import FlatBuffer
 from lsgd.strategies.averaging import Averaging, AveragingOptions
 from lsgd.strategies.stages.eager import check_outer, outer_round
@@ -48,7 +48,7 @@ class DiLoCo(Averaging):
             ``Δ_t^m`` travels for a whole period (takes no ``overlap`` or ``merge``).
         options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions`;
             ``merge`` defaults to ``"mix"``) and the strategy's
-            (:class:`~lsgd.strategies.base.Strategy`; ``bn_buffers``: ``"average"`` or
+            (:class:`~lsgd.strategies.strategy.Strategy`; ``bn_buffers``: ``"average"`` or
             ``"local"``).
 
     ``global_state`` holds ``θ_g`` and ``outer_optimizers`` its outer SGD (one per

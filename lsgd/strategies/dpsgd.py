@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from lsgd.strategies.decentralized import Decentralized, GraphSpec, MixingWeight
-from lsgd.strategies.base import Options
+from lsgd.strategies.strategy import Options
 
 
 class DPSGD(Decentralized):
@@ -34,7 +34,7 @@ class DPSGD(Decentralized):
         period: local steps between communications (1: every step, the paper's).
         mixing_weight: ``a``; default the method's own; ``"max-degree"`` or a
             number: see :class:`~lsgd.strategies.decentralized.Decentralized`.
-        comm, init, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, bn_buffers: see :class:`~lsgd.strategies.strategy.Strategy`.
     """
 
     name = "dpsgd"

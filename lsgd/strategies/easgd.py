@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.comm.base import Among
+from lsgd.comm.communicator import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elastic_step_, pull_
 from lsgd.strategies.averaging import Averaging, AveragingOptions
@@ -44,7 +44,7 @@ class EASGD(Averaging):
         period: tau, local steps between rounds.
         options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions`, but
             ``merge``: a landing moves the state as it is then; compressed, the workers
-            send ``c - x``) and the strategy's (:class:`~lsgd.strategies.base.Strategy`;
+            send ``c - x``) and the strategy's (:class:`~lsgd.strategies.strategy.Strategy`;
             ``bn_buffers``: ``"average"``, the default, ``"pull"`` or ``"local"``).
 
     ``center()`` returns the center variable ``c`` (no communication).

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from lsgd.comm import Communicator
-from lsgd.comm.base import Among
+from lsgd.comm.communicator import Among
 from lsgd.comm.transfers import Handle, done_handle
 from lsgd.functional import finite_flag
 from lsgd.leader import Scorer

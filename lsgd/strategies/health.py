@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from lsgd.comm import Communicator
-from lsgd.comm.base import Among
+from lsgd.comm.communicator import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import all_finite
 
@@ -63,7 +63,7 @@ def check_same_model(comm: Communicator, state: Sequence[torch.Tensor], owner: s
 
 class Recovery:
     """What a strategy does about diverged workers (mixed into
-    :class:`~lsgd.strategies.base.Strategy`, whose attributes it uses)."""
+    :class:`~lsgd.strategies.strategy.Strategy`, whose attributes it uses)."""
 
     name: str
     steps: int

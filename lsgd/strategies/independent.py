@@ -6,7 +6,7 @@ must equal bit for bit. ``center()`` still averages the workers for evaluation.
 
 from __future__ import annotations
 
-from lsgd.strategies.base import Strategy
+from lsgd.strategies.strategy import Strategy
 
 
 class Independent(Strategy):

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from lsgd import _validate
-from lsgd.comm.base import Among
+from lsgd.comm.communicator import Among
 from lsgd.comm.info import WorkerInfo
 from lsgd.flat import FlatBuffer
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.comm.base import Among
+from lsgd.comm.communicator import Among
 from lsgd.flat import FlatBuffer
 from lsgd.strategies.averaging import Averaging, AveragingOptions
 from lsgd.strategies.cadence import Cadence
@@ -36,7 +36,7 @@ class LocalSGD(Averaging):
         global_period: tau_G, a multiple of ``period`` (default ``4 * period``).
         options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions`, one
             level of averaging only; ``merge`` defaults to ``"keep"``) and the strategy's
-            (:class:`~lsgd.strategies.base.Strategy`; ``bn_buffers``: ``"average"``, in
+            (:class:`~lsgd.strategies.strategy.Strategy`; ``bn_buffers``: ``"average"``, in
             the round's all-reduce, or ``"local"``). Compressed, a worker sends ``r - x``
             for ``r`` the last average.
     """

@@ -31,7 +31,7 @@ from lsgd.flat import FlatBuffer
 from lsgd.functional import elect, lags_, pull_, pull_two_
 from lsgd.leader import Scorer
 from lsgd.strategies.stages.parts import Fragments
-from lsgd.strategies.base import Options, Strategy, as_loss_tensor
+from lsgd.strategies.strategy import Options, Strategy, as_loss_tensor
 from lsgd.strategies.election import ELECTIONS, Election
 from lsgd.strategies.levels import Level, build_levels, check_knobs
 from lsgd.strategies.pipeline import InFlight, check_options
@@ -65,7 +65,7 @@ class LSGD(Strategy):
             round; the default with overlap or fragments).
         compress: ``"none"``, ``"bf16"`` or ``"int8"``: the wire format of the
             leader's difference from the level's reference.
-        comm, init, bn_buffers, asynchronous: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, bn_buffers, asynchronous: see :class:`~lsgd.strategies.strategy.Strategy`.
     """
 
     name = "lsgd"

@@ -33,7 +33,7 @@ class MATCHA(Decentralized):
         period: local steps between communications (1: every step).
         seed: seed of the activation sampler, the same on every worker.
         mixing_weight: ``a``: see :class:`~lsgd.strategies.decentralized.Decentralized`.
-        comm, init, bn_buffers: see :class:`~lsgd.strategies.base.Strategy`.
+        comm, init, bn_buffers: see :class:`~lsgd.strategies.strategy.Strategy`.
     """
 
     name = "matcha"

@@ -1,10 +1,10 @@
 """How a strategy's rounds run: at once, or (elastic) wrapped as quorum points.
 
-:meth:`Strategy.step <lsgd.strategies.base.Strategy.step>` reads the schedule,
+:meth:`Strategy.step <lsgd.strategies.strategy.Strategy.step>` reads the schedule,
 runs the rounds that fell due and lands the transfers that are due; it does
 so through a :class:`Rounds`. This class runs them as they are: a round's
 collectives among every worker, a transfer applied when it has arrived.
-:class:`lsgd.strategies.elastic.ElasticRounds` wraps the same calls for
+:class:`lsgd.strategies.elastic_rounds.ElasticRounds` wraps the same calls for
 workers that leave and return (torchft), and is the only place that knows
 about it.
 """

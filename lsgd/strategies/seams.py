@@ -1,4 +1,4 @@
-"""The named, typed views of a :class:`~lsgd.strategies.base.Strategy` that code outside
+"""The named, typed views of a :class:`~lsgd.strategies.strategy.Strategy` that code outside
 the strategy uses (the elastic layer, the elastic trainer) instead of its private state."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from lsgd.strategies.cadence import Cadence, RoundSchedule
 
 def supporting(capability: str) -> list[str]:
     """The names of the methods whose class declares ``capability`` (a class flag of
-    :class:`~lsgd.strategies.base.Strategy` such as ``supports_asynchronous``): each
+    :class:`~lsgd.strategies.strategy.Strategy` such as ``supports_asynchronous``): each
     capability is declared once, on the method, and every check reads it here."""
     found: dict[str, None] = {}
     pending = list(Seams.__subclasses__())
@@ -29,14 +29,15 @@ def supporting(capability: str) -> list[str]:
 
 
 class Seams:
-    """Mixed into :class:`~lsgd.strategies.base.Strategy`, which sets the attributes annotated here.
+    """Mixed into :class:`~lsgd.strategies.strategy.Strategy`, which sets the attributes
+    annotated here.
 
     What a method supports is declared here once, as a class flag that the method's
     class overrides; the library's and the command line's checks read the flags."""
 
     #: Rounds by all workers' steps together (``asynchronous=True``).
     supports_asynchronous = False
-    #: Elastic rounds (:mod:`lsgd.strategies.elastic`).
+    #: Elastic rounds (:mod:`lsgd.strategies.elastic_rounds`).
     supports_elastic = False
     #: Rounds that take ``overlap``, ``fragments`` and ``compress``.
     supports_hidden_rounds = False
@@ -73,7 +74,7 @@ class Seams:
         parameters, EASGD's center; ``None`` where no worker keeps it (an average)."""
         return None
 
-    # -- what the round runners call (lsgd.strategies.rounds, .elastic) -------------
+    # -- what the round runners call (lsgd.strategies.rounds, .elastic_rounds) ------
     def join_rounds(self, names: list[str]) -> None:
         """Run the rounds ``names`` (cadence names) that fell due together, then their
         BatchNorm average."""

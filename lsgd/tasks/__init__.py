@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 _SOURCES: dict[str, str] = {
     **dict.fromkeys(("HEADLINES", "best", "reaches"), "lsgd.tasks.headline"),
     **dict.fromkeys(("Batch", "Sums", "Task", "bits_per_byte", "perplexity"),
-                    "lsgd.tasks.base"),
+                    "lsgd.tasks.task"),
     **dict.fromkeys(("ImageClassification", "image_steps_per_epoch"), "lsgd.tasks.images"),
     "LanguageModelling": "lsgd.tasks.language",
     "make_task": "lsgd.tasks.factory",
@@ -47,7 +47,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from lsgd.tasks.base import Batch, Sums, Task, bits_per_byte, perplexity
+    from lsgd.tasks.task import Batch, Sums, Task, bits_per_byte, perplexity
     from lsgd.tasks.factory import make_task
     from lsgd.tasks.headline import HEADLINES, best, reaches
     from lsgd.tasks.images import ImageClassification, image_steps_per_epoch

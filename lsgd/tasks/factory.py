@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from lsgd.data import Dataset, ImageFolder, TextData
-from lsgd.tasks.base import Task
+from lsgd.tasks.task import Task
 from lsgd.tasks.images import ImageClassification
 from lsgd.tasks.language import LanguageModelling
 

@@ -45,7 +45,7 @@ class Headline:
     best_label: str
     #: What the benchmarks' notes call the center's value.
     what: str
-    #: :func:`lsgd.train.plots.plot_runs`' default figure of such runs: ``error`` or ``loss``.
+    #: :func:`lsgd.train.run_plots.plot_runs`' default figure of such runs: ``error`` or ``loss``.
     figure: str
     #: The y-axis label of each figure of such runs (``error``, ``loss``).
     axis_labels: Mapping[str, str]

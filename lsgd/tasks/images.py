@@ -10,7 +10,7 @@ from torch import nn
 from lsgd import augment
 from lsgd import data as datasets
 from lsgd.models import build_model
-from lsgd.tasks.base import Batch, Task
+from lsgd.tasks.task import Batch, Task
 
 EVAL_BATCH = 1000
 

@@ -24,7 +24,7 @@ from torch import nn
 
 from lsgd.data.text import TextData, text_shard, windows
 from lsgd.models.gpt import build_language_model, count_parameters
-from lsgd.tasks.base import Batch, Task, bits_per_byte, perplexity
+from lsgd.tasks.task import Batch, Task, bits_per_byte, perplexity
 
 EVAL_WINDOWS = 64  # windows per evaluation batch
 

@@ -11,7 +11,7 @@ mixing weight ``a = 2 / (lambda_2(L) + lambda_max(L))``
 (:meth:`Topology.mixing_weight`; D-PSGD, Lian et al., arXiv:1705.09056), a
 connectivity check naming the isolated workers (:meth:`Topology.check_connected`),
 and MATCHA's convex programs (:func:`activation_probabilities`,
-:func:`matcha_mixing_weight`; :mod:`lsgd.topology.matcha`).
+:func:`matcha_mixing_weight`; :mod:`lsgd.topology.matcha_programs`).
 
 Nothing here communicates: every worker builds the same graph and matchings
 from the same arguments.
@@ -21,7 +21,7 @@ from lsgd.topology.colouring import Edge, _misra_gries, edge_colouring
 from lsgd.topology.generators import (KINDS, complete, erdos_renyi, from_edges, from_spec, make,
                                       ring, torus, union)
 from lsgd.topology.graph import Topology, laplacian
-from lsgd.topology.matcha import (activation_probabilities, expected_contraction,
+from lsgd.topology.matcha_programs import (activation_probabilities, expected_contraction,
                                   matcha_mixing_weight)
 
 __all__ = [

@@ -130,7 +130,7 @@ def config_errors(cfg: Any) -> list[str]:
 
 
 def _elastic_errors(cfg: Any) -> list[str]:
-    """What --elastic (lsgd.train.elastic) does not take."""
+    """What --elastic (lsgd.train.elastic_run) does not take."""
     errors: list[str] = []
     elastic = methods_with("supports_elastic")
     if cfg.method not in elastic:

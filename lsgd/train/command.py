@@ -196,7 +196,7 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 def add_plot_parser(subparsers: Any) -> None:
-    from lsgd.train.plots import METRICS
+    from lsgd.train.run_plots import METRICS
 
     parser = subparsers.add_parser(
         "plot", help="overlay the test error (or loss) of several runs",
@@ -214,7 +214,7 @@ def add_plot_parser(subparsers: Any) -> None:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    from lsgd.train.plots import plot_runs
+    from lsgd.train.run_plots import plot_runs
 
     runs = [Path(r) for r in args.runs]
     missing = [str(r) for r in runs if not (r / "metrics.csv").exists()]

@@ -151,6 +151,6 @@ def _values(rows: list[dict[str, Any]], column: str) -> list[float]:
 def _figure(folders: list[Path], path: Path) -> Path | None:
     if not folders:
         return None
-    from lsgd.train.plots import plot_runs
+    from lsgd.train.run_plots import plot_runs
 
     return plot_runs(folders, path)

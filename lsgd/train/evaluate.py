@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import lsgd
-from lsgd.strategies.base import on_state_
+from lsgd.strategies.strategy import on_state_
 
 
 def model_copy(comm: lsgd.Communicator, model: nn.Module, src: int | None) -> nn.Module:

@@ -1,5 +1,5 @@
-"""The one training loop of a worker: ``lsgd train`` (:mod:`lsgd.train.worker`), its
-elastic form (:mod:`lsgd.train.elastic`) and the torchft peer (:mod:`lsgd.bench.peer`).
+"""The one training loop of a worker: ``lsgd train`` (:mod:`lsgd.train.run_worker`), its
+elastic form (:mod:`lsgd.train.elastic_run`) and the torchft peer (:mod:`lsgd.bench.peer`).
 
 :class:`WorkerLoop` builds the task, model, optimizer, schedule and seeds, takes
 each step (the batch of the step count, forward, backward, ``strategy.step``),
@@ -240,7 +240,7 @@ class WorkerLoop:
         and the leader's figures at the last evaluation, the task's headline (its best
         value), where the center first reached ``--target``, the run's size and time,
         then ``own``."""
-        from lsgd.train.plots import plot_run
+        from lsgd.train.run_plots import plot_run
 
         cfg, last = self.cfg, self.rows[-1]
         steps = self.steps if steps is None else steps

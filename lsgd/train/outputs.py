@@ -7,7 +7,7 @@
 * ``leader_history.csv``: every election (step, level, leader rank);
 * ``summary.json``: the final figures;
 * ``checkpoints/``: one file per worker plus ``meta.json`` (see checkpoint.py);
-* PNG plots (see plots.py) and, with ``--tensorboard``, TensorBoard events.
+* PNG plots (see run_plots.py) and, with ``--tensorboard``, TensorBoard events.
 
 Files are rewritten whole and atomically (temporary file, then rename) so a
 crash never leaves half a file, and a resumed run continues the same rows.

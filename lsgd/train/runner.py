@@ -135,7 +135,8 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
     (:mod:`lsgd.train.injector`); ``faults.csv`` is written at the end, also when
     the run failed."""
     import lsgd
-    from lsgd.train import chaos, faults, injector, worker
+    from lsgd.train import chaos, faults, injector
+    from lsgd.train.run_worker import run_worker
 
     cfg = chaos.with_chaos(cfg)
 
@@ -158,7 +159,7 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
             prepare(cfg, out)
             _note_shared_store()
         try:
-            return worker.run_worker(info, cfg)
+            return run_worker(info, cfg)
         finally:
             shutdown()
     prepare(cfg, out)
@@ -168,15 +169,15 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
     os.environ["LSGD_LOG_DIR"] = str(out / "logs")  # the agents' logs (lsgd.launcher)
     try:
         if cfg.elastic:
-            from lsgd.train.elastic import train_elastic
+            from lsgd.train.elastic_run import train_elastic
 
             summary = train_elastic(cfg, started=start)[0]
         elif cfg.backend == "threads":  # cfg.replica reaches the strategy by cfg alone
-            summary = lsgd.simulate(worker.run_worker, cfg.workers, cfg.groups, args=(cfg,),
+            summary = lsgd.simulate(run_worker, cfg.workers, cfg.groups, args=(cfg,),
                                     seed=cfg.seed, step_time=cfg.step_times(),
                                     link=cfg.link)[0]
         else:
-            summary = lsgd.launch(worker.run_worker, cfg.workers, cfg.groups,
+            summary = lsgd.launch(run_worker, cfg.workers, cfg.groups,
                                   args=(cfg, start), timeout=cfg.timeout, link=cfg.link,
                                   max_restarts=cfg.faults.restarts)[0]
     finally:
@@ -208,7 +209,7 @@ def _elastic_node(cfg: TrainConfig, out: Path) -> dict[str, Any] | None:
     """``lsgd train --elastic --slot K --lighthouse URL`` under one torchrun per node: one of
     this node's workers; the run's summary if it wrote the run's files."""
     import lsgd
-    from lsgd.train.elastic import elastic_worker
+    from lsgd.train.elastic_run import elastic_worker
 
     # torchrun --standalone: RANK and WORLD_SIZE are this node's own.
     local, per_node = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -256,9 +257,9 @@ def prepare(cfg: TrainConfig, out: Path) -> None:
 
 def check_before_start(cfg: TrainConfig) -> None:
     """Fail fast, before any worker starts, on what a person can fix."""
-    from lsgd.train import worker
+    from lsgd.train.run_worker import preflight
 
-    worker.preflight(cfg)
+    preflight(cfg)
     if cfg.elastic:
         if under_torchrun() and cfg.quorum.lighthouse is None:
             raise UsageError("--elastic under torchrun runs one node's worker: give --slot K and "
@@ -289,7 +290,7 @@ def launch_from_this_process(cfg: TrainConfig) -> None:
         if cfg.link is None and not cfg.elastic:  # workers of this process's fork server
             from lsgd.launcher.worker import prepare_forkserver, start_method
             from lsgd.train.build import PRELOAD_ENV
-            from lsgd.train.worker import run_worker
+            from lsgd.train.run_worker import run_worker
 
             if start_method(1, by_agent=True) == "forkserver":  # it imports torch and reads
                 os.environ[PRELOAD_ENV] = json.dumps([cfg.dataset, cfg.data_dir])  # the data

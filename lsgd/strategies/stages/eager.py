@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from lsgd import _validate
-from lsgd.comm.base import Among
+from lsgd.comm.communicator import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import all_finite
 from lsgd.names import OUTERS

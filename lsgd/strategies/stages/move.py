@@ -24,7 +24,7 @@ import torch
 
 from lsgd.comm import Communicator
 from lsgd.comm import codec as codecs
-from lsgd.comm.base import Among
+from lsgd.comm.communicator import Among
 from lsgd.comm.sparse import SparseFormat, as_rows, from_rows
 from lsgd.comm.transfers import Handle, done_handle
 

@@ -42,7 +42,7 @@ class RoundOptions(TypedDict, total=False):
     values: ``compress="topk"``: the kept values' format, ``"float32"`` (default),
         ``"int8"`` or ``"2bit"``.
     leader: ``"none"``, ``"weights"`` or ``"pull"``: the leader's force
-        (:mod:`lsgd.strategies.stages.leader`); ``step(loss)`` then needs the loss.
+        (:mod:`lsgd.strategies.stages.leader_force`); ``step(loss)`` then needs the loss.
     leader_weight: c >= 0 of ``"weights"`` (default 1.0).
     leader_pull: λ in [0, 1] of ``"pull"`` (default 0.5).
     """

@@ -23,11 +23,11 @@ import torch
 from torch import nn
 
 from lsgd.comm import Communicator
-from lsgd.comm.base import Among
+from lsgd.comm.communicator import Among
 from lsgd.flat import FlatBuffer
 from lsgd.functional import all_finite
 from lsgd.strategies.pipeline import InFlight
-from lsgd.strategies.stages import leader as leaders
+from lsgd.strategies.stages import leader_force as leaders
 from lsgd.strategies.stages.feedback import ErrorFeedback
 from lsgd.strategies.stages.land import Landing
 from lsgd.strategies.stages.message import Message

@@ -2,9 +2,9 @@
 
 Each node (``--groups`` of them, or one per worker) is a torchft replica
 group started by an elastic agent of its own
-(:func:`lsgd.launcher.elastic.launch_elastic`), every worker with an
-:class:`~lsgd.comm.elastic.ElasticCommunicator`; the strategy's rounds among
-all workers are the quorum points (:mod:`lsgd.strategies.elastic`). What the
+(:func:`lsgd.launcher.elastic_jobs.launch_elastic`), every worker with an
+:class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`; the strategy's rounds among
+all workers are the quorum points (:mod:`lsgd.strategies.elastic_rounds`). What the
 workers decide together is decided inside a round, among its members, right
 after the method's rule (``Strategy.on_round``): the clock and the budgets (the
 members' largest training seconds, all-gathered as ``"control"`` traffic), the
@@ -30,9 +30,9 @@ from typing import Any
 import torch
 
 import lsgd
-from lsgd.comm.elastic import ElasticCommunicator
+from lsgd.comm.elastic_collectives import ElasticCommunicator
 from lsgd.comm.replica import replicas_of
-from lsgd.launcher.elastic import launch_elastic
+from lsgd.launcher.elastic_jobs import launch_elastic
 from lsgd.train import faults
 from lsgd.train.build import knobs_from_config
 from lsgd.train.config import TrainConfig
@@ -219,7 +219,7 @@ def quorum_timeout(cfg: TrainConfig) -> float:
 def elastic_worker(info: Any, slot: int, slots: int, lighthouse: str, cfg: TrainConfig,
                    t0: float, extra_faults: list[tuple[Any, ...]] = (),  # type: ignore[assignment]
                    address: str = "127.0.0.1") -> dict[str, Any]:
-    """What :func:`~lsgd.launcher.elastic.launch_elastic` runs in every worker of node
+    """What :func:`~lsgd.launcher.elastic_jobs.launch_elastic` runs in every worker of node
     ``slot`` (``info``: its place in the node; None for a node of one worker)."""
     local_rank = 0 if info is None else info.rank
     return ElasticRun(slot, slots, local_rank, lighthouse, cfg, address, t0,

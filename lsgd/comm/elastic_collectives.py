@@ -21,6 +21,17 @@ Healing (torchft's ``PGTransport``) sends what :meth:`add_state` registered, cou
 under ``"join"``. Started collectives run on a background thread with one worker per
 node. docs/reliability.md ("Survivors keep training") says the rest; not available
 here: pairwise exchange, the shared counter of asynchronous methods, and NCCL.
+
+Elastic replicas of a node's processes: with ``replica="node"`` on an elastic
+communicator of ``per_node`` processes (:func:`lsgd.comm.replica.replicas_of`), a
+method's world is the nodes, and each round's collective runs on this process's part
+among the processes of its local rank on every member node: torchft's process group
+of the worker. :class:`ElasticPeers` is that view: rank = the node (slot), world = the
+nodes the job is made for, members = the nodes of the current quorum; an all-gather
+has a row per node, NaN for absent ones. Rounds, quorums, heals and commits stay the
+elastic communicator's; a collective that fails on one process fails on all of the
+node's. Hidden rounds start their collective on a background thread, as with one
+process per node. Both views run the same collectives, :class:`QuorumCollectives`.
 """
 
 from __future__ import annotations
@@ -37,8 +48,8 @@ from typing import Any
 
 import torch
 
-from lsgd.comm.base import Communicator
-from lsgd.comm.lanes import BackgroundLane
+from lsgd.comm.communicator import Communicator
+from lsgd.comm.lanes import BackgroundLane, current_lane
 from lsgd.comm.transfers import run as run_transfer
 from lsgd.comm.wire import Traffic
 from lsgd.comm.info import Among, ReduceOp, WorkerInfo
@@ -46,10 +57,161 @@ from lsgd.comm.quorum import (EXTRA, LighthouseLost, RoundFailed, answers, clone
                               options, payload_bytes, require_torchft, start_gate,
                               start_lighthouse)
 
-__all__ = ["EXTRA", "ElasticCommunicator", "LighthouseLost", "RoundFailed", "start_lighthouse"]
+__all__ = ["EXTRA", "ElasticCommunicator", "ElasticPeers", "LighthouseLost", "QuorumCollectives",
+           "RoundFailed", "start_lighthouse"]
 
 
-class ElasticCommunicator(Communicator):
+class QuorumCollectives(Communicator):
+    """The collectives of an elastic worker among the member nodes of the current round.
+
+    Written once for both views of a node's processes: :class:`ElasticCommunicator`
+    (``per_node`` workers on every node: a collective inside the node, then across the
+    member nodes) and an elastic replica's peers (:class:`ElasticPeers`: one worker per
+    node, this process's part, across the member nodes only). A view says how many of
+    its workers a node holds (``per_node``) and which of them it is (``local_rank``);
+    the collectives across nodes run on the torchft process group of :meth:`_elastic`
+    (the communicator that holds the rounds), and the node's processes agree on each
+    one's outcome over :meth:`_agreement`.
+    """
+
+    elastic = True
+    pipelined_broadcast = False
+    per_node = 1
+    local_rank = 0
+    #: the name of the background lane of started collectives
+    _lane_name = "elastic"
+    _lane: BackgroundLane | None = None
+
+    def _elastic(self) -> ElasticCommunicator:
+        """The communicator of this process's rounds, quorums and torchft process group."""
+        raise NotImplementedError
+
+    def _agreement(self) -> Any:
+        """The node's group its processes agree on an outcome over (None: the default)."""
+        return None
+
+    # -- layout seen by the collectives -------------------------------------
+    def node_of(self, rank: int) -> int:
+        return rank // self.per_node
+
+    def among_size(self, among: Among) -> int:
+        if among != "world":
+            return self.per_node
+        return len(self._elastic().member_nodes()) * self.per_node
+
+    def among_members(self, among: Among) -> list[int]:
+        if among != "world":
+            return self.info.group_members()
+        s = self.per_node
+        return [node * s + k for node in self._elastic().member_nodes() for k in range(s)]
+
+    def all_gather(self, tensor: torch.Tensor, among: Among = "world") -> torch.Tensor:
+        """``world``: ``W`` rows, one per rank, those of absent workers NaN (0 for integers)."""
+        if self.among_size(among) > 1:
+            return super().all_gather(tensor, among)
+        mine = tensor.detach().clone().unsqueeze(0)
+        return mine if among == "group" else self._table([mine], tensor)
+
+    def _table(self, blocks: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+        """``W`` rows from one block of ``per_node`` rows per member node."""
+        fill = float("nan") if like.is_floating_point() else 0
+        out = torch.full((self.world_size, *like.shape), fill, dtype=like.dtype,
+                         device=like.device)
+        for node, block in zip(self._elastic().member_nodes(), blocks):
+            out[node * self.per_node:(node + 1) * self.per_node] = block
+        return out
+
+    # -- primitives ---------------------------------------------------------
+    def _over_nodes(self, start: Callable[[], Any] | None, work: torch.Tensor) -> None:
+        """``start()`` across the member nodes on torchft's process group (``None``, or an
+        empty ``work``: this worker takes no part); the node's processes agree on the
+        outcome all the same, and all raise :class:`RoundFailed` if one saw it fail."""
+        self._elastic()._across(start if work.numel() else None, self._agreement())
+
+    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
+        import torch.distributed as dist
+
+        t0 = time.perf_counter()
+        work = tensor.detach().clone()
+        if self.per_node > 1:
+            dist.all_reduce(work)
+        if among == "world":
+            pg = self._elastic()._pg
+            self._over_nodes(lambda: pg.allreduce([work], options("sum")), work)
+        if op == "mean":
+            work /= self.among_size(among)
+        tensor.copy_(work)
+        return time.perf_counter() - t0
+
+    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
+        import torch.distributed as dist
+
+        t0 = time.perf_counter()
+        work = tensor.detach().clone()
+        node, local = divmod(src, self.per_node)
+        if among == "world":  # the source's local rank on every member node
+            pg = self._elastic()._pg
+            root = self._elastic().member_nodes().index(node)
+            self._over_nodes((lambda: pg.broadcast([work], options("broadcast", root)))
+                             if self.local_rank == local else None, work)
+        if self.per_node > 1:
+            dist.broadcast(work, src=local)
+        tensor.copy_(work)
+        return time.perf_counter() - t0
+
+    def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
+        import torch.distributed as dist
+
+        t0 = time.perf_counter()
+        if self.per_node > 1:
+            local = [torch.empty_like(tensor) for _ in range(self.per_node)]
+            dist.all_gather(local, tensor)
+        else:
+            local = [tensor.detach().clone()]
+        block = torch.stack(local)
+        if among == "group":
+            return block, time.perf_counter() - t0
+        pg = self._elastic()._pg
+        blocks = [torch.empty_like(block) for _ in self._elastic().member_nodes()]
+        self._over_nodes(lambda: pg.allgather([blocks], [block], options("gather")), block)
+        return self._table(blocks, tensor), time.perf_counter() - t0
+
+    def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int], among: Among) -> Any:
+        """Across the member nodes, one worker per node (a compressed all-reduce's first
+        half); ``RoundFailed`` as any collective across nodes."""
+        if self.per_node > 1 or among != "world":
+            raise NotImplementedError("an elastic all-to-all runs among all workers, one "
+                                      "worker per node")
+        pg = self._elastic()._pg
+        received = torch.empty(sum(sizes), dtype=torch.uint8)
+        work = torch.cat(parts)
+        self._over_nodes(lambda: pg.alltoall_base(
+            received, work, sizes, [p.numel() for p in parts],
+            torch._C._distributed_c10d.AllToAllOptions()), work)
+        return list(received.split(sizes))
+
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
+                         chunks: int) -> float:
+        raise AssertionError("unreachable: elastic broadcasts are never chained")
+
+    def _barrier(self) -> None:
+        self._all_reduce(torch.zeros(1), "sum", "world")
+
+    def _add_count(self, key: str, amount: int) -> int:
+        raise NotImplementedError(
+            "elastic training runs synchronous methods only (no shared step counter)")
+
+    def _start(self, transfer: Any) -> Any:
+        if self.per_node > 1:
+            raise NotImplementedError("started collectives of an elastic worker need one "
+                                      "worker per node (its node's own collectives keep the "
+                                      "main thread)")
+        if self._lane is None:
+            self._lane = BackgroundLane(self._lane_name, (None, None), torch.device("cpu"))
+        return self._lane.submit(functools.partial(run_transfer, self, transfer)).result
+
+
+class ElasticCommunicator(QuorumCollectives):
     """Collectives among the members of each round's torchft quorum.
 
     Args:
@@ -72,9 +234,6 @@ class ElasticCommunicator(Communicator):
             nodes, whether it was healed, the error of a failed one), for a run's
             record.
     """
-
-    elastic = True
-    pipelined_broadcast = False
 
     def __init__(self, slot: int, slots: int, *, lighthouse: str, address: str = "127.0.0.1",
                  per_node: int = 1, local_rank: int = 0, min_members: int = 1,
@@ -104,7 +263,6 @@ class ElasticCommunicator(Communicator):
         from torchft.process_group import ProcessGroupGloo
 
         self.node, self.per_node, self.local_rank = slot, per_node, local_rank
-        self._lane: BackgroundLane | None = None  # started collectives (hidden rounds)
         if per_node > 1 and not (dist.is_initialized() and dist.get_world_size() == per_node):
             raise RuntimeError(f"{name}: per_node={per_node} needs the node's {per_node} workers "
                                "in torch.distributed's default process group (start them with "
@@ -250,17 +408,15 @@ class ElasticCommunicator(Communicator):
 
     def members(self) -> list[int]:
         """The ranks of the workers taking part in the current round, in order."""
-        s = self.per_node
-        return [node * s + k for node in self.member_nodes() for k in range(s)]
+        return self.among_members("world")
 
     def committed_rounds(self) -> int:
         """Rounds this worker committed (a healed worker takes its source's count)."""
         return int(self.manager.current_step())
 
     def _replica_parts(self) -> tuple[Communicator, Communicator]:
-        """(the node's process group, the peers' view: :mod:`lsgd.comm.elastic_peers`)."""
+        """(the node's process group, the peers' view: :class:`ElasticPeers`)."""
         from lsgd.comm.distributed import DistCommunicator
-        from lsgd.comm.elastic_peers import ElasticPeers
 
         return DistCommunicator(groups=1, label="node"), ElasticPeers(self)
 
@@ -279,33 +435,10 @@ class ElasticCommunicator(Communicator):
                                                 options("gather")))
         return [int(t) for t in out]
 
-    # -- layout seen by the collectives -------------------------------------
-    def node_of(self, rank: int) -> int:
-        return rank // self.per_node
+    def _elastic(self) -> ElasticCommunicator:
+        return self
 
-    def among_size(self, among: Among) -> int:
-        return len(self.member_nodes()) * self.per_node if among == "world" else self.per_node
-
-    def among_members(self, among: Among) -> list[int]:
-        return self.members() if among == "world" else self.info.group_members()
-
-    def all_gather(self, tensor: torch.Tensor, among: Among = "world") -> torch.Tensor:
-        """``world``: ``W`` rows, one per rank, those of absent workers NaN (0 for integers)."""
-        if self.among_size(among) > 1:
-            return super().all_gather(tensor, among)
-        mine = tensor.detach().clone().unsqueeze(0)
-        return mine if among == "group" else self._table([mine], tensor)
-
-    def _table(self, blocks: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
-        """``W`` rows from one block of ``per_node`` rows per member node."""
-        fill = float("nan") if like.is_floating_point() else 0
-        out = torch.full((self.world_size, *like.shape), fill, dtype=like.dtype,
-                         device=like.device)
-        for node, block in zip(self.member_nodes(), blocks):
-            out[node * self.per_node:(node + 1) * self.per_node] = block
-        return out
-
-    # -- primitives ---------------------------------------------------------
+    # -- collectives across the member nodes, on torchft's process group --------
     def _across(self, start: Callable[[], Any] | None, node_group: Any = None) -> None:
         """Run one collective across nodes (torchft's process group; ``None``: this worker
         takes no part in it). Every worker of the node then learns whether any of them saw
@@ -325,20 +458,6 @@ class ElasticCommunicator(Communicator):
                                       else RuntimeError(str(error)))
             raise RoundFailed(f"worker {self.rank}: a collective failed: {error}")
 
-    def _sum_across(self, work: torch.Tensor, node_group: Any = None) -> None:
-        """``work`` summed over the member nodes (this local rank's workers, torchft's
-        process group), in place; an empty ``work`` takes no part, the node agrees."""
-        self._across((lambda: self._pg.allreduce([work], options("sum")))
-                     if work.numel() else None, node_group)
-
-    def _broadcast_across(self, work: torch.Tensor, node: int, take_part: bool = True,
-                          node_group: Any = None) -> None:
-        """``work`` from member node ``node`` to the others, in place (this local rank's
-        workers; ``take_part=False``, or an empty ``work``: none of this worker's)."""
-        root = self.member_nodes().index(node)
-        self._across((lambda: self._pg.broadcast([work], options("broadcast", root)))
-                     if take_part and work.numel() else None, node_group)
-
     def _node_agrees(self, error: Any, group: Any = None) -> Any:
         """``error``, or one if another worker of this node saw one (a node-local
         all-reduce of a flag; nothing with one worker per node)."""
@@ -352,78 +471,37 @@ class ElasticCommunicator(Communicator):
             return RuntimeError("another worker of this node saw it fail")
         return error
 
-    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
+
+class ElasticPeers(QuorumCollectives):
+    """The nodes of an elastic job, as this process's local rank sees them."""
+
+    _lane_name = "elastic-peers"
+
+    def __init__(self, elastic: ElasticCommunicator) -> None:
+        """``elastic``: this process's :class:`ElasticCommunicator`, which builds its
+        peers (``_replica_parts``)."""
         import torch.distributed as dist
 
-        t0 = time.perf_counter()
-        work = tensor.detach().clone()
-        if self.per_node > 1:
-            dist.all_reduce(work)
-        if among == "world":
-            self._sum_across(work)
-        if op == "mean":
-            work /= self.among_size(among)
-        tensor.copy_(work)
-        return time.perf_counter() - t0
+        super().__init__(WorkerInfo(rank=elastic.node, world_size=elastic.world_size //
+                                    elastic.per_node, groups=1))
+        self.source = elastic
+        # The node's processes, for agreeing on a started collective's outcome (collective).
+        self._lane_node = dist.new_group(list(range(dist.get_world_size())))
 
-    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
-        import torch.distributed as dist
+    # -- the rounds are the elastic communicator's --------------------------------
+    def __getattr__(self, name: str) -> Any:
+        if name in ("begin_round", "end_round", "add_state", "healed", "heals", "members",
+                    "member_nodes", "committed_rounds", "failed_rounds", "heal_seconds"):
+            return getattr(self.source, name)
+        raise AttributeError(name)
 
-        t0 = time.perf_counter()
-        work = tensor.detach().clone()
-        node, local = divmod(src, self.per_node)
-        if among == "world":
-            self._broadcast_across(work, node, take_part=self.local_rank == local)
-        if self.per_node > 1:
-            dist.broadcast(work, src=local)
-        tensor.copy_(work)
-        return time.perf_counter() - t0
+    def _elastic(self) -> ElasticCommunicator:
+        return self.source
 
-    def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
-        import torch.distributed as dist
+    def among_members(self, among: Among) -> list[int]:
+        return super().among_members("world") if among == "world" else [self.rank]
 
-        t0 = time.perf_counter()
-        local = [torch.empty_like(tensor) for _ in range(self.per_node)]
-        if self.per_node > 1:
-            dist.all_gather(local, tensor)
-        else:
-            local = [tensor.detach().clone()]
-        block = torch.stack(local)
-        if among == "group":
-            return block, time.perf_counter() - t0
-        blocks = [torch.empty_like(block) for _ in self.member_nodes()]
-        self._across(lambda: self._pg.allgather([blocks], [block], options("gather")))
-        return self._table(blocks, tensor), time.perf_counter() - t0
-
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
-                         chunks: int) -> float:
-        raise AssertionError("unreachable: elastic broadcasts are never chained")
-
-    def _barrier(self) -> None:
-        self._all_reduce(torch.zeros(1), "sum", "world")
-
-    def _add_count(self, key: str, amount: int) -> int:
-        raise NotImplementedError(
-            "elastic training runs synchronous methods only (no shared step counter)")
-
-    def _start(self, transfer: Any) -> Any:
-        if self.per_node > 1:
-            raise NotImplementedError("started collectives of an elastic worker need one "
-                                      "worker per node (its node's own collectives keep the "
-                                      "main thread)")
-        if self._lane is None:
-            self._lane = BackgroundLane("elastic", (None, None), torch.device("cpu"))
-        return self._lane.submit(functools.partial(run_transfer, self, transfer)).result
-
-    def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int], among: Among) -> Any:
-        """Across the member nodes, one worker per node (a compressed all-reduce's first
-        half); ``RoundFailed`` as any collective across nodes."""
-        if self.per_node > 1 or among != "world":
-            raise NotImplementedError("an elastic all-to-all runs among all workers, one "
-                                      "worker per node")
-        c10d = torch._C._distributed_c10d
-        received = torch.empty(sum(sizes), dtype=torch.uint8)
-        self._across(lambda: self._pg.alltoall_base(received, torch.cat(parts), sizes,
-                                                    [p.numel() for p in parts],
-                                                    c10d.AllToAllOptions()))
-        return list(received.split(sizes))
+    def _agreement(self) -> Any:
+        """The node's group its processes agree on an outcome over: the lane's own on a
+        background lane (the node's own carries the data parallelism meanwhile)."""
+        return self._lane_node if current_lane() is not None else None

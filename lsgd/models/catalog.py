@@ -9,7 +9,7 @@ from torch import nn
 
 from lsgd import _validate
 from lsgd.models.cnn7 import cnn7
-from lsgd.models.common import _check_positive
+from lsgd.models.shared import _check_positive
 from lsgd.models.mlp import mlp
 from lsgd.models.resnet20 import resnet20
 from lsgd.models.resnet50 import resnet50, stem_for

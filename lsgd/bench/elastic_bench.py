@@ -4,7 +4,7 @@ Four nodes behind shaped 100 Mbit/s links (``--links``; the loopback where
 links cannot be shaped) train CNN7 on Fashion-MNIST for 240 steps (quick: three
 workers on the loopback, an MLP on the digits, no unfailed restartable run);
 worker 2 SIGKILLs itself before step 100 and is started again by its agent.
-Side by side, LSGD and DiLoCo: **elastic** (``lsgd.launcher.elastic``: the
+Side by side, LSGD and DiLoCo: **elastic** (``lsgd.launcher.elastic_jobs``: the
 survivors go on, the killed worker rejoins healed from a live peer), **restart
 from a checkpoint** (torch's elastic agent: all restart from the latest
 checkpoint), and each without the fault. Reported: the job's wall time (every
@@ -59,7 +59,7 @@ def _config(method: str, setup: dict[str, Any], fault: bool, run: Path,
 
 
 def _elastic(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> dict[str, Any]:
-    from lsgd.train.elastic import train_elastic
+    from lsgd.train.elastic_run import train_elastic
     from lsgd.train.runner import prepare
 
     cfg = _config(method, setup, fault, folder / f"{method}-elastic-{int(fault)}", elastic=True,
@@ -118,7 +118,7 @@ def _how(kind: str, every: int, link: str | None, asked: str | None) -> str:
 def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     import importlib.util
 
-    from lsgd.comm.elastic import EXTRA
+    from lsgd.comm.elastic_collectives import EXTRA
     from lsgd.links.netns import shaping_problem
 
     if importlib.util.find_spec("torchft") is None:

@@ -1,6 +1,6 @@
 """Elastic rounds: what a periodic method does when workers leave and return.
 
-With an :class:`~lsgd.comm.elastic.ElasticCommunicator` (torchft), every round
+With an :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator` (torchft), every round
 among all workers of LSGD, DiLoCo, local SGD or EASGD is a quorum point and
 runs among the live workers only (docs/algorithms.md, "Elastic rounds"):
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from lsgd.comm.elastic import RoundFailed
+from lsgd.comm.elastic_collectives import RoundFailed
 from lsgd.strategies.pipeline import InFlight
 from lsgd.strategies.rounds import Rounds
 from lsgd.strategies.seams import Seams as Strategy

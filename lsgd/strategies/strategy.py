@@ -37,7 +37,7 @@ from torch import nn
 from lsgd import _validate
 from lsgd.comm import CommStats, Communicator, get_communicator
 from lsgd.strategies import buffers as bn
-from lsgd.strategies.elastic import ElasticRounds
+from lsgd.strategies.elastic_rounds import ElasticRounds
 from lsgd.strategies.guard import driving, guard
 from lsgd.strategies.health import Recovery, check_same_model
 from lsgd.strategies.pipeline import InFlight, Pipeline
@@ -150,7 +150,7 @@ class Strategy(Recovery, Seams):
         self._schedule = RoundSchedule(self.comm, [], self.asynchronous)
         self._pipeline = Pipeline()  # the rounds' transfers in flight (overlap)
         self.on_round: Callable[[], None] | None = None  # elastic: the trainer's hook
-        # How rounds run: at once, or as quorum points (torchft, lsgd.strategies.elastic).
+        # How rounds run: at once, or as quorum points (torchft, lsgd.strategies.elastic_rounds).
         self._elastic = bool(getattr(self.comm, "elastic", False))
         self._rounds = (ElasticRounds if self._elastic else Rounds)(self)
         self._rounds.start()
@@ -185,7 +185,7 @@ class Strategy(Recovery, Seams):
         Asynchronously, the rounds joined stop after one among all workers, so
         that :attr:`at_sync_point` is set there; a round left over is joined at
         the next step. An elastic worker's first step joins the job
-        (:class:`lsgd.strategies.elastic.ElasticRounds`); if the job was running,
+        (:class:`lsgd.strategies.elastic_rounds.ElasticRounds`); if the job was running,
         that step is spent on the joining round.
         """
         if self._rounds.join():

@@ -5,8 +5,8 @@ for every slot as torchft's deployment does it: each worker is a replica group
 of one process, started by an elastic agent of its own (torch's, as one
 ``torchrun`` per node would), so that a worker that dies is restarted by its
 agent alone (up to ``restarts`` times) while the others go on; a lighthouse
-(:func:`lsgd.comm.elastic.start_lighthouse`) in the calling process forms the
-quorums. ``fn`` builds its :class:`~lsgd.comm.elastic.ElasticCommunicator`
+(:func:`lsgd.comm.elastic_collectives.start_lighthouse`) in the calling process forms the
+quorums. ``fn`` builds its :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`
 from ``slot``, ``slots`` and ``lighthouse``. The agents are spawned (fresh
 interpreters), so ``fn`` and ``args`` must be picklable. On loopback, or with
 ``link=`` each node in a namespace of its own behind a shaped link and the
@@ -131,7 +131,7 @@ def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
            path: str, namespace: str | None, address: str, per_node: int, gate: str) -> None:
     """One node's agent (a spawned process, in its namespace on shaped links): torch's
     elastic agent with restarts, which starts the node's workers together."""
-    from lsgd.launcher.local import launch_local
+    from lsgd.launcher.standalone import launch_local
 
     os.environ[GATE_ENV] = gate  # before its workers' fork server starts: they inherit it
 

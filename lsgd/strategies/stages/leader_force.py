@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.comm.base import Among, Communicator
+from lsgd.comm.communicator import Among, Communicator
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elect, pull_
 from lsgd.leader import Scorer
