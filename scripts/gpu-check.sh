@@ -26,7 +26,7 @@ EOF
 status=0
 # --noconftest: the tests' conftest imports the trainer, whose requirements (tomli-w) a
 # GPU machine's Python may lack; the cuda tests need only the library.
-"$PYTHON" -m pytest -q -m cuda --noconftest -p no:cacheprovider -rs tests/test_cuda.py \
+"$PYTHON" -m pytest -q -m cuda --noconftest -p no:cacheprovider -rs tests/strategies/test_cuda.py \
     2>&1 | tee records/gpu/tests.txt || status=1
 "$PYTHON" scripts/gpu_steps.py --out records/gpu/steps.json || status=1
 # The regime's 20-tokens-per-parameter point with a larger GPT (about 6 minutes on an H100).

@@ -1,6 +1,6 @@
 """SparseLoCo, DeMo and MuLoCo against references written from their rules in
-docs/algorithms.md, run under both backends (tests/test_rules_simulated.py,
-tests/test_distributed.py).
+docs/algorithms.md, run under both backends (tests/strategies/test_rules_simulated.py,
+tests/comm/test_distributed.py).
 
 The references know nothing of lsgd's stages or codecs: the top-k by a sort, 2-bit
 values by their bins, the DCT from its textbook formula, the steps one by one. The

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lsgd.train.config import TrainConfig
-from tests.test_bad_input import CONFIGS, FASHION_FILES
+from tests.train.test_bad_input import CONFIGS, FASHION_FILES
 
 
 @pytest.fixture

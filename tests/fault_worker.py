@@ -1,4 +1,4 @@
-"""One worker of the fault-injection tests (tests/test_faults.py); not a test itself.
+"""One worker of the fault-injection tests (tests/train/test_faults.py); not a test itself.
 
 Started by the test with ``subprocess.Popen`` and torchrun's environment
 variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, ...), never by torchrun
