@@ -64,7 +64,7 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     "local-sgd-overlap-int8": ("local-sgd", {"overlap": 4, "compress": "int8"},
                                [{"period": 16}]),
     # Each periodic method's hidden forms as one family, tuned over a recorded grid at
-    # 20 Mbit/s (docs/benchmarks.md, "LSGD in front"): period, overlap, fragments, the
+    # 20 Mbit/s (docs/studies.md, "LSGD in front"): period, overlap, fragments, the
     # wire format, and for LSGD its pull and scope; the first point is the form the
     # tables used before the sweep.
     "lsgd-hidden": ("lsgd", {}, [

@@ -16,7 +16,7 @@ lsgd's communicator is used only to evaluate the center, to agree on the
 training clock and to start and stop together. What could not be made the same
 (no quantized all-reduce on a CPU, fragments as whole layers, a quorum before
 each synchronisation, bytes counted as ring all-reduces) is listed in
-docs/benchmarks.md ("Ahead of the peer").
+docs/studies.md ("Ahead of the peer").
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ on a grid of evaluations every few steps), the steps it took, and the MB each wo
 sent until then; one figure of both against the number of workers. Methods:
 all-reduce, DiLoCo plain and hidden, multi-leader LSGD plain and hidden, at the knobs
 of the 12-worker setting; on one node multi-leader LSGD is single-leader LSGD at its
-local knobs. docs/benchmarks.md ("Scaling") shows the results.
+local knobs. docs/benchmarks.md ("Many nodes") shows the results.
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ take lr 0.002 rather than the text default 0.001 (300 equal steps, three seeds,
 2.21 against 2.28, LSGD 2.21 against 2.28); local SGD keeps 0.001 (2.32 against 2.28 on
 the screen's seed). These hold at ``lsgd train``'s period of 16; with int8 rounds every
 32 steps every periodic method is best at lr 0.001 (``python studies/tuning.py``,
-docs/benchmarks.md section 10). MuLoCo takes lr 0.004 on text: at the default budget
+docs/studies.md section 10). MuLoCo takes lr 0.004 on text: at the default budget
 (300 steps of 16 windows) it ends at 1.83 nats/byte, below all-reduce's 1.94 at 130x
 fewer bytes, the best of the communication-efficient methods there (the tuning
-study's seed 0; docs/benchmarks.md section 11). A test checks that the studies'
+study's seed 0; docs/studies.md section 11). A test checks that the studies'
 pinned points are these.
 """
 
