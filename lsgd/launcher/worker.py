@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import importlib
 import os
 import sys
@@ -36,6 +37,10 @@ def _run(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[A
     # the rendezvous of every node) for its 30 s grace. The default action ends it now;
     # checkpoints are written atomically, so an end at any moment loses nothing.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # What the worker was started with (torch, its modules, a fork server's dataset) stays
+    # for its life: out of the collector's sight, a full collection (shutdown runs two)
+    # scans only what the run made, in milliseconds rather than a few tenths of a second.
+    gc.freeze()
 
     os.environ["LSGD_GROUPS"] = str(groups)
     os.environ["LSGD_REPLICA"] = replica
