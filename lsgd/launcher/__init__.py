@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from lsgd.comm.info import check_layout, check_replica
 from lsgd.launcher.worker import LaunchError
 from lsgd.links.spec import Link
 
@@ -63,6 +62,8 @@ def launch(
 
     A worker's failure raises :class:`LaunchError` naming its rank and error.
     """
+    from lsgd.comm.info import check_layout, check_replica  # torch: not before a launch
+
     check_layout(world_size, groups)
     check_replica(replica)
     if link is not None:

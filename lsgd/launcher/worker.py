@@ -239,14 +239,20 @@ def before_start(method: str, fn: Callable[..., Any]) -> None:
         prepare_forkserver(fn)
 
 
-def prepare_forkserver(fn: Callable[..., Any] | None = None) -> None:
+#: The run a fork server reads the dataset of, as ``[dataset, data_dir]`` in JSON: set by
+#: ``lsgd train`` while its server starts (:data:`lsgd.train.build` reads it there).
+PRELOAD_ENV = "LSGD_PRELOAD_DATA"
+
+
+def prepare_forkserver(fn: Callable[..., Any] | None = None, module: str | None = None) -> None:
     """Start this process's fork server if it does not run yet, importing torch,
-    ``torch._dynamo`` and ``fn``'s module there once, for every worker it forks."""
+    ``torch._dynamo`` and ``fn``'s module (or ``module``) there once, for every worker
+    it forks."""
     import multiprocessing
     from multiprocessing import forkserver
 
     modules = ["torch", "torch._dynamo", "lsgd.launcher.worker"]
-    module = getattr(fn, "__module__", None)
+    module = module or getattr(fn, "__module__", None)
     if module and module != "__main__":
         modules.append(module)
     context = multiprocessing.get_context("forkserver")

@@ -24,6 +24,7 @@ from torch import nn
 
 import lsgd
 from lsgd import augment, data as datasets
+from lsgd.launcher.worker import PRELOAD_ENV
 from lsgd.links.netns import LinkSetupError, shaped_links_possible
 from lsgd.models import build_model
 from lsgd.models.gpt import build_language_model
@@ -51,10 +52,12 @@ def _load(name: str, data_dir: str | None) -> datasets.Dataset | datasets.ImageF
     return datasets.load_dataset(name, data_dir)
 
 
-#: Set by ``lsgd train`` for its fork server alone (``[dataset, data_dir]`` as JSON): the
-#: server reads the dataset once, and every worker forked from it shares that copy.
-PRELOAD_ENV = "LSGD_PRELOAD_DATA"
+# In lsgd train's fork server alone (PRELOAD_ENV set): the dataset read and the plotting
+# library loaded once, for every worker forked from it (rank 0 draws the run's figures).
 if PRELOAD_ENV in os.environ:
+    from lsgd.plots import pyplot
+
+    pyplot()
     try:
         _load(*json.loads(os.environ[PRELOAD_ENV]))
     except Exception:  # noqa: BLE001 - each worker reads it again, and says what is wrong

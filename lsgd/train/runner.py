@@ -277,27 +277,26 @@ def check_before_start(cfg: TrainConfig) -> None:
 
 
 def launch_from_this_process(cfg: TrainConfig) -> None:
-    """``lsgd train``'s own process is about to start worker processes: keep it fit to
-    fork them from (:func:`lsgd.launcher.worker.start_method`), its torch on one
-    thread (it only reads and checks the dataset) and no thread started."""
+    """``lsgd train``'s own process is about to start worker processes: start their fork
+    server first, which imports torch and reads the dataset once for every worker
+    while this process checks the run; keep this one fit to fork from
+    (:func:`lsgd.launcher.worker.start_method`), its torch on one thread (it only reads
+    and checks the dataset) and no thread started."""
     if cfg.backend == "processes" and not under_torchrun():
-        import torch
+        from lsgd.launcher.worker import (PRELOAD_ENV, prepare_forkserver, start_method,
+                                          vouch_for_fork)
 
-        from lsgd.launcher.worker import vouch_for_fork
+        if cfg.link is None and not cfg.elastic and start_method(1, by_agent=True) == \
+                "forkserver":
+            os.environ[PRELOAD_ENV] = json.dumps([cfg.dataset, cfg.data_dir])
+            try:
+                prepare_forkserver(module="lsgd.train.run_worker")
+            finally:
+                os.environ.pop(PRELOAD_ENV, None)
+        import torch
 
         torch.set_num_threads(1)
         vouch_for_fork()
-        if cfg.link is None and not cfg.elastic:  # workers of this process's fork server
-            from lsgd.launcher.worker import prepare_forkserver, start_method
-            from lsgd.train.build import PRELOAD_ENV
-            from lsgd.train.run_worker import run_worker
-
-            if start_method(1, by_agent=True) == "forkserver":  # it imports torch and reads
-                os.environ[PRELOAD_ENV] = json.dumps([cfg.dataset, cfg.data_dir])  # the data
-                try:  # while this process checks the run
-                    prepare_forkserver(run_worker)
-                finally:
-                    os.environ.pop(PRELOAD_ENV, None)
 
 
 def train_and_report(cfg: TrainConfig) -> tuple[int, dict[str, Any] | None]:
