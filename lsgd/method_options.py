@@ -70,11 +70,6 @@ class MethodOptions:
         """What the options cannot do with the run's ``groups`` of workers (none here)."""
         return []
 
-    def given(self) -> dict[str, Any]:
-        """The options whose values differ from the declared defaults."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) != f.default}
-
 
 @dataclass
 class AllReduceOptions(MethodOptions):

@@ -337,44 +337,46 @@ def make_config(settings: dict[str, Any], siblings: tuple[str, ...] = (),
     run = {name: value for name, value in settings.items() if name in RUN_FIELDS}
     given = {name: value for name, value in settings.items() if name not in RUN_FIELDS}
     cfg = TrainConfig.of(**run)
-    if method in OPTIONS:
-        cls = OPTIONS[method]
-        takes = {f.name for f in dataclasses.fields(cls)}
-        known = declarations()
-        errors = []
-        for name, value in given.items():
-            if name in takes:
-                continue
-            others = [m for m, f in known.get(name, ())]
-            default = {f.default for m, f in known.get(name, ()) if not isinstance(f.default, list)}
-            if any(m in siblings for m in others) or name in lenient and _hashable(value) in default:
-                continue
-            field_ = known[name][0][1] if name in known else None
-            spelled = _flag_of(field_) if field_ else f"--{flag(name)}"
-            shown = (" ".join(str(v) for v in value) if isinstance(value, list) else
-                     "" if value is True else value)
-            errors.append(f"{spelled} {shown}".strip() + ": "
-                          + (f"an option of --method {' or '.join(others)}, not of {method}"
-                             if others else f"not an option of --method {method}")
-                          + f"; {method} takes "
-                          + ", ".join(sorted(_flag_of(f) for f in dataclasses.fields(cls))))
-        if errors:
-            raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
-        options = {name: value for name, value in given.items() if name in takes}
-        hints = typing.get_type_hints(cls)
-        bad = []
-        for name, value in options.items():
-            try:
-                options[name] = conform_to(hints[name], value)
-            except TypeError as expected:
-                bad.append(f"--{flag(name)} {value!r}: expected {expected}")
-        if bad:
-            raise ValueError("invalid configuration:\n  " + "\n  ".join(bad))
-        cfg.options = cls(**options)
-    else:  # a mistake validate() names; the options checked as far as they can be
-        cfg.options = {name: value for name, value in given.items() if name in SETTING_NAMES}
+    cfg.options = _options_of(method, given, siblings, lenient)
     cfg.validate()
     return cfg
+
+
+def _options_of(method: str, given: dict[str, Any], siblings: tuple[str, ...],
+                lenient: Collection[str]) -> Any:
+    """``method``'s options from the settings ``given`` that are not the run's (see
+    :func:`make_config`); for an unknown method (which validation names) the ones that
+    are some method's, as given, to be checked as far as they can be."""
+    if method not in OPTIONS:
+        return {name: value for name, value in given.items() if name in SETTING_NAMES}
+    cls, known = OPTIONS[method], declarations()
+    takes = {f.name for f in dataclasses.fields(cls)}
+    errors = []
+    for name, value in given.items():
+        others = [m for m, _ in known.get(name, ())]
+        defaults = {f.default for _, f in known.get(name, ()) if not isinstance(f.default, list)}
+        if name in takes or any(m in siblings for m in others) or (
+                name in lenient and _hashable(value) in defaults):
+            continue
+        spelled = _flag_of(known[name][0][1]) if name in known else f"--{flag(name)}"
+        shown = (" ".join(str(v) for v in value) if isinstance(value, list) else
+                 "" if value is True else value)
+        errors.append(f"{spelled} {shown}".strip() + ": "
+                      + (f"an option of --method {' or '.join(others)}, not of {method}"
+                         if others else f"not an option of --method {method}")
+                      + f"; {method} takes "
+                      + ", ".join(sorted(_flag_of(f) for f in dataclasses.fields(cls))))
+    hints = typing.get_type_hints(cls)
+    options = {}
+    for name, value in given.items():
+        try:
+            if name in takes:
+                options[name] = conform_to(hints[name], value)
+        except TypeError as expected:
+            errors.append(f"--{flag(name)} {value!r}: expected {expected}")
+    if errors:
+        raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
+    return cls(**options)
 
 
 def _flag_of(f: dataclasses.Field[Any]) -> str:
