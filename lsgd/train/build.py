@@ -34,7 +34,6 @@ from lsgd.topology import Topology, from_spec
 from lsgd.train.checks import DECENTRALIZED
 from lsgd.train.config import TrainConfig
 from lsgd.train.errors import UsageError  # also lsgd.train.build.UsageError, as before
-from lsgd.train.ranges import flag
 from lsgd.train.lr_schedule import Schedule
 
 

@@ -19,7 +19,6 @@ the run's ``config.toml`` holds it and replays it without ``--chaos``.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from typing import Any
 

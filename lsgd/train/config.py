@@ -19,7 +19,7 @@ from typing import Any
 import tomli_w
 
 from lsgd.train.conform import conform_to
-from lsgd.method_options import OPTIONS, MethodOptions, declarations
+from lsgd.method_options import OPTIONS, declarations
 from lsgd.names import METHODS, REPLICAS
 from lsgd.tasks.headline import is_language
 from lsgd.train import tuned
