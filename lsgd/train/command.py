@@ -35,7 +35,8 @@ def add_train_parser(subparsers: Any) -> None:
     for f in dataclasses.fields(TrainConfig):
         if f.metadata.get("group"):
             holder = f.default_factory  # type: ignore[misc]
-            section = parser.add_argument_group(holder.__doc__.split("\n")[0].rstrip(".").replace("``", ""))
+            title = holder.__doc__.split("\n")[0].rstrip(".").replace("``", "")
+            section = parser.add_argument_group(title)
             hints = typing.get_type_hints(holder)
             for g in dataclasses.fields(holder):
                 _add_flag(section, g, hints[g.name], g.default)
