@@ -170,6 +170,8 @@ def vouch_for_fork() -> None:
     thread pool and no thread of its own, and starts none before it launches
     (``lsgd train`` does this, having set torch to one thread)."""
     global _vouched
+    import torch  # noqa: F401 - its import's own threads, if any, counted as the baseline
+
     _vouched = _thread_count()
 
 
@@ -212,12 +214,14 @@ def start_method(threads: int, by_agent: bool = False) -> str:
         return chosen
     if not sys.platform.startswith("linux"):
         return "spawn"
+    if threads != 1 or by_agent or _vouched is None:  # decided before torch is imported
+        return "forkserver"
     import threading
 
     import torch
 
-    if (threads == 1 and not by_agent and _vouched is not None and _thread_count() == _vouched
-            and threading.active_count() == 1 and not torch.cuda.is_available()):
+    if _thread_count() == _vouched and threading.active_count() == 1 and \
+            not torch.cuda.is_available():
         return "fork"
     return "forkserver"
 
