@@ -270,8 +270,7 @@ def from_legacy(settings: dict[str, Any], method: str) -> dict[str, Any]:
 
 def defaults_of(method: str) -> dict[str, Any]:
     """Every setting's default by flat name: the run's, and ``method``'s options."""
-    cfg = TrainConfig(method=method)
-    return cfg.settings() | {f.name: f.default for _, f in _flat_fields(cfg)}
+    return TrainConfig(method=method).settings()
 
 
 #: Every setting's type: the run's, and each option as the first method declares it.
