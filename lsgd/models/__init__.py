@@ -16,30 +16,16 @@ from :data:`~lsgd.models.catalog.MODELS`:
 =============  ==============================================================
 """
 
+from lsgd.models.catalog import MODELS, build_model, model_names, parse_wrn
 from lsgd.models.cnn7 import CNN7, cnn7
 from lsgd.models.mlp import MLP, mlp
-from lsgd.models.catalog import MODELS, build_model, model_names, parse_wrn
 from lsgd.models.resnet20 import ResNet20, resnet20
 from lsgd.models.resnet50 import ResNet50, resnet50, stem_for
 from lsgd.models.vgg import VGG16, vgg16
 from lsgd.models.wide_resnet import WideResNet, wide_resnet
 
 __all__ = [
-    "CNN7",
-    "MLP",
-    "MODELS",
-    "ResNet20",
-    "ResNet50",
-    "VGG16",
-    "WideResNet",
-    "build_model",
-    "cnn7",
-    "mlp",
-    "model_names",
-    "parse_wrn",
-    "resnet20",
-    "resnet50",
-    "stem_for",
-    "vgg16",
+    "CNN7", "MLP", "MODELS", "ResNet20", "ResNet50", "VGG16", "WideResNet", "build_model",
+    "cnn7", "mlp", "model_names", "parse_wrn", "resnet20", "resnet50", "stem_for", "vgg16",
     "wide_resnet",
 ]

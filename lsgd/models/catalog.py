@@ -8,52 +8,34 @@ from collections.abc import Callable
 from torch import nn
 
 from lsgd import _validate
-from lsgd.models.cnn7 import cnn7
+from lsgd.models.cnn7 import CNN7
+from lsgd.models.mlp import MLP
+from lsgd.models.resnet20 import ResNet20
+from lsgd.models.resnet50 import ResNet50, stem_for
 from lsgd.models.shared import _check_positive
-from lsgd.models.mlp import mlp
-from lsgd.models.resnet20 import resnet20
-from lsgd.models.resnet50 import resnet50, stem_for
-from lsgd.models.vgg import VGG16_MIN_SIZE, vgg16
-from lsgd.models.wide_resnet import wide_resnet
+from lsgd.models.vgg import VGG16, check_vgg16_size
+from lsgd.models.wide_resnet import WideResNet
 
 InputShape = tuple[int, int, int]
 ModelFactory = Callable[[InputShape, int], nn.Module]
-
-
-def _square_side(name: str, input_shape: InputShape, minimum: int = 1) -> int:
-    _, h, w = input_shape
-    if h != w:
-        raise ValueError(f"{name} expects square inputs, got {h}x{w}")
-    if h < minimum:
-        raise ValueError(
-            f"{name} needs inputs of at least {minimum}x{minimum}, got {h}x{w}"
-        )
-    return h
-
-
-def _build_cnn7(input_shape: InputShape, classes: int) -> nn.Module:
-    return cnn7(input_shape[0], classes, _square_side("cnn7", input_shape))
-
-
-def _build_resnet20(input_shape: InputShape, classes: int) -> nn.Module:
-    return resnet20(input_shape[0], classes)
-
-
-def _build_vgg16(input_shape: InputShape, classes: int) -> nn.Module:
-    _, h, w = input_shape
-    if min(h, w) < VGG16_MIN_SIZE:
-        raise ValueError(
-            f"vgg16 needs inputs of at least {VGG16_MIN_SIZE}x{VGG16_MIN_SIZE} "
-            f"(five 2x2 max-pools), got {h}x{w}"
-        )
-    return vgg16(input_shape[0], classes)
-
 
 #: ``wrn-D-K``: WideResNet of depth D (6n + 4) and widening factor K.
 WRN_PATTERN = re.compile(r"wrn-(\d+)-(\d+)")
 
 #: How the WideResNet family is named, for error messages.
 WRN_FAMILY = "wrn-D-K (D = 6n+4, K >= 1)"
+
+
+def _build_cnn7(input_shape: InputShape, classes: int) -> nn.Module:
+    channels, height, width = input_shape
+    if height != width:
+        raise ValueError(f"cnn7 expects square inputs, got {height}x{width}")
+    return CNN7(channels, classes, height)
+
+
+def _build_vgg16(input_shape: InputShape, classes: int) -> nn.Module:
+    check_vgg16_size(input_shape[1], input_shape[2])
+    return VGG16(input_shape[0], classes)
 
 
 def parse_wrn(name: str) -> tuple[int, int] | None:
@@ -73,20 +55,9 @@ def parse_wrn(name: str) -> tuple[int, int] | None:
 
 def _wrn_factory(depth: int, widen: int) -> ModelFactory:
     def build(input_shape: InputShape, classes: int) -> nn.Module:
-        return wide_resnet(input_shape[0], classes, depth=depth, widen=widen)
+        return WideResNet(input_shape[0], classes, depth=depth, widen=widen)
 
     return build
-
-
-def _build_resnet50(input_shape: InputShape, classes: int) -> nn.Module:
-    # The CIFAR stem (3x3 stride 1, no max-pool) on small images, ImageNet's on large.
-    c, h, w = input_shape
-    return resnet50(c, classes, stem=stem_for(h, w))
-
-
-def _build_mlp(input_shape: InputShape, classes: int) -> nn.Module:
-    c, h, w = input_shape
-    return mlp(c * h * w, classes)
 
 
 #: Model name -> factory ``(input_shape, classes) -> nn.Module``, with
@@ -95,11 +66,11 @@ def _build_mlp(input_shape: InputShape, classes: int) -> nn.Module:
 #: the one listed here.
 MODELS: dict[str, ModelFactory] = {
     "cnn7": _build_cnn7,
-    "resnet20": _build_resnet20,
+    "resnet20": lambda shape, classes: ResNet20(shape[0], classes),
     "vgg16": _build_vgg16,
     "wrn-28-10": _wrn_factory(28, 10),
-    "resnet50": _build_resnet50,
-    "mlp": _build_mlp,
+    "resnet50": lambda shape, classes: ResNet50(shape[0], classes, stem=stem_for(*shape[1:])),
+    "mlp": lambda shape, classes: MLP(shape[0] * shape[1] * shape[2], classes),
 }
 
 
@@ -128,9 +99,7 @@ def build_model(name: str, input_shape: tuple[int, int, int], classes: int) -> n
                              f"{', '.join(model_names())}, or {WRN_FAMILY}")
         factory = _wrn_factory(*wrn)
     shape = tuple(input_shape)
-    if len(shape) != 3 or not all(
-        _validate.is_int(v) and v >= 1 for v in shape
-    ):
+    if len(shape) != 3 or not all(_validate.is_int(v) and v >= 1 for v in shape):
         raise ValueError(
             f"input_shape must be three positive ints (C, H, W), got {input_shape!r}"
         )

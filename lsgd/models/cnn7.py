@@ -10,16 +10,6 @@ from lsgd.models.shared import _check_positive
 CNN7_MIN_SIZE = 24
 
 
-def _cnn7_feature_size(image_size: int) -> int:
-    """Side of cnn7's last feature map for a square ``image_size`` input."""
-    s = image_size - 4  # conv 5x5, no padding
-    s //= 2  # maxpool 2
-    s -= 4  # conv 5x5
-    s //= 2  # maxpool 2
-    s -= 2  # conv 3x3
-    return s
-
-
 class CNN7(nn.Module):
     """The 7-layer CNN of EASGD, used by the Leader SGD papers.
 
@@ -36,14 +26,14 @@ class CNN7(nn.Module):
     def __init__(self, in_channels: int, classes: int, image_size: int) -> None:
         super().__init__()
         _check_positive(in_channels=in_channels, classes=classes, image_size=image_size)
-        side = _cnn7_feature_size(image_size)
+        # unpadded 5x5 conv, 2x2 max-pool, unpadded 5x5 conv, 2x2 max-pool, unpadded 3x3 conv
+        side = ((image_size - 4) // 2 - 4) // 2 - 2
         if side < 1:
             raise ValueError(
                 f"cnn7 needs inputs of at least {CNN7_MIN_SIZE}x{CNN7_MIN_SIZE} "
                 f"(two unpadded 5x5 convs, two 2x2 max-pools and an unpadded 3x3 "
                 f"conv), got {image_size}x{image_size}"
             )
-        self.image_size = image_size
         self.flatten_features = 64 * side * side
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, 64, kernel_size=5),
@@ -66,6 +56,5 @@ class CNN7(nn.Module):
         return self.classifier(self.features(x))
 
 
-def cnn7(in_channels: int, classes: int, image_size: int) -> CNN7:
-    """EASGD's 7-layer CNN (see :class:`CNN7`) for ``image_size`` square inputs."""
-    return CNN7(in_channels, classes, image_size)
+#: :class:`CNN7` by its catalogue name.
+cnn7 = CNN7

@@ -1,21 +1,5 @@
 """A small decoder-only transformer (GPT-2's shape, Radford et al., 2019), and GPT-2 itself
-from Hugging Face ``transformers`` built from a config (never downloaded weights).
-
-:class:`GPT`: token and learned position embeddings, ``layers`` pre-LayerNorm
-blocks (causal self-attention through
-``torch.nn.functional.scaled_dot_product_attention`` with ``is_causal=True``,
-then a 4x-wide GELU MLP, each added to the residual stream), a final
-LayerNorm, and output logits from the token embedding itself (tied weights:
-one matrix, one entry in the state). GPT-2's initialization: every weight
-normal with standard deviation 0.02, biases zero, and the two projections that
-write into the residual stream scaled by ``1 / sqrt(2 * layers)``. No dropout.
-
-:func:`hf_gpt2`: ``transformers``' ``GPT2LMHeadModel`` of the same sizes (the
-optional extra ``pip install 'lsgd[hf]'``), wrapped so that it too maps token
-ids ``[B, T]`` to logits ``[B, T, vocab]``.
-
-:func:`count_parameters` counts a model's values once each (tied weights once).
-"""
+from Hugging Face ``transformers`` built from a config (never downloaded weights)."""
 
 from __future__ import annotations
 
@@ -27,8 +11,6 @@ from torch.nn import functional as F
 
 from lsgd.models.shared import _check_positive
 from lsgd.names import LANGUAGE_MODELS  # by name, for messages and the command line
-
-HF_EXTRA = "pip install 'lsgd[hf]'"
 
 
 class Block(nn.Module):
@@ -55,8 +37,17 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """A decoder-only transformer over a vocabulary of ``vocab`` tokens (see the module
-    docstring). ``forward(tokens)``: int64 ``[B, T]`` with ``T <= context`` -> logits
+    """A decoder-only transformer over a vocabulary of ``vocab`` tokens.
+
+    Token and learned position embeddings, ``layers`` pre-LayerNorm blocks (causal
+    self-attention through ``scaled_dot_product_attention(is_causal=True)``, then a
+    4x-wide GELU MLP, each added to the residual stream), a final LayerNorm, and output
+    logits from the token embedding itself (tied weights: one matrix, one entry in the
+    state). GPT-2's initialization: weights normal with standard deviation 0.02, biases
+    zero, the two projections into the residual stream scaled by ``1 / sqrt(2 * layers)``.
+    No dropout.
+
+    ``forward(tokens)``: int64 ``[B, T]`` with ``T <= context`` -> logits
     ``[B, T, vocab]``; the logits at position ``t`` depend on tokens ``0..t`` only."""
 
     def __init__(self, vocab: int = 256, context: int = 128, layers: int = 4, width: int = 128,
@@ -89,7 +80,7 @@ class GPT(nn.Module):
 def check_sizes(**sizes: int) -> None:
     """Positive sizes, and a width that the heads divide; ``ValueError`` otherwise."""
     _check_positive(**sizes)
-    if "heads" in sizes and sizes["width"] % sizes["heads"]:
+    if sizes["width"] % sizes["heads"]:
         raise ValueError(f"heads={sizes['heads']} must divide width={sizes['width']} "
                          "(each head takes width / heads channels)")
 
@@ -117,8 +108,8 @@ def hf_gpt2(vocab: int = 256, context: int = 128, layers: int = 4, width: int = 
         from transformers import GPT2Config, GPT2LMHeadModel
         from transformers.utils import logging
     except ImportError as error:
-        raise ImportError(f"--model hf-gpt2 needs Hugging Face transformers: {HF_EXTRA}") \
-            from error
+        raise ImportError("--model hf-gpt2 needs Hugging Face transformers: "
+                          "pip install 'lsgd[hf]'") from error
     logging.set_verbosity_error()  # its notes on token ids a byte vocabulary does not use
     config = GPT2Config(vocab_size=vocab, n_positions=context, n_embd=width, n_layer=layers,
                         n_head=heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,

@@ -9,6 +9,7 @@ from torch import nn
 
 from lsgd.models.shared import _check_positive
 
+
 class MLP(nn.Module):
     """A multilayer perceptron (Rumelhart, Hinton & Williams, 1986): flatten,
     then ``Linear -> ReLU`` for each width in ``hidden``, then a linear layer
@@ -18,11 +19,10 @@ class MLP(nn.Module):
     def __init__(self, in_features: int, classes: int, hidden: Sequence[int] = (256, 128)) -> None:
         super().__init__()
         _check_positive(in_features=in_features, classes=classes)
-        for h in hidden:
-            _check_positive(hidden=h)
         layers: list[nn.Module] = [nn.Flatten()]
         width = in_features
         for h in hidden:
+            _check_positive(hidden=h)
             layers += [nn.Linear(width, h), nn.ReLU(inplace=True)]
             width = h
         layers.append(nn.Linear(width, classes))
@@ -32,6 +32,5 @@ class MLP(nn.Module):
         return self.net(x)
 
 
-def mlp(in_features: int, classes: int, hidden: Sequence[int] = (256, 128)) -> MLP:
-    """Flatten, ``Linear/ReLU`` per hidden width, Linear (see :class:`MLP`)."""
-    return MLP(in_features, classes, hidden)
+#: :class:`MLP` by its catalogue name.
+mlp = MLP

@@ -8,6 +8,7 @@ from torch import nn
 
 from lsgd.models.shared import _check_positive, _init_conv_bn
 
+
 class _ShortcutA(nn.Module):
     """Option-A shortcut: stride-2 subsampling and zero-padded channels."""
 
@@ -56,15 +57,15 @@ class ResNet20(nn.Module):
     Any input size works (padded convs, adaptive pooling).
     """
 
-    def __init__(self, in_channels: int, classes: int, blocks_per_stage: int = 3) -> None:
+    def __init__(self, in_channels: int, classes: int) -> None:
         super().__init__()
-        _check_positive(in_channels=in_channels, classes=classes, blocks_per_stage=blocks_per_stage)
+        _check_positive(in_channels=in_channels, classes=classes)
         self.conv1 = nn.Conv2d(in_channels, 16, 3, stride=1, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(16)
         layers: list[nn.Module] = []
         in_planes = 16
         for stage, planes in enumerate((16, 32, 64)):
-            for i in range(blocks_per_stage):
+            for i in range(3):
                 stride = 2 if stage > 0 and i == 0 else 1
                 layers.append(_BasicBlock(in_planes, planes, stride))
                 in_planes = planes
@@ -79,6 +80,5 @@ class ResNet20(nn.Module):
         return self.fc(torch.flatten(self.pool(out), 1))
 
 
-def resnet20(in_channels: int, classes: int) -> ResNet20:
-    """CIFAR ResNet-20 with option-A shortcuts (see :class:`ResNet20`)."""
-    return ResNet20(in_channels, classes)
+#: :class:`ResNet20` by its catalogue name.
+resnet20 = ResNet20

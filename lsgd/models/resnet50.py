@@ -105,6 +105,5 @@ class ResNet50(nn.Module):
         return self.fc(torch.flatten(self.pool(self.features(x)), 1))
 
 
-def resnet50(in_channels: int, classes: int, stem: str = "imagenet") -> ResNet50:
-    """ResNet-50 with the ImageNet or the CIFAR stem (see :class:`ResNet50`)."""
-    return ResNet50(in_channels, classes, stem=stem)
+#: :class:`ResNet50` by its catalogue name.
+resnet50 = ResNet50

@@ -13,6 +13,15 @@ VGG16_CONFIG: tuple[int | str, ...] = (
 VGG16_MIN_SIZE = 32
 
 
+def check_vgg16_size(height: int, width: int) -> None:
+    """``ValueError`` for inputs smaller than :data:`VGG16_MIN_SIZE` on a side."""
+    if min(height, width) < VGG16_MIN_SIZE:
+        raise ValueError(
+            f"vgg16 needs inputs of at least {VGG16_MIN_SIZE}x{VGG16_MIN_SIZE} "
+            f"(five 2x2 max-pools), got {height}x{width}"
+        )
+
+
 class VGG16(nn.Module):
     """VGG-16 with BatchNorm (Ioffe & Szegedy, arXiv:1502.03167) and the CIFAR
     head of the common ``pytorch-vgg-cifar10`` recipe.
@@ -55,15 +64,10 @@ class VGG16(nn.Module):
         _init_conv_bn(self, mode="fan_out")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] < VGG16_MIN_SIZE or x.shape[-2] < VGG16_MIN_SIZE:
-            raise ValueError(
-                f"vgg16 needs inputs of at least {VGG16_MIN_SIZE}x{VGG16_MIN_SIZE} "
-                f"(five 2x2 max-pools), got {x.shape[-2]}x{x.shape[-1]}"
-            )
+        check_vgg16_size(x.shape[-2], x.shape[-1])
         out = self.pool(self.features(x))
         return self.classifier(torch.flatten(out, 1))
 
 
-def vgg16(in_channels: int, classes: int) -> VGG16:
-    """VGG-16 with BatchNorm, CIFAR variant (see :class:`VGG16`)."""
-    return VGG16(in_channels, classes)
+#: :class:`VGG16` by its catalogue name.
+vgg16 = VGG16

@@ -8,6 +8,7 @@ from torch import nn
 
 from lsgd.models.shared import _check_positive, _init_conv_bn
 
+
 class _WideBlock(nn.Module):
     """Pre-activation wide basic block: BN-ReLU-conv3x3, [dropout],
     BN-ReLU-conv3x3, plus an identity or 1x1-conv shortcut."""
@@ -44,14 +45,8 @@ class WideResNet(nn.Module):
     Kaiming-normal convs. WRN-28-10 has 36,479,194 parameters for 10 classes.
     """
 
-    def __init__(
-        self,
-        in_channels: int,
-        classes: int,
-        depth: int = 28,
-        widen: int = 10,
-        dropout: float = 0.0,
-    ) -> None:
+    def __init__(self, in_channels: int, classes: int, depth: int = 28, widen: int = 10,
+                 dropout: float = 0.0) -> None:
         super().__init__()
         _check_positive(in_channels=in_channels, classes=classes, depth=depth, widen=widen)
         if (depth - 4) % 6 != 0 or depth < 10:
@@ -81,12 +76,5 @@ class WideResNet(nn.Module):
         return self.fc(torch.flatten(self.pool(out), 1))
 
 
-def wide_resnet(
-    in_channels: int,
-    classes: int,
-    depth: int = 28,
-    widen: int = 10,
-    dropout: float = 0.0,
-) -> WideResNet:
-    """WideResNet-depth-widen, pre-activation (see :class:`WideResNet`)."""
-    return WideResNet(in_channels, classes, depth=depth, widen=widen, dropout=dropout)
+#: :class:`WideResNet` by its catalogue name.
+wide_resnet = WideResNet

@@ -2,50 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
-
-from lsgd import _validate
 from torch import nn
 from torch.optim import Optimizer
+
+from lsgd import _validate
 
 __all__ = ["LARS", "lars_param_groups"]
 
 ParamsT = Iterable[torch.Tensor] | Iterable[dict[str, Any]]
 
-
-def _is_real_number(value: object) -> bool:
-    return _validate.is_number(value, finite=True)
-
-
-def _check_lr(value: object) -> None:
-    if not _is_real_number(value) or value <= 0:  # type: ignore[operator]
-        raise ValueError(f"LARS: lr must be a positive number, got {value!r}")
-
-
-def _check_momentum(value: object) -> None:
-    if not _is_real_number(value) or not 0.0 <= value < 1.0:  # type: ignore[operator]
-        raise ValueError(f"LARS: momentum must be a number in [0, 1), got {value!r}")
+#: Each number of a param group: the values it may take, and how messages say them.
+_VALID: dict[str, tuple[Callable[[float], bool], str]] = {
+    "lr": (lambda v: v > 0, "a positive number"),
+    "momentum": (lambda v: 0.0 <= v < 1.0, "a number in [0, 1)"),
+    "weight_decay": (lambda v: v >= 0, "a number >= 0"),
+    "eta": (lambda v: v > 0, "a positive number"),
+}
 
 
-def _check_weight_decay(value: object) -> None:
-    if not _is_real_number(value) or value < 0:  # type: ignore[operator]
-        raise ValueError(f"LARS: weight_decay must be a number >= 0, got {value!r}")
-
-
-def _check_eta(value: object) -> None:
-    if not _is_real_number(value) or value <= 0:  # type: ignore[operator]
-        raise ValueError(f"LARS: eta must be a positive number, got {value!r}")
-
-
-def _check_nesterov(nesterov: object, momentum: float) -> None:
-    # as torch.optim.SGD: Nesterov momentum needs a momentum
-    if nesterov and momentum <= 0:
+def _check(group: Mapping[str, Any]) -> None:
+    """``ValueError`` for a number of :data:`_VALID` in ``group`` out of its range, or
+    Nesterov momentum without a momentum (as ``torch.optim.SGD``)."""
+    for name, (valid, what) in _VALID.items():
+        value = group.get(name)
+        if name in group and not (_validate.is_number(value, finite=True) and valid(value)):
+            raise ValueError(f"LARS: {name} must be {what}, got {value!r}")
+    if group.get("nesterov") and group["momentum"] <= 0:
         raise ValueError(
-            f"LARS: nesterov=True requires momentum > 0, got nesterov={nesterov!r}, "
-            f"momentum={momentum!r} (pass nesterov=False for plain LARS)"
+            f"LARS: nesterov=True requires momentum > 0, got nesterov={group['nesterov']!r}, "
+            f"momentum={group['momentum']!r} (pass nesterov=False for plain LARS)"
         )
 
 
@@ -89,11 +78,6 @@ class LARS(Optimizer):
         exclude_bias_and_norm: bool = False,
         nesterov: bool = True,
     ) -> None:
-        _check_lr(lr)
-        _check_momentum(momentum)
-        _check_weight_decay(weight_decay)
-        _check_eta(eta)
-        _check_nesterov(nesterov, momentum)
         defaults: dict[str, Any] = {
             "lr": lr,
             "momentum": momentum,
@@ -103,17 +87,13 @@ class LARS(Optimizer):
             "exclude_bias_and_norm": bool(exclude_bias_and_norm),
             "adapt": True,
         }
+        _check(defaults)
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a param group, validating its hyperparameters."""
         super().add_param_group(param_group)
-        group = self.param_groups[-1]
-        _check_lr(group["lr"])
-        _check_momentum(group["momentum"])
-        _check_weight_decay(group["weight_decay"])
-        _check_eta(group["eta"])
-        _check_nesterov(group["nesterov"], group["momentum"])
+        _check(self.param_groups[-1])
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
@@ -123,65 +103,40 @@ class LARS(Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        """Perform a single optimization step.
-
-        Args:
-            closure: optional callable that re-evaluates the model and returns
-                the loss (run with gradients enabled).
-
-        Returns:
-            The loss returned by ``closure``, or ``None``.
-        """
+        """One step of every param group; returns ``closure()``'s loss (run with
+        gradients enabled), or ``None`` without a closure."""
         loss: float | None = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-
         for group in self.param_groups:
-            lr: float = group["lr"]
-            momentum: float = group["momentum"]
-            nesterov: bool = group.get("nesterov", False)
-            weight_decay: float = group["weight_decay"]
-            eta: float = group["eta"]
-            group_adapt: bool = group.get("adapt", True)
-            exclude: bool = group.get("exclude_bias_and_norm", False)
-
+            lr, momentum, nesterov = group["lr"], group["momentum"], group["nesterov"]
+            weight_decay = group["weight_decay"]
             for p in group["params"]:
                 grad = p.grad
                 if grad is None:
                     continue
                 if grad.is_sparse:
                     raise RuntimeError("LARS does not support sparse gradients")
-
                 update = grad.add(p, alpha=weight_decay) if weight_decay != 0 else grad.clone()
-
-                adapt = group_adapt and not (exclude and p.ndim <= 1)
-                if adapt:
+                exclude = group.get("exclude_bias_and_norm", False) and p.ndim <= 1
+                if group.get("adapt", True) and not exclude:
                     w_norm = torch.linalg.vector_norm(p)
                     g_norm = torch.linalg.vector_norm(grad)
-                    trust = eta * w_norm / (g_norm + weight_decay * w_norm)
-                    local_lr = torch.where(
-                        (w_norm > 0) & (g_norm > 0), trust, torch.ones_like(trust)
-                    )
+                    trust = group["eta"] * w_norm / (g_norm + weight_decay * w_norm)
+                    local_lr = torch.where((w_norm > 0) & (g_norm > 0), trust, 1.0)
                     update.mul_(local_lr * lr)
                 else:
                     update.mul_(lr)
-
-                if momentum != 0:
-                    state = self.state[p]
-                    buf = state.get("momentum_buffer")
-                    if buf is None:
-                        buf = update.clone() if nesterov else update
-                        state["momentum_buffer"] = buf
-                    else:
-                        buf.mul_(momentum).add_(update)
-                    if nesterov:
-                        p.sub_(update.add_(buf, alpha=momentum))
-                    else:
-                        p.sub_(buf)
-                else:
+                if momentum == 0:
                     p.sub_(update)
-
+                    continue
+                buf = self.state[p].get("momentum_buffer")
+                if buf is None:
+                    buf = self.state[p]["momentum_buffer"] = update.clone() if nesterov else update
+                else:
+                    buf.mul_(momentum).add_(update)
+                p.sub_(update.add_(buf, alpha=momentum) if nesterov else buf)
         return loss
 
 
@@ -194,7 +149,7 @@ def lars_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, A
     (``adapt=False``, ``weight_decay=0.0``).  Parameters with
     ``requires_grad=False`` are left out.
     """
-    _check_weight_decay(weight_decay)
+    _check({"weight_decay": weight_decay})
     adapted: list[nn.Parameter] = []
     plain: list[nn.Parameter] = []
     for p in model.parameters():

@@ -2,15 +2,10 @@
 
 A task's headline (:attr:`lsgd.tasks.Task.metric`) is the center's test accuracy
 (image classification; higher is better) or its validation loss in nats per byte
-(language modelling; lower is better). Each is described here once, as a
-:class:`Headline`: its ``metrics.csv`` column, its direction, how a value reads
-(a percent, or nats) and the words around it, so that the trainer's progress, the
-side-by-side comparison, the plots and the benchmarks ask it instead of branching
-on the metric's name; and which headline a dataset's runs have
-(:func:`from_dataset`), where a run is not yet built.
-
-Torch-free, like :mod:`lsgd.names`: the command line reads it before it has
-accepted its arguments (``lsgd.tasks`` imports its torch modules on first use).
+(language modelling; lower is better). Each is described once, as a :class:`Headline`,
+so that the progress, the comparison, the plots and the benchmarks ask it instead of
+branching on the metric's name. Torch-free, like :mod:`lsgd.names`: the command line
+reads it before it has accepted its arguments.
 """
 
 from __future__ import annotations
@@ -23,7 +18,7 @@ from typing import Any
 from lsgd.names import TEXT_DATASETS
 
 __all__ = ["ACCURACY", "HEADLINES", "LOSS", "Headline", "best",
-           "from_dataset", "is_language", "metric_of", "of_metric", "reaches", "shared"]
+           "from_dataset", "is_language", "of_metric", "reaches", "shared"]
 
 
 @dataclass(frozen=True)
@@ -145,11 +140,6 @@ def from_dataset(dataset: str) -> Headline:
     """The headline of the runs on ``dataset``: the validation loss of a text dataset's
     language model, else the test accuracy."""
     return LOSS if is_language(dataset) else ACCURACY
-
-
-def metric_of(dataset: str) -> str:
-    """The headline metric of the runs on ``dataset``: ``loss`` or ``accuracy``."""
-    return from_dataset(dataset).metric
 
 
 def shared(metrics: Iterable[str | None]) -> Headline:

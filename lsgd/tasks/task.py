@@ -1,15 +1,10 @@
 """A task: what a batch is, the loss, the model, and how a model is measured.
 
-The training loop, evaluation, the run folder and the benchmarks see only
-this interface, so image classification and language modelling run through
-the same code. Both are next-label prediction: a model maps inputs to logits
-``[..., classes]`` and the targets are ``[...]`` class indices (an image's
-label; the next byte at every position of a text window). So one loss (the
-mean cross-entropy over every prediction) and one evaluation (summed
-cross-entropy, correct argmax predictions, and their count) serve both; a
-task says which figure is its headline (:attr:`Task.metric`: test accuracy,
-higher is better, or validation loss, lower is better) and what else its
-rows carry (bits per byte and perplexity for text).
+Image classification and language modelling are both next-label prediction: a model
+maps inputs to logits ``[..., classes]`` and the targets are ``[...]`` class indices
+(an image's label; the next byte at every position of a text window). So one loss and
+one evaluation serve both; a task says which figure is its headline and what else its
+rows carry.
 """
 
 from __future__ import annotations
@@ -23,10 +18,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lsgd.tasks.headline import HEADLINES, Headline, best, of_metric, reaches
+from lsgd.tasks.headline import Headline, best, of_metric
 
-__all__ = ["HEADLINES", "Batch", "Sums", "Task", "best", "bits_per_byte", "perplexity",
-           "reaches"]
+__all__ = ["Batch", "Sums", "Task", "bits_per_byte", "perplexity"]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

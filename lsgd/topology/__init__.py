@@ -22,24 +22,10 @@ from lsgd.topology.generators import (KINDS, complete, erdos_renyi, from_edges, 
                                       ring, torus, union)
 from lsgd.topology.graph import Topology, laplacian
 from lsgd.topology.matcha_programs import (activation_probabilities, expected_contraction,
-                                  matcha_mixing_weight)
+                                           matcha_mixing_weight)
 
 __all__ = [
-    "Edge",
-    "KINDS",
-    "Topology",
-    "_misra_gries",
-    "activation_probabilities",
-    "complete",
-    "edge_colouring",
-    "erdos_renyi",
-    "expected_contraction",
-    "from_edges",
-    "from_spec",
-    "laplacian",
-    "make",
-    "matcha_mixing_weight",
-    "ring",
-    "torus",
-    "union",
+    "Edge", "KINDS", "Topology", "_misra_gries", "activation_probabilities", "complete",
+    "edge_colouring", "erdos_renyi", "expected_contraction", "from_edges", "from_spec",
+    "laplacian", "make", "matcha_mixing_weight", "ring", "torus", "union",
 ]

@@ -23,7 +23,7 @@ def edge_colouring(size: int, edges: Sequence[Edge]) -> list[list[Edge]]:
     if not edges:
         return []
     best = _greedy_colouring(size, edges)
-    degree = _max_degree(size, edges)
+    degree = max(map(len, neighbour_lists(size, edges)))
     for colouring in (_greedy_colouring, _misra_gries):
         if len(best) == degree:  # optimal: every colouring needs max_degree colours
             break
@@ -39,21 +39,19 @@ def edge_colouring(size: int, edges: Sequence[Edge]) -> list[list[Edge]]:
     return best
 
 
-def _max_degree(size: int, edges: Sequence[Edge]) -> int:
-    deg = [0] * size
+def neighbour_lists(size: int, edges: Sequence[Edge]) -> list[list[int]]:
+    """Each worker's neighbours, in the order of ``edges``."""
+    adj: list[list[int]] = [[] for _ in range(size)]
     for i, j in edges:
-        deg[i] += 1
-        deg[j] += 1
-    return max(deg)
+        adj[i].append(j)
+        adj[j].append(i)
+    return adj
 
 
 def _walk_order(size: int, edges: Sequence[Edge]) -> list[Edge]:
     """The edges in the order a depth-first walk (smallest neighbour first) crosses
     them; greedy colouring in this order 2-colours every even cycle."""
-    adj: list[list[int]] = [[] for _ in range(size)]
-    for i, j in edges:
-        adj[i].append(j)
-        adj[j].append(i)
+    adj = neighbour_lists(size, edges)
     visited = [False] * size
     seen: set[Edge] = set()
     order: list[Edge] = []
@@ -96,11 +94,8 @@ def _greedy_colouring(size: int, edges: Sequence[Edge]) -> list[list[Edge]]:
 
 def _misra_gries(size: int, edges: Sequence[Edge]) -> list[list[Edge]]:
     """Misra and Gries (1992): a proper edge colouring with ``max_degree + 1`` colours."""
-    adj: list[list[int]] = [[] for _ in range(size)]
-    for i, j in edges:
-        adj[i].append(j)
-        adj[j].append(i)
-    palette = range(_max_degree(size, edges) + 1)
+    adj = neighbour_lists(size, edges)
+    palette = range(max(map(len, adj)) + 1)
     colour: dict[Edge, int] = {}
     at: list[dict[int, int]] = [{} for _ in range(size)]  # vertex -> {colour: neighbour}
 

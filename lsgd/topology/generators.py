@@ -73,25 +73,21 @@ def erdos_renyi(
     if (p is None) == (edges is None):
         raise ValueError("erdos_renyi: pass exactly one of p (edge probability) or edges (count)")
     pairs = [(i, j) for i in range(size) for j in range(i + 1, size)]
-    if p is not None and (
-        not _validate.is_number(p) or not 0.0 <= p <= 1.0
-    ):
+    if p is not None and not (_validate.is_number(p) and 0.0 <= p <= 1.0):
         raise ValueError(f"erdos_renyi: p must be a number in [0, 1], got {p!r}")
-    if edges is not None and (
-        not _validate.is_int(edges) or not 0 <= edges <= len(pairs)
-    ):
+    if edges is not None and not (_validate.is_int(edges) and 0 <= edges <= len(pairs)):
         raise ValueError(
             f"erdos_renyi: edges must be an integer in [0, {len(pairs)}] for {size} workers, "
             f"got {edges!r}"
         )
+    drawn = f"p={p:g}" if p is not None else f"edges={edges}"
     if connected and size > 1 and (edges is not None and edges < size - 1 or p == 0):
         raise ValueError(
             f"erdos_renyi: a connected graph on {size} workers needs at least {size - 1} edges; "
-            f"got {'edges=' + str(edges) if edges is not None else 'p=0'}"
+            f"got {drawn}"
         )
     rng = random.Random(seed)
-    name = (f"erdos_renyi({size}, p={p:g}, seed={seed})" if p is not None
-            else f"erdos_renyi({size}, edges={edges}, seed={seed})")
+    name = f"erdos_renyi({size}, {drawn}, seed={seed})"
     for _ in range(max_tries):
         if p is not None:
             chosen = [e for e in pairs if rng.random() < p]
@@ -101,8 +97,7 @@ def erdos_renyi(
         if not connected or graph.is_connected:
             return graph
     raise ValueError(
-        f"erdos_renyi: no connected graph in {max_tries} draws with "
-        f"{'p=' + str(p) if p is not None else 'edges=' + str(edges)}; raise p or edges"
+        f"erdos_renyi: no connected graph in {max_tries} draws with {drawn}; raise p or edges"
     )
 
 
@@ -163,7 +158,6 @@ def from_spec(spec: str, size: int) -> Topology:
         number = float(value)
         kwargs[key.strip()] = int(number) if number.is_integer() and key.strip() != "p" else number
     return make(kind.strip(), size, **kwargs)
-
 
 
 def read_edges(path: Path, size: int) -> Topology:

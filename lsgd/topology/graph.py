@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from lsgd import _validate
-from lsgd.topology.colouring import Edge, edge_colouring
+from lsgd.topology.colouring import Edge, edge_colouring, neighbour_lists
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,7 @@ class Topology:
 
     @functools.cached_property
     def _adjacency(self) -> tuple[tuple[int, ...], ...]:
-        adj: list[list[int]] = [[] for _ in range(self.size)]
-        for i, j in self.edges:
-            adj[i].append(j)
-            adj[j].append(i)
-        return tuple(tuple(sorted(a)) for a in adj)
+        return tuple(tuple(sorted(a)) for a in neighbour_lists(self.size, self.edges))
 
     def neighbours(self, rank: int) -> tuple[int, ...]:
         """The neighbours of ``rank``, in increasing order."""
@@ -109,15 +105,8 @@ class Topology:
 
     def partners(self, rank: int) -> list[int | None]:
         """For each matching, the partner of ``rank`` in it (``None`` if it has none)."""
-        out: list[int | None] = []
-        for matching in self.matchings:
-            partner = None
-            for i, j in matching:
-                if rank in (i, j):
-                    partner = j if i == rank else i
-                    break
-            out.append(partner)
-        return out
+        return [next((j if i == rank else i for i, j in matching if rank in (i, j)), None)
+                for matching in self.matchings]
 
     def matching_laplacians(self) -> list[torch.Tensor]:
         """The Laplacian of each matching (they sum to :meth:`laplacian`)."""

@@ -27,14 +27,9 @@ def _cvxpy() -> Any:
 
 
 def _as_numpy(laplacians: Sequence[torch.Tensor | np.ndarray]) -> list[np.ndarray]:
-    out = []
-    for lap in laplacians:
-        if isinstance(lap, torch.Tensor):
-            arr = lap.detach().cpu().double().numpy()
-        else:
-            arr = np.asarray(lap, dtype=float)
-        out.append((arr + arr.T) / 2)
-    return out
+    arrays = [lap.detach().cpu().double().numpy() if isinstance(lap, torch.Tensor)
+              else np.asarray(lap, dtype=float) for lap in laplacians]
+    return [(a + a.T) / 2 for a in arrays]
 
 
 def activation_probabilities(
