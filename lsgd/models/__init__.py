@@ -1,19 +1,12 @@
 """The papers' models as plain ``torch.nn`` modules (no torchvision).
 
-Every constructor takes the input channels and classes, so one architecture
-serves gray and colour data. ``build_model(name, (C, H, W), classes)`` picks one
-from :data:`~lsgd.models.catalog.MODELS`:
-
-=============  ==============================================================
-``cnn7``       EASGD's 7-layer CNN (Zhang et al., arXiv:1412.6651)
-``resnet20``   CIFAR ResNet-20, option-A shortcuts (He et al., arXiv:1512.03385)
-``vgg16``      VGG-16 with BatchNorm, CIFAR variant (Simonyan & Zisserman,
-               arXiv:1409.1556)
-``wrn-28-10``  WideResNet-28-10, pre-activation (Zagoruyko & Komodakis,
-               arXiv:1605.07146); any ``wrn-D-K`` (D = 6n+4), e.g. ``wrn-16-4``
-``resnet50``   ResNet-50: the CIFAR stem on inputs up to 64x64, else ImageNet's
-``mlp``        a small fully connected network
-=============  ==============================================================
+Every constructor takes the input channels and classes, so one architecture serves
+gray and colour data. ``build_model(name, (C, H, W), classes)`` picks one of
+:data:`~lsgd.models.catalog.MODELS`: ``cnn7`` (EASGD's 7-layer CNN), ``resnet20``
+(CIFAR ResNet-20), ``vgg16`` (VGG-16 with BatchNorm), ``wrn-28-10`` or any other
+``wrn-D-K`` (pre-activation WideResNet), ``resnet50`` (the CIFAR stem on inputs up to
+64x64, else ImageNet's) and ``mlp`` (a small fully connected network); each module
+cites its paper. :mod:`lsgd.models.gpt` holds the language models.
 """
 
 from lsgd.models.catalog import MODELS, build_model, model_names, parse_wrn

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import partial
 
 from torch import nn
 
@@ -53,22 +54,17 @@ def parse_wrn(name: str) -> tuple[int, int] | None:
     return depth, widen
 
 
-def _wrn_factory(depth: int, widen: int) -> ModelFactory:
-    def build(input_shape: InputShape, classes: int) -> nn.Module:
-        return WideResNet(input_shape[0], classes, depth=depth, widen=widen)
-
-    return build
+def _build_wrn(input_shape: InputShape, classes: int, depth: int, widen: int) -> nn.Module:
+    return WideResNet(input_shape[0], classes, depth=depth, widen=widen)
 
 
-#: Model name -> factory ``(input_shape, classes) -> nn.Module``, with
-#: ``input_shape`` = (C, H, W). Use :func:`build_model` to look names up: it
-#: also takes any ``wrn-D-K`` (:data:`WRN_FAMILY`), of which ``wrn-28-10`` is
-#: the one listed here.
+#: Model name -> factory ``(input_shape (C, H, W), classes) -> nn.Module``; look names
+#: up with :func:`build_model`, which also takes any ``wrn-D-K`` (:data:`WRN_FAMILY`).
 MODELS: dict[str, ModelFactory] = {
     "cnn7": _build_cnn7,
     "resnet20": lambda shape, classes: ResNet20(shape[0], classes),
     "vgg16": _build_vgg16,
-    "wrn-28-10": _wrn_factory(28, 10),
+    "wrn-28-10": partial(_build_wrn, depth=28, widen=10),
     "resnet50": lambda shape, classes: ResNet50(shape[0], classes, stem=stem_for(*shape[1:])),
     "mlp": lambda shape, classes: MLP(shape[0] * shape[1] * shape[2], classes),
 }
@@ -80,16 +76,12 @@ def model_names() -> list[str]:
 
 
 def build_model(name: str, input_shape: tuple[int, int, int], classes: int) -> nn.Module:
-    """Build the model ``name`` for inputs of shape ``(C, H, W)`` and
-    ``classes`` outputs.
+    """The model ``name`` (one of :data:`MODELS`, or any ``wrn-D-K``: WideResNet-D-K with
+    D = 6n + 4 and K >= 1) for inputs of shape ``(C, H, W)`` and ``classes`` outputs.
 
-    ``name`` is one of :data:`MODELS` or any ``wrn-D-K``: WideResNet-D-K with
-    D = 6n + 4 (16, 22, 28, 40, ...) and K >= 1. ``resnet50`` takes the CIFAR
-    stem on inputs of at most 64x64 and the ImageNet stem on larger ones.
-
-    Raises :class:`ValueError` for an unknown name (listing the valid ones),
-    a ``wrn-D-K`` with a bad depth or width, a malformed shape, or an input too
-    small for the architecture.
+    Raises :class:`ValueError` for an unknown name (listing the valid ones), a
+    ``wrn-D-K`` with a bad depth or width, a malformed shape, or an input too small
+    for the architecture.
     """
     factory = MODELS.get(name)
     if factory is None:
@@ -97,7 +89,7 @@ def build_model(name: str, input_shape: tuple[int, int, int], classes: int) -> n
         if wrn is None:
             raise ValueError(f"unknown model {name!r}; choose one of "
                              f"{', '.join(model_names())}, or {WRN_FAMILY}")
-        factory = _wrn_factory(*wrn)
+        factory = partial(_build_wrn, depth=wrn[0], widen=wrn[1])
     shape = tuple(input_shape)
     if len(shape) != 3 or not all(_validate.is_int(v) and v >= 1 for v in shape):
         raise ValueError(

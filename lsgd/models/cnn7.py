@@ -11,16 +11,11 @@ CNN7_MIN_SIZE = 24
 
 
 class CNN7(nn.Module):
-    """The 7-layer CNN of EASGD, used by the Leader SGD papers.
-
-    conv 5x5 -> 64, ReLU, maxpool 2; conv 5x5 -> 128, ReLU, maxpool 2;
-    conv 3x3 -> 64, ReLU; flatten; linear -> 256; dropout 0.5; linear ->
-    classes. No padding, no BatchNorm, PyTorch's default initialization.
-
-    The flatten width is ``64 * s * s`` with ``s`` computed from
-    ``image_size`` (``s = 2`` on 28x28, so 256 features); it is kept in
-    :attr:`flatten_features`. Inputs smaller than 24x24 leave no feature map
-    and raise :class:`ValueError`.
+    """The 7-layer CNN of EASGD, used by the Leader SGD papers: three unpadded convs (the
+    first two max-pooled), a linear layer to 256, dropout 0.5, a linear layer to
+    ``classes``; no BatchNorm, PyTorch's default initialization. The flatten width
+    :attr:`flatten_features` is ``64 * s * s`` for the last map's side ``s`` (2 on
+    28x28); inputs smaller than 24x24 leave no feature map and raise ``ValueError``.
     """
 
     def __init__(self, in_channels: int, classes: int, image_size: int) -> None:
@@ -36,19 +31,12 @@ class CNN7(nn.Module):
             )
         self.flatten_features = 64 * side * side
         self.features = nn.Sequential(
-            nn.Conv2d(in_channels, 64, kernel_size=5),
-            nn.ReLU(inplace=True),
-            nn.MaxPool2d(2),
-            nn.Conv2d(64, 128, kernel_size=5),
-            nn.ReLU(inplace=True),
-            nn.MaxPool2d(2),
-            nn.Conv2d(128, 64, kernel_size=3),
-            nn.ReLU(inplace=True),
+            nn.Conv2d(in_channels, 64, kernel_size=5), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Conv2d(64, 128, kernel_size=5), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Conv2d(128, 64, kernel_size=3), nn.ReLU(inplace=True),
         )
         self.classifier = nn.Sequential(
-            nn.Flatten(),
-            nn.Linear(self.flatten_features, 256),
-            nn.Dropout(0.5),
+            nn.Flatten(), nn.Linear(self.flatten_features, 256), nn.Dropout(0.5),
             nn.Linear(256, classes),
         )
 

@@ -86,9 +86,8 @@ def check_sizes(**sizes: int) -> None:
 
 
 class HFCausalLM(nn.Module):
-    """A Hugging Face causal language model as ``tokens [B, T] -> logits [B, T, vocab]``.
-
-    The wrapped model is the registered submodule ``lm``, so the state is its own."""
+    """A Hugging Face causal language model as ``tokens [B, T] -> logits [B, T, vocab]``
+    (the submodule ``lm``, so the state is its own)."""
 
     def __init__(self, lm: nn.Module) -> None:
         super().__init__()

@@ -34,11 +34,8 @@ class _BasicBlock(nn.Module):
         self.bn1 = nn.BatchNorm2d(planes)
         self.conv2 = nn.Conv2d(planes, planes, 3, stride=1, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(planes)
-        self.shortcut: nn.Module
-        if stride != 1 or in_planes != planes:
-            self.shortcut = _ShortcutA(in_planes, planes, stride)
-        else:
-            self.shortcut = nn.Identity()
+        reshapes = stride != 1 or in_planes != planes
+        self.shortcut = _ShortcutA(in_planes, planes, stride) if reshapes else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -47,15 +44,10 @@ class _BasicBlock(nn.Module):
 
 
 class ResNet20(nn.Module):
-    """ResNet-20 for CIFAR (the paper's section 4.2, n = 3).
-
-    3x3 conv -> 16, BN, ReLU; three stages of 3 basic blocks with 16, 32 and
-    64 channels (stride 2 at the start of stages 2 and 3); global average
-    pool; linear -> classes. Shortcuts are option A (parameter free):
-    identity, or stride-2 subsampling with zero-padded channels where the
-    shape changes. Kaiming-normal convs. 269,722 parameters for 10 classes.
-    Any input size works (padded convs, adaptive pooling).
-    """
+    """ResNet-20 for CIFAR (the paper's section 4.2, n = 3): a 3x3 conv to 16 channels,
+    three stages of 3 basic blocks with 16, 32 and 64 channels (stride 2 at the start of
+    stages 2 and 3), global average pool, linear. Option-A shortcuts (parameter free),
+    Kaiming-normal convs: 269,722 parameters for 10 classes. Any input size works."""
 
     def __init__(self, in_channels: int, classes: int) -> None:
         super().__init__()
@@ -75,8 +67,7 @@ class ResNet20(nn.Module):
         _init_conv_bn(self, mode="fan_in")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.layers(out)
+        out = self.layers(F.relu(self.bn1(self.conv1(x))))
         return self.fc(torch.flatten(self.pool(out), 1))
 
 

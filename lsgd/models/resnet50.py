@@ -52,19 +52,15 @@ class _Bottleneck(nn.Module):
 
 
 class ResNet50(nn.Module):
-    """ResNet-50 (the paper's table 1) laid out as torchvision's ``resnet50``
-    (stride on the 3x3 conv, "v1.5").
+    """ResNet-50 (the paper's table 1) laid out as torchvision's ``resnet50`` (stride on
+    the 3x3 conv, "v1.5").
 
-    Stem ``"imagenet"``: 7x7 conv stride 2 -> 64, BN, ReLU, 3x3 max-pool
-    stride 2 (224x224 -> 56x56). Stem ``"cifar"``: 3x3 conv stride 1 -> 64,
-    BN, ReLU, no max-pool (32x32 stays 32x32), the CIFAR ResNet-50 of e.g.
-    kuangliu/pytorch-cifar. Then four stages of 3, 4, 6, 3 bottleneck blocks
-    (widths 64, 128, 256, 512, expansion 4; stride 2 at the start of stages
-    2-4; 1x1-conv + BN projection shortcuts): the last feature map is 7x7 on
-    224x224 (ImageNet stem) and 4x4 on 32x32 (CIFAR stem); global average
-    pool; linear 2048 -> classes. Kaiming-normal convs. 25,557,032 parameters
-    for 3 channels, 1000 classes, ImageNet stem; 23,520,842 for 3 channels,
-    10 classes, CIFAR stem.
+    Stem ``"imagenet"``: 7x7 conv stride 2 and 3x3 max-pool stride 2 (224x224 -> 56x56).
+    Stem ``"cifar"``: 3x3 conv stride 1, no max-pool, the CIFAR ResNet-50 of e.g.
+    kuangliu/pytorch-cifar. Then four stages of 3, 4, 6, 3 bottlenecks (stride 2 at the
+    start of stages 2-4; projection shortcuts), global average pool, linear 2048 ->
+    classes. Kaiming-normal convs: 25,557,032 parameters for 3 channels, 1000 classes,
+    ImageNet stem; 23,520,842 for 3 channels, 10 classes, CIFAR stem.
     """
 
     def __init__(self, in_channels: int, classes: int, stem: str = "imagenet") -> None:
@@ -73,14 +69,10 @@ class ResNet50(nn.Module):
         if stem not in STEMS:
             raise ValueError(f"ResNet-50 stem must be one of {', '.join(STEMS)}, got {stem!r}")
         self.stem = stem
-        self.conv1: nn.Conv2d
-        self.maxpool: nn.Module
-        if stem == "imagenet":
-            self.conv1 = nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False)
-            self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
-        else:
-            self.conv1 = nn.Conv2d(in_channels, 64, 3, stride=1, padding=1, bias=False)
-            self.maxpool = nn.Identity()
+        imagenet = stem == "imagenet"
+        self.conv1 = (nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False) if imagenet
+                      else nn.Conv2d(in_channels, 64, 3, stride=1, padding=1, bias=False))
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1) if imagenet else nn.Identity()
         self.bn1 = nn.BatchNorm2d(64)
         stages: list[nn.Module] = []
         in_planes = 64

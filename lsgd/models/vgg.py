@@ -23,14 +23,10 @@ def check_vgg16_size(height: int, width: int) -> None:
 
 
 class VGG16(nn.Module):
-    """VGG-16 with BatchNorm (Ioffe & Szegedy, arXiv:1502.03167) and the CIFAR
-    head of the common ``pytorch-vgg-cifar10`` recipe.
-
-    Thirteen 3x3 padded convs, each followed by BN and ReLU, in the stack
-    64, 64, M, 128, 128, M, 256 x3, M, 512 x3, M, 512 x3, M (M = 2x2 max-pool);
-    adaptive average pool to 1x1 (a no-op on 32x32 inputs, whose feature map
-    is already 1x1x512); classifier dropout 0.5, linear 512 -> 512, ReLU,
-    dropout 0.5, linear 512 -> 512, ReLU, linear 512 -> classes.
+    """VGG-16 with BatchNorm (Ioffe & Szegedy, arXiv:1502.03167) and the CIFAR head of
+    the common ``pytorch-vgg-cifar10`` recipe: thirteen padded 3x3 conv-BN-ReLU in the
+    stack :data:`VGG16_CONFIG` (M = 2x2 max-pool), an adaptive average pool to 1x1 (a
+    no-op on 32x32 inputs), then dropout 0.5 and linear-ReLU twice and a linear layer.
     Kaiming-normal convs. Inputs need to be at least 32x32 (five pools).
     """
 
@@ -44,21 +40,14 @@ class VGG16(nn.Module):
                 layers.append(nn.MaxPool2d(2))
             else:
                 assert isinstance(v, int)
-                layers += [
-                    nn.Conv2d(channels, v, 3, padding=1),
-                    nn.BatchNorm2d(v),
-                    nn.ReLU(inplace=True),
-                ]
+                layers += [nn.Conv2d(channels, v, 3, padding=1), nn.BatchNorm2d(v),
+                           nn.ReLU(inplace=True)]
                 channels = v
         self.features = nn.Sequential(*layers)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Sequential(
-            nn.Dropout(0.5),
-            nn.Linear(512, 512),
-            nn.ReLU(inplace=True),
-            nn.Dropout(0.5),
-            nn.Linear(512, 512),
-            nn.ReLU(inplace=True),
+            nn.Dropout(0.5), nn.Linear(512, 512), nn.ReLU(inplace=True),
+            nn.Dropout(0.5), nn.Linear(512, 512), nn.ReLU(inplace=True),
             nn.Linear(512, classes),
         )
         _init_conv_bn(self, mode="fan_out")

@@ -29,20 +29,15 @@ class _WideBlock(nn.Module):
         # With a projection the shortcut sees the pre-activated input, as in
         # the authors' code; an identity shortcut carries the raw input.
         residual = x if self.shortcut is None else self.shortcut(pre)
-        out = self.conv1(pre)
-        out = self.dropout(F.relu(self.bn2(out)))
-        out = self.conv2(out)
-        return out + residual
+        out = self.dropout(F.relu(self.bn2(self.conv1(pre))))
+        return self.conv2(out) + residual
 
 
 class WideResNet(nn.Module):
-    """Wide Residual Network WRN-depth-widen with pre-activation blocks.
-
-    3x3 conv -> 16; three stages of ``(depth - 4) / 6`` wide basic blocks
-    with 16k, 32k and 64k channels (k = ``widen``; stride 2 at the start of
-    stages 2 and 3; 1x1-conv shortcut where the shape changes; optional
-    dropout between the two convs); BN, ReLU, global average pool, linear.
-    Kaiming-normal convs. WRN-28-10 has 36,479,194 parameters for 10 classes.
+    """Wide Residual Network WRN-depth-widen: a 3x3 conv to 16 channels, three stages of
+    ``(depth - 4) / 6`` pre-activation wide blocks with 16k, 32k and 64k channels
+    (k = ``widen``; stride 2 at the start of stages 2 and 3), BN, ReLU, global average
+    pool, linear. Kaiming-normal convs: WRN-28-10 has 36,479,194 parameters for 10 classes.
     """
 
     def __init__(self, in_channels: int, classes: int, depth: int = 28, widen: int = 10,
@@ -71,8 +66,7 @@ class WideResNet(nn.Module):
         nn.init.zeros_(self.fc.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.layers(self.conv1(x))
-        out = F.relu(self.bn(out))
+        out = F.relu(self.bn(self.layers(self.conv1(x))))
         return self.fc(torch.flatten(self.pool(out), 1))
 
 

@@ -13,8 +13,6 @@ from lsgd import _validate
 
 __all__ = ["LARS", "lars_param_groups"]
 
-ParamsT = Iterable[torch.Tensor] | Iterable[dict[str, Any]]
-
 #: Each number of a param group: the values it may take, and how messages say them.
 _VALID: dict[str, tuple[Callable[[float], bool], str]] = {
     "lr": (lambda v: v > 0, "a positive number"),
@@ -56,28 +54,15 @@ class LARS(Optimizer):
     ``adapt=False`` takes ``local_lr = 1`` but keeps its weight decay.
     Parameters whose ``grad`` is ``None`` are skipped (docs/algorithms.md, "LARS").
 
-    Args:
-        params: iterable of parameters or of param-group dicts.
-        lr: global learning rate, > 0.
-        momentum: momentum factor ``m``, in [0, 1).
-        nesterov: Nesterov momentum (default, as in the LSGD paper); needs
-            ``momentum > 0``. ``False``: heavy-ball momentum.
-        weight_decay: L2 weight decay ``wd``, >= 0.
-        eta: trust coefficient, > 0.
-        exclude_bias_and_norm: treat parameters with ``ndim <= 1`` as
-            ``adapt=False`` (also a param-group key).
+    ``lr`` > 0, ``momentum`` ``m`` in [0, 1), ``weight_decay`` ``wd`` >= 0, the trust
+    coefficient ``eta`` > 0; Nesterov momentum (the default, as in the LSGD paper) needs
+    ``momentum > 0``. ``exclude_bias_and_norm`` (also a param-group key) treats
+    parameters with ``ndim <= 1`` as ``adapt=False``.
     """
 
-    def __init__(
-        self,
-        params: ParamsT,
-        lr: float,
-        momentum: float = 0.9,
-        weight_decay: float = 0.0,
-        eta: float = 0.001,
-        exclude_bias_and_norm: bool = False,
-        nesterov: bool = True,
-    ) -> None:
+    def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict[str, Any]], lr: float,
+                 momentum: float = 0.9, weight_decay: float = 0.0, eta: float = 0.001,
+                 exclude_bias_and_norm: bool = False, nesterov: bool = True) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
             "momentum": momentum,
@@ -102,7 +87,8 @@ class LARS(Optimizer):
             group.setdefault("nesterov", False)
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+    def step(  # type: ignore[override]
+            self, closure: Callable[[], float] | None = None) -> float | None:
         """One step of every param group; returns ``closure()``'s loss (run with
         gradients enabled), or ``None`` without a closure."""
         loss: float | None = None
@@ -119,15 +105,14 @@ class LARS(Optimizer):
                 if grad.is_sparse:
                     raise RuntimeError("LARS does not support sparse gradients")
                 update = grad.add(p, alpha=weight_decay) if weight_decay != 0 else grad.clone()
+                scale = lr
                 exclude = group.get("exclude_bias_and_norm", False) and p.ndim <= 1
                 if group.get("adapt", True) and not exclude:
                     w_norm = torch.linalg.vector_norm(p)
                     g_norm = torch.linalg.vector_norm(grad)
                     trust = group["eta"] * w_norm / (g_norm + weight_decay * w_norm)
-                    local_lr = torch.where((w_norm > 0) & (g_norm > 0), trust, 1.0)
-                    update.mul_(local_lr * lr)
-                else:
-                    update.mul_(lr)
+                    scale = torch.where((w_norm > 0) & (g_norm > 0), trust, 1.0) * lr
+                update.mul_(scale)
                 if momentum == 0:
                     p.sub_(update)
                     continue
@@ -141,22 +126,13 @@ class LARS(Optimizer):
 
 
 def lars_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Split ``model``'s trainable parameters into the usual two LARS groups.
-
-    Returns ``[weights, others]`` where ``weights`` holds the tensors with
-    ``ndim > 1`` (``adapt=True``, the given ``weight_decay``) and ``others``
-    the ones with ``ndim <= 1`` such as biases and normalization weights
-    (``adapt=False``, ``weight_decay=0.0``).  Parameters with
-    ``requires_grad=False`` are left out.
-    """
+    """``model``'s trainable parameters as the usual two LARS groups: the tensors with
+    ``ndim > 1`` (``adapt=True``, ``weight_decay``), and the biases and normalization
+    weights (``ndim <= 1``: ``adapt=False``, no weight decay)."""
     _check({"weight_decay": weight_decay})
-    adapted: list[nn.Parameter] = []
-    plain: list[nn.Parameter] = []
-    for p in model.parameters():
-        if not p.requires_grad:
-            continue
-        (adapted if p.ndim > 1 else plain).append(p)
+    trainable = [p for p in model.parameters() if p.requires_grad]
     return [
-        {"params": adapted, "weight_decay": weight_decay, "adapt": True},
-        {"params": plain, "weight_decay": 0.0, "adapt": False},
+        {"params": [p for p in trainable if p.ndim > 1], "weight_decay": weight_decay,
+         "adapt": True},
+        {"params": [p for p in trainable if p.ndim <= 1], "weight_decay": 0.0, "adapt": False},
     ]

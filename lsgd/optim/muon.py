@@ -13,38 +13,26 @@ dictionaries), so a learning-rate scheduler reaches both; ``state_dict`` holds b
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections import ChainMap
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
 
-class _BothStates(dict):  # type: ignore[type-arg]
+class _BothStates(ChainMap[Any, Any]):
     """``optimizer.state`` over both optimizers: reads see either, ``pop`` forgets in both."""
 
-    def __init__(self, *states: dict[Any, Any]) -> None:
-        super().__init__()
-        self._states = states
-
     def __getitem__(self, key: Any) -> Any:
-        for state in self._states:
+        # not ChainMap's: a read of a missing key must not add it to a defaultdict state
+        for state in self.maps:
             if key in state:
                 return state[key]
         raise KeyError(key)
 
-    def __contains__(self, key: object) -> bool:
-        return any(key in state for state in self._states)
-
-    def __iter__(self) -> Iterator[Any]:
-        for state in self._states:
-            yield from state
-
-    def __len__(self) -> int:
-        return sum(len(state) for state in self._states)
-
     def pop(self, key: Any, *default: Any) -> Any:
-        found = [state.pop(key) for state in self._states if key in state]
+        found = [state.pop(key) for state in self.maps if key in state]
         if found:
             return found[0]
         if default:
@@ -56,24 +44,15 @@ def split_parameters(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Para
     """(Muon's parameters: the 2-D weights outside embeddings, AdamW's: all the others)."""
     embedded = {id(p) for m in model.modules() if isinstance(m, nn.Embedding)
                 for p in m.parameters(recurse=False)}
-    matrices, rest, seen = [], [], set()
-    for p in model.parameters():
-        if id(p) in seen or not p.requires_grad:
-            continue
-        seen.add(id(p))
-        (matrices if p.ndim == 2 and id(p) not in embedded else rest).append(p)
-    return matrices, rest
+    trainable = [p for p in model.parameters() if p.requires_grad]  # a tied weight once
+    matrices = [p for p in trainable if p.ndim == 2 and id(p) not in embedded]
+    return matrices, [p for p in trainable if p.ndim != 2 or id(p) in embedded]
 
 
 class MuonAdamW(torch.optim.Optimizer):
-    """Muon (``torch.optim.Muon``) on the matrices, AdamW on the rest (see the module text).
-
-    Args:
-        model: the module whose parameters are optimized.
-        lr: the learning rate of both (Muon's scaled to AdamW's update size).
-        weight_decay: decoupled weight decay of both.
-        momentum: Muon's Nesterov momentum (torch's default 0.95).
-    """
+    """Muon (``torch.optim.Muon``) on ``model``'s matrices, AdamW on the rest (see the
+    module text), with one learning rate ``lr`` and decoupled ``weight_decay`` for both;
+    ``momentum`` is Muon's Nesterov momentum (torch's default 0.95)."""
 
     def __init__(self, model: nn.Module, lr: float = 1e-3, weight_decay: float = 0.1,
                  momentum: float = 0.95) -> None:

@@ -1,18 +1,12 @@
 """What is trained, between the trainer and the data and models.
 
-A :class:`Task` says what a batch is, the loss, the model, how a model is
-evaluated, and which figure is the headline (and whether lower is better).
-Two tasks run through the same training loop, run folder and benchmarks:
-
-* :class:`ImageClassification`: labelled images, the papers' image models,
-  test accuracy (higher is better);
-* :class:`LanguageModelling`: byte-level next-token prediction on a text, a
-  small GPT or Hugging Face's GPT-2 built from a config, validation loss in
-  nats per byte (lower is better), with bits per byte and perplexity.
-
-:func:`make_task` picks one for a run's data. How each headline reads is
-:mod:`lsgd.tasks.headline`'s, which imports no torch; the names here are imported
-on first use, so that module can be read without the others.
+A :class:`Task` says what a batch is, the loss, the model, how a model is evaluated,
+and which figure is the headline. Two tasks run through the same training loop, run
+folder and benchmarks: :class:`ImageClassification` (the papers' image models, test
+accuracy) and :class:`LanguageModelling` (byte-level next-token prediction with a
+small GPT or Hugging Face's GPT-2, validation loss in nats per byte); :func:`make_task`
+picks one for a run's data. The names here are imported on first use, so that the
+torch-free :mod:`lsgd.tasks.headline` can be read without the others.
 """
 
 from __future__ import annotations

@@ -18,11 +18,10 @@ EVAL_BATCH = 1000
 class ImageClassification(Task):
     """Labelled images (in memory, or an ImageNet-style folder decoded lazily).
 
-    Each epoch every worker takes its exclusive share of one permutation of the
-    training examples (:func:`lsgd.data.shard`), in batches of ``batch_size``
-    (drop-last), each augmented with the preset ``augment`` (``"auto"``: the
-    papers' choice for the dataset and model). The headline is the test
-    accuracy.
+    Each epoch every worker takes its exclusive share of one permutation of the training
+    examples (:func:`lsgd.data.shard`), in batches of ``batch_size`` (drop-last), each
+    augmented with the preset ``augment_preset`` (``"auto"``: the papers' choice for the
+    dataset and model).
     """
 
     kind = "classification"
@@ -30,8 +29,7 @@ class ImageClassification(Task):
 
     def __init__(self, data: datasets.Dataset | datasets.ImageFolder, *, dataset: str,
                  model: str, augment_preset: str = "auto", batch_size: int = 128,
-                 workers: int = 1, seed: int = 0,
-                 device: torch.device | None = None) -> None:
+                 workers: int = 1, seed: int = 0, device: torch.device | None = None) -> None:
         self.data, self.model_name = data, model
         self.device = device or torch.device("cpu")
         self.in_memory = isinstance(data, datasets.Dataset)
@@ -72,8 +70,7 @@ class ImageClassification(Task):
         if not self.in_memory:
             x, y = self.data.load(idx, train=True, generator=generator)
         else:
-            x = self.train_fn(self.data.train_x[idx], generator)
-            y = self.data.train_y[idx]
+            x, y = self.train_fn(self.data.train_x[idx], generator), self.data.train_y[idx]
         return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
     def eval_batches(self, part: int = 0, parts: int = 1) -> Iterator[Batch]:

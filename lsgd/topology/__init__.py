@@ -1,20 +1,14 @@
 """Communication graphs for decentralized training, and the math on them.
 
-A :class:`Topology` is an undirected simple graph on the workers ``0 .. W-1``,
-built with :func:`ring`, :func:`torus`, :func:`complete`, :func:`erdos_renyi`
-(seeded), :func:`from_edges` or by name with :func:`make`. The decentralized
-strategies use its **matchings** (:attr:`Topology.matchings`, disjoint edge
-sets in which every worker has at most one edge: one round of pairwise
-exchanges; at most ``D + 1`` for maximum degree ``D``,
-:mod:`lsgd.topology.colouring`), its **Laplacian** ``L = Deg - Adj`` and D-PSGD's
-mixing weight ``a = 2 / (lambda_2(L) + lambda_max(L))``
-(:meth:`Topology.mixing_weight`; D-PSGD, Lian et al., arXiv:1705.09056), a
-connectivity check naming the isolated workers (:meth:`Topology.check_connected`),
-and MATCHA's convex programs (:func:`activation_probabilities`,
-:func:`matcha_mixing_weight`; :mod:`lsgd.topology.matcha_programs`).
-
-Nothing here communicates: every worker builds the same graph and matchings
-from the same arguments.
+A :class:`Topology` is an undirected simple graph on the workers ``0 .. W-1``, built
+with :func:`ring`, :func:`torus`, :func:`complete`, :func:`erdos_renyi` (seeded),
+:func:`from_edges` or by name (:func:`make`, :func:`from_spec`). The decentralized
+strategies use its **matchings** (rounds of pairwise exchange, at most ``D + 1`` for
+maximum degree ``D``), its **Laplacian** and D-PSGD's mixing weight
+(:meth:`Topology.mixing_weight`; Lian et al., arXiv:1705.09056), its connectivity
+check, and MATCHA's convex programs (:mod:`lsgd.topology.matcha_programs`). Nothing
+here communicates: every worker builds the same graph and matchings from the same
+arguments.
 """
 
 from lsgd.topology.colouring import Edge, _misra_gries, edge_colouring

@@ -1,8 +1,5 @@
-"""Edge colouring: a graph's edges as matchings, rounds of pairwise exchange.
-
-The better of a greedy colouring and Misra and Gries' algorithm, so a graph of
-maximum degree ``D`` never needs more than ``D + 1`` matchings (Vizing's bound).
-"""
+"""Edge colouring: a graph's edges as matchings, rounds of pairwise exchange; never more
+than ``D + 1`` for maximum degree ``D`` (Vizing's bound)."""
 
 from __future__ import annotations
 
@@ -14,10 +11,10 @@ Edge = tuple[int, int]
 def edge_colouring(size: int, edges: Sequence[Edge]) -> list[list[Edge]]:
     """Split ``edges`` into matchings: at most ``max_degree + 1`` of them.
 
-    Greedy colouring (each edge, in order, takes the smallest colour free at
-    both ends) is often optimal (``max_degree`` colours) but may need up to
-    ``2 max_degree - 1``; Misra and Gries' algorithm guarantees ``max_degree + 1``.
-    Both are run and the one with fewer colours kept (greedy on a tie).
+    Greedy colouring (each edge takes the smallest colour free at both ends), in sorted
+    order, then in a depth-first walk's, is often optimal (``max_degree`` colours) but may
+    need up to ``2 max_degree - 1``; Misra and Gries' algorithm guarantees
+    ``max_degree + 1``. The first optimal one is kept, else the one with fewest colours.
     """
     edges = sorted(edges)
     if not edges:
@@ -81,9 +78,7 @@ def _greedy_colouring(size: int, edges: Sequence[Edge]) -> list[list[Edge]]:
     used: list[set[int]] = [set() for _ in range(size)]
     classes: list[list[Edge]] = []
     for i, j in edges:
-        c = 0
-        while c in used[i] or c in used[j]:
-            c += 1
+        c = min(set(range(len(classes) + 1)) - used[i] - used[j])  # smallest free at both
         used[i].add(c)
         used[j].add(c)
         if c == len(classes):

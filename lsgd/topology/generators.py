@@ -36,32 +36,21 @@ def torus(rows: int, cols: int) -> Topology:
     """A 2-D torus: worker ``r * cols + c`` linked to its four wrap-around grid neighbours."""
     _validate.positive_int("torus", "rows", rows)
     _validate.positive_int("torus", "cols", cols)
-    edges = []
-    for r in range(rows):
-        for c in range(cols):
-            me = r * cols + c
-            edges.append((me, r * cols + (c + 1) % cols))
-            edges.append((me, ((r + 1) % rows) * cols + c))
+    cells = [(r, c) for r in range(rows) for c in range(cols)]
+    edges = [(r * cols + c, r * cols + (c + 1) % cols) for r, c in cells]  # along a row
+    edges += [(r * cols + c, ((r + 1) % rows) * cols + c) for r, c in cells]  # down a column
     return Topology(rows * cols, tuple((i, j) for i, j in edges if i != j), f"torus({rows}x{cols})")
 
 
 def complete(size: int) -> Topology:
     """Every pair of workers linked."""
     _validate.positive_int("complete", "size", size)
-    return Topology(
-        size, tuple((i, j) for i in range(size) for j in range(i + 1, size)), f"complete({size})"
-    )
+    pairs = tuple((i, j) for i in range(size) for j in range(i + 1, size))
+    return Topology(size, pairs, f"complete({size})")
 
 
-def erdos_renyi(
-    size: int,
-    p: float | None = None,
-    *,
-    edges: int | None = None,
-    seed: int = 0,
-    connected: bool = True,
-    max_tries: int = 10_000,
-) -> Topology:
+def erdos_renyi(size: int, p: float | None = None, *, edges: int | None = None, seed: int = 0,
+                connected: bool = True, max_tries: int = 10_000) -> Topology:
     """A seeded random graph: ``G(size, p)`` (each pair linked with probability ``p``)
     or, with ``edges=m``, ``G(size, m)`` (``m`` distinct pairs uniformly at random).
 
@@ -89,10 +78,8 @@ def erdos_renyi(
     rng = random.Random(seed)
     name = f"erdos_renyi({size}, {drawn}, seed={seed})"
     for _ in range(max_tries):
-        if p is not None:
-            chosen = [e for e in pairs if rng.random() < p]
-        else:
-            chosen = rng.sample(pairs, edges)  # type: ignore[arg-type]
+        chosen = ([e for e in pairs if rng.random() < p] if p is not None
+                  else rng.sample(pairs, edges))  # type: ignore[arg-type]
         graph = Topology(size, tuple(chosen), name)
         if not connected or graph.is_connected:
             return graph
@@ -122,9 +109,8 @@ def make(kind: str, size: int, **kwargs: Any) -> Topology:
     if kind == "ring":
         return ring(size, **kwargs)
     if kind == "torus":
-        rows = kwargs.pop("rows", None) or max(
-            r for r in range(1, math.isqrt(size) + 1) if size % r == 0
-        )
+        most_square = max(r for r in range(1, math.isqrt(size) + 1) if size % r == 0)
+        rows = kwargs.pop("rows", None) or most_square
         if size % rows:
             raise ValueError(f"torus: rows={rows} must divide size={size}")
         return torus(rows, size // rows, **kwargs)

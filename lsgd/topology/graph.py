@@ -16,11 +16,8 @@ from lsgd.topology.colouring import Edge, edge_colouring, neighbour_lists
 
 @dataclass(frozen=True)
 class Topology:
-    """An undirected simple graph on ``size`` workers.
-
-    ``edges`` are stored as sorted ``(i, j)`` pairs with ``i < j``, without
-    duplicates, in increasing order; construction normalizes and validates them.
-    """
+    """An undirected simple graph on ``size`` workers; construction validates ``edges`` and
+    stores them as ``(i, j)`` pairs with ``i < j``, without duplicates, in increasing order."""
 
     size: int
     edges: tuple[Edge, ...]
@@ -31,7 +28,6 @@ class Topology:
             raise ValueError(f"Topology: size must be a positive integer, got {self.size!r}")
         object.__setattr__(self, "edges", _normalize_edges(self.size, self.edges))
 
-    # -- structure ----------------------------------------------------------
     def __str__(self) -> str:
         return self.name
 
@@ -59,7 +55,6 @@ class Topology:
         """A 32-bit checksum of size and edges (to check all workers agree)."""
         return zlib.crc32(repr((self.size, self.edges)).encode())
 
-    # -- connectivity ---------------------------------------------------------
     def components(self) -> list[list[int]]:
         """Connected components, each sorted, ordered by their smallest worker."""
         seen = [False] * self.size
@@ -97,7 +92,6 @@ class Topology:
             "needs a connected graph (or, for dynamic graphs, a connected union)"
         )
 
-    # -- matchings -------------------------------------------------------------
     @functools.cached_property
     def matchings(self) -> tuple[tuple[Edge, ...], ...]:
         """The edges split into matchings (a proper edge colouring), deterministically."""
@@ -112,7 +106,6 @@ class Topology:
         """The Laplacian of each matching (they sum to :meth:`laplacian`)."""
         return [laplacian(self.size, m) for m in self.matchings]
 
-    # -- spectrum --------------------------------------------------------------
     def laplacian(self) -> torch.Tensor:
         """``L = Deg - Adj`` as a float64 ``[size, size]`` tensor."""
         return laplacian(self.size, self.edges)
@@ -171,22 +164,21 @@ def _normalize_edges(size: int, edges: Iterable[Sequence[int]]) -> tuple[Edge, .
         try:
             i, j = edge
         except (TypeError, ValueError):
+            i = j = None  # not a pair
+        if _is_rank(i, size) and _is_rank(j, size) and i != j:
+            out.add((min(int(i), int(j)), max(int(i), int(j))))
+        else:
             bad.append(edge)
-            continue
-        if not all(_validate.is_int(v) or isinstance(v, np.integer) for v in (i, j)):
-            bad.append(edge)
-            continue
-        i, j = int(i), int(j)
-        if i == j or not (0 <= i < size and 0 <= j < size):
-            bad.append(edge)
-            continue
-        out.add((min(i, j), max(i, j)))
     if bad:
         raise ValueError(
             f"Topology: edges must be pairs of distinct worker ranks in [0, {size}); "
             f"bad edges {bad[:10]}" + (" ..." if len(bad) > 10 else "")
         )
     return tuple(sorted(out))
+
+
+def _is_rank(value: object, size: int) -> bool:
+    return (_validate.is_int(value) or isinstance(value, np.integer)) and 0 <= value < size
 
 
 def _short(part: list[int]) -> str:

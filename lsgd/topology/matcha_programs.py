@@ -14,6 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
+#: Laplacians, as tensors or arrays.
+Laplacians = Sequence[torch.Tensor | np.ndarray]
+
 
 def _cvxpy() -> Any:
     try:
@@ -26,15 +29,13 @@ def _cvxpy() -> Any:
     return cvxpy
 
 
-def _as_numpy(laplacians: Sequence[torch.Tensor | np.ndarray]) -> list[np.ndarray]:
+def _as_numpy(laplacians: Laplacians) -> list[np.ndarray]:
     arrays = [lap.detach().cpu().double().numpy() if isinstance(lap, torch.Tensor)
               else np.asarray(lap, dtype=float) for lap in laplacians]
     return [(a + a.T) / 2 for a in arrays]
 
 
-def activation_probabilities(
-    laplacians: Sequence[torch.Tensor | np.ndarray], budget: float
-) -> list[float]:
+def activation_probabilities(laplacians: Laplacians, budget: float) -> list[float]:
     """MATCHA's activation probability of each matching under communication ``budget``.
 
     Solves ``max lambda_2(sum_j p_j L_j)`` s.t. ``sum_j p_j <= budget * M`` and
@@ -83,9 +84,8 @@ def _second_moment(mats: list[np.ndarray], p: Sequence[float]) -> tuple[np.ndarr
     return mean, mean @ mean + var
 
 
-def expected_contraction(
-    laplacians: Sequence[torch.Tensor | np.ndarray], probabilities: Sequence[float], weight: float
-) -> float:
+def expected_contraction(laplacians: Laplacians, probabilities: Sequence[float],
+                         weight: float) -> float:
     """``rho = ||E[W^T W] - J||_2`` for ``W = I - a L(t)``: the mean-square contraction
     of the disagreement per step, which MATCHA's mixing weight minimizes."""
     mats = _as_numpy(laplacians)
@@ -95,9 +95,7 @@ def expected_contraction(
     return float(np.linalg.norm(m, 2))
 
 
-def matcha_mixing_weight(
-    laplacians: Sequence[torch.Tensor | np.ndarray], probabilities: Sequence[float]
-) -> float:
+def matcha_mixing_weight(laplacians: Laplacians, probabilities: Sequence[float]) -> float:
     """MATCHA's mixing weight ``a``: minimizes ``||E[W^T W] - J||_2``, ``W = I - a L(t)``.
 
     ``E[W^T W] - J = I - 2a E[L] + a^2 E[L^2] - J`` is positive semidefinite on
