@@ -61,6 +61,7 @@ class DiLoCo(Averaging):
     rounds_average_state = True
     default_merge = "mix"
     round_takes = ("merge", "leader")
+    reference_key = "global"
 
     def __init__(
         self,
@@ -75,19 +76,15 @@ class DiLoCo(Averaging):
     ) -> None:
         owner = type(self).__name__
         self.outer = check_outer(owner, outer, options.get("overlap", 0), options.get("merge"))
-        self.period = _validate.positive_int(owner, "period", period)
         if not _validate.is_number(outer_lr, finite=True) or outer_lr <= 0:
             raise ValueError(f"{owner}: outer_lr must be a finite number > 0, got {outer_lr!r}")
         self.outer_momentum = _validate.momentum(owner, "outer_momentum", outer_momentum)
         self.outer_lr = float(outer_lr)
-        self._plan(owner, self.period, options)  # type: ignore[arg-type]
-        stepping = outer_round(owner, self.outer, self.period, self.plan)
-        self.rounds_average_state = self.rounds_average_state and not stepping
-        super().__init__(model, optimizer, **options)  # type: ignore[misc]
+        super().__init__(model, optimizer, period=period, **options)
         # θ_g, laid out like the state: the parameters, then (blocking rounds) the buffers.
         self.global_state = self._shared_copy()
         self._delta = FlatBuffer(self._state)  # Δ, the outer optimizer's .grad
-        self._setup_round(shared=(self.global_state,), **stepping)
+        self._setup_round(reference=self.global_state)
         self._parameters = len(list(model.parameters()))
         parts = self._round.parts
         # One outer optimizer per part, over its slice of θ_g (Δ's slice its .grad); with
@@ -108,8 +105,8 @@ class DiLoCo(Averaging):
                 nesterov=self.outer_momentum > 0))
         self._round.attach(self.global_state, self.outer_optimizers)
 
-    def _reference(self) -> FlatBuffer:
-        return self.global_state
+    def _round_kind(self, owner: str) -> dict[str, Any]:
+        return outer_round(owner, self.outer, self.period, self.plan)
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
@@ -152,7 +149,6 @@ class DiLoCo(Averaging):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["global"] = [b.clone() for b in self.global_state.buffers]
         state["outer_parts"] = [copy.deepcopy(o.state_dict()["state"])
                                 for o in self.outer_optimizers]
         return state
@@ -163,8 +159,7 @@ class DiLoCo(Averaging):
         if "outer_parts" not in state:
             raise ValueError(f"{self.name}.load_state_dict: this state was saved by lsgd 0.6 "
                              "or earlier; resume it with lsgd 0.10 and save it again")
-        saved_global = list(state["global"])
-        if [t.shape for t in saved_global] != [b.shape for b in self.global_state.buffers]:
+        if [t.shape for t in state["global"]] != [b.shape for b in self.global_state.buffers]:
             raise ValueError(f"{self.name}.load_state_dict: the saved global parameters have "
                              "other shapes than this model's (another model, or bn_buffers)")
         saved = "eager" if "eager" in state else "standard"
@@ -173,8 +168,6 @@ class DiLoCo(Averaging):
                              f"outer={saved!r}, this strategy has outer={self.outer!r}; "
                              f"resume with outer={saved!r}")
         super().load_state_dict(state)
-        for buffer, value in zip(self.global_state.buffers, saved_global):
-            buffer.copy_(value)
         for optimizer, saved_state in zip(self.outer_optimizers, state["outer_parts"]):
             optimizer.load_state_dict({"state": copy.deepcopy(dict(saved_state)),
                                        "param_groups": optimizer.state_dict()["param_groups"]})

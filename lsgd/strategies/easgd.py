@@ -22,15 +22,13 @@ workers absent from an elastic round, count as sitting at the center::
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from typing import Any, Unpack
+from typing import Unpack
 
 import torch
 from torch import nn
 
 from lsgd import _validate
 from lsgd.comm.communicator import Among
-from lsgd.flat import FlatBuffer
 from lsgd.functional import elastic_step_, pull_
 from lsgd.strategies.averaging import Averaging, AveragingOptions
 
@@ -55,6 +53,7 @@ class EASGD(Averaging):
     bn_modes = ("average", "pull", "local")
     default_merge = "replace"
     round_takes = ()
+    reference_key = "center"
 
     def __init__(
         self,
@@ -66,16 +65,10 @@ class EASGD(Averaging):
         **options: Unpack[AveragingOptions],
     ) -> None:
         self.moving_rate = _validate.fraction("EASGD", "moving_rate", moving_rate)
-        self.period = _validate.positive_int("EASGD", "period", period)
-        self._plan("EASGD", self.period, options)  # type: ignore[arg-type]
-        super().__init__(model, optimizer, **options)  # type: ignore[misc]
+        super().__init__(model, optimizer, period=period, **options)
         self.alpha = self.moving_rate / self.world_size
-        with torch.no_grad():
-            self.center_state = self._shared_copy()
-        self._setup_round(shared=(self.center_state,))
-
-    def _reference(self) -> FlatBuffer:
-        return self.center_state
+        self.center_state = self._shared_copy()
+        self._setup_round(reference=self.center_state)
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
@@ -116,13 +109,3 @@ class EASGD(Averaging):
 
     def reset_target(self) -> list[torch.Tensor]:
         return self.center_state.views
-
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["center"] = [b.clone() for b in self.center_state.buffers]
-        return state
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
-        for buffer, value in zip(self.center_state.buffers, state["center"]):
-            buffer.copy_(value)

@@ -21,7 +21,6 @@ from torch import nn
 
 from lsgd import _validate
 from lsgd.comm.communicator import Among
-from lsgd.flat import FlatBuffer
 from lsgd.strategies.averaging import Averaging, AveragingOptions
 from lsgd.strategies.cadence import Cadence
 
@@ -57,34 +56,26 @@ class LocalSGD(Averaging):
         global_period: int | None = None,
         **options: Unpack[AveragingOptions],
     ) -> None:
-        self.period = _validate.positive_int("LocalSGD", "period", period)
+        super().__init__(model, optimizer, period=period, **options)
         self.global_period = _validate.positive_int(
             "LocalSGD", "global_period", 4 * self.period if global_period is None else global_period
         )
-        if self._plan("LocalSGD", self.period, options).hidden and hierarchical:  # type: ignore[arg-type]
+        if self.plan.hidden and hierarchical:
             raise ValueError("LocalSGD: overlap, fragments and compress work with one level "
                              "of averaging; drop hierarchical=True or them")
-        super().__init__(model, optimizer, **options)  # type: ignore[misc]
         self.hierarchical = bool(hierarchical) and 1 < self.comm.groups
+        levels = None
         if self.hierarchical:
             _validate.multiple_of("LocalSGD", "global_period", self.global_period,
                                   "period", self.period)
+            levels = [Cadence("global", self.global_period, "world")]
+            if self.comm.info.group_size > 1:  # groups of one: only the global average
+                levels.insert(0, Cadence("local", self.period, "group"))
         self.skipped_rounds = 0  # group averages skipped: the whole group had diverged
         # Compressed: the last average, the same on every worker, what rounds send the
         # difference from (the mean initial state with init="independent").
-        self.reference: FlatBuffer | None = None
-        if self.compress != "none":
-            self.reference = self._shared_copy()
-        levels = None
-        if self.hierarchical and self.comm.info.group_size > 1:
-            levels = [Cadence("local", self.period, "group"),
-                      Cadence("global", self.global_period, "world")]
-        elif self.hierarchical:  # groups of one: only the global average moves anything
-            levels = [Cadence("global", self.global_period, "world")]
-        self._setup_round(levels, shared=(self.reference,))
-
-    def _reference(self) -> FlatBuffer | None:
-        return self.reference
+        self.reference = self._shared_copy() if self.compress != "none" else None
+        self._setup_round(levels, reference=self.reference)
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
@@ -121,13 +112,8 @@ class LocalSGD(Averaging):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["skipped_rounds"] = self.skipped_rounds
-        if self.reference is not None:
-            state["reference"] = [b.clone() for b in self.reference.buffers]
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.skipped_rounds = int(state.get("skipped_rounds", 0))
-        if self.reference is not None:
-            for buffer, value in zip(self.reference.buffers, state["reference"]):
-                buffer.copy_(value)
