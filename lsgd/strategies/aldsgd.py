@@ -32,8 +32,8 @@ from lsgd import _validate
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elect
 from lsgd.leader import Scorer
-from lsgd.strategies.strategy import Options, as_loss_tensor
-from lsgd.strategies.decentralized import Decentralized, GraphSpec, MixingWeight, mix_
+from lsgd.strategies.strategy import as_loss_tensor
+from lsgd.strategies.decentralized import Decentralized, GossipOptions, mix_
 
 Tensors = Sequence[torch.Tensor]
 
@@ -106,23 +106,20 @@ def aldsgd_update_(
 
 
 class ALDSGD(Decentralized):
-    """Adjacent-leader decentralized SGD: gossip weighted toward the best and the
-    best-connected neighbour, with corrective pulls toward both.
+    """Adjacent-leader decentralized SGD: D-PSGD's (or MATCHA's) gossip weighted toward
+    the best and the best-connected neighbour, with corrective pulls toward both.
 
     Args:
-        topology: a :class:`~lsgd.topology.Topology`, a list of them used in turn
-            (dynamic graphs), or a kind name; default ``ring(W)``.
         c_B, c_D: extra averaging weight of the best-scoring and of the
             highest-degree worker, each in [0, 1], ``c_B + c_D <= 1``.
         p_B, p_D: corrective force toward them, each in [0, 1], ``p_B + p_D <= 1``.
             Defaults ``0.3, 0.1, 0.1, 0.1`` are the authors' library's.
-        budget: C_b in (0, 1]: 1 activates every matching; below 1, MATCHA's sampling.
-        period: local steps between communications (1: every step).
-        seed: seed of the activation sampler, the same on every worker.
         leader_window, leader_metric, eval_batch, eval_loss: the leader score,
             as in :class:`~lsgd.strategies.lsgd.LSGD`.
-        mixing_weight: ``a``: see :class:`~lsgd.strategies.decentralized.Decentralized`.
-        comm, init, bn_buffers: see :class:`~lsgd.strategies.strategy.Strategy`.
+        options: the gossip's (``topology``, ``budget`` (default 1: every matching),
+            ``period``, ``seed``, ``mixing_weight``:
+            :class:`~lsgd.strategies.decentralized.Decentralized`) and the strategy's
+            (``comm``, ``init``, ``bn_buffers``: :class:`~lsgd.strategies.strategy.Strategy`).
     """
 
     name = "al-dsgd"
@@ -132,20 +129,15 @@ class ALDSGD(Decentralized):
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
         *,
-        topology: GraphSpec = None,
         c_B: float = 0.3,
         c_D: float = 0.1,
         p_B: float = 0.1,
         p_D: float = 0.1,
-        budget: float = 1.0,
-        period: int = 1,
-        seed: int = 0,
-        mixing_weight: MixingWeight = None,
         leader_window: int = 10,
         leader_metric: str = "train",
         eval_batch: tuple[torch.Tensor, torch.Tensor] | None = None,
         eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-        **options: Unpack[Options],
+        **options: Unpack[GossipOptions],
     ) -> None:
         owner = "ALDSGD"
         self.c_B = _validate.fraction(owner, "c_B", c_B)
@@ -159,9 +151,8 @@ class ALDSGD(Decentralized):
                     f"got {a}={va!r} and {b}={vb!r}"
                 )
         self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
-        super().__init__(model, optimizer, topology=topology, budget=budget, period=period,
-                         seed=seed, mixing_weight=mixing_weight, **options)
-        self.device = self._state[0].device if self._state else torch.device("cpu")
+        super().__init__(model, optimizer, **options)
+        self.device = self._device()
         self._mixed = FlatBuffer(self._state)
         self.best_rank: int | None = None
         self.degree_rank: int | None = None

@@ -69,13 +69,6 @@ def mixing_weight_option(owner: str, value: Any) -> MixingWeight:
     return float(value)
 
 
-def budget_fraction(owner: str, value: Any) -> float:
-    """A communication budget: a number in (0, 1]."""
-    if not _validate.is_number(value) or not 0.0 < value <= 1.0:
-        raise ValueError(f"{owner}: budget must be a number in (0, 1], got {value!r}")
-    return float(value)
-
-
 @dataclasses.dataclass
 class GraphPlan:
     """One graph as a strategy uses it: matchings, activation probabilities, weight."""
@@ -115,6 +108,17 @@ def resolve_graphs(owner: str, spec: GraphSpec, world_size: int) -> list[Topolog
     return graphs
 
 
+class GossipOptions(Options, total=False):
+    """The keywords of the gossip (:class:`Decentralized`'s own) and the strategy's
+    (:class:`~lsgd.strategies.strategy.Options`), as a gossip method passes them on."""
+
+    topology: GraphSpec
+    budget: float | None
+    period: int
+    seed: int
+    mixing_weight: MixingWeight
+
+
 class Decentralized(Strategy):
     """Base class of the gossip methods: neighbour exchange along active matchings.
 
@@ -135,6 +139,7 @@ class Decentralized(Strategy):
 
     name = "decentralized"
     uses_graph = True
+    options_type = GossipOptions
     #: C_b when none is given (MATCHA's is 0.5).
     default_budget = 1.0
 
@@ -151,7 +156,10 @@ class Decentralized(Strategy):
         **options: Unpack[Options],
     ) -> None:
         owner = type(self).__name__
-        self.budget = budget_fraction(owner, self.default_budget if budget is None else budget)
+        budget = self.default_budget if budget is None else budget
+        if not _validate.is_number(budget) or not 0.0 < budget <= 1.0:
+            raise ValueError(f"{owner}: budget must be a number in (0, 1], got {budget!r}")
+        self.budget = float(budget)
         self.period = _validate.positive_int(owner, "period", period)
         if not _validate.is_int(seed) or seed < 0:
             raise ValueError(f"{owner}: seed must be an integer >= 0, got {seed!r}")

@@ -38,6 +38,7 @@ class DPSGD(Decentralized):
     """
 
     name = "dpsgd"
+    options_type = Options  # the gossip's own keywords are D-PSGD's, or fixed
 
     def __init__(
         self,
@@ -50,6 +51,5 @@ class DPSGD(Decentralized):
         **options: Unpack[Options],
     ) -> None:
         super().__init__(model, optimizer, topology=topology, budget=1.0, period=period, seed=0,
-                         mixing_weight=mixing_weight,
-                         **options)
+                         mixing_weight=mixing_weight, **options)
 
