@@ -22,7 +22,7 @@ reset also empties the worker's loss window (docs/algorithms.md,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Unpack
 
 import torch
@@ -33,19 +33,14 @@ from lsgd.flat import FlatBuffer
 from lsgd.functional import elect
 from lsgd.leader import Scorer
 from lsgd.strategies.strategy import as_loss_tensor
-from lsgd.strategies.decentralized import Decentralized, GossipOptions, mix_
-
-Tensors = Sequence[torch.Tensor]
+from lsgd.strategies.decentralized import Decentralized, GossipOptions, Tensors, mix_
 
 
 def choose(rank: int, scores: Mapping[int, float], degrees: Mapping[int, int]) -> tuple[int, int]:
     """``(B, D)``: the best-scoring and the highest-degree worker among ``rank`` and
-    its active neighbours (the other keys of ``scores`` and ``degrees``).
-
-    Candidates are ranked as ``rank`` first, then the neighbours by rank, and
-    the first best wins, so ties go to the worker itself, then to the lowest
-    rank. Scores follow :func:`lsgd.functional.elect` (lowest finite wins);
-    when no score is finite, ``B`` is the worker itself (no leader force).
+    its active neighbours (the other keys of ``scores`` and ``degrees``); ties go to
+    the worker itself, then to the lowest rank. Scores follow
+    :func:`lsgd.functional.elect` (lowest finite wins); none finite: ``B`` is ``rank``.
     """
     order = [rank] + sorted(r for r in scores if r != rank)
     winner = elect(torch.tensor([float(scores[r]) for r in order], dtype=torch.float64))
@@ -59,11 +54,8 @@ def leader_terms_(
     xs: Tensors, x_best: Tensors, x_degree: Tensors,
     c_B: float, c_D: float, p_B: float, p_D: float,
 ) -> None:
-    """Apply the ``c`` and ``p`` terms in place to the mixed state ``xs``.
-
-    ``y = (1 - c_B - c_D) x_mix + c_B x_B + c_D x_D`` then
-    ``x = (1 - p_B - p_D) y + p_B x_B + p_D x_D``, folded into one pass with
-    ``k = 1 - p_B - p_D``::
+    """Apply the ``c`` and ``p`` terms in place to the mixed state ``xs``, the two
+    combinations folded into one pass with ``k = 1 - p_B - p_D``::
 
         x = k (1 - c_B - c_D) x_mix + (k c_B + p_B) x_B + (k c_D + p_D) x_D
     """
@@ -89,11 +81,10 @@ def aldsgd_update_(
 ) -> tuple[int, int] | None:
     """One AL-DSGD communication of worker ``rank``, in place on its state ``xs``.
 
-    ``neighbours`` maps each active neighbour to its state (as exchanged),
-    ``scores`` and ``degrees`` cover ``rank`` and its neighbours, ``weight`` is
-    the mixing weight ``a``; ``original``, when the caller holds it, is a copy
-    of ``xs`` before the update (saves one). Returns ``(B, D)``, or ``None``
-    (and leaves ``xs`` alone) when there is no active neighbour.
+    ``neighbours`` maps each active neighbour to its state, ``scores`` and ``degrees``
+    cover ``rank`` and its neighbours, ``weight`` is ``a``; ``original``, when the caller
+    holds it, is a copy of ``xs`` before the update. Returns ``(B, D)``, or ``None``
+    (``xs`` left alone) when there is no active neighbour.
     """
     if not neighbours:
         return None
@@ -123,6 +114,7 @@ class ALDSGD(Decentralized):
     """
 
     name = "al-dsgd"
+    counters = (*Decentralized.counters, "led")
 
     def __init__(
         self,
@@ -163,8 +155,9 @@ class ALDSGD(Decentralized):
     def _agreement_key(self) -> list[float]:
         return [*super()._agreement_key(), self.c_B, self.c_D, self.p_B, self.p_D]
 
-    def _record(self, loss: torch.Tensor | float | None) -> None:
+    def _after_step(self, loss: torch.Tensor | float | None) -> None:
         self.scorer.record(None if loss is None else as_loss_tensor(loss, "ALDSGD"), "ALDSGD")
+        super()._after_step(loss)
 
     def _share(self, peers: list[int]) -> None:
         """Send every active neighbour this worker's score and active degree; keep theirs."""
@@ -207,13 +200,11 @@ class ALDSGD(Decentralized):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["scorer"] = self.scorer.state()
-        state["best_rank"], state["degree_rank"], state["led"] = (
-            self.best_rank, self.degree_rank, self.led)
+        state["best_rank"], state["degree_rank"] = self.best_rank, self.degree_rank
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.scorer.load(state["scorer"])
         self.best_rank, self.degree_rank = state["best_rank"], state["degree_rank"]
-        self.led = int(state["led"])
 

@@ -46,6 +46,7 @@ class AllReduce(Strategy):
 
     name = "allreduce"
     bn_modes = ("broadcast", "local")
+    counters = ("skipped_steps",)
 
     def __init__(
         self,
@@ -97,7 +98,6 @@ class AllReduce(Strategy):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["skipped_steps"] = self.skipped_steps
         hook = self._parallel.hook_state
         if hook is not None:  # PowerSGD's errors, factors and step count
             quiet = logging.getLogger(type(hook).__module__)  # says the group is not saved
@@ -111,7 +111,6 @@ class AllReduce(Strategy):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
-        self.skipped_steps = int(state.get("skipped_steps", 0))
         hook = self._parallel.hook_state
         if hook is not None and "powersgd" in state:
             group = hook.process_group  # not saved: the one of this run

@@ -1,19 +1,16 @@
 """What D-PSGD, MATCHA and AL-DSGD share: graphs, matchings, gossip, the spread.
 
-No center and no global collective during training: at a communication every
-worker swaps its state with its partners along the *active matchings* of the
-current graph (one :meth:`~lsgd.comm.communicator.Communicator.exchange_many`, at most
-one partner per matching) and mixes::
+No center and no global collective during training: at a communication every worker
+swaps its state with its partners along the *active matchings* of the current graph
+(one :meth:`~lsgd.comm.communicator.Communicator.exchange_many`) and mixes::
 
     x_i <- (1 - d_i a) x_i + a sum_{j in A_i} x_j          (d_i = |A_i|)
 
-that is ``x <- W x`` with ``W = I - a L(t)`` symmetric and doubly stochastic,
-so the workers' average never moves. The methods differ only in which
-matchings are active, in ``a``, and in AL-DSGD's leader terms. ``topology``
-may be a list of graphs used in turn (dynamic graphs). A worker drops every
-non-finite neighbour state; one whose own state is not finite is reset to the
-mean of its finite neighbours' (docs/algorithms.md, "Decentralized methods").
-:meth:`Decentralized.spread` and the center are for evaluation only.
+that is ``x <- W x`` with ``W = I - a L(t)`` doubly stochastic, so the workers' average
+never moves. The methods differ only in which matchings are active, in ``a``, and in
+AL-DSGD's leader terms. A worker drops every non-finite neighbour state; one whose own
+state is not finite is reset to the mean of its finite neighbours' (docs/algorithms.md,
+"Decentralized methods").
 """
 
 from __future__ import annotations
@@ -40,11 +37,8 @@ GraphSpec = Topology | Sequence[Topology | str] | str | None
 
 # -- the math, on lists of tensors --------------------------------------------------
 def mix_(xs: Tensors, neighbours: Sequence[Tensors], weight: float) -> None:
-    """Gossip in place: ``x <- (1 - d a) x + a sum_j x_j`` with ``d = len(neighbours)``.
-
-    ``xs`` and every entry of ``neighbours`` are lists of tensors of the same
-    shapes (a whole model state, or its flat buffers). No neighbour: no change.
-    """
+    """Gossip in place: ``x <- (1 - d a) x + a sum_j x_j`` with ``d = len(neighbours)``
+    (each neighbour's tensors shaped like ``xs``)."""
     if not neighbours or weight == 0.0:
         return
     xs = list(xs)
@@ -140,6 +134,7 @@ class Decentralized(Strategy):
     name = "decentralized"
     uses_graph = True
     options_type = GossipOptions
+    counters = ("communications", "exchanges", "dropped_neighbours")
     #: C_b when none is given (MATCHA's is 0.5).
     default_budget = 1.0
 
@@ -232,11 +227,7 @@ class Decentralized(Strategy):
         """Index of the graph the next communication uses."""
         return self.communications % len(self.plans)
 
-    def _record(self, loss: torch.Tensor | float | None) -> None:
-        """Per-step bookkeeping before a communication (AL-DSGD's loss window)."""
-
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
-        self._record(loss)
         if self.steps % self.period == 0:
             self._communicate()
 
@@ -282,12 +273,9 @@ class Decentralized(Strategy):
 
     def _recover(self, healthy: dict[int, list[torch.Tensor]], plan: GraphPlan,
                  active: list[int]) -> None:
-        """This worker's state is not finite: reset it to the mean of ``healthy``.
-
-        With no finite neighbour state the worker stays as it is, unless the
-        active graph is complete: then every worker saw every state, all of
-        them non-finite, and every worker raises ``DivergedError`` together.
-        """
+        """This worker's state is not finite: reset it to the mean of ``healthy``. With no
+        finite neighbour state it stays as it is, unless the active graph is complete:
+        then every worker saw every state non-finite, and all raise ``DivergedError``."""
         if not healthy:
             edges = sum(len(plan.graph.matchings[j]) for j in active)
             if edges == self.world_size * (self.world_size - 1) // 2:
@@ -305,19 +293,15 @@ class Decentralized(Strategy):
     def _combine(
         self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]], weight: float
     ) -> list[torch.Tensor]:
-        """The new state as flat buffers; ``mine`` (sent, pre-mixing) may be reused.
-
-        ``received`` holds the finite neighbour states only (all of them in a
-        healthy communication); ``mine`` is finite.
-        """
+        """The new state as flat buffers from ``mine`` (finite, sent, reusable) and the
+        finite neighbour states ``received``."""
         mix_(mine, list(received.values()), weight)
         return mine
 
     # -- evaluation ------------------------------------------------------------
     def spread(self) -> float | None:
-        """Mean over workers of ``||x_i - x_bar||`` (the state's Euclidean distance to
-        the center). Collective: every worker must call it; two all-reduces,
-        counted as ``"eval"`` traffic. Zero means consensus."""
+        """Mean over workers of ``||x_i - x_bar||`` (zero: consensus). Collective: two
+        all-reduces, ``"eval"`` traffic."""
         flat = FlatBuffer(self._state).copy_from(self._state)
         mine = [b.clone() for b in flat.buffers]
         with torch.no_grad(), self.comm.category("eval"):
@@ -342,27 +326,18 @@ class Decentralized(Strategy):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["communications"] = self.communications
-        state["graph_index"] = self.graph_index
-        state["exchanges"] = self.exchanges
-        state["dropped_neighbours"] = self.dropped_neighbours
         state["sampler"] = self._generator.get_state()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
-        self.communications = int(state["communications"])
-        self.exchanges = int(state["exchanges"])
-        self.dropped_neighbours = int(state.get("dropped_neighbours", 0))
         self._generator.set_state(state["sampler"])
 
 
 @functools.lru_cache(maxsize=64)
 def _solve(graph: Topology, budget: float) -> tuple[tuple[float, ...], float]:
-    """MATCHA's probabilities and mixing weight of ``graph`` (D-PSGD's at budget 1).
-
-    Cached: simulated workers, and repeated runs in one process, solve once.
-    """
+    """MATCHA's probabilities and mixing weight of ``graph`` (D-PSGD's at budget 1),
+    cached: simulated workers, and repeated runs in one process, solve once."""
     if not graph.matchings:
         return (), 0.0
     if budget == 1.0:

@@ -12,22 +12,17 @@ momentum ``m`` (zero at the start), ``β = decay``::
     Q  = mean over workers of q              all-gather of the kept coefficients
     x  <- x - η (sign(Q) + wd x)             the optimizer's step on grad = sign(Q)
 
-The DCT is orthonormal, over blocks of each parameter (``chunk``: a 1-D tensor in
-chunks, a 2-D one in blocks, the largest divisors of its sizes up to ``chunk``,
-:mod:`lsgd.dct`); the reference's settings are chunk 64, top-k 32, decay 0.999. In
-the round's stages (:mod:`lsgd.strategies.stages`) DeMo is a message of ``η g``, error
-feedback with decay ``β`` (its accumulator is ``m``), a gathered move of DCT blocks and
-a landing that is the sign step. Workers start alike and apply the same update, so
-they hold one state. Communicated per step: one all-gather of each worker's kept
-coefficients (values, their indices in the block, scales), nothing else; with
-``overlap=1`` the gather of step ``t`` is applied at step ``t + 1`` (the first step
-applies none), behind that step's forward and backward. A worker whose momentum is not
-finite is left out of ``Q`` and its momentum restarts from zero; when every worker's
-is, every worker raises :class:`~lsgd.strategies.health.DivergedError`.
+The DCT is orthonormal, over blocks of each parameter of sides up to ``chunk``
+(:mod:`lsgd.dct`). In the round's stages (:mod:`lsgd.strategies.stages`) DeMo is a
+message of ``η g``, error feedback with decay ``β`` (its accumulator is ``m``) and a
+gathered move of DCT blocks. Workers start alike and apply the same update, so they
+hold one state. Communicated per step: one all-gather of each worker's kept
+coefficients (values, indices, scales); with ``overlap=1`` the gather of step ``t`` is
+applied at step ``t + 1``. A worker whose momentum is not finite is left out of ``Q``
+and its momentum restarts from zero.
 
-Choices of this implementation: ``Q`` is the mean over all workers (the reference
-averages each coefficient over the workers that sent it); weight decay is the
-optimizer's (``torch.optim.SGD(weight_decay=wd)``, the same as the reference's
+Unlike the reference, ``Q`` is the mean over all workers (not over the workers that
+sent each coefficient); weight decay is the optimizer's (the reference's
 ``x <- (1 - η wd) x`` before the step).
 """
 
@@ -56,8 +51,8 @@ Tensors = list[torch.Tensor]
 
 
 class Blocks:
-    """DeMo's layout of a gathered message: the flat buffers of the parameters, each
-    parameter's DCT blocks as rows (``k`` kept per row, at most the row)."""
+    """DeMo's layout of a gathered message: each parameter's DCT blocks as rows (``k``
+    kept per row)."""
 
     def __init__(self, flat: FlatBuffer, chunk: int, k: int, values: str) -> None:
         self.flat, self.chunk = flat, chunk
@@ -101,6 +96,7 @@ class DeMo(Strategy):
 
     name = "demo"
     bn_modes = ("local",)
+    counters = ("skipped",)
 
     def __init__(
         self,
@@ -149,8 +145,8 @@ class DeMo(Strategy):
         self.skipped = 0  # steps that applied no update (overlap: the first)
 
     def _before_optimizer_step(self) -> bool:
-        """This step's message sent; the update due (this step's, or the last one's with
-        overlap) written as the sign into the gradients."""
+        """This step's message sent; the update due (with overlap: the last step's) written
+        as the sign into the gradients."""
         item = self._send()
         self.rounds += 1
         if self.overlap:
@@ -178,8 +174,8 @@ class DeMo(Strategy):
         return InFlight(self.steps, self.steps + 1 + self.overlap, "step", handles, tensors)
 
     def _mean(self, item: InFlight) -> Tensors:
-        """``Q``: the mean of the members' decoded messages whose values are finite; a
-        diverged worker's momentum restarts from zero."""
+        """``Q``: the mean of the members' finite decoded messages; a diverged worker's
+        momentum restarts from zero."""
         members = self._move.decoded(item.tensors)
         healthy = finite_each(members)
         if not any(healthy):
@@ -207,13 +203,11 @@ class DeMo(Strategy):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["momentum"] = self._momentum.state()["residual"]
-        state["skipped"] = self.skipped
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self._momentum.load({"residual": state["momentum"]})
-        self.skipped = int(state.get("skipped", 0))
 
     @staticmethod
     def payload_fraction(model: nn.Module, topk: int = 32, chunk: int = 64,

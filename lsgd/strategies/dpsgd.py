@@ -7,10 +7,9 @@ each worker swaps its state with every neighbour in the graph and mixes::
 
     x_i <- (1 - d_i a) x_i + a sum_{j in N(i)} x_j,     a = 2 / (lambda_2(L) + lambda_max(L))
 
-(``a`` minimizes ``||I - a L - J||_2``). Step then mix is the "adapt then
-combine" order of MATCHA's and AL-DSGD's code. Communicated per
-communication: the state once to each of the ``d_i`` neighbours (``d_i * B``
-each way); no all-reduce, no center.
+(``a`` minimizes ``||I - a L - J||_2``); step then mix, the "adapt then combine"
+order of MATCHA's and AL-DSGD's code. Communicated per communication: the state once
+to each of the ``d_i`` neighbours, each way.
 """
 
 from __future__ import annotations
@@ -27,14 +26,8 @@ from lsgd.strategies.strategy import Options
 class DPSGD(Decentralized):
     """Decentralized parallel SGD: gossip with all neighbours at every communication.
 
-    Args:
-        topology: a :class:`~lsgd.topology.Topology`, a list of them used in turn
-            (dynamic graphs), or a kind name; default ``ring(W)``. Must be
-            connected (for a list: its union).
-        period: local steps between communications (1: every step, the paper's).
-        mixing_weight: ``a``; default the method's own; ``"max-degree"`` or a
-            number: see :class:`~lsgd.strategies.decentralized.Decentralized`.
-        comm, init, bn_buffers: see :class:`~lsgd.strategies.strategy.Strategy`.
+    Takes :class:`~lsgd.strategies.decentralized.Decentralized`'s keywords but
+    ``budget`` (1: every matching) and ``seed`` (no draws); ``period=1`` is the paper's.
     """
 
     name = "dpsgd"

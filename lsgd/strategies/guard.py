@@ -19,11 +19,8 @@ _driven: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKe
 
 
 def guard(optimizer: torch.optim.Optimizer) -> None:
-    """Make ``optimizer.step()`` outside ``strategy.step(loss)`` an error (once per optimizer).
-
-    ``strategy.step`` runs the optimizer step itself, right before the
-    method's communication; a second, direct call would step twice.
-    """
+    """Make ``optimizer.step()`` outside ``strategy.step(loss)`` an error (once per
+    optimizer)."""
     if optimizer in _driven:
         return
     _driven[optimizer] = False

@@ -33,12 +33,11 @@ def check_same_model(comm: Communicator, state: Sequence[torch.Tensor], owner: s
                      device: torch.device) -> None:
     """Raise ``ValueError`` on every worker unless all states have the same layout.
 
-    Each worker's fingerprint is a CRC-32 of the list of ``(shape, dtype)``
-    of its state tensors (deterministic, unlike Python's salted ``hash``),
-    with its number of tensors and of values; one all-gather of these three
-    int64 (``"init"`` traffic) lets every worker compare all of them with
-    worker 0's, so all raise together, before the initial broadcast would
-    fail or hang. Nothing is sent with a single worker.
+    Each worker's fingerprint is a CRC-32 of its state tensors' ``(shape, dtype)``
+    (deterministic, unlike Python's salted ``hash``), its number of tensors and of
+    values; one all-gather of these three int64 (``"init"`` traffic) lets every worker
+    compare them with worker 0's, so all raise together, before the initial broadcast
+    would fail or hang.
     """
     if comm.world_size == 1:
         return
@@ -87,14 +86,9 @@ class Recovery:
         )
 
     def _reset_to(self, source: Sequence[torch.Tensor]) -> None:
-        """Reset this diverged worker: ``x <- source`` exactly, optimizer state cleared.
-
-        ``source`` is shaped like the state (the leader's, the center, the
-        healthy workers' mean). The optimizer's per-parameter state (momentum,
-        Adam's moments and step) is dropped, since it is likely NaN too; it
-        restarts from scratch at the next step. Counted in :attr:`resets`. No
-        communication.
-        """
+        """Reset this diverged worker: ``x <- source`` exactly (shaped like the state), its
+        optimizer's per-parameter state dropped (likely NaN too); counted in
+        :attr:`resets`. No communication."""
         if self._state:
             torch._foreach_copy_(self._state, list(source))
         for group in self.optimizer.param_groups:
@@ -107,21 +101,15 @@ class Recovery:
         """What else the method forgets after :meth:`_reset_to` (the leader score's window)."""
 
     def _healthy_sum_into(self, flat: FlatBuffer, among: Among = "world") -> tuple[bool, int]:
-        """``flat <-`` the sum of the *healthy* states among ``among``; ``(mine healthy, count)``.
-
-        The rare path of the averaging methods, taken when an average came out
-        NaN or infinite: each worker contributes its state if finite, zeros
-        otherwise (one all-reduce of the state, ``"train"`` traffic), and the
-        number of healthy workers is summed (one all-reduce of one float64,
-        ``"control"`` traffic). Every member gets the same count; among all
-        workers a count of 0 raises :class:`DivergedError` on every worker.
-        """
+        """``flat <-`` the sum of the *healthy* states among ``among`` (:func:`sum_healthy_`:
+        the rare path of an average that came out NaN or infinite); returns ``(mine
+        healthy, count)``. Among all workers a count of 0 raises :class:`DivergedError`."""
         flat.copy_from(self._state)
         healthy = all_finite(flat.buffers)
-        healthy_count = sum_healthy_(self.comm, flat.buffers, healthy, among, self._device())
-        if healthy_count == 0 and among == "world":
+        count = sum_healthy_(self.comm, flat.buffers, healthy, among, self._device())
+        if count == 0 and among == "world":
             raise self._diverged_error()
-        return healthy, healthy_count
+        return healthy, count
 
 
 def sum_healthy_(comm: Communicator, tensors: Sequence[torch.Tensor], healthy: bool,

@@ -13,7 +13,6 @@ it; a group average whose whole group diverged is skipped until the next global 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Unpack
 
 import torch
@@ -45,6 +44,7 @@ class LocalSGD(Averaging):
     bn_modes = ("average", "local")
     rounds_average_state = True
     round_takes = ("merge", "leader")
+    counters = ("skipped_rounds",)
 
     def __init__(
         self,
@@ -108,12 +108,3 @@ class LocalSGD(Averaging):
 
     def _report_fields(self) -> dict[str, Any]:
         return {"details": {"skipped_rounds": self.skipped_rounds}}
-
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["skipped_rounds"] = self.skipped_rounds
-        return state
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.skipped_rounds = int(state.get("skipped_rounds", 0))

@@ -2,18 +2,14 @@
 Training of Deep Learning Models", NeurIPS 2019, https://arxiv.org/abs/1905.10395),
 single-leader and multi-leader, synchronous and asynchronous.
 
-Each worker runs its own optimizer and is pulled toward the *leader* (lowest
-recent training loss), never toward an average (docs/algorithms.md, "LSGD,
-synchronous", gives the rule in full): every local step a scope pull of
-``scope / period`` toward the leaders of the last round; every ``period`` steps a
-local round (elect each group's leader, broadcast its state inside the group,
-``x <- x - pull (x - leader_local)``, :mod:`lsgd.strategies.pull_decay` with
-``pull_decay_rounds``); every ``global_period`` steps the same among all workers.
-Communicated per round: one all-gather of the scores and one broadcast of the
-leader's state, nothing else. Diverged workers are never elected and copy the
-leader instead of pulling. Hidden rounds and the early election: docs/algorithms.md,
-"LSGD's hidden round: the early election and fragments"; asynchronous rounds:
-"LSGD, asynchronous".
+Each worker runs its own optimizer and is pulled toward the *leader* (lowest recent
+training loss), never toward an average (docs/algorithms.md, "LSGD, synchronous"):
+every local step a scope pull of ``scope / period`` toward the leaders of the last
+round; every ``period`` steps a local round (elect each group's leader, broadcast its
+state inside the group, ``x <- x - pull (x - leader_local)``); every ``global_period``
+steps the same among all workers. Communicated per round: one all-gather of the scores
+and one broadcast of the leader's state. Diverged workers are never elected and copy
+the leader instead of pulling.
 """
 
 from __future__ import annotations
@@ -108,7 +104,7 @@ class LSGD(Strategy):
         self.overlap, self.fragments, self.compress = check_options(
             owner, period, overlap, fragments, compress, options.get("asynchronous", False))
         hidden = bool(self.overlap) or self.fragments > 1
-        elastic = bool(getattr(options.get("comm"), "elastic", False))  # elastic rounds elect at the round
+        elastic = bool(getattr(options.get("comm"), "elastic", False))  # elect at the round
         election = _validate.choice(owner, "election", "early" if hidden and not elastic and
                                     election is None else election or "round", ELECTIONS)
         if election == "early" and options.get("asynchronous"):
@@ -230,18 +226,17 @@ class LSGD(Strategy):
             pull_(self._state, active[0].snapshot.views, active[0].scope_weight)
         elif len(active) == 2:
             a, b = active
-            pull_two_(self._state, a.snapshot.views, a.scope_weight, b.snapshot.views, b.scope_weight)
+            pull_two_(self._state, a.snapshot.views, a.scope_weight, b.snapshot.views,
+                      b.scope_weight)
 
     def _elect(self, levels: list[Level], pull: bool) -> list[tuple[Level, int, bool]]:
         """Each level's leader from one gathered set of scores: ``(level, leader, this
         worker diverged)``, local level first.
 
-        The score is +inf when this worker's state is not finite (checked on the
-        device). A worker whose gathered score is not finite is diverged: it copies
-        the leader's state instead of pulling (:meth:`_reset_to`) at the first level
-        that elects a leader, and pulls normally at the next one. A worker whose
-        window was just emptied by a reset scores NaN without being diverged: it is
-        not elected, and pulls normally.
+        A worker whose gathered score is not finite (+inf: its state is not) is
+        diverged: it copies the leader's state at the first level that elects one, and
+        pulls normally at the next. A worker whose window a reset just emptied scores
+        NaN without being diverged: it is not elected, and pulls normally.
         """
         if not levels:
             return []
@@ -274,11 +269,10 @@ class LSGD(Strategy):
 
     def _send(self, level: Level, leader: int, diverged: bool, pull: bool,
               part: int = 0) -> InFlight:
-        """Broadcast the leader's state, or its part ``part`` of ``fragments``
-        (compressed: its difference from the level's reference, the snapshot every
-        member holds), landing ``overlap`` steps later (at once for the first
-        election). Uncompressed and landing at once, it goes straight into the
-        level's snapshot (a blocking broadcast)."""
+        """Broadcast the leader's state, or its part ``part`` (compressed: its difference
+        from the level's snapshot, which every member holds), landing ``overlap`` steps
+        later (at once for the first election); a blocking broadcast goes straight into
+        the snapshot."""
         snapshot = self._parts.of(level.snapshot, part)
         overlap = self.overlap if pull else 0
         if self.compress == "none" and overlap == 0:  # the blocking round
@@ -330,15 +324,12 @@ class LSGD(Strategy):
 
     def _land(self, level: Level, part: int, leader: int, diverged: bool, pull: bool,
               share: float, start: list[torch.Tensor] | None = None) -> None:
-        """Part ``part`` of the leader's state is in the level's snapshot (the whole state
-        is part 0 of 1). A diverged worker copies it, and after the last part is reset to
-        the whole snapshot (and trains again); with ``pull``, the others pull that part
-        toward it (``share``: the round's copied share, on ``start``'s difference in a
-        hidden round), and the leader's own velocity
-        restarts (its lag is zero). The first part notes the leader.
-
-        With fragments, a part of the state is copied into the work buffer and back; the
-        whole state is worked on where it is."""
+        """Part ``part`` of the leader's state is in the level's snapshot. A diverged worker
+        copies it, and after the last part is reset to the whole snapshot; with ``pull``,
+        the others pull that part toward it (:func:`~lsgd.strategies.pull_decay.round_pull_`,
+        ``share`` the round's copied share), and the leader's own velocity restarts. The
+        first part notes the leader. With fragments, the part is worked on in the work
+        buffer and copied back."""
         whole = self.fragments == 1
         last = part == self.fragments - 1
         if diverged and last:
@@ -350,8 +341,8 @@ class LSGD(Strategy):
             if diverged:
                 torch._foreach_copy_(x, target)
             else:
-                self._round_pull(level, x, target, share, *self._momentum_views(level, part),
-                                 start=start)
+                round_pull_(x, target, level.pull, share, *self._momentum_views(level, part),
+                            self.leader_momentum, start)
             if not whole:
                 self._work.copy_range_to(self._state, self._parts.bounds[part])
         elif pull and level.name in self._velocity:
@@ -377,14 +368,6 @@ class LSGD(Strategy):
         if self.fragments == 1:
             return velocity.views, self._lag.views
         return self._parts.of(velocity, part), self._parts.of(self._lag, part)
-
-    def _round_pull(self, level: Level, x: list[torch.Tensor], leader: list[torch.Tensor],
-                    share: float, velocity: list[torch.Tensor] | None,
-                    lag: list[torch.Tensor] | None,
-                    start: list[torch.Tensor] | None = None) -> None:
-        """``x <- x - λ_r (x - leader)``; with leader momentum, the Nesterov form; a hidden
-        round's copy from ``start`` (:func:`~lsgd.strategies.pull_decay.round_pull_`)."""
-        round_pull_(x, leader, level.pull, share, velocity, lag, self.leader_momentum, start)
 
     def _after_reset(self) -> None:
         """Forget the losses of the diverged past: the window refills from the next step;

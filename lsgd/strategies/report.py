@@ -1,13 +1,10 @@
 """What a strategy reports: one typed record, the same fields for every method.
 
-``Strategy.report()`` returns a :class:`Report`. Fields that a method does not
-have keep their neutral value (``leader_rank`` is ``None`` for methods without
-a leader, ``leader_history`` is empty); counters that only one family has are
-in ``details`` (named, documented by each strategy's ``_report_fields``), such as
-``skipped_steps`` (AllReduce: steps skipped for a non-finite averaged
-gradient), ``skipped_rounds`` (LocalSGD: group averages skipped because the
-whole group had diverged) and ``dropped_neighbours`` (decentralized methods:
-non-finite neighbour states left out of the mixing).
+Fields that a method does not have keep their neutral value; counters that only one
+family has are in ``details``, such as ``skipped_steps`` (AllReduce: steps skipped for
+a non-finite averaged gradient), ``skipped_rounds`` (LocalSGD: group averages skipped
+because the whole group had diverged) and ``dropped_neighbours`` (decentralized
+methods: non-finite neighbour states left out of the mixing).
 """
 
 from __future__ import annotations

@@ -16,8 +16,7 @@ from lsgd.strategies.cadence import Cadence, RoundSchedule
 
 def supporting(capability: str) -> list[str]:
     """The names of the methods whose class declares ``capability`` (a class flag of
-    :class:`~lsgd.strategies.strategy.Strategy` such as ``supports_asynchronous``): each
-    capability is declared once, on the method, and every check reads it here."""
+    :class:`Seams` such as ``supports_asynchronous``)."""
     found: dict[str, None] = {}
     pending = list(Seams.__subclasses__())
     while pending:
@@ -30,10 +29,8 @@ def supporting(capability: str) -> list[str]:
 
 class Seams:
     """Mixed into :class:`~lsgd.strategies.strategy.Strategy`, which sets the attributes
-    annotated here.
-
-    What a method supports is declared here once, as a class flag that the method's
-    class overrides; the library's and the command line's checks read the flags."""
+    annotated here. What a method supports is a class flag here, overridden by the
+    method's class and read by every check."""
 
     #: Rounds by all workers' steps together (``asynchronous=True``).
     supports_asynchronous = False
@@ -70,13 +67,13 @@ class Seams:
 
     def reset_target(self) -> list[torch.Tensor] | None:
         """What a diverged (or joining) worker is reset to at a round, shaped like
-        :attr:`local_state`: LSGD's global leader's state, DiLoCo's global
-        parameters, EASGD's center; ``None`` where no worker keeps it (an average)."""
+        :attr:`local_state` (LSGD's global leader's state, DiLoCo's ``θ_g``, EASGD's
+        center); ``None`` where no worker keeps it (an average)."""
         return None
 
     # -- what the round runners call (lsgd.strategies.rounds, .elastic_rounds) ------
     def join_rounds(self, names: list[str]) -> None:
-        """Run the rounds ``names`` (cadence names) that fell due together, then their
+        """Run the rounds ``names`` (cadence names) that fell due together, then the
         BatchNorm average."""
         raise NotImplementedError
 
@@ -108,7 +105,7 @@ class Seams:
         return self._state
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything of the strategy's own needed to resume (see ``Strategy``)."""
+        """Everything of the strategy's own needed to resume (not model or optimizer)."""
         raise NotImplementedError
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

@@ -1,14 +1,12 @@
 """A worker's state ``x`` as tensors, and collectives over the whole of it.
 
-The state is the model's parameters and, where the method communicates them,
-its floating-point buffers (BatchNorm statistics); integer buffers stay local, and
-so do *constant* buffers: a non-persistent buffer (not in the model's
-``state_dict``, such as a causal mask built in ``__init__``) or one that holds a
-NaN or an infinity when the model is first seen (a mask of ``-inf``). Training
-never changes a constant, every worker builds the same one, and averaging one
-would turn ``-inf - (-inf)`` into NaN: it is never communicated, and no health
-check looks at it. Which buffers are constant is decided once per model, the first
-time its state is taken, and kept on the model (copies of it keep it too).
+The state is the model's parameters and, where the method communicates them, its
+floating-point buffers; integer buffers stay local, and so do *constant* buffers: a
+non-persistent one (such as a causal mask built in ``__init__``) or one that holds a
+NaN or an infinity when the model is first seen. Every worker builds the same
+constant, and averaging a mask of ``-inf`` would turn it into NaN: it is never
+communicated or checked. Which buffers are constant is decided once per model and
+kept on the model (copies of it keep it too).
 """
 
 from __future__ import annotations
@@ -60,11 +58,8 @@ def state_tensors(model: nn.Module, with_buffers: bool = True) -> list[torch.Ten
 
 
 def on_state_(model: nn.Module, collective: Callable[[torch.Tensor], Any]) -> None:
-    """Run ``collective`` in place on ``model``'s whole state, flattened.
-
-    The state is the parameters and floating buffers (integer buffers and constants
-    stay local); each flat buffer (one per dtype and device) is one collective call.
-    """
+    """Run ``collective`` in place on ``model``'s whole state (parameters and floating
+    buffers), once per flat buffer (one per dtype and device)."""
     tensors = state_tensors(model, with_buffers=True)
     flat = FlatBuffer(tensors).copy_from(tensors)
     with torch.no_grad():

@@ -1,27 +1,18 @@
 """What every strategy shares: the worker state, initialization, the center, stats.
 
-A strategy wraps one worker's model and optimizer. The user's loop stays plain
-PyTorch::
+A strategy wraps one worker's model and optimizer; the user's loop stays plain
+PyTorch, with ``strategy.step(loss)`` in place of ``optimizer.step()`` (the inner
+step, then the method's rules). The worker state ``x`` is the model's parameters and,
+with ``bn_buffers="pull"``, its floating-point buffers (:mod:`lsgd.strategies.buffers`).
+Periodic methods declare their kinds of round (:class:`~lsgd.strategies.cadence.Cadence`)
+and implement ``_run_rounds``; asynchronous workers act together (stop, evaluate,
+checkpoint) only at a *sync point*, right after a round among all workers.
 
-    loss = loss_fn(strategy.model(x), y)
-    optimizer.zero_grad(); loss.backward()
-    strategy.step(loss)          # inner optimizer step, then the method's rules
-
-The worker state ``x`` is the model's parameters and, with
-``bn_buffers="pull"``, its floating-point buffers (:mod:`lsgd.strategies.buffers`);
-integer buffers are never communicated. Periodic methods declare their kinds of
-round (:class:`~lsgd.strategies.cadence.Cadence`) and implement
-``_run_rounds``; this class decides when rounds fall due
-(:mod:`lsgd.strategies.cadence`). Asynchronous workers act together (stop,
-evaluate, checkpoint) only at a *sync point*, right after a round among all
-workers (``strategy.should_stop(wish)``).
-
-A diverged worker (NaN or infinite loss or state) is reset at its next round
-to the state it would have moved toward, its optimizer state cleared
-(``report().resets``); when every worker has diverged, every worker raises
-:class:`~lsgd.strategies.health.DivergedError`. At construction the workers
-compare a fingerprint of their models (``"init"`` traffic); differing models
-raise ``ValueError`` (docs/algorithms.md, "Diverging and mismatched workers").
+A diverged worker (NaN or infinite loss or state) is reset at its next round to the
+state it would have moved toward, its optimizer state cleared; when every worker has
+diverged, every worker raises :class:`~lsgd.strategies.health.DivergedError`. At
+construction the workers compare a fingerprint of their models (``"init"`` traffic)
+(docs/algorithms.md, "Diverging and mismatched workers").
 """
 
 from __future__ import annotations
@@ -52,9 +43,7 @@ TRAFFIC = ("train", "eval")
 
 
 class Options(TypedDict, total=False):
-    """The keywords every method passes on to :class:`Strategy` (``**options``): ``comm``,
-    ``init``, ``bn_buffers`` and ``asynchronous``; a method without asynchronous rounds
-    refuses ``asynchronous=True`` naming the methods that have them."""
+    """The keywords every method passes on to :class:`Strategy` (``**options``)."""
 
     comm: Communicator | None
     init: str
@@ -96,6 +85,8 @@ class Strategy(Recovery, Seams):
     rounds_average_state = False
     #: The keywords the method passes on with ``**options``.
     options_type: Any = Options
+    #: The method's own counters, checkpointed under their names.
+    counters: tuple[str, ...] = ()
 
     @classmethod
     def option_names(cls) -> list[str]:
@@ -178,15 +169,12 @@ class Strategy(Recovery, Seams):
         return self.comm.world_size
 
     def step(self, loss: torch.Tensor | float | None = None) -> None:
-        """Inner optimizer step, then this method's pulls; then the schedule's rounds that
-        fell due, after landing the transfers that are due (through :attr:`_rounds`,
-        :mod:`lsgd.strategies.rounds`).
+        """Inner optimizer step, then this method's pulls; then the transfers that are
+        due land and the rounds that fell due run (through :mod:`lsgd.strategies.rounds`).
 
-        Asynchronously, the rounds joined stop after one among all workers, so
-        that :attr:`at_sync_point` is set there; a round left over is joined at
-        the next step. An elastic worker's first step joins the job
-        (:class:`lsgd.strategies.elastic_rounds.ElasticRounds`); if the job was running,
-        that step is spent on the joining round.
+        Asynchronously, the rounds joined stop after one among all workers, so that
+        :attr:`at_sync_point` is set there. An elastic worker's first step joins the
+        job, and is spent on the joining round if the job was running.
         """
         if self._rounds.join():
             return
@@ -212,21 +200,22 @@ class Strategy(Recovery, Seams):
                     break
 
     def join_rounds(self, names: list[str]) -> None:
-        """The rounds ``names`` that fell due together, then the BatchNorm average."""
         self._run_rounds(names)
         if self._bn_average is not None:
             world = any(c.among == "world" for c in self._schedule.cadences if c.name in names)
             self._rounds.average_buffers("world" if world else "group")
 
     def start_together(self) -> None:
-        """Check that every worker has the same model, then (``init="broadcast"``) start
-        every worker from rank 0's state (``"init"`` traffic)."""
-        self._check_same_model()
+        """Raise ``ValueError`` on every worker unless all states have the same layout
+        (:func:`~lsgd.strategies.health.check_same_model`), then (``init="broadcast"``)
+        start every worker from rank 0's state (``"init"`` traffic)."""
+        every = self._state + (self._bn_average.tensors if self._bn_average else [])
+        check_same_model(self.comm, every, self.name, self._device())
         if self.init == "broadcast":
-            self._broadcast_initial_state()
+            with self.comm.category("init"):
+                on_state_(self._module, lambda buffer: self.comm.broadcast_(buffer, src=0))
 
     def average_buffers_now(self, among: str) -> None:
-        """The BatchNorm average among the round's members (``bn_buffers="average"``)."""
         if self._bn_average is not None:
             self._bn_average(self.comm, among)
 
@@ -241,8 +230,7 @@ class Strategy(Recovery, Seams):
 
     def settle(self) -> None:
         """Wait until every round's transfer in flight has arrived (``overlap``); each is
-        still applied at its own step. Call before evaluating or timing a pause, so
-        that no transfer runs while the clock is stopped; a no-op otherwise."""
+        still applied at its own step. Call before evaluating or timing a pause."""
         if self._pipeline:
             start = self.comm.now()
             self._pipeline.settle()
@@ -257,21 +245,19 @@ class Strategy(Recovery, Seams):
             self._pipeline.add(item)
 
     def _apply_due(self) -> None:
-        """Apply the transfers in flight that are due after this step (started
-        ``overlap`` steps ago), before any round of this step starts."""
+        """Apply the transfers in flight that are due after this step, before any round
+        of this step starts."""
         for item in self._pipeline.due(self.steps):
             start = self.comm.now()
             self._rounds.land(item)
             self.wait_seconds += self.comm.now() - start
 
     def arrive(self, item: InFlight) -> None:
-        """Wait for ``item``'s transfer and apply it (then an elastic round's BatchNorm
-        average, left until the transfer was done)."""
+        # then an elastic round's BatchNorm average, left until the transfer was done
         item.wait()
         self._apply(item)
-        among = item.info.get("bn_among")
-        if among is not None and self._bn_average is not None:
-            self._bn_average(self.comm, among)
+        if "bn_among" in item.info:
+            self.average_buffers_now(item.info["bn_among"])
 
     def _apply(self, item: InFlight) -> None:
         """Apply a round whose transfer has arrived."""
@@ -289,19 +275,15 @@ class Strategy(Recovery, Seams):
     # -- acting together -------------------------------------------------
     @property
     def total_steps(self) -> int:
-        """Local steps of all workers together, as this worker last saw them.
-
-        Asynchronously, the shared counter; synchronously ``W * steps``.
-        """
+        """Local steps of all workers together, as this worker last saw them (the shared
+        counter asynchronously; ``W * steps`` synchronously)."""
         return self._schedule.total if self.asynchronous else self.steps * self.world_size
 
     def agree(self, *values: float) -> tuple[float, ...]:
         """The largest of each value over all workers (collective, ``"control"`` traffic).
 
-        Asynchronous workers may call it only at a sync point
-        (:attr:`at_sync_point`), where every worker calls it; synchronous
-        workers at any step. Afterwards :attr:`total_steps` is the exact
-        total of all workers, the same on each.
+        Asynchronous workers may call it only at a sync point (:attr:`at_sync_point`);
+        afterwards :attr:`total_steps` is the exact total of all workers, the same on each.
         """
         if not self.at_sync_point:
             raise RuntimeError(
@@ -321,11 +303,8 @@ class Strategy(Recovery, Seams):
         return tuple(agreed)
 
     def should_stop(self, wish: bool) -> bool:
-        """Whether all workers stop now: True once any worker wished it, at a sync point.
-
-        Call after every ``step``; asynchronous workers agree at the next sync
-        point (no communication in between), synchronous workers at once.
-        """
+        """Whether all workers stop now: True once any worker wished it, at a sync point
+        (asynchronous workers agree at the next one). Call after every ``step``."""
         if not self.at_sync_point:
             return False
         return self.agree(1.0 if wish else 0.0)[0] > 0
@@ -338,12 +317,8 @@ class Strategy(Recovery, Seams):
         return self._state[0].device if self._state else torch.device("cpu")
 
     def center(self) -> nn.Module:
-        """A copy of the model holding the average of all workers' states.
-
-        Collective: every worker must call it. Parameters and floating buffers
-        are averaged (one all-reduce, counted as ``"eval"`` traffic); integer
-        buffers are this worker's.
-        """
+        """A copy of the model holding the average of all workers' states (collective: one
+        all-reduce, ``"eval"`` traffic; integer buffers are this worker's)."""
         replica = copy.deepcopy(self._module)
         with self.comm.category("eval"):
             on_state_(replica, lambda buffer: self.comm.all_reduce_(buffer, op="mean"))
@@ -380,9 +355,8 @@ class Strategy(Recovery, Seams):
         return {}
 
     def spread(self) -> float | None:
-        """Mean distance of the workers' states to their average, for methods
-        that track consensus (decentralized); ``None`` (and no communication)
-        for the others."""
+        """Mean distance of the workers' states to their average (decentralized methods);
+        ``None`` for the others."""
         return None
 
     def traffic(self, category: str = "train") -> CommStats:
@@ -390,7 +364,6 @@ class Strategy(Recovery, Seams):
         return self.comm.stats(category).minus(self._baseline.get(category, CommStats()))
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything of the strategy's own needed to resume (not model or optimizer)."""
         self._pipeline.settle()  # first: a transfer's bytes count once it has arrived
         return {
             "name": self.name,
@@ -403,6 +376,7 @@ class Strategy(Recovery, Seams):
             "traffic": {c: dataclasses.asdict(self.traffic(c)) for c in TRAFFIC},
             # After the transfers in flight arrived (they are waited for here):
             "in_flight": self._pipeline.state(),
+            **{name: getattr(self, name) for name in self.counters},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -430,14 +404,5 @@ class Strategy(Recovery, Seams):
             saved = CommStats(**state["traffic"][c])
             self._baseline[c] = self.comm.stats(c).minus(saved)
         self._pipeline.load(state.get("in_flight", []), self._device())
-
-    # -- helpers for subclasses -----------------------------------------
-    def _check_same_model(self) -> None:
-        """Raise ``ValueError`` on every worker unless all states have the same layout
-        (:func:`~lsgd.strategies.health.check_same_model`)."""
-        every = self._state + (self._bn_average.tensors if self._bn_average else [])
-        check_same_model(self.comm, every, self.name, self._device())
-
-    def _broadcast_initial_state(self) -> None:
-        with self.comm.category("init"):
-            on_state_(self._module, lambda buffer: self.comm.broadcast_(buffer, src=0))
+        for name in self.counters:
+            setattr(self, name, int(state.get(name, 0)))

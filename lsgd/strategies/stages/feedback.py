@@ -6,9 +6,8 @@ share, laid out like the state, zero at the start)::
 
     u = Δ + β e;   c = C(u);   e <- u - c;   send u (the codec carries exactly c)
 
-so after every round ``e`` equals exactly what the codec dropped (``β = 1``:
-classic error feedback; ``β < 1``: SparseLoCo's decaying accumulator, which then
-plays the role of DiLoCo's outer momentum). ``e`` is in checkpoints.
+so after every round ``e`` equals exactly what the codec dropped (``β = 1``: classic
+error feedback; ``β < 1``: SparseLoCo's decaying accumulator).
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """The move stage: how a round's messages travel and what each worker gets back.
 
-* :class:`AllReduce`: the mean (or, with per-worker weights, the sum) of the
-  messages, one all-reduce per flat buffer, dense, in a dense wire format
-  (``"none"``, ``"bf16"``, ``"int8"``, :mod:`lsgd.comm.codec`); a round that neither
-  hides nor compresses runs the blocking all-reduce.
+* :class:`AllReduce`: the mean (or, with per-worker weights, the sum) of the messages,
+  one all-reduce per flat buffer in a dense wire format (:mod:`lsgd.comm.codec`).
 * :class:`Gather`: a compressed message whose kept entries differ from worker to
-  worker (top-k per chunk, or 2-bit values, :mod:`lsgd.comm.sparse`; the rows of a
-  layout, :class:`Chunks` or DeMo's DCT blocks): every worker all-gathers every
-  worker's encoded payload (``uint8``, one all-gather per round), decodes each and sums
-  them in rank order, so every worker computes the same mean from the same bytes. Bytes
-  on the wire: ``(n - 1)`` payloads sent and received by each of ``n`` members (a ring
-  all-gather), counted by the communicator.
+  worker (top-k per chunk, or 2-bit values, :mod:`lsgd.comm.sparse`): every worker
+  all-gathers every worker's encoded payload (one all-gather per round), decodes each
+  and sums them in rank order, so every worker computes the same mean from the same
+  bytes.
 
 Both move this process's share of the part among the replicas (``comm.across``).
 """
@@ -98,9 +94,8 @@ class Chunks:
 
 
 class Gather:
-    """The gathered move of a compressed message (see the module docstring): each
-    message tensor as rows (``layout``: :class:`Chunks`, or DeMo's DCT blocks), each row
-    in its format; the members' rows are summed before they are turned back."""
+    """The gathered move of a compressed message, as the rows of ``layout``
+    (:class:`Chunks`, or DeMo's DCT blocks)."""
 
     gathers = True
 
@@ -140,8 +135,8 @@ class Gather:
 
     def start(self, message: Tensors, among: Among, summed: bool
               ) -> tuple[list[Handle], dict[str, Tensors]]:
-        """Start the all-gather of ``message``'s payload; ``tensors["gathered"]`` holds
-        every member's payload once it has arrived, ``tensors["mean"]`` the reduction."""
+        """Start the all-gather of ``message``'s payload (``tensors["gathered"]``; the
+        reduction goes into ``tensors["mean"]``)."""
         payload = self._payload if self._payload is not None else self._encode(message)
         self._payload = None
         across = self.comm.across
@@ -165,8 +160,8 @@ class Gather:
     def finish(self, tensors: dict[str, Tensors], weights: Sequence[float] | None,
                keep: int | None) -> tuple[Tensors, Tensors | None]:
         """Every member's message decoded and reduced in rank order into
-        ``tensors["mean"]``: the mean, or with ``weights`` the weighted sum; also the
-        decoded message of member ``keep`` (None: none)."""
+        ``tensors["mean"]`` (with ``weights``: the weighted sum); also the decoded
+        message of member ``keep``."""
         mean = tensors["mean"]
         members = self.decoded(tensors)
         total: Tensors | None = None

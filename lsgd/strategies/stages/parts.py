@@ -1,10 +1,7 @@
 """The state as a round moves it: one flat vector per dtype, cut into parts
-(fragments), each part into this process's share (replicas of several processes).
-
-This is the transport's knowledge: which values of the state a round sends, which
-share of them this process owns, and how the shares of a replica's processes are put
-back together (:mod:`lsgd.comm.replica`). A method's rule works on the views this
-module hands it and never asks which share they are.
+(fragments), each part into this process's share (replicas of several processes,
+:mod:`lsgd.comm.replica`). A method's rule works on the views this module hands it and
+never asks which share they are.
 """
 
 from __future__ import annotations
@@ -93,10 +90,8 @@ class StateParts:
                 ) -> tuple[list[tuple[list[torch.Tensor], list[torch.Tensor]]],
                            list[tuple[int, int]]]:
         """Where this process's share of ``flat`` (one part) holds the state's first
-        ``count`` tensors (the parameters, ahead of the buffers in each flat buffer): a
-        list of one ``(values, grads)`` pair of views, and the region of the share (its
-        offsets, per flat buffer) that holds the other tensors. A process's share is all
-        of it: the first ``count`` tensors' own views, and no region."""
+        ``count`` tensors (the parameters, ahead of the buffers): one ``(values, grads)``
+        pair of views, and the share's region (per flat buffer) of the other tensors."""
         if self.comm.share[1] == 1:
             return [(flat.views[:count], grads.views[:count])], []
         ends = [0] * len(flat.buffers)  # where each flat buffer's leading tensors end
