@@ -50,10 +50,8 @@ def choose(rank: int, scores: Mapping[int, float], degrees: Mapping[int, int]) -
     return best, degree
 
 
-def leader_terms_(
-    xs: Tensors, x_best: Tensors, x_degree: Tensors,
-    c_B: float, c_D: float, p_B: float, p_D: float,
-) -> None:
+def leader_terms_(xs: Tensors, x_best: Tensors, x_degree: Tensors,
+                  c_B: float, c_D: float, p_B: float, p_D: float) -> None:
     """Apply the ``c`` and ``p`` terms in place to the mixed state ``xs``, the two
     combinations folded into one pass with ``k = 1 - p_B - p_D``::
 
@@ -66,19 +64,10 @@ def leader_terms_(
     torch._foreach_add_(xs, list(x_degree), alpha=k * c_D + p_D)
 
 
-def aldsgd_update_(
-    xs: Tensors,
-    rank: int,
-    neighbours: Mapping[int, Tensors],
-    scores: Mapping[int, float],
-    degrees: Mapping[int, int],
-    weight: float,
-    c_B: float = 0.3,
-    c_D: float = 0.1,
-    p_B: float = 0.1,
-    p_D: float = 0.1,
-    original: Tensors | None = None,
-) -> tuple[int, int] | None:
+def aldsgd_update_(xs: Tensors, rank: int, neighbours: Mapping[int, Tensors],
+                   scores: Mapping[int, float], degrees: Mapping[int, int], weight: float,
+                   c_B: float = 0.3, c_D: float = 0.1, p_B: float = 0.1, p_D: float = 0.1,
+                   original: Tensors | None = None) -> tuple[int, int] | None:
     """One AL-DSGD communication of worker ``rank``, in place on its state ``xs``.
 
     ``neighbours`` maps each active neighbour to its state, ``scores`` and ``degrees``
@@ -116,21 +105,12 @@ class ALDSGD(Decentralized):
     name = "al-dsgd"
     counters = (*Decentralized.counters, "led")
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        c_B: float = 0.3,
-        c_D: float = 0.1,
-        p_B: float = 0.1,
-        p_D: float = 0.1,
-        leader_window: int = 10,
-        leader_metric: str = "train",
-        eval_batch: tuple[torch.Tensor, torch.Tensor] | None = None,
-        eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-        **options: Unpack[GossipOptions],
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 c_B: float = 0.3, c_D: float = 0.1, p_B: float = 0.1, p_D: float = 0.1,
+                 leader_window: int = 10, leader_metric: str = "train",
+                 eval_batch: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                 **options: Unpack[GossipOptions]) -> None:
         owner = "ALDSGD"
         self.c_B = _validate.fraction(owner, "c_B", c_B)
         self.c_D = _validate.fraction(owner, "c_D", c_D)

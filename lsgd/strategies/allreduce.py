@@ -1,15 +1,12 @@
 """All-reduce data parallel (the papers' "DataParallel" baseline).
 
-Gradients are averaged across all workers every step, so all workers keep
-identical states (docs/algorithms.md, "All-reduce data parallel"): with real
-processes :class:`torch.nn.parallel.DistributedDataParallel` itself, in the
-simulator an all-reduce after the backward pass. Communicated per step: one ring
-all-reduce of the gradients, plus the buffers. The forward pass must go through
-``strategy.model`` (``RuntimeError`` otherwise). A non-finite averaged gradient
-skips that optimizer step on every worker (``details["skipped_steps"]``);
-non-finite parameters at such a step raise :class:`~lsgd.strategies.health.DivergedError`.
-``compress="bf16"`` and ``powersgd=RANK`` use PyTorch's DDP communication hooks
-(worker processes only; :mod:`lsgd.comm.ddp`).
+Gradients are averaged across all workers every step, so all workers keep identical
+states (docs/algorithms.md, "All-reduce data parallel"): with real processes
+:class:`torch.nn.parallel.DistributedDataParallel` itself, in the simulator an
+all-reduce after the backward pass. Communicated per step: one ring all-reduce of the
+gradients, plus the buffers. The forward pass must go through ``strategy.model``. A
+non-finite averaged gradient skips that optimizer step on every worker.
+``compress="bf16"`` and ``powersgd=RANK`` use PyTorch's DDP communication hooks.
 """
 
 from __future__ import annotations
@@ -48,18 +45,10 @@ class AllReduce(Strategy):
     bn_modes = ("broadcast", "local")
     counters = ("skipped_steps",)
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        comm: Communicator | None = None,
-        bn_buffers: str | None = None,
-        ddp_kwargs: dict[str, Any] | None = None,
-        compress: str = "none",
-        powersgd: int = 0,
-        powersgd_warmup: int = 10,
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 comm: Communicator | None = None, bn_buffers: str | None = None,
+                 ddp_kwargs: dict[str, Any] | None = None, compress: str = "none",
+                 powersgd: int = 0, powersgd_warmup: int = 10) -> None:
         self.compression = gradient_compression(compress, powersgd, powersgd_warmup)
         # Over every process, whether or not a node's processes are one replica.
         comm = (comm if comm is not None else get_communicator()).processes
@@ -74,7 +63,8 @@ class AllReduce(Strategy):
         return self._parallel
 
     def _before_optimizer_step(self) -> bool:
-        """Average the gradients; skip the step (on every worker alike) if not finite."""
+        """Average the gradients; skip the step (on every worker alike) if not finite;
+        raise if the parameters are not finite either."""
         self._parallel.synchronize(self.name)
         grads = [p.grad for p in self._module.parameters() if p.grad is not None]
         if all_finite(grads):
@@ -120,8 +110,7 @@ class AllReduce(Strategy):
 
 def gradient_compression(compress: str, powersgd: int, powersgd_warmup: int
                          ) -> GradientCompression:
-    """All-reduce's ``compress`` and ``powersgd`` knobs as one of torch's hooks;
-    ``ValueError`` naming what to give instead."""
+    """All-reduce's ``compress`` and ``powersgd`` knobs as one of torch's hooks."""
     if compress not in ("none", "bf16"):
         raise ValueError(f"allreduce: compress={compress!r}: PyTorch's DDP communication "
                          "hooks compress to bf16 (compress='bf16') or by PowerSGD "

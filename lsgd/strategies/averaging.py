@@ -21,6 +21,8 @@ from torch import nn
 from lsgd import _validate
 from lsgd.comm.communicator import Among
 from lsgd.flat import FlatBuffer
+from lsgd.functional import all_finite
+from lsgd.strategies.health import sum_healthy_
 from lsgd.strategies.strategy import Options, Strategy, as_loss_tensor
 from lsgd.strategies.cadence import Cadence
 from lsgd.strategies.pipeline import InFlight
@@ -134,8 +136,14 @@ class Averaging(Strategy):
             self._reset_to(reset)
 
     def _heal(self, part: int, among: Among) -> tuple[bool, int, list[torch.Tensor] | None]:
-        """The rule over the healthy members' mean (one more all-reduce of the state)."""
-        healthy, count = self._healthy_sum_into(self._mean, among)
+        """The rule over the healthy members' mean: ``self._mean`` <- the sum of the
+        healthy states (:func:`~lsgd.strategies.health.sum_healthy_`), and their count;
+        among all workers a count of 0 raises ``DivergedError``."""
+        self._mean.copy_from(self._state)
+        healthy = all_finite(self._mean.buffers)
+        count = sum_healthy_(self.comm, self._mean.buffers, healthy, among, self._device())
+        if count == 0 and among == "world":
+            raise self._diverged_error()
         return healthy, count, self._recover(part, healthy, count, among)
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:

@@ -45,10 +45,6 @@ class BufferAverage:
         self._views = self.flat.views[: len(self.tensors)]
         self._slots = self.flat.views[len(self.tensors):]
 
-    @property
-    def nbytes(self) -> int:
-        return self.flat.nbytes
-
     def __call__(self, comm: Communicator, among: Among = "world") -> int:
         """Average among ``among``; returns the number of healthy members (0: unchanged)."""
         if not self.tensors:

@@ -72,11 +72,6 @@ class GraphPlan:
     probabilities: list[float]
     weight: float
 
-    @property
-    def always(self) -> bool:
-        """Every matching active at every communication (no random draw needed)."""
-        return all(p == 1.0 for p in self.probabilities)
-
 
 def resolve_graphs(owner: str, spec: GraphSpec, world_size: int) -> list[Topology]:
     """The graphs of ``spec`` (default a ring), checked against ``world_size``."""
@@ -138,18 +133,10 @@ class Decentralized(Strategy):
     #: C_b when none is given (MATCHA's is 0.5).
     default_budget = 1.0
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        topology: GraphSpec = None,
-        budget: float | None = None,
-        period: int = 1,
-        seed: int = 0,
-        mixing_weight: MixingWeight = None,
-        **options: Unpack[Options],
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 topology: GraphSpec = None, budget: float | None = None, period: int = 1,
+                 seed: int = 0, mixing_weight: MixingWeight = None,
+                 **options: Unpack[Options]) -> None:
         owner = type(self).__name__
         budget = self.default_budget if budget is None else budget
         if not _validate.is_number(budget) or not 0.0 < budget <= 1.0:
@@ -222,29 +209,22 @@ class Decentralized(Strategy):
         return plans
 
     # -- one communication ---------------------------------------------------
-    @property
-    def graph_index(self) -> int:
-        """Index of the graph the next communication uses."""
-        return self.communications % len(self.plans)
-
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
         if self.steps % self.period == 0:
             self._communicate()
 
     def _activate(self, plan: GraphPlan) -> list[int]:
         """Indices of this communication's active matchings, the same on every worker."""
-        if plan.always:
+        if all(p == 1.0 for p in plan.probabilities):  # no random draw needed
             return list(range(len(plan.probabilities)))
         draws = torch.rand(len(plan.probabilities), generator=self._generator, dtype=torch.float64)
         return [j for j, p in enumerate(plan.probabilities) if float(draws[j]) < p]
 
     def _communicate(self) -> None:
-        plan = self.plans[self.graph_index]
+        plan = self.plans[self.communications % len(self.plans)]  # graphs in turn
         self.communications += 1
-        active = self._activate(plan)
-        self.last_active = active
-        if active:
-            self.rounds += 1
+        self.last_active = active = self._activate(plan)
+        self.rounds += bool(active)
         peers = [p for p in (plan.partners[j] for j in active) if p is not None]
         self.last_peers = peers
         if not peers:  # no active neighbour: nothing to do this time

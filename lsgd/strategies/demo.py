@@ -98,19 +98,9 @@ class DeMo(Strategy):
     bn_modes = ("local",)
     counters = ("skipped",)
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        decay: float = 0.999,
-        topk: int = 32,
-        chunk: int = 64,
-        values: str = "float32",
-        overlap: int = 0,
-        leader: str = "none",
-        **options: Unpack[Options],
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 decay: float = 0.999, topk: int = 32, chunk: int = 64, values: str = "float32",
+                 overlap: int = 0, leader: str = "none", **options: Unpack[Options]) -> None:
         self.decay = _validate.momentum("DeMo", "decay", decay)
         self.topk = _validate.positive_int("DeMo", "topk", topk)
         self.chunk = _validate.positive_int("DeMo", "chunk", chunk)
@@ -181,21 +171,14 @@ class DeMo(Strategy):
         if not any(healthy):
             raise self._diverged_error("momentum")
         if not healthy[self.comm.rank]:
-            self._reset_momentum()
+            torch._foreach_zero_(self._momentum.residual.buffers)
+            self.resets += 1
         total = [torch.zeros_like(r) for r in members[0]]
         for rows, finite in zip(members, healthy):
             if finite:
                 torch._foreach_add_(total, rows)
         torch._foreach_div_(total, float(sum(healthy)))
         return self._move.layout.join(total, item.tensors["mean"])
-
-    def _reset_momentum(self) -> None:
-        for buffer in self._momentum.residual.buffers:
-            buffer.zero_()
-        self.resets += 1
-
-    def _apply(self, item: InFlight) -> None:
-        raise AssertionError("DeMo applies its updates before the optimizer step")
 
     def _report_fields(self) -> dict[str, Any]:
         return {"details": {"skipped_steps": self.skipped}}

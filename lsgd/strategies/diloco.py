@@ -11,12 +11,10 @@ Every worker holds an identical copy of the global parameters ``θ_g``. Every
     θ_g <- θ_g - lr_out (Δ + μ v)       no dampening or weight decay)
     θ   <- θ_g                         (on every worker)
 
-with ``lr_out = outer_lr`` (0.7) and ``μ = outer_momentum`` (0.9, the paper's
-values). Communicated per round: one all-reduce of the state; the round's options
-(hidden, compressed, gathered, the leader's force) are its stages'
-(:mod:`lsgd.strategies.stages`), the outer step's timing ``outer``'s
-(:mod:`lsgd.strategies.stages.eager`). Diverged workers: the mean is redone over the
-healthy workers, and a diverged worker is reset to the new ``θ_g``.
+with ``lr_out = outer_lr`` (0.7) and ``μ = outer_momentum`` (0.9, the paper's values).
+Communicated per round: one all-reduce of the state (the round's options:
+:mod:`lsgd.strategies.stages`). A non-finite mean is redone over the healthy workers,
+and a diverged worker is reset to the new ``θ_g``.
 """
 
 from __future__ import annotations
@@ -63,17 +61,9 @@ class DiLoCo(Averaging):
     round_takes = ("merge", "leader")
     reference_key = "global"
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        period: int = 16,
-        outer_lr: float = 0.7,
-        outer_momentum: float = 0.9,
-        outer: str = "standard",
-        **options: Unpack[AveragingOptions],
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 period: int = 16, outer_lr: float = 0.7, outer_momentum: float = 0.9,
+                 outer: str = "standard", **options: Unpack[AveragingOptions]) -> None:
         owner = type(self).__name__
         self.outer = check_outer(owner, outer, options.get("overlap", 0), options.get("merge"))
         if not _validate.is_number(outer_lr, finite=True) or outer_lr <= 0:
@@ -116,8 +106,8 @@ class DiLoCo(Averaging):
 
     def _outer_step(self, part: int, mean: list[torch.Tensor], encoded: bool
                     ) -> list[torch.Tensor]:
-        """``Δ = θ_g - θ̄`` on ``part`` (``encoded``: Δ is the mean received), the outer
-        optimizer's step; the buffers of θ_g take the mean. Returns the part of θ_g."""
+        """``Δ = θ_g - θ̄`` on ``part`` (``encoded``: the mean received), the outer step;
+        the buffers of θ_g take the mean. Returns the part of θ_g."""
         parts = self._round.parts
         theta, delta = parts.of(self.global_state, part), parts.of(self._delta, part)
         if encoded:  # the mean of θ_g - x, decoded identically on every worker

@@ -33,16 +33,9 @@ class DPSGD(Decentralized):
     name = "dpsgd"
     options_type = Options  # the gossip's own keywords are D-PSGD's, or fixed
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        topology: GraphSpec = None,
-        period: int = 1,
-        mixing_weight: MixingWeight = None,
-        **options: Unpack[Options],
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 topology: GraphSpec = None, period: int = 1,
+                 mixing_weight: MixingWeight = None, **options: Unpack[Options]) -> None:
         super().__init__(model, optimizer, topology=topology, budget=1.0, period=period, seed=0,
                          mixing_weight=mixing_weight, **options)
 

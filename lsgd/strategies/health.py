@@ -6,12 +6,9 @@ import zlib
 from collections.abc import Sequence
 
 import torch
-from torch import nn
 
 from lsgd.comm import Communicator
 from lsgd.comm.communicator import Among
-from lsgd.flat import FlatBuffer
-from lsgd.functional import all_finite
 
 
 class DivergedError(RuntimeError):
@@ -58,58 +55,6 @@ def check_same_model(comm: Communicator, state: Sequence[torch.Tensor], owner: s
         f"{owner}: {each} (seen from worker {comm.rank}); every worker must build the "
         "same model (same layers, shapes and dtypes, and the same bn_buffers)"
     )
-
-
-class Recovery:
-    """What a strategy does about diverged workers (mixed into
-    :class:`~lsgd.strategies.strategy.Strategy`, whose attributes it uses)."""
-
-    name: str
-    steps: int
-    resets: int
-    comm: Communicator
-    optimizer: torch.optim.Optimizer
-    _state: list[torch.Tensor]
-    _module: nn.Module
-
-    def _device(self) -> torch.device:
-        raise NotImplementedError
-
-    def _diverged_error(self, what: str = "state", step: int | None = None) -> DivergedError:
-        """The error every worker raises when no worker is left healthy (at ``step``,
-        by default the last step taken)."""
-        step = self.steps if step is None else step
-        return DivergedError(
-            f"{self.name}: every worker's {what} is NaN or infinite at step {step}: "
-            "lower the learning rate (or clip the gradients, or warm the learning rate up) "
-            "and restart from the last checkpoint"
-        )
-
-    def _reset_to(self, source: Sequence[torch.Tensor]) -> None:
-        """Reset this diverged worker: ``x <- source`` exactly (shaped like the state), its
-        optimizer's per-parameter state dropped (likely NaN too); counted in
-        :attr:`resets`. No communication."""
-        if self._state:
-            torch._foreach_copy_(self._state, list(source))
-        for group in self.optimizer.param_groups:
-            for p in group["params"]:
-                self.optimizer.state.pop(p, None)
-        self.resets += 1
-        self._after_reset()
-
-    def _after_reset(self) -> None:
-        """What else the method forgets after :meth:`_reset_to` (the leader score's window)."""
-
-    def _healthy_sum_into(self, flat: FlatBuffer, among: Among = "world") -> tuple[bool, int]:
-        """``flat <-`` the sum of the *healthy* states among ``among`` (:func:`sum_healthy_`:
-        the rare path of an average that came out NaN or infinite); returns ``(mine
-        healthy, count)``. Among all workers a count of 0 raises :class:`DivergedError`."""
-        flat.copy_from(self._state)
-        healthy = all_finite(flat.buffers)
-        count = sum_healthy_(self.comm, flat.buffers, healthy, among, self._device())
-        if count == 0 and among == "world":
-            raise self._diverged_error()
-        return healthy, count
 
 
 def sum_healthy_(comm: Communicator, tensors: Sequence[torch.Tensor], healthy: bool,

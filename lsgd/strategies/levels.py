@@ -39,7 +39,8 @@ class Level:
                 "snapshot": [b.clone() for b in self.snapshot.buffers]}
 
     def load(self, saved: dict[str, Any]) -> None:
-        self.leader, self.rounds, self.switches = saved["leader"], saved["rounds"], saved["switches"]
+        self.leader, self.rounds = saved["leader"], saved["rounds"]
+        self.switches = saved["switches"]
         for buffer, value in zip(self.snapshot.buffers, saved["snapshot"]):
             buffer.copy_(value)
 

@@ -1,14 +1,13 @@
 """Local SGD: periodic model averaging, optionally hierarchical (Lin et al., "Don't
 Use Large Mini-Batches, Use Local SGD", 2018, https://arxiv.org/abs/1808.07217).
 
-Every ``period`` steps ``x <- mean over workers of x`` (one all-reduce of the
-state). With ``hierarchical=True`` and several groups, the average every
-``period`` steps is taken inside each group and every ``global_period`` steps
-across all workers; when both fall on one step only the global one is taken
-(docs/algorithms.md, "Local SGD"). The round's options (hidden, compressed,
-gathered, the leader's force): :mod:`lsgd.strategies.stages`. Diverged workers: a
-non-finite average is redone over the healthy members, and a diverged member takes
-it; a group average whose whole group diverged is skipped until the next global one.
+Every ``period`` steps ``x <- mean over workers of x`` (one all-reduce of the state):
+DiLoCo's round with the plain average as its outer step. With ``hierarchical=True``
+and several groups, the average every ``period`` steps is taken inside each group and
+every ``global_period`` steps across all workers (only the global one when both fall
+due; docs/algorithms.md, "Local SGD"). A non-finite average is redone over the healthy
+members, and a diverged member takes it; a group whose members all diverged waits for
+the next global average.
 """
 
 from __future__ import annotations
@@ -46,20 +45,12 @@ class LocalSGD(Averaging):
     round_takes = ("merge", "leader")
     counters = ("skipped_rounds",)
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        period: int = 16,
-        hierarchical: bool = False,
-        global_period: int | None = None,
-        **options: Unpack[AveragingOptions],
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 period: int = 16, hierarchical: bool = False, global_period: int | None = None,
+                 **options: Unpack[AveragingOptions]) -> None:
         super().__init__(model, optimizer, period=period, **options)
-        self.global_period = _validate.positive_int(
-            "LocalSGD", "global_period", 4 * self.period if global_period is None else global_period
-        )
+        global_period = 4 * self.period if global_period is None else global_period
+        self.global_period = _validate.positive_int("LocalSGD", "global_period", global_period)
         if self.plan.hidden and hierarchical:
             raise ValueError("LocalSGD: overlap, fragments and compress work with one level "
                              "of averaging; drop hierarchical=True or them")
@@ -79,9 +70,8 @@ class LocalSGD(Averaging):
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
-        """The worker's part moves to the average (merged with the steps since the
-        round); compressed, the reference becomes it (the mean received is that of
-        ``reference - x``)."""
+        """The worker's part moves to the average; compressed (the mean received is that
+        of ``reference - x``), the reference becomes it."""
         if encoded:
             assert self.reference is not None
             average = self._round.parts.of(self.reference, part)
@@ -91,8 +81,7 @@ class LocalSGD(Averaging):
 
     def _recover(self, part: int, healthy: bool, count: int, among: Among
                  ) -> list[torch.Tensor] | None:
-        """Every healthy member takes the healthy mean, a diverged one is reset to it; a
-        group whose members all diverged waits for the global average."""
+        """Every healthy member takes the healthy mean, a diverged one is reset to it."""
         if count == 0:
             self.skipped_rounds += 1
             return None

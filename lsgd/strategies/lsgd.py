@@ -168,20 +168,17 @@ class LSGD(Strategy):
 
     # -- the rule ----------------------------------------------------------
     def _before_optimizer_step(self) -> bool:
+        """Algorithm 1's every-step pull, at the pre-step point ``x``, into ``_scope_delta``:
+        ``d = sum over levels of (scope / period)(x - leader)``, the leader's own level
+        included (toward its stale copy); subtracted after the step."""
         if self._scope_delta is not None and not self._frozen:
-            with torch.no_grad():
-                self._scope_pending = self._pre_step_pull()
+            active = [lv for lv in self.levels if lv.scope > 0 and lv.leader is not None]
+            if active:
+                with torch.no_grad():
+                    lags_(self._scope_delta.views, self._state,
+                          [(lv.snapshot.views, lv.scope_weight) for lv in active])
+            self._scope_pending = bool(active)
         return not self._frozen
-
-    def _pre_step_pull(self) -> bool:
-        """Algorithm 1's every-step pull at the pre-step point ``x``, into
-        ``_scope_delta``: ``d = sum over levels of (scope / period)(x - leader)``,
-        the leader's own level included (toward its stale copy). Whether any."""
-        active = [lv for lv in self.levels if lv.scope > 0 and lv.leader is not None]
-        if active:
-            lags_(self._scope_delta.views, self._state,  # type: ignore[union-attr]
-                  [(lv.snapshot.views, lv.scope_weight) for lv in active])
-        return bool(active)
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
         self.scorer.record(None if loss is None else as_loss_tensor(loss, "LSGD"), "LSGD")
@@ -200,8 +197,8 @@ class LSGD(Strategy):
                                           among)
 
     def _run_rounds(self, names: list[str]) -> None:
-        """LSGD's round: elect each level's leader, send its state (local level first);
-        later parts of the leaders elected at the period's start."""
+        """Elect each due level's leader and send its state (local level first); later
+        parts send the leaders elected at the period's start."""
         for level, leader, diverged in self._elect(
                 [lv for lv in self.levels if lv.name in names], pull=True):
             self._launch(self._send(level, leader, diverged, pull=True))
@@ -302,65 +299,53 @@ class LSGD(Strategy):
                         handles, tensors, info)
 
     def _copy_of_part(self, part: int) -> list[torch.Tensor]:
-        """Part ``part`` of the state, copied into the work buffer (only that part)."""
+        """Part ``part`` of the state, copied into the work buffer."""
         self._work.copy_range_from(self._state, self._parts.bounds[part])
         return self._parts.of(self._work, part)
 
     def _apply(self, item: InFlight) -> None:
         """The leader's state or part (as it was when its broadcast started) has landed:
-        it becomes the level's snapshot (part), then the pull, as in a blocking round."""
+        it becomes the level's snapshot (part). A diverged worker copies it, and after the
+        last part is reset to the whole snapshot; with ``pull``, the others pull that part
+        toward it (:func:`~lsgd.strategies.pull_decay.round_pull_`), and the leader's own
+        velocity restarts. The first part notes the leader. With fragments, the part is
+        worked on in the work buffer and copied back."""
         info = item.info
         level = next(lv for lv in self.levels if lv.name == info.get("level", item.name))
         part = int(info.get("part", 0))
+        leader, diverged, pull = info["leader"], info["diverged"], info["pull"]
         snapshot = self._parts.of(level.snapshot, part)
         received = item.tensors["leader"]
         if self.compress != "none":  # the reference moves by the decoded difference
             torch._foreach_add_(snapshot, received)
         elif received[0].data_ptr() != snapshot[0].data_ptr():  # not received in place
             torch._foreach_copy_(snapshot, received)
-        share = copied_share(info.get("round"), self.pull_decay_rounds)
-        self._land(level, part, info["leader"], info["diverged"], info["pull"], share,
-                   item.tensors.get("start"))
-
-    def _land(self, level: Level, part: int, leader: int, diverged: bool, pull: bool,
-              share: float, start: list[torch.Tensor] | None = None) -> None:
-        """Part ``part`` of the leader's state is in the level's snapshot. A diverged worker
-        copies it, and after the last part is reset to the whole snapshot; with ``pull``,
-        the others pull that part toward it (:func:`~lsgd.strategies.pull_decay.round_pull_`,
-        ``share`` the round's copied share), and the leader's own velocity restarts. The
-        first part notes the leader. With fragments, the part is worked on in the work
-        buffer and copied back."""
         whole = self.fragments == 1
-        last = part == self.fragments - 1
-        if diverged and last:
+        if diverged and part == self.fragments - 1:
             self._frozen = False
             self._reset_to(level.snapshot.views)
         elif diverged or (pull and self.rank != leader):
             x = self._state if whole else self._copy_of_part(part)
-            target = level.snapshot.views if whole else self._parts.of(level.snapshot, part)
+            target = level.snapshot.views if whole else snapshot
             if diverged:
                 torch._foreach_copy_(x, target)
             else:
+                share = copied_share(info.get("round"), self.pull_decay_rounds)
                 round_pull_(x, target, level.pull, share, *self._momentum_views(level, part),
-                            self.leader_momentum, start)
+                            self.leader_momentum, item.tensors.get("start"))
             if not whole:
                 self._work.copy_range_to(self._state, self._parts.bounds[part])
         elif pull and level.name in self._velocity:
-            for buffer in self._momentum_views(level, part)[0] or []:
-                buffer.zero_()
+            torch._foreach_zero_(self._momentum_views(level, part)[0] or [])
         if part == 0:
-            self._note_leader(level, leader)
-
-    def _note_leader(self, level: Level, leader: int) -> None:
-        if level.leader is not None and level.leader != leader:
-            level.switches += 1
-        level.leader = leader
-        self.leader_history.append((self.steps, level.name, leader))
+            if level.leader is not None and level.leader != leader:
+                level.switches += 1
+            level.leader = leader
+            self.leader_history.append((self.steps, level.name, leader))
 
     def _momentum_views(self, level: Level, part: int
                         ) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
-        """The level's velocity and the lag buffer (part ``part``; the whole state when it
-        is the only part)."""
+        """The level's velocity and the lag buffer (part ``part``)."""
         if not self._velocity:
             return None, None
         assert self._lag is not None
@@ -374,8 +359,7 @@ class LSGD(Strategy):
         the leader momentum restarts from zero."""
         self.scorer.window.load([])
         for velocity in self._velocity.values():
-            for buffer in velocity.buffers:
-                buffer.zero_()
+            torch._foreach_zero_(velocity.buffers)
 
     # -- checkpointing -----------------------------------------------------
     def reset_target(self) -> list[torch.Tensor]:

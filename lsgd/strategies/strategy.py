@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict
 
 import torch
@@ -30,7 +30,7 @@ from lsgd.comm import CommStats, Communicator, get_communicator
 from lsgd.strategies import buffers as bn
 from lsgd.strategies.elastic_rounds import ElasticRounds
 from lsgd.strategies.guard import driving, guard
-from lsgd.strategies.health import Recovery, check_same_model
+from lsgd.strategies.health import DivergedError, check_same_model
 from lsgd.strategies.pipeline import InFlight, Pipeline
 from lsgd.strategies.report import Report
 from lsgd.strategies.rounds import Rounds
@@ -62,7 +62,7 @@ def as_loss_tensor(loss: torch.Tensor | float, owner: str) -> torch.Tensor:
     raise ValueError(f"{owner}.step: loss must be a tensor or a number, got {loss!r}")
 
 
-class Strategy(Recovery, Seams):
+class Strategy(Seams):
     """Base class: wraps ``model`` and ``optimizer`` and owns the communication.
 
     Args:
@@ -93,17 +93,10 @@ class Strategy(Recovery, Seams):
         """The keywords the method takes with ``**options`` (:attr:`options_type`)."""
         return list(cls.options_type.__annotations__)
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        comm: Communicator | None = None,
-        init: str = "broadcast",
-        bn_buffers: str | None = None,
-        asynchronous: bool = False,
-        **unknown: Any,
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 comm: Communicator | None = None, init: str = "broadcast",
+                 bn_buffers: str | None = None, asynchronous: bool = False,
+                 **unknown: Any) -> None:
         if unknown:
             hint = ("; sync_buffers=False is bn_buffers='local' since lsgd 0.11"
                     if "sync_buffers" in unknown else "")
@@ -272,6 +265,32 @@ class Strategy(Recovery, Seams):
         """Run the rounds ``names`` (cadence names), which fell due together."""
         raise NotImplementedError
 
+    # -- diverged workers -------------------------------------------------
+    def _diverged_error(self, what: str = "state", step: int | None = None) -> DivergedError:
+        """The error every worker raises when no worker is left healthy (at ``step``,
+        by default the last step taken)."""
+        step = self.steps if step is None else step
+        return DivergedError(
+            f"{self.name}: every worker's {what} is NaN or infinite at step {step}: "
+            "lower the learning rate (or clip the gradients, or warm the learning rate up) "
+            "and restart from the last checkpoint"
+        )
+
+    def _reset_to(self, source: Sequence[torch.Tensor]) -> None:
+        """Reset this diverged worker: ``x <- source`` exactly (shaped like the state), its
+        optimizer's per-parameter state dropped (likely NaN too); counted in
+        :attr:`resets`. No communication."""
+        if self._state:
+            torch._foreach_copy_(self._state, list(source))
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                self.optimizer.state.pop(p, None)
+        self.resets += 1
+        self._after_reset()
+
+    def _after_reset(self) -> None:
+        """What else the method forgets after :meth:`_reset_to` (the leader score's window)."""
+
     # -- acting together -------------------------------------------------
     @property
     def total_steps(self) -> int:
@@ -308,10 +327,6 @@ class Strategy(Recovery, Seams):
         if not self.at_sync_point:
             return False
         return self.agree(1.0 if wish else 0.0)[0] > 0
-
-    def _state_of(self, module: nn.Module) -> list[torch.Tensor]:
-        """``module``'s tensors that correspond to this strategy's state ``x``."""
-        return state_tensors(module, self._buffers_in_state)
 
     def _device(self) -> torch.device:
         return self._state[0].device if self._state else torch.device("cpu")
