@@ -2,22 +2,18 @@
 Gradient Descent", 2024, https://arxiv.org/abs/2405.11389).
 
 Gossip as in D-PSGD / MATCHA, pulled toward the strongest neighbours. At each
-communication every worker sends its active neighbours its state, its leader
-score (as in LSGD) and its active degree ``d_i``. Among itself and its active
-neighbours it picks ``B``, the best finite score, and ``D``, the highest
-active degree (ties: itself, then the lowest rank), with ``x_B``, ``x_D`` the
-states as exchanged, and updates::
+communication every worker sends its active neighbours its state, its leader score (as
+in LSGD) and its active degree ``d_i``. Among itself and its active neighbours it picks
+``B``, the best finite score, and ``D``, the highest active degree, and updates::
 
     x_mix <- (1 - d_i a) x_i + a sum_{j in A_i} x_j
     y     <- (1 - c_B - c_D) x_mix + c_B x_B + c_D x_D
     x_i   <- (1 - p_B - p_D) y     + p_B x_B + p_D x_D
 
-A worker with no active neighbour does nothing. Communicated per
-communication: to each active neighbour the state and two float64s (score and
-degree), ``d_i * (B + 16)`` bytes each way. Diverged neighbours are dropped as
-in :mod:`lsgd.strategies.decentralized` before ``B`` and ``D`` are chosen; a
-reset also empties the worker's loss window (docs/algorithms.md,
-"Decentralized methods").
+A worker with no active neighbour does nothing. Communicated per communication: to
+each active neighbour the state and two float64s (score and degree). Diverged
+neighbours are dropped before ``B`` and ``D`` are chosen; a reset also empties the
+worker's loss window (docs/algorithms.md, "Decentralized methods").
 """
 
 from __future__ import annotations
@@ -118,10 +114,8 @@ class ALDSGD(Decentralized):
         self.p_D = _validate.fraction(owner, "p_D", p_D)
         for (a, va), (b, vb) in ((("c_B", c_B), ("c_D", c_D)), (("p_B", p_B), ("p_D", p_D))):
             if va + vb > 1.0:
-                raise ValueError(
-                    f"{owner}: {a} + {b} must be at most 1 (a convex combination), "
-                    f"got {a}={va!r} and {b}={vb!r}"
-                )
+                raise ValueError(f"{owner}: {a} + {b} must be at most 1 (a convex "
+                                 f"combination), got {a}={va!r} and {b}={vb!r}")
         self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
         super().__init__(model, optimizer, **options)
         self.device = self._device()
@@ -140,8 +134,7 @@ class ALDSGD(Decentralized):
         super()._after_step(loss)
 
     def _share(self, peers: list[int]) -> None:
-        """Send every active neighbour this worker's score and active degree; keep theirs."""
-        # With replicas of several processes, the replica's score: its processes' mean.
+        """Swap score (a replica's: its processes' mean) and active degree with the peers."""
         score = self.comm.replica_mean_(self.scorer.score(self._module, self.device))
         meta = torch.stack([score, torch.tensor(float(len(peers)), dtype=torch.float64,
                                                 device=self.device)])
@@ -152,9 +145,8 @@ class ALDSGD(Decentralized):
             s, d = values.tolist()
             self._scores[peer], self._degrees[peer] = s, int(d)
 
-    def _combine(
-        self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]], weight: float
-    ) -> list[torch.Tensor]:
+    def _combine(self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]],
+                 weight: float) -> list[torch.Tensor]:
         candidates = [self.rank, *received]  # the dropped neighbours are not candidates
         scores = {r: self._scores[r] for r in candidates}
         degrees = {r: self._degrees[r] for r in candidates}
@@ -173,8 +165,7 @@ class ALDSGD(Decentralized):
 
     def _report_fields(self) -> dict[str, Any]:
         fields = super()._report_fields()
-        fields["details"].update(best_rank=self.best_rank, degree_rank=self.degree_rank,
-                                 led=self.led)
+        fields["details"].update(best_rank=self.best_rank, degree_rank=self.degree_rank)
         return fields
 
     def state_dict(self) -> dict[str, Any]:

@@ -83,8 +83,9 @@ class AllReduce(Strategy):
         return copy.deepcopy(self._module)
 
     def _report_fields(self) -> dict[str, Any]:
-        return {"details": {"skipped_steps": self.skipped_steps,
-                            "gradient_compression": self.compression.kind}}
+        fields = super()._report_fields()
+        fields["details"]["gradient_compression"] = self.compression.kind
+        return fields
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

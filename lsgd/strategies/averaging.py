@@ -32,9 +32,7 @@ from lsgd.strategies.stages.round import Round
 
 
 class AveragingOptions(Options, RoundOptions, total=False):
-    """The keywords every averaging method passes on (``**options``): the strategy's
-    (:class:`~lsgd.strategies.strategy.Options`) and the round's
-    (:class:`~lsgd.strategies.stages.options.RoundOptions`)."""
+    """The strategy's and the round's keywords, as an averaging method passes them on."""
 
 
 class Averaging(Strategy):
@@ -80,15 +78,13 @@ class Averaging(Strategy):
         super().__init__(model, optimizer, **options)
 
     def _round_kind(self, owner: str) -> dict[str, Any]:
-        """The method's own kind of round, from the checked plan (the keywords of
-        :class:`Round`, and ``kind``); none: the plain round."""
+        """The method's own kind of round (``kind`` and :class:`Round`'s keywords)."""
         return {}
 
     def _setup_round(self, cadences: list[Cadence] | None = None,
                      reference: FlatBuffer | None = None) -> None:
-        """This method's rounds, every ``self.period`` steps (or ``cadences``);
-        ``reference``: the copy every worker holds identically (:meth:`_shared_copy`),
-        what a difference is taken from."""
+        """This method's rounds, every ``self.period`` steps (or ``cadences``); ``reference``:
+        the copy every worker holds alike, what a difference is taken from."""
         self._mean = FlatBuffer(self._state)  # the rare path's healthy mean
         options = dict(self._own_round)
         kind = options.pop("kind", Round)
@@ -101,8 +97,7 @@ class Averaging(Strategy):
                           self._elastic)
 
     def _shared_copy(self) -> FlatBuffer:
-        """A copy of the state that every worker holds identically: the state all start
-        from, or with ``init="independent"`` the workers' mean (one all-reduce)."""
+        """A copy of the state every worker holds alike (``init="independent"``: the mean)."""
         copy = FlatBuffer(self._state).copy_from(self._state)
         if self.init == "independent":
             with self.comm.category("init"):
@@ -136,9 +131,8 @@ class Averaging(Strategy):
             self._reset_to(reset)
 
     def _heal(self, part: int, among: Among) -> tuple[bool, int, list[torch.Tensor] | None]:
-        """The rule over the healthy members' mean: ``self._mean`` <- the sum of the
-        healthy states (:func:`~lsgd.strategies.health.sum_healthy_`), and their count;
-        among all workers a count of 0 raises ``DivergedError``."""
+        """The rule over the healthy members' mean (``self._mean``: their sum); no healthy
+        worker at all raises ``DivergedError``."""
         self._mean.copy_from(self._state)
         healthy = all_finite(self._mean.buffers)
         count = sum_healthy_(self.comm, self._mean.buffers, healthy, among, self._device())
@@ -159,9 +153,8 @@ class Averaging(Strategy):
 
     def _recover(self, part: int, healthy: bool, count: int, among: Among
                  ) -> list[torch.Tensor] | None:
-        """The mean was NaN or infinite: ``self._mean`` holds the sum of the healthy
-        members' states (``count`` of them); apply it. Returns what a diverged worker is
-        reset to."""
+        """Apply ``self._mean``, the sum of ``count`` healthy members' states; returns what
+        a diverged worker is reset to."""
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:

@@ -33,8 +33,7 @@ class Cadence:
 
 
 class RoundSchedule:
-    """The rounds due after each local step of one worker (``comm``: its shared counter
-    when ``asynchronous``)."""
+    """The rounds due after each local step of one worker."""
 
     def __init__(self, comm: Communicator, cadences: list[Cadence], asynchronous: bool) -> None:
         self.comm = comm

@@ -37,8 +37,7 @@ GraphSpec = Topology | Sequence[Topology | str] | str | None
 
 # -- the math, on lists of tensors --------------------------------------------------
 def mix_(xs: Tensors, neighbours: Sequence[Tensors], weight: float) -> None:
-    """Gossip in place: ``x <- (1 - d a) x + a sum_j x_j`` with ``d = len(neighbours)``
-    (each neighbour's tensors shaped like ``xs``)."""
+    """Gossip in place: ``x <- (1 - d a) x + a sum_j x_j`` with ``d = len(neighbours)``."""
     if not neighbours or weight == 0.0:
         return
     xs = list(xs)
@@ -56,10 +55,8 @@ def mixing_weight_option(owner: str, value: Any) -> MixingWeight:
     if value is None or value in MIXING_RULES:
         return value
     if not _validate.is_number(value) or not 0.0 < value <= 1.0:
-        raise ValueError(
-            f"{owner}: mixing_weight must be None (the method's own), 'max-degree' or a "
-            f"number in (0, 1], got {value!r}"
-        )
+        raise ValueError(f"{owner}: mixing_weight must be None (the method's own), "
+                         f"'max-degree' or a number in (0, 1], got {value!r}")
     return float(value)
 
 
@@ -83,23 +80,19 @@ def resolve_graphs(owner: str, spec: GraphSpec, world_size: int) -> list[Topolog
         graphs = [topo.from_spec(g, world_size) if isinstance(g, str) else g
                   for g in ([spec] if isinstance(spec, str) else spec)]
         if not graphs or not all(isinstance(g, Topology) for g in graphs):
-            raise ValueError(
-                f"{owner}: topology must be a Topology, a non-empty list of them (dynamic "
-                f"graphs) or a kind name {topo.KINDS}, got {spec!r}"
-            )
+            raise ValueError(f"{owner}: topology must be a Topology, a non-empty list of them "
+                             f"(dynamic graphs) or a kind name {topo.KINDS}, got {spec!r}")
     wrong = [f"{g.name} has {g.size}" for g in graphs if g.size != world_size]
     if wrong:
-        raise ValueError(
-            f"{owner}: every graph must span the {world_size} workers; " + ", ".join(wrong)
-        )
+        raise ValueError(f"{owner}: every graph must span the {world_size} workers; "
+                         + ", ".join(wrong))
     if world_size > 1:
         (graphs[0] if len(graphs) == 1 else topo.union(graphs)).check_connected()
     return graphs
 
 
 class GossipOptions(Options, total=False):
-    """The keywords of the gossip (:class:`Decentralized`'s own) and the strategy's
-    (:class:`~lsgd.strategies.strategy.Options`), as a gossip method passes them on."""
+    """The gossip's and the strategy's keywords, as a gossip method passes them on."""
 
     topology: GraphSpec
     budget: float | None
@@ -176,12 +169,12 @@ class Decentralized(Strategy):
             keys = self.comm.all_gather(key)
         differ = [r for r in range(self.world_size) if not torch.equal(keys[r], key)]
         if differ:
-            raise ValueError(
-                f"{owner}: workers {differ} were given other graphs, budget, period, seed or "
-                f"weights than worker {self.rank} ({', '.join(g.name for g in self.graphs)}, "
-                f"budget={self.budget}, period={self.period}, seed={self.seed}, "
-                f"mixing_weight={self.mixing_weight!r}); all workers must pass the same ones"
-            )
+            graphs = ", ".join(g.name for g in self.graphs)
+            raise ValueError(f"{owner}: workers {differ} were given other graphs, budget, "
+                             f"period, seed or weights than worker {self.rank} ({graphs}, "
+                             f"budget={self.budget}, period={self.period}, seed={self.seed}, "
+                             f"mixing_weight={self.mixing_weight!r}); all workers must pass "
+                             "the same ones")
 
     def _make_plans(self) -> list[GraphPlan]:
         """Matchings locally; probabilities and weights from rank 0 (broadcast)."""
@@ -270,18 +263,15 @@ class Decentralized(Strategy):
             torch._foreach_div_(mean, float(len(healthy)))
         self._reset_to(self._send.views)
 
-    def _combine(
-        self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]], weight: float
-    ) -> list[torch.Tensor]:
-        """The new state as flat buffers from ``mine`` (finite, sent, reusable) and the
-        finite neighbour states ``received``."""
+    def _combine(self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]],
+                 weight: float) -> list[torch.Tensor]:
+        """The new state from ``mine`` (finite, reusable) and the finite states ``received``."""
         mix_(mine, list(received.values()), weight)
         return mine
 
     # -- evaluation ------------------------------------------------------------
     def spread(self) -> float | None:
-        """Mean over workers of ``||x_i - x_bar||`` (zero: consensus). Collective: two
-        all-reduces, ``"eval"`` traffic."""
+        """Mean over workers of ``||x_i - x_bar||`` (collective: two ``"eval"`` all-reduces)."""
         flat = FlatBuffer(self._state).copy_from(self._state)
         mine = [b.clone() for b in flat.buffers]
         with torch.no_grad(), self.comm.category("eval"):
@@ -296,13 +286,9 @@ class Decentralized(Strategy):
 
     # -- reporting and checkpoints ---------------------------------------------
     def _report_fields(self) -> dict[str, Any]:
-        return {"details": {
-            "communications": self.communications,
-            "exchanges": self.exchanges,
-            "dropped_neighbours": self.dropped_neighbours,
-            "graphs": [g.name for g in self.graphs],
-            "budget": self.budget,
-        }}
+        fields = super()._report_fields()
+        fields["details"].update(graphs=[g.name for g in self.graphs], budget=self.budget)
+        return fields
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -316,8 +302,7 @@ class Decentralized(Strategy):
 
 @functools.lru_cache(maxsize=64)
 def _solve(graph: Topology, budget: float) -> tuple[tuple[float, ...], float]:
-    """MATCHA's probabilities and mixing weight of ``graph`` (D-PSGD's at budget 1),
-    cached: simulated workers, and repeated runs in one process, solve once."""
+    """MATCHA's probabilities and weight of ``graph`` (cached: simulated workers share it)."""
     if not graph.matchings:
         return (), 0.0
     if budget == 1.0:

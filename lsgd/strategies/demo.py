@@ -13,13 +13,12 @@ momentum ``m`` (zero at the start), ``β = decay``::
     x  <- x - η (sign(Q) + wd x)             the optimizer's step on grad = sign(Q)
 
 The DCT is orthonormal, over blocks of each parameter of sides up to ``chunk``
-(:mod:`lsgd.dct`). In the round's stages (:mod:`lsgd.strategies.stages`) DeMo is a
-message of ``η g``, error feedback with decay ``β`` (its accumulator is ``m``) and a
-gathered move of DCT blocks. Workers start alike and apply the same update, so they
-hold one state. Communicated per step: one all-gather of each worker's kept
-coefficients (values, indices, scales); with ``overlap=1`` the gather of step ``t`` is
-applied at step ``t + 1``. A worker whose momentum is not finite is left out of ``Q``
-and its momentum restarts from zero.
+(:mod:`lsgd.dct`). In the round's stages DeMo is a message of ``η g``, error feedback
+with decay ``β`` (its accumulator is ``m``) and a gathered move of DCT blocks. Workers
+apply the same update, so they hold one state. Communicated per step: one all-gather of
+each worker's kept coefficients; with ``overlap=1`` the gather of step ``t`` is applied
+at step ``t + 1``. A worker whose momentum is not finite is left out of ``Q`` and its
+momentum restarts from zero.
 
 Unlike the reference, ``Q`` is the mean over all workers (not over the workers that
 sent each coefficient); weight decay is the optimizer's (the reference's
@@ -51,8 +50,7 @@ Tensors = list[torch.Tensor]
 
 
 class Blocks:
-    """DeMo's layout of a gathered message: each parameter's DCT blocks as rows (``k``
-    kept per row)."""
+    """DeMo's layout of a gathered message: each parameter's DCT blocks as rows."""
 
     def __init__(self, flat: FlatBuffer, chunk: int, k: int, values: str) -> None:
         self.flat, self.chunk = flat, chunk
@@ -135,8 +133,7 @@ class DeMo(Strategy):
         self.skipped = 0  # steps that applied no update (overlap: the first)
 
     def _before_optimizer_step(self) -> bool:
-        """This step's message sent; the update due (with overlap: the last step's) written
-        as the sign into the gradients."""
+        """Send this step's message; the due update's sign becomes the gradients."""
         item = self._send()
         self.rounds += 1
         if self.overlap:
@@ -164,8 +161,7 @@ class DeMo(Strategy):
         return InFlight(self.steps, self.steps + 1 + self.overlap, "step", handles, tensors)
 
     def _mean(self, item: InFlight) -> Tensors:
-        """``Q``: the mean of the members' finite decoded messages; a diverged worker's
-        momentum restarts from zero."""
+        """``Q``: the mean of the finite messages; a diverged worker's momentum restarts."""
         members = self._move.decoded(item.tensors)
         healthy = finite_each(members)
         if not any(healthy):

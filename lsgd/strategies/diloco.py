@@ -50,8 +50,7 @@ class DiLoCo(Averaging):
             ``"local"``).
 
     ``global_state`` holds ``θ_g`` and ``outer_optimizers`` its outer SGD (one per
-    region of the state this process updates: one, or one per fragment);
-    ``center()`` is the mean of the workers' states (one all-reduce, ``"eval"`` traffic).
+    fragment); ``center()`` is the mean of the workers' states.
     """
 
     name = "diloco"
@@ -100,8 +99,7 @@ class DiLoCo(Averaging):
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
-        """DiLoCo's round: the outer step on the part of θ_g, then the worker's part
-        moves to it (merged with the steps taken since the round)."""
+        """The outer step on the part of θ_g, then the worker's part moves to it."""
         self._round.land(part, self._outer_step(part, mean, encoded), start)
 
     def _outer_step(self, part: int, mean: list[torch.Tensor], encoded: bool
@@ -144,8 +142,7 @@ class DiLoCo(Averaging):
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore ``θ_g`` and the outer momentum; the outer hyperparameters stay this
-        strategy's own (``outer_lr``, ``outer_momentum``)."""
+        """Restore ``θ_g`` and the outer momentum (``outer_lr`` stays this strategy's)."""
         if "outer_parts" not in state:
             raise ValueError(f"{self.name}.load_state_dict: this state was saved by lsgd 0.6 "
                              "or earlier; resume it with lsgd 0.10 and save it again")

@@ -63,8 +63,7 @@ class EASGD(Averaging):
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
-        """The elastic step of the worker's part toward the center's part, which moves
-        toward the round's mean ``x̄``."""
+        """The worker's part steps toward the center's, which moves toward ``x̄``."""
         center = self._round.parts.of(self.center_state, part)
         if encoded:  # the mean of c - x: x̄ = c - mean
             torch._foreach_neg_(mean)
@@ -78,8 +77,7 @@ class EASGD(Averaging):
 
     def _recover(self, part: int, healthy: bool, count: int, among: Among
                  ) -> list[torch.Tensor]:
-        """The round again with ``x̄'``: healthy workers take the elastic step, diverged
-        ones are reset to the new center."""
+        """The round with ``x̄'``; a diverged worker is reset to the new center."""
         mean, center = self._mean.buffers, self.center_state.buffers
         torch._foreach_add_(mean, center, alpha=float(self.world_size - count))
         torch._foreach_div_(mean, float(self.world_size))

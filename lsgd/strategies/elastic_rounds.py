@@ -1,8 +1,8 @@
 """Elastic rounds: what a periodic method does when workers leave and return.
 
-With an :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator` (torchft), every round
-among all workers is a quorum point and runs among the live workers only
-(docs/algorithms.md, "Elastic rounds"):
+With torchft (:class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`), every round
+among all workers is a quorum point among the live workers (docs/algorithms.md,
+"Elastic rounds"):
 
 * **Leaving.** An absent worker is not a member of the next round and cannot be
   elected. A round whose collective failed applies nothing and is not committed.
@@ -29,8 +29,7 @@ from lsgd.strategies.seams import supporting
 
 
 class ElasticRounds(Rounds):
-    """The strategy's rounds among all workers as quorum points (the module docstring):
-    what :class:`~lsgd.strategies.rounds.Rounds` does, wrapped."""
+    """:class:`~lsgd.strategies.rounds.Rounds`, its rounds among all as quorum points."""
 
     def __init__(self, strategy: Strategy) -> None:
         super().__init__(strategy)
@@ -49,8 +48,7 @@ class ElasticRounds(Rounds):
                              "init='independent'")
 
     def check(self) -> None:
-        """Refuse the options that elastic rounds do not take; then register what a
-        joining worker receives (the model's and the strategy's state)."""
+        """Refuse the options elastic rounds do not take; register what a joiner receives."""
         strategy, name = self.strategy, self.strategy.name
         if strategy.asynchronous:
             raise ValueError(f"{name}: elastic training runs synchronous rounds; "
@@ -98,8 +96,7 @@ class ElasticRounds(Rounds):
         land_round(self.strategy, item, lambda: super(ElasticRounds, self).land(item))
 
     def average_buffers(self, among: str) -> None:
-        """An elastic worker has one process group: while a transfer started at this
-        step is under way, the BatchNorm average waits until it lands."""
+        """One process group: the BatchNorm average waits for this step's transfer."""
         started = self.strategy.in_flight()
         if started and started[-1].started == self.strategy.steps:
             started[-1].info["bn_among"] = among
@@ -108,8 +105,7 @@ class ElasticRounds(Rounds):
 
 
 def _take(strategy: Strategy, state: dict[str, Any]) -> None:
-    """Take a peer's state (torchft's heal); this worker's own counts of traffic,
-    resets and waiting stay its own."""
+    """Take a peer's state (torchft's heal), keeping this worker's own counts."""
     own = strategy.own_counts()
     strategy.module.load_state_dict(state["model"])
     strategy.load_state_dict(state["strategy"])

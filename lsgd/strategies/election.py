@@ -51,8 +51,7 @@ class Election:
 
     def gather(self, comm: Communicator, module: Any, state: list[torch.Tensor],
                device: torch.device, among: Among) -> torch.Tensor:
-        """Every member's score (float64 on the CPU, in rank order): the early gather when
-        one was started for this round, else gathered now."""
+        """Every member's score (float64, CPU, rank order): the early gather, or now."""
         if self._early is not None:
             early_among, handle = self._early
             self._early = None

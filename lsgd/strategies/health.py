@@ -12,11 +12,9 @@ from lsgd.comm.communicator import Among
 
 
 class DivergedError(RuntimeError):
-    """Every worker's state (or loss) is NaN or infinite: training cannot go on.
-
-    Raised on every worker at the same round: the workers decide it from the
-    same gathered or reduced numbers, so none is left waiting in a collective.
-    """
+    """Every worker's state (or loss) is NaN or infinite: training cannot go on. Raised on
+    every worker at the same round, decided from the same numbers, so none is left
+    waiting in a collective."""
 
 
 def _count(n: int) -> str:
@@ -30,11 +28,9 @@ def check_same_model(comm: Communicator, state: Sequence[torch.Tensor], owner: s
                      device: torch.device) -> None:
     """Raise ``ValueError`` on every worker unless all states have the same layout.
 
-    Each worker's fingerprint is a CRC-32 of its state tensors' ``(shape, dtype)``
-    (deterministic, unlike Python's salted ``hash``), its number of tensors and of
-    values; one all-gather of these three int64 (``"init"`` traffic) lets every worker
-    compare them with worker 0's, so all raise together, before the initial broadcast
-    would fail or hang.
+    Each worker's fingerprint is a CRC-32 of its tensors' ``(shape, dtype)`` (unlike
+    Python's salted ``hash``), its number of tensors and of values: one all-gather of
+    three int64 (``"init"`` traffic), before the initial broadcast would fail or hang.
     """
     if comm.world_size == 1:
         return
@@ -51,10 +47,9 @@ def check_same_model(comm: Communicator, state: Sequence[torch.Tensor], owner: s
     each = "; ".join(
         f"worker {r}'s model differs from worker 0's: {table[r][1]} tensors / "
         f"{_count(table[r][2])} values vs {tensors0} / {_count(values0)}" for r in differ)
-    raise ValueError(
-        f"{owner}: {each} (seen from worker {comm.rank}); every worker must build the "
-        "same model (same layers, shapes and dtypes, and the same bn_buffers)"
-    )
+    raise ValueError(f"{owner}: {each} (seen from worker {comm.rank}); every worker must "
+                     "build the same model (same layers, shapes and dtypes, and the same "
+                     "bn_buffers)")
 
 
 def sum_healthy_(comm: Communicator, tensors: Sequence[torch.Tensor], healthy: bool,

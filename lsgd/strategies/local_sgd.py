@@ -12,7 +12,7 @@ the next global average.
 
 from __future__ import annotations
 
-from typing import Any, Unpack
+from typing import Unpack
 
 import torch
 from torch import nn
@@ -70,8 +70,7 @@ class LocalSGD(Averaging):
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
-        """The worker's part moves to the average; compressed (the mean received is that
-        of ``reference - x``), the reference becomes it."""
+        """The part moves to the average (compressed: ``reference - mean``, the new reference)."""
         if encoded:
             assert self.reference is not None
             average = self._round.parts.of(self.reference, part)
@@ -95,5 +94,3 @@ class LocalSGD(Averaging):
             self.reference.copy_from(self._mean.views)
         return self._mean.views
 
-    def _report_fields(self) -> dict[str, Any]:
-        return {"details": {"skipped_rounds": self.skipped_rounds}}

@@ -43,9 +43,9 @@ class LSGD(Strategy):
         pull: lambda in [0, 1], the round's pull toward the leader (default 0.1).
         scope: gamma in [0, 1]; the every-step pull is ``gamma / period`` (default 0.01).
         period: tau, local steps between rounds (default 16).
-        pull_global, scope_global, global_period: lambda_G, gamma_G, tau_G of the
-            global level (default ``pull``, ``scope``, ``4 * period``, or ``period``
-            when every group is one worker); a multiple of ``period``.
+        pull_global, scope_global, global_period: lambda_G, gamma_G, tau_G of the global
+            level (default ``pull``, ``scope``, ``4 * period``, or ``period`` with groups
+            of one worker); a multiple of ``period``.
         leader_window: k, the score is the mean of the last k training losses.
         leader_metric: ``"train"`` (the window) or ``"eval"`` (the loss on
             ``eval_batch`` under ``eval_loss``, default cross-entropy).
@@ -53,14 +53,12 @@ class LSGD(Strategy):
             pull, computed before the step; the leader takes it too).
         leader_momentum: mu in [0, 1), Nesterov momentum of the round's pull (0: plain).
         pull_decay_rounds: R; each level's round r pulls ``pull + (1 - pull) max(0, 1 - r/R)``
-            (a full copy of the leader at r = 0; 0: the constant pull), see
-            :mod:`lsgd.strategies.pull_decay`.
+            (:mod:`lsgd.strategies.pull_decay`; 0: the constant pull).
         overlap: K in ``[0, period)``, steps between a broadcast's start and its pull.
         fragments: F, parts of the leader's state sent in turn, one every ``period / F`` steps.
         election: ``"round"`` or ``"early"`` (scores gathered one step before the
             round; the default with overlap or fragments).
-        compress: ``"none"``, ``"bf16"`` or ``"int8"``: the wire format of the
-            leader's difference from the level's reference.
+        compress: ``"none"``, ``"bf16"`` or ``"int8"``: the broadcast's wire format.
         comm, init, bn_buffers, asynchronous: see :class:`~lsgd.strategies.strategy.Strategy`.
     """
 
@@ -70,30 +68,17 @@ class LSGD(Strategy):
     supports_elastic = True
     supports_hidden_rounds = True
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        pull: float | None = None,
-        scope: float | None = None,
-        period: int | None = None,
-        pull_global: float | None = None,
-        scope_global: float | None = None,
-        global_period: int | None = None,
-        leader_window: int = 10,
-        leader_metric: str = "train",
-        eval_batch: tuple[torch.Tensor, torch.Tensor] | None = None,
-        eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-        scope_pull: str = "after-step",
-        leader_momentum: float = 0.0,
-        pull_decay_rounds: int = 0,
-        overlap: int = 0,
-        fragments: int = 1,
-        compress: str = "none",
-        election: str | None = None,
-        **options: Unpack[Options],
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 pull: float | None = None, scope: float | None = None,
+                 period: int | None = None, pull_global: float | None = None,
+                 scope_global: float | None = None, global_period: int | None = None,
+                 leader_window: int = 10, leader_metric: str = "train",
+                 eval_batch: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                 scope_pull: str = "after-step", leader_momentum: float = 0.0,
+                 pull_decay_rounds: int = 0, overlap: int = 0, fragments: int = 1,
+                 compress: str = "none", election: str | None = None,
+                 **options: Unpack[Options]) -> None:
         owner = "LSGD"
         knobs = check_knobs(owner, pull, scope, period, pull_global, scope_global,
                             global_period)
@@ -142,7 +127,6 @@ class LSGD(Strategy):
             raise ValueError(f"{owner}: elastic training runs blocking rounds; drop "
                              "election='early'")
 
-    # -- public views ----------------------------------------------------
     @property
     def leader_rank(self) -> int | None:
         """The global leader elected at the last communication (None before any)."""
@@ -197,8 +181,7 @@ class LSGD(Strategy):
                                           among)
 
     def _run_rounds(self, names: list[str]) -> None:
-        """Elect each due level's leader and send its state (local level first); later
-        parts send the leaders elected at the period's start."""
+        """Elect each due level's leader, send its state (later parts: the period's leader)."""
         for level, leader, diverged in self._elect(
                 [lv for lv in self.levels if lv.name in names], pull=True):
             self._launch(self._send(level, leader, diverged, pull=True))
@@ -355,8 +338,7 @@ class LSGD(Strategy):
         return self._parts.of(velocity, part), self._parts.of(self._lag, part)
 
     def _after_reset(self) -> None:
-        """Forget the losses of the diverged past: the window refills from the next step;
-        the leader momentum restarts from zero."""
+        """Forget the diverged losses and restart the leader momentum from zero."""
         self.scorer.window.load([])
         for velocity in self._velocity.values():
             torch._foreach_zero_(velocity.buffers)
@@ -391,6 +373,5 @@ class LSGD(Strategy):
 
 
 def _part_name(level: str, part: int) -> str:
-    """The cadence (and transfer) name of a level's part ``part``: the level's own name
-    for the first part (the election's round), ``"level/part"`` for the others."""
+    """The cadence name of a level's part: the level's for part 0, else ``"level/part"``."""
     return level if part == 0 else f"{level}/{part}"

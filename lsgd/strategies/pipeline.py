@@ -22,9 +22,8 @@ from lsgd.comm.transfers import Handle, done_handle
 
 @dataclasses.dataclass
 class InFlight:
-    """A round's transfer: started after local step ``started``, applied after
-    ``apply_at``; ``tensors`` are the buffers its results land in (and copies its
-    application needs), ``info`` small facts about it (JSON-able)."""
+    """A round's transfer, started after local step ``started``, applied after
+    ``apply_at``; ``tensors``: where its results land, ``info``: JSON-able facts."""
 
     started: int
     apply_at: int

@@ -36,8 +36,7 @@ def check_decay_rounds(owner: str, value: Any) -> int:
 
 
 def copied_share(round_index: int | None, decay_rounds: int) -> float:
-    """``c_r = max(0, 1 - r / R)``: the share of the way round ``r`` copies before its
-    ordinary pull; 0 with ``R = 0`` or no round index (a round with no decay)."""
+    """``c_r = max(0, 1 - r / R)``, the share round ``r`` copies (0: no decay)."""
     if not decay_rounds or round_index is None:
         return 0.0
     return max(0.0, 1.0 - round_index / decay_rounds)

@@ -10,8 +10,7 @@ from lsgd.strategies.seams import Seams as Strategy
 
 
 class Rounds:
-    """Rounds among every worker, as they fall due (the synchronous and asynchronous
-    methods on :mod:`torch.distributed` or the simulator)."""
+    """Rounds among every worker, as they fall due."""
 
     def __init__(self, strategy: Strategy) -> None:
         self.strategy = strategy

@@ -15,8 +15,7 @@ from lsgd.strategies.cadence import Cadence, RoundSchedule
 
 
 def supporting(capability: str) -> list[str]:
-    """The names of the methods whose class declares ``capability`` (a class flag of
-    :class:`Seams` such as ``supports_asynchronous``)."""
+    """The names of the methods whose class sets the flag ``capability``."""
     found: dict[str, None] = {}
     pending = list(Seams.__subclasses__())
     while pending:
@@ -66,15 +65,13 @@ class Seams:
         return bool(self.overlap or self.fragments > 1 or self.compress != "none")
 
     def reset_target(self) -> list[torch.Tensor] | None:
-        """What a diverged (or joining) worker is reset to at a round, shaped like
-        :attr:`local_state` (LSGD's global leader's state, DiLoCo's ``θ_g``, EASGD's
-        center); ``None`` where no worker keeps it (an average)."""
+        """What a diverged or joining worker is reset to at a round (like :attr:`local_state`;
+        ``None`` where no worker keeps it, as an average)."""
         return None
 
     # -- what the round runners call (lsgd.strategies.rounds, .elastic_rounds) ------
     def join_rounds(self, names: list[str]) -> None:
-        """Run the rounds ``names`` (cadence names) that fell due together, then the
-        BatchNorm average."""
+        """Run the rounds ``names`` that fell due together, then the BatchNorm average."""
         raise NotImplementedError
 
     def arrive(self, item: InFlight) -> None:
@@ -100,8 +97,7 @@ class Seams:
 
     @property
     def local_state(self) -> list[torch.Tensor]:
-        """This worker's parameters (and buffers, where rounds carry them), the tensors
-        its rounds communicate, in order: the live tensors, not copies."""
+        """The live tensors that this worker's rounds communicate, in order."""
         return self._state
 
     def state_dict(self) -> dict[str, Any]:
@@ -112,8 +108,7 @@ class Seams:
         raise NotImplementedError
 
     def own_counts(self) -> tuple[dict[str, CommStats], int, float]:
-        """What stays this worker's own when it takes a peer's state: the traffic
-        baseline, its resets and its seconds in rounds."""
+        """The traffic baseline, resets and seconds in rounds: this worker's own."""
         return dict(self._baseline), self.resets, self.wait_seconds
 
     def restore_own_counts(self, own: tuple[dict[str, CommStats], int, float]) -> None:

@@ -29,7 +29,7 @@ from lsgd.strategies.diloco import DiLoCo
 
 
 class SparseLoCo(DiLoCo):
-    """DiLoCo on error-corrected, sparse, 2-bit pseudo-gradients (see the module text).
+    """DiLoCo on error-corrected, sparse, 2-bit pseudo-gradients.
 
     Args:
         period: H, inner steps between outer steps (16).

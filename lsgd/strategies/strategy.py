@@ -1,12 +1,10 @@
 """What every strategy shares: the worker state, initialization, the center, stats.
 
-A strategy wraps one worker's model and optimizer; the user's loop stays plain
-PyTorch, with ``strategy.step(loss)`` in place of ``optimizer.step()`` (the inner
-step, then the method's rules). The worker state ``x`` is the model's parameters and,
-with ``bn_buffers="pull"``, its floating-point buffers (:mod:`lsgd.strategies.buffers`).
-Periodic methods declare their kinds of round (:class:`~lsgd.strategies.cadence.Cadence`)
-and implement ``_run_rounds``; asynchronous workers act together (stop, evaluate,
-checkpoint) only at a *sync point*, right after a round among all workers.
+A strategy wraps one worker's model and optimizer; the user's loop stays plain PyTorch,
+with ``strategy.step(loss)`` in place of ``optimizer.step()``. Periodic methods declare
+their kinds of round (:class:`~lsgd.strategies.cadence.Cadence`) and implement
+``_run_rounds``; asynchronous workers act together (stop, evaluate, checkpoint) only at
+a *sync point*, right after a round among all workers.
 
 A diverged worker (NaN or infinite loss or state) is reset at its next round to the
 state it would have moved toward, its optimizer state cleared; when every worker has
@@ -71,11 +69,10 @@ class Strategy(Seams):
         comm: the communicator; found from the environment when omitted.
         init: ``"broadcast"`` (every worker starts from rank 0's state) or
             ``"independent"`` (each keeps its own).
-        bn_buffers: ``"average"``, ``"pull"``, ``"local"`` or ``"broadcast"``, among
-            the method's :attr:`bn_modes` (default: the first); see
-            :mod:`lsgd.strategies.buffers`.
+        bn_buffers: one of the method's :attr:`bn_modes` (default: the first; see
+            :mod:`lsgd.strategies.buffers`).
         asynchronous: rounds fall due by the total steps of all workers instead
-            of each worker's own (LSGD, EASGD and LocalSGD).
+            of each worker's own.
     """
 
     name = "strategy"
@@ -108,9 +105,8 @@ class Strategy(Seams):
         if not isinstance(model, nn.Module):
             raise ValueError(f"{self.name}: model must be a torch.nn.Module, got {type(model)!r}")
         if not isinstance(optimizer, torch.optim.Optimizer):
-            raise ValueError(
-                f"{self.name}: optimizer must be a torch.optim.Optimizer, got {type(optimizer)!r}"
-            )
+            raise ValueError(f"{self.name}: optimizer must be a torch.optim.Optimizer, "
+                             f"got {type(optimizer)!r}")
         self.init = _validate.choice(self.name, "init", init, INITS)
         self.bn_buffers = bn.resolve(self.name, self.bn_modes, bn_buffers)
         self.comm = comm if comm is not None else get_communicator()
@@ -144,8 +140,7 @@ class Strategy(Seams):
     # -- the user-facing surface ----------------------------------------
     @property
     def model(self) -> nn.Module:
-        """The module to call in the forward pass: the DDP wrapper for AllReduce and for
-        a replica of several processes, the model itself otherwise."""
+        """The module to call in the forward pass (a DDP wrapper, or the model itself)."""
         return self._module if self._replica is None else self._replica
 
     @property
@@ -213,33 +208,28 @@ class Strategy(Seams):
             self._bn_average(self.comm, among)
 
     def _before_optimizer_step(self) -> bool:
-        """What the method does between ``backward()`` and the optimizer step;
-        returns whether to take the optimizer step (AllReduce skips a step whose
-        averaged gradient is not finite)."""
+        """The method's rules before the optimizer step; whether to take the step."""
         return True
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
         """The method's every-step rules after the ``self.steps``-th optimizer step."""
 
     def settle(self) -> None:
-        """Wait until every round's transfer in flight has arrived (``overlap``); each is
-        still applied at its own step. Call before evaluating or timing a pause."""
+        """Wait for every transfer in flight (each still lands at its step): before a pause."""
         if self._pipeline:
             start = self.comm.now()
             self._pipeline.settle()
             self.wait_seconds += self.comm.now() - start
 
     def _launch(self, item: InFlight) -> None:
-        """A round's transfer, started: applied now if due (``overlap=0``), else kept
-        in flight until its step."""
+        """A round's transfer, started: applied now if due, else kept in flight."""
         if item.apply_at <= self.steps:
             self.arrive(item)
         else:
             self._pipeline.add(item)
 
     def _apply_due(self) -> None:
-        """Apply the transfers in flight that are due after this step, before any round
-        of this step starts."""
+        """Apply the transfers due after this step, before any round of this step."""
         for item in self._pipeline.due(self.steps):
             start = self.comm.now()
             self._rounds.land(item)
@@ -267,14 +257,11 @@ class Strategy(Seams):
 
     # -- diverged workers -------------------------------------------------
     def _diverged_error(self, what: str = "state", step: int | None = None) -> DivergedError:
-        """The error every worker raises when no worker is left healthy (at ``step``,
-        by default the last step taken)."""
+        """The error every worker raises when no worker is left healthy."""
         step = self.steps if step is None else step
-        return DivergedError(
-            f"{self.name}: every worker's {what} is NaN or infinite at step {step}: "
-            "lower the learning rate (or clip the gradients, or warm the learning rate up) "
-            "and restart from the last checkpoint"
-        )
+        return DivergedError(f"{self.name}: every worker's {what} is NaN or infinite at step "
+                             f"{step}: lower the learning rate (or clip the gradients, or warm "
+                             "the learning rate up) and restart from the last checkpoint")
 
     def _reset_to(self, source: Sequence[torch.Tensor]) -> None:
         """Reset this diverged worker: ``x <- source`` exactly (shaped like the state), its
@@ -294,8 +281,7 @@ class Strategy(Seams):
     # -- acting together -------------------------------------------------
     @property
     def total_steps(self) -> int:
-        """Local steps of all workers together, as this worker last saw them (the shared
-        counter asynchronously; ``W * steps`` synchronously)."""
+        """Local steps of all workers together, as this worker last saw them."""
         return self._schedule.total if self.asynchronous else self.steps * self.world_size
 
     def agree(self, *values: float) -> tuple[float, ...]:
@@ -305,10 +291,9 @@ class Strategy(Seams):
         afterwards :attr:`total_steps` is the exact total of all workers, the same on each.
         """
         if not self.at_sync_point:
-            raise RuntimeError(
-                f"{self.name}.agree: asynchronous workers act together only right after a "
-                "round among all workers; check strategy.at_sync_point first"
-            )
+            raise RuntimeError(f"{self.name}.agree: asynchronous workers act together only "
+                               "right after a round among all workers; check "
+                               "strategy.at_sync_point first")
         if self.world_size == 1:
             return tuple(float(v) for v in values)
         # The shared counter rides along: nobody steps at a sync point, so the
@@ -332,8 +317,7 @@ class Strategy(Seams):
         return self._state[0].device if self._state else torch.device("cpu")
 
     def center(self) -> nn.Module:
-        """A copy of the model holding the average of all workers' states (collective: one
-        all-reduce, ``"eval"`` traffic; integer buffers are this worker's)."""
+        """A copy of the model with the workers' average state (one ``"eval"`` all-reduce)."""
         replica = copy.deepcopy(self._module)
         with self.comm.category("eval"):
             on_state_(replica, lambda buffer: self.comm.all_reduce_(buffer, op="mean"))
@@ -343,35 +327,22 @@ class Strategy(Seams):
         """Steps, rounds, traffic and leaders of this worker (see :class:`Report`)."""
         train, evaluation = self.traffic("train"), self.traffic("eval")
         return Report(
-            method=self.name,
-            rank=self.rank,
-            world_size=self.world_size,
-            groups=self.comm.groups,
-            steps=self.steps,
-            rounds=self.rounds,
-            asynchronous=self.asynchronous,
-            total_steps=self.total_steps,
-            wait_seconds=self.wait_seconds,
-            bytes_sent=train.bytes_sent,
-            bytes_received=train.bytes_received,
-            comm_seconds=train.seconds,
-            comm_calls=train.calls,
-            eval_bytes_sent=evaluation.bytes_sent,
-            eval_bytes_received=evaluation.bytes_received,
-            resets=self.resets,
-            link_bytes_sent=train.link_bytes_sent,
-            link_bytes_received=train.link_bytes_received,
-            replica_processes=self.comm.share[1],
-            **self._report_fields(),
-        )
+            method=self.name, rank=self.rank, world_size=self.world_size,
+            groups=self.comm.groups, replica_processes=self.comm.share[1],
+            steps=self.steps, rounds=self.rounds, asynchronous=self.asynchronous,
+            total_steps=self.total_steps, wait_seconds=self.wait_seconds, resets=self.resets,
+            bytes_sent=train.bytes_sent, bytes_received=train.bytes_received,
+            comm_seconds=train.seconds, comm_calls=train.calls,
+            link_bytes_sent=train.link_bytes_sent, link_bytes_received=train.link_bytes_received,
+            eval_bytes_sent=evaluation.bytes_sent, eval_bytes_received=evaluation.bytes_received,
+            **self._report_fields())
 
     def _report_fields(self) -> dict[str, Any]:
-        """The method's own :class:`Report` fields (leaders, ``details``)."""
-        return {}
+        """The method's own :class:`Report` fields (leaders, ``details``: its counters)."""
+        return {"details": {name: getattr(self, name) for name in self.counters}}
 
     def spread(self) -> float | None:
-        """Mean distance of the workers' states to their average (decentralized methods);
-        ``None`` for the others."""
+        """Mean distance of the states to their average (decentralized methods only)."""
         return None
 
     def traffic(self, category: str = "train") -> CommStats:
@@ -396,9 +367,8 @@ class Strategy(Seams):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("name") != self.name:
-            raise ValueError(
-                f"{self.name}.load_state_dict: the state was saved by {state.get('name')!r}"
-            )
+            raise ValueError(f"{self.name}.load_state_dict: the state was saved by "
+                             f"{state.get('name')!r}")
         saved = state.get("bn_buffers")
         if saved is None and self._bn_average is not None:
             raise ValueError(

@@ -25,8 +25,7 @@ MIX = 0.5  # Streaming DiLoCo's weight of the local state in a "mix" merge
 
 
 def check_merge(owner: str, merge: str | None, overlap: int, default: str) -> str:
-    """``merge``, one of :data:`MERGES` (None: the method's ``default``); one that is
-    given needs ``overlap``."""
+    """``merge`` (None: the method's ``default``); one that is given needs ``overlap``."""
     if merge is None:
         return default
     _validate.choice(owner, "merge", merge, MERGES)
@@ -46,8 +45,7 @@ class Landing:
 
     def land(self, part: int, target: Sequence[torch.Tensor],
              start: Sequence[torch.Tensor] | None = None, weight: float = 1.0) -> None:
-        """Move ``part`` of the state to ``target`` (``start``: the part when the round
-        started, for ``"keep"``); ``weight < 1``: that much of the way."""
+        """Move ``part`` to ``target`` (``weight < 1``: that much of the way)."""
         now = self.parts.current(part)
         if weight != 1.0:
             pull_(now, target, weight)

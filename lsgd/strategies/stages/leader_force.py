@@ -10,8 +10,7 @@ elected as LSGD elects. With ``M`` workers (replicas):
   ``c = leader_weight``. Communicated: the score all-gather, nothing else.
 * ``leader="pull"``: after the method's rule, ``θ_g <- θ_g + λ (x_L - θ_g)``,
   ``λ = leader_pull``, toward the leader's state at the round's start. Communicated:
-  the score all-gather and one broadcast of the leader's state (compressed,
-  ``x_L - r``); a gathering round already holds the leader's own message.
+  the score all-gather and one broadcast of the leader's state (none when gathered).
 
 Both apply on a healthy round only; elastic, asynchronous and hierarchical rounds are
 refused.
@@ -58,8 +57,7 @@ class LeaderForce:
 
     def elect(self, comm: Communicator, module: nn.Module, state: Sequence[torch.Tensor],
               device: torch.device, among: Among) -> float | None:
-        """Gather the scores and elect the round's leader; returns this worker's weight of
-        the round's sum (``"weights"``), or None (a plain mean)."""
+        """Elect the round's leader; this worker's weight of the sum (None: a plain mean)."""
         scores = self.election.gather(comm, module, state, device, among)
         self.leader = elect(scores)
         if self.mode != "weights":
@@ -71,8 +69,7 @@ class LeaderForce:
         return mine / (count + self.weight)
 
     def weights(self, count: int, leader: int) -> list[float] | None:
-        """Every member's weight of a gathered round's sum when ``leader`` leads
-        (``"weights"``; None: a plain mean)."""
+        """Every member's weight of a gathered round's sum (None: a plain mean)."""
         if self.mode != "weights":
             return None
         return [(1.0 + self.weight if m == leader else 1.0) / (count + self.weight)
@@ -115,8 +112,7 @@ class LeaderForce:
             torch._foreach_add_(self._landed, list(reference))
 
     def pull_(self, targets: Sequence[torch.Tensor]) -> None:
-        """``θ <- θ + λ (x_L - θ)`` on ``targets`` when the round being applied has a
-        leader."""
+        """``θ <- θ + λ (x_L - θ)`` on ``targets`` when the round has a leader."""
         if self._landed is not None:
             pull_(targets, self._landed, self.pull)
 
@@ -133,8 +129,7 @@ class LeaderForce:
 
 
 def make(owner: str, leader: Any, leader_weight: Any, leader_pull: Any) -> LeaderForce | None:
-    """The leader force of a method's keywords (None for ``leader="none"``); a weight or
-    pull given for another mode is refused."""
+    """The leader force of a method's keywords (None for ``leader="none"``)."""
     _validate.choice(owner, "leader", leader, LEADERS)
     for name, value, mode in (("leader_weight", leader_weight, "weights"),
                               ("leader_pull", leader_pull, "pull")):

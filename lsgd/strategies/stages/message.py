@@ -21,8 +21,7 @@ class Message:
 
     def build(self, part: int, reference: FlatBuffer | None
               ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """(the message of this process's share of the part, new tensors; the part as it
-        is now, views of the work copy)."""
+        """(the message of this process's share of the part; the part now, as views)."""
         now = self.parts.current(part)
         message = [t.clone() for t in now]
         if self.difference:

@@ -45,8 +45,7 @@ class AllReduce:
 
     def start(self, message: Tensors, among: Among, summed: bool
               ) -> tuple[list[Handle], dict[str, Tensors]]:
-        """Reduce ``message`` in place among ``among`` (``summed``: the sum of messages
-        the workers weighted, else the mean)."""
+        """Reduce ``message`` in place: the mean (``summed``: the sum of weighted ones)."""
         across, op = self.comm.across, "sum" if summed else "mean"
         if self.blocking:
             for t in message:
@@ -74,8 +73,7 @@ class Layout(Protocol):
 
 
 class Chunks:
-    """A gathered message's layout: each (1-D) tensor as rows of ``chunk`` values
-    (zero-padded), every row in ``fmt``."""
+    """A gathered message's layout: rows of ``chunk`` values (zero-padded) in ``fmt``."""
 
     def __init__(self, fmt: SparseFormat, chunk: int) -> None:
         self.fmt, self.chunk = fmt, chunk
@@ -94,8 +92,7 @@ class Chunks:
 
 
 class Gather:
-    """The gathered move of a compressed message, as the rows of ``layout``
-    (:class:`Chunks`, or DeMo's DCT blocks)."""
+    """The gathered move of a compressed message, as the rows of ``layout``."""
 
     gathers = True
 
@@ -128,15 +125,13 @@ class Gather:
         return out
 
     def roundtrip(self, message: Tensors) -> Tensors:
-        """What this worker's ``message`` is decoded to; its encoding is kept, and the
-        next :meth:`start` sends it."""
+        """What ``message`` is decoded to; its encoding is kept for :meth:`start`."""
         self._payload = self._encode(message)
         return self.layout.join(self._decode(self._payload, message), message)
 
     def start(self, message: Tensors, among: Among, summed: bool
               ) -> tuple[list[Handle], dict[str, Tensors]]:
-        """Start the all-gather of ``message``'s payload (``tensors["gathered"]``; the
-        reduction goes into ``tensors["mean"]``)."""
+        """Start the all-gather of ``message``'s payload (into ``tensors["gathered"]``)."""
         payload = self._payload if self._payload is not None else self._encode(message)
         self._payload = None
         across = self.comm.across
@@ -164,18 +159,14 @@ class Gather:
         message of member ``keep``."""
         mean = tensors["mean"]
         members = self.decoded(tensors)
-        total: Tensors | None = None
         kept = None
-        for member, rows in enumerate(members):
-            if member == keep:
-                kept = [t.clone() for t in self.layout.join(rows, mean)]
-            if weights is not None:
-                torch._foreach_mul_(rows, weights[member])
-            if total is None:
-                total = rows
-            else:
-                torch._foreach_add_(total, rows)
-        assert total is not None
+        if keep is not None:  # its own message, before any weight
+            kept = [t.clone() for t in self.layout.join(members[keep], mean)]
+        for rows, weight in zip(members, weights or ()):
+            torch._foreach_mul_(rows, weight)
+        total = members[0]
+        for rows in members[1:]:
+            torch._foreach_add_(total, rows)
         if weights is None:
             torch._foreach_div_(total, float(len(members)))
         torch._foreach_copy_(mean, self.layout.join(total, mean))

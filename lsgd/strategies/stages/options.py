@@ -97,8 +97,7 @@ class RoundPlan:
 
 def plan(owner: str, period: int, options: dict[str, Any], *, merge: str,
          asynchronous: bool = False, takes: tuple[str, ...] = ()) -> RoundPlan:
-    """Check a method's round ``options`` (popped from the dict) against its ``period``;
-    ``merge`` is its default merge, ``takes`` the optional groups it accepts."""
+    """Check (and pop) a method's round ``options``; ``takes``: its optional groups."""
     given = {key: options.pop(key) for key in list(options) if key in RoundOptions.__annotations__}
     for group, keys in OPTIONAL.items():
         refused = [key for key in keys if key in given and group not in takes

@@ -30,8 +30,7 @@ class Fragments:
                         for begin, end in [share(hi - lo)]] for part in self.whole]
 
     def of(self, flat: FlatBuffer, f: int) -> list[torch.Tensor]:
-        """This process's share of part ``f`` of ``flat`` (a buffer laid out like the
-        state), as views."""
+        """This process's share of part ``f`` of ``flat`` (laid out like the state)."""
         return [b[lo:hi] for b, (lo, hi) in zip(flat.buffers, self.bounds[f])]
 
     def whole_of(self, flat: FlatBuffer, f: int) -> list[torch.Tensor]:
@@ -39,8 +38,7 @@ class Fragments:
         return [b[lo:hi] for b, (lo, hi) in zip(flat.buffers, self.whole[f])]
 
     def cadences(self, period: int) -> list[Cadence]:
-        """One kind of round per part, each every ``period`` steps at its offset (one
-        part: the ``"global"`` round at the period's multiples)."""
+        """One kind of round per part, every ``period`` steps at its offset."""
         if self.count == 1:
             return [Cadence("global", period, "world")]
         return [Cadence(f"fragment{f}", period, "world",
@@ -54,8 +52,7 @@ def part_of(cadence: str) -> int:
 
 
 class StateParts:
-    """The strategy's state tensors as a round sees them: ``work``, one flat copy;
-    ``fragments``, its parts and this process's share of each."""
+    """The state as a round sees it: ``work``, a flat copy, and ``fragments``."""
 
     def __init__(self, comm: Communicator, state: Sequence[torch.Tensor], fragments: int
                  ) -> None:
@@ -74,14 +71,12 @@ class StateParts:
         return self.fragments.of(self.work, part)
 
     def write_back(self, part: int) -> None:
-        """The state's part ``part`` from :meth:`current`'s views (the shares of the
-        replica's processes put together)."""
+        """The state's part ``part`` from :meth:`current`'s views, shares put together."""
         self.put_together(self.work, part)
         self.work.copy_to(self.tensors)
 
     def put_together(self, flat: FlatBuffer, part: int) -> None:
-        """Part ``part`` of ``flat`` whole again from the shares of the replica's
-        processes (nothing to do for a process)."""
+        """Part ``part`` of ``flat`` whole again from the replica's processes' shares."""
         if self.comm.share[1] > 1:
             for whole in self.fragments.whole_of(flat, part):
                 self.comm.put_together_(whole)

@@ -71,8 +71,7 @@ class Round:
     # -- the sending half ----------------------------------------------------------
     def start(self, part: int, steps: int, reference: FlatBuffer | None,
               among: Among = "world") -> InFlight:
-        """Build ``part``'s message, transform it and start its move; the transfer lands
-        ``overlap`` steps later (at once when blocking)."""
+        """Build ``part``'s message, transform it and start its move."""
         message, now = self.message.build(part, reference)
         leader, weight = self.leader, None
         if leader is not None:
@@ -96,20 +95,17 @@ class Round:
 
     def attach(self, global_state: FlatBuffer, outer_parts: list[torch.optim.Optimizer]
                ) -> None:
-        """The global copy and its outer optimizers, for a round that steps on its own
-        (DiLoCo's eager one)."""
+        """The global copy and its outer optimizers, for DiLoCo's eager round."""
 
     def begin(self, part: int, steps: int, reference: FlatBuffer | None, among: Among
               ) -> tuple[InFlight, Tensors | None]:
-        """:meth:`start`, and what the rule applies at once (nothing: it waits for the
-        mean; a round that steps at once returns its direction)."""
+        """:meth:`start`, and a direction the rule applies at once (here none)."""
         return self.start(part, steps, reference, among), None
 
     # -- the receiving half ----------------------------------------------------------
     def arrive(self, item: InFlight, reference: FlatBuffer | None
                ) -> tuple[bool, Tensors | None]:
-        """(whether the landed mean is finite on every share, the mean for the rule), the
-        leader's state held for its pull."""
+        """(whether the landed mean is finite on every share, the mean for the rule)."""
         part = int(item.info["fragment"])
         leader, weights, keep = self.leader, None, None
         if leader is not None and self.move.gathers and "leader" in item.info:
@@ -126,8 +122,7 @@ class Round:
 
     def land(self, part: int, target: Sequence[torch.Tensor],
              start: Sequence[torch.Tensor] | None = None, weight: float = 1.0) -> None:
-        """The rule's ``target`` for ``part`` (first pulled toward the round's leader)
-        lands in the state."""
+        """The rule's ``target`` (pulled toward the round's leader) lands in the state."""
         if self.leader is not None and weight == 1.0:
             self.leader.pull_(target)
         self.landing.land(part, target, start, weight)
@@ -141,9 +136,7 @@ class Round:
 
     def heal(self, part: int, among: Among, plain: Callable[[int, Among], Healing],
              diverged: Callable[[], Exception]) -> Healing:
-        """The rare path of a mean that is not finite: the method's ``plain`` rule over
-        the healthy members (a round with state of its own heals it; ``diverged``: the
-        error when no worker is healthy)."""
+        """A mean that is not finite: the method's ``plain`` rule over the healthy members."""
         return plain(part, among)
 
     # -- what a checkpoint keeps -------------------------------------------------------
