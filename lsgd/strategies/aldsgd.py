@@ -64,13 +64,10 @@ def aldsgd_update_(xs: Tensors, rank: int, neighbours: Mapping[int, Tensors],
                    scores: Mapping[int, float], degrees: Mapping[int, int], weight: float,
                    c_B: float = 0.3, c_D: float = 0.1, p_B: float = 0.1, p_D: float = 0.1,
                    original: Tensors | None = None) -> tuple[int, int] | None:
-    """One AL-DSGD communication of worker ``rank``, in place on its state ``xs``.
-
+    """One AL-DSGD communication of worker ``rank``, in place on its state ``xs``:
     ``neighbours`` maps each active neighbour to its state, ``scores`` and ``degrees``
-    cover ``rank`` and its neighbours, ``weight`` is ``a``; ``original``, when the caller
-    holds it, is a copy of ``xs`` before the update. Returns ``(B, D)``, or ``None``
-    (``xs`` left alone) when there is no active neighbour.
-    """
+    cover ``rank`` and its neighbours, ``weight`` is ``a``, ``original`` (if held) a copy
+    of ``xs``. Returns ``(B, D)``, or ``None`` (``xs`` left alone) with no neighbour."""
     if not neighbours:
         return None
     best, degree = choose(rank, scores, degrees)
@@ -92,10 +89,8 @@ class ALDSGD(Decentralized):
             Defaults ``0.3, 0.1, 0.1, 0.1`` are the authors' library's.
         leader_window, leader_metric, eval_batch, eval_loss: the leader score,
             as in :class:`~lsgd.strategies.lsgd.LSGD`.
-        options: the gossip's (``topology``, ``budget`` (default 1: every matching),
-            ``period``, ``seed``, ``mixing_weight``:
-            :class:`~lsgd.strategies.decentralized.Decentralized`) and the strategy's
-            (``comm``, ``init``, ``bn_buffers``: :class:`~lsgd.strategies.strategy.Strategy`).
+        options: :class:`~lsgd.strategies.decentralized.Decentralized`'s (``budget``
+            default 1: every matching active).
     """
 
     name = "al-dsgd"

@@ -35,10 +35,9 @@ class AllReduce(Strategy):
         ddp_kwargs: extra keyword arguments for ``DistributedDataParallel``.
         compress: ``"none"`` or ``"bf16"`` (torch's ``bf16_compress_hook``).
         powersgd: the rank of torch's PowerSGD hook (0: off).
-        powersgd_warmup: plain all-reduce steps before PowerSGD compresses
-            (``start_powerSGD_iter``, at least 2).
+        powersgd_warmup: plain all-reduce steps before PowerSGD compresses (at least 2).
 
-    Workers always start from rank 0's state, so there is no ``init`` argument.
+    Workers always start from rank 0's state (no ``init`` argument).
     """
 
     name = "allreduce"

@@ -1,11 +1,9 @@
 """The averaging methods (DiLoCo, local SGD, EASGD): their round is the stages'
 (:mod:`lsgd.strategies.stages`), their file holds their rule.
 
-A round sends each worker's message of a part of the state (the whole state, or one
-of ``fragments`` parts in turn), moves it (all-reduced, or all-gathered when
-compressed to top-k or 2-bit) and hands the mean to the method's rule
-(:meth:`Averaging._rule`), which lands the part where it goes. The round's options are
-declared once, :class:`~lsgd.strategies.stages.options.RoundOptions` (docs/algorithms.md,
+A round sends each worker's message of a part of the state, moves it (all-reduced, or
+all-gathered when compressed to top-k or 2-bit) and hands the mean to the method's rule
+(:meth:`Averaging._rule`), which lands the part where it goes (docs/algorithms.md,
 "Hiding and shrinking communication"). A mean that is not finite is redone over the
 healthy members (:meth:`Averaging._recover`).
 """

@@ -1,13 +1,11 @@
-"""When rounds fall due (docs/algorithms.md, "LSGD, asynchronous"). A periodic method
-has *cadences*, kinds of round (local, inside the worker's group, before global);
-:class:`RoundSchedule` says after each local step which rounds to join now:
+"""When rounds fall due (docs/algorithms.md, "LSGD, asynchronous"): after each local
+step :class:`RoundSchedule` says which of a method's *cadences* (kinds of round) to join:
 
 * **synchronous**: a round of period ``tau`` is due after the worker's own step ``s``
   when ``s % tau`` equals the cadence's offset.
-* **asynchronous**: every local step adds one to a counter shared by all workers (the
-  c10d store); round ``r`` falls due when the counter reaches ``r * W * tau``, and each
-  worker joins every round once, in order, at its first step boundary after it sees
-  the round due.
+* **asynchronous**: every local step adds one to a counter shared by all workers;
+  round ``r`` falls due when it reaches ``r * W * tau``, and each worker joins every
+  round once, in order, at its first step after it sees the round due.
 """
 
 from __future__ import annotations

@@ -105,18 +105,15 @@ class Decentralized(Strategy):
     """Base class of the gossip methods: neighbour exchange along active matchings.
 
     Args:
-        topology: a :class:`~lsgd.topology.Topology`, a list of them used in
-            turn (dynamic graphs), or a kind name for :func:`lsgd.topology.make`;
-            default ``ring(W)``.
-        budget: C_b in (0, 1], the expected fraction of matchings active (MATCHA;
-            1 activates every matching, D-PSGD).
+        topology: a :class:`~lsgd.topology.Topology`, a list of them used in turn (dynamic
+            graphs), or a kind name for :func:`lsgd.topology.make`; default ``ring(W)``.
+        budget: C_b in (0, 1], the expected fraction of matchings active (1: all).
         period: local steps between communications (1: every step).
         seed: seed of the activation sampler; the same on every worker.
         mixing_weight: ``a``. ``None``: the method's own (D-PSGD's
             ``2 / (lambda_2 + lambda_max)``, MATCHA's SDP); ``"max-degree"``:
             ``1 / (1 + max degree)``, every self weight positive; a number in (0, 1].
-        comm, init, bn_buffers: see :class:`~lsgd.strategies.strategy.Strategy`
-            (``bn_buffers``: ``"pull"``, mixed like parameters, the default, or ``"local"``).
+        comm, init, bn_buffers: the strategy's (``bn_buffers``: ``"pull"`` or ``"local"``).
     """
 
     name = "decentralized"

@@ -79,14 +79,11 @@ class DeMo(Strategy):
     Args:
         decay: β in [0, 1), the momentum's decay (the reference's 0.999).
         topk: k, coefficients kept per DCT block (32).
-        chunk: the largest block side (64): 1-D chunks of up to 64 values, 2-D blocks of
-            up to 64 x 64.
-        values: the kept coefficients' format, ``"float32"`` (default), ``"int8"`` or
-            ``"2bit"`` (:mod:`lsgd.comm.sparse`).
+        chunk: the largest block side (64): 1-D chunks, or 2-D blocks of up to 64 x 64.
+        values: the kept coefficients' format, ``"float32"``, ``"int8"`` or ``"2bit"``.
         overlap: 0, or 1: each step's gather lands a step later.
         leader: ``"none"`` only: DeMo's workers hold one state, so none leads another.
-        comm, init: see :class:`~lsgd.strategies.strategy.Strategy` (``bn_buffers``:
-            ``"local"``).
+        comm, init: see :class:`~lsgd.strategies.strategy.Strategy`.
 
     ``optimizer`` must be ``torch.optim.SGD`` without momentum (DeMo's momentum is its
     own): its learning rate and weight decay are DeMo's ``η`` and ``wd``.

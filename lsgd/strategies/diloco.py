@@ -41,13 +41,11 @@ class DiLoCo(Averaging):
         period: H, inner steps between outer steps.
         outer_lr: the outer learning rate (> 0; DiLoCo's 0.7).
         outer_momentum: its Nesterov momentum in [0, 1) (DiLoCo's 0.9; 0: plain SGD).
-        outer: ``"standard"`` (default) or ``"eager"``: the outer step on the round's
-            mean, or at once on ``Δ̄_{t-1} + (Δ_t^m - Δ_{t-1}^m) / M`` while the mean of
-            ``Δ_t^m`` travels for a whole period (takes no ``overlap`` or ``merge``).
+        outer: ``"standard"`` or ``"eager"`` (:mod:`lsgd.strategies.stages.eager`: the
+            outer step at once while the round's mean travels for a whole period).
         options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions`;
-            ``merge`` defaults to ``"mix"``) and the strategy's
-            (:class:`~lsgd.strategies.strategy.Strategy`; ``bn_buffers``: ``"average"`` or
-            ``"local"``).
+            ``merge`` defaults to ``"mix"``) and the strategy's (``bn_buffers``:
+            ``"average"`` or ``"local"``).
 
     ``global_state`` holds ``θ_g`` and ``outer_optimizers`` its outer SGD (one per
     fragment); ``center()`` is the mean of the workers' states.

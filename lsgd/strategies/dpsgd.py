@@ -2,8 +2,8 @@
 Algorithms? A Case Study for Decentralized Parallel Stochastic Gradient
 Descent", NeurIPS 2017, https://arxiv.org/abs/1705.09056).
 
-Every ``period`` steps (default every step), after the inner optimizer step,
-each worker swaps its state with every neighbour in the graph and mixes::
+Every ``period`` steps, after the inner optimizer step, each worker swaps its state with
+every neighbour in the graph and mixes::
 
     x_i <- (1 - d_i a) x_i + a sum_{j in N(i)} x_j,     a = 2 / (lambda_2(L) + lambda_max(L))
 

@@ -37,10 +37,8 @@ class EASGD(Averaging):
         moving_rate: beta in [0, 1] (default 0.43, the LSGD paper's); each
             worker's elastic pull is ``alpha = beta / W``.
         period: tau, local steps between rounds.
-        options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions`, but
-            ``merge``: a landing moves the state as it is then; compressed, the workers
-            send ``c - x``) and the strategy's (:class:`~lsgd.strategies.strategy.Strategy`;
-            ``bn_buffers``: ``"average"``, the default, ``"pull"`` or ``"local"``).
+        options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions` but
+            ``merge``; compressed, the workers send ``c - x``) and the strategy's.
 
     ``center()`` returns the center variable ``c`` (no communication).
     """

@@ -6,9 +6,8 @@ among all workers is a quorum point among the live workers (docs/algorithms.md,
 
 * **Leaving.** An absent worker is not a member of the next round and cannot be
   elected. A round whose collective failed applies nothing and is not committed.
-* **Joining.** A (re)started worker is healed by torchft from an up-to-date member
-  (``"join"`` traffic) and enters the same round as a *diverged* worker (its state set
-  to NaN), so the round's own rule resets it exactly.
+* **Joining.** A (re)started worker is healed by torchft from an up-to-date member and
+  enters the same round as a *diverged* worker (NaN), so the round's rule resets it.
 * **Hidden rounds** (one worker per node): a round stays open while its transfer is
   under way, and closes (rule, then commit) when it lands.
 """

@@ -1,13 +1,11 @@
 """LSGD's elections: this worker's score, gathered from every member, when and where.
 
 A worker's score is its :class:`~lsgd.leader.Scorer`'s, ``+inf`` when its state is not
-finite, so that a diverged worker is never elected. When (docs/algorithms.md, "LSGD's
-hidden round: the early election and fragments"):
-
-* ``"round"``: a blocking all-gather at the round step ``s``.
-* ``"early"``: the all-gather starts after step ``s - 1`` on the ``"control"`` lane
-  and is waited for at step ``s``: the leader is one step stale (Theorem 2 of the LSGD
-  paper allows it), and a round step holds no blocking collective.
+finite, so that a diverged worker is never elected. ``"round"``: a blocking all-gather
+at the round step ``s``; ``"early"``: the all-gather starts after step ``s - 1`` on the
+``"control"`` lane, so the leader is one step stale (Theorem 2 of the LSGD paper allows
+it) and a round step holds no blocking collective (docs/algorithms.md, "LSGD's hidden
+round: the early election and fragments").
 """
 
 from __future__ import annotations

@@ -54,10 +54,9 @@ def check_same_model(comm: Communicator, state: Sequence[torch.Tensor], owner: s
 
 def sum_healthy_(comm: Communicator, tensors: Sequence[torch.Tensor], healthy: bool,
                  among: Among, device: torch.device) -> int:
-    """``tensors <-`` their sum over the *healthy* members of ``among`` (a member that is not
-    ``healthy`` adds zeros; one all-reduce per tensor, ``"train"`` traffic); returns the
-    number of healthy members, the same on each (one all-reduce of one float64,
-    ``"control"`` traffic)."""
+    """``tensors <-`` their sum over the *healthy* members of ``among`` (one all-reduce per
+    tensor, a member that is not ``healthy`` adding zeros); returns the number of healthy
+    members (one more all-reduce of one float64, ``"control"`` traffic)."""
     if not healthy:
         for tensor in tensors:
             tensor.zero_()

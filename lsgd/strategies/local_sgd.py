@@ -32,10 +32,8 @@ class LocalSGD(Averaging):
             every ``global_period`` (needs several groups).
         global_period: tau_G, a multiple of ``period`` (default ``4 * period``).
         options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions`, one
-            level of averaging only; ``merge`` defaults to ``"keep"``) and the strategy's
-            (:class:`~lsgd.strategies.strategy.Strategy`; ``bn_buffers``: ``"average"``, in
-            the round's all-reduce, or ``"local"``). Compressed, a worker sends ``r - x``
-            for ``r`` the last average.
+            level of averaging only; compressed, a worker sends ``r - x`` for ``r`` the
+            last average) and the strategy's (``bn_buffers``: ``"average"`` or ``"local"``).
     """
 
     name = "local-sgd"

@@ -4,12 +4,11 @@ single-leader and multi-leader, synchronous and asynchronous.
 
 Each worker runs its own optimizer and is pulled toward the *leader* (lowest recent
 training loss), never toward an average (docs/algorithms.md, "LSGD, synchronous"):
-every local step a scope pull of ``scope / period`` toward the leaders of the last
-round; every ``period`` steps a local round (elect each group's leader, broadcast its
-state inside the group, ``x <- x - pull (x - leader_local)``); every ``global_period``
-steps the same among all workers. Communicated per round: one all-gather of the scores
-and one broadcast of the leader's state. Diverged workers are never elected and copy
-the leader instead of pulling.
+every step a scope pull of ``scope / period`` toward the last round's leaders; every
+``period`` steps a local round (elect each group's leader, broadcast its state inside
+the group, ``x <- x - pull (x - leader_local)``); every ``global_period`` steps the same
+among all workers. Communicated per round: one all-gather of the scores and one
+broadcast of the leader's state. Diverged workers copy the leader instead of pulling.
 """
 
 from __future__ import annotations
@@ -211,13 +210,9 @@ class LSGD(Strategy):
 
     def _elect(self, levels: list[Level], pull: bool) -> list[tuple[Level, int, bool]]:
         """Each level's leader from one gathered set of scores: ``(level, leader, this
-        worker diverged)``, local level first.
-
-        A worker whose gathered score is not finite (+inf: its state is not) is
-        diverged: it copies the leader's state at the first level that elects one, and
-        pulls normally at the next. A worker whose window a reset just emptied scores
-        NaN without being diverged: it is not elected, and pulls normally.
-        """
+        worker diverged)``, local level first. A worker whose gathered score is not finite
+        is diverged: it copies the leader's state at the first level that elects one. One
+        whose window a reset just emptied scores NaN but is not diverged."""
         if not levels:
             return []
         world = any(lv.among == "world" for lv in levels)

@@ -6,11 +6,10 @@ matching ``j`` is active with probability ``p_j``, drawn alike on every worker f
 generator seeded with ``seed``; each worker then gossips with its partners in the
 active matchings, ``x_i <- (1 - d_i a) x_i + a sum_{j in A_i} x_j``.
 
-``p = argmax lambda_2(sum_j p_j L_j)`` s.t. ``sum_j p_j <= budget * M``,
-``0 <= p_j <= 1``, and ``a = argmin ||E[W^T W] - J||_2`` with ``W = I - a L(t)``
-(:mod:`lsgd.topology`), solved once with cvxpy. ``budget=1`` is exactly
-:class:`~lsgd.strategies.dpsgd.DPSGD`. Communicated per communication: the state, once
-to each active partner, about ``budget`` times what D-PSGD sends.
+``p = argmax lambda_2(sum_j p_j L_j)`` s.t. ``sum_j p_j <= budget * M``, and
+``a = argmin ||E[W^T W] - J||_2`` (:mod:`lsgd.topology`, solved once with cvxpy).
+``budget=1`` is D-PSGD. Communicated per communication: the state, once to each active
+partner.
 """
 
 from __future__ import annotations

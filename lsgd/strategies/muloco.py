@@ -23,10 +23,8 @@ class MuLoCo(DiLoCo):
 
     Args:
         optimizer: a :class:`lsgd.optim.MuonAdamW` over the model.
-        period, outer_lr, outer_momentum: DiLoCo's (16, 0.7, 0.9).
-        compress: the message's codec (``"2bit"``; any of DiLoCo's).
-        error_feedback: what the codec drops goes into the next message (True).
-        options: DiLoCo's (:class:`~lsgd.strategies.diloco.DiLoCo`).
+        compress, error_feedback: the message's codec (any of DiLoCo's) and feedback.
+        period, outer_lr, outer_momentum, options: DiLoCo's.
     """
 
     name = "muloco"

@@ -1,11 +1,10 @@
 """LSGD's round pull, and its early valley: a pull that decays from a full copy
 (docs/algorithms.md, "The early valley: a round pull that decays from 1").
 
-With ``pull_decay_rounds=R > 0`` a level's round ``r`` (its earlier rounds that
-elected a leader) first copies a share ``c_r = max(0, 1 - r / R)`` of the way to the
-leader's state ``x̃``, so that its pull is ``λ_r = λ + (1 - λ) c_r``: a full copy at
-``r = 0``, decaying linearly to ``λ`` at ``r = R`` (bit for bit; ``R = 0`` is the
-constant pull). Nothing more is communicated: every member counts ``r`` alike.
+With ``pull_decay_rounds=R > 0`` a level's round ``r`` first copies a share
+``c_r = max(0, 1 - r / R)`` of the way to the leader's state ``x̃``, so that its pull is
+``λ_r = λ + (1 - λ) c_r``, decaying linearly to ``λ`` at ``r = R``. Nothing more is
+communicated: every member counts ``r`` alike.
 
 A hidden round (``overlap=K``) lands when the worker's state is ``x = x_s + δ``
 (``x_s``: its state at the round, ``δ``: the ``K`` steps since): the copied share moves

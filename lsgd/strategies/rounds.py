@@ -20,7 +20,7 @@ class Rounds:
         self.strategy.start_together()
 
     def check(self) -> None:
-        """Once the method declared its rounds: nothing to check here."""
+        """Once the method declared its rounds: any option they cannot take refused."""
 
     def join(self) -> bool:
         """Before a worker's step: whether the step is spent joining a running job."""

@@ -28,8 +28,7 @@ def supporting(capability: str) -> list[str]:
 
 class Seams:
     """Mixed into :class:`~lsgd.strategies.strategy.Strategy`, which sets the attributes
-    annotated here. What a method supports is a class flag here, overridden by the
-    method's class and read by every check."""
+    annotated here; what a method supports is a class flag, read by every check."""
 
     #: Rounds by all workers' steps together (``asynchronous=True``).
     supports_asynchronous = False

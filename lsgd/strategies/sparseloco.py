@@ -13,9 +13,8 @@ and whose pseudo-gradients travel as the top-k of every chunk in 2-bit values. E
     θ_g <- θ_g - α mean_m(c_m)         (all-gather of the c_m: each worker's kept
     θ_m <- θ_g                          entries are its own)
 
-In the round's stages: DiLoCo's message and outer step (plain SGD, lr ``α``), error
-feedback with decay ``β`` and the gathered top-k codec (:mod:`lsgd.strategies.stages`);
-every other DiLoCo and round option applies.
+In the round's stages: DiLoCo's outer step (plain SGD, lr ``α``), error feedback with
+decay ``β`` and the gathered top-k codec; every other DiLoCo option applies.
 """
 
 from __future__ import annotations

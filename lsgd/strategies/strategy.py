@@ -158,12 +158,9 @@ class Strategy(Seams):
 
     def step(self, loss: torch.Tensor | float | None = None) -> None:
         """Inner optimizer step, then this method's pulls; then the transfers that are
-        due land and the rounds that fell due run (through :mod:`lsgd.strategies.rounds`).
-
+        due land and the rounds that fell due run (:mod:`lsgd.strategies.rounds`).
         Asynchronously, the rounds joined stop after one among all workers, so that
-        :attr:`at_sync_point` is set there. An elastic worker's first step joins the
-        job, and is spent on the joining round if the job was running.
-        """
+        :attr:`at_sync_point` is set there. An elastic worker's first step joins the job."""
         if self._rounds.join():
             return
         if self._replica is not None:  # the replica's processes' gradients, averaged
@@ -215,7 +212,8 @@ class Strategy(Seams):
         """The method's every-step rules after the ``self.steps``-th optimizer step."""
 
     def settle(self) -> None:
-        """Wait for every transfer in flight (each still lands at its step): before a pause."""
+        """Wait until every transfer in flight has arrived (each still lands at its step);
+        call before evaluating or timing a pause."""
         if self._pipeline:
             start = self.comm.now()
             self._pipeline.settle()
@@ -236,10 +234,9 @@ class Strategy(Seams):
             self.wait_seconds += self.comm.now() - start
 
     def arrive(self, item: InFlight) -> None:
-        # then an elastic round's BatchNorm average, left until the transfer was done
         item.wait()
         self._apply(item)
-        if "bn_among" in item.info:
+        if "bn_among" in item.info:  # an elastic round's, left until the transfer was done
             self.average_buffers_now(item.info["bn_among"])
 
     def _apply(self, item: InFlight) -> None:
@@ -285,11 +282,8 @@ class Strategy(Seams):
         return self._schedule.total if self.asynchronous else self.steps * self.world_size
 
     def agree(self, *values: float) -> tuple[float, ...]:
-        """The largest of each value over all workers (collective, ``"control"`` traffic).
-
-        Asynchronous workers may call it only at a sync point (:attr:`at_sync_point`);
-        afterwards :attr:`total_steps` is the exact total of all workers, the same on each.
-        """
+        """The largest of each value over all workers (``"control"`` traffic), at a sync
+        point (:attr:`at_sync_point`); :attr:`total_steps` is then exact on each."""
         if not self.at_sync_point:
             raise RuntimeError(f"{self.name}.agree: asynchronous workers act together only "
                                "right after a round among all workers; check "

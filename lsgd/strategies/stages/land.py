@@ -6,9 +6,8 @@ meanwhile (docs/algorithms.md, "Overlapped rounds"); ``merge`` says how:
 * ``"keep"``: the part becomes ``target + (x_now - x_start)``, the steps since kept;
 * ``"mix"``: ``x <- MIX x_now + (1 - MIX) target`` (Streaming DiLoCo's merge).
 
-Without overlap every merge is the copy. A weighted landing (EASGD) moves the part now
-``weight`` of the way to the target.
-"""
+Without overlap every merge is the copy. A weighted landing (EASGD) moves the part
+``weight`` of the way."""
 
 from __future__ import annotations
 

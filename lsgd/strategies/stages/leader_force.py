@@ -78,9 +78,8 @@ class LeaderForce:
     # -- the leader's state (pull) ----------------------------------------------
     def send(self, comm: Communicator, parts: StateParts, move: Any,
              reference: FlatBuffer | None, item: InFlight, part: int, among: Among) -> None:
-        """Add the leader's part of the state to the round ``item`` (``"pull"``): a dense
-        move broadcasts it (compressed: ``x_L - r``); a gathering move already carries
-        the leader's own message ``r - x_L``."""
+        """Broadcast the leader's part of the state with the round ``item`` (``"pull"``;
+        compressed: ``x_L - r``); a gathering move already carries it."""
         if self.mode != "pull" or self.leader is None:
             return
         item.info["leader"] = self.leader
@@ -102,9 +101,8 @@ class LeaderForce:
 
     def arrive(self, item: InFlight, reference: Sequence[torch.Tensor] | None,
                gathered: list[torch.Tensor] | None = None) -> None:
-        """The round ``item`` is applied next: hold its leader's state, decoded against
-        ``reference`` (the part of ``r``) when compressed, or ``r - gathered`` (the leader's
-        own decoded message) from a gathering move."""
+        """Hold the leader's state of the round ``item``, applied next (compressed: decoded
+        against ``reference``; gathered: ``r - gathered``, its own decoded message)."""
         self._landed = item.tensors.get("leader")
         if gathered is not None and reference is not None:
             self._landed = [r - g for r, g in zip(reference, gathered)]

@@ -3,10 +3,8 @@
 * :class:`AllReduce`: the mean (or, with per-worker weights, the sum) of the messages,
   one all-reduce per flat buffer in a dense wire format (:mod:`lsgd.comm.codec`).
 * :class:`Gather`: a compressed message whose kept entries differ from worker to
-  worker (top-k per chunk, or 2-bit values, :mod:`lsgd.comm.sparse`): every worker
-  all-gathers every worker's encoded payload (one all-gather per round), decodes each
-  and sums them in rank order, so every worker computes the same mean from the same
-  bytes.
+  worker (top-k, 2-bit: :mod:`lsgd.comm.sparse`): one all-gather of every worker's
+  payload, decoded and summed in rank order, so every worker computes the same mean.
 
 Both move this process's share of the part among the replicas (``comm.across``).
 """

@@ -17,8 +17,7 @@ from lsgd.strategies.cadence import Cadence
 
 class Fragments:
     """A flat state cut into ``count`` contiguous parts (per flat buffer), and each part
-    into the share of this process (``share``: its ``(begin, end)`` of so many values; a
-    replica's, or all of them)."""
+    into this process's share (``share``: its ``(begin, end)`` of so many values)."""
 
     def __init__(self, like: FlatBuffer, count: int,
                  share: Callable[[int], tuple[int, int]] | None = None) -> None:
