@@ -18,20 +18,7 @@ from lsgd.strategies.report import Report
 from lsgd.strategies.sparseloco import SparseLoCo
 
 __all__ = [
-    "ALDSGD",
-    "AllReduce",
-    "DPSGD",
-    "Decentralized",
-    "DeMo",
-    "DiLoCo",
-    "DivergedError",
-    "EASGD",
-    "Independent",
-    "LSGD",
-    "LocalSGD",
-    "MATCHA",
-    "MuLoCo",
-    "Report",
-    "SparseLoCo",
+    "ALDSGD", "AllReduce", "DPSGD", "Decentralized", "DeMo", "DiLoCo", "DivergedError",
+    "EASGD", "Independent", "LSGD", "LocalSGD", "MATCHA", "MuLoCo", "Report", "SparseLoCo",
     "Strategy",
 ]

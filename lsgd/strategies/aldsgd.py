@@ -2,27 +2,23 @@
 Gradient Descent", 2024, https://arxiv.org/abs/2405.11389).
 
 Gossip as in D-PSGD / MATCHA, pulled toward the strongest neighbours. At each
-communication every worker sends its active neighbours its state, its leader
-score (as in LSGD) and its active degree ``d_i``. Among itself and its active
-neighbours it picks ``B``, the best finite score, and ``D``, the highest
-active degree (ties: itself, then the lowest rank), with ``x_B``, ``x_D`` the
-states as exchanged, and updates::
+communication every worker sends its active neighbours its state, its leader score (as
+in LSGD) and its active degree ``d_i``. Among itself and its active neighbours it picks
+``B``, the best finite score, and ``D``, the highest active degree, and updates::
 
     x_mix <- (1 - d_i a) x_i + a sum_{j in A_i} x_j
     y     <- (1 - c_B - c_D) x_mix + c_B x_B + c_D x_D
     x_i   <- (1 - p_B - p_D) y     + p_B x_B + p_D x_D
 
-A worker with no active neighbour does nothing. Communicated per
-communication: to each active neighbour the state and two float64s (score and
-degree), ``d_i * (B + 16)`` bytes each way. Diverged neighbours are dropped as
-in :mod:`lsgd.strategies.decentralized` before ``B`` and ``D`` are chosen; a
-reset also empties the worker's loss window (docs/algorithms.md,
-"Decentralized methods").
+A worker with no active neighbour does nothing. Communicated per communication: to
+each active neighbour the state and two float64s (score and degree). Diverged
+neighbours are dropped before ``B`` and ``D`` are chosen; a reset also empties the
+worker's loss window (docs/algorithms.md, "Decentralized methods").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Unpack
 
 import torch
@@ -32,20 +28,15 @@ from lsgd import _validate
 from lsgd.flat import FlatBuffer
 from lsgd.functional import elect
 from lsgd.leader import Scorer
-from lsgd.strategies.strategy import Options, as_loss_tensor
-from lsgd.strategies.decentralized import Decentralized, GraphSpec, MixingWeight, mix_
-
-Tensors = Sequence[torch.Tensor]
+from lsgd.strategies.strategy import as_loss_tensor
+from lsgd.strategies.decentralized import Decentralized, GossipOptions, Tensors, mix_
 
 
 def choose(rank: int, scores: Mapping[int, float], degrees: Mapping[int, int]) -> tuple[int, int]:
     """``(B, D)``: the best-scoring and the highest-degree worker among ``rank`` and
-    its active neighbours (the other keys of ``scores`` and ``degrees``).
-
-    Candidates are ranked as ``rank`` first, then the neighbours by rank, and
-    the first best wins, so ties go to the worker itself, then to the lowest
-    rank. Scores follow :func:`lsgd.functional.elect` (lowest finite wins);
-    when no score is finite, ``B`` is the worker itself (no leader force).
+    its active neighbours (the other keys of ``scores`` and ``degrees``); ties go to
+    the worker itself, then to the lowest rank. Scores follow
+    :func:`lsgd.functional.elect` (lowest finite wins); none finite: ``B`` is ``rank``.
     """
     order = [rank] + sorted(r for r in scores if r != rank)
     winner = elect(torch.tensor([float(scores[r]) for r in order], dtype=torch.float64))
@@ -55,15 +46,10 @@ def choose(rank: int, scores: Mapping[int, float], degrees: Mapping[int, int]) -
     return best, degree
 
 
-def leader_terms_(
-    xs: Tensors, x_best: Tensors, x_degree: Tensors,
-    c_B: float, c_D: float, p_B: float, p_D: float,
-) -> None:
-    """Apply the ``c`` and ``p`` terms in place to the mixed state ``xs``.
-
-    ``y = (1 - c_B - c_D) x_mix + c_B x_B + c_D x_D`` then
-    ``x = (1 - p_B - p_D) y + p_B x_B + p_D x_D``, folded into one pass with
-    ``k = 1 - p_B - p_D``::
+def leader_terms_(xs: Tensors, x_best: Tensors, x_degree: Tensors,
+                  c_B: float, c_D: float, p_B: float, p_D: float) -> None:
+    """Apply the ``c`` and ``p`` terms in place to the mixed state ``xs``, the two
+    combinations folded into one pass with ``k = 1 - p_B - p_D``::
 
         x = k (1 - c_B - c_D) x_mix + (k c_B + p_B) x_B + (k c_D + p_D) x_D
     """
@@ -74,27 +60,14 @@ def leader_terms_(
     torch._foreach_add_(xs, list(x_degree), alpha=k * c_D + p_D)
 
 
-def aldsgd_update_(
-    xs: Tensors,
-    rank: int,
-    neighbours: Mapping[int, Tensors],
-    scores: Mapping[int, float],
-    degrees: Mapping[int, int],
-    weight: float,
-    c_B: float = 0.3,
-    c_D: float = 0.1,
-    p_B: float = 0.1,
-    p_D: float = 0.1,
-    original: Tensors | None = None,
-) -> tuple[int, int] | None:
-    """One AL-DSGD communication of worker ``rank``, in place on its state ``xs``.
-
-    ``neighbours`` maps each active neighbour to its state (as exchanged),
-    ``scores`` and ``degrees`` cover ``rank`` and its neighbours, ``weight`` is
-    the mixing weight ``a``; ``original``, when the caller holds it, is a copy
-    of ``xs`` before the update (saves one). Returns ``(B, D)``, or ``None``
-    (and leaves ``xs`` alone) when there is no active neighbour.
-    """
+def aldsgd_update_(xs: Tensors, rank: int, neighbours: Mapping[int, Tensors],
+                   scores: Mapping[int, float], degrees: Mapping[int, int], weight: float,
+                   c_B: float = 0.3, c_D: float = 0.1, p_B: float = 0.1, p_D: float = 0.1,
+                   original: Tensors | None = None) -> tuple[int, int] | None:
+    """One AL-DSGD communication of worker ``rank``, in place on its state ``xs``:
+    ``neighbours`` maps each active neighbour to its state, ``scores`` and ``degrees``
+    cover ``rank`` and its neighbours, ``weight`` is ``a``, ``original`` (if held) a copy
+    of ``xs``. Returns ``(B, D)``, or ``None`` (``xs`` left alone) with no neighbour."""
     if not neighbours:
         return None
     best, degree = choose(rank, scores, degrees)
@@ -106,47 +79,29 @@ def aldsgd_update_(
 
 
 class ALDSGD(Decentralized):
-    """Adjacent-leader decentralized SGD: gossip weighted toward the best and the
-    best-connected neighbour, with corrective pulls toward both.
+    """Adjacent-leader decentralized SGD: D-PSGD's (or MATCHA's) gossip weighted toward
+    the best and the best-connected neighbour, with corrective pulls toward both.
 
     Args:
-        topology: a :class:`~lsgd.topology.Topology`, a list of them used in turn
-            (dynamic graphs), or a kind name; default ``ring(W)``.
         c_B, c_D: extra averaging weight of the best-scoring and of the
             highest-degree worker, each in [0, 1], ``c_B + c_D <= 1``.
         p_B, p_D: corrective force toward them, each in [0, 1], ``p_B + p_D <= 1``.
             Defaults ``0.3, 0.1, 0.1, 0.1`` are the authors' library's.
-        budget: C_b in (0, 1]: 1 activates every matching; below 1, MATCHA's sampling.
-        period: local steps between communications (1: every step).
-        seed: seed of the activation sampler, the same on every worker.
         leader_window, leader_metric, eval_batch, eval_loss: the leader score,
             as in :class:`~lsgd.strategies.lsgd.LSGD`.
-        mixing_weight: ``a``: see :class:`~lsgd.strategies.decentralized.Decentralized`.
-        comm, init, bn_buffers: see :class:`~lsgd.strategies.strategy.Strategy`.
+        options: :class:`~lsgd.strategies.decentralized.Decentralized`'s (``budget``
+            default 1: every matching active).
     """
 
     name = "al-dsgd"
+    counters = (*Decentralized.counters, "led")
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        topology: GraphSpec = None,
-        c_B: float = 0.3,
-        c_D: float = 0.1,
-        p_B: float = 0.1,
-        p_D: float = 0.1,
-        budget: float = 1.0,
-        period: int = 1,
-        seed: int = 0,
-        mixing_weight: MixingWeight = None,
-        leader_window: int = 10,
-        leader_metric: str = "train",
-        eval_batch: tuple[torch.Tensor, torch.Tensor] | None = None,
-        eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-        **options: Unpack[Options],
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 c_B: float = 0.3, c_D: float = 0.1, p_B: float = 0.1, p_D: float = 0.1,
+                 leader_window: int = 10, leader_metric: str = "train",
+                 eval_batch: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                 **options: Unpack[GossipOptions]) -> None:
         owner = "ALDSGD"
         self.c_B = _validate.fraction(owner, "c_B", c_B)
         self.c_D = _validate.fraction(owner, "c_D", c_D)
@@ -154,14 +109,11 @@ class ALDSGD(Decentralized):
         self.p_D = _validate.fraction(owner, "p_D", p_D)
         for (a, va), (b, vb) in ((("c_B", c_B), ("c_D", c_D)), (("p_B", p_B), ("p_D", p_D))):
             if va + vb > 1.0:
-                raise ValueError(
-                    f"{owner}: {a} + {b} must be at most 1 (a convex combination), "
-                    f"got {a}={va!r} and {b}={vb!r}"
-                )
+                raise ValueError(f"{owner}: {a} + {b} must be at most 1 (a convex "
+                                 f"combination), got {a}={va!r} and {b}={vb!r}")
         self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
-        super().__init__(model, optimizer, topology=topology, budget=budget, period=period,
-                         seed=seed, mixing_weight=mixing_weight, **options)
-        self.device = self._state[0].device if self._state else torch.device("cpu")
+        super().__init__(model, optimizer, **options)
+        self.device = self._device()
         self._mixed = FlatBuffer(self._state)
         self.best_rank: int | None = None
         self.degree_rank: int | None = None
@@ -172,12 +124,12 @@ class ALDSGD(Decentralized):
     def _agreement_key(self) -> list[float]:
         return [*super()._agreement_key(), self.c_B, self.c_D, self.p_B, self.p_D]
 
-    def _record(self, loss: torch.Tensor | float | None) -> None:
+    def _after_step(self, loss: torch.Tensor | float | None) -> None:
         self.scorer.record(None if loss is None else as_loss_tensor(loss, "ALDSGD"), "ALDSGD")
+        super()._after_step(loss)
 
     def _share(self, peers: list[int]) -> None:
-        """Send every active neighbour this worker's score and active degree; keep theirs."""
-        # With replicas of several processes, the replica's score: its processes' mean.
+        """Swap score (a replica's: its processes' mean) and active degree with the peers."""
         score = self.comm.replica_mean_(self.scorer.score(self._module, self.device))
         meta = torch.stack([score, torch.tensor(float(len(peers)), dtype=torch.float64,
                                                 device=self.device)])
@@ -188,9 +140,8 @@ class ALDSGD(Decentralized):
             s, d = values.tolist()
             self._scores[peer], self._degrees[peer] = s, int(d)
 
-    def _combine(
-        self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]], weight: float
-    ) -> list[torch.Tensor]:
+    def _combine(self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]],
+                 weight: float) -> list[torch.Tensor]:
         candidates = [self.rank, *received]  # the dropped neighbours are not candidates
         scores = {r: self._scores[r] for r in candidates}
         degrees = {r: self._degrees[r] for r in candidates}
@@ -209,20 +160,17 @@ class ALDSGD(Decentralized):
 
     def _report_fields(self) -> dict[str, Any]:
         fields = super()._report_fields()
-        fields["details"].update(best_rank=self.best_rank, degree_rank=self.degree_rank,
-                                 led=self.led)
+        fields["details"].update(best_rank=self.best_rank, degree_rank=self.degree_rank)
         return fields
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["scorer"] = self.scorer.state()
-        state["best_rank"], state["degree_rank"], state["led"] = (
-            self.best_rank, self.degree_rank, self.led)
+        state["best_rank"], state["degree_rank"] = self.best_rank, self.degree_rank
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.scorer.load(state["scorer"])
         self.best_rank, self.degree_rank = state["best_rank"], state["degree_rank"]
-        self.led = int(state["led"])
 

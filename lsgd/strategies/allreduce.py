@@ -1,15 +1,12 @@
 """All-reduce data parallel (the papers' "DataParallel" baseline).
 
-Gradients are averaged across all workers every step, so all workers keep
-identical states (docs/algorithms.md, "All-reduce data parallel"): with real
-processes :class:`torch.nn.parallel.DistributedDataParallel` itself, in the
-simulator an all-reduce after the backward pass. Communicated per step: one ring
-all-reduce of the gradients, plus the buffers. The forward pass must go through
-``strategy.model`` (``RuntimeError`` otherwise). A non-finite averaged gradient
-skips that optimizer step on every worker (``details["skipped_steps"]``);
-non-finite parameters at such a step raise :class:`~lsgd.strategies.health.DivergedError`.
-``compress="bf16"`` and ``powersgd=RANK`` use PyTorch's DDP communication hooks
-(worker processes only; :mod:`lsgd.comm.ddp`).
+Gradients are averaged across all workers every step, so all workers keep identical
+states (docs/algorithms.md, "All-reduce data parallel"): with real processes
+:class:`torch.nn.parallel.DistributedDataParallel` itself, in the simulator an
+all-reduce after the backward pass. Communicated per step: one ring all-reduce of the
+gradients, plus the buffers. The forward pass must go through ``strategy.model``. A
+non-finite averaged gradient skips that optimizer step on every worker.
+``compress="bf16"`` and ``powersgd=RANK`` use PyTorch's DDP communication hooks.
 """
 
 from __future__ import annotations
@@ -38,27 +35,19 @@ class AllReduce(Strategy):
         ddp_kwargs: extra keyword arguments for ``DistributedDataParallel``.
         compress: ``"none"`` or ``"bf16"`` (torch's ``bf16_compress_hook``).
         powersgd: the rank of torch's PowerSGD hook (0: off).
-        powersgd_warmup: plain all-reduce steps before PowerSGD compresses
-            (``start_powerSGD_iter``, at least 2).
+        powersgd_warmup: plain all-reduce steps before PowerSGD compresses (at least 2).
 
-    Workers always start from rank 0's state, so there is no ``init`` argument.
+    Workers always start from rank 0's state (no ``init`` argument).
     """
 
     name = "allreduce"
     bn_modes = ("broadcast", "local")
+    counters = ("skipped_steps",)
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        comm: Communicator | None = None,
-        bn_buffers: str | None = None,
-        ddp_kwargs: dict[str, Any] | None = None,
-        compress: str = "none",
-        powersgd: int = 0,
-        powersgd_warmup: int = 10,
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 comm: Communicator | None = None, bn_buffers: str | None = None,
+                 ddp_kwargs: dict[str, Any] | None = None, compress: str = "none",
+                 powersgd: int = 0, powersgd_warmup: int = 10) -> None:
         self.compression = gradient_compression(compress, powersgd, powersgd_warmup)
         # Over every process, whether or not a node's processes are one replica.
         comm = (comm if comm is not None else get_communicator()).processes
@@ -73,7 +62,8 @@ class AllReduce(Strategy):
         return self._parallel
 
     def _before_optimizer_step(self) -> bool:
-        """Average the gradients; skip the step (on every worker alike) if not finite."""
+        """Average the gradients; skip the step (on every worker alike) if not finite;
+        raise if the parameters are not finite either."""
         self._parallel.synchronize(self.name)
         grads = [p.grad for p in self._module.parameters() if p.grad is not None]
         if all_finite(grads):
@@ -92,12 +82,12 @@ class AllReduce(Strategy):
         return copy.deepcopy(self._module)
 
     def _report_fields(self) -> dict[str, Any]:
-        return {"details": {"skipped_steps": self.skipped_steps,
-                            "gradient_compression": self.compression.kind}}
+        fields = super()._report_fields()
+        fields["details"]["gradient_compression"] = self.compression.kind
+        return fields
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["skipped_steps"] = self.skipped_steps
         hook = self._parallel.hook_state
         if hook is not None:  # PowerSGD's errors, factors and step count
             quiet = logging.getLogger(type(hook).__module__)  # says the group is not saved
@@ -111,7 +101,6 @@ class AllReduce(Strategy):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
-        self.skipped_steps = int(state.get("skipped_steps", 0))
         hook = self._parallel.hook_state
         if hook is not None and "powersgd" in state:
             group = hook.process_group  # not saved: the one of this run
@@ -121,8 +110,7 @@ class AllReduce(Strategy):
 
 def gradient_compression(compress: str, powersgd: int, powersgd_warmup: int
                          ) -> GradientCompression:
-    """All-reduce's ``compress`` and ``powersgd`` knobs as one of torch's hooks;
-    ``ValueError`` naming what to give instead."""
+    """All-reduce's ``compress`` and ``powersgd`` knobs as one of torch's hooks."""
     if compress not in ("none", "bf16"):
         raise ValueError(f"allreduce: compress={compress!r}: PyTorch's DDP communication "
                          "hooks compress to bf16 (compress='bf16') or by PowerSGD "

@@ -1,45 +1,44 @@
 """The averaging methods (DiLoCo, local SGD, EASGD): their round is the stages'
 (:mod:`lsgd.strategies.stages`), their file holds their rule.
 
-A round sends each worker's message of a part of the state (the whole state, or
-one of ``fragments`` parts in turn), moves it (all-reduced, or all-gathered when
-compressed to top-k or 2-bit), and hands the mean to the method's rule
-(:meth:`Averaging._rule`), which computes where the part goes and lands it
-(:meth:`~lsgd.strategies.stages.round.Round.land`). Its options, declared once for
-every averaging method: :class:`~lsgd.strategies.stages.options.RoundOptions`
-(docs/algorithms.md, "Hiding and shrinking communication"). A mean that is not finite
-is redone over the healthy members (:meth:`Averaging._recover`).
+A round sends each worker's message of a part of the state, moves it (all-reduced, or
+all-gathered when compressed to top-k or 2-bit) and hands the mean to the method's rule
+(:meth:`Averaging._rule`), which lands the part where it goes (docs/algorithms.md,
+"Hiding and shrinking communication"). A mean that is not finite is redone over the
+healthy members (:meth:`Averaging._recover`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import torch
+from torch import nn
 
+from lsgd import _validate
 from lsgd.comm.communicator import Among
 from lsgd.flat import FlatBuffer
+from lsgd.functional import all_finite
+from lsgd.strategies.health import sum_healthy_
 from lsgd.strategies.strategy import Options, Strategy, as_loss_tensor
 from lsgd.strategies.cadence import Cadence
 from lsgd.strategies.pipeline import InFlight
-from lsgd.strategies.stages.options import RoundOptions, RoundPlan, option_names, plan
+from lsgd.strategies.stages.options import RoundOptions, option_names, plan
 from lsgd.strategies.stages.parts import part_of
 from lsgd.strategies.stages.round import Round
 
 
 class AveragingOptions(Options, RoundOptions, total=False):
-    """The keywords every averaging method passes on (``**options``): the strategy's
-    (:class:`~lsgd.strategies.strategy.Options`) and the round's
-    (:class:`~lsgd.strategies.stages.options.RoundOptions`)."""
+    """The strategy's and the round's keywords, as an averaging method passes them on."""
 
 
 class Averaging(Strategy):
     """A method whose round averages the state and applies its rule to the mean.
 
-    A subclass calls :meth:`_plan` before ``Strategy.__init__`` and :meth:`_setup_round`
-    at the end of its ``__init__``, and implements :meth:`_rule` and :meth:`_recover`
-    (and :meth:`_reference` when its messages are differences).
+    ``__init__`` checks ``period`` and the round's options, then the strategy's; a
+    subclass calls :meth:`_setup_round` at the end of its own, and implements
+    :meth:`_rule` and :meth:`_recover`.
     """
 
     supports_elastic = True
@@ -48,47 +47,55 @@ class Averaging(Strategy):
     default_merge = "keep"
     #: The optional groups of round options the method takes ("merge", "leader").
     round_takes: tuple[str, ...] = ("merge",)
+    #: The checkpoint's key of the copy that differences are taken from.
+    reference_key = "reference"
     _round: Round
 
     @classmethod
     def option_names(cls) -> list[str]:
         return list(Options.__annotations__) + option_names(cls.round_takes)
 
-    def _plan(self, owner: str, period: int, options: dict[str, Any]) -> RoundPlan:
-        """Check the round's options (popped from ``options``, before
-        ``Strategy.__init__``). A hidden or compressed round carries the parameters only;
-        blocking rounds of a method that averages the whole state carry its BatchNorm
-        buffers too."""
-        self.plan = plan(owner, period, options, merge=self.default_merge,
-                         asynchronous=options.get("asynchronous", False),
-                         takes=self.round_takes)
-        self.overlap, self.fragments, self.compress = (
-            self.plan.overlap, self.plan.fragments, self.plan.compress)
-        self.merge = self.plan.merge
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *, period: int,
+                 **options: Unpack[AveragingOptions]) -> None:
+        owner = type(self).__name__
+        self.period = _validate.positive_int(owner, "period", period)
+        self.plan = plan(owner, self.period, options,  # type: ignore[arg-type]
+                         merge=self.default_merge, takes=self.round_takes,
+                         asynchronous=options.get("asynchronous", False))
+        self.overlap, self.fragments = self.plan.overlap, self.plan.fragments
+        self.compress, self.merge = self.plan.compress, self.plan.merge
         if self.plan.gathers and getattr(options.get("comm"), "elastic", False):
             raise ValueError(f"{owner}: compress={self.compress!r} gathers every worker's "
                              "message, and elastic rounds reduce among a quorum: use "
                              "compress='int8' or 'bf16' for elastic training")
-        self.rounds_average_state = self.rounds_average_state and not self.plan.hidden
-        return self.plan
+        self._own_round = self._round_kind(owner)
+        # A hidden, compressed or self-stepping round carries the parameters only; a
+        # blocking one of a method that averages the whole state carries the buffers too.
+        self.rounds_average_state = (self.rounds_average_state and not self.plan.hidden
+                                     and not self._own_round)
+        super().__init__(model, optimizer, **options)
+
+    def _round_kind(self, owner: str) -> dict[str, Any]:
+        """The method's own kind of round (``kind`` and :class:`Round`'s keywords)."""
+        return {}
 
     def _setup_round(self, cadences: list[Cadence] | None = None,
-                     shared: tuple[FlatBuffer | None, ...] = (), kind: type[Round] = Round,
-                     **round_options: Any) -> None:
-        """This method's rounds (of ``kind``), every ``self.period`` steps (or
-        ``cadences``); ``shared``: the copies every worker holds (:meth:`_shared_copy`);
-        ``round_options`` override the plan's (see :class:`Round`)."""
+                     reference: FlatBuffer | None = None) -> None:
+        """This method's rounds, every ``self.period`` steps (or ``cadences``); ``reference``:
+        the copy every worker holds alike, what a difference is taken from."""
         self._mean = FlatBuffer(self._state)  # the rare path's healthy mean
+        options = dict(self._own_round)
+        kind = options.pop("kind", Round)
         self._round = kind(self.name, self.comm, self._state, self.plan, self.module,
-                           self._device(), **round_options)
-        self._round.shared = [flat for flat in shared if flat is not None]
+                           self._device(), **options)
+        self._reference = reference
+        self._round.shared = [] if reference is None else [reference]
         self._use_cadences(cadences or self._round.parts.fragments.cadences(self.period))
         self._round.check(self.asynchronous, getattr(self, "hierarchical", False),
                           self._elastic)
 
     def _shared_copy(self) -> FlatBuffer:
-        """A copy of the state that every worker holds identically: the state all start
-        from, or with ``init="independent"`` the workers' mean (one all-reduce)."""
+        """A copy of the state every worker holds alike (``init="independent"``: the mean)."""
         copy = FlatBuffer(self._state).copy_from(self._state)
         if self.init == "independent":
             with self.comm.category("init"):
@@ -96,15 +103,11 @@ class Averaging(Strategy):
                     self.comm.all_reduce_(buffer, op="mean")
         return copy
 
-    def _reference(self) -> FlatBuffer | None:
-        """The state every worker holds identically, what a difference is taken from."""
-        return None
-
     def _run_rounds(self, names: list[str]) -> None:
         # Hierarchical local SGD: when both fall due the global average subsumes the local.
         among: Among = "group" if names == ["local"] else "world"
         part = part_of(names[-1])
-        item, now = self._round.begin(part, self.steps, self._reference(), among)
+        item, now = self._round.begin(part, self.steps, self._reference, among)
         self._launch(item)
         self.rounds += 1
         if now is not None:  # a round whose rule steps at once, on a direction of its own
@@ -114,7 +117,7 @@ class Averaging(Strategy):
     def _apply(self, item: InFlight) -> None:
         """The mean of a part has landed: the method's rule, or the healthy mean's."""
         part, among = int(item.info["fragment"]), item.info.get("among", "world")
-        healthy, mean = self._round.arrive(item, self._reference())
+        healthy, mean = self._round.arrive(item, self._reference)
         if healthy:
             if mean is not None:
                 self._rule(part, mean, self._round.encoded, item.tensors.get("start"))
@@ -126,8 +129,13 @@ class Averaging(Strategy):
             self._reset_to(reset)
 
     def _heal(self, part: int, among: Among) -> tuple[bool, int, list[torch.Tensor] | None]:
-        """The rule over the healthy members' mean (one more all-reduce of the state)."""
-        healthy, count = self._healthy_sum_into(self._mean, among)
+        """The rule over the healthy members' mean (``self._mean``: their sum); no healthy
+        worker at all raises ``DivergedError``."""
+        self._mean.copy_from(self._state)
+        healthy = all_finite(self._mean.buffers)
+        count = sum_healthy_(self.comm, self._mean.buffers, healthy, among, self._device())
+        if count == 0 and among == "world":
+            raise self._diverged_error()
         return healthy, count, self._recover(part, healthy, count, among)
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
@@ -143,16 +151,20 @@ class Averaging(Strategy):
 
     def _recover(self, part: int, healthy: bool, count: int, among: Among
                  ) -> list[torch.Tensor] | None:
-        """The mean was NaN or infinite: ``self._mean`` holds the sum of the healthy
-        members' states (``count`` of them); apply it. Returns what a diverged worker is
-        reset to."""
+        """Apply ``self._mean``, the sum of ``count`` healthy members' states; returns what
+        a diverged worker is reset to."""
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state.update(self._round.state())
+        if self._reference is not None:
+            state[self.reference_key] = [b.clone() for b in self._reference.buffers]
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self._round.load(state, self.name)
+        if self._reference is not None:
+            for buffer, value in zip(self._reference.buffers, state[self.reference_key]):
+                buffer.copy_(value)

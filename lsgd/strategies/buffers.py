@@ -1,13 +1,8 @@
-"""What a round does with the BatchNorm running statistics (``bn_buffers=``).
-
-Floating-point buffers (BatchNorm's running mean and variance) are not trained by
-the optimizer; integer buffers (``num_batches_tracked``) always stay local. Modes
-(docs/algorithms.md, "BatchNorm statistics"): ``"average"`` (every round's workers
-average them; the default of LSGD, EASGD, local SGD, DiLoCo), ``"pull"`` (part of the
-state ``x``; the decentralized methods' default), ``"local"`` (never communicated)
-and ``"broadcast"`` (all-reduce data parallel's default: rank 0's before each
-forward). Non-finite buffers are left out of the average and receive the healthy
-workers' mean.
+"""What a round does with the BatchNorm running statistics (``bn_buffers=``; integer
+buffers always stay local). Modes (docs/algorithms.md, "BatchNorm statistics"):
+``"average"`` (every round's workers average them), ``"pull"`` (part of the state
+``x``), ``"local"`` (never communicated) and ``"broadcast"`` (all-reduce data
+parallel's: rank 0's before each forward).
 """
 
 from __future__ import annotations
@@ -37,14 +32,9 @@ def resolve(owner: str, allowed: Sequence[str], bn_buffers: str | None) -> str:
 
 
 class BufferAverage:
-    """The healthy mean of the members' floating buffers, in one all-reduce.
-
-    One flat buffer per dtype and device, each with one extra slot: the
-    member's count (1 when all its buffers are finite, else 0, its buffers
-    then sent as zeros). After the all-reduce (sum) every slot holds the
-    number of healthy members, and the sums divided by it are written back.
-    Communicated per call: the buffers plus one value per flat buffer.
-    """
+    """The healthy mean of the members' floating buffers, in one all-reduce: each flat
+    buffer (per dtype and device) has one extra slot, the member's count (1 when all
+    its buffers are finite, else 0, its buffers then sent as zeros)."""
 
     def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
         self.tensors = list(tensors)
@@ -54,10 +44,6 @@ class BufferAverage:
         self.flat = FlatBuffer(self.tensors + slots)
         self._views = self.flat.views[: len(self.tensors)]
         self._slots = self.flat.views[len(self.tensors):]
-
-    @property
-    def nbytes(self) -> int:
-        return self.flat.nbytes
 
     def __call__(self, comm: Communicator, among: Among = "world") -> int:
         """Average among ``among``; returns the number of healthy members (0: unchanged)."""

@@ -1,20 +1,11 @@
-"""When rounds fall due: synchronously by a worker's own steps, or asynchronously
-by the total steps of all workers (docs/algorithms.md, "LSGD, asynchronous").
+"""When rounds fall due (docs/algorithms.md, "LSGD, asynchronous"): after each local
+step :class:`RoundSchedule` says which of a method's *cadences* (kinds of round) to join:
 
-A periodic method has one or two *cadences*: a local one (inside the worker's
-group) and a global one (among all workers). :class:`RoundSchedule` says,
-after each local step, which rounds to join now:
-
-* **synchronous**: a round of period ``tau`` is due after the worker's own
-  step ``s`` when ``s % tau`` equals the cadence's offset (0 unless it has one).
-* **asynchronous**: every local step adds one to a counter shared by all
-  workers (the c10d store); round ``r`` falls due when the counter reaches
-  ``r * W * tau``, and each worker joins every round once, in order, at its
-  first step boundary after it sees the round due (the local one first).
-
-After a round among all workers (a *sync point*) the worker joins no more
-rounds in that step, so the caller's own collectives (agree to stop,
-evaluate) sit at the same point of every worker's sequence.
+* **synchronous**: a round of period ``tau`` is due after the worker's own step ``s``
+  when ``s % tau`` equals the cadence's offset.
+* **asynchronous**: every local step adds one to a counter shared by all workers;
+  round ``r`` falls due when it reaches ``r * W * tau``, and each worker joins every
+  round once, in order, at its first step after it sees the round due.
 """
 
 from __future__ import annotations
@@ -31,8 +22,7 @@ from lsgd.comm.communicator import Among
 @dataclasses.dataclass(frozen=True)
 class Cadence:
     """Rounds of one kind: ``name``, every ``period`` steps, among ``among``; with an
-    ``offset`` (synchronous rounds only) at the steps ``s`` with ``s % period == offset``
-    (a fragment's rounds, see :mod:`lsgd.strategies.stages.parts`)."""
+    ``offset`` (synchronous rounds only) at the steps ``s % period == offset``."""
 
     name: str
     period: int
@@ -41,13 +31,7 @@ class Cadence:
 
 
 class RoundSchedule:
-    """The rounds due after each local step of one worker.
-
-    Args:
-        comm: the worker's communicator (its shared counter in async mode).
-        cadences: the kinds of round, local before global.
-        asynchronous: rounds by the total steps of all workers.
-    """
+    """The rounds due after each local step of one worker."""
 
     def __init__(self, comm: Communicator, cadences: list[Cadence], asynchronous: bool) -> None:
         self.comm = comm
@@ -99,11 +83,8 @@ class RoundSchedule:
         return {"joined": dict(self.joined), "last_due": self.last_due, "total": self.total}
 
     def load(self, state: Mapping[str, Any]) -> None:
-        """Continue after :meth:`state`; a new job's counter restarts where this one was.
-
-        Exact when saved at a sync point after the workers agreed on the
-        counter (:meth:`~lsgd.strategies.strategy.Strategy.agree`).
-        """
+        """Continue after :meth:`state` (exact when saved at a sync point after the
+        workers agreed on the counter); a new job's counter restarts where this one was."""
         self.joined = {c.name: int(state["joined"].get(c.name, 0)) for c in self.cadences}
         self._announced = dict(self.joined)
         self._pending.clear()

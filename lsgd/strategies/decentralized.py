@@ -1,19 +1,16 @@
 """What D-PSGD, MATCHA and AL-DSGD share: graphs, matchings, gossip, the spread.
 
-No center and no global collective during training: at a communication every
-worker swaps its state with its partners along the *active matchings* of the
-current graph (one :meth:`~lsgd.comm.communicator.Communicator.exchange_many`, at most
-one partner per matching) and mixes::
+No center and no global collective during training: at a communication every worker
+swaps its state with its partners along the *active matchings* of the current graph
+(one :meth:`~lsgd.comm.communicator.Communicator.exchange_many`) and mixes::
 
     x_i <- (1 - d_i a) x_i + a sum_{j in A_i} x_j          (d_i = |A_i|)
 
-that is ``x <- W x`` with ``W = I - a L(t)`` symmetric and doubly stochastic,
-so the workers' average never moves. The methods differ only in which
-matchings are active, in ``a``, and in AL-DSGD's leader terms. ``topology``
-may be a list of graphs used in turn (dynamic graphs). A worker drops every
-non-finite neighbour state; one whose own state is not finite is reset to the
-mean of its finite neighbours' (docs/algorithms.md, "Decentralized methods").
-:meth:`Decentralized.spread` and the center are for evaluation only.
+that is ``x <- W x`` with ``W = I - a L(t)`` doubly stochastic, so the workers' average
+never moves. The methods differ only in which matchings are active, in ``a``, and in
+AL-DSGD's leader terms. A worker drops every non-finite neighbour state; one whose own
+state is not finite is reset to the mean of its finite neighbours' (docs/algorithms.md,
+"Decentralized methods").
 """
 
 from __future__ import annotations
@@ -40,11 +37,7 @@ GraphSpec = Topology | Sequence[Topology | str] | str | None
 
 # -- the math, on lists of tensors --------------------------------------------------
 def mix_(xs: Tensors, neighbours: Sequence[Tensors], weight: float) -> None:
-    """Gossip in place: ``x <- (1 - d a) x + a sum_j x_j`` with ``d = len(neighbours)``.
-
-    ``xs`` and every entry of ``neighbours`` are lists of tensors of the same
-    shapes (a whole model state, or its flat buffers). No neighbour: no change.
-    """
+    """Gossip in place: ``x <- (1 - d a) x + a sum_j x_j`` with ``d = len(neighbours)``."""
     if not neighbours or weight == 0.0:
         return
     xs = list(xs)
@@ -62,17 +55,8 @@ def mixing_weight_option(owner: str, value: Any) -> MixingWeight:
     if value is None or value in MIXING_RULES:
         return value
     if not _validate.is_number(value) or not 0.0 < value <= 1.0:
-        raise ValueError(
-            f"{owner}: mixing_weight must be None (the method's own), 'max-degree' or a "
-            f"number in (0, 1], got {value!r}"
-        )
-    return float(value)
-
-
-def budget_fraction(owner: str, value: Any) -> float:
-    """A communication budget: a number in (0, 1]."""
-    if not _validate.is_number(value) or not 0.0 < value <= 1.0:
-        raise ValueError(f"{owner}: budget must be a number in (0, 1], got {value!r}")
+        raise ValueError(f"{owner}: mixing_weight must be None (the method's own), "
+                         f"'max-degree' or a number in (0, 1], got {value!r}")
     return float(value)
 
 
@@ -85,11 +69,6 @@ class GraphPlan:
     probabilities: list[float]
     weight: float
 
-    @property
-    def always(self) -> bool:
-        """Every matching active at every communication (no random draw needed)."""
-        return all(p == 1.0 for p in self.probabilities)
-
 
 def resolve_graphs(owner: str, spec: GraphSpec, world_size: int) -> list[Topology]:
     """The graphs of ``spec`` (default a ring), checked against ``world_size``."""
@@ -101,57 +80,58 @@ def resolve_graphs(owner: str, spec: GraphSpec, world_size: int) -> list[Topolog
         graphs = [topo.from_spec(g, world_size) if isinstance(g, str) else g
                   for g in ([spec] if isinstance(spec, str) else spec)]
         if not graphs or not all(isinstance(g, Topology) for g in graphs):
-            raise ValueError(
-                f"{owner}: topology must be a Topology, a non-empty list of them (dynamic "
-                f"graphs) or a kind name {topo.KINDS}, got {spec!r}"
-            )
+            raise ValueError(f"{owner}: topology must be a Topology, a non-empty list of them "
+                             f"(dynamic graphs) or a kind name {topo.KINDS}, got {spec!r}")
     wrong = [f"{g.name} has {g.size}" for g in graphs if g.size != world_size]
     if wrong:
-        raise ValueError(
-            f"{owner}: every graph must span the {world_size} workers; " + ", ".join(wrong)
-        )
+        raise ValueError(f"{owner}: every graph must span the {world_size} workers; "
+                         + ", ".join(wrong))
     if world_size > 1:
         (graphs[0] if len(graphs) == 1 else topo.union(graphs)).check_connected()
     return graphs
+
+
+class GossipOptions(Options, total=False):
+    """The gossip's and the strategy's keywords, as a gossip method passes them on."""
+
+    topology: GraphSpec
+    budget: float | None
+    period: int
+    seed: int
+    mixing_weight: MixingWeight
 
 
 class Decentralized(Strategy):
     """Base class of the gossip methods: neighbour exchange along active matchings.
 
     Args:
-        topology: a :class:`~lsgd.topology.Topology`, a list of them used in
-            turn (dynamic graphs), or a kind name for :func:`lsgd.topology.make`;
-            default ``ring(W)``.
-        budget: C_b in (0, 1], the expected fraction of matchings active (MATCHA;
-            1 activates every matching, D-PSGD).
+        topology: a :class:`~lsgd.topology.Topology`, a list of them used in turn (dynamic
+            graphs), or a kind name for :func:`lsgd.topology.make`; default ``ring(W)``.
+        budget: C_b in (0, 1], the expected fraction of matchings active (1: all).
         period: local steps between communications (1: every step).
         seed: seed of the activation sampler; the same on every worker.
         mixing_weight: ``a``. ``None``: the method's own (D-PSGD's
             ``2 / (lambda_2 + lambda_max)``, MATCHA's SDP); ``"max-degree"``:
             ``1 / (1 + max degree)``, every self weight positive; a number in (0, 1].
-        comm, init, bn_buffers: see :class:`~lsgd.strategies.strategy.Strategy`
-            (``bn_buffers``: ``"pull"``, mixed like parameters, the default, or ``"local"``).
+        comm, init, bn_buffers: the strategy's (``bn_buffers``: ``"pull"`` or ``"local"``).
     """
 
     name = "decentralized"
     uses_graph = True
+    options_type = GossipOptions
+    counters = ("communications", "exchanges", "dropped_neighbours")
     #: C_b when none is given (MATCHA's is 0.5).
     default_budget = 1.0
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        topology: GraphSpec = None,
-        budget: float | None = None,
-        period: int = 1,
-        seed: int = 0,
-        mixing_weight: MixingWeight = None,
-        **options: Unpack[Options],
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 topology: GraphSpec = None, budget: float | None = None, period: int = 1,
+                 seed: int = 0, mixing_weight: MixingWeight = None,
+                 **options: Unpack[Options]) -> None:
         owner = type(self).__name__
-        self.budget = budget_fraction(owner, self.default_budget if budget is None else budget)
+        budget = self.default_budget if budget is None else budget
+        if not _validate.is_number(budget) or not 0.0 < budget <= 1.0:
+            raise ValueError(f"{owner}: budget must be a number in (0, 1], got {budget!r}")
+        self.budget = float(budget)
         self.period = _validate.positive_int(owner, "period", period)
         if not _validate.is_int(seed) or seed < 0:
             raise ValueError(f"{owner}: seed must be an integer >= 0, got {seed!r}")
@@ -186,12 +166,12 @@ class Decentralized(Strategy):
             keys = self.comm.all_gather(key)
         differ = [r for r in range(self.world_size) if not torch.equal(keys[r], key)]
         if differ:
-            raise ValueError(
-                f"{owner}: workers {differ} were given other graphs, budget, period, seed or "
-                f"weights than worker {self.rank} ({', '.join(g.name for g in self.graphs)}, "
-                f"budget={self.budget}, period={self.period}, seed={self.seed}, "
-                f"mixing_weight={self.mixing_weight!r}); all workers must pass the same ones"
-            )
+            graphs = ", ".join(g.name for g in self.graphs)
+            raise ValueError(f"{owner}: workers {differ} were given other graphs, budget, "
+                             f"period, seed or weights than worker {self.rank} ({graphs}, "
+                             f"budget={self.budget}, period={self.period}, seed={self.seed}, "
+                             f"mixing_weight={self.mixing_weight!r}); all workers must pass "
+                             "the same ones")
 
     def _make_plans(self) -> list[GraphPlan]:
         """Matchings locally; probabilities and weights from rank 0 (broadcast)."""
@@ -219,33 +199,22 @@ class Decentralized(Strategy):
         return plans
 
     # -- one communication ---------------------------------------------------
-    @property
-    def graph_index(self) -> int:
-        """Index of the graph the next communication uses."""
-        return self.communications % len(self.plans)
-
-    def _record(self, loss: torch.Tensor | float | None) -> None:
-        """Per-step bookkeeping before a communication (AL-DSGD's loss window)."""
-
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
-        self._record(loss)
         if self.steps % self.period == 0:
             self._communicate()
 
     def _activate(self, plan: GraphPlan) -> list[int]:
         """Indices of this communication's active matchings, the same on every worker."""
-        if plan.always:
+        if all(p == 1.0 for p in plan.probabilities):  # no random draw needed
             return list(range(len(plan.probabilities)))
         draws = torch.rand(len(plan.probabilities), generator=self._generator, dtype=torch.float64)
         return [j for j, p in enumerate(plan.probabilities) if float(draws[j]) < p]
 
     def _communicate(self) -> None:
-        plan = self.plans[self.graph_index]
+        plan = self.plans[self.communications % len(self.plans)]  # graphs in turn
         self.communications += 1
-        active = self._activate(plan)
-        self.last_active = active
-        if active:
-            self.rounds += 1
+        self.last_active = active = self._activate(plan)
+        self.rounds += bool(active)
         peers = [p for p in (plan.partners[j] for j in active) if p is not None]
         self.last_peers = peers
         if not peers:  # no active neighbour: nothing to do this time
@@ -274,12 +243,9 @@ class Decentralized(Strategy):
 
     def _recover(self, healthy: dict[int, list[torch.Tensor]], plan: GraphPlan,
                  active: list[int]) -> None:
-        """This worker's state is not finite: reset it to the mean of ``healthy``.
-
-        With no finite neighbour state the worker stays as it is, unless the
-        active graph is complete: then every worker saw every state, all of
-        them non-finite, and every worker raises ``DivergedError`` together.
-        """
+        """This worker's state is not finite: reset it to the mean of ``healthy``. With no
+        finite neighbour state it stays as it is, unless the active graph is complete:
+        then every worker saw every state non-finite, and all raise ``DivergedError``."""
         if not healthy:
             edges = sum(len(plan.graph.matchings[j]) for j in active)
             if edges == self.world_size * (self.world_size - 1) // 2:
@@ -294,22 +260,15 @@ class Decentralized(Strategy):
             torch._foreach_div_(mean, float(len(healthy)))
         self._reset_to(self._send.views)
 
-    def _combine(
-        self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]], weight: float
-    ) -> list[torch.Tensor]:
-        """The new state as flat buffers; ``mine`` (sent, pre-mixing) may be reused.
-
-        ``received`` holds the finite neighbour states only (all of them in a
-        healthy communication); ``mine`` is finite.
-        """
+    def _combine(self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]],
+                 weight: float) -> list[torch.Tensor]:
+        """The new state from ``mine`` (finite, reusable) and the finite states ``received``."""
         mix_(mine, list(received.values()), weight)
         return mine
 
     # -- evaluation ------------------------------------------------------------
     def spread(self) -> float | None:
-        """Mean over workers of ``||x_i - x_bar||`` (the state's Euclidean distance to
-        the center). Collective: every worker must call it; two all-reduces,
-        counted as ``"eval"`` traffic. Zero means consensus."""
+        """Mean over workers of ``||x_i - x_bar||`` (collective: two ``"eval"`` all-reduces)."""
         flat = FlatBuffer(self._state).copy_from(self._state)
         mine = [b.clone() for b in flat.buffers]
         with torch.no_grad(), self.comm.category("eval"):
@@ -324,37 +283,23 @@ class Decentralized(Strategy):
 
     # -- reporting and checkpoints ---------------------------------------------
     def _report_fields(self) -> dict[str, Any]:
-        return {"details": {
-            "communications": self.communications,
-            "exchanges": self.exchanges,
-            "dropped_neighbours": self.dropped_neighbours,
-            "graphs": [g.name for g in self.graphs],
-            "budget": self.budget,
-        }}
+        fields = super()._report_fields()
+        fields["details"].update(graphs=[g.name for g in self.graphs], budget=self.budget)
+        return fields
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["communications"] = self.communications
-        state["graph_index"] = self.graph_index
-        state["exchanges"] = self.exchanges
-        state["dropped_neighbours"] = self.dropped_neighbours
         state["sampler"] = self._generator.get_state()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
-        self.communications = int(state["communications"])
-        self.exchanges = int(state["exchanges"])
-        self.dropped_neighbours = int(state.get("dropped_neighbours", 0))
         self._generator.set_state(state["sampler"])
 
 
 @functools.lru_cache(maxsize=64)
 def _solve(graph: Topology, budget: float) -> tuple[tuple[float, ...], float]:
-    """MATCHA's probabilities and mixing weight of ``graph`` (D-PSGD's at budget 1).
-
-    Cached: simulated workers, and repeated runs in one process, solve once.
-    """
+    """MATCHA's probabilities and weight of ``graph`` (cached: simulated workers share it)."""
     if not graph.matchings:
         return (), 0.0
     if budget == 1.0:

@@ -12,22 +12,16 @@ momentum ``m`` (zero at the start), ``β = decay``::
     Q  = mean over workers of q              all-gather of the kept coefficients
     x  <- x - η (sign(Q) + wd x)             the optimizer's step on grad = sign(Q)
 
-The DCT is orthonormal, over blocks of each parameter (``chunk``: a 1-D tensor in
-chunks, a 2-D one in blocks, the largest divisors of its sizes up to ``chunk``,
-:mod:`lsgd.dct`); the reference's settings are chunk 64, top-k 32, decay 0.999. In
-the round's stages (:mod:`lsgd.strategies.stages`) DeMo is a message of ``η g``, error
-feedback with decay ``β`` (its accumulator is ``m``), a gathered move of DCT blocks and
-a landing that is the sign step. Workers start alike and apply the same update, so
-they hold one state. Communicated per step: one all-gather of each worker's kept
-coefficients (values, their indices in the block, scales), nothing else; with
-``overlap=1`` the gather of step ``t`` is applied at step ``t + 1`` (the first step
-applies none), behind that step's forward and backward. A worker whose momentum is not
-finite is left out of ``Q`` and its momentum restarts from zero; when every worker's
-is, every worker raises :class:`~lsgd.strategies.health.DivergedError`.
+The DCT is orthonormal, over blocks of each parameter of sides up to ``chunk``
+(:mod:`lsgd.dct`). In the round's stages DeMo is a message of ``η g``, error feedback
+with decay ``β`` (its accumulator is ``m``) and a gathered move of DCT blocks. Workers
+apply the same update, so they hold one state. Communicated per step: one all-gather of
+each worker's kept coefficients; with ``overlap=1`` the gather of step ``t`` is applied
+at step ``t + 1``. A worker whose momentum is not finite is left out of ``Q`` and its
+momentum restarts from zero.
 
-Choices of this implementation: ``Q`` is the mean over all workers (the reference
-averages each coefficient over the workers that sent it); weight decay is the
-optimizer's (``torch.optim.SGD(weight_decay=wd)``, the same as the reference's
+Unlike the reference, ``Q`` is the mean over all workers (not over the workers that
+sent each coefficient); weight decay is the optimizer's (the reference's
 ``x <- (1 - η wd) x`` before the step).
 """
 
@@ -56,8 +50,7 @@ Tensors = list[torch.Tensor]
 
 
 class Blocks:
-    """DeMo's layout of a gathered message: the flat buffers of the parameters, each
-    parameter's DCT blocks as rows (``k`` kept per row, at most the row)."""
+    """DeMo's layout of a gathered message: each parameter's DCT blocks as rows."""
 
     def __init__(self, flat: FlatBuffer, chunk: int, k: int, values: str) -> None:
         self.flat, self.chunk = flat, chunk
@@ -86,14 +79,11 @@ class DeMo(Strategy):
     Args:
         decay: β in [0, 1), the momentum's decay (the reference's 0.999).
         topk: k, coefficients kept per DCT block (32).
-        chunk: the largest block side (64): 1-D chunks of up to 64 values, 2-D blocks of
-            up to 64 x 64.
-        values: the kept coefficients' format, ``"float32"`` (default), ``"int8"`` or
-            ``"2bit"`` (:mod:`lsgd.comm.sparse`).
+        chunk: the largest block side (64): 1-D chunks, or 2-D blocks of up to 64 x 64.
+        values: the kept coefficients' format, ``"float32"``, ``"int8"`` or ``"2bit"``.
         overlap: 0, or 1: each step's gather lands a step later.
         leader: ``"none"`` only: DeMo's workers hold one state, so none leads another.
-        comm, init: see :class:`~lsgd.strategies.strategy.Strategy` (``bn_buffers``:
-            ``"local"``).
+        comm, init: see :class:`~lsgd.strategies.strategy.Strategy`.
 
     ``optimizer`` must be ``torch.optim.SGD`` without momentum (DeMo's momentum is its
     own): its learning rate and weight decay are DeMo's ``η`` and ``wd``.
@@ -101,20 +91,11 @@ class DeMo(Strategy):
 
     name = "demo"
     bn_modes = ("local",)
+    counters = ("skipped",)
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        decay: float = 0.999,
-        topk: int = 32,
-        chunk: int = 64,
-        values: str = "float32",
-        overlap: int = 0,
-        leader: str = "none",
-        **options: Unpack[Options],
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 decay: float = 0.999, topk: int = 32, chunk: int = 64, values: str = "float32",
+                 overlap: int = 0, leader: str = "none", **options: Unpack[Options]) -> None:
         self.decay = _validate.momentum("DeMo", "decay", decay)
         self.topk = _validate.positive_int("DeMo", "topk", topk)
         self.chunk = _validate.positive_int("DeMo", "chunk", chunk)
@@ -149,8 +130,7 @@ class DeMo(Strategy):
         self.skipped = 0  # steps that applied no update (overlap: the first)
 
     def _before_optimizer_step(self) -> bool:
-        """This step's message sent; the update due (this step's, or the last one's with
-        overlap) written as the sign into the gradients."""
+        """Send this step's message; the due update's sign becomes the gradients."""
         item = self._send()
         self.rounds += 1
         if self.overlap:
@@ -178,14 +158,14 @@ class DeMo(Strategy):
         return InFlight(self.steps, self.steps + 1 + self.overlap, "step", handles, tensors)
 
     def _mean(self, item: InFlight) -> Tensors:
-        """``Q``: the mean of the members' decoded messages whose values are finite; a
-        diverged worker's momentum restarts from zero."""
+        """``Q``: the mean of the finite messages; a diverged worker's momentum restarts."""
         members = self._move.decoded(item.tensors)
         healthy = finite_each(members)
         if not any(healthy):
             raise self._diverged_error("momentum")
         if not healthy[self.comm.rank]:
-            self._reset_momentum()
+            torch._foreach_zero_(self._momentum.residual.buffers)
+            self.resets += 1
         total = [torch.zeros_like(r) for r in members[0]]
         for rows, finite in zip(members, healthy):
             if finite:
@@ -193,27 +173,17 @@ class DeMo(Strategy):
         torch._foreach_div_(total, float(sum(healthy)))
         return self._move.layout.join(total, item.tensors["mean"])
 
-    def _reset_momentum(self) -> None:
-        for buffer in self._momentum.residual.buffers:
-            buffer.zero_()
-        self.resets += 1
-
-    def _apply(self, item: InFlight) -> None:
-        raise AssertionError("DeMo applies its updates before the optimizer step")
-
     def _report_fields(self) -> dict[str, Any]:
         return {"details": {"skipped_steps": self.skipped}}
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state["momentum"] = self._momentum.state()["residual"]
-        state["skipped"] = self.skipped
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self._momentum.load({"residual": state["momentum"]})
-        self.skipped = int(state.get("skipped", 0))
 
     @staticmethod
     def payload_fraction(model: nn.Module, topk: int = 32, chunk: int = 64,

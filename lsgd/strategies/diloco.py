@@ -11,12 +11,10 @@ Every worker holds an identical copy of the global parameters ``θ_g``. Every
     θ_g <- θ_g - lr_out (Δ + μ v)       no dampening or weight decay)
     θ   <- θ_g                         (on every worker)
 
-with ``lr_out = outer_lr`` (0.7) and ``μ = outer_momentum`` (0.9, the paper's
-values). Communicated per round: one all-reduce of the state; the round's options
-(hidden, compressed, gathered, the leader's force) are its stages'
-(:mod:`lsgd.strategies.stages`), the outer step's timing ``outer``'s
-(:mod:`lsgd.strategies.stages.eager`). Diverged workers: the mean is redone over the
-healthy workers, and a diverged worker is reset to the new ``θ_g``.
+with ``lr_out = outer_lr`` (0.7) and ``μ = outer_momentum`` (0.9, the paper's values).
+Communicated per round: one all-reduce of the state (the round's options:
+:mod:`lsgd.strategies.stages`). A non-finite mean is redone over the healthy workers,
+and a diverged worker is reset to the new ``θ_g``.
 """
 
 from __future__ import annotations
@@ -43,17 +41,14 @@ class DiLoCo(Averaging):
         period: H, inner steps between outer steps.
         outer_lr: the outer learning rate (> 0; DiLoCo's 0.7).
         outer_momentum: its Nesterov momentum in [0, 1) (DiLoCo's 0.9; 0: plain SGD).
-        outer: ``"standard"`` (default) or ``"eager"``: the outer step on the round's
-            mean, or at once on ``Δ̄_{t-1} + (Δ_t^m - Δ_{t-1}^m) / M`` while the mean of
-            ``Δ_t^m`` travels for a whole period (takes no ``overlap`` or ``merge``).
+        outer: ``"standard"`` or ``"eager"`` (:mod:`lsgd.strategies.stages.eager`: the
+            outer step at once while the round's mean travels for a whole period).
         options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions`;
-            ``merge`` defaults to ``"mix"``) and the strategy's
-            (:class:`~lsgd.strategies.strategy.Strategy`; ``bn_buffers``: ``"average"`` or
-            ``"local"``).
+            ``merge`` defaults to ``"mix"``) and the strategy's (``bn_buffers``:
+            ``"average"`` or ``"local"``).
 
     ``global_state`` holds ``θ_g`` and ``outer_optimizers`` its outer SGD (one per
-    region of the state this process updates: one, or one per fragment);
-    ``center()`` is the mean of the workers' states (one all-reduce, ``"eval"`` traffic).
+    fragment); ``center()`` is the mean of the workers' states.
     """
 
     name = "diloco"
@@ -61,33 +56,22 @@ class DiLoCo(Averaging):
     rounds_average_state = True
     default_merge = "mix"
     round_takes = ("merge", "leader")
+    reference_key = "global"
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        period: int = 16,
-        outer_lr: float = 0.7,
-        outer_momentum: float = 0.9,
-        outer: str = "standard",
-        **options: Unpack[AveragingOptions],
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 period: int = 16, outer_lr: float = 0.7, outer_momentum: float = 0.9,
+                 outer: str = "standard", **options: Unpack[AveragingOptions]) -> None:
         owner = type(self).__name__
         self.outer = check_outer(owner, outer, options.get("overlap", 0), options.get("merge"))
-        self.period = _validate.positive_int(owner, "period", period)
         if not _validate.is_number(outer_lr, finite=True) or outer_lr <= 0:
             raise ValueError(f"{owner}: outer_lr must be a finite number > 0, got {outer_lr!r}")
         self.outer_momentum = _validate.momentum(owner, "outer_momentum", outer_momentum)
         self.outer_lr = float(outer_lr)
-        self._plan(owner, self.period, options)  # type: ignore[arg-type]
-        stepping = outer_round(owner, self.outer, self.period, self.plan)
-        self.rounds_average_state = self.rounds_average_state and not stepping
-        super().__init__(model, optimizer, **options)  # type: ignore[misc]
+        super().__init__(model, optimizer, period=period, **options)
         # θ_g, laid out like the state: the parameters, then (blocking rounds) the buffers.
         self.global_state = self._shared_copy()
         self._delta = FlatBuffer(self._state)  # Δ, the outer optimizer's .grad
-        self._setup_round(shared=(self.global_state,), **stepping)
+        self._setup_round(reference=self.global_state)
         self._parameters = len(list(model.parameters()))
         parts = self._round.parts
         # One outer optimizer per part, over its slice of θ_g (Δ's slice its .grad); with
@@ -108,19 +92,18 @@ class DiLoCo(Averaging):
                 nesterov=self.outer_momentum > 0))
         self._round.attach(self.global_state, self.outer_optimizers)
 
-    def _reference(self) -> FlatBuffer:
-        return self.global_state
+    def _round_kind(self, owner: str) -> dict[str, Any]:
+        return outer_round(owner, self.outer, self.period, self.plan)
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
-        """DiLoCo's round: the outer step on the part of θ_g, then the worker's part
-        moves to it (merged with the steps taken since the round)."""
+        """The outer step on the part of θ_g, then the worker's part moves to it."""
         self._round.land(part, self._outer_step(part, mean, encoded), start)
 
     def _outer_step(self, part: int, mean: list[torch.Tensor], encoded: bool
                     ) -> list[torch.Tensor]:
-        """``Δ = θ_g - θ̄`` on ``part`` (``encoded``: Δ is the mean received), the outer
-        optimizer's step; the buffers of θ_g take the mean. Returns the part of θ_g."""
+        """``Δ = θ_g - θ̄`` on ``part`` (``encoded``: the mean received), the outer step;
+        the buffers of θ_g take the mean. Returns the part of θ_g."""
         parts = self._round.parts
         theta, delta = parts.of(self.global_state, part), parts.of(self._delta, part)
         if encoded:  # the mean of θ_g - x, decoded identically on every worker
@@ -152,19 +135,16 @@ class DiLoCo(Averaging):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["global"] = [b.clone() for b in self.global_state.buffers]
         state["outer_parts"] = [copy.deepcopy(o.state_dict()["state"])
                                 for o in self.outer_optimizers]
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore ``θ_g`` and the outer momentum; the outer hyperparameters stay this
-        strategy's own (``outer_lr``, ``outer_momentum``)."""
+        """Restore ``θ_g`` and the outer momentum (``outer_lr`` stays this strategy's)."""
         if "outer_parts" not in state:
             raise ValueError(f"{self.name}.load_state_dict: this state was saved by lsgd 0.6 "
                              "or earlier; resume it with lsgd 0.10 and save it again")
-        saved_global = list(state["global"])
-        if [t.shape for t in saved_global] != [b.shape for b in self.global_state.buffers]:
+        if [t.shape for t in state["global"]] != [b.shape for b in self.global_state.buffers]:
             raise ValueError(f"{self.name}.load_state_dict: the saved global parameters have "
                              "other shapes than this model's (another model, or bn_buffers)")
         saved = "eager" if "eager" in state else "standard"
@@ -173,8 +153,6 @@ class DiLoCo(Averaging):
                              f"outer={saved!r}, this strategy has outer={self.outer!r}; "
                              f"resume with outer={saved!r}")
         super().load_state_dict(state)
-        for buffer, value in zip(self.global_state.buffers, saved_global):
-            buffer.copy_(value)
         for optimizer, saved_state in zip(self.outer_optimizers, state["outer_parts"]):
             optimizer.load_state_dict({"state": copy.deepcopy(dict(saved_state)),
                                        "param_groups": optimizer.state_dict()["param_groups"]})

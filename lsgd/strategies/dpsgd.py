@@ -2,15 +2,14 @@
 Algorithms? A Case Study for Decentralized Parallel Stochastic Gradient
 Descent", NeurIPS 2017, https://arxiv.org/abs/1705.09056).
 
-Every ``period`` steps (default every step), after the inner optimizer step,
-each worker swaps its state with every neighbour in the graph and mixes::
+Every ``period`` steps, after the inner optimizer step, each worker swaps its state with
+every neighbour in the graph and mixes::
 
     x_i <- (1 - d_i a) x_i + a sum_{j in N(i)} x_j,     a = 2 / (lambda_2(L) + lambda_max(L))
 
-(``a`` minimizes ``||I - a L - J||_2``). Step then mix is the "adapt then
-combine" order of MATCHA's and AL-DSGD's code. Communicated per
-communication: the state once to each of the ``d_i`` neighbours (``d_i * B``
-each way); no all-reduce, no center.
+(``a`` minimizes ``||I - a L - J||_2``); step then mix, the "adapt then combine"
+order of MATCHA's and AL-DSGD's code. Communicated per communication: the state once
+to each of the ``d_i`` neighbours, each way.
 """
 
 from __future__ import annotations
@@ -27,29 +26,16 @@ from lsgd.strategies.strategy import Options
 class DPSGD(Decentralized):
     """Decentralized parallel SGD: gossip with all neighbours at every communication.
 
-    Args:
-        topology: a :class:`~lsgd.topology.Topology`, a list of them used in turn
-            (dynamic graphs), or a kind name; default ``ring(W)``. Must be
-            connected (for a list: its union).
-        period: local steps between communications (1: every step, the paper's).
-        mixing_weight: ``a``; default the method's own; ``"max-degree"`` or a
-            number: see :class:`~lsgd.strategies.decentralized.Decentralized`.
-        comm, init, bn_buffers: see :class:`~lsgd.strategies.strategy.Strategy`.
+    Takes :class:`~lsgd.strategies.decentralized.Decentralized`'s keywords but
+    ``budget`` (1: every matching) and ``seed`` (no draws); ``period=1`` is the paper's.
     """
 
     name = "dpsgd"
+    options_type = Options  # the gossip's own keywords are D-PSGD's, or fixed
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        topology: GraphSpec = None,
-        period: int = 1,
-        mixing_weight: MixingWeight = None,
-        **options: Unpack[Options],
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 topology: GraphSpec = None, period: int = 1,
+                 mixing_weight: MixingWeight = None, **options: Unpack[Options]) -> None:
         super().__init__(model, optimizer, topology=topology, budget=1.0, period=period, seed=0,
-                         mixing_weight=mixing_weight,
-                         **options)
+                         mixing_weight=mixing_weight, **options)
 

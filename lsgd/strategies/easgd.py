@@ -2,37 +2,32 @@
 Averaging SGD", NeurIPS 2015, https://arxiv.org/abs/1412.6651), synchronous,
 without a parameter server (docs/algorithms.md, "EASGD").
 
-Every worker holds an identical copy of the center ``c``, which starts as the
-average of the workers' initial states. Every ``period`` steps, with
-``x_bar`` the mean of the workers' states and ``alpha = moving_rate / W``::
+Every worker holds an identical copy of the center ``c``, which starts as the average
+of the workers' initial states. Every ``period`` steps, with ``x_bar`` the mean of the
+workers' states and ``alpha = moving_rate / W``::
 
-    x <- x - alpha (x - c)          (c before its update)
+    x <- x - alpha (x - c)             (c before its update)
     c <- c + moving_rate (x_bar - c)   (= c + alpha * sum_i (x_i - c))
 
-Communicated per round: one all-reduce of the state. Diverged workers, and
-workers absent from an elastic round, count as sitting at the center::
-
-    x_bar' = (sum_{i healthy} x_i + (W - H) c) / W
-
-(one more state all-reduce and one float64 count ``H``, on the rare round whose
-``x_bar`` is not finite); a diverged worker is reset to the new center
-(docs/algorithms.md, "Diverging and mismatched workers").
+Communicated per round: one all-reduce of the state. Diverged workers, and workers
+absent from an elastic round, count as sitting at the center,
+``x_bar' = (sum_{i healthy} x_i + (W - H) c) / W`` (one more state all-reduce and a
+count ``H``); a diverged worker is reset to the new center.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from typing import Any, Unpack
+from typing import Unpack
 
 import torch
 from torch import nn
 
 from lsgd import _validate
 from lsgd.comm.communicator import Among
-from lsgd.flat import FlatBuffer
 from lsgd.functional import elastic_step_, pull_
 from lsgd.strategies.averaging import Averaging, AveragingOptions
+from lsgd.strategies.state import state_tensors
 
 
 class EASGD(Averaging):
@@ -42,10 +37,8 @@ class EASGD(Averaging):
         moving_rate: beta in [0, 1] (default 0.43, the LSGD paper's); each
             worker's elastic pull is ``alpha = beta / W``.
         period: tau, local steps between rounds.
-        options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions`, but
-            ``merge``: a landing moves the state as it is then; compressed, the workers
-            send ``c - x``) and the strategy's (:class:`~lsgd.strategies.strategy.Strategy`;
-            ``bn_buffers``: ``"average"``, the default, ``"pull"`` or ``"local"``).
+        options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions` but
+            ``merge``; compressed, the workers send ``c - x``) and the strategy's.
 
     ``center()`` returns the center variable ``c`` (no communication).
     """
@@ -55,33 +48,20 @@ class EASGD(Averaging):
     bn_modes = ("average", "pull", "local")
     default_merge = "replace"
     round_takes = ()
+    reference_key = "center"
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        moving_rate: float = 0.43,
-        period: int = 16,
-        **options: Unpack[AveragingOptions],
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 moving_rate: float = 0.43, period: int = 16,
+                 **options: Unpack[AveragingOptions]) -> None:
         self.moving_rate = _validate.fraction("EASGD", "moving_rate", moving_rate)
-        self.period = _validate.positive_int("EASGD", "period", period)
-        self._plan("EASGD", self.period, options)  # type: ignore[arg-type]
-        super().__init__(model, optimizer, **options)  # type: ignore[misc]
+        super().__init__(model, optimizer, period=period, **options)
         self.alpha = self.moving_rate / self.world_size
-        with torch.no_grad():
-            self.center_state = self._shared_copy()
-        self._setup_round(shared=(self.center_state,))
-
-    def _reference(self) -> FlatBuffer:
-        return self.center_state
+        self.center_state = self._shared_copy()
+        self._setup_round(reference=self.center_state)
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
-        """The elastic step of the worker's part now toward the center's part, which
-        moves toward the round's mean ``x̄`` (absent workers of an elastic round count
-        as sitting at the center)."""
+        """The worker's part steps toward the center's, which moves toward ``x̄``."""
         center = self._round.parts.of(self.center_state, part)
         if encoded:  # the mean of c - x: x̄ = c - mean
             torch._foreach_neg_(mean)
@@ -95,9 +75,7 @@ class EASGD(Averaging):
 
     def _recover(self, part: int, healthy: bool, count: int, among: Among
                  ) -> list[torch.Tensor]:
-        """The round again, the diverged workers counted as sitting at the center:
-        ``x̄' = (sum of the healthy states + (W - H) c) / W``; healthy workers take the
-        elastic step, diverged ones are reset to the new center."""
+        """The round with ``x̄'``; a diverged worker is reset to the new center."""
         mean, center = self._mean.buffers, self.center_state.buffers
         torch._foreach_add_(mean, center, alpha=float(self.world_size - count))
         torch._foreach_div_(mean, float(self.world_size))
@@ -111,18 +89,8 @@ class EASGD(Averaging):
     def center(self) -> nn.Module:
         """A copy of the model holding the center variable ``c``."""
         model = copy.deepcopy(self._module)
-        self.center_state.copy_to(self._state_of(model))
+        self.center_state.copy_to(state_tensors(model, self._buffers_in_state))
         return model
 
     def reset_target(self) -> list[torch.Tensor]:
         return self.center_state.views
-
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["center"] = [b.clone() for b in self.center_state.buffers]
-        return state
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
-        for buffer, value in zip(self.center_state.buffers, state["center"]):
-            buffer.copy_(value)

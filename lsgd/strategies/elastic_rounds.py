@@ -1,20 +1,15 @@
 """Elastic rounds: what a periodic method does when workers leave and return.
 
-With an :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator` (torchft), every round
-among all workers of LSGD, DiLoCo, local SGD or EASGD is a quorum point and
-runs among the live workers only (docs/algorithms.md, "Elastic rounds"):
+With torchft (:class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`), every round
+among all workers is a quorum point among the live workers (docs/algorithms.md,
+"Elastic rounds"):
 
-* **Leaving.** An absent worker is not a member of the next round and has no
-  score (it cannot be elected). A round whose collective failed applies
-  nothing and is not committed.
-* **Joining.** A (re)started worker is healed by torchft from an up-to-date
-  member (model and strategy state, ``"join"`` traffic) and enters the same
-  round as a *diverged* worker (its state set to NaN), so the round's own rule
-  resets it exactly.
-* **Hidden rounds** (one worker per node): a round stays open while its
-  transfer is under way, and closes (rule, then commit) when it lands.
-
-Rounds inside a node are no quorum points.
+* **Leaving.** An absent worker is not a member of the next round and cannot be
+  elected. A round whose collective failed applies nothing and is not committed.
+* **Joining.** A (re)started worker is healed by torchft from an up-to-date member and
+  enters the same round as a *diverged* worker (NaN), so the round's rule resets it.
+* **Hidden rounds** (one worker per node): a round stays open while its transfer is
+  under way, and closes (rule, then commit) when it lands.
 """
 
 from __future__ import annotations
@@ -33,8 +28,7 @@ from lsgd.strategies.seams import supporting
 
 
 class ElasticRounds(Rounds):
-    """The strategy's rounds among all workers as quorum points (the module docstring):
-    what :class:`~lsgd.strategies.rounds.Rounds` does, wrapped."""
+    """:class:`~lsgd.strategies.rounds.Rounds`, its rounds among all as quorum points."""
 
     def __init__(self, strategy: Strategy) -> None:
         super().__init__(strategy)
@@ -42,16 +36,53 @@ class ElasticRounds(Rounds):
 
     def start(self) -> None:
         """Elastic workers exchange nothing outside rounds: only the method is checked."""
-        check_method(self.strategy)
+        strategy = self.strategy
+        if not strategy.supports_elastic:
+            raise ValueError(f"{strategy.name}: elastic training runs "
+                             f"{', '.join(supporting('supports_elastic'))}; {strategy.name} is "
+                             "not one of them")
+        if strategy.init != "broadcast":
+            raise ValueError(f"{strategy.name}: elastic workers start from the same model (the "
+                             "same seed), with nothing exchanged outside rounds; drop "
+                             "init='independent'")
 
     def check(self) -> None:
-        check(self.strategy)
+        """Refuse the options elastic rounds do not take; register what a joiner receives."""
+        strategy, name = self.strategy, self.strategy.name
+        if strategy.asynchronous:
+            raise ValueError(f"{name}: elastic training runs synchronous rounds; "
+                             "drop asynchronous=True")
+        if strategy.hides_rounds and getattr(strategy.comm, "per_node", 1) > 1:
+            raise ValueError(f"{name}: elastic hidden rounds (overlap, fragments, compress) "
+                             "run with one replica per node: drop them, run one worker per "
+                             "node, or make each node's workers one replica (replica='node')")
+        gap = min(c.period for c in strategy.cadences) // strategy.fragments
+        if strategy.overlap >= gap:
+            raise ValueError(f"{name}: an elastic round lands before the next one starts: "
+                             f"overlap must be below period / fragments = {gap}, got "
+                             f"{strategy.overlap}")
+        strategy.comm.add_state(  # type: ignore[attr-defined]
+            "strategy", lambda: {"model": strategy.module.state_dict(),
+                                 "strategy": strategy.state_dict()},
+            lambda state: _take(strategy, state))
 
     def join(self) -> bool:
+        """A worker's first quorum, at its first step. If it was healed (the job was
+        running) it takes part in the others' round, due at its new step count, and the
+        step is spent joining."""
         if self.joined:
             return False
         self.joined = True
-        return join(self.strategy, self.strategy.join_rounds)
+        strategy, comm = self.strategy, self.strategy.comm
+
+        def body() -> None:
+            if comm.healed:
+                strategy.join_rounds([c.name for c in strategy.cadences
+                                      if strategy.steps % c.period == c.offset])
+
+        with torch.no_grad():  # the hook only after a round of the method's own
+            run_round(strategy, body, hook=lambda: bool(comm.healed))
+        return bool(comm.healed)  # still set after the round: begin_round resets it
 
     def run(self, names: list[str], world: bool) -> None:
         if not world:  # rounds inside a node are no quorum points
@@ -64,8 +95,7 @@ class ElasticRounds(Rounds):
         land_round(self.strategy, item, lambda: super(ElasticRounds, self).land(item))
 
     def average_buffers(self, among: str) -> None:
-        """An elastic worker has one process group: while a transfer started at this
-        step is under way, the BatchNorm average waits until it lands."""
+        """One process group: the BatchNorm average waits for this step's transfer."""
         started = self.strategy.in_flight()
         if started and started[-1].started == self.strategy.steps:
             started[-1].info["bn_among"] = among
@@ -73,46 +103,8 @@ class ElasticRounds(Rounds):
             super().average_buffers(among)
 
 
-def check_method(strategy: Strategy) -> None:
-    """Raise ``ValueError`` unless ``strategy``'s method has elastic rounds (at construction)."""
-    if not strategy.supports_elastic:
-        raise ValueError(f"{strategy.name}: elastic training runs "
-                         f"{', '.join(supporting('supports_elastic'))}; {strategy.name} is "
-                         "not one of them")
-    if strategy.init != "broadcast":
-        raise ValueError(f"{strategy.name}: elastic workers start from the same model (the "
-                         "same seed), with nothing exchanged outside rounds; drop "
-                         "init='independent'")
-
-
-def check(strategy: Strategy) -> None:
-    """Raise ``ValueError`` unless ``strategy``'s options allow elastic rounds (once its
-    rounds are declared); then register what a joining worker receives."""
-    name = strategy.name
-    if strategy.asynchronous:
-        raise ValueError(f"{name}: elastic training runs synchronous rounds; "
-                         "drop asynchronous=True")
-    if strategy.hides_rounds and getattr(strategy.comm, "per_node", 1) > 1:
-        raise ValueError(f"{name}: elastic hidden rounds (overlap, fragments, compress) run "
-                         "with one replica per node: drop them, run one worker per node, or "
-                         "make each node's workers one replica (replica='node')")
-    gap = min(c.period for c in strategy.cadences) // strategy.fragments
-    if strategy.overlap >= gap:
-        raise ValueError(f"{name}: an elastic round lands before the next one starts: "
-                         f"overlap must be below period / fragments = {gap}, got "
-                         f"{strategy.overlap}")
-    strategy.comm.add_state("strategy", lambda: _send(strategy),  # type: ignore[attr-defined]
-                            lambda state: _take(strategy, state))
-
-
-def _send(strategy: Strategy) -> dict[str, Any]:
-    """What a joining worker receives from this one."""
-    return {"model": strategy.module.state_dict(), "strategy": strategy.state_dict()}
-
-
 def _take(strategy: Strategy, state: dict[str, Any]) -> None:
-    """Take a peer's state (torchft's heal); this worker's own counts of traffic,
-    resets and waiting stay its own."""
+    """Take a peer's state (torchft's heal), keeping this worker's own counts."""
     own = strategy.own_counts()
     strategy.module.load_state_dict(state["model"])
     strategy.load_state_dict(state["strategy"])
@@ -123,9 +115,8 @@ def run_round(strategy: Strategy, body: Callable[[], None],
               hook: bool | Callable[[], bool] = True) -> bool | None:
     """One round among all workers as a quorum point: ``body`` (the method's collectives
     and rule) among the members, then ``strategy.on_round`` if set and ``hook``; a
-    healed worker enters it as diverged. Whether it was committed; ``None`` when the
-    round's transfer is still under way (a hidden round): it stays open, and
-    :func:`land_round` closes it when the transfer lands."""
+    healed worker enters it as diverged. Whether it was committed; ``None`` while its
+    transfer is under way (:func:`land_round` closes it)."""
     comm = strategy.comm
     before = len(strategy.in_flight())
     try:
@@ -149,9 +140,8 @@ def run_round(strategy: Strategy, body: Callable[[], None],
 
 def land_round(strategy: Strategy, item: InFlight, arrive: Callable[[], None]) -> bool:
     """Close the hidden round of ``item``: ``arrive`` (wait for the transfer, apply it),
-    ``strategy.on_round``, then torchft's commit. A transfer that failed (a member died
-    while it was under way) is dropped and the round not committed, as a blocking
-    round whose collective failed."""
+    ``strategy.on_round``, then torchft's commit. A transfer that failed is dropped and
+    the round not committed."""
     try:
         arrive()
         if item.info.get("elastic_hook") and strategy.on_round is not None:
@@ -159,19 +149,3 @@ def land_round(strategy: Strategy, item: InFlight, arrive: Callable[[], None]) -
     except RoundFailed:
         pass
     return bool(strategy.comm.end_round())  # type: ignore[attr-defined]
-
-
-def join(strategy: Strategy, round_of: Callable[[list[str]], None]) -> bool:
-    """A worker's first quorum, at its first step. If it was healed (the job was
-    running) it takes part in the others' round, due at its new step count, and
-    ``True`` is returned: that step is spent joining."""
-    comm = strategy.comm
-
-    def body() -> None:
-        if comm.healed:
-            round_of([c.name for c in strategy.cadences
-                      if strategy.steps % c.period == c.offset])
-
-    with torch.no_grad():  # the hook only after a round of the method's own
-        run_round(strategy, body, hook=lambda: bool(comm.healed))
-    return bool(comm.healed)  # still set after the round: begin_round resets it

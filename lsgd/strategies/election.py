@@ -1,16 +1,11 @@
 """LSGD's elections: this worker's score, gathered from every member, when and where.
 
-A worker's score is its :class:`~lsgd.leader.Scorer`'s, made ``+inf`` when any
-value of its state is not finite (checked on the device), so that a diverged
-worker is never elected; every member elects from the same gathered scores
-(:func:`lsgd.functional.elect`). When (docs/algorithms.md, "LSGD's hidden
-round: the early election and fragments"):
-
-* ``"round"``: a blocking all-gather at the round step ``s``.
-* ``"early"``: the all-gather starts after step ``s - 1`` on the ``"control"``
-  lane (:mod:`lsgd.comm.transfers`) and is waited for at step ``s``: the
-  leader is one step stale (Theorem 2 of the LSGD paper allows it), and a
-  round step holds no blocking collective. The same bytes are sent.
+A worker's score is its :class:`~lsgd.leader.Scorer`'s, ``+inf`` when its state is not
+finite, so that a diverged worker is never elected. ``"round"``: a blocking all-gather
+at the round step ``s``; ``"early"``: the all-gather starts after step ``s - 1`` on the
+``"control"`` lane, so the leader is one step stale (Theorem 2 of the LSGD paper allows
+it) and a round step holds no blocking collective (docs/algorithms.md, "LSGD's hidden
+round: the early election and fragments").
 """
 
 from __future__ import annotations
@@ -30,8 +25,7 @@ ELECTIONS = ("round", "early")
 
 
 class Election:
-    """Gathers the scores of a round's election, at the round (``"round"``) or one step
-    before it on the control lane (``"early"``)."""
+    """Gathers the scores of a round's election (``rule``: ``"round"`` or ``"early"``)."""
 
     def __init__(self, rule: str, scorer: Scorer) -> None:
         self.rule = rule
@@ -55,8 +49,7 @@ class Election:
 
     def gather(self, comm: Communicator, module: Any, state: list[torch.Tensor],
                device: torch.device, among: Among) -> torch.Tensor:
-        """Every member's score (float64 on the CPU, in rank order among ``among``): the
-        early gather when one was started for this round, else gathered now."""
+        """Every member's score (float64, CPU, rank order): the early gather, or now."""
         if self._early is not None:
             early_among, handle = self._early
             self._early = None

@@ -1,9 +1,6 @@
-"""The optimizer guard: ``optimizer.step()`` outside ``strategy.step(loss)`` is an error.
-
-``strategy.step`` runs the optimizer step itself, right before the method's
-communication; a second, direct call would step twice. A step pre-hook on the
-optimizer (registered once, :func:`guard`) checks a flag that only
-:func:`driving` sets.
+"""The optimizer guard: ``optimizer.step()`` outside ``strategy.step(loss)``, which runs
+the step itself, is an error (it would step twice). A step pre-hook on the optimizer
+(:func:`guard`) checks a flag that only :func:`driving` sets.
 """
 
 from __future__ import annotations
@@ -19,22 +16,17 @@ _driven: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKe
 
 
 def guard(optimizer: torch.optim.Optimizer) -> None:
-    """Make ``optimizer.step()`` outside ``strategy.step(loss)`` an error (once per optimizer).
-
-    ``strategy.step`` runs the optimizer step itself, right before the
-    method's communication; a second, direct call would step twice.
-    """
+    """Make ``optimizer.step()`` outside ``strategy.step(loss)`` an error."""
     if optimizer in _driven:
         return
     _driven[optimizer] = False
 
     def check(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not _driven.get(opt, True):
-            raise RuntimeError(
-                "optimizer.step() was called directly, but this optimizer is driven by an lsgd "
-                "strategy: call strategy.step(loss) instead (it runs optimizer.step() and then "
-                "the method's communication); calling both would step twice"
-            )
+            raise RuntimeError("optimizer.step() was called directly, but this optimizer is "
+                               "driven by an lsgd strategy: call strategy.step(loss) instead "
+                               "(it runs optimizer.step() and then the method's "
+                               "communication); calling both would step twice")
 
     optimizer.register_step_pre_hook(check)
 

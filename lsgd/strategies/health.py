@@ -6,20 +6,15 @@ import zlib
 from collections.abc import Sequence
 
 import torch
-from torch import nn
 
 from lsgd.comm import Communicator
 from lsgd.comm.communicator import Among
-from lsgd.flat import FlatBuffer
-from lsgd.functional import all_finite
 
 
 class DivergedError(RuntimeError):
-    """Every worker's state (or loss) is NaN or infinite: training cannot go on.
-
-    Raised on every worker at the same round: the workers decide it from the
-    same gathered or reduced numbers, so none is left waiting in a collective.
-    """
+    """Every worker's state (or loss) is NaN or infinite: training cannot go on. Raised on
+    every worker at the same round, decided from the same numbers, so none is left
+    waiting in a collective."""
 
 
 def _count(n: int) -> str:
@@ -33,12 +28,9 @@ def check_same_model(comm: Communicator, state: Sequence[torch.Tensor], owner: s
                      device: torch.device) -> None:
     """Raise ``ValueError`` on every worker unless all states have the same layout.
 
-    Each worker's fingerprint is a CRC-32 of the list of ``(shape, dtype)``
-    of its state tensors (deterministic, unlike Python's salted ``hash``),
-    with its number of tensors and of values; one all-gather of these three
-    int64 (``"init"`` traffic) lets every worker compare all of them with
-    worker 0's, so all raise together, before the initial broadcast would
-    fail or hang. Nothing is sent with a single worker.
+    Each worker's fingerprint is a CRC-32 of its tensors' ``(shape, dtype)`` (unlike
+    Python's salted ``hash``), its number of tensors and of values: one all-gather of
+    three int64 (``"init"`` traffic), before the initial broadcast would fail or hang.
     """
     if comm.world_size == 1:
         return
@@ -55,81 +47,16 @@ def check_same_model(comm: Communicator, state: Sequence[torch.Tensor], owner: s
     each = "; ".join(
         f"worker {r}'s model differs from worker 0's: {table[r][1]} tensors / "
         f"{_count(table[r][2])} values vs {tensors0} / {_count(values0)}" for r in differ)
-    raise ValueError(
-        f"{owner}: {each} (seen from worker {comm.rank}); every worker must build the "
-        "same model (same layers, shapes and dtypes, and the same bn_buffers)"
-    )
-
-
-class Recovery:
-    """What a strategy does about diverged workers (mixed into
-    :class:`~lsgd.strategies.strategy.Strategy`, whose attributes it uses)."""
-
-    name: str
-    steps: int
-    resets: int
-    comm: Communicator
-    optimizer: torch.optim.Optimizer
-    _state: list[torch.Tensor]
-    _module: nn.Module
-
-    def _device(self) -> torch.device:
-        raise NotImplementedError
-
-    def _diverged_error(self, what: str = "state", step: int | None = None) -> DivergedError:
-        """The error every worker raises when no worker is left healthy (at ``step``,
-        by default the last step taken)."""
-        step = self.steps if step is None else step
-        return DivergedError(
-            f"{self.name}: every worker's {what} is NaN or infinite at step {step}: "
-            "lower the learning rate (or clip the gradients, or warm the learning rate up) "
-            "and restart from the last checkpoint"
-        )
-
-    def _reset_to(self, source: Sequence[torch.Tensor]) -> None:
-        """Reset this diverged worker: ``x <- source`` exactly, optimizer state cleared.
-
-        ``source`` is shaped like the state (the leader's, the center, the
-        healthy workers' mean). The optimizer's per-parameter state (momentum,
-        Adam's moments and step) is dropped, since it is likely NaN too; it
-        restarts from scratch at the next step. Counted in :attr:`resets`. No
-        communication.
-        """
-        if self._state:
-            torch._foreach_copy_(self._state, list(source))
-        for group in self.optimizer.param_groups:
-            for p in group["params"]:
-                self.optimizer.state.pop(p, None)
-        self.resets += 1
-        self._after_reset()
-
-    def _after_reset(self) -> None:
-        """What else the method forgets after :meth:`_reset_to` (the leader score's window)."""
-
-    def _healthy_sum_into(self, flat: FlatBuffer, among: Among = "world") -> tuple[bool, int]:
-        """``flat <-`` the sum of the *healthy* states among ``among``; ``(mine healthy, count)``.
-
-        The rare path of the averaging methods, taken when an average came out
-        NaN or infinite: each worker contributes its state if finite, zeros
-        otherwise (one all-reduce of the state, ``"train"`` traffic), and the
-        number of healthy workers is summed (one all-reduce of one float64,
-        ``"control"`` traffic). Every member gets the same count; among all
-        workers a count of 0 raises :class:`DivergedError` on every worker.
-        """
-        flat.copy_from(self._state)
-        healthy = all_finite(flat.buffers)
-        healthy_count = sum_healthy_(self.comm, flat.buffers, healthy, among, self._device())
-        if healthy_count == 0 and among == "world":
-            raise self._diverged_error()
-        return healthy, healthy_count
+    raise ValueError(f"{owner}: {each} (seen from worker {comm.rank}); every worker must "
+                     "build the same model (same layers, shapes and dtypes, and the same "
+                     "bn_buffers)")
 
 
 def sum_healthy_(comm: Communicator, tensors: Sequence[torch.Tensor], healthy: bool,
                  among: Among, device: torch.device) -> int:
-    """``tensors <-`` their sum over the *healthy* members of ``among`` (a member that is not
-    ``healthy`` adds zeros; one all-reduce per tensor, ``"train"`` traffic); returns the
-    number of healthy members, the same on each (one all-reduce of one float64,
-    ``"control"`` traffic)."""
+    """``tensors <-`` their sum over the *healthy* members of ``among`` (one all-reduce per
+    tensor, a member that is not ``healthy`` adding zeros); returns the number of healthy
+    members (one more all-reduce of one float64, ``"control"`` traffic)."""
     if not healthy:
         for tensor in tensors:
             tensor.zero_()

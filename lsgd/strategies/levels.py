@@ -39,15 +39,15 @@ class Level:
                 "snapshot": [b.clone() for b in self.snapshot.buffers]}
 
     def load(self, saved: dict[str, Any]) -> None:
-        self.leader, self.rounds, self.switches = saved["leader"], saved["rounds"], saved["switches"]
+        self.leader, self.rounds = saved["leader"], saved["rounds"]
+        self.switches = saved["switches"]
         for buffer, value in zip(self.snapshot.buffers, saved["snapshot"]):
             buffer.copy_(value)
 
 
 @dataclasses.dataclass(frozen=True)
 class Knobs:
-    """LSGD's knobs, checked: the local level's (or the one level's) and the global ones
-    as given (None: not given)."""
+    """LSGD's knobs, checked; the global ones as given (None: not given)."""
 
     pull: float
     scope: float
@@ -91,10 +91,7 @@ def build_levels(owner: str, k: Knobs, info: WorkerInfo, state: list[torch.Tenso
         g_pull = k.pull if k.pull_global is None else k.pull_global
         g_scope = k.scope if k.scope_global is None else k.scope_global
         local = info.group_size > 1
-        if k.global_period is not None:
-            g_period = k.global_period
-        else:
-            g_period = 4 * k.period if local else k.period
+        g_period = k.global_period or (4 * k.period if local else k.period)
         _validate.multiple_of(owner, "global_period", g_period, "period", k.period)
         if local:
             levels.append(Level("local", "group", info.group_members(), k.pull, k.scope,

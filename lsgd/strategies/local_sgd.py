@@ -1,27 +1,24 @@
 """Local SGD: periodic model averaging, optionally hierarchical (Lin et al., "Don't
 Use Large Mini-Batches, Use Local SGD", 2018, https://arxiv.org/abs/1808.07217).
 
-Every ``period`` steps ``x <- mean over workers of x`` (one all-reduce of the
-state). With ``hierarchical=True`` and several groups, the average every
-``period`` steps is taken inside each group and every ``global_period`` steps
-across all workers; when both fall on one step only the global one is taken
-(docs/algorithms.md, "Local SGD"). The round's options (hidden, compressed,
-gathered, the leader's force): :mod:`lsgd.strategies.stages`. Diverged workers: a
-non-finite average is redone over the healthy members, and a diverged member takes
-it; a group average whose whole group diverged is skipped until the next global one.
+Every ``period`` steps ``x <- mean over workers of x`` (one all-reduce of the state):
+DiLoCo's round with the plain average as its outer step. With ``hierarchical=True``
+and several groups, the average every ``period`` steps is taken inside each group and
+every ``global_period`` steps across all workers (only the global one when both fall
+due; docs/algorithms.md, "Local SGD"). A non-finite average is redone over the healthy
+members, and a diverged member takes it; a group whose members all diverged waits for
+the next global average.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Unpack
+from typing import Unpack
 
 import torch
 from torch import nn
 
 from lsgd import _validate
 from lsgd.comm.communicator import Among
-from lsgd.flat import FlatBuffer
 from lsgd.strategies.averaging import Averaging, AveragingOptions
 from lsgd.strategies.cadence import Cadence
 
@@ -35,10 +32,8 @@ class LocalSGD(Averaging):
             every ``global_period`` (needs several groups).
         global_period: tau_G, a multiple of ``period`` (default ``4 * period``).
         options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions`, one
-            level of averaging only; ``merge`` defaults to ``"keep"``) and the strategy's
-            (:class:`~lsgd.strategies.strategy.Strategy`; ``bn_buffers``: ``"average"``, in
-            the round's all-reduce, or ``"local"``). Compressed, a worker sends ``r - x``
-            for ``r`` the last average.
+            level of averaging only; compressed, a worker sends ``r - x`` for ``r`` the
+            last average) and the strategy's (``bn_buffers``: ``"average"`` or ``"local"``).
     """
 
     name = "local-sgd"
@@ -46,51 +41,34 @@ class LocalSGD(Averaging):
     bn_modes = ("average", "local")
     rounds_average_state = True
     round_takes = ("merge", "leader")
+    counters = ("skipped_rounds",)
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        period: int = 16,
-        hierarchical: bool = False,
-        global_period: int | None = None,
-        **options: Unpack[AveragingOptions],
-    ) -> None:
-        self.period = _validate.positive_int("LocalSGD", "period", period)
-        self.global_period = _validate.positive_int(
-            "LocalSGD", "global_period", 4 * self.period if global_period is None else global_period
-        )
-        if self._plan("LocalSGD", self.period, options).hidden and hierarchical:  # type: ignore[arg-type]
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 period: int = 16, hierarchical: bool = False, global_period: int | None = None,
+                 **options: Unpack[AveragingOptions]) -> None:
+        super().__init__(model, optimizer, period=period, **options)
+        global_period = 4 * self.period if global_period is None else global_period
+        self.global_period = _validate.positive_int("LocalSGD", "global_period", global_period)
+        if self.plan.hidden and hierarchical:
             raise ValueError("LocalSGD: overlap, fragments and compress work with one level "
                              "of averaging; drop hierarchical=True or them")
-        super().__init__(model, optimizer, **options)  # type: ignore[misc]
         self.hierarchical = bool(hierarchical) and 1 < self.comm.groups
+        levels = None
         if self.hierarchical:
             _validate.multiple_of("LocalSGD", "global_period", self.global_period,
                                   "period", self.period)
+            levels = [Cadence("global", self.global_period, "world")]
+            if self.comm.info.group_size > 1:  # groups of one: only the global average
+                levels.insert(0, Cadence("local", self.period, "group"))
         self.skipped_rounds = 0  # group averages skipped: the whole group had diverged
         # Compressed: the last average, the same on every worker, what rounds send the
         # difference from (the mean initial state with init="independent").
-        self.reference: FlatBuffer | None = None
-        if self.compress != "none":
-            self.reference = self._shared_copy()
-        levels = None
-        if self.hierarchical and self.comm.info.group_size > 1:
-            levels = [Cadence("local", self.period, "group"),
-                      Cadence("global", self.global_period, "world")]
-        elif self.hierarchical:  # groups of one: only the global average moves anything
-            levels = [Cadence("global", self.global_period, "world")]
-        self._setup_round(levels, shared=(self.reference,))
-
-    def _reference(self) -> FlatBuffer | None:
-        return self.reference
+        self.reference = self._shared_copy() if self.compress != "none" else None
+        self._setup_round(levels, reference=self.reference)
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
-        """The worker's part moves to the average (merged with the steps since the
-        round); compressed, the reference becomes it (the mean received is that of
-        ``reference - x``)."""
+        """The part moves to the average (compressed: ``reference - mean``, the new reference)."""
         if encoded:
             assert self.reference is not None
             average = self._round.parts.of(self.reference, part)
@@ -100,8 +78,7 @@ class LocalSGD(Averaging):
 
     def _recover(self, part: int, healthy: bool, count: int, among: Among
                  ) -> list[torch.Tensor] | None:
-        """Every healthy member takes the healthy mean, a diverged one is reset to it; a
-        group whose members all diverged waits for the global average."""
+        """Every healthy member takes the healthy mean, a diverged one is reset to it."""
         if count == 0:
             self.skipped_rounds += 1
             return None
@@ -115,19 +92,3 @@ class LocalSGD(Averaging):
             self.reference.copy_from(self._mean.views)
         return self._mean.views
 
-    def _report_fields(self) -> dict[str, Any]:
-        return {"details": {"skipped_rounds": self.skipped_rounds}}
-
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["skipped_rounds"] = self.skipped_rounds
-        if self.reference is not None:
-            state["reference"] = [b.clone() for b in self.reference.buffers]
-        return state
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.skipped_rounds = int(state.get("skipped_rounds", 0))
-        if self.reference is not None:
-            for buffer, value in zip(self.reference.buffers, state["reference"]):
-                buffer.copy_(value)

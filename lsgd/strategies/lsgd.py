@@ -2,18 +2,13 @@
 Training of Deep Learning Models", NeurIPS 2019, https://arxiv.org/abs/1905.10395),
 single-leader and multi-leader, synchronous and asynchronous.
 
-Each worker runs its own optimizer and is pulled toward the *leader* (lowest
-recent training loss), never toward an average (docs/algorithms.md, "LSGD,
-synchronous", gives the rule in full): every local step a scope pull of
-``scope / period`` toward the leaders of the last round; every ``period`` steps a
-local round (elect each group's leader, broadcast its state inside the group,
-``x <- x - pull (x - leader_local)``, :mod:`lsgd.strategies.pull_decay` with
-``pull_decay_rounds``); every ``global_period`` steps the same among all workers.
-Communicated per round: one all-gather of the scores and one broadcast of the
-leader's state, nothing else. Diverged workers are never elected and copy the
-leader instead of pulling. Hidden rounds and the early election: docs/algorithms.md,
-"LSGD's hidden round: the early election and fragments"; asynchronous rounds:
-"LSGD, asynchronous".
+Each worker runs its own optimizer and is pulled toward the *leader* (lowest recent
+training loss), never toward an average (docs/algorithms.md, "LSGD, synchronous"):
+every step a scope pull of ``scope / period`` toward the last round's leaders; every
+``period`` steps a local round (elect each group's leader, broadcast its state inside
+the group, ``x <- x - pull (x - leader_local)``); every ``global_period`` steps the same
+among all workers. Communicated per round: one all-gather of the scores and one
+broadcast of the leader's state. Diverged workers copy the leader instead of pulling.
 """
 
 from __future__ import annotations
@@ -47,9 +42,9 @@ class LSGD(Strategy):
         pull: lambda in [0, 1], the round's pull toward the leader (default 0.1).
         scope: gamma in [0, 1]; the every-step pull is ``gamma / period`` (default 0.01).
         period: tau, local steps between rounds (default 16).
-        pull_global, scope_global, global_period: lambda_G, gamma_G, tau_G of the
-            global level (default ``pull``, ``scope``, ``4 * period``, or ``period``
-            when every group is one worker); a multiple of ``period``.
+        pull_global, scope_global, global_period: lambda_G, gamma_G, tau_G of the global
+            level (default ``pull``, ``scope``, ``4 * period``, or ``period`` with groups
+            of one worker); a multiple of ``period``.
         leader_window: k, the score is the mean of the last k training losses.
         leader_metric: ``"train"`` (the window) or ``"eval"`` (the loss on
             ``eval_batch`` under ``eval_loss``, default cross-entropy).
@@ -57,14 +52,12 @@ class LSGD(Strategy):
             pull, computed before the step; the leader takes it too).
         leader_momentum: mu in [0, 1), Nesterov momentum of the round's pull (0: plain).
         pull_decay_rounds: R; each level's round r pulls ``pull + (1 - pull) max(0, 1 - r/R)``
-            (a full copy of the leader at r = 0; 0: the constant pull), see
-            :mod:`lsgd.strategies.pull_decay`.
+            (:mod:`lsgd.strategies.pull_decay`; 0: the constant pull).
         overlap: K in ``[0, period)``, steps between a broadcast's start and its pull.
         fragments: F, parts of the leader's state sent in turn, one every ``period / F`` steps.
         election: ``"round"`` or ``"early"`` (scores gathered one step before the
             round; the default with overlap or fragments).
-        compress: ``"none"``, ``"bf16"`` or ``"int8"``: the wire format of the
-            leader's difference from the level's reference.
+        compress: ``"none"``, ``"bf16"`` or ``"int8"``: the broadcast's wire format.
         comm, init, bn_buffers, asynchronous: see :class:`~lsgd.strategies.strategy.Strategy`.
     """
 
@@ -74,30 +67,17 @@ class LSGD(Strategy):
     supports_elastic = True
     supports_hidden_rounds = True
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        pull: float | None = None,
-        scope: float | None = None,
-        period: int | None = None,
-        pull_global: float | None = None,
-        scope_global: float | None = None,
-        global_period: int | None = None,
-        leader_window: int = 10,
-        leader_metric: str = "train",
-        eval_batch: tuple[torch.Tensor, torch.Tensor] | None = None,
-        eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-        scope_pull: str = "after-step",
-        leader_momentum: float = 0.0,
-        pull_decay_rounds: int = 0,
-        overlap: int = 0,
-        fragments: int = 1,
-        compress: str = "none",
-        election: str | None = None,
-        **options: Unpack[Options],
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 pull: float | None = None, scope: float | None = None,
+                 period: int | None = None, pull_global: float | None = None,
+                 scope_global: float | None = None, global_period: int | None = None,
+                 leader_window: int = 10, leader_metric: str = "train",
+                 eval_batch: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                 scope_pull: str = "after-step", leader_momentum: float = 0.0,
+                 pull_decay_rounds: int = 0, overlap: int = 0, fragments: int = 1,
+                 compress: str = "none", election: str | None = None,
+                 **options: Unpack[Options]) -> None:
         owner = "LSGD"
         knobs = check_knobs(owner, pull, scope, period, pull_global, scope_global,
                             global_period)
@@ -108,7 +88,7 @@ class LSGD(Strategy):
         self.overlap, self.fragments, self.compress = check_options(
             owner, period, overlap, fragments, compress, options.get("asynchronous", False))
         hidden = bool(self.overlap) or self.fragments > 1
-        elastic = bool(getattr(options.get("comm"), "elastic", False))  # elastic rounds elect at the round
+        elastic = bool(getattr(options.get("comm"), "elastic", False))  # elect at the round
         election = _validate.choice(owner, "election", "early" if hidden and not elastic and
                                     election is None else election or "round", ELECTIONS)
         if election == "early" and options.get("asynchronous"):
@@ -146,7 +126,6 @@ class LSGD(Strategy):
             raise ValueError(f"{owner}: elastic training runs blocking rounds; drop "
                              "election='early'")
 
-    # -- public views ----------------------------------------------------
     @property
     def leader_rank(self) -> int | None:
         """The global leader elected at the last communication (None before any)."""
@@ -172,20 +151,17 @@ class LSGD(Strategy):
 
     # -- the rule ----------------------------------------------------------
     def _before_optimizer_step(self) -> bool:
+        """Algorithm 1's every-step pull, at the pre-step point ``x``, into ``_scope_delta``:
+        ``d = sum over levels of (scope / period)(x - leader)``, the leader's own level
+        included (toward its stale copy); subtracted after the step."""
         if self._scope_delta is not None and not self._frozen:
-            with torch.no_grad():
-                self._scope_pending = self._pre_step_pull()
+            active = [lv for lv in self.levels if lv.scope > 0 and lv.leader is not None]
+            if active:
+                with torch.no_grad():
+                    lags_(self._scope_delta.views, self._state,
+                          [(lv.snapshot.views, lv.scope_weight) for lv in active])
+            self._scope_pending = bool(active)
         return not self._frozen
-
-    def _pre_step_pull(self) -> bool:
-        """Algorithm 1's every-step pull at the pre-step point ``x``, into
-        ``_scope_delta``: ``d = sum over levels of (scope / period)(x - leader)``,
-        the leader's own level included (toward its stale copy). Whether any."""
-        active = [lv for lv in self.levels if lv.scope > 0 and lv.leader is not None]
-        if active:
-            lags_(self._scope_delta.views, self._state,  # type: ignore[union-attr]
-                  [(lv.snapshot.views, lv.scope_weight) for lv in active])
-        return bool(active)
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
         self.scorer.record(None if loss is None else as_loss_tensor(loss, "LSGD"), "LSGD")
@@ -204,8 +180,7 @@ class LSGD(Strategy):
                                           among)
 
     def _run_rounds(self, names: list[str]) -> None:
-        """LSGD's round: elect each level's leader, send its state (local level first);
-        later parts of the leaders elected at the period's start."""
+        """Elect each due level's leader, send its state (later parts: the period's leader)."""
         for level, leader, diverged in self._elect(
                 [lv for lv in self.levels if lv.name in names], pull=True):
             self._launch(self._send(level, leader, diverged, pull=True))
@@ -230,19 +205,14 @@ class LSGD(Strategy):
             pull_(self._state, active[0].snapshot.views, active[0].scope_weight)
         elif len(active) == 2:
             a, b = active
-            pull_two_(self._state, a.snapshot.views, a.scope_weight, b.snapshot.views, b.scope_weight)
+            pull_two_(self._state, a.snapshot.views, a.scope_weight, b.snapshot.views,
+                      b.scope_weight)
 
     def _elect(self, levels: list[Level], pull: bool) -> list[tuple[Level, int, bool]]:
         """Each level's leader from one gathered set of scores: ``(level, leader, this
-        worker diverged)``, local level first.
-
-        The score is +inf when this worker's state is not finite (checked on the
-        device). A worker whose gathered score is not finite is diverged: it copies
-        the leader's state instead of pulling (:meth:`_reset_to`) at the first level
-        that elects a leader, and pulls normally at the next one. A worker whose
-        window was just emptied by a reset scores NaN without being diverged: it is
-        not elected, and pulls normally.
-        """
+        worker diverged)``, local level first. A worker whose gathered score is not finite
+        is diverged: it copies the leader's state at the first level that elects one. One
+        whose window a reset just emptied scores NaN but is not diverged."""
         if not levels:
             return []
         world = any(lv.among == "world" for lv in levels)
@@ -274,11 +244,10 @@ class LSGD(Strategy):
 
     def _send(self, level: Level, leader: int, diverged: bool, pull: bool,
               part: int = 0) -> InFlight:
-        """Broadcast the leader's state, or its part ``part`` of ``fragments``
-        (compressed: its difference from the level's reference, the snapshot every
-        member holds), landing ``overlap`` steps later (at once for the first
-        election). Uncompressed and landing at once, it goes straight into the
-        level's snapshot (a blocking broadcast)."""
+        """Broadcast the leader's state, or its part ``part`` (compressed: its difference
+        from the level's snapshot, which every member holds), landing ``overlap`` steps
+        later (at once for the first election); a blocking broadcast goes straight into
+        the snapshot."""
         snapshot = self._parts.of(level.snapshot, part)
         overlap = self.overlap if pull else 0
         if self.compress == "none" and overlap == 0:  # the blocking round
@@ -308,68 +277,53 @@ class LSGD(Strategy):
                         handles, tensors, info)
 
     def _copy_of_part(self, part: int) -> list[torch.Tensor]:
-        """Part ``part`` of the state, copied into the work buffer (only that part)."""
+        """Part ``part`` of the state, copied into the work buffer."""
         self._work.copy_range_from(self._state, self._parts.bounds[part])
         return self._parts.of(self._work, part)
 
     def _apply(self, item: InFlight) -> None:
         """The leader's state or part (as it was when its broadcast started) has landed:
-        it becomes the level's snapshot (part), then the pull, as in a blocking round."""
+        it becomes the level's snapshot (part). A diverged worker copies it, and after the
+        last part is reset to the whole snapshot; with ``pull``, the others pull that part
+        toward it (:func:`~lsgd.strategies.pull_decay.round_pull_`), and the leader's own
+        velocity restarts. The first part notes the leader. With fragments, the part is
+        worked on in the work buffer and copied back."""
         info = item.info
         level = next(lv for lv in self.levels if lv.name == info.get("level", item.name))
         part = int(info.get("part", 0))
+        leader, diverged, pull = info["leader"], info["diverged"], info["pull"]
         snapshot = self._parts.of(level.snapshot, part)
         received = item.tensors["leader"]
         if self.compress != "none":  # the reference moves by the decoded difference
             torch._foreach_add_(snapshot, received)
         elif received[0].data_ptr() != snapshot[0].data_ptr():  # not received in place
             torch._foreach_copy_(snapshot, received)
-        share = copied_share(info.get("round"), self.pull_decay_rounds)
-        self._land(level, part, info["leader"], info["diverged"], info["pull"], share,
-                   item.tensors.get("start"))
-
-    def _land(self, level: Level, part: int, leader: int, diverged: bool, pull: bool,
-              share: float, start: list[torch.Tensor] | None = None) -> None:
-        """Part ``part`` of the leader's state is in the level's snapshot (the whole state
-        is part 0 of 1). A diverged worker copies it, and after the last part is reset to
-        the whole snapshot (and trains again); with ``pull``, the others pull that part
-        toward it (``share``: the round's copied share, on ``start``'s difference in a
-        hidden round), and the leader's own velocity
-        restarts (its lag is zero). The first part notes the leader.
-
-        With fragments, a part of the state is copied into the work buffer and back; the
-        whole state is worked on where it is."""
         whole = self.fragments == 1
-        last = part == self.fragments - 1
-        if diverged and last:
+        if diverged and part == self.fragments - 1:
             self._frozen = False
             self._reset_to(level.snapshot.views)
         elif diverged or (pull and self.rank != leader):
             x = self._state if whole else self._copy_of_part(part)
-            target = level.snapshot.views if whole else self._parts.of(level.snapshot, part)
+            target = level.snapshot.views if whole else snapshot
             if diverged:
                 torch._foreach_copy_(x, target)
             else:
-                self._round_pull(level, x, target, share, *self._momentum_views(level, part),
-                                 start=start)
+                share = copied_share(info.get("round"), self.pull_decay_rounds)
+                round_pull_(x, target, level.pull, share, *self._momentum_views(level, part),
+                            self.leader_momentum, item.tensors.get("start"))
             if not whole:
                 self._work.copy_range_to(self._state, self._parts.bounds[part])
         elif pull and level.name in self._velocity:
-            for buffer in self._momentum_views(level, part)[0] or []:
-                buffer.zero_()
+            torch._foreach_zero_(self._momentum_views(level, part)[0] or [])
         if part == 0:
-            self._note_leader(level, leader)
-
-    def _note_leader(self, level: Level, leader: int) -> None:
-        if level.leader is not None and level.leader != leader:
-            level.switches += 1
-        level.leader = leader
-        self.leader_history.append((self.steps, level.name, leader))
+            if level.leader is not None and level.leader != leader:
+                level.switches += 1
+            level.leader = leader
+            self.leader_history.append((self.steps, level.name, leader))
 
     def _momentum_views(self, level: Level, part: int
                         ) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
-        """The level's velocity and the lag buffer (part ``part``; the whole state when it
-        is the only part)."""
+        """The level's velocity and the lag buffer (part ``part``)."""
         if not self._velocity:
             return None, None
         assert self._lag is not None
@@ -378,21 +332,11 @@ class LSGD(Strategy):
             return velocity.views, self._lag.views
         return self._parts.of(velocity, part), self._parts.of(self._lag, part)
 
-    def _round_pull(self, level: Level, x: list[torch.Tensor], leader: list[torch.Tensor],
-                    share: float, velocity: list[torch.Tensor] | None,
-                    lag: list[torch.Tensor] | None,
-                    start: list[torch.Tensor] | None = None) -> None:
-        """``x <- x - λ_r (x - leader)``; with leader momentum, the Nesterov form; a hidden
-        round's copy from ``start`` (:func:`~lsgd.strategies.pull_decay.round_pull_`)."""
-        round_pull_(x, leader, level.pull, share, velocity, lag, self.leader_momentum, start)
-
     def _after_reset(self) -> None:
-        """Forget the losses of the diverged past: the window refills from the next step;
-        the leader momentum restarts from zero."""
+        """Forget the diverged losses and restart the leader momentum from zero."""
         self.scorer.window.load([])
         for velocity in self._velocity.values():
-            for buffer in velocity.buffers:
-                buffer.zero_()
+            torch._foreach_zero_(velocity.buffers)
 
     # -- checkpointing -----------------------------------------------------
     def reset_target(self) -> list[torch.Tensor]:
@@ -424,6 +368,5 @@ class LSGD(Strategy):
 
 
 def _part_name(level: str, part: int) -> str:
-    """The cadence (and transfer) name of a level's part ``part``: the level's own name
-    for the first part (the election's round), ``"level/part"`` for the others."""
+    """The cadence name of a level's part: the level's for part 0, else ``"level/part"``."""
     return level if part == 0 else f"{level}/{part}"

@@ -1,20 +1,15 @@
 """MATCHA (Wang, Sahu, Yang, Joshi, Kar, "MATCHA: Speeding Up Decentralized SGD
 via Matching Decomposition Sampling", 2019, https://arxiv.org/abs/1905.09435).
 
-The graph's edges are split into matchings ``M_1 .. M_M``. At each
-communication matching ``j`` is active with probability ``p_j``, drawn alike on
-every worker from a generator seeded with ``seed``; each worker then gossips
-with its partners in the active matchings::
+The graph's edges are split into matchings ``M_1 .. M_M``. At each communication
+matching ``j`` is active with probability ``p_j``, drawn alike on every worker from a
+generator seeded with ``seed``; each worker then gossips with its partners in the
+active matchings, ``x_i <- (1 - d_i a) x_i + a sum_{j in A_i} x_j``.
 
-    x_i <- (1 - d_i a) x_i + a sum_{j in A_i} x_j
-
-``p = argmax lambda_2(sum_j p_j L_j)`` s.t. ``sum_j p_j <= budget * M``,
-``0 <= p_j <= 1`` (:func:`lsgd.topology.activation_probabilities`), and
-``a = argmin ||E[W^T W] - J||_2`` with ``W = I - a L(t)``
-(:func:`lsgd.topology.matcha_mixing_weight`), solved once with cvxpy
-(``lsgd[matcha]``). ``budget=1`` is exactly :class:`~lsgd.strategies.dpsgd.DPSGD`.
-Communicated per communication: the state, once to each active partner, about
-``budget`` times what D-PSGD sends.
+``p = argmax lambda_2(sum_j p_j L_j)`` s.t. ``sum_j p_j <= budget * M``, and
+``a = argmin ||E[W^T W] - J||_2`` (:mod:`lsgd.topology`, solved once with cvxpy).
+``budget=1`` is D-PSGD. Communicated per communication: the state, once to each active
+partner.
 """
 
 from __future__ import annotations
@@ -25,15 +20,8 @@ from lsgd.strategies.decentralized import Decentralized
 class MATCHA(Decentralized):
     """Matching decomposition sampling: gossip along randomly activated matchings.
 
-    Args:
-        topology: a :class:`~lsgd.topology.Topology`, a list of them used in turn
-            (dynamic graphs), or a kind name; default ``ring(W)``.
-        budget: C_b in (0, 1] (default 0.5), the expected fraction of matchings
-            active per communication.
-        period: local steps between communications (1: every step).
-        seed: seed of the activation sampler, the same on every worker.
-        mixing_weight: ``a``: see :class:`~lsgd.strategies.decentralized.Decentralized`.
-        comm, init, bn_buffers: see :class:`~lsgd.strategies.strategy.Strategy`.
+    Takes :class:`~lsgd.strategies.decentralized.Decentralized`'s keywords; ``budget``,
+    the expected fraction of matchings active per communication, defaults to 0.5.
     """
 
     name = "matcha"

@@ -3,11 +3,8 @@ optimizer for DiLoCo", 2025, https://arxiv.org/abs/2505.23725; docs/algorithms.m
 "MuLoCo").
 
 DiLoCo with Muon as the inner optimizer (:class:`lsgd.optim.MuonAdamW`: Muon on the
-2-D weights, AdamW on the rest, one optimizer the strategy drives) and error-corrected,
-compressed pseudo-gradients: by default 2-bit values of the whole message, all-gathered
-(:mod:`lsgd.comm.sparse`), or any other codec of the round
-(:class:`~lsgd.strategies.stages.options.RoundOptions`); the outer step is DiLoCo's
-Nesterov step.
+2-D weights, AdamW on the rest) and error-corrected, compressed pseudo-gradients (by
+default 2-bit values, all-gathered); the outer step is DiLoCo's Nesterov step.
 """
 
 from __future__ import annotations
@@ -26,10 +23,8 @@ class MuLoCo(DiLoCo):
 
     Args:
         optimizer: a :class:`lsgd.optim.MuonAdamW` over the model.
-        period, outer_lr, outer_momentum: DiLoCo's (16, 0.7, 0.9).
-        compress: the message's codec (``"2bit"``; any of DiLoCo's).
-        error_feedback: what the codec drops goes into the next message (True).
-        options: DiLoCo's (:class:`~lsgd.strategies.diloco.DiLoCo`).
+        compress, error_feedback: the message's codec (any of DiLoCo's) and feedback.
+        period, outer_lr, outer_momentum, options: DiLoCo's.
     """
 
     name = "muloco"

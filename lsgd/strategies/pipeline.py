@@ -1,13 +1,8 @@
 """Rounds whose transfer runs behind the next local steps: what is in flight, and when
-it lands.
-
-With ``overlap=K`` a round's transfer starts at the round step ``s`` (a
-non-blocking collective, :mod:`lsgd.comm.transfers`) and its result is applied
-right after local step ``s + K`` (docs/algorithms.md, "Overlapped rounds
-(`overlap=K`)"); ``K = 0`` is a blocking round. :class:`InFlight` is one such
-transfer; :class:`Pipeline` holds them in the order they were started. A
-checkpoint stores every transfer in flight (:meth:`Pipeline.state`), and a
-resumed run applies them at the same steps.
+it lands. With ``overlap=K`` a round's transfer starts at the round step ``s`` (a
+non-blocking collective, :mod:`lsgd.comm.transfers`) and its result is applied right
+after local step ``s + K`` (docs/algorithms.md, "Overlapped rounds"). A checkpoint
+stores every transfer in flight, and a resumed run applies them at the same steps.
 """
 
 from __future__ import annotations
@@ -27,9 +22,8 @@ from lsgd.comm.transfers import Handle, done_handle
 
 @dataclasses.dataclass
 class InFlight:
-    """A round's transfer: started after local step ``started``, applied after
-    ``apply_at``; ``tensors`` are the buffers its results land in (and copies its
-    application needs), ``info`` small facts about it (JSON-able)."""
+    """A round's transfer, started after local step ``started``, applied after
+    ``apply_at``; ``tensors``: where its results land, ``info``: JSON-able facts."""
 
     started: int
     apply_at: int
@@ -92,9 +86,8 @@ class Pipeline:
 def check_options(owner: str, period: int, overlap: Any, fragments: Any, compress: Any,
                   asynchronous: bool) -> tuple[int, int, str]:
     """``overlap``, ``fragments`` and ``compress`` of a periodic method, checked against
-    its ``period`` (the shortest when it has several): ``0 <= overlap < period``, a
-    whole number of ``fragments`` dividing the period; synchronous rounds only. (DiLoCo's
-    eager rounds take overlap 0 and land a period later: :mod:`lsgd.strategies.stages.eager`.)"""
+    its (shortest) ``period``: ``0 <= overlap < period``, ``fragments`` dividing the
+    period; synchronous rounds only."""
     if not _validate.is_int(overlap) or not 0 <= overlap < period:
         raise ValueError(f"{owner}: overlap must be a whole number of steps in [0, {period}) "
                          f"(below the period, so that a round lands before the next one "

@@ -1,32 +1,18 @@
-"""LSGD's round pull, and its early valley: a pull that decays from a full copy.
+"""LSGD's round pull, and its early valley: a pull that decays from a full copy
+(docs/algorithms.md, "The early valley: a round pull that decays from 1").
 
-The round pull of a level (docs/algorithms.md, "LSGD, synchronous", and "The
-early valley: a round pull that decays from 1") moves every non-leader toward the
-leader's state ``x̃`` that the round broadcast. With ``pull_decay_rounds=R > 0``
-the level's round ``r`` (``r = 0, 1, ...``: the level's earlier rounds that
-elected a leader) first copies a share
+With ``pull_decay_rounds=R > 0`` a level's round ``r`` first copies a share
+``c_r = max(0, 1 - r / R)`` of the way to the leader's state ``x̃``, so that its pull is
+``λ_r = λ + (1 - λ) c_r``, decaying linearly to ``λ`` at ``r = R``. Nothing more is
+communicated: every member counts ``r`` alike.
 
-    c_r = max(0, 1 - r / R)
-
-of the way, so that its pull is
-
-    λ_r = λ + (1 - λ) c_r
-
-a full copy of the leader at ``r = 0``, decaying linearly to ``λ`` at ``r = R``
-and ``λ`` from then on (bit for bit; ``R = 0`` is the constant pull). Nothing
-more is communicated: ``r`` is a count every member of the level holds alike.
-
-A hidden round (``overlap=K``) lands ``K`` steps after its election, when the
-worker's state is ``x = x_s + δ`` (``x_s``: its state at the round, ``δ``: the
-``K`` steps since). Its copied share moves by the round's own difference,
-keeping those steps, and the ordinary pull follows (:func:`copy_since_`):
+A hidden round (``overlap=K``) lands when the worker's state is ``x = x_s + δ``
+(``x_s``: its state at the round, ``δ``: the ``K`` steps since): the copied share moves
+by the round's own difference, keeping those steps, then the ordinary pull follows::
 
     x <- x - c_r (x_s - x̃)        then        x <- x - λ (x - x̃)
 
-so ``r = 0`` leaves ``x̃ + (1 - λ) δ``, not ``x̃``; with ``K = 0`` the two are
-the one pull ``λ_r``. Each non-leader keeps ``x_s`` (or the part sent) while
-such a round is in flight: one copy of the state, only in the first ``R``
-rounds, and in checkpoints with the round.
+Each non-leader keeps ``x_s`` while such a round is in flight (the first ``R`` rounds).
 """
 
 from __future__ import annotations
@@ -49,8 +35,7 @@ def check_decay_rounds(owner: str, value: Any) -> int:
 
 
 def copied_share(round_index: int | None, decay_rounds: int) -> float:
-    """``c_r = max(0, 1 - r / R)``: the share of the way round ``r`` copies before its
-    ordinary pull; 0 with ``R = 0`` or no round index (a round with no decay)."""
+    """``c_r = max(0, 1 - r / R)``, the share round ``r`` copies (0: no decay)."""
     if not decay_rounds or round_index is None:
         return 0.0
     return max(0.0, 1.0 - round_index / decay_rounds)
@@ -62,13 +47,10 @@ def round_pull_(x: list[torch.Tensor], leader: list[torch.Tensor], pull: float, 
                 start: list[torch.Tensor] | None = None) -> None:
     """A non-leader's round pull toward ``leader`` (in place on ``x``).
 
-    Plain (no ``velocity``): one pull of ``λ_r = pull + (1 - pull) share``,
-    ``x <- x - λ_r (x - x̃)`` (``share = 0``: ``λ``, bit for bit). With leader
-    momentum ``mu``: first ``x <- x - share (x - x̃)``, then the Nesterov step on
-    what is left, with ``d = x - x̃``: ``v <- mu v + d``, ``x <- x - λ (d + mu v)``
-    (``lag`` is scratch space); with ``mu = 0`` that would be the plain ``λ_r``.
-    A hidden round gives ``start`` (the worker's state at the round, used up): its
-    copied share is :func:`copy_since_`, then the pull of ``pull`` as above.
+    Plain (no ``velocity``): ``x <- x - λ_r (x - x̃)``. With leader momentum ``mu``:
+    first ``x <- x - share (x - x̃)``, then with ``d = x - x̃`` the Nesterov step
+    ``v <- mu v + d``, ``x <- x - λ (d + mu v)`` (``lag`` is scratch space). A hidden
+    round's ``start`` (used up): its copied share is :func:`copy_since_`, then the pull.
     """
     if start is not None and share:
         copy_since_(x, start, leader, share)

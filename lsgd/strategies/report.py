@@ -1,13 +1,8 @@
 """What a strategy reports: one typed record, the same fields for every method.
 
-``Strategy.report()`` returns a :class:`Report`. Fields that a method does not
-have keep their neutral value (``leader_rank`` is ``None`` for methods without
-a leader, ``leader_history`` is empty); counters that only one family has are
-in ``details`` (named, documented by each strategy's ``_report_fields``), such as
-``skipped_steps`` (AllReduce: steps skipped for a non-finite averaged
-gradient), ``skipped_rounds`` (LocalSGD: group averages skipped because the
-whole group had diverged) and ``dropped_neighbours`` (decentralized methods:
-non-finite neighbour states left out of the mixing).
+Fields that a method does not have keep their neutral value; counters that only one
+family has are in ``details`` (``skipped_steps``, ``skipped_rounds``,
+``dropped_neighbours``, ...).
 """
 
 from __future__ import annotations
@@ -20,12 +15,9 @@ from typing import Any
 class Report:
     """One worker's view of its strategy: steps, rounds, traffic and leaders.
 
-    Traffic is what this strategy moved since it was built (or since the state
-    it was resumed from): ``bytes_*``/``comm_*`` for training, ``eval_*`` for
-    evaluation (the center, a broadcast copy of the leader); ``link_bytes_*`` are the
-    training bytes that crossed this process's node's link (the others stayed inside
-    the node). ``rank`` and ``world_size`` are the method's: with replicas of several
-    processes (``replica_processes``), the replica's and the replicas'.
+    Traffic is what this strategy moved since it was built (or resumed): ``bytes_*`` and
+    ``comm_*`` for training, ``eval_*`` for evaluation; ``link_bytes_*`` crossed this
+    node's link. ``rank`` and ``world_size`` are the replica's and the replicas'.
     """
 
     method: str

@@ -1,12 +1,6 @@
-"""How a strategy's rounds run: at once, or (elastic) wrapped as quorum points.
-
-:meth:`Strategy.step <lsgd.strategies.strategy.Strategy.step>` reads the schedule,
-runs the rounds that fell due and lands the transfers that are due; it does
-so through a :class:`Rounds`. This class runs them as they are: a round's
-collectives among every worker, a transfer applied when it has arrived.
-:class:`lsgd.strategies.elastic_rounds.ElasticRounds` wraps the same calls for
-workers that leave and return (torchft), and is the only place that knows
-about it.
+"""How a strategy's rounds run: at once (:class:`Rounds`), or wrapped as quorum points
+for workers that leave and return (:class:`lsgd.strategies.elastic_rounds.ElasticRounds`,
+the only place that knows about it).
 """
 
 from __future__ import annotations
@@ -16,19 +10,17 @@ from lsgd.strategies.seams import Seams as Strategy
 
 
 class Rounds:
-    """Rounds among every worker, as they fall due (the synchronous and asynchronous
-    methods on :mod:`torch.distributed` or the simulator)."""
+    """Rounds among every worker, as they fall due."""
 
     def __init__(self, strategy: Strategy) -> None:
         self.strategy = strategy
 
     def start(self) -> None:
-        """At construction: check that every worker has the same model, then (with
-        ``init="broadcast"``) start every worker from rank 0's state (``"init"`` traffic)."""
+        """At construction: the same model and start on every worker."""
         self.strategy.start_together()
 
     def check(self) -> None:
-        """Once the method declared its rounds: nothing to check here."""
+        """Once the method declared its rounds: any option they cannot take refused."""
 
     def join(self) -> bool:
         """Before a worker's step: whether the step is spent joining a running job."""

@@ -15,9 +15,7 @@ from lsgd.strategies.cadence import Cadence, RoundSchedule
 
 
 def supporting(capability: str) -> list[str]:
-    """The names of the methods whose class declares ``capability`` (a class flag of
-    :class:`~lsgd.strategies.strategy.Strategy` such as ``supports_asynchronous``): each
-    capability is declared once, on the method, and every check reads it here."""
+    """The names of the methods whose class sets the flag ``capability``."""
     found: dict[str, None] = {}
     pending = list(Seams.__subclasses__())
     while pending:
@@ -30,10 +28,7 @@ def supporting(capability: str) -> list[str]:
 
 class Seams:
     """Mixed into :class:`~lsgd.strategies.strategy.Strategy`, which sets the attributes
-    annotated here.
-
-    What a method supports is declared here once, as a class flag that the method's
-    class overrides; the library's and the command line's checks read the flags."""
+    annotated here; what a method supports is a class flag, read by every check."""
 
     #: Rounds by all workers' steps together (``asynchronous=True``).
     supports_asynchronous = False
@@ -69,15 +64,13 @@ class Seams:
         return bool(self.overlap or self.fragments > 1 or self.compress != "none")
 
     def reset_target(self) -> list[torch.Tensor] | None:
-        """What a diverged (or joining) worker is reset to at a round, shaped like
-        :attr:`local_state`: LSGD's global leader's state, DiLoCo's global
-        parameters, EASGD's center; ``None`` where no worker keeps it (an average)."""
+        """What a diverged or joining worker is reset to at a round (like :attr:`local_state`;
+        ``None`` where no worker keeps it, as an average)."""
         return None
 
     # -- what the round runners call (lsgd.strategies.rounds, .elastic_rounds) ------
     def join_rounds(self, names: list[str]) -> None:
-        """Run the rounds ``names`` (cadence names) that fell due together, then their
-        BatchNorm average."""
+        """Run the rounds ``names`` that fell due together, then the BatchNorm average."""
         raise NotImplementedError
 
     def arrive(self, item: InFlight) -> None:
@@ -103,20 +96,18 @@ class Seams:
 
     @property
     def local_state(self) -> list[torch.Tensor]:
-        """This worker's parameters (and buffers, where rounds carry them), the tensors
-        its rounds communicate, in order: the live tensors, not copies."""
+        """The live tensors that this worker's rounds communicate, in order."""
         return self._state
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything of the strategy's own needed to resume (see ``Strategy``)."""
+        """Everything of the strategy's own needed to resume (not model or optimizer)."""
         raise NotImplementedError
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         raise NotImplementedError
 
     def own_counts(self) -> tuple[dict[str, CommStats], int, float]:
-        """What stays this worker's own when it takes a peer's state: the traffic
-        baseline, its resets and its seconds in rounds."""
+        """The traffic baseline, resets and seconds in rounds: this worker's own."""
         return dict(self._baseline), self.resets, self.wait_seconds
 
     def restore_own_counts(self, own: tuple[dict[str, CommStats], int, float]) -> None:

@@ -13,10 +13,8 @@ and whose pseudo-gradients travel as the top-k of every chunk in 2-bit values. E
     θ_g <- θ_g - α mean_m(c_m)         (all-gather of the c_m: each worker's kept
     θ_m <- θ_g                          entries are its own)
 
-In the round's stages: DiLoCo's message and outer step (plain SGD, lr ``α``, no
-momentum), error feedback with decay ``β`` and the gathered top-k codec
-(:mod:`lsgd.strategies.stages`). Every other DiLoCo and round option applies (hidden
-rounds, fragments, the leader's force).
+In the round's stages: DiLoCo's outer step (plain SGD, lr ``α``), error feedback with
+decay ``β`` and the gathered top-k codec; every other DiLoCo option applies.
 """
 
 from __future__ import annotations
@@ -30,14 +28,14 @@ from lsgd.strategies.diloco import DiLoCo
 
 
 class SparseLoCo(DiLoCo):
-    """DiLoCo on error-corrected, sparse, 2-bit pseudo-gradients (see the module text).
+    """DiLoCo on error-corrected, sparse, 2-bit pseudo-gradients.
 
     Args:
         period: H, inner steps between outer steps (16).
         outer_lr: α, the outer step on the mean of the messages (1.0).
         feedback_decay: β in [0, 1], the accumulator's decay (0.95).
-        density: the share of each chunk's entries sent, in (0, 1] (0.1; the paper's
-            1-3% lost to it at every budget of lsgd's small GPTs, docs/benchmarks.md).
+        density: the share of each chunk's entries sent, in (0, 1] (0.1;
+            docs/benchmarks.md on the paper's 1-3%).
         chunk: values per chunk (4096).
         values: the kept values' format, ``"2bit"`` (default), ``"int8"`` or ``"float32"``.
         options: DiLoCo's (:class:`~lsgd.strategies.diloco.DiLoCo`), but its codec,

@@ -1,14 +1,9 @@
 """A worker's state ``x`` as tensors, and collectives over the whole of it.
 
-The state is the model's parameters and, where the method communicates them,
-its floating-point buffers (BatchNorm statistics); integer buffers stay local, and
-so do *constant* buffers: a non-persistent buffer (not in the model's
-``state_dict``, such as a causal mask built in ``__init__``) or one that holds a
-NaN or an infinity when the model is first seen (a mask of ``-inf``). Training
-never changes a constant, every worker builds the same one, and averaging one
-would turn ``-inf - (-inf)`` into NaN: it is never communicated, and no health
-check looks at it. Which buffers are constant is decided once per model, the first
-time its state is taken, and kept on the model (copies of it keep it too).
+The state is the model's parameters and, where the method communicates them, its
+floating-point buffers, but the *constant* ones: non-persistent (a causal mask built in
+``__init__``) or not finite when the model is first seen. Every worker builds the same
+constant, and averaging a mask of ``-inf`` would turn it into NaN.
 """
 
 from __future__ import annotations
@@ -25,8 +20,7 @@ _CONSTANTS = "_lsgd_constant_buffers"  # the names of a model's constant buffers
 
 
 def constant_buffers(model: nn.Module) -> frozenset[str]:
-    """The names of ``model``'s constant floating buffers (see the module docstring),
-    decided the first time and kept on the model."""
+    """The names of ``model``'s constant floating buffers, kept on the model."""
     known = model.__dict__.get(_CONSTANTS)
     if known is None:
         found = set()
@@ -43,16 +37,14 @@ def constant_buffers(model: nn.Module) -> frozenset[str]:
 
 
 def float_buffers(model: nn.Module) -> list[torch.Tensor]:
-    """``model``'s floating-point buffers that training may change (BatchNorm's running
-    statistics), in ``named_buffers`` order; constants left out."""
+    """``model``'s floating-point buffers but the constants, in ``named_buffers`` order."""
     constants = constant_buffers(model)
     return [b for name, b in model.named_buffers()
             if b.is_floating_point() and name not in constants]
 
 
 def state_tensors(model: nn.Module, with_buffers: bool = True) -> list[torch.Tensor]:
-    """The tensors that make up a worker's state ``x``: parameters, then (with
-    ``with_buffers``) the floating buffers that are not constants."""
+    """A worker's state ``x``: parameters, then (``with_buffers``) non-constant buffers."""
     tensors = [p.data for p in model.parameters()]
     if with_buffers:
         tensors += float_buffers(model)
@@ -60,11 +52,7 @@ def state_tensors(model: nn.Module, with_buffers: bool = True) -> list[torch.Ten
 
 
 def on_state_(model: nn.Module, collective: Callable[[torch.Tensor], Any]) -> None:
-    """Run ``collective`` in place on ``model``'s whole state, flattened.
-
-    The state is the parameters and floating buffers (integer buffers and constants
-    stay local); each flat buffer (one per dtype and device) is one collective call.
-    """
+    """Run ``collective`` in place on ``model``'s whole state, once per flat buffer."""
     tensors = state_tensors(model, with_buffers=True)
     flat = FlatBuffer(tensors).copy_from(tensors)
     with torch.no_grad():

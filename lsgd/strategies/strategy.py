@@ -1,34 +1,23 @@
 """What every strategy shares: the worker state, initialization, the center, stats.
 
-A strategy wraps one worker's model and optimizer. The user's loop stays plain
-PyTorch::
+A strategy wraps one worker's model and optimizer; the user's loop stays plain PyTorch,
+with ``strategy.step(loss)`` in place of ``optimizer.step()``. Periodic methods declare
+their kinds of round (:class:`~lsgd.strategies.cadence.Cadence`) and implement
+``_run_rounds``; asynchronous workers act together (stop, evaluate, checkpoint) only at
+a *sync point*, right after a round among all workers.
 
-    loss = loss_fn(strategy.model(x), y)
-    optimizer.zero_grad(); loss.backward()
-    strategy.step(loss)          # inner optimizer step, then the method's rules
-
-The worker state ``x`` is the model's parameters and, with
-``bn_buffers="pull"``, its floating-point buffers (:mod:`lsgd.strategies.buffers`);
-integer buffers are never communicated. Periodic methods declare their kinds of
-round (:class:`~lsgd.strategies.cadence.Cadence`) and implement
-``_run_rounds``; this class decides when rounds fall due
-(:mod:`lsgd.strategies.cadence`). Asynchronous workers act together (stop,
-evaluate, checkpoint) only at a *sync point*, right after a round among all
-workers (``strategy.should_stop(wish)``).
-
-A diverged worker (NaN or infinite loss or state) is reset at its next round
-to the state it would have moved toward, its optimizer state cleared
-(``report().resets``); when every worker has diverged, every worker raises
-:class:`~lsgd.strategies.health.DivergedError`. At construction the workers
-compare a fingerprint of their models (``"init"`` traffic); differing models
-raise ``ValueError`` (docs/algorithms.md, "Diverging and mismatched workers").
+A diverged worker (NaN or infinite loss or state) is reset at its next round to the
+state it would have moved toward, its optimizer state cleared; when every worker has
+diverged, every worker raises :class:`~lsgd.strategies.health.DivergedError`. At
+construction the workers compare a fingerprint of their models (``"init"`` traffic)
+(docs/algorithms.md, "Diverging and mismatched workers").
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict
 
 import torch
@@ -39,7 +28,7 @@ from lsgd.comm import CommStats, Communicator, get_communicator
 from lsgd.strategies import buffers as bn
 from lsgd.strategies.elastic_rounds import ElasticRounds
 from lsgd.strategies.guard import driving, guard
-from lsgd.strategies.health import Recovery, check_same_model
+from lsgd.strategies.health import DivergedError, check_same_model
 from lsgd.strategies.pipeline import InFlight, Pipeline
 from lsgd.strategies.report import Report
 from lsgd.strategies.rounds import Rounds
@@ -52,9 +41,7 @@ TRAFFIC = ("train", "eval")
 
 
 class Options(TypedDict, total=False):
-    """The keywords every method passes on to :class:`Strategy` (``**options``): ``comm``,
-    ``init``, ``bn_buffers`` and ``asynchronous``; a method without asynchronous rounds
-    refuses ``asynchronous=True`` naming the methods that have them."""
+    """The keywords every method passes on to :class:`Strategy` (``**options``)."""
 
     comm: Communicator | None
     init: str
@@ -73,7 +60,7 @@ def as_loss_tensor(loss: torch.Tensor | float, owner: str) -> torch.Tensor:
     raise ValueError(f"{owner}.step: loss must be a tensor or a number, got {loss!r}")
 
 
-class Strategy(Recovery, Seams):
+class Strategy(Seams):
     """Base class: wraps ``model`` and ``optimizer`` and owns the communication.
 
     Args:
@@ -82,11 +69,10 @@ class Strategy(Recovery, Seams):
         comm: the communicator; found from the environment when omitted.
         init: ``"broadcast"`` (every worker starts from rank 0's state) or
             ``"independent"`` (each keeps its own).
-        bn_buffers: ``"average"``, ``"pull"``, ``"local"`` or ``"broadcast"``, among
-            the method's :attr:`bn_modes` (default: the first); see
-            :mod:`lsgd.strategies.buffers`.
+        bn_buffers: one of the method's :attr:`bn_modes` (default: the first; see
+            :mod:`lsgd.strategies.buffers`).
         asynchronous: rounds fall due by the total steps of all workers instead
-            of each worker's own (LSGD, EASGD and LocalSGD).
+            of each worker's own.
     """
 
     name = "strategy"
@@ -96,23 +82,18 @@ class Strategy(Recovery, Seams):
     rounds_average_state = False
     #: The keywords the method passes on with ``**options``.
     options_type: Any = Options
+    #: The method's own counters, checkpointed under their names.
+    counters: tuple[str, ...] = ()
 
     @classmethod
     def option_names(cls) -> list[str]:
         """The keywords the method takes with ``**options`` (:attr:`options_type`)."""
         return list(cls.options_type.__annotations__)
 
-    def __init__(
-        self,
-        model: nn.Module,
-        optimizer: torch.optim.Optimizer,
-        *,
-        comm: Communicator | None = None,
-        init: str = "broadcast",
-        bn_buffers: str | None = None,
-        asynchronous: bool = False,
-        **unknown: Any,
-    ) -> None:
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
+                 comm: Communicator | None = None, init: str = "broadcast",
+                 bn_buffers: str | None = None, asynchronous: bool = False,
+                 **unknown: Any) -> None:
         if unknown:
             hint = ("; sync_buffers=False is bn_buffers='local' since lsgd 0.11"
                     if "sync_buffers" in unknown else "")
@@ -124,9 +105,8 @@ class Strategy(Recovery, Seams):
         if not isinstance(model, nn.Module):
             raise ValueError(f"{self.name}: model must be a torch.nn.Module, got {type(model)!r}")
         if not isinstance(optimizer, torch.optim.Optimizer):
-            raise ValueError(
-                f"{self.name}: optimizer must be a torch.optim.Optimizer, got {type(optimizer)!r}"
-            )
+            raise ValueError(f"{self.name}: optimizer must be a torch.optim.Optimizer, "
+                             f"got {type(optimizer)!r}")
         self.init = _validate.choice(self.name, "init", init, INITS)
         self.bn_buffers = bn.resolve(self.name, self.bn_modes, bn_buffers)
         self.comm = comm if comm is not None else get_communicator()
@@ -160,8 +140,7 @@ class Strategy(Recovery, Seams):
     # -- the user-facing surface ----------------------------------------
     @property
     def model(self) -> nn.Module:
-        """The module to call in the forward pass: the DDP wrapper for AllReduce and for
-        a replica of several processes, the model itself otherwise."""
+        """The module to call in the forward pass (a DDP wrapper, or the model itself)."""
         return self._module if self._replica is None else self._replica
 
     @property
@@ -178,16 +157,10 @@ class Strategy(Recovery, Seams):
         return self.comm.world_size
 
     def step(self, loss: torch.Tensor | float | None = None) -> None:
-        """Inner optimizer step, then this method's pulls; then the schedule's rounds that
-        fell due, after landing the transfers that are due (through :attr:`_rounds`,
-        :mod:`lsgd.strategies.rounds`).
-
-        Asynchronously, the rounds joined stop after one among all workers, so
-        that :attr:`at_sync_point` is set there; a round left over is joined at
-        the next step. An elastic worker's first step joins the job
-        (:class:`lsgd.strategies.elastic_rounds.ElasticRounds`); if the job was running,
-        that step is spent on the joining round.
-        """
+        """Inner optimizer step, then this method's pulls; then the transfers that are
+        due land and the rounds that fell due run (:mod:`lsgd.strategies.rounds`).
+        Asynchronously, the rounds joined stop after one among all workers, so that
+        :attr:`at_sync_point` is set there. An elastic worker's first step joins the job."""
         if self._rounds.join():
             return
         if self._replica is not None:  # the replica's processes' gradients, averaged
@@ -212,66 +185,59 @@ class Strategy(Recovery, Seams):
                     break
 
     def join_rounds(self, names: list[str]) -> None:
-        """The rounds ``names`` that fell due together, then the BatchNorm average."""
         self._run_rounds(names)
         if self._bn_average is not None:
             world = any(c.among == "world" for c in self._schedule.cadences if c.name in names)
             self._rounds.average_buffers("world" if world else "group")
 
     def start_together(self) -> None:
-        """Check that every worker has the same model, then (``init="broadcast"``) start
-        every worker from rank 0's state (``"init"`` traffic)."""
-        self._check_same_model()
+        """Raise ``ValueError`` on every worker unless all states have the same layout
+        (:func:`~lsgd.strategies.health.check_same_model`), then (``init="broadcast"``)
+        start every worker from rank 0's state (``"init"`` traffic)."""
+        every = self._state + (self._bn_average.tensors if self._bn_average else [])
+        check_same_model(self.comm, every, self.name, self._device())
         if self.init == "broadcast":
-            self._broadcast_initial_state()
+            with self.comm.category("init"):
+                on_state_(self._module, lambda buffer: self.comm.broadcast_(buffer, src=0))
 
     def average_buffers_now(self, among: str) -> None:
-        """The BatchNorm average among the round's members (``bn_buffers="average"``)."""
         if self._bn_average is not None:
             self._bn_average(self.comm, among)
 
     def _before_optimizer_step(self) -> bool:
-        """What the method does between ``backward()`` and the optimizer step;
-        returns whether to take the optimizer step (AllReduce skips a step whose
-        averaged gradient is not finite)."""
+        """The method's rules before the optimizer step; whether to take the step."""
         return True
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
         """The method's every-step rules after the ``self.steps``-th optimizer step."""
 
     def settle(self) -> None:
-        """Wait until every round's transfer in flight has arrived (``overlap``); each is
-        still applied at its own step. Call before evaluating or timing a pause, so
-        that no transfer runs while the clock is stopped; a no-op otherwise."""
+        """Wait until every transfer in flight has arrived (each still lands at its step);
+        call before evaluating or timing a pause."""
         if self._pipeline:
             start = self.comm.now()
             self._pipeline.settle()
             self.wait_seconds += self.comm.now() - start
 
     def _launch(self, item: InFlight) -> None:
-        """A round's transfer, started: applied now if due (``overlap=0``), else kept
-        in flight until its step."""
+        """A round's transfer, started: applied now if due, else kept in flight."""
         if item.apply_at <= self.steps:
             self.arrive(item)
         else:
             self._pipeline.add(item)
 
     def _apply_due(self) -> None:
-        """Apply the transfers in flight that are due after this step (started
-        ``overlap`` steps ago), before any round of this step starts."""
+        """Apply the transfers due after this step, before any round of this step."""
         for item in self._pipeline.due(self.steps):
             start = self.comm.now()
             self._rounds.land(item)
             self.wait_seconds += self.comm.now() - start
 
     def arrive(self, item: InFlight) -> None:
-        """Wait for ``item``'s transfer and apply it (then an elastic round's BatchNorm
-        average, left until the transfer was done)."""
         item.wait()
         self._apply(item)
-        among = item.info.get("bn_among")
-        if among is not None and self._bn_average is not None:
-            self._bn_average(self.comm, among)
+        if "bn_among" in item.info:  # an elastic round's, left until the transfer was done
+            self.average_buffers_now(item.info["bn_among"])
 
     def _apply(self, item: InFlight) -> None:
         """Apply a round whose transfer has arrived."""
@@ -286,28 +252,42 @@ class Strategy(Recovery, Seams):
         """Run the rounds ``names`` (cadence names), which fell due together."""
         raise NotImplementedError
 
+    # -- diverged workers -------------------------------------------------
+    def _diverged_error(self, what: str = "state", step: int | None = None) -> DivergedError:
+        """The error every worker raises when no worker is left healthy."""
+        step = self.steps if step is None else step
+        return DivergedError(f"{self.name}: every worker's {what} is NaN or infinite at step "
+                             f"{step}: lower the learning rate (or clip the gradients, or warm "
+                             "the learning rate up) and restart from the last checkpoint")
+
+    def _reset_to(self, source: Sequence[torch.Tensor]) -> None:
+        """Reset this diverged worker: ``x <- source`` exactly (shaped like the state), its
+        optimizer's per-parameter state dropped (likely NaN too); counted in
+        :attr:`resets`. No communication."""
+        if self._state:
+            torch._foreach_copy_(self._state, list(source))
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                self.optimizer.state.pop(p, None)
+        self.resets += 1
+        self._after_reset()
+
+    def _after_reset(self) -> None:
+        """What else the method forgets after :meth:`_reset_to` (the leader score's window)."""
+
     # -- acting together -------------------------------------------------
     @property
     def total_steps(self) -> int:
-        """Local steps of all workers together, as this worker last saw them.
-
-        Asynchronously, the shared counter; synchronously ``W * steps``.
-        """
+        """Local steps of all workers together, as this worker last saw them."""
         return self._schedule.total if self.asynchronous else self.steps * self.world_size
 
     def agree(self, *values: float) -> tuple[float, ...]:
-        """The largest of each value over all workers (collective, ``"control"`` traffic).
-
-        Asynchronous workers may call it only at a sync point
-        (:attr:`at_sync_point`), where every worker calls it; synchronous
-        workers at any step. Afterwards :attr:`total_steps` is the exact
-        total of all workers, the same on each.
-        """
+        """The largest of each value over all workers (``"control"`` traffic), at a sync
+        point (:attr:`at_sync_point`); :attr:`total_steps` is then exact on each."""
         if not self.at_sync_point:
-            raise RuntimeError(
-                f"{self.name}.agree: asynchronous workers act together only right after a "
-                "round among all workers; check strategy.at_sync_point first"
-            )
+            raise RuntimeError(f"{self.name}.agree: asynchronous workers act together only "
+                               "right after a round among all workers; check "
+                               "strategy.at_sync_point first")
         if self.world_size == 1:
             return tuple(float(v) for v in values)
         # The shared counter rides along: nobody steps at a sync point, so the
@@ -321,29 +301,17 @@ class Strategy(Recovery, Seams):
         return tuple(agreed)
 
     def should_stop(self, wish: bool) -> bool:
-        """Whether all workers stop now: True once any worker wished it, at a sync point.
-
-        Call after every ``step``; asynchronous workers agree at the next sync
-        point (no communication in between), synchronous workers at once.
-        """
+        """Whether all workers stop now: True once any worker wished it, at a sync point
+        (asynchronous workers agree at the next one). Call after every ``step``."""
         if not self.at_sync_point:
             return False
         return self.agree(1.0 if wish else 0.0)[0] > 0
-
-    def _state_of(self, module: nn.Module) -> list[torch.Tensor]:
-        """``module``'s tensors that correspond to this strategy's state ``x``."""
-        return state_tensors(module, self._buffers_in_state)
 
     def _device(self) -> torch.device:
         return self._state[0].device if self._state else torch.device("cpu")
 
     def center(self) -> nn.Module:
-        """A copy of the model holding the average of all workers' states.
-
-        Collective: every worker must call it. Parameters and floating buffers
-        are averaged (one all-reduce, counted as ``"eval"`` traffic); integer
-        buffers are this worker's.
-        """
+        """A copy of the model with the workers' average state (one ``"eval"`` all-reduce)."""
         replica = copy.deepcopy(self._module)
         with self.comm.category("eval"):
             on_state_(replica, lambda buffer: self.comm.all_reduce_(buffer, op="mean"))
@@ -353,36 +321,22 @@ class Strategy(Recovery, Seams):
         """Steps, rounds, traffic and leaders of this worker (see :class:`Report`)."""
         train, evaluation = self.traffic("train"), self.traffic("eval")
         return Report(
-            method=self.name,
-            rank=self.rank,
-            world_size=self.world_size,
-            groups=self.comm.groups,
-            steps=self.steps,
-            rounds=self.rounds,
-            asynchronous=self.asynchronous,
-            total_steps=self.total_steps,
-            wait_seconds=self.wait_seconds,
-            bytes_sent=train.bytes_sent,
-            bytes_received=train.bytes_received,
-            comm_seconds=train.seconds,
-            comm_calls=train.calls,
-            eval_bytes_sent=evaluation.bytes_sent,
-            eval_bytes_received=evaluation.bytes_received,
-            resets=self.resets,
-            link_bytes_sent=train.link_bytes_sent,
-            link_bytes_received=train.link_bytes_received,
-            replica_processes=self.comm.share[1],
-            **self._report_fields(),
-        )
+            method=self.name, rank=self.rank, world_size=self.world_size,
+            groups=self.comm.groups, replica_processes=self.comm.share[1],
+            steps=self.steps, rounds=self.rounds, asynchronous=self.asynchronous,
+            total_steps=self.total_steps, wait_seconds=self.wait_seconds, resets=self.resets,
+            bytes_sent=train.bytes_sent, bytes_received=train.bytes_received,
+            comm_seconds=train.seconds, comm_calls=train.calls,
+            link_bytes_sent=train.link_bytes_sent, link_bytes_received=train.link_bytes_received,
+            eval_bytes_sent=evaluation.bytes_sent, eval_bytes_received=evaluation.bytes_received,
+            **self._report_fields())
 
     def _report_fields(self) -> dict[str, Any]:
-        """The method's own :class:`Report` fields (leaders, ``details``)."""
-        return {}
+        """The method's own :class:`Report` fields (leaders, ``details``: its counters)."""
+        return {"details": {name: getattr(self, name) for name in self.counters}}
 
     def spread(self) -> float | None:
-        """Mean distance of the workers' states to their average, for methods
-        that track consensus (decentralized); ``None`` (and no communication)
-        for the others."""
+        """Mean distance of the states to their average (decentralized methods only)."""
         return None
 
     def traffic(self, category: str = "train") -> CommStats:
@@ -390,7 +344,6 @@ class Strategy(Recovery, Seams):
         return self.comm.stats(category).minus(self._baseline.get(category, CommStats()))
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything of the strategy's own needed to resume (not model or optimizer)."""
         self._pipeline.settle()  # first: a transfer's bytes count once it has arrived
         return {
             "name": self.name,
@@ -403,13 +356,13 @@ class Strategy(Recovery, Seams):
             "traffic": {c: dataclasses.asdict(self.traffic(c)) for c in TRAFFIC},
             # After the transfers in flight arrived (they are waited for here):
             "in_flight": self._pipeline.state(),
+            **{name: getattr(self, name) for name in self.counters},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("name") != self.name:
-            raise ValueError(
-                f"{self.name}.load_state_dict: the state was saved by {state.get('name')!r}"
-            )
+            raise ValueError(f"{self.name}.load_state_dict: the state was saved by "
+                             f"{state.get('name')!r}")
         saved = state.get("bn_buffers")
         if saved is None and self._bn_average is not None:
             raise ValueError(
@@ -430,14 +383,5 @@ class Strategy(Recovery, Seams):
             saved = CommStats(**state["traffic"][c])
             self._baseline[c] = self.comm.stats(c).minus(saved)
         self._pipeline.load(state.get("in_flight", []), self._device())
-
-    # -- helpers for subclasses -----------------------------------------
-    def _check_same_model(self) -> None:
-        """Raise ``ValueError`` on every worker unless all states have the same layout
-        (:func:`~lsgd.strategies.health.check_same_model`)."""
-        every = self._state + (self._bn_average.tensors if self._bn_average else [])
-        check_same_model(self.comm, every, self.name, self._device())
-
-    def _broadcast_initial_state(self) -> None:
-        with self.comm.category("init"):
-            on_state_(self._module, lambda buffer: self.comm.broadcast_(buffer, src=0))
+        for name in self.counters:
+            setattr(self, name, int(state.get(name, 0)))

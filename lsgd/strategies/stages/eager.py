@@ -1,10 +1,9 @@
 """DiLoCo's eager outer steps (Kale et al. 2025, "Eager Updates For Overlapped
 Communication and Computation in DiLoCo", https://arxiv.org/abs/2502.12996;
-docs/algorithms.md, "DiLoCo with eager outer steps", gives the rule in full).
+docs/algorithms.md, "DiLoCo with eager outer steps").
 
-With ``outer="eager"`` the all-reduce of round ``t`` runs behind the whole next
-inner phase. At round ``t`` worker ``m`` of ``M``, with ``θ_g^m`` its own copy of the
-global parameters and ``x^m`` its state::
+The all-reduce of round ``t`` runs behind the whole next inner phase. At round ``t``
+worker ``m`` of ``M``, with ``θ_g^m`` its own copy of the global parameters::
 
     Δ_t^m = θ_g^m - x^m                              its own pseudo-gradient
     start the all-reduce (mean) of Δ_t^m             lands at round t + 1 as Δ̄_t
@@ -12,10 +11,10 @@ global parameters and ``x^m`` its state::
     θ_g^m <- OuterNesterov(θ_g^m, grad = Δ̂)           torch.optim.SGD(nesterov)
     x^m   <- θ_g^m
 
-Communicated per round: the all-reduce of ``Δ_t^m`` (the parameters' size; the
-BatchNorm statistics are averaged apart, blocking), sent as it is when compressed.
-A landed mean that is not finite is redone over the healthy workers, and a
-diverged worker takes their mean ``θ_g``, ``Δ_{t-1}`` and outer momentum.
+Communicated per round: the all-reduce of ``Δ_t^m`` (the parameters; the BatchNorm
+statistics are averaged apart). A landed mean that is not finite is redone over the
+healthy workers, and a diverged worker takes their mean ``θ_g``, ``Δ_{t-1}`` and outer
+momentum.
 """
 
 from __future__ import annotations
@@ -37,8 +36,7 @@ from lsgd.strategies.stages.round import Healing, Round
 
 
 def check_outer(owner: str, outer: Any, overlap: Any, merge: str | None) -> str:
-    """``outer``, one of :data:`OUTERS`; eager takes no ``overlap`` (its transfer always
-    spans the period) and no ``merge`` (its outer step is taken at once)."""
+    """``outer``, one of :data:`OUTERS`; eager takes no ``overlap`` or ``merge``."""
     _validate.choice(owner, "outer", outer, OUTERS)
     if outer == "eager" and overlap != 0:
         raise ValueError(f"{owner}: outer='eager' runs each round's all-reduce behind the "
@@ -53,11 +51,9 @@ def check_outer(owner: str, outer: Any, overlap: Any, merge: str | None) -> str:
 
 class EagerRound(Round):
     """One worker's eager rounds: its last pseudo-gradient ``Δ_{t-1}^m`` (:attr:`own`)
-    and the last mean that landed, ``Δ̄_{t-1}`` (:attr:`mean`), laid out like the state.
-
-    Its rounds send ``θ_g^m - x`` and land a period later (``difference``, ``overlap =
-    period``, ``merge="replace"``); :meth:`attach` gives it ``global_state``, ``θ_g^m``,
-    and ``outer_parts``, its outer optimizers, one per part.
+    and the last mean that landed, ``Δ̄_{t-1}`` (:attr:`mean`). Its rounds send
+    ``θ_g^m - x`` and land a period later; :meth:`attach` gives it ``θ_g^m`` and the
+    outer optimizers, one per part.
     """
 
     def __init__(self, owner: str, *args: Any, **kwargs: Any) -> None:
@@ -77,8 +73,7 @@ class EagerRound(Round):
 
     def begin(self, part: int, steps: int, reference: FlatBuffer | None, among: Among
               ) -> tuple[InFlight, list[torch.Tensor]]:
-        """Round ``t`` of ``part``: start the all-reduce of ``Δ_t^m = θ_g^m - x^m``, keep
-        ``Δ_t^m``; returns the transfer and ``Δ̂``, the outer step's gradient, taken now."""
+        """Start the all-reduce of ``Δ_t^m = θ_g^m - x^m``; returns it and ``Δ̂``."""
         assert self.global_state is not None
         parts = self.parts
         fresh = torch._foreach_sub(parts.of(self.global_state, part), parts.current(part))
@@ -92,8 +87,7 @@ class EagerRound(Round):
 
     def arrive(self, item: InFlight, reference: FlatBuffer | None
                ) -> tuple[bool, list[torch.Tensor] | None]:
-        """The mean of a round has landed: it becomes ``Δ̄`` of its part (nothing for the
-        rule now); not healthy when it is not finite on some share."""
+        """The landed mean becomes ``Δ̄`` of its part (nothing for the rule now)."""
         mean, _ = self.move.finish(item.tensors, None, None)
         if not self.comm.all_agree(all_finite(mean)):
             return False, None
@@ -145,10 +139,8 @@ class EagerRound(Round):
 
 
 def outer_round(owner: str, outer: str, period: int, plan: RoundPlan) -> dict[str, Any]:
-    """The round options of DiLoCo's ``outer`` step (for
-    :meth:`~lsgd.strategies.averaging.Averaging._setup_round`): none for the standard
-    step; eager: its kind of round, sending ``θ_g - x`` and landing a period later (no
-    leader's force: it needs the standard step)."""
+    """The round options of DiLoCo's ``outer`` step: none for the standard step; eager:
+    its kind of round, sending ``θ_g - x`` and landing a period later."""
     if outer != "eager":
         return {}
     if plan.leader != "none":

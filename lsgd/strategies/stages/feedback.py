@@ -1,14 +1,12 @@
 """The error-feedback stage: what a codec drops from one round is sent with the next.
 
-For any codec ``C`` of the round's move (a dense wire format, top-k, 2-bit), with
-``Δ`` the message of a part and ``e`` this worker's accumulator (one per process
-share, laid out like the state, zero at the start)::
+For any codec ``C`` of the round's move, with ``Δ`` the message of a part and ``e`` this
+worker's accumulator (laid out like the state, zero at the start)::
 
     u = Δ + β e;   c = C(u);   e <- u - c;   send u (the codec carries exactly c)
 
-so after every round ``e`` equals exactly what the codec dropped (``β = 1``:
-classic error feedback; ``β < 1``: SparseLoCo's decaying accumulator, which then
-plays the role of DiLoCo's outer momentum). ``e`` is in checkpoints.
+so after every round ``e`` equals exactly what the codec dropped (``β = 1``: classic
+error feedback; ``β < 1``: SparseLoCo's decaying accumulator).
 """
 
 from __future__ import annotations

@@ -1,15 +1,13 @@
-"""The landing stage: how a round's result reaches the worker's state.
-
-A round that lands ``K = overlap`` steps after it started meets the ``K`` steps the
-worker took meanwhile (docs/algorithms.md, "Overlapped rounds"); ``merge`` says how:
+"""The landing stage: how a round's result reaches the worker's state. A round that
+lands ``K = overlap`` steps after it started meets the ``K`` steps the worker took
+meanwhile (docs/algorithms.md, "Overlapped rounds"); ``merge`` says how:
 
 * ``"replace"``: the part becomes the target (the steps since are dropped);
 * ``"keep"``: the part becomes ``target + (x_now - x_start)``, the steps since kept;
 * ``"mix"``: ``x <- MIX x_now + (1 - MIX) target`` (Streaming DiLoCo's merge).
 
-Without overlap no step was taken in between and every merge is the copy. A
-weighted landing (EASGD) moves the part now ``weight`` of the way to the target.
-"""
+Without overlap every merge is the copy. A weighted landing (EASGD) moves the part
+``weight`` of the way."""
 
 from __future__ import annotations
 
@@ -26,9 +24,7 @@ MIX = 0.5  # Streaming DiLoCo's weight of the local state in a "mix" merge
 
 
 def check_merge(owner: str, merge: str | None, overlap: int, default: str) -> str:
-    """``merge``, one of :data:`MERGES` (None: the method's ``default``); one that is
-    given needs ``overlap``, since without it no step is taken while a round is in
-    flight."""
+    """``merge`` (None: the method's ``default``); one that is given needs ``overlap``."""
     if merge is None:
         return default
     _validate.choice(owner, "merge", merge, MERGES)
@@ -48,9 +44,7 @@ class Landing:
 
     def land(self, part: int, target: Sequence[torch.Tensor],
              start: Sequence[torch.Tensor] | None = None, weight: float = 1.0) -> None:
-        """Move ``part`` of the state to ``target`` (``start``: the part as it was when
-        the round started, for ``"keep"``); ``weight < 1``: ``weight`` of the way from
-        the part as it is now."""
+        """Move ``part`` to ``target`` (``weight < 1``: that much of the way)."""
         now = self.parts.current(part)
         if weight != 1.0:
             pull_(now, target, weight)

@@ -1,24 +1,18 @@
-"""The leader's force on the averaging methods (DiLoCo, local SGD): their centralized
-analogue of AL-DSGD's corrective force toward the best worker (docs/algorithms.md,
-"The leader's force on averaging methods", gives the rules in full).
+"""The leader's force on the averaging methods (DiLoCo, local SGD), the centralized
+analogue of AL-DSGD's pull toward the best worker (docs/algorithms.md, "The leader's
+force on averaging methods").
 
 At every round the workers' scores (the mean of the last :data:`WINDOW` training
 losses, ``+inf`` when the state is not finite) are all-gathered and the leader ``L``
-elected as LSGD elects: the lowest finite score, ties to the lowest rank. With ``M``
-workers (replicas):
+elected as LSGD elects. With ``M`` workers (replicas):
 
 * ``leader="weights"``: the round's mean is ``θ̄ = (Σ_m x_m + c x_L) / (M + c)``,
-  ``c = leader_weight``: each worker weights what it sends and the round sums.
-  Communicated: the score all-gather (8 bytes per worker), nothing else.
+  ``c = leader_weight``. Communicated: the score all-gather, nothing else.
 * ``leader="pull"``: after the method's rule, ``θ_g <- θ_g + λ (x_L - θ_g)``,
-  ``λ = leader_pull``, toward the leader's state at the round's start.
-  Communicated: the score all-gather and one broadcast of the leader's state (its
-  part with fragments; compressed, ``x_L - r`` for the shared reference ``r``); a round
-  that gathers every worker's message (top-k, 2-bit) already holds the leader's own,
-  ``r - x_L`` as the codec carried it, and sends nothing more.
+  ``λ = leader_pull``, toward the leader's state at the round's start. Communicated:
+  the score all-gather and one broadcast of the leader's state (none when gathered).
 
-Both apply on a healthy round only (a round whose mean is not finite takes the plain
-rule over the healthy workers); elastic, asynchronous and hierarchical rounds are
+Both apply on a healthy round only; elastic, asynchronous and hierarchical rounds are
 refused.
 """
 
@@ -46,8 +40,8 @@ DEFAULT_PULL = 0.5  # λ: θ_g halfway between the round's rule and the leader
 
 
 class LeaderForce:
-    """A method's leader force: the scorer, the round's election, the leader's weight,
-    and the leader's state for the pull (``mode`` ``"weights"`` or ``"pull"``)."""
+    """A method's leader force (``mode`` ``"weights"`` or ``"pull"``): the scorer, the
+    round's election, and the leader's state for the pull."""
 
     def __init__(self, owner: str, mode: str, weight: float, pull: float) -> None:
         self.owner, self.mode, self.weight, self.pull = owner, mode, weight, pull
@@ -63,9 +57,7 @@ class LeaderForce:
 
     def elect(self, comm: Communicator, module: nn.Module, state: Sequence[torch.Tensor],
               device: torch.device, among: Among) -> float | None:
-        """Gather the scores (``state``: this worker's, for the finiteness check) and
-        elect the round's leader; returns this worker's weight ``w`` of the round's sum
-        (``"weights"``), or None (a plain mean)."""
+        """Elect the round's leader; this worker's weight of the sum (None: a plain mean)."""
         scores = self.election.gather(comm, module, state, device, among)
         self.leader = elect(scores)
         if self.mode != "weights":
@@ -77,8 +69,7 @@ class LeaderForce:
         return mine / (count + self.weight)
 
     def weights(self, count: int, leader: int) -> list[float] | None:
-        """Every member's weight of the round's sum when ``leader`` leads (``"weights"``;
-        None: a plain mean), for a move that gathers every member's message."""
+        """Every member's weight of a gathered round's sum (None: a plain mean)."""
         if self.mode != "weights":
             return None
         return [(1.0 + self.weight if m == leader else 1.0) / (count + self.weight)
@@ -87,10 +78,8 @@ class LeaderForce:
     # -- the leader's state (pull) ----------------------------------------------
     def send(self, comm: Communicator, parts: StateParts, move: Any,
              reference: FlatBuffer | None, item: InFlight, part: int, among: Among) -> None:
-        """Add the leader's part of the state to the round ``item`` (``"pull"``). A dense
-        move broadcasts it (compressed: ``x_L - r`` for the method's ``reference`` r;
-        blocking rounds at once); a gathering move already carries the leader's own
-        message ``r - x_L``, so nothing more is sent."""
+        """Broadcast the leader's part of the state with the round ``item`` (``"pull"``;
+        compressed: ``x_L - r``); a gathering move already carries it."""
         if self.mode != "pull" or self.leader is None:
             return
         item.info["leader"] = self.leader
@@ -112,9 +101,8 @@ class LeaderForce:
 
     def arrive(self, item: InFlight, reference: Sequence[torch.Tensor] | None,
                gathered: list[torch.Tensor] | None = None) -> None:
-        """The round ``item`` is applied next: hold its leader's state, decoded against
-        ``reference`` (the part of ``r``, as at the round's start) when compressed, or,
-        from a gathering move, ``r - `` the leader's own decoded message (``gathered``)."""
+        """Hold the leader's state of the round ``item``, applied next (compressed: decoded
+        against ``reference``; gathered: ``r - gathered``, its own decoded message)."""
         self._landed = item.tensors.get("leader")
         if gathered is not None and reference is not None:
             self._landed = [r - g for r, g in zip(reference, gathered)]
@@ -122,8 +110,7 @@ class LeaderForce:
             torch._foreach_add_(self._landed, list(reference))
 
     def pull_(self, targets: Sequence[torch.Tensor]) -> None:
-        """``θ <- θ + λ (x_L - θ)`` on ``targets`` (the round's new global state, this
-        process's share of the part), when the round being applied has a leader."""
+        """``θ <- θ + λ (x_L - θ)`` on ``targets`` when the round has a leader."""
         if self._landed is not None:
             pull_(targets, self._landed, self.pull)
 
@@ -140,8 +127,7 @@ class LeaderForce:
 
 
 def make(owner: str, leader: Any, leader_weight: Any, leader_pull: Any) -> LeaderForce | None:
-    """The leader force of a method's keywords (None for ``leader="none"``); a weight or
-    pull given for another mode is refused."""
+    """The leader force of a method's keywords (None for ``leader="none"``)."""
     _validate.choice(owner, "leader", leader, LEADERS)
     for name, value, mode in (("leader_weight", leader_weight, "weights"),
                               ("leader_pull", leader_pull, "pull")):

@@ -1,13 +1,7 @@
-"""The message stage: what a worker sends of a part of its state.
-
-* the state ``x`` itself (a plain average's round), or
-* its difference ``r - x`` from a reference ``r`` that every worker holds identically
-  (the last average, DiLoCo's ``θ_g``, EASGD's center): what a compressed round
-  sends, since a difference is small and a codec's error on it does not accumulate
-  in the state.
-
-DeMo's message, its momentum's fast components, is built by DeMo
-(:mod:`lsgd.strategies.demo`).
+"""The message stage: what a worker sends of a part of its state: ``x`` itself, or its
+difference ``r - x`` from a reference ``r`` that every worker holds identically (the
+last average, DiLoCo's ``θ_g``, EASGD's center), what a compressed round sends: a
+difference is small and a codec's error on it does not accumulate in the state.
 """
 
 from __future__ import annotations
@@ -27,8 +21,7 @@ class Message:
 
     def build(self, part: int, reference: FlatBuffer | None
               ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """(the message, a new tensor per flat buffer of this process's share of the part;
-        the part as it is now, views of the work copy)."""
+        """(the message of this process's share of the part; the part now, as views)."""
         now = self.parts.current(part)
         message = [t.clone() for t in now]
         if self.difference:

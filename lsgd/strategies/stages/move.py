@@ -1,16 +1,10 @@
 """The move stage: how a round's messages travel and what each worker gets back.
 
-* :class:`AllReduce`: the mean (or, with per-worker weights, the sum) of the
-  messages, one all-reduce per flat buffer, dense, in a dense wire format
-  (``"none"``, ``"bf16"``, ``"int8"``, :mod:`lsgd.comm.codec`); a round that neither
-  hides nor compresses runs the blocking all-reduce.
+* :class:`AllReduce`: the mean (or, with per-worker weights, the sum) of the messages,
+  one all-reduce per flat buffer in a dense wire format (:mod:`lsgd.comm.codec`).
 * :class:`Gather`: a compressed message whose kept entries differ from worker to
-  worker (top-k per chunk, or 2-bit values, :mod:`lsgd.comm.sparse`; the rows of a
-  layout, :class:`Chunks` or DeMo's DCT blocks): every worker all-gathers every
-  worker's encoded payload (``uint8``, one all-gather per round), decodes each and sums
-  them in rank order, so every worker computes the same mean from the same bytes. Bytes
-  on the wire: ``(n - 1)`` payloads sent and received by each of ``n`` members (a ring
-  all-gather), counted by the communicator.
+  worker (top-k, 2-bit: :mod:`lsgd.comm.sparse`): one all-gather of every worker's
+  payload, decoded and summed in rank order, so every worker computes the same mean.
 
 Both move this process's share of the part among the replicas (``comm.across``).
 """
@@ -49,8 +43,7 @@ class AllReduce:
 
     def start(self, message: Tensors, among: Among, summed: bool
               ) -> tuple[list[Handle], dict[str, Tensors]]:
-        """Reduce ``message`` in place among ``among`` (``summed``: the sum of messages
-        the workers weighted, else the mean)."""
+        """Reduce ``message`` in place: the mean (``summed``: the sum of weighted ones)."""
         across, op = self.comm.across, "sum" if summed else "mean"
         if self.blocking:
             for t in message:
@@ -78,8 +71,7 @@ class Layout(Protocol):
 
 
 class Chunks:
-    """A gathered message's layout: each (1-D) tensor as rows of ``chunk`` values
-    (zero-padded), every row in ``fmt``."""
+    """A gathered message's layout: rows of ``chunk`` values (zero-padded) in ``fmt``."""
 
     def __init__(self, fmt: SparseFormat, chunk: int) -> None:
         self.fmt, self.chunk = fmt, chunk
@@ -98,9 +90,7 @@ class Chunks:
 
 
 class Gather:
-    """The gathered move of a compressed message (see the module docstring): each
-    message tensor as rows (``layout``: :class:`Chunks`, or DeMo's DCT blocks), each row
-    in its format; the members' rows are summed before they are turned back."""
+    """The gathered move of a compressed message, as the rows of ``layout``."""
 
     gathers = True
 
@@ -133,15 +123,13 @@ class Gather:
         return out
 
     def roundtrip(self, message: Tensors) -> Tensors:
-        """What this worker's ``message`` is decoded to; its encoding is kept, and the
-        next :meth:`start` sends it."""
+        """What ``message`` is decoded to; its encoding is kept for :meth:`start`."""
         self._payload = self._encode(message)
         return self.layout.join(self._decode(self._payload, message), message)
 
     def start(self, message: Tensors, among: Among, summed: bool
               ) -> tuple[list[Handle], dict[str, Tensors]]:
-        """Start the all-gather of ``message``'s payload; ``tensors["gathered"]`` holds
-        every member's payload once it has arrived, ``tensors["mean"]`` the reduction."""
+        """Start the all-gather of ``message``'s payload (into ``tensors["gathered"]``)."""
         payload = self._payload if self._payload is not None else self._encode(message)
         self._payload = None
         across = self.comm.across
@@ -165,22 +153,18 @@ class Gather:
     def finish(self, tensors: dict[str, Tensors], weights: Sequence[float] | None,
                keep: int | None) -> tuple[Tensors, Tensors | None]:
         """Every member's message decoded and reduced in rank order into
-        ``tensors["mean"]``: the mean, or with ``weights`` the weighted sum; also the
-        decoded message of member ``keep`` (None: none)."""
+        ``tensors["mean"]`` (with ``weights``: the weighted sum); also the decoded
+        message of member ``keep``."""
         mean = tensors["mean"]
         members = self.decoded(tensors)
-        total: Tensors | None = None
         kept = None
-        for member, rows in enumerate(members):
-            if member == keep:
-                kept = [t.clone() for t in self.layout.join(rows, mean)]
-            if weights is not None:
-                torch._foreach_mul_(rows, weights[member])
-            if total is None:
-                total = rows
-            else:
-                torch._foreach_add_(total, rows)
-        assert total is not None
+        if keep is not None:  # its own message, before any weight
+            kept = [t.clone() for t in self.layout.join(members[keep], mean)]
+        for rows, weight in zip(members, weights or ()):
+            torch._foreach_mul_(rows, weight)
+        total = members[0]
+        for rows in members[1:]:
+            torch._foreach_add_(total, rows)
         if weights is None:
             torch._foreach_div_(total, float(len(members)))
         torch._foreach_copy_(mean, self.layout.join(total, mean))

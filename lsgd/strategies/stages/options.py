@@ -1,10 +1,7 @@
-"""The options of an averaging round, declared once (DiLoCo, local SGD, EASGD and the
-methods built on them take them as keywords): how a round hides, what its message is
-compressed to, the error feedback, and the leader's force.
-
-A method checks them with :func:`plan` (each bad value a ``ValueError`` that names it
-and what to give) and builds its :class:`~lsgd.strategies.stages.round.Round` from the
-resulting :class:`RoundPlan`.
+"""The options of an averaging round, declared once: how a round hides, what its
+message is compressed to, the error feedback, and the leader's force. :func:`plan`
+checks them into the :class:`RoundPlan` a :class:`~lsgd.strategies.stages.round.Round`
+is built from.
 """
 
 from __future__ import annotations
@@ -100,9 +97,7 @@ class RoundPlan:
 
 def plan(owner: str, period: int, options: dict[str, Any], *, merge: str,
          asynchronous: bool = False, takes: tuple[str, ...] = ()) -> RoundPlan:
-    """Check a method's round ``options`` (popped from the dict; the rest are the
-    strategy's own) against its ``period``; ``merge`` is its default merge, ``takes``
-    the optional groups it accepts (``"merge"``, ``"leader"``)."""
+    """Check (and pop) a method's round ``options``; ``takes``: its optional groups."""
     given = {key: options.pop(key) for key in list(options) if key in RoundOptions.__annotations__}
     for group, keys in OPTIONAL.items():
         refused = [key for key in keys if key in given and group not in takes

@@ -1,10 +1,7 @@
 """The state as a round moves it: one flat vector per dtype, cut into parts
-(fragments), each part into this process's share (replicas of several processes).
-
-This is the transport's knowledge: which values of the state a round sends, which
-share of them this process owns, and how the shares of a replica's processes are put
-back together (:mod:`lsgd.comm.replica`). A method's rule works on the views this
-module hands it and never asks which share they are.
+(fragments), each part into this process's share (replicas of several processes,
+:mod:`lsgd.comm.replica`). A method's rule works on the views this module hands it and
+never asks which share they are.
 """
 
 from __future__ import annotations
@@ -20,8 +17,7 @@ from lsgd.strategies.cadence import Cadence
 
 class Fragments:
     """A flat state cut into ``count`` contiguous parts (per flat buffer), and each part
-    into the share of this process (``share``: its ``(begin, end)`` of so many values; a
-    replica's, or all of them)."""
+    into this process's share (``share``: its ``(begin, end)`` of so many values)."""
 
     def __init__(self, like: FlatBuffer, count: int,
                  share: Callable[[int], tuple[int, int]] | None = None) -> None:
@@ -33,8 +29,7 @@ class Fragments:
                         for begin, end in [share(hi - lo)]] for part in self.whole]
 
     def of(self, flat: FlatBuffer, f: int) -> list[torch.Tensor]:
-        """This process's share of part ``f`` of ``flat`` (a buffer laid out like the
-        state), as views."""
+        """This process's share of part ``f`` of ``flat`` (laid out like the state)."""
         return [b[lo:hi] for b, (lo, hi) in zip(flat.buffers, self.bounds[f])]
 
     def whole_of(self, flat: FlatBuffer, f: int) -> list[torch.Tensor]:
@@ -42,8 +37,7 @@ class Fragments:
         return [b[lo:hi] for b, (lo, hi) in zip(flat.buffers, self.whole[f])]
 
     def cadences(self, period: int) -> list[Cadence]:
-        """One kind of round per part, each every ``period`` steps at its offset (one
-        part: the ``"global"`` round at the period's multiples)."""
+        """One kind of round per part, every ``period`` steps at its offset."""
         if self.count == 1:
             return [Cadence("global", period, "world")]
         return [Cadence(f"fragment{f}", period, "world",
@@ -57,8 +51,7 @@ def part_of(cadence: str) -> int:
 
 
 class StateParts:
-    """The strategy's state tensors as a round sees them: ``work``, one flat copy;
-    ``fragments``, its parts and this process's share of each."""
+    """The state as a round sees it: ``work``, a flat copy, and ``fragments``."""
 
     def __init__(self, comm: Communicator, state: Sequence[torch.Tensor], fragments: int
                  ) -> None:
@@ -77,14 +70,12 @@ class StateParts:
         return self.fragments.of(self.work, part)
 
     def write_back(self, part: int) -> None:
-        """The state's part ``part`` from :meth:`current`'s views (the shares of the
-        replica's processes put together)."""
+        """The state's part ``part`` from :meth:`current`'s views, shares put together."""
         self.put_together(self.work, part)
         self.work.copy_to(self.tensors)
 
     def put_together(self, flat: FlatBuffer, part: int) -> None:
-        """Part ``part`` of ``flat`` whole again from the shares of the replica's
-        processes (nothing to do for a process)."""
+        """Part ``part`` of ``flat`` whole again from the replica's processes' shares."""
         if self.comm.share[1] > 1:
             for whole in self.fragments.whole_of(flat, part):
                 self.comm.put_together_(whole)
@@ -93,10 +84,8 @@ class StateParts:
                 ) -> tuple[list[tuple[list[torch.Tensor], list[torch.Tensor]]],
                            list[tuple[int, int]]]:
         """Where this process's share of ``flat`` (one part) holds the state's first
-        ``count`` tensors (the parameters, ahead of the buffers in each flat buffer): a
-        list of one ``(values, grads)`` pair of views, and the region of the share (its
-        offsets, per flat buffer) that holds the other tensors. A process's share is all
-        of it: the first ``count`` tensors' own views, and no region."""
+        ``count`` tensors (the parameters, ahead of the buffers): one ``(values, grads)``
+        pair of views, and the share's region (per flat buffer) of the other tensors."""
         if self.comm.share[1] == 1:
             return [(flat.views[:count], grads.views[:count])], []
         ends = [0] * len(flat.buffers)  # where each flat buffer's leading tensors end

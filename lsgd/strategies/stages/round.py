@@ -1,17 +1,13 @@
-"""A round of an averaging method as one pipeline of stages.
+"""A round of an averaging method as one pipeline of stages::
 
-    message  ->  transforms                   ->  move                 ->  landing
-    x, r - x     the leader's weight,              all-reduce (dense),      the rule's target
-                 error feedback (what the          all-gather (top-k,       into the state,
-                 codec drops, sent next time)      2-bit)                   merged with the
-                                                                            steps since
+    message (x, r - x) -> transforms (the leader's weight, error feedback)
+        -> move (all-reduce; all-gather of top-k, 2-bit) -> landing (into the state)
 
 :meth:`Round.start` runs the sending half at a round's step and returns the transfer
 in flight; :meth:`Round.arrive` runs the receiving half when it has landed and gives
-the mean (decoded, weighted) to the method's rule, which computes its target and calls
-:meth:`Round.land`. Every stage owns its state (the feedback's accumulator, the
-leader's scores) and :meth:`Round.state` checkpoints it. The rule never sees which
-codec, which share of a replica or which leader: those are stages.
+the mean to the method's rule, which calls :meth:`Round.land`. Every stage owns its
+state, which :meth:`Round.state` checkpoints; the rule never sees which codec, which
+share of a replica or which leader.
 """
 
 from __future__ import annotations
@@ -41,13 +37,9 @@ Healing = tuple[bool, int, Tensors | None]
 
 
 class Round:
-    """The stages of one method's rounds (see the module docstring).
-
-    ``plan`` holds the checked options; ``difference``: send ``r - x`` even
-    uncompressed; ``overlap`` and ``merge`` override the plan's (a round whose
-    transfer spans a whole period). ``module`` and ``device`` serve the leader's
-    election.
-    """
+    """The stages of one method's rounds, from the checked options ``plan``;
+    ``difference``: send ``r - x`` even uncompressed; ``overlap`` and ``merge`` override
+    the plan's. ``module`` and ``device`` serve the leader's election."""
 
     def __init__(self, owner: str, comm: Communicator, state: Sequence[torch.Tensor],
                  plan: RoundPlan, module: nn.Module, device: torch.device, *,
@@ -79,8 +71,7 @@ class Round:
     # -- the sending half ----------------------------------------------------------
     def start(self, part: int, steps: int, reference: FlatBuffer | None,
               among: Among = "world") -> InFlight:
-        """Build ``part``'s message, transform it and start its move; the transfer lands
-        ``overlap`` steps later (at once when blocking)."""
+        """Build ``part``'s message, transform it and start its move."""
         message, now = self.message.build(part, reference)
         leader, weight = self.leader, None
         if leader is not None:
@@ -104,20 +95,17 @@ class Round:
 
     def attach(self, global_state: FlatBuffer, outer_parts: list[torch.optim.Optimizer]
                ) -> None:
-        """The method's global copy and its outer optimizers, for a round that steps on
-        its own (DiLoCo's eager one); nothing for the others."""
+        """The global copy and its outer optimizers, for DiLoCo's eager round."""
 
     def begin(self, part: int, steps: int, reference: FlatBuffer | None, among: Among
               ) -> tuple[InFlight, Tensors | None]:
-        """:meth:`start`, and what the rule applies at once (nothing: it waits for the
-        mean; a round that steps at once returns its direction)."""
+        """:meth:`start`, and a direction the rule applies at once (here none)."""
         return self.start(part, steps, reference, among), None
 
     # -- the receiving half ----------------------------------------------------------
     def arrive(self, item: InFlight, reference: FlatBuffer | None
                ) -> tuple[bool, Tensors | None]:
-        """(whether the landed mean is finite on every share, the mean for the rule:
-        decoded and reduced, with the leader's state held for its pull)."""
+        """(whether the landed mean is finite on every share, the mean for the rule)."""
         part = int(item.info["fragment"])
         leader, weights, keep = self.leader, None, None
         if leader is not None and self.move.gathers and "leader" in item.info:
@@ -134,8 +122,7 @@ class Round:
 
     def land(self, part: int, target: Sequence[torch.Tensor],
              start: Sequence[torch.Tensor] | None = None, weight: float = 1.0) -> None:
-        """The rule's ``target`` for ``part`` (moved first toward the round's leader,
-        ``leader="pull"``) lands in the state (:class:`Landing`)."""
+        """The rule's ``target`` (pulled toward the round's leader) lands in the state."""
         if self.leader is not None and weight == 1.0:
             self.leader.pull_(target)
         self.landing.land(part, target, start, weight)
@@ -149,10 +136,7 @@ class Round:
 
     def heal(self, part: int, among: Among, plain: Callable[[int, Among], Healing],
              diverged: Callable[[], Exception]) -> Healing:
-        """The rare path of a mean that is not finite: (this worker healthy, healthy count,
-        what a diverged worker is reset to). Here the method's ``plain`` rule over the
-        healthy members; a round that keeps state of its own heals it (``diverged``: the
-        error when no worker is healthy)."""
+        """A mean that is not finite: the method's ``plain`` rule over the healthy members."""
         return plain(part, among)
 
     # -- what a checkpoint keeps -------------------------------------------------------
