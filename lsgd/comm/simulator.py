@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -117,97 +116,60 @@ class SimCommunicator(Communicator):
     def _add_count(self, key: str, amount: int) -> int:
         return self._world.add_count(f"{self._scope}{key}", amount)
 
-    def _run(self, op: str, among: Among, payload: Any, compute: Callable,
-             transfer: Callable[[LinkModel, list[int]], float] | None = None) -> tuple[Any, float]:
-        members = self._globals(self.among_members(among))
-        link = self._world.link
-        seconds = transfer(link, members) if link is not None and transfer is not None else 0.0
-        return self._world.collective(
-            self._me, self._key(among), op, members, payload, compute, seconds
-        )
+    def _prepared(self, transfer: Transfer) -> tuple[Transfer, list[int], float]:
+        """``transfer`` with its source's global rank, its members' global ranks, and the
+        seconds it takes on the modeled link (0 without one), for its message pattern."""
+        members = self._globals(self.among_members(transfer.among))
+        link, nbytes = self._world.link, transfer.payload_bytes()
+        source = self._global[transfer.src]
+        if link is None:
+            seconds = 0.0
+        elif transfer.kind == "all_gather":
+            seconds = link.all_gather(nbytes, members)
+        elif transfer.kind == "broadcast" and transfer.chained:
+            heads = self._globals(chain_heads(transfer.src, self.info.groups,
+                                              self.info.group_size))
+            seconds = link.broadcast(nbytes, heads, source, "chain", chunk_count(nbytes))
+        elif transfer.kind == "broadcast":
+            seconds = link.broadcast(nbytes, members, source, self.broadcast_algorithm)
+        elif transfer.codec == "none":
+            seconds = link.all_reduce(nbytes, members)
+        else:
+            sizes = codecs.part_sizes(transfer.codec, transfer.tensor.numel(), len(members))
+            seconds = link.all_to_all(sizes, members) + link.all_gather(max(sizes), members)
+        return dataclasses.replace(transfer, src=source), members, seconds
+
+    def _collective(self, transfer: Transfer) -> tuple[Any, float]:
+        """A blocking collective: (this worker's result, its seconds)."""
+        transfer, members, seconds = self._prepared(transfer)
+        return self._world.collective(self._me, self._key(transfer.among), transfer.kind,
+                                      members, transfer, _results, seconds)
 
     def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
-        def compute(payload: dict[int, torch.Tensor]) -> tuple[dict[int, Any], float]:
-            start = time.perf_counter()
-            ranks = sorted(payload)
-            _check_same(ranks, payload, "all_reduce")
-            compute_transfer(Transfer("all_reduce", tensor, among, op=op), payload, ranks)
-            return dict.fromkeys(ranks), time.perf_counter() - start
+        return self._collective(Transfer("all_reduce", tensor, among, op=op))[1]
 
-        nbytes = tensor.numel() * tensor.element_size()
-        return self._run("all_reduce", among, tensor, compute,
-                         lambda link, members: link.all_reduce(nbytes, members))[1]
-
-    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among,
-                   transfer: Callable[[LinkModel, list[int]], float] | None = None) -> float:
-        def compute(payload: dict[int, tuple[torch.Tensor, int]]) -> tuple[dict[int, Any], float]:
-            start = time.perf_counter()
-            ranks = sorted(payload)
-            sources = {s for _, s in payload.values()}
-            if len(sources) != 1:
-                raise ValueError(f"broadcast: members disagree on the source rank: {sources}")
-            tensors = {r: t for r, (t, _) in payload.items()}
-            _check_same(ranks, tensors, "broadcast")
-            compute_transfer(Transfer("broadcast", tensor, among, src=source), tensors, ranks)
-            return dict.fromkeys(ranks), time.perf_counter() - start
-
-        nbytes = tensor.numel() * tensor.element_size()
-        source = self._global[src]
-        if transfer is None:
-            algorithm = self.broadcast_algorithm
-
-            def transfer(link: LinkModel, members: list[int]) -> float:
-                return link.broadcast(nbytes, members, source, algorithm)
-
-        return self._run("broadcast", among, (tensor, source), compute, transfer)[1]
+    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
+        return self._collective(Transfer("broadcast", tensor, among, src=src))[1]
 
     def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
                          chunks: int) -> float:
         # The same copy as a broadcast; on the link, a chain of the heads (one per
         # node) in ``chunks`` pieces, the broadcasts inside the nodes being free.
-        nbytes = tensor.numel() * tensor.element_size()
-        path, source = self._globals(heads), self._global[src]
-        return self._broadcast(tensor, src, "world", transfer=lambda link, members:
-                               link.broadcast(nbytes, path, source, "chain", chunks))
+        return self._collective(Transfer("broadcast", tensor, "world", src=src, chained=True))[1]
 
     def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
-        def compute(payload: dict[int, torch.Tensor]) -> tuple[dict[int, Any], float]:
-            start = time.perf_counter()
-            ranks = sorted(payload)
-            _check_same(ranks, payload, "all_gather")
-            stacked = torch.stack([payload[r] for r in ranks])
-            return {r: stacked.clone() for r in ranks}, time.perf_counter() - start
-
-        nbytes = tensor.numel() * tensor.element_size()
-        return self._run("all_gather", among, tensor, compute,
-                         lambda link, members: link.all_gather(nbytes, members))
+        return self._collective(Transfer("all_gather", tensor, among))
 
     def _barrier(self) -> None:
-        self._run("barrier", "world", None, lambda p: (dict.fromkeys(p), 0.0))
+        members = self._globals(self.among_members("world"))
+        self._world.collective(self._me, self._key("world"), "barrier", members, None,
+                               dict.fromkeys)
 
     def _start(self, transfer: Transfer) -> Callable[[], tuple[Any, float]]:
-        members = self._globals(self.among_members(transfer.among))
-        link = self._world.link
-        seconds = _modeled(transfer, members, link, self) if link is not None else 0.0
-        transfer = dataclasses.replace(transfer, src=self._global[transfer.src])
-
-        def compute(payload: dict[int, Transfer]) -> dict[int, Any]:
-            ranks = sorted(payload)
-            first = payload[ranks[0]]
-            for r in ranks[1:]:
-                other = payload[r]
-                if (other.src, other.op, other.codec) != (first.src, first.op, first.codec):
-                    raise ValueError(f"{first.kind}: rank {ranks[0]} and rank {r} disagree on "
-                                     f"the source, operation or codec")
-            _check_same(ranks, {r: t.tensor for r, t in payload.items()}, first.kind)
-            result = compute_transfer(first, {r: t.tensor for r, t in payload.items()}, ranks)
-            if first.kind == "all_gather":
-                return {r: result.clone() for r in ranks}
-            return dict.fromkeys(ranks)
-
+        transfer, members, seconds = self._prepared(transfer)
         pending = self._world.start_collective(
             self._me, self._key(transfer.among, f"started {transfer.lane}"), transfer.kind,
-            members, transfer, compute, seconds, transfer.lane)
+            members, transfer, _results, seconds, transfer.lane)
         return lambda: self._world.wait_collective(self._me, pending)
 
     def _exchange(
@@ -221,46 +183,42 @@ class SimCommunicator(Communicator):
         # isend/irecv does under torch.distributed).
         received: dict[int, torch.Tensor] = {}
         seconds = 0.0
+        link = self._world.link
         for peer in sorted(peers):
             low, high = sorted((self._me, self._global[peer]))
             pair = ("pair", self._scope, low, high)
             n = self._sequence.get(pair, 0)
             self._sequence[pair] = n + 1
 
-            def compute(payload: dict[int, torch.Tensor], low: int = low, high: int = high
-                        ) -> tuple[dict[int, Any], float]:
-                start = time.perf_counter()
+            def swap(payload: dict[int, torch.Tensor], low: int = low, high: int = high
+                     ) -> dict[int, torch.Tensor]:
                 _check_same([low, high], payload, "exchange")
-                swapped = {low: payload[high].clone(), high: payload[low].clone()}
-                return swapped, time.perf_counter() - start
+                return {low: payload[high].clone(), high: payload[low].clone()}
 
-            link = self._world.link
             transfer = (link.exchange(tensor.numel() * tensor.element_size(), [(low, high)])
                         if link is not None else 0.0)
             received[peer], duration = self._world.collective(
-                self._me, (*pair, n), "exchange", [low, high], tensor, compute, transfer
-            )
+                self._me, (*pair, n), "exchange", [low, high], tensor, swap, transfer)
             seconds += duration
         return [received[p] for p in peers], seconds
 
 
-def _modeled(transfer: Transfer, members: list[int], link: LinkModel,
-             comm: SimCommunicator) -> float:
-    """Seconds a started transfer takes on the modeled link, for its message pattern."""
-    nbytes = transfer.payload_bytes()
-    if transfer.kind == "all_gather":
-        return link.all_gather(nbytes, members)
-    if transfer.kind == "broadcast":
-        source = comm._globals([transfer.src])[0]
-        if transfer.chained:
-            heads = comm._globals(chain_heads(transfer.src, comm.info.groups,
-                                              comm.info.group_size))
-            return link.broadcast(nbytes, heads, source, "chain", chunk_count(nbytes))
-        return link.broadcast(nbytes, members, source, comm.broadcast_algorithm)
-    if transfer.codec == "none":
-        return link.all_reduce(nbytes, members)
-    sizes = codecs.part_sizes(transfer.codec, transfer.tensor.numel(), len(members))
-    return link.all_to_all(sizes, members) + link.all_gather(max(sizes), members)
+def _results(payload: dict[int, Transfer]) -> dict[int, Any]:
+    """Every member's result of the transfer all of them passed (checked to agree)."""
+    ranks = sorted(payload)
+    first = payload[ranks[0]]
+    for r in ranks[1:]:
+        other = payload[r]
+        if (other.src, other.op, other.codec) != (first.src, first.op, first.codec):
+            raise ValueError(f"{first.kind}: rank {ranks[0]} and rank {r} disagree on the "
+                             f"source, operation or codec: {first.src}, {first.op}, "
+                             f"{first.codec} against {other.src}, {other.op}, {other.codec}")
+    tensors = {r: t.tensor for r, t in payload.items()}
+    _check_same(ranks, tensors, first.kind)
+    result = compute_transfer(first, tensors, ranks)
+    if first.kind == "all_gather":
+        return {r: result.clone() for r in ranks}
+    return dict.fromkeys(ranks)
 
 
 def _check_same(ranks: list[int], payload: dict[int, torch.Tensor], op: str) -> None:
