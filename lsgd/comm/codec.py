@@ -55,13 +55,19 @@ def encode(codec: str, values: torch.Tensor) -> torch.Tensor:
     blocks = math.ceil(n / BLOCK)
     padded = torch.zeros(blocks * BLOCK, dtype=torch.float32, device=values.device)
     padded[:n].copy_(values)
-    padded = padded.view(blocks, BLOCK)
-    scale = padded.abs().amax(dim=1) / 127.0  # NaN or inf when the block is not finite
+    steps, scale = quantize_int8(padded.view(blocks, BLOCK))
+    return torch.cat([steps.view(-1)[:n].view(torch.uint8), scale.view(torch.uint8)])
+
+
+def quantize_int8(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 steps, float32 scales) of the float32 ``[C, m]`` ``rows``: per row the scale
+    ``a = max |x| / 127`` (0 for a row of zeros; NaN or inf when the row is not finite)
+    and each value as ``round(x / a)`` in ``[-127, 127]``."""
+    scale = rows.abs().amax(dim=1) / 127.0
     divisor = torch.where(scale == 0, torch.ones_like(scale), scale)
-    steps = torch.nan_to_num(torch.round(padded / divisor[:, None]), nan=0.0, posinf=0.0,
+    steps = torch.nan_to_num(torch.round(rows / divisor[:, None]), nan=0.0, posinf=0.0,
                              neginf=0.0).clamp_(-127, 127)
-    quantized = steps.to(torch.int8).view(-1)[:n]
-    return torch.cat([quantized.view(torch.uint8), scale.view(torch.uint8)])
+    return steps.to(torch.int8), scale
 
 
 def decode(codec: str, data: torch.Tensor, numel: int) -> torch.Tensor:

@@ -1,27 +1,20 @@
 """The Communicator interface: the only way strategies move tensors.
 
-Implementations: :class:`~lsgd.comm.distributed.DistCommunicator`
-(torch.distributed, gloo or NCCL), :class:`~lsgd.comm.simulator.SimCommunicator`
-(workers as threads of one process) and :class:`~lsgd.comm.local.LocalCommunicator`
-(one worker); :class:`~lsgd.comm.replica.ReplicaCommunicator` makes a node's processes
-one worker.
+Implementations: :class:`~lsgd.comm.distributed.DistCommunicator` (torch.distributed),
+:class:`~lsgd.comm.simulator.SimCommunicator` (workers as threads of one process),
+:class:`~lsgd.comm.local.LocalCommunicator` (one worker); a
+:class:`~lsgd.comm.replica.ReplicaCommunicator` makes a node's processes one worker.
 
-Workers ``0 .. W-1`` form ``groups`` groups of ``group_size`` consecutive ranks
-(a group is a node under torchrun). Every collective takes ``among="world"`` or
-``among="group"``; ``src`` is always a global rank.
-
-What is communicated: ``all_reduce`` (ring), ``broadcast`` (gloo's tree, NCCL's
-chain, or across nodes lsgd's pipelined chain, :mod:`lsgd.comm.chain`),
-``all_gather`` and the pairwise ``exchange`` of decentralized methods. Each
-worker counts the bytes it sends and receives as the algorithm moves them
-(:mod:`lsgd.comm.wire`), the same under gloo and the simulator, per traffic
-*category* (``"train"`` by default; ``"eval"`` keeps evaluation out of a
-method's cost).
-
-For asynchronous methods: :meth:`Communicator.add_count`, a counter shared by
-all workers (the c10d store's ``add``), a clock, :meth:`Communicator.now`, and
-:meth:`Communicator.local_step`, called after every local step (the simulator
-advances the worker's virtual clock there; elsewhere it does nothing).
+Workers ``0 .. W-1`` form ``groups`` groups of ``group_size`` consecutive ranks (a
+group is a node). Every collective takes ``among="world"`` or ``among="group"``;
+``src`` is always a global rank. What is communicated: ``all_reduce`` (ring),
+``broadcast`` (gloo's tree, NCCL's chain, or across nodes lsgd's pipelined chain,
+:mod:`lsgd.comm.chain`), ``all_gather`` and the pairwise ``exchange``. Each worker
+counts the bytes it sends and receives as the algorithm moves them
+(:mod:`lsgd.comm.wire`), per traffic *category* (``"train"`` by default; ``"eval"``
+keeps evaluation out of a method's cost). Asynchronous methods also get a counter
+shared by all workers (:meth:`Communicator.add_count`) and a clock (:meth:`now`,
+advanced by :meth:`local_step` in the simulator).
 """
 
 from __future__ import annotations
@@ -34,7 +27,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-
 from torch import nn
 
 from lsgd import _validate
@@ -42,20 +34,18 @@ from lsgd.comm import codec as codecs
 from lsgd.comm.data_parallel import DataParallel, GradientCompression, collective_data_parallel
 from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_layout
 from lsgd.comm.shares import Shares
-from lsgd.comm.chain import chain_heads, chunk_count
+from lsgd.comm.chain import chain_heads
 from lsgd.comm.transfers import LANES, Handle, Transfer, done_handle
 from lsgd.comm.wire import (Traffic, broadcast_pattern, compressed_all_reduce_traffic,
                             pattern_traffic, ring_allreduce_bytes, ring_traffic)
 
 
-
 class Communicator(Shares, ABC):
     """Collectives among workers, with traffic and time accounting.
 
-    Subclasses implement the ``_all_reduce``, ``_broadcast`` and
-    ``_all_gather`` primitives on a single contiguous tensor and report the
-    seconds they spent; this class validates arguments, applies the cost model
-    above and keeps the statistics.
+    Subclasses implement the primitives (``_all_reduce``, ``_broadcast``, ...) on one
+    contiguous tensor and report the seconds they spent; this class validates
+    arguments, applies the cost model and keeps the statistics.
     """
 
     #: How a broadcast moves its bytes: "tree" (gloo's binomial tree, the
@@ -107,12 +97,6 @@ class Communicator(Shares, ABC):
         finally:
             self._category = previous
 
-    def record(self, sent: int, received: int, seconds: float, link_sent: int = 0,
-               link_received: int = 0) -> None:
-        """Count traffic moved outside this communicator's collectives."""
-        self._record_in(self._category, Traffic(sent, received, link_sent, link_received),
-                        seconds)
-
     def count(self, traffic: Traffic, seconds: float) -> None:
         """Count one collective's :class:`~lsgd.comm.wire.Traffic` in the current category."""
         self._record_in(self._category, traffic, seconds)
@@ -142,9 +126,7 @@ class Communicator(Shares, ABC):
         if codec != "none":
             self.start_all_reduce(tensor, op, among, codec).wait()
             return tensor
-        self._check(tensor, among)
-        if op not in ("sum", "mean"):
-            raise ValueError(f"all_reduce_: op must be 'sum' or 'mean', got {op!r}")
+        self._check(tensor, among, op, name="all_reduce_")
         n = self.among_size(among)
         if n > 1:
             seconds = self._all_reduce(tensor, op, among)
@@ -161,21 +143,11 @@ class Communicator(Shares, ABC):
         if codec != "none":
             self.start_broadcast(tensor, src, among, codec).wait()
             return tensor
-        self._check(tensor, among)
-        members = self.among_members(among)
-        if src not in members:
-            raise ValueError(
-                f"broadcast_: src={src} is not a member of this {among} (ranks {members})"
-            )
-        if len(members) > 1:
+        self._check(tensor, among, src=src, name="broadcast_")
+        if self.among_size(among) > 1:
             chained = self._chained(among)
-            if chained:
-                info = self.info
-                seconds = self._chain_broadcast(tensor, src,
-                                                chain_heads(src, info.groups, info.group_size),
-                                                chunk_count(_nbytes(tensor)))
-            else:
-                seconds = self._broadcast(tensor, src, among)
+            seconds = (self._chain_broadcast(tensor, src) if chained
+                       else self._broadcast(tensor, src, among))
             self.count(self.broadcast_traffic(_nbytes(tensor), src, among, chained), seconds)
         return tensor
 
@@ -235,9 +207,7 @@ class Communicator(Shares, ABC):
         ``codec`` ``"bf16"`` or ``"int8"`` (float32 tensors) sends it compressed
         (:mod:`lsgd.comm.codec`): every member ends with the same decoded values.
         """
-        self._check(tensor, among)
-        if op not in ("sum", "mean"):
-            raise ValueError(f"start_all_reduce: op must be 'sum' or 'mean', got {op!r}")
+        self._check(tensor, among, op, name="start_all_reduce")
         transfer = Transfer("all_reduce", tensor, among, op=op, codec=self._codec(tensor, codec))
         members = self.among_members(among)
         n = len(members)
@@ -257,14 +227,9 @@ class Communicator(Shares, ABC):
         :mod:`lsgd.comm.chain`. With a ``codec`` every member, the source
         included, ends with the decoded bytes.
         """
-        self._check(tensor, among)
-        members = self.among_members(among)
-        if src not in members:
-            raise ValueError(
-                f"start_broadcast: src={src} is not a member of this {among} (ranks {members})"
-            )
+        self._check(tensor, among, src=src, name="start_broadcast")
         transfer = Transfer("broadcast", tensor, among, src=src, codec=self._codec(tensor, codec),
-                            chained=len(members) > 1 and self._chained(among))
+                            chained=self._chained(among))
         return self._started(transfer, self.broadcast_traffic(transfer.payload_bytes(), src,
                                                               among, transfer.chained))
 
@@ -353,7 +318,8 @@ class Communicator(Shares, ABC):
         ``len(peers) * B`` sent and received.
         """
         peers = list(peers)
-        bad = [p for p in peers if not _validate.is_int(p) or not 0 <= p < self.world_size or p == self.rank]
+        bad = [p for p in peers
+               if not _validate.is_int(p) or not 0 <= p < self.world_size or p == self.rank]
         if bad or len(set(peers)) != len(peers):
             raise ValueError(
                 f"exchange: peers must be distinct ranks in [0, {self.world_size}) other than "
@@ -375,9 +341,8 @@ class Communicator(Shares, ABC):
     @abstractmethod
     def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float: ...
 
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
-                         chunks: int) -> float:
-        """The chain broadcast of :mod:`lsgd.comm.chain` along ``heads``; seconds."""
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
+        """The pipelined chain broadcast of :mod:`lsgd.comm.chain`; seconds."""
         raise NotImplementedError(f"{type(self).__name__} has no pipelined broadcast")
 
     @abstractmethod
@@ -406,10 +371,17 @@ class Communicator(Shares, ABC):
     @abstractmethod
     def _add_count(self, key: str, amount: int) -> int: ...
 
-    def _check(self, tensor: torch.Tensor, among: Among) -> None:
+    def _check(self, tensor: torch.Tensor, among: Among, op: str = "sum",
+               src: int | None = None, name: str = "") -> None:
+        """Raise ``ValueError`` for a bad ``among``, ``op`` (of ``name``) or ``src``."""
         if among not in ("world", "group"):
             raise ValueError(f"among must be 'world' or 'group', got {among!r}")
         assert tensor.is_contiguous() or tensor.dim() == 0, "collectives need contiguous tensors"
+        if op not in ("sum", "mean"):
+            raise ValueError(f"{name}: op must be 'sum' or 'mean', got {op!r}")
+        if src is not None and src not in (members := self.among_members(among)):
+            raise ValueError(f"{name}: src={src} is not a member of this {among} "
+                             f"(ranks {members})")
 
 
 def _nbytes(tensor: torch.Tensor) -> int:

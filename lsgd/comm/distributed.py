@@ -33,6 +33,7 @@ from torch import nn
 
 from lsgd.comm.communicator import Among, Communicator, ReduceOp
 from lsgd.comm.info import WorkerInfo, check_layout
+from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.failures import communication_errors, seconds_text
 from lsgd.comm.lanes import BackgroundLane, current_lane
@@ -378,20 +379,20 @@ class DistCommunicator(Communicator):
             dist.broadcast(tensor, src=self._global[src], group=self._group(among))
         return time.perf_counter() - start
 
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
-                         chunks: int) -> float:
-        # Along the heads: every chunk's receive posted at once; each chunk passed on
-        # (isend) as soon as it has arrived, while the next ones arrive. Then inside
-        # the node.
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
+        # Along the heads, each chunk passed on (isend) as soon as it has arrived, while
+        # the next ones arrive; then inside the node.
         start = time.perf_counter()
         world, node = self._groups()
+        info = self.info
+        heads = chain_heads(src, info.groups, info.group_size)
         with self._failures(f"pipelined broadcast from rank {src}", "world"):
             if self.rank in heads:
                 position = heads.index(self.rank)
                 previous = self._global[heads[position - 1]] if position > 0 else None
                 following = (self._global[heads[position + 1]]
                              if position + 1 < len(heads) else None)
-                pieces = tensor.view(-1).chunk(chunks)
+                pieces = tensor.view(-1).chunk(chunk_count(tensor.numel() * tensor.element_size()))
                 # Every receive is posted at once, so that chunks stream in while
                 # earlier ones are passed on (gloo keeps the order between a pair).
                 receives = ([dist.irecv(piece, src=previous, group=world) for piece in pieces]
@@ -404,8 +405,8 @@ class DistCommunicator(Communicator):
                         sends.append(dist.isend(piece, dst=following, group=world))
                 for work in sends:
                     work.wait()
-            if node is not None and self.info.group_size > 1:
-                head = next(h for h in heads if h // self.info.group_size == self.info.group)
+            if node is not None and info.group_size > 1:
+                head = next(h for h in heads if h // info.group_size == info.group)
                 dist.broadcast(tensor, src=self._global[head], group=node)
         return time.perf_counter() - start
 

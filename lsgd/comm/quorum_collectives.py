@@ -150,8 +150,7 @@ class QuorumCollectives(Communicator):
             torch._C._distributed_c10d.AllToAllOptions()), work)
         return list(received.split(sizes))
 
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
-                         chunks: int) -> float:
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
         raise AssertionError("unreachable: elastic broadcasts are never chained")
 
     def _barrier(self) -> None:

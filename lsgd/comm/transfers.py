@@ -24,7 +24,6 @@ from typing import Any
 import torch
 
 from lsgd.comm import codec as codecs
-from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.info import Among, ReduceOp
 
 KINDS = ("all_reduce", "broadcast", "all_gather")
@@ -101,9 +100,7 @@ def run(comm: Any, transfer: Transfer) -> tuple[Any, float]:
             codecs.encode(t.codec, t.tensor) if comm.rank == t.src else
             torch.empty(t.payload_bytes(), dtype=torch.uint8, device=t.tensor.device))
     if t.chained:
-        info = comm.info
-        heads = chain_heads(t.src, info.groups, info.group_size)
-        comm._chain_broadcast(wire, t.src, heads, chunk_count(t.payload_bytes()))
+        comm._chain_broadcast(wire, t.src)
     elif len(members) > 1:
         comm._broadcast(wire, t.src, t.among)
     if t.codec != "none":
