@@ -37,16 +37,14 @@ def get_communicator(groups: int | None = None, replica: str | None = None) -> C
 
     Inside :func:`simulate`: the simulated worker's. Under ``torchrun`` (or once
     ``torch.distributed`` is initialized): a
-    :class:`~lsgd.comm.distributed.DistCommunicator` on the world group, created
-    once (initializing the process group from the environment if needed).
-    Otherwise: a single worker. ``groups`` overrides the number of groups for the
-    torch.distributed case (default: the number of nodes); the simulator's
-    layout is fixed by ``simulate``.
+    :class:`~lsgd.comm.distributed.DistCommunicator` on the world group, created once
+    (initializing the process group if needed), in ``groups`` groups (default: the
+    nodes). Otherwise: a single worker.
 
-    ``replica``: what a strategy sees as one worker, ``"process"`` or ``"node"``
-    (every process of a group steps as one replica, :mod:`lsgd.comm.replica`);
-    by default the simulation's (``simulate(..., replica=...)``), else
-    ``LSGD_REPLICA``, else ``"process"``. Its ``.processes`` is every process's.
+    ``replica``: what a strategy sees as one worker, ``"process"`` or ``"node"`` (every
+    process of a group steps as one replica, :mod:`lsgd.comm.replica`); by default the
+    simulation's, else ``LSGD_REPLICA``, else ``"process"``. Its ``.processes`` is every
+    process's.
     """
     simulated = current_simulated()
     if simulated is not None:
@@ -73,17 +71,14 @@ def get_communicator(groups: int | None = None, replica: str | None = None) -> C
 
 
 def shutdown(wait_s: float = 10.0) -> None:
-    """Destroy torch.distributed's process groups and forget the cached communicator.
+    """Destroy torch.distributed's process groups and forget the cached communicator;
+    call once a worker is done.
 
-    Call once a worker is done. What still holds a group (the cached
-    communicator, a DDP reducer and its communication hook) is freed first,
-    while the groups live. A collective's callback runs on one of gloo's
-    threads and is let go there after it returns; were it the last holder of a
-    group, the group would be freed on its own thread, which joins itself and
-    aborts the process (``terminate called ... Resource deadlock avoided``)
-    after the work is done. So this holds every group until nothing else does
-    (at most ``wait_s`` seconds) and lets go of it here, on the calling thread;
-    a group still held elsewhere after that is kept for the life of the process.
+    A collective's callback runs on one of gloo's threads and is let go there; were it
+    the last holder of a group, the group would be freed on its own thread, which joins
+    itself and aborts the process (``Resource deadlock avoided``). So this holds every
+    group until nothing else does (at most ``wait_s`` seconds) and lets go of it here,
+    on the calling thread; a group still held after that is kept for the process's life.
     """
     import gc
     import time

@@ -1,18 +1,12 @@
 """The torch.distributed communicator (gloo on CPU, NCCL on GPU).
 
 Works under ``torchrun`` (``env://``) and with a process group the caller
-initialized. Groups are nodes: ``groups = WORLD_SIZE / LOCAL_WORLD_SIZE``
-unless given (or set by ``LSGD_GROUPS``), one subgroup per node
-(:func:`torch.distributed.new_subgroups`). The shared step counter of
-asynchronous methods is one ``add`` on the default group's c10d store, under a
-key prefixed with ``lsgd/`` and torchrun's restart count.
-
-Failures: every collective, exchange and store call is bounded by the process
-group's timeout. A dead peer fails the others at once, a hung one once the
-timeout runs out; either way the primitives raise
-:class:`~lsgd.comm.failures.CommunicationError` naming this rank, the operation
-and how long it waited. ``TCPStore.add`` has no timeout of its own, so
-:meth:`~DistCommunicator.add_count` runs it on a helper thread.
+initialized. Groups are nodes (``WORLD_SIZE / LOCAL_WORLD_SIZE`` unless given or set
+by ``LSGD_GROUPS``), one subgroup per node. The shared step counter of asynchronous
+methods is one ``add`` on the c10d store, under a prefix holding torchrun's restart
+count. Every collective, exchange and store call is bounded by the process group's
+timeout; a failure raises :class:`~lsgd.comm.failures.CommunicationError` naming this
+rank, the operation and how long it waited.
 """
 
 from __future__ import annotations
@@ -32,12 +26,12 @@ import torch.distributed as dist
 from torch import nn
 
 from lsgd.comm.communicator import Among, Communicator, ReduceOp
-from lsgd.comm.info import WorkerInfo, check_layout
+from lsgd.comm.info import WorkerInfo
 from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.failures import communication_errors, seconds_text
 from lsgd.comm.lanes import BackgroundLane, current_lane
-from lsgd.comm.transfers import Transfer
+from lsgd.comm.transfers import LANES, Transfer
 from lsgd.comm.transfers import run as run_transfer
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
@@ -96,9 +90,8 @@ def default_backend() -> str:
     """``LSGD_BACKEND`` if set (``gloo``: CUDA tensors too, as two processes sharing one
     GPU need, since NCCL refuses two ranks on one device); else ``"cuda:nccl,cpu:gloo"``
     where CUDA is present (both kinds of tensor work), else gloo."""
-    if os.environ.get("LSGD_BACKEND"):
-        return os.environ["LSGD_BACKEND"]
-    return "cuda:nccl,cpu:gloo" if torch.cuda.is_available() else "gloo"
+    default = "cuda:nccl,cpu:gloo" if torch.cuda.is_available() else "gloo"
+    return os.environ.get("LSGD_BACKEND") or default
 
 
 def groups_from_env(world_size: int) -> int:
@@ -110,20 +103,16 @@ def groups_from_env(world_size: int) -> int:
 
 
 def init_from_env(timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> None:
-    """Initialize the default process group from torchrun's environment, once.
+    """Initialize the default process group from torchrun's environment, once (with
+    CUDA, on the device ``LOCAL_RANK``).
 
-    On a machine with CUDA the worker's device is set to ``LOCAL_RANK``.
-
-    The store is torch's own ``env://`` rendezvous: torchrun's agent store, or
-    one that rank 0 serves. The agent's store outlives an elastic restart and
-    still holds the failed attempt's keys (gloo's and NCCL's addresses of
-    processes now gone), which restarted workers would read and fail to
-    connect to; so it is used under a prefix holding the agent's
-    ``TORCHELASTIC_RESTART_COUNT``. Agents on different nodes may count
-    differently, so restarts across nodes need a fresh store per rendezvous
-    round, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every agent's
-    environment (rank 0 then serves it, and no prefix is needed); once the
-    group is formed the workers agree on the count (:func:`agree_on_attempt`).
+    The store is torch's ``env://`` rendezvous. torchrun's agent store outlives an
+    elastic restart and still holds the failed attempt's keys (addresses of processes
+    now gone), so it is used under a prefix holding ``TORCHELASTIC_RESTART_COUNT``.
+    Agents on different nodes may count differently, so restarts across nodes need
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every agent (rank 0 then serves a fresh
+    store per rendezvous round); the workers then agree on the count
+    (:func:`agree_on_attempt`).
     """
     if dist.is_initialized():
         return
@@ -142,12 +131,11 @@ def agree_on_attempt() -> int:
     """Give every worker the same ``TORCHELASTIC_RESTART_COUNT``: the largest of the
     nodes' agents' (one all-reduce of one integer, where there are several agents).
 
-    torch's elastic agent counts a restart only when its own workers failed; one whose
-    workers were healthy restarts them without counting when another node's agent opens
-    a new rendezvous round, so after one failure the count is 1 on some nodes and 0 on
-    others. Whatever tells a restart from a first start by the count (``lsgd train``
-    continues from its checkpoint; a ``--fault`` fires on the first attempt only) would
-    act differently on different nodes, and their collectives would no longer match.
+    torch's elastic agent counts a restart only when its own workers failed, so after
+    one failure the count is 1 on some nodes and 0 on others. Whatever tells a restart
+    from a first start by the count (``lsgd train`` continues from its checkpoint; a
+    ``--fault`` fires on the first attempt only) would then act differently on different
+    nodes, and their collectives would no longer match.
     """
     count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if int(os.environ.get("GROUP_WORLD_SIZE", "1")) <= 1 or not dist.is_initialized():
@@ -162,12 +150,8 @@ def agree_on_attempt() -> int:
 
 
 class DistCommunicator(Communicator):
-    """Collectives over a torch.distributed process group.
-
-    ``process_group`` defaults to the world group; ``groups`` defaults to
-    :func:`groups_from_env`. Constructing one is collective (the subgroups are
-    created on every rank).
-    """
+    """Collectives over ``process_group`` (default: the world group) in ``groups`` groups
+    (default: :func:`groups_from_env`). Constructing one is collective (subgroups)."""
 
     _label = ""  # names this communicator's collectives apart from another's
 
@@ -189,7 +173,6 @@ class DistCommunicator(Communicator):
         self._timeout = timeout or _group_timeout(self._pg) or DEFAULT_TIMEOUT
         world_size = dist.get_world_size(self._pg)
         groups = groups_from_env(world_size) if groups is None else groups
-        check_layout(world_size, groups)
         super().__init__(WorkerInfo(dist.get_rank(self._pg), world_size, groups))
         self._global = [dist.get_global_rank(self._pg, r) for r in range(world_size)]
         self._store: dist.Store | None = None
@@ -223,8 +206,6 @@ class DistCommunicator(Communicator):
         """(the node's communicator, the peers' communicator) of this worker's replica
         (:mod:`lsgd.comm.replica`): the node's own subgroup, and the group of the workers
         of this local rank on every node, with its lanes' groups (collective)."""
-        from lsgd.comm.transfers import LANES
-
         info = self.info
         lists = [[self._global[node * info.group_size + r] for node in range(info.groups)]
                  for r in range(info.group_size)]
@@ -237,10 +218,6 @@ class DistCommunicator(Communicator):
                                  label="peers",
                                  lane_groups={lane: peers_group() for lane in LANES})
         return node, peers
-
-    @property
-    def process_group(self) -> dist.ProcessGroup:
-        return self._pg
 
     @property
     def broadcast_algorithm(self) -> str:  # type: ignore[override]
@@ -256,7 +233,7 @@ class DistCommunicator(Communicator):
             return DataParallel(module)
         from lsgd.comm.ddp import ddp_data_parallel
 
-        return ddp_data_parallel(self, self.process_group, module, sync_buffers, options,
+        return ddp_data_parallel(self, self._pg, module, sync_buffers, options,
                                  compression or GradientCompression())
 
     @property
@@ -275,17 +252,11 @@ class DistCommunicator(Communicator):
 
     def _add_count(self, key: str, amount: int) -> int:
         store = self.store
-        with communication_errors(
-            self.rank, f"update of the shared step counter {key!r} in the c10d store",
-            self._store_wait,
-        ):
-            return int(self._bounded(lambda: store.add(key, amount)))
-
-    def _bounded(self, call: Callable[[], Any]) -> Any:
-        """``call()`` on the store, giving up after the store's timeout."""
         if self._store_calls is None or self._store_calls.stuck:
             self._store_calls = _StoreCalls()
-        return self._store_calls(call, self._store_wait)
+        with communication_errors(self.rank, f"update of the shared step counter {key!r} in "
+                                  "the c10d store", self._store_wait):
+            return int(self._store_calls(lambda: store.add(key, amount), self._store_wait))
 
     def _failures(self, operation: str,
                   among: Among | None = None) -> contextlib.AbstractContextManager[None]:
@@ -293,10 +264,9 @@ class DistCommunicator(Communicator):
         None: point-to-point in the world group), with the timeout that bounds it."""
         absent: Callable[[], list[int] | None] | None = None
         if among is not None:
-            scope = "world" if among == "world" else f"group{self.info.group}"
-            scope = f"{self._label}-{scope}" if self._label else scope
             lane = current_lane()
-            scope = f"{lane.name}-{scope}" if lane is not None else scope
+            where = "world" if among == "world" else f"group{self.info.group}"
+            scope = "-".join(p for p in (lane.name if lane else "", self._label, where) if p)
             self._calls[scope] = number = self._calls.get(scope, 0) + 1
             members = self.among_members(among)
             absent = functools.partial(self._roll_call, f"{scope}/{number}", members)

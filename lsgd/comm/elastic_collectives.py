@@ -13,25 +13,14 @@ keeps its number across restarts; its workers are the global ranks
     ...collectives...      # among the members' workers only
     comm.end_round()       # torchft's commit: False if anything failed
 
-Inside a node the collectives run over its own process group, across nodes over
-torchft's; ``all_gather`` returns ``W`` rows, those of absent workers NaN (0 for
-integer tensors). A collective across nodes that fails leaves its tensor as it was
-and raises :class:`~lsgd.comm.quorum.RoundFailed`; the round is then not committed.
-Healing (torchft's ``PGTransport``) sends what :meth:`add_state` registered, counted
-under ``"join"``. Started collectives run on a background thread with one worker per
-node. docs/reliability.md ("Survivors keep training") says the rest; not available
-here: pairwise exchange, the shared counter of asynchronous methods, and NCCL.
-
-Elastic replicas of a node's processes: with ``replica="node"`` on an elastic
-communicator of ``per_node`` processes (:func:`lsgd.comm.replica.replicas_of`), a
-method's world is the nodes, and each round's collective runs on this process's part
-among the processes of its local rank on every member node: torchft's process group
-of the worker. :class:`ElasticPeers` is that view: rank = the node (slot), world = the
-nodes the job is made for, members = the nodes of the current quorum; an all-gather
-has a row per node, NaN for absent ones. Rounds, quorums, heals and commits stay the
-elastic communicator's; a collective that fails on one process fails on all of the
-node's. Hidden rounds start their collective on a background thread, as with one
-process per node. Both views run the same collectives, :class:`QuorumCollectives`.
+The collectives (:class:`~lsgd.comm.quorum_collectives.QuorumCollectives`) run inside
+a node over its own process group, across nodes over torchft's; a collective across
+nodes that fails raises :class:`~lsgd.comm.quorum.RoundFailed`, and the round is not
+committed. Healing (torchft's ``PGTransport``) sends what :meth:`add_state`
+registered, counted under ``"join"``. docs/reliability.md ("Survivors keep
+training") says the rest; not available here: pairwise exchange, the shared counter
+of asynchronous methods, and NCCL. With ``replica="node"`` a method's workers are the
+nodes (:class:`~lsgd.comm.quorum_collectives.ElasticPeers`).
 """
 
 from __future__ import annotations
@@ -46,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from lsgd.comm.communicator import Communicator
 from lsgd.comm.wire import Traffic
@@ -105,7 +95,6 @@ class ElasticCommunicator(QuorumCollectives):
         # and torch that a received checkpoint's buffer is read-only: neither matters here.
         logging.getLogger("torchft.manager").setLevel(logging.ERROR)
         warnings.filterwarnings("ignore", message="The given buffer is not writable")
-        import torch.distributed as dist
         from torchft.checkpointing.pg_transport import PGTransport
         from torchft.manager import Manager
         from torchft.process_group import ProcessGroupGloo
@@ -311,8 +300,6 @@ class ElasticCommunicator(QuorumCollectives):
         all-reduce of a flag; nothing with one worker per node)."""
         if self.per_node == 1:
             return error
-        import torch.distributed as dist
-
         seen = torch.tensor([0.0 if error is None else 1.0])
         dist.all_reduce(seen, group=group)
         if error is None and float(seen) > 0:

@@ -1,20 +1,14 @@
 """Replicas of several processes: a node's processes step as one worker of the method.
 
-With ``replica="node"`` the ``P`` processes of each node (group) train one
-replica: every step their gradients are averaged inside the node by torch's
-``DistributedDataParallel`` over the node's own process group
-(:meth:`ReplicaCommunicator.replica_parallel`), and the method sees the ``R``
-nodes as its ``R`` workers: a :class:`ReplicaCommunicator` has rank = the node,
-world size = the nodes, one group.
-
-Across replicas the work is split in HSDP's layout (docs/algorithms.md,
-"Across replicas, by parts"): local rank ``r`` runs each collective on the
-``r``-th of ``P`` parts of the flat tensor, among its *peers* (local rank ``r``
-of every node), and the node's processes put the parts back together with one
-all-gather inside the node. ``all_gather`` gathers each replica's *mean* of its
-processes' tensors (a NaN in one process makes its replica's NaN). Bytes are
-counted by the peers' and the node's communicators: ``stats(category)`` adds
-them, its ``link_*`` counts are what crossed the node's link.
+With ``replica="node"`` the ``P`` processes of each node train one replica (their
+gradients averaged every step by DDP over the node's process group), and the method
+sees the ``R`` nodes as its workers: a :class:`ReplicaCommunicator` has rank = the
+node, world size = the nodes, one group. Across replicas the work is split in HSDP's
+layout (docs/algorithms.md, "Across replicas, by parts"): local rank ``r`` runs each
+collective on the ``r``-th of ``P`` parts of the flat tensor among its *peers* (local
+rank ``r`` of every node), and the node's processes put the parts back together with
+one all-gather inside the node. ``all_gather`` gathers each replica's *mean* of its
+processes' tensors. ``stats`` adds the peers' and the node's counts.
 """
 
 from __future__ import annotations
@@ -48,11 +42,9 @@ def replicas_of(comm: Communicator, replica: str) -> Communicator:
 
 
 class ReplicaCommunicator(Communicator):
-    """The method's view of replicas of a node's processes; see the module docstring.
-
-    ``processes`` is the communicator of every process (its groups the nodes),
-    ``node`` the one of this process's node, ``peers`` the one of the processes of
-    this local rank on every node.
+    """The method's view of replicas of a node's processes: ``processes`` is the
+    communicator of every process (its groups the nodes), ``node`` the one of this
+    process's node, ``peers`` the one of the processes of this local rank on every node.
     """
 
     def __init__(self, processes: Communicator, node: Communicator,
@@ -60,7 +52,7 @@ class ReplicaCommunicator(Communicator):
         info = processes.info
         super().__init__(WorkerInfo(rank=info.group, world_size=info.groups, groups=1))
         self._processes, self.node, self.peers = processes, node, peers
-        #: Elastic replicas (:class:`~lsgd.comm.elastic_collectives.ElasticPeers`): the rounds
+        #: Elastic replicas (:class:`~lsgd.comm.quorum_collectives.ElasticPeers`): the rounds
         #: are the peers'.
         self.elastic = bool(getattr(peers, "elastic", False))
         #: (this process's part, parts): local rank ``r`` of ``P`` owns part ``r``.
@@ -119,9 +111,8 @@ class ReplicaCommunicator(Communicator):
 
     # -- counting -----------------------------------------------------------------
     def stats(self, category: str = "train") -> CommStats:
-        """What this process moved in ``category``: across the node's link (the peers'
-        collectives, ``link_*``) and inside the node (DDP's gradients, the parts put
-        back together)."""
+        """What this process moved in ``category``: its peers' collectives (across the
+        node's link, ``link_*``) and its node's (DDP's gradients, the parts)."""
         return (super().stats(category).plus(self.peers.stats(category))
                 .plus(self.node.stats(category)))
 
@@ -132,8 +123,7 @@ class ReplicaCommunicator(Communicator):
 
     # -- the node's data parallelism -------------------------------------------------
     def replica_parallel(self, module: nn.Module) -> DataParallel | None:
-        """``module`` under DistributedDataParallel over the node's process group (the
-        simulator: its gradient all-reduce), the module to call in the forward pass."""
+        """``module`` data-parallel over the node's processes, to call in the forward pass."""
         return self.node.data_parallel(module, True)
 
     def data_parallel(self, module: nn.Module, sync_buffers: bool = True,
@@ -196,7 +186,7 @@ class ReplicaCommunicator(Communicator):
             self._put_together(out, rows)
             return out.view(self.world_size, *tensor.shape), 0.0
 
-        return Handle(finish, lambda seconds: None)
+        return Handle(finish)
 
     def exchange_many(self, tensor: torch.Tensor, peers: Sequence[int]) -> list[torch.Tensor]:
         flat = tensor.reshape(-1)
@@ -254,7 +244,7 @@ class ReplicaCommunicator(Communicator):
             self._put_together(flat.unsqueeze(0), piece.unsqueeze(0))
             return None, 0.0
 
-        return Handle(finish, lambda seconds: None)
+        return Handle(finish)
 
     def _put_together(self, out: torch.Tensor, rows: torch.Tensor) -> None:
         """``out[:, part r] <- process r's rows`` for every process ``r`` of the node (one

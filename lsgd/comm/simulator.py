@@ -246,31 +246,27 @@ def simulate(
 ) -> list[T]:
     """Run ``fn(info, *args)`` as ``world_size`` simulated workers; results by rank.
 
-    ``info`` is the worker's :class:`~lsgd.comm.communicator.WorkerInfo`. Inside ``fn``,
+    ``info`` is the worker's :class:`~lsgd.comm.info.WorkerInfo`; inside ``fn``,
     :func:`lsgd.get_communicator` and every strategy find this worker's
     :class:`SimCommunicator` on their own.
 
-    Worker ``r`` starts with its random generators seeded with ``seed + r``; with
-    ``seed=None`` the seeds are drawn from the caller's torch generator, so a
-    caller that seeded torch gets a reproducible simulation. The caller's random
-    state is left as it was.
+    Worker ``r``'s random generators are seeded with ``seed + r``; with ``seed=None``
+    the seeds are drawn from the caller's torch generator (a caller that seeded torch
+    gets a reproducible simulation), whose state is left as it was.
 
-    ``step_time`` sets the virtual duration of each worker's local step: one
-    value per rank, or ``{rank: time}`` for some ranks (the others take 1.0).
-    ``{3: 3.0}`` makes worker 3 a straggler three times slower than the rest.
+    ``step_time``: the virtual duration of each worker's local step, one value per
+    rank, or ``{rank: time}`` for some ranks (the others take 1.0; ``{3: 3.0}`` makes
+    worker 3 a straggler three times slower).
 
-    ``link`` (``"100mbit"``, ``"20mbit,5ms"`` or a :class:`~lsgd.links.Link`)
-    puts each group on a node of its own, the nodes joined by links of that
-    rate and latency, and makes every collective cost its modeled transfer
-    time on the virtual clock (:class:`~lsgd.comm.wire.LinkModel`); traffic
-    inside a node is free. The clock then reads seconds: without
-    ``step_time``, a step costs the compute time it measured (the wall time
-    the worker ran), as if every worker had a machine of its own.
+    ``link`` (``"100mbit"``, ``"20mbit,5ms"`` or a :class:`~lsgd.links.Link`) puts each
+    group on a node of its own, the nodes joined by links of that rate and latency, and
+    makes every collective cost its modeled transfer time on the virtual clock
+    (:class:`~lsgd.comm.wire.LinkModel`); inside a node traffic is free. Without
+    ``step_time`` a step then costs the compute time it measured.
 
-    ``replica="node"`` makes the workers of each group one replica for the
-    strategies (:mod:`lsgd.comm.replica`): what :func:`lsgd.get_communicator`
-    returns inside ``fn`` unless it is asked for another; ``info`` stays the
-    worker's own (its rank shards the data).
+    ``replica="node"`` makes the workers of each group one replica for the strategies
+    (:mod:`lsgd.comm.replica`); ``info`` stays the worker's own (its rank shards the
+    data).
     """
     check_layout(world_size, groups)
     check_replica(replica)
@@ -302,10 +298,8 @@ def simulate(
             _local.comm = None
             world.finish(rank, error)
 
-    threads = [
-        threading.Thread(target=body, args=(r,), name=f"lsgd-sim-{r}", daemon=True)
-        for r in range(world_size)
-    ]
+    threads = [threading.Thread(target=body, args=(r,), name=f"lsgd-sim-{r}", daemon=True)
+               for r in range(world_size)]
     try:
         for t in threads:
             t.start()

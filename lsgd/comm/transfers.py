@@ -1,17 +1,14 @@
 """Non-blocking collectives: what a started transfer is, and the handle that finishes it.
 
-``comm.start_all_reduce(...)``, ``start_broadcast(...)`` and
-``start_all_gather(...)`` return a :class:`Handle` at once; the transfer runs
-while the worker computes, and ``handle.wait()`` blocks until it has arrived
-(docs/algorithms.md, "Overlapped rounds"). The tensors belong to the transfer
-until ``wait`` returns. Started transfers run in order within a *lane*
-(:data:`LANES`): ``"bulk"`` for rounds' states, ``"control"`` for small messages
-such as an election's scores (:mod:`lsgd.comm.lanes`). Bytes and seconds are
-counted at ``wait``, under the category current at the start, with the blocking
-collectives' formulas. Compressed transfers (``"bf16"`` or ``"int8"``): an
-all-reduce is an all-to-all of encoded parts, each owner's sum encoded again, then
-an all-gather, so every member ends with the same values; a broadcast sends the
-source's encoding, which every member (the source included) decodes.
+``comm.start_all_reduce(...)``, ``start_broadcast(...)`` and ``start_all_gather(...)``
+return a :class:`Handle` at once; the transfer runs while the worker computes, and
+``handle.wait()`` blocks until it has arrived (docs/algorithms.md, "Overlapped rounds").
+The tensors belong to the transfer until then. Started transfers run in order within a
+*lane* (:data:`LANES`, :mod:`lsgd.comm.lanes`). Bytes and seconds are counted at
+``wait``, under the category current at the start. Compressed (``"bf16"`` or
+``"int8"``), an all-reduce is an all-to-all of encoded parts, each owner's sum encoded
+again, then an all-gather, so every member ends with the same values; a broadcast sends
+the source's encoding, which every member (the source included) decodes.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ import torch
 from lsgd.comm import codec as codecs
 from lsgd.comm.info import Among, ReduceOp
 
-KINDS = ("all_reduce", "broadcast", "all_gather")
 #: The queues a worker's started transfers run in: ``"bulk"`` (rounds' states) and
 #: ``"control"`` (small messages such as an election's scores), each in order, neither
 #: waiting for the other.
@@ -37,7 +33,7 @@ LANES = ("bulk", "control")
 class Transfer:
     """One started collective: its kind, tensor, members and wire format."""
 
-    kind: str  # one of KINDS
+    kind: str  # "all_reduce", "broadcast" or "all_gather"
     tensor: torch.Tensor
     among: Among
     op: ReduceOp = "mean"  # all_reduce
@@ -54,10 +50,11 @@ class Transfer:
 
 
 class Handle:
-    """A started transfer; :meth:`wait` finishes it (once) and counts its traffic."""
+    """A started transfer; :meth:`wait` finishes it (once) and counts its seconds (with
+    ``count``, if given)."""
 
     def __init__(self, finish: Callable[[], tuple[Any, float]],
-                 count: Callable[[float], None]) -> None:
+                 count: Callable[[float], None] | None = None) -> None:
         self._finish = finish
         self._count = count
         self._result: Any = None
@@ -69,14 +66,15 @@ class Handle:
         if not self.done:
             self._result, seconds = self._finish()
             self.done = True
-            self._count(seconds)
+            if self._count is not None:
+                self._count(seconds)
         return self._result
 
 
 def done_handle(result: Any = None) -> Handle:
     """A handle whose transfer needs nothing more (one worker, or restored from a
     checkpoint after it had arrived)."""
-    return Handle(lambda: (result, 0.0), lambda seconds: None)
+    return Handle(lambda: (result, 0.0))
 
 
 def run(comm: Any, transfer: Transfer) -> tuple[Any, float]:

@@ -1,19 +1,12 @@
-"""The shared state of one simulation: whose turn it is, the virtual clocks, the collectives.
+"""The shared state of one simulation (:mod:`lsgd.comm.simulator`): whose turn it is, the
+virtual clocks, the collectives.
 
-Simulated workers are threads that run one at a time. The turn always goes to
-the ready worker whose virtual clock is earliest (ties: the lowest rank); a
-worker gives it up when it ends a local step, enters a collective or returns.
-A collective completes when its last member arrives, at the latest of the
-members' clocks plus the collective's modeled transfer time (zero without a
-link model), and every member's clock moves there.
-
-Clocks advance in one of two ways:
-
-* **by step times** (default 1.0 per local step; ``step_time`` in
-  :func:`lsgd.simulate`): virtual units, compute only;
-* **by measured compute** (with a link and no step times): the wall-clock
-  seconds a worker held the turn, so the clock reads seconds of compute plus
-  modeled communication, as if every worker had a machine of its own.
+A collective completes when its last member arrives, at the latest of the members'
+clocks plus its modeled transfer time (zero without a link model), and every member's
+clock moves there. Clocks advance **by step times** (default 1.0 per local step;
+``step_time`` in :func:`lsgd.simulate`), or **by measured compute** (with a link and no
+step times): the wall-clock seconds a worker held the turn, so the clock reads seconds
+of compute plus modeled communication, as if every worker had a machine of its own.
 """
 
 from __future__ import annotations
@@ -81,8 +74,8 @@ class Pending:
     payload: dict[int, Any] = field(default_factory=dict)
     result: dict[int, Any] = field(default_factory=dict)
     duration: float = 0.0
-    # Started transfers (non-blocking): when each member started it, whether it has
-    # arrived, when it finishes on the virtual clock, and the members waiting for it.
+    # Started transfers: when each member started it, whether it has arrived, when it
+    # finishes on the virtual clock, and the members waiting for it.
     started: dict[int, float] = field(default_factory=dict)
     complete: bool = False
     finish: float = 0.0
