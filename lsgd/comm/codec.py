@@ -1,20 +1,14 @@
-"""Wire formats for compressed transfers: what a float32 tensor becomes on the wire.
-
-A codec turns a flat float32 tensor into bytes (a ``uint8`` tensor) and back.
-What is encoded (usually a difference from a reference every worker holds,
-docs/algorithms.md, "Compressed rounds") is the strategy's business; bytes are
-counted as they travel, scales included.
+"""Wire formats for compressed transfers: a flat float32 tensor as bytes (``uint8``) and back.
 
 * ``"bf16"``: each value rounded to bfloat16, 2 bytes per value (0.50 of float32).
 * ``"int8"``: blocks of :data:`BLOCK` (256) values, each with one float32 scale
   ``s = max |x| / 127`` and its values as ``round(x / s)`` in ``[-127, 127]``:
   ``n + 4 ceil(n / 256)`` bytes (0.254 of float32), error at most ``s / 2``.
 
-A non-finite value makes its whole block decode non-finite, so a diverged
-worker stays visibly diverged. The compressed all-reduce of both backends is
-built from :func:`chunks` (who owns which part), :func:`encode` and
-:func:`reduce_encoded` (the owner's float32 sum, encoded again), so gloo and
-the simulator compute the same bits.
+A non-finite value makes its whole block decode non-finite, so a diverged worker stays
+visibly diverged. The compressed all-reduce of both backends is built from
+:func:`chunks` (who owns which part), :func:`encode` and :func:`reduce_encoded`, so gloo
+and the simulator compute the same bits.
 """
 
 from __future__ import annotations
@@ -95,9 +89,14 @@ def chunks(codec: str, numel: int, n: int) -> list[tuple[int, int]]:
     """``n`` contiguous ``(start, end)`` parts of ``numel`` values, one per member of an
     all-reduce, as equal as whole int8 blocks allow (so no block straddles two parts,
     and encoding the parts one by one equals encoding the whole)."""
-    unit = BLOCK if codec == "int8" else 1
+    return split(numel, n, BLOCK if codec == "int8" else 1)
+
+
+def split(numel: int, n: int, unit: int = 1) -> list[tuple[int, int]]:
+    """``n`` contiguous ``(start, end)`` parts of ``numel`` values, as equal as whole
+    units of ``unit`` values allow."""
     units = math.ceil(numel / unit)
-    bounds = [min(numel, unit * ((units * i) // n)) for i in range(n + 1)]
+    bounds = [min(numel, unit * (units * i // n)) for i in range(n + 1)]
     return list(zip(bounds[:-1], bounds[1:]))
 
 

@@ -15,9 +15,8 @@ import contextlib
 import datetime
 import functools
 import os
-import queue
-import threading
 import time
+from concurrent import futures
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +36,7 @@ from lsgd.comm.transfers import run as run_transfer
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
 
 
-class _StoreCalls:
+class _StoreCalls(BackgroundLane):
     """Runs store calls on a daemon thread, so that the caller can stop waiting.
 
     ``TCPStore.add`` has no timeout of its own: when the process serving the
@@ -45,32 +44,19 @@ class _StoreCalls:
     up leaves the thread stuck (``stuck``); the caller then needs a new one.
     """
 
-    def __init__(self) -> None:
-        self.stuck = False
-        self._requests: queue.SimpleQueue[Callable[[], Any]] = queue.SimpleQueue()
-        self._results: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="lsgd-store", daemon=True).start()
+    stuck = False
 
-    def _serve(self) -> None:
-        while True:
-            call = self._requests.get()
-            try:
-                self._results.put((True, call()))
-            except BaseException as error:  # handed to the caller
-                self._results.put((False, error))
+    def __init__(self) -> None:
+        super().__init__("store")
 
     def __call__(self, call: Callable[[], Any], timeout: datetime.timedelta) -> Any:
         """``call()``, or a ``RuntimeError`` once it took longer than ``timeout``."""
-        self._requests.put(call)
-        try:
-            ok, value = self._results.get(timeout=timeout.total_seconds())
-        except queue.Empty:
+        future = self.submit(call)
+        if not futures.wait([future], timeout.total_seconds()).done:
             self.stuck = True
             raise RuntimeError(
                 f"the c10d store did not answer within {seconds_text(timeout)}") from None
-        if not ok:
-            raise value
-        return value
+        return future.result()
 
 
 def _group_timeout(group: dist.ProcessGroup | None) -> datetime.timedelta | None:
@@ -324,8 +310,7 @@ class DistCommunicator(Communicator):
             lane = BackgroundLane(transfer.lane, (world, self._node_subgroup(world)),
                                   transfer.tensor.device)
             self._lanes[transfer.lane] = lane
-        future = lane.submit(functools.partial(run_transfer, self, transfer))
-        return future.result
+        return lane.submit(functools.partial(run_transfer, self, transfer)).result
 
     def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int],
                     among: Among) -> list[torch.Tensor]:

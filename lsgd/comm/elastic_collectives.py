@@ -104,9 +104,9 @@ class ElasticCommunicator(QuorumCollectives):
             raise RuntimeError(f"{name}: per_node={per_node} needs the node's {per_node} workers "
                                "in torch.distributed's default process group (start them with "
                                "one agent per node: lsgd.launch_elastic(..., per_node=...))")
+        patience = datetime.timedelta(seconds=timeout)
         # torchft's store for the node: a fresh one every attempt, on the node's first worker
         # (a store that outlived a restart would hand the others the dead attempt's manager).
-        store_addr = address
         if local_rank == 0:
             self._store = dist.TCPStore(host_name=address, port=0, is_master=True,
                                         wait_for_workers=False)
@@ -115,12 +115,11 @@ class ElasticCommunicator(QuorumCollectives):
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
             shared = dist.PrefixStore(f"lsgd-elastic/{attempt}", dist.TCPStore(
                 os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                timeout=datetime.timedelta(seconds=timeout)))
+                timeout=patience))
             if local_rank == 0:
                 shared.set("torchft-store", str(store_port))
             else:
                 store_port = int(shared.get("torchft-store"))
-        patience = datetime.timedelta(seconds=timeout)
         self._pg = ProcessGroupGloo(timeout=patience)
         self._parts: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {}
         self._nodes: list[int] | None = None
@@ -138,7 +137,7 @@ class ElasticCommunicator(QuorumCollectives):
             self.manager = Manager(
                 pg=self._pg, min_replica_size=min_members, use_async_quorum=False,
                 load_state_dict=self._on_heal, state_dict=self._on_send,
-                replica_id=f"lsgd{slot}", store_addr=store_addr, store_port=store_port,
+                replica_id=f"lsgd{slot}", store_addr=address, store_port=store_port,
                 rank=local_rank, world_size=per_node, lighthouse_addr=lighthouse, hostname=address,
                 # heals over the process group of the quorum: no HTTP server of the whole state
                 checkpoint_transport=PGTransport(

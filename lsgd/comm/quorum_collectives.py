@@ -158,7 +158,7 @@ class QuorumCollectives(Communicator):
                                       "worker per node (its node's own collectives keep the "
                                       "main thread)")
         if self._lane is None:
-            self._lane = BackgroundLane(self._lane_name, (None, None), torch.device("cpu"))
+            self._lane = BackgroundLane(self._lane_name)
         return self._lane.submit(functools.partial(run_transfer, self, transfer)).result
 
 

@@ -14,7 +14,6 @@ processes' tensors. ``stats`` adds the peers' and the node's counts.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -103,11 +102,8 @@ class ReplicaCommunicator(Communicator):
         The parts are as equal as whole units of ``256 R`` values allow (an int8 block
         for each replica), so that a compressed collective of the parts moves exactly
         the scales and padding of one of the whole tensor."""
-        r = self.share[0] if r is None else r
-        p = self.share[1]
-        unit = codecs.BLOCK * self.world_size
-        units = math.ceil(numel / unit)
-        return (min(numel, unit * (units * r // p)), min(numel, unit * (units * (r + 1) // p)))
+        parts = codecs.split(numel, self.share[1], codecs.BLOCK * self.world_size)
+        return parts[self.share[0] if r is None else r]
 
     # -- counting -----------------------------------------------------------------
     def stats(self, category: str = "train") -> CommStats:

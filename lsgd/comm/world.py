@@ -295,7 +295,6 @@ def step_times(step_time: Sequence[float] | Mapping[int, float] | None, world_si
         if len(times) != world_size:
             raise ValueError(f"step_time: give one value per worker ({world_size}), "
                              f"got {len(times)}")
-    bad_times = [t for t in times if not (t > 0 and math.isfinite(t))]
-    if bad_times:
+    if not all(t > 0 and math.isfinite(t) for t in times):
         raise ValueError(f"step_time: every step time must be positive and finite, got {times}")
     return times
