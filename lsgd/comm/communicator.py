@@ -41,11 +41,9 @@ from lsgd.comm.wire import (Traffic, broadcast_pattern, compressed_all_reduce_tr
 
 
 class Communicator(Shares, ABC):
-    """Collectives among workers, with traffic and time accounting.
-
-    Subclasses implement the primitives (``_all_reduce``, ``_broadcast``, ...) on one
-    contiguous tensor and report the seconds they spent; this class validates
-    arguments, applies the cost model and keeps the statistics.
+    """Collectives among workers, with traffic and time accounting: subclasses implement
+    the primitives (``_all_reduce``, ...) on one contiguous tensor and report their
+    seconds; this class validates arguments, applies the cost model and keeps the stats.
     """
 
     #: How a broadcast moves its bytes: "tree" (gloo's binomial tree, the
@@ -119,10 +117,8 @@ class Communicator(Shares, ABC):
         self, tensor: torch.Tensor, op: ReduceOp = "mean", among: Among = "world",
         codec: str = "none",
     ) -> torch.Tensor:
-        """Sum or average ``tensor`` across ``among`` in place; returns it.
-
-        With a ``codec`` it travels compressed, as :meth:`start_all_reduce`.
-        """
+        """Sum or average ``tensor`` across ``among`` in place; returns it. With a
+        ``codec`` it travels compressed, as :meth:`start_all_reduce`."""
         if codec != "none":
             self.start_all_reduce(tensor, op, among, codec).wait()
             return tensor
@@ -135,11 +131,8 @@ class Communicator(Shares, ABC):
 
     def broadcast_(self, tensor: torch.Tensor, src: int, among: Among = "world",
                    codec: str = "none") -> torch.Tensor:
-        """Overwrite ``tensor`` with the one of global rank ``src``; returns it.
-
-        Counted as :attr:`broadcast_algorithm` moves it (see :mod:`lsgd.comm.wire`).
-        With a ``codec`` it travels compressed, as :meth:`start_broadcast`.
-        """
+        """Overwrite ``tensor`` with the one of global rank ``src``; returns it. With a
+        ``codec`` it travels compressed, as :meth:`start_broadcast`."""
         if codec != "none":
             self.start_broadcast(tensor, src, among, codec).wait()
             return tensor
@@ -174,16 +167,10 @@ class Communicator(Shares, ABC):
     def data_parallel(self, module: nn.Module, sync_buffers: bool = True,
                       options: dict[str, Any] | None = None,
                       compression: GradientCompression | None = None) -> DataParallel:
-        """``module`` for data-parallel training: gradients averaged every step.
-
-        Returns the module to call in the forward pass; call its
-        ``synchronize()`` after ``backward()`` and before the optimizer step
-        (see :mod:`lsgd.comm.data_parallel`). ``options`` are
-        DistributedDataParallel's keyword arguments and ``compression`` one of
-        its communication hooks (torch.distributed only). Here, from this
-        communicator's own collectives
-        (:func:`~lsgd.comm.data_parallel.collective_data_parallel`).
-        """
+        """``module`` for data-parallel training, gradients averaged every step: the module
+        to call in the forward pass; call its ``synchronize()`` after ``backward()``
+        (:mod:`lsgd.comm.data_parallel`). ``options`` (DistributedDataParallel's keyword
+        arguments) and ``compression`` (one of its hooks) are torch.distributed's only."""
         if options:
             raise ValueError(
                 f"data_parallel: options {sorted(options)} are DistributedDataParallel's and "
@@ -203,10 +190,8 @@ class Communicator(Shares, ABC):
     def start_all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean",
                          among: Among = "world", codec: str = "none") -> Handle:
         """Start summing or averaging ``tensor`` across ``among`` in place; returns at once.
-
         ``codec`` ``"bf16"`` or ``"int8"`` (float32 tensors) sends it compressed
-        (:mod:`lsgd.comm.codec`): every member ends with the same decoded values.
-        """
+        (:mod:`lsgd.comm.codec`): every member ends with the same decoded values."""
         self._check(tensor, among, op, name="start_all_reduce")
         transfer = Transfer("all_reduce", tensor, among, op=op, codec=self._codec(tensor, codec))
         members = self.among_members(among)
@@ -221,12 +206,8 @@ class Communicator(Shares, ABC):
 
     def start_broadcast(self, tensor: torch.Tensor, src: int, among: Among = "world",
                         codec: str = "none") -> Handle:
-        """Start overwriting ``tensor`` with global rank ``src``'s; returns at once.
-
-        Among all workers of several nodes it travels as the pipelined chain of
-        :mod:`lsgd.comm.chain`. With a ``codec`` every member, the source
-        included, ends with the decoded bytes.
-        """
+        """Start overwriting ``tensor`` with global rank ``src``'s; returns at once. With a
+        ``codec`` every member, the source included, ends with the decoded bytes."""
         self._check(tensor, among, src=src, name="start_broadcast")
         transfer = Transfer("broadcast", tensor, among, src=src, codec=self._codec(tensor, codec),
                             chained=self._chained(among))
@@ -275,27 +256,19 @@ class Communicator(Shares, ABC):
         return time.perf_counter()
 
     def local_step(self) -> None:
-        """Mark the end of one local step of this worker.
-
-        A no-op for real workers; in the simulator the worker's virtual clock
-        advances by its step time and another worker may run.
-        """
+        """Mark the end of one local step of this worker: in the simulator its virtual
+        clock advances and another worker may run; elsewhere nothing."""
 
     def add_count(self, key: str, amount: int = 1) -> int:
-        """Add ``amount`` to the counter ``key`` shared by all workers; return its new value.
-
-        Not collective: each worker adds on its own, and the counter starts at 0.
-        """
+        """Add ``amount`` to the counter ``key`` shared by all workers (starting at 0);
+        return its new value. Not collective: each worker adds on its own."""
         if not _validate.is_int(amount) or amount < 0:
             raise ValueError(f"add_count: amount must be a non-negative integer, got {amount!r}")
         return self._add_count(key, amount)
 
     def new_counter_key(self, name: str) -> str:
-        """A counter key unique to this call, the same on every worker.
-
-        Workers that create their counters in the same order get the same keys;
-        a second strategy on one communicator gets a fresh counter.
-        """
+        """A counter key unique to this call, the same on every worker that creates its
+        counters in the same order (a second strategy gets a fresh counter)."""
         self._counters += 1
         return f"lsgd/{name}/{self._counters}"
 
@@ -303,20 +276,16 @@ class Communicator(Shares, ABC):
     def exchange(self, tensor: torch.Tensor, peer: int) -> torch.Tensor:
         """Send ``tensor`` to global rank ``peer``; return what ``peer`` sent (a new tensor).
 
-        Point-to-point, not collective: only the two workers take part, and
-        ``peer`` must call ``exchange`` with this worker's rank and a tensor of
-        the same shape and dtype. Workers that exchange along the matchings of
-        a graph, all walking the matchings in the same order, cannot deadlock.
+        Point-to-point: ``peer`` must call ``exchange`` with this worker's rank and a
+        tensor of the same shape and dtype. Workers that exchange along the matchings of a
+        graph, all walking the matchings in the same order, cannot deadlock.
         """
         return self.exchange_many(tensor, [peer])[0]
 
     def exchange_many(self, tensor: torch.Tensor, peers: Sequence[int]) -> list[torch.Tensor]:
-        """Send ``tensor`` to each of ``peers`` and receive one tensor from each, in one batch.
-
-        Returns the received tensors in the order of ``peers``. The relation
-        must be symmetric: every peer lists this worker in its own call. Costs
-        ``len(peers) * B`` sent and received.
-        """
+        """Send ``tensor`` to each of ``peers`` and receive one tensor from each (in the
+        order of ``peers``), in one batch: ``len(peers) * B`` bytes each way. Every peer
+        lists this worker in its own call."""
         peers = list(peers)
         bad = [p for p in peers
                if not _validate.is_int(p) or not 0 <= p < self.world_size or p == self.rank]

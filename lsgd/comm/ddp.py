@@ -1,13 +1,9 @@
 """Data parallelism under torch.distributed: DistributedDataParallel with traffic counted.
 
-:func:`ddp_data_parallel` wraps the model in ``DistributedDataParallel`` on the
-communicator's process group with a communication hook that runs DDP's own
-all-reduce of each gradient bucket and counts it (as a ring's, ``2 (W - 1) / W``
-of its bytes per worker); DDP's broadcast of rank 0's floating buffers before each
-forward is counted too. With a :class:`~lsgd.comm.data_parallel.GradientCompression`
-the hook calls PyTorch's ``bf16_compress_hook`` or ``powerSGD_hook`` (PowerSGD,
-Vogels et al., arXiv:1905.13727) instead, and counts what it sends as torch's own
-``total_numel_after_compression`` counts it.
+Its communication hook runs DDP's all-reduce of each gradient bucket (or PyTorch's
+``bf16_compress_hook`` or ``powerSGD_hook``) and counts it as a ring's (``2 (W - 1) / W``
+of its bytes per worker; compressed, as torch's ``total_numel_after_compression``);
+DDP's broadcast of rank 0's buffers before each forward is counted too.
 """
 
 from __future__ import annotations

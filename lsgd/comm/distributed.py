@@ -263,14 +263,10 @@ class DistCommunicator(Communicator):
         return communication_errors(self.rank, operation, self._waits[among or "world"], absent)
 
     def _roll_call(self, call: str, members: list[int]) -> list[int] | None:
-        """After a collective timed out: the members that never reached it.
-
-        Every member that gave up on collective number ``call`` of its scope
-        (the members call their collectives in the same order) marks itself
-        present in the c10d store and waits a little for the others to do the
-        same; whoever is not marked never arrived. Costs nothing before a
-        failure. None when the store cannot tell (it is gone as well).
-        """
+        """After a collective timed out: the members that never reached it (None when the
+        store is gone as well). Every member that gave up on collective number ``call`` of
+        its scope marks itself present in the c10d store and waits a little for the
+        others; whoever is not marked never arrived."""
         wait = datetime.timedelta(seconds=max(2.0, min(10.0, 0.05 * self._timeout.total_seconds())))
         prefix = f"roll-call/{call}/"
         try:

@@ -1,11 +1,6 @@
-"""The error every communication failure becomes, and the block that makes it.
-
-A collective, exchange or store call that fails because a peer died, hung or
-became unreachable raises :class:`CommunicationError`: its message names the
-rank, the operation, how long it waited and the timeout, with torch's error
-chained. Exported as ``lsgd.CommunicationError`` for loops run under
-``torchrun`` or :func:`lsgd.launch`.
-"""
+"""The error every communication failure becomes (``lsgd.CommunicationError``), and the
+block that makes it: its message names the rank, the operation, how long it waited and
+the timeout."""
 
 from __future__ import annotations
 
@@ -16,11 +11,8 @@ from collections.abc import Callable, Iterator
 
 
 class CommunicationError(RuntimeError):
-    """A collective, exchange or store operation failed, usually because a peer died or hung.
-
-    The message names the rank, the operation, how long it waited and the
-    timeout; the error torch.distributed raised is chained (``__cause__``).
-    """
+    """A collective, exchange or store operation failed, usually because a peer died or hung
+    (the error torch.distributed raised is chained: ``__cause__``)."""
 
 
 def seconds_text(value: datetime.timedelta | float) -> str:

@@ -39,14 +39,12 @@ def require_torchft(what: str = "elastic training") -> None:
 
 def start_lighthouse(port: int = 29510, min_members: int = 1, *, host: str = "127.0.0.1",
                      join_timeout: float = 30.0, heartbeat_timeout: float = 2.0) -> Any:
-    """torchft's lighthouse server on ``host:port`` (it listens on that address only,
-    not on every interface: give the node's address on the private network the
-    workers share); call ``.shutdown()`` on what it returns.
+    """torchft's lighthouse server on ``host:port`` (that address only: give the node's
+    address on the workers' private network); call ``.shutdown()`` on what it returns.
 
-    A quorum forms once every live worker asked for it, or ``join_timeout``
-    seconds after ``min_members`` did; a worker whose heartbeats stop for
-    ``heartbeat_timeout`` seconds (it died, or its process stopped) is left
-    out of the next quorum.
+    A quorum forms once every live worker asked for it, or ``join_timeout`` seconds
+    after ``min_members`` did; a worker whose heartbeats stop for ``heartbeat_timeout``
+    seconds is left out of the next quorum.
     """
     require_torchft("the lighthouse")
     os.environ.setdefault("RUST_LOG", "error")

@@ -26,12 +26,9 @@ class QuorumCollectives(Communicator):
 
     A view says how many of its workers a node holds (``per_node``: a collective inside
     the node, then across the member nodes) and which of them it is (``local_rank``);
-    the collectives across nodes run on the torchft process group of :meth:`_elastic`
-    (the communicator that holds the rounds), and the node's processes agree on each
-    one's outcome over :meth:`_agreement`. ``all_gather`` among all workers returns
-    ``W`` rows, those of absent workers NaN (0 for integer tensors); a collective across
-    nodes that fails leaves its tensor as it was. Started collectives run on a
-    background thread, with one worker per node.
+    across nodes they run on the torchft process group of :meth:`_elastic`, and the
+    node's processes agree on each one's outcome over :meth:`_agreement`. A collective
+    across nodes that fails leaves its tensor as it was.
     """
 
     elastic = True
@@ -163,15 +160,11 @@ class QuorumCollectives(Communicator):
 
 
 class ElasticPeers(QuorumCollectives):
-    """The nodes of an elastic job as this process's local rank sees them: the peers of
-    an elastic replica of ``per_node`` processes (``replica="node"``).
-
-    Rank = the node (slot), world = the nodes the job is made for, members = the nodes
-    of the current quorum; each round's collective runs on this process's part among
-    the processes of its local rank on every member node (torchft's process group of
-    the worker). Rounds, quorums, heals and commits stay the elastic communicator's; a
-    collective that fails on one process fails on all of the node's.
-    """
+    """The nodes of an elastic job as this process's local rank sees them (the peers of
+    an elastic replica, ``replica="node"``): rank = the node, world = the nodes the job
+    is made for, members = the nodes of the current quorum. Rounds, quorums, heals and
+    commits stay the elastic communicator's; a collective that fails on one process
+    fails on all of the node's."""
 
     _lane_name = "elastic-peers"
 

@@ -53,12 +53,9 @@ class SimulationError(RuntimeError):
 
 
 class SimCommunicator(Communicator):
-    """One simulated worker's end of the in-process world.
-
-    ``members`` (global ranks, increasing) makes it a communicator among those
-    workers only, this one (global ``rank``) among them, in ``groups`` groups and
-    with collectives of its own (``scope`` names them): the node's and the peers'
-    communicators of a replica (:mod:`lsgd.comm.replica`).
+    """One simulated worker's end of the in-process world; with ``members`` (global ranks,
+    increasing), among those workers only, in ``groups`` groups and with collectives of
+    its own (``scope`` names them): a replica's node or peers (:mod:`lsgd.comm.replica`).
     """
 
     def __init__(self, world: World, rank: int, members: Sequence[int] | None = None,
@@ -76,33 +73,33 @@ class SimCommunicator(Communicator):
         self.replica = world.replica
 
     def _key(self, among: Among, lane: str = "") -> tuple:
-        """The next collective of ``among`` (started transfers, ``lane="started"``,
+        """The next collective of ``among`` (started transfers, ``lane="started ..."``,
         are numbered on their own)."""
         among_key = ("world",) if among == "world" else ("group", self.info.group)
         among_key = (self._scope, *among_key) if self._scope else among_key
-        among_key = (lane, *among_key) if lane else among_key
-        n = self._sequence.get(among_key, 0)
-        self._sequence[among_key] = n + 1
-        return (*among_key, n)
+        return self._numbered((lane, *among_key) if lane else among_key)
+
+    def _numbered(self, key: tuple) -> tuple:
+        """``key`` and its next number on this worker (every member counts the same)."""
+        n = self._sequence.get(key, 0)
+        self._sequence[key] = n + 1
+        return (*key, n)
 
     def _globals(self, ranks: Sequence[int]) -> list[int]:
         return [self._global[r] for r in ranks]
-
-    def subset(self, members: Sequence[int], groups: int, scope: str) -> SimCommunicator:
-        """A communicator among ``members`` (ranks of this one) only, in ``groups`` groups."""
-        return SimCommunicator(self._world, self._me, self._globals(members), groups,
-                               f"{self._scope}/{scope}")
 
     def node_of(self, rank: int) -> int:
         return self._world.node_of(self._global[rank])
 
     def _replica_parts(self) -> tuple[SimCommunicator, SimCommunicator]:
-        """(the node's communicator, the peers' communicator) of this worker's replica."""
-        info = self.info
-        node = self.subset(info.group_members(), 1, f"node{info.group}")
-        peers = self.subset([g * info.group_size + info.group_rank for g in range(info.groups)],
-                            info.groups, f"peers{info.group_rank}")
-        return node, peers
+        """(the node's communicator, the peers' communicator) of this worker's replica,
+        each with collectives of its own."""
+        info, world = self.info, self._world
+        peers = [g * info.group_size + info.group_rank for g in range(info.groups)]
+        return (SimCommunicator(world, self._me, self._globals(info.group_members()), 1,
+                                f"{self._scope}/node{info.group}"),
+                SimCommunicator(world, self._me, self._globals(peers), info.groups,
+                                f"{self._scope}/peers{info.group_rank}"))
 
     def now(self) -> float:
         """This worker's virtual clock: its steps (step times, or measured compute
@@ -187,9 +184,6 @@ class SimCommunicator(Communicator):
         link = self._world.link
         for peer in sorted(peers):
             low, high = sorted((self._me, self._global[peer]))
-            pair = ("pair", self._scope, low, high)
-            n = self._sequence.get(pair, 0)
-            self._sequence[pair] = n + 1
 
             def swap(payload: dict[int, torch.Tensor], low: int = low, high: int = high
                      ) -> dict[int, torch.Tensor]:
@@ -199,7 +193,8 @@ class SimCommunicator(Communicator):
             transfer = (link.exchange(tensor.numel() * tensor.element_size(), [(low, high)])
                         if link is not None else 0.0)
             received[peer], duration = self._world.collective(
-                self._me, (*pair, n), "exchange", [low, high], tensor, swap, transfer)
+                self._me, self._numbered(("pair", self._scope, low, high)), "exchange",
+                [low, high], tensor, swap, transfer)
             seconds += duration
         return [received[p] for p in peers], seconds
 

@@ -94,12 +94,9 @@ def _floats(data: torch.Tensor) -> torch.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class SparseFormat:
-    """The top ``k`` entries of each row of ``s``, their values as ``values`` (one of
-    :data:`VALUES`); see the module's docstring for the bytes.
-
-    ``k`` is checked against ``s`` (``1 <= k <= s``) wherever ``s`` is known;
-    ``k == s`` is dense: every entry kept in order, no index sent.
-    """
+    """The top ``k`` entries of each row of ``s`` (``1 <= k <= s``, checked wherever ``s``
+    is known), their values as ``values`` (one of :data:`VALUES`); see the module's
+    docstring for the bytes."""
 
     k: int
     values: str
@@ -151,7 +148,8 @@ class SparseFormat:
         if self.values == "float32":
             parts = [kept.reshape(-1).view(torch.uint8)]
         elif self.values == "int8":
-            parts = _encode_int8(kept)
+            steps, scale = quantize_int8(kept)
+            parts = [steps.view(-1).view(torch.uint8), scale.view(torch.uint8)]
         else:
             parts = _encode_2bit(kept)
         return torch.cat([index_bytes, *parts])
@@ -169,8 +167,9 @@ class SparseFormat:
         scale_bytes = payload[index_size + value_size:]
         if self.values == "float32":
             kept = _floats(value_bytes).view(rows, k)
-        elif self.values == "int8":
-            kept = _decode_int8(value_bytes, scale_bytes, rows, k)
+        elif self.values == "int8":  # a non-finite scale spreads over its row (0 * inf is NaN)
+            kept = (value_bytes.view(torch.int8).to(torch.float32).view(rows, k)
+                    * _floats(scale_bytes)[:, None])
         else:
             kept = _decode_2bit(value_bytes, scale_bytes, rows, k)
         if k == s:
@@ -182,20 +181,6 @@ class SparseFormat:
     def roundtrip(self, rows: torch.Tensor) -> torch.Tensor:
         """What ``rows`` (``[C, s]``) become after a trip over the wire (a new tensor)."""
         return self.decode(self.encode(rows), rows.shape[0], rows.shape[1])
-
-
-def _encode_int8(kept: torch.Tensor) -> list[torch.Tensor]:
-    """Bytes of the int8 values and the float32 scales of ``kept`` (``[C, k]``)."""
-    steps, scale = quantize_int8(kept)
-    return [steps.view(-1).view(torch.uint8), scale.view(torch.uint8)]
-
-
-def _decode_int8(value_bytes: torch.Tensor, scale_bytes: torch.Tensor, rows: int, k: int
-                 ) -> torch.Tensor:
-    """The ``[rows, k]`` float32 values of :func:`_encode_int8`'s bytes."""
-    steps = value_bytes.view(torch.int8).to(torch.float32).view(rows, k)
-    # 0 * inf and 0 * NaN are NaN: a non-finite row stays non-finite throughout.
-    return steps * _floats(scale_bytes)[:, None]
 
 
 def _encode_2bit(kept: torch.Tensor) -> list[torch.Tensor]:

@@ -1,19 +1,16 @@
 """What each collective puts on the wire, and how long that takes over a link.
 
-**Bytes** a worker sends and receives, as the algorithm really moves them, for
-``n`` members and ``B`` bytes (docs/algorithms.md has the table): a ring
-all-reduce ``2 (n - 1) / n * B`` each way per member; a ring all-gather
-``(n - 1) * B``; a broadcast as gloo's binomial tree (``"tree"``, the source
-sends ``ceil(log2 n) * B``) or as a chain (``"chain"``: every member but the last
-sends ``B``); a pairwise exchange ``B`` to and from each peer. Of these, the bytes
-to or from a worker on another node cross its node's link; :class:`Traffic`
-carries both.
+**Bytes** a worker sends and receives as the algorithm moves them, for ``n`` members
+and ``B`` bytes (docs/algorithms.md has the table): a ring all-reduce
+``2 (n - 1) / n * B`` each way; a ring all-gather ``(n - 1) * B``; a broadcast as
+gloo's binomial tree (``"tree"``) or as a chain (``"chain"``); a pairwise exchange ``B``
+to and from each peer. :class:`Traffic` also counts those that cross the node's link.
 
-**Seconds**, the simulator's link model: each node reaches the others through
-one link of ``rate`` bits per second each way and ``latency`` seconds one way;
-traffic inside a node is free. A collective runs in stages, one after another;
-a stage takes ``latency + 8 * max_bytes / rate`` (``max_bytes``: the most any
-node sends or receives across its link in it), nothing when no bytes cross.
+**Seconds**, the simulator's link model: each node reaches the others through one link
+of ``rate`` bits per second each way and ``latency`` seconds one way; traffic inside a
+node is free. A collective runs in stages, one after another, each taking
+``latency + 8 * max_bytes / rate`` (``max_bytes``: the most any node sends or receives
+across its link in it), nothing when no bytes cross.
 """
 
 from __future__ import annotations

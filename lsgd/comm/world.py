@@ -27,10 +27,8 @@ from lsgd.comm.wire import LinkModel
 
 
 class WorkerAborted(BaseException):
-    """Raised inside a simulated worker when another worker failed.
-
-    A ``BaseException`` so that a user's ``except Exception`` does not swallow it.
-    """
+    """Raised inside a simulated worker when another worker failed (a ``BaseException``,
+    so that a user's ``except Exception`` does not swallow it)."""
 
 
 @dataclass
@@ -215,13 +213,9 @@ class World:
     def collective(self, rank: int, key: tuple, op: str, members: list[int], payload: Any,
                    compute: Callable[[dict[int, Any]], dict[int, Any]], transfer: float = 0.0
                    ) -> tuple[Any, float]:
-        """Enter a collective; block (yielding the turn) until all members have.
-
-        ``compute`` maps the members' payloads to their results and is run once,
-        by the last member to arrive. ``transfer`` is the collective's modeled time
-        on the links; with a link model it is also the duration returned, otherwise
-        ``compute``'s own. Returns (this member's result, the duration).
-        """
+        """Enter a collective; block (yielding the turn) until all members have. Returns
+        (this member's result, the duration: ``transfer``, the modeled time on the
+        links, with a link model, else the time ``compute`` took)."""
         with self.cv:
             pending, complete = self._arrive(rank, key, op, members, payload, compute, False)
             self.ready[rank] = False
@@ -239,12 +233,11 @@ class World:
                          transfer: float = 0.0, lane: str = "bulk") -> Pending:
         """Start a transfer without giving up the turn; :meth:`wait_collective` finishes it.
 
-        The last member to start it computes the results at once (the payloads are
-        the members' send buffers, untouched until they wait). It begins at the
-        latest start among its members, or at the end of a member's previous
-        started transfer of the same ``lane`` if that is later (each worker's
-        transfers of a lane run one after another, as on that lane's background
-        thread under torch.distributed), and takes ``transfer`` seconds.
+        The last member to start it computes the results at once (the payloads are the
+        members' send buffers, untouched until they wait). It begins at the latest start
+        among its members, or at the end of a member's previous started transfer of the
+        same ``lane`` if that is later (a lane runs its transfers one after another), and
+        takes ``transfer`` seconds.
         """
         with self.cv:
             pending, complete = self._arrive(rank, key, op, members, payload, compute, True)
