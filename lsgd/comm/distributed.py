@@ -34,6 +34,7 @@ from lsgd.comm.transfers import LANES, Transfer
 from lsgd.comm.transfers import run as run_transfer
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
+_ZERO = datetime.timedelta(0)
 
 
 class _StoreCalls(BackgroundLane):
@@ -59,17 +60,13 @@ class _StoreCalls(BackgroundLane):
         return future.result()
 
 
-def _group_timeout(group: dist.ProcessGroup | None) -> datetime.timedelta | None:
+def _group_timeout(group: dist.ProcessGroup) -> datetime.timedelta | None:
     """The timeout ``group`` was created with, where torch lets us read it."""
-    if group is None:
-        return None
     try:
         timeout = group._get_backend(torch.device("cpu")).options._timeout
-    except Exception:  # private API: absent or different in other torch versions
+    except Exception:  # a private API, absent or different in other torch versions
         return None
-    if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
-        return timeout
-    return None
+    return timeout if isinstance(timeout, datetime.timedelta) and timeout > _ZERO else None
 
 
 def default_backend() -> str:
@@ -232,7 +229,7 @@ class DistCommunicator(Communicator):
             self._store = dist.PrefixStore(f"lsgd-r{restart}/", c10d._get_default_store())
             with contextlib.suppress(Exception):
                 timeout = self._store.timeout
-                if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
+                if isinstance(timeout, datetime.timedelta) and timeout > _ZERO:
                     self._store_wait = timeout
         return self._store
 

@@ -97,11 +97,10 @@ class ReplicaCommunicator(Communicator):
         return int(count.item()) == self.share[1]
 
     def part(self, numel: int, r: int | None = None) -> tuple[int, int]:
-        """``(begin, end)`` of part ``r`` (default: this process's) of ``numel`` values.
-
-        The parts are as equal as whole units of ``256 R`` values allow (an int8 block
-        for each replica), so that a compressed collective of the parts moves exactly
-        the scales and padding of one of the whole tensor."""
+        """``(begin, end)`` of part ``r`` (default: this process's) of ``numel`` values: as
+        equal as whole units of ``256 R`` values allow (an int8 block for each replica),
+        so that a compressed collective of the parts moves exactly the bytes of one of
+        the whole tensor."""
         parts = codecs.split(numel, self.share[1], codecs.BLOCK * self.world_size)
         return parts[self.share[0] if r is None else r]
 

@@ -1,18 +1,14 @@
 """In-process simulator: W workers as threads of one process.
 
-``simulate(fn, world_size=W, groups=n)`` runs ``fn(info)`` once per worker and
-returns the results by rank. Workers talk through :class:`SimCommunicator`,
-which has the torch.distributed communicator's interface, so strategy code runs
-unchanged. Each simulated worker behaves like its own process: one runs at a
-time (the turn goes to the ready worker with the earliest virtual clock, ties to
-the lowest rank, and passes at a collective, a local step's end or a return), so a
-run is bit-for-bit repeatable (:mod:`lsgd.comm.world`); each has a virtual clock
-(advanced by ``step_time`` every local step; a collective completes at its
-members' latest clock) and private random state (torch, CUDA, ``random``, NumPy).
-An exception in any worker unwinds the others (:class:`WorkerAborted`) and
-``simulate`` raises :class:`SimulationError` naming the rank; a collective that can
-never complete is a deadlock, reported with what each worker waited for.
-Collectives reduce in rank order, so sums are deterministic.
+``simulate(fn, world_size=W, groups=n)`` runs ``fn(info)`` once per worker and returns
+the results by rank; workers talk through :class:`SimCommunicator`, so strategy code
+runs unchanged. One worker runs at a time (the turn goes to the ready worker with the
+earliest virtual clock, ties to the lowest rank, and passes at a collective, a local
+step's end or a return), and collectives reduce in rank order, so a run is bit-for-bit
+repeatable; each worker has its own virtual clock (:mod:`lsgd.comm.world`) and random
+state. An exception in any worker unwinds the others and ``simulate`` raises
+:class:`SimulationError` naming the rank; a collective that can never complete is a
+deadlock, reported with what each worker waited for.
 """
 
 from __future__ import annotations
@@ -173,12 +169,10 @@ class SimCommunicator(Communicator):
     def _exchange(
         self, tensor: torch.Tensor, peers: list[int]
     ) -> tuple[list[torch.Tensor], float]:
-        # One rendezvous per pair, keyed by the unordered pair and its own sequence
-        # number, with members [low, high]. Pairs are taken in increasing peer
-        # order: that is the lexicographic order of the pairs (low, high), a total
-        # order shared by all workers, so the smallest pending pair can always
-        # complete and any symmetric set of exchanges finishes (as batched
-        # isend/irecv does under torch.distributed).
+        # One rendezvous per pair [low, high], numbered on its own. Pairs are taken in
+        # increasing peer order, the lexicographic order of (low, high) shared by all
+        # workers, so the smallest pending pair can always complete and any symmetric
+        # set of exchanges finishes (as batched isend/irecv does under torch.distributed).
         received: dict[int, torch.Tensor] = {}
         seconds = 0.0
         link = self._world.link

@@ -78,12 +78,8 @@ def done_handle(result: Any = None) -> Handle:
 
 
 def run(comm: Any, transfer: Transfer) -> tuple[Any, float]:
-    """Carry out ``transfer`` with ``comm``'s blocking primitives; (result, seconds).
-
-    Used by the torch.distributed communicator on its background thread (whose
-    primitives then use its background process groups); the simulator computes
-    the same results from all members' tensors at once (:func:`compute`).
-    """
+    """Carry out ``transfer`` with ``comm``'s blocking primitives (on a background lane):
+    (result, seconds). The simulator computes the same results with :func:`compute`."""
     t = transfer
     if t.kind == "all_gather":
         return comm._all_gather(t.tensor, t.among)
@@ -131,34 +127,31 @@ def _compressed_all_reduce(comm: Any, t: Transfer) -> float:
 def compute(transfer: Transfer, tensors: dict[int, torch.Tensor], ranks: list[int]
             ) -> Any:
     """The result of ``transfer`` computed from every member's tensor (``tensors`` by
-    rank, ``ranks`` in collective order), written into them in place as :func:`run`
-    would leave them; an all-gather returns the stacked tensor. The simulator's way,
-    with the same arithmetic in the same order as :func:`run`."""
+    rank, ``ranks`` in collective order) with :func:`run`'s arithmetic in its order,
+    written into them in place; an all-gather returns the stacked tensor."""
     t = transfer
     if t.kind == "all_gather":
         return torch.stack([tensors[r] for r in ranks])
+    if t.kind == "all_reduce" and t.codec != "none":
+        flats = [tensors[r].view(-1) for r in ranks]
+        for begin, end in codecs.chunks(t.codec, flats[0].numel(), len(ranks)):
+            encoded = [codecs.encode(t.codec, flat[begin:end]) for flat in flats]
+            reduced = codecs.reduce_encoded(t.codec, encoded, end - begin, t.op == "mean")
+            values = codecs.decode(t.codec, reduced, end - begin)
+            for flat in flats:
+                flat[begin:end].copy_(values)
+        return None
     if t.kind == "broadcast":
-        source = tensors[t.src]
+        result = tensors[t.src]
         if t.codec != "none":
-            source.view(-1).copy_(codecs.roundtrip(t.codec, source.view(-1)))
-        for r in ranks:
-            if r != t.src:
-                tensors[r].copy_(source)
-        return None
-    if t.codec == "none":
-        total = tensors[ranks[0]].clone()
+            result.view(-1).copy_(codecs.roundtrip(t.codec, result.view(-1)))
+    else:
+        result = tensors[ranks[0]].clone()
         for r in ranks[1:]:
-            total.add_(tensors[r])
+            result.add_(tensors[r])
         if t.op == "mean":
-            total.div_(len(ranks))
-        for r in ranks:
-            tensors[r].copy_(total)
-        return None
-    flats = [tensors[r].view(-1) for r in ranks]
-    for begin, end in codecs.chunks(t.codec, flats[0].numel(), len(ranks)):
-        encoded = [codecs.encode(t.codec, flat[begin:end]) for flat in flats]
-        reduced = codecs.reduce_encoded(t.codec, encoded, end - begin, t.op == "mean")
-        values = codecs.decode(t.codec, reduced, end - begin)
-        for flat in flats:
-            flat[begin:end].copy_(values)
+            result.div_(len(ranks))
+    for r in ranks:
+        if tensors[r] is not result:
+            tensors[r].copy_(result)
     return None
