@@ -46,12 +46,10 @@ class Communicator(Shares, ABC):
     seconds; this class validates arguments, applies the cost model and keeps the stats.
     """
 
-    #: How a broadcast moves its bytes: "tree" (gloo's binomial tree, the
-    #: simulator's) or "chain" (NCCL's ring); see :mod:`lsgd.comm.wire`.
+    #: How a broadcast moves its bytes: "tree" (gloo's, the simulator's) or "chain" (NCCL's).
     broadcast_algorithm = "tree"
-    #: Broadcasts among all workers across several nodes go as a pipelined
-    #: chain of the nodes (:mod:`lsgd.comm.chain`) when the backend's own
-    #: broadcast is a tree; set to False to keep the backend's broadcast.
+    #: Whether a world broadcast across nodes goes as lsgd's chain (:mod:`lsgd.comm.chain`)
+    #: where the backend's own is a tree.
     pipelined_broadcast = True
 
     def __init__(self, info: WorkerInfo) -> None:
@@ -113,20 +111,17 @@ class Communicator(Shares, ABC):
         return ring_traffic(per_hop, self.among_members(among), self.rank, self.node_of)
 
     # -- collectives ----------------------------------------------------
-    def all_reduce_(
-        self, tensor: torch.Tensor, op: ReduceOp = "mean", among: Among = "world",
-        codec: str = "none",
-    ) -> torch.Tensor:
+    def all_reduce_(self, tensor: torch.Tensor, op: ReduceOp = "mean", among: Among = "world",
+                    codec: str = "none") -> torch.Tensor:
         """Sum or average ``tensor`` across ``among`` in place; returns it. With a
         ``codec`` it travels compressed, as :meth:`start_all_reduce`."""
         if codec != "none":
             self.start_all_reduce(tensor, op, among, codec).wait()
             return tensor
         self._check(tensor, among, op, name="all_reduce_")
-        n = self.among_size(among)
-        if n > 1:
+        if self.among_size(among) > 1:
             seconds = self._all_reduce(tensor, op, among)
-            self.count(self.ring(ring_allreduce_bytes(_nbytes(tensor), n), among), seconds)
+            self.count(self._reduce_traffic(tensor, among, "none"), seconds)
         return tensor
 
     def broadcast_(self, tensor: torch.Tensor, src: int, among: Among = "world",
@@ -194,15 +189,7 @@ class Communicator(Shares, ABC):
         (:mod:`lsgd.comm.codec`): every member ends with the same decoded values."""
         self._check(tensor, among, op, name="start_all_reduce")
         transfer = Transfer("all_reduce", tensor, among, op=op, codec=self._codec(tensor, codec))
-        members = self.among_members(among)
-        n = len(members)
-        if transfer.codec == "none":
-            traffic = self.ring(ring_allreduce_bytes(_nbytes(tensor), n), among)
-        else:
-            traffic = compressed_all_reduce_traffic(
-                codecs.part_sizes(transfer.codec, tensor.numel(), n), members, self.rank,
-                self.node_of)
-        return self._started(transfer, traffic)
+        return self._started(transfer, self._reduce_traffic(tensor, among, transfer.codec))
 
     def start_broadcast(self, tensor: torch.Tensor, src: int, among: Among = "world",
                         codec: str = "none") -> Handle:
@@ -239,6 +226,15 @@ class Communicator(Shares, ABC):
         if codec != "none" and tensor.dtype != torch.float32:
             raise ValueError(f"codec {codec!r} encodes float32 tensors, got {tensor.dtype}")
         return codec
+
+    def _reduce_traffic(self, tensor: torch.Tensor, among: Among, codec: str) -> Traffic:
+        """This worker's traffic in an all-reduce of ``tensor`` (a ring; compressed: an
+        all-to-all of the encoded parts, then a ring all-gather)."""
+        members = self.among_members(among)
+        if codec == "none":
+            return self.ring(ring_allreduce_bytes(_nbytes(tensor), len(members)), among)
+        sizes = codecs.part_sizes(codec, tensor.numel(), len(members))
+        return compressed_all_reduce_traffic(sizes, members, self.rank, self.node_of)
 
     def broadcast_traffic(self, nbytes: int, src: int, among: Among = "world",
                           chained: bool = False) -> Traffic:
