@@ -98,8 +98,9 @@ class Communicator(Shares, ABC):
         self._record_in(self._category, traffic, seconds)
 
     def _record_in(self, category: str, traffic: Traffic, seconds: float) -> None:
-        self._stats.setdefault(category, CommStats()).add(
-            traffic.sent, traffic.received, seconds, traffic.link_sent, traffic.link_received)
+        call = CommStats(traffic.sent, traffic.received, seconds, 1, traffic.link_sent,
+                         traffic.link_received)
+        self._stats[category] = self._stats.get(category, CommStats()).plus(call)
 
     def node_of(self, rank: int) -> int:
         """The node (group) of worker ``rank``: who shares a link with whom."""

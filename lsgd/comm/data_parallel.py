@@ -20,13 +20,6 @@ from torch import nn
 
 from lsgd.flat import FlatBuffer
 
-NOT_THROUGH_MODEL = (
-    "{owner}: the forward pass of this step did not go through strategy.model, so the "
-    "gradients were not averaged across workers; call strategy.model(x) (not your own "
-    "model) in the training forward pass"
-)
-
-
 #: The gradient compressions of all-reduce: PyTorch's DDP communication hooks.
 GRADIENT_COMPRESSIONS = ("none", "bf16", "powersgd")
 
@@ -100,7 +93,10 @@ class DataParallel(nn.Module):
     def synchronize(self, owner: str = "AllReduce") -> None:
         """Before the optimizer step: check the forward went through here; average gradients."""
         if not self._forwarded:
-            raise RuntimeError(NOT_THROUGH_MODEL.format(owner=owner))
+            raise RuntimeError(
+                f"{owner}: the forward pass of this step did not go through strategy.model, so "
+                "the gradients were not averaged across workers; call strategy.model(x) (not "
+                "your own model) in the training forward pass")
         self._forwarded = False
         if self._average is not None:
             self._average()

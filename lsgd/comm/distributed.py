@@ -38,12 +38,9 @@ _ZERO = datetime.timedelta(0)
 
 
 class _StoreCalls(BackgroundLane):
-    """Runs store calls on a daemon thread, so that the caller can stop waiting.
-
-    ``TCPStore.add`` has no timeout of its own: when the process serving the
-    store stops (SIGSTOP, a frozen machine) it waits forever. A call that gave
-    up leaves the thread stuck (``stuck``); the caller then needs a new one.
-    """
+    """Runs store calls on a daemon thread, so that the caller can stop waiting:
+    ``TCPStore.add`` has no timeout of its own and waits forever when the process serving
+    the store stops. A call that gave up leaves the thread ``stuck``; use a new one."""
 
     stuck = False
 
@@ -336,21 +333,19 @@ class DistCommunicator(Communicator):
         heads = chain_heads(src, info.groups, info.group_size)
         with self._failures(f"pipelined broadcast from rank {src}", "world"):
             if self.rank in heads:
+                chain = [self._global[h] for h in heads]
                 position = heads.index(self.rank)
-                previous = self._global[heads[position - 1]] if position > 0 else None
-                following = (self._global[heads[position + 1]]
-                             if position + 1 < len(heads) else None)
                 pieces = tensor.view(-1).chunk(chunk_count(tensor.numel() * tensor.element_size()))
                 # Every receive is posted at once, so that chunks stream in while
                 # earlier ones are passed on (gloo keeps the order between a pair).
-                receives = ([dist.irecv(piece, src=previous, group=world) for piece in pieces]
-                            if previous is not None else [])
+                receives = ([dist.irecv(piece, src=chain[position - 1], group=world)
+                             for piece in pieces] if position > 0 else [])
                 sends = []
                 for k, piece in enumerate(pieces):
                     if receives:
                         receives[k].wait()
-                    if following is not None:
-                        sends.append(dist.isend(piece, dst=following, group=world))
+                    if position + 1 < len(chain):
+                        sends.append(dist.isend(piece, dst=chain[position + 1], group=world))
                 for work in sends:
                     work.wait()
             if node is not None and info.group_size > 1:

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lsgd import _validate
 from lsgd.comm.communicator import Communicator
 from lsgd.comm.wire import Traffic
 from lsgd.comm.info import WorkerInfo
@@ -49,6 +50,7 @@ from lsgd.comm.quorum_collectives import ElasticPeers, QuorumCollectives
 __all__ = ["EXTRA", "ElasticCommunicator", "ElasticPeers", "LighthouseLost", "QuorumCollectives",
            "RoundFailed", "start_lighthouse"]
 
+
 class ElasticCommunicator(QuorumCollectives):
     """Collectives among the members of each round's torchft quorum.
 
@@ -56,21 +58,17 @@ class ElasticCommunicator(QuorumCollectives):
         slot: this worker's node in ``[0, slots)`` (kept across restarts).
         slots: the number of nodes the job is made for.
         lighthouse: the lighthouse's address, ``http://host:port``.
-        address: the address this node's servers listen on and advertise
-            (loopback by default).
-        per_node: workers per node; above 1 they must share torch.distributed's
-            default process group (the node's agent started them together)
-            and its store (``MASTER_ADDR``, ``MASTER_PORT``); nodes are then the
-            groups (multi-leader LSGD's local level).
+        address: the address this node's servers listen on and advertise.
+        per_node: workers per node; above 1 they must share torch.distributed's default
+            process group and its store (one agent per node started them); nodes are
+            then the groups (multi-leader LSGD's local level).
         local_rank: this worker's rank inside its node.
         min_members: rounds with fewer member nodes are not committed.
         timeout: seconds a collective or a heal may take before the round fails.
         quorum_timeout: seconds to wait for a quorum; when none came and the
             lighthouse does not answer, :class:`LighthouseLost` is raised.
-        quorum_log: a CSV file to which every quorum adds a line (the seconds since
-            the epoch, the worker, its attempt, its committed rounds, the member
-            nodes, whether it was healed, the error of a failed one), for a run's
-            record.
+        quorum_log: a CSV file to which every quorum adds a line (time, worker, attempt,
+            committed rounds, member nodes, whether it was healed, a failure's error).
     """
 
     def __init__(self, slot: int, slots: int, *, lighthouse: str, address: str = "127.0.0.1",
@@ -80,8 +78,7 @@ class ElasticCommunicator(QuorumCollectives):
         name = "ElasticCommunicator"
         if not isinstance(slot, int) or not 0 <= slot < slots:
             raise ValueError(f"{name}: slot must be in [0, {slots}), got {slot!r}")
-        if not isinstance(per_node, int) or per_node < 1:
-            raise ValueError(f"{name}: per_node must be a positive integer, got {per_node!r}")
+        _validate.positive_int(name, "per_node", per_node)
         if not isinstance(local_rank, int) or not 0 <= local_rank < per_node:
             raise ValueError(f"{name}: local_rank must be in [0, {per_node}), got {local_rank!r}")
         if not isinstance(min_members, int) or not 1 <= min_members <= slots:

@@ -24,15 +24,6 @@ class CommStats:
     link_bytes_sent: int = 0
     link_bytes_received: int = 0
 
-    def add(self, sent: int, received: int, seconds: float, link_sent: int = 0,
-            link_received: int = 0) -> None:
-        self.bytes_sent += int(sent)
-        self.bytes_received += int(received)
-        self.seconds += seconds
-        self.calls += 1
-        self.link_bytes_sent += int(link_sent)
-        self.link_bytes_received += int(link_received)
-
     def minus(self, other: CommStats) -> CommStats:
         """The counts accumulated since ``other`` was taken."""
         return CommStats(*(getattr(self, f.name) - getattr(other, f.name)

@@ -98,9 +98,7 @@ class SimCommunicator(Communicator):
                                 f"{self._scope}/peers{info.group_rank}"))
 
     def now(self) -> float:
-        """This worker's virtual clock: its steps (step times, or measured compute
-        with a link), plus time spent in collectives (waiting, and the modeled
-        transfer)."""
+        """This worker's virtual clock: its steps plus its time in collectives."""
         return self._world.clock[self._me]
 
     def local_step(self) -> None:
