@@ -12,22 +12,9 @@ from lsgd.comm.replica import ReplicaCommunicator, replicas_of
 from lsgd.comm.failures import CommunicationError
 from lsgd.comm.simulator import SimulationError, WorkerAborted, current_simulated, simulate
 
-__all__ = [
-    "CommStats",
-    "CommunicationError",
-    "Communicator",
-    "LocalCommunicator",
-    "REPLICAS",
-    "ReplicaCommunicator",
-    "replicas_of",
-    "SimulationError",
-    "WorkerAborted",
-    "WorkerInfo",
-    "get_communicator",
-    "shutdown",
-    "simulate",
-    "worker_info",
-]
+__all__ = ["CommStats", "CommunicationError", "Communicator", "LocalCommunicator", "REPLICAS",
+           "ReplicaCommunicator", "replicas_of", "SimulationError", "WorkerAborted", "WorkerInfo",
+           "get_communicator", "shutdown", "simulate", "worker_info"]
 
 _dist_cache: dict[int | None, Communicator] = {}
 
@@ -49,10 +36,8 @@ def get_communicator(groups: int | None = None, replica: str | None = None) -> C
     simulated = current_simulated()
     if simulated is not None:
         if groups is not None and groups != simulated.groups:
-            raise ValueError(
-                f"groups={groups} conflicts with the simulation's groups={simulated.groups}; "
-                "set groups in lsgd.simulate(...)"
-            )
+            raise ValueError(f"groups={groups} conflicts with the simulation's groups="
+                             f"{simulated.groups}; set groups in lsgd.simulate(...)")
         return replicas_of(simulated, replica or simulated.replica)
     replica = check_replica(replica or os.environ.get("LSGD_REPLICA", "process"))
     import torch.distributed as dist

@@ -168,16 +168,14 @@ class Communicator(Shares, ABC):
         (:mod:`lsgd.comm.data_parallel`). ``options`` (DistributedDataParallel's keyword
         arguments) and ``compression`` (one of its hooks) are torch.distributed's only."""
         if options:
-            raise ValueError(
-                f"data_parallel: options {sorted(options)} are DistributedDataParallel's and "
-                f"apply under torch.distributed only, not to {type(self).__name__}"
-            )
+            raise ValueError(f"data_parallel: options {sorted(options)} are "
+                             "DistributedDataParallel's and apply under torch.distributed "
+                             f"only, not to {type(self).__name__}")
         if compression is not None and compression.active and self.world_size > 1:
-            raise ValueError(
-                f"data_parallel: {compression.kind} gradients are PyTorch's DDP communication "
-                "hook, which runs inside DistributedDataParallel in worker processes; "
-                f"{type(self).__name__} has no DDP: use worker processes (lsgd.launch, "
-                "torchrun; lsgd train --backend processes)")
+            raise ValueError(f"data_parallel: {compression.kind} gradients are PyTorch's DDP "
+                             "communication hook, which runs inside DistributedDataParallel in "
+                             f"worker processes; {type(self).__name__} has no DDP: use worker "
+                             "processes (lsgd.launch, torchrun; lsgd train --backend processes)")
         if self.world_size == 1:
             return DataParallel(module)
         return collective_data_parallel(self, module, sync_buffers)
@@ -287,10 +285,8 @@ class Communicator(Shares, ABC):
         bad = [p for p in peers
                if not _validate.is_int(p) or not 0 <= p < self.world_size or p == self.rank]
         if bad or len(set(peers)) != len(peers):
-            raise ValueError(
-                f"exchange: peers must be distinct ranks in [0, {self.world_size}) other than "
-                f"this worker's {self.rank}, got {peers}"
-            )
+            raise ValueError(f"exchange: peers must be distinct ranks in [0, {self.world_size}) "
+                             f"other than this worker's {self.rank}, got {peers}")
         assert tensor.is_contiguous() or tensor.dim() == 0, "exchange needs a contiguous tensor"
         if not peers:
             return []
@@ -328,9 +324,8 @@ class Communicator(Shares, ABC):
         (uint8) from each member ``j`` (the compressed all-reduce's first half)."""
         raise NotImplementedError(f"{type(self).__name__} has no all-to-all")
 
-    def _exchange(
-        self, tensor: torch.Tensor, peers: list[int]
-    ) -> tuple[list[torch.Tensor], float]:
+    def _exchange(self, tensor: torch.Tensor, peers: list[int]
+                  ) -> tuple[list[torch.Tensor], float]:
         """Send ``tensor`` to every peer, receive one tensor from each; report seconds."""
         raise NotImplementedError(f"{type(self).__name__} does not implement pairwise exchange")
 

@@ -93,10 +93,10 @@ class DataParallel(nn.Module):
     def synchronize(self, owner: str = "AllReduce") -> None:
         """Before the optimizer step: check the forward went through here; average gradients."""
         if not self._forwarded:
-            raise RuntimeError(
-                f"{owner}: the forward pass of this step did not go through strategy.model, so "
-                "the gradients were not averaged across workers; call strategy.model(x) (not "
-                "your own model) in the training forward pass")
+            raise RuntimeError(f"{owner}: the forward pass of this step did not go through "
+                               "strategy.model, so the gradients were not averaged across "
+                               "workers; call strategy.model(x) (not your own model) in the "
+                               "training forward pass")
         self._forwarded = False
         if self._average is not None:
             self._average()

@@ -34,7 +34,8 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
     device = next(module.parameters()).device
     # Newer torch renamed broadcast_buffers (deprecated) to forward_sync_buffers.
     ddp_args = inspect.signature(nn.parallel.DistributedDataParallel).parameters
-    sync_flag = "forward_sync_buffers" if "forward_sync_buffers" in ddp_args else "broadcast_buffers"
+    sync_flag = ("forward_sync_buffers" if "forward_sync_buffers" in ddp_args
+                 else "broadcast_buffers")
     kwargs: dict[str, Any] = {sync_flag: sync_buffers}
     if device.type == "cuda":
         kwargs["device_ids"] = [device]
@@ -83,7 +84,8 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
         return future.then(done)
 
     ddp.register_comm_hook(process_group, counting_allreduce)
-    buffer_bytes = sum(b.numel() * b.element_size() for b in module.buffers()) if sync_buffers else 0
+    buffer_bytes = (sum(b.numel() * b.element_size() for b in module.buffers())
+                    if sync_buffers else 0)
     buffers = comm.broadcast_traffic(buffer_bytes, 0)
 
     def count_buffer_broadcast() -> None:

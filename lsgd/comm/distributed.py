@@ -135,19 +135,14 @@ class DistCommunicator(Communicator):
 
     _label = ""  # names this communicator's collectives apart from another's
 
-    def __init__(
-        self,
-        process_group: dist.ProcessGroup | None = None,
-        groups: int | None = None,
-        timeout: datetime.timedelta | None = None,
-        label: str = "",
-        lane_groups: dict[str, dist.ProcessGroup] | None = None,
-    ) -> None:
+    def __init__(self, process_group: dist.ProcessGroup | None = None,
+                 groups: int | None = None, timeout: datetime.timedelta | None = None,
+                 label: str = "", lane_groups: dict[str, dist.ProcessGroup] | None = None
+                 ) -> None:
         if not dist.is_initialized():
-            raise RuntimeError(
-                "torch.distributed is not initialized: run under torchrun, call "
-                "torch.distributed.init_process_group(...) first, or use lsgd.simulate"
-            )
+            raise RuntimeError("torch.distributed is not initialized: run under torchrun, call "
+                               "torch.distributed.init_process_group(...) first, or use "
+                               "lsgd.simulate")
         self._pg = process_group or dist.group.WORLD
         # The subgroups get the same timeout (torch's own default is 30 minutes).
         self._timeout = timeout or _group_timeout(self._pg) or DEFAULT_TIMEOUT
@@ -365,9 +360,8 @@ class DistCommunicator(Communicator):
         with self._failures("barrier", "world"):
             dist.barrier(group=self._pg)
 
-    def _exchange(
-        self, tensor: torch.Tensor, peers: list[int]
-    ) -> tuple[list[torch.Tensor], float]:
+    def _exchange(self, tensor: torch.Tensor, peers: list[int]
+                  ) -> tuple[list[torch.Tensor], float]:
         # All sends and receives posted at once (batch_isend_irecv), so the
         # order of the peers cannot deadlock; P2POp takes global ranks.
         start = time.perf_counter()

@@ -84,8 +84,7 @@ class ElasticCommunicator(QuorumCollectives):
         if not isinstance(min_members, int) or not 1 <= min_members <= slots:
             raise ValueError(f"{name}: min_members must be in [1, {slots}], got {min_members!r}")
         require_torchft()
-        super().__init__(WorkerInfo(rank=slot * per_node + local_rank,
-                                    world_size=slots * per_node,
+        super().__init__(WorkerInfo(rank=slot * per_node + local_rank, world_size=slots * per_node,
                                     groups=slots if per_node > 1 else 1))
         os.environ.setdefault("RUST_LOG", "error")
         # torchft warns at every new quorum that it cannot reset NCCL's flight recorder,
@@ -165,10 +164,9 @@ class ElasticCommunicator(QuorumCollectives):
 
     def _lost(self, error: object) -> LighthouseLost:
         return LighthouseLost(
-            f"worker {self.rank}: the lighthouse at {self._lighthouse} does not answer "
-            f"(stopped, or its node is down): {error}. Every round forms there, so "
-            "elastic training cannot go on without it: start the run again, "
-            "lighthouse included")
+            f"worker {self.rank}: the lighthouse at {self._lighthouse} does not answer (stopped, "
+            f"or its node is down): {error}. Every round forms there, so elastic training "
+            "cannot go on without it: start the run again, lighthouse included")
 
     # -- rounds -----------------------------------------------------------
     def begin_round(self) -> None:
@@ -234,9 +232,9 @@ class ElasticCommunicator(QuorumCollectives):
     def member_nodes(self) -> list[int]:
         """The nodes taking part in the current round, in order."""
         if self._nodes is None:
-            raise RuntimeError(
-                f"worker {self.rank}: an elastic communicator exchanges among all workers "
-                "only inside a round (between begin_round() and end_round())")
+            raise RuntimeError(f"worker {self.rank}: an elastic communicator exchanges among all "
+                               "workers only inside a round (between begin_round() and "
+                               "end_round())")
         return list(self._nodes)
 
     def members(self) -> list[int]:

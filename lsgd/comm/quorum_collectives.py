@@ -151,9 +151,8 @@ class QuorumCollectives(Communicator):
 
     def _start(self, transfer: Any) -> Any:
         if self.per_node > 1:
-            raise NotImplementedError("started collectives of an elastic worker need one "
-                                      "worker per node (its node's own collectives keep the "
-                                      "main thread)")
+            raise NotImplementedError("started collectives of an elastic worker need one worker "
+                                      "per node (its node's own collectives keep the main thread)")
         if self._lane is None:
             self._lane = BackgroundLane(self._lane_name)
         return self._lane.submit(functools.partial(run_transfer, self, transfer)).result

@@ -131,13 +131,15 @@ class ReplicaCommunicator(Communicator):
     def all_reduce_(self, tensor: torch.Tensor, op: ReduceOp = "mean", among: Among = "world",
                     codec: str = "none") -> torch.Tensor:
         self._check(tensor, among)
-        self._by_parts(tensor, lambda piece: self.peers.all_reduce_(piece, op, "world", codec))
+        self._by_parts(tensor, lambda piece: done_handle(
+            self.peers.all_reduce_(piece, op, "world", codec))).wait()
         return tensor
 
     def broadcast_(self, tensor: torch.Tensor, src: int, among: Among = "world",
                    codec: str = "none") -> torch.Tensor:
         self._check_source(tensor, src, among)
-        self._by_parts(tensor, lambda piece: self.peers.broadcast_(piece, src, "world", codec))
+        self._by_parts(tensor, lambda piece: done_handle(
+            self.peers.broadcast_(piece, src, "world", codec))).wait()
         return tensor
 
     def all_gather(self, tensor: torch.Tensor, among: Among = "world") -> torch.Tensor:
@@ -149,13 +151,13 @@ class ReplicaCommunicator(Communicator):
     def start_all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean",
                          among: Among = "world", codec: str = "none") -> Handle:
         self._check(tensor, among)
-        return self._started_by_parts(tensor, lambda piece: self.peers.start_all_reduce(
+        return self._by_parts(tensor, lambda piece: self.peers.start_all_reduce(
             piece, op, "world", codec))
 
     def start_broadcast(self, tensor: torch.Tensor, src: int, among: Among = "world",
                         codec: str = "none") -> Handle:
         self._check_source(tensor, src, among)
-        return self._started_by_parts(tensor, lambda piece: self.peers.start_broadcast(
+        return self._by_parts(tensor, lambda piece: self.peers.start_broadcast(
             piece, src, "world", codec))
 
     def start_all_gather(self, tensor: torch.Tensor, among: Among = "world",
@@ -219,13 +221,10 @@ class ReplicaCommunicator(Communicator):
             raise ValueError(f"broadcast: src={src!r} is not a replica (ranks 0 to "
                              f"{self.world_size - 1})")
 
-    def _by_parts(self, tensor: torch.Tensor, collective: Callable[[torch.Tensor], Any]) -> None:
-        """``collective`` on this process's part of ``tensor``, then the parts put back
-        together in the node."""
-        self._started_by_parts(tensor, lambda piece: (collective(piece), done_handle())[1]).wait()
-
-    def _started_by_parts(self, tensor: torch.Tensor,
-                          start: Callable[[torch.Tensor], Handle]) -> Handle:
+    def _by_parts(self, tensor: torch.Tensor, start: Callable[[torch.Tensor], Handle]
+                  ) -> Handle:
+        """``start`` the collective on this process's part of ``tensor``; waiting for it
+        puts the parts back together in the node."""
         if self.world_size == 1:  # one replica: its processes hold the result already
             return done_handle()
         flat = tensor.view(-1)

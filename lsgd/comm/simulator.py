@@ -58,8 +58,7 @@ class SimCommunicator(Communicator):
                  groups: int | None = None, scope: str = "") -> None:
         self._global = list(range(world.world_size)) if members is None else list(members)
         assert self._global == sorted(self._global) and rank in self._global, self._global
-        super().__init__(WorkerInfo(rank=self._global.index(rank),
-                                    world_size=len(self._global),
+        super().__init__(WorkerInfo(rank=self._global.index(rank), world_size=len(self._global),
                                     groups=world.groups if groups is None else groups))
         self._world = world
         self._me = rank  # the global rank
@@ -164,9 +163,8 @@ class SimCommunicator(Communicator):
             members, transfer, _results, seconds, transfer.lane)
         return lambda: self._world.wait_collective(self._me, pending)
 
-    def _exchange(
-        self, tensor: torch.Tensor, peers: list[int]
-    ) -> tuple[list[torch.Tensor], float]:
+    def _exchange(self, tensor: torch.Tensor, peers: list[int]
+                  ) -> tuple[list[torch.Tensor], float]:
         # One rendezvous per pair [low, high], numbered on its own. Pairs are taken in
         # increasing peer order, the lexicographic order of (low, high) shared by all
         # workers, so the smallest pending pair can always complete and any symmetric
@@ -214,23 +212,14 @@ def _check_same(ranks: list[int], payload: dict[int, torch.Tensor], op: str) -> 
     for r in ranks[1:]:
         t = payload[r]
         if t.shape != first.shape or t.dtype != first.dtype:
-            raise ValueError(
-                f"{op}: rank {ranks[0]} passed {tuple(first.shape)} {first.dtype} but "
-                f"rank {r} passed {tuple(t.shape)} {t.dtype}"
-            )
+            raise ValueError(f"{op}: rank {ranks[0]} passed {tuple(first.shape)} {first.dtype} "
+                             f"but rank {r} passed {tuple(t.shape)} {t.dtype}")
 
 
-def simulate(
-    fn: Callable[..., T],
-    world_size: int,
-    groups: int = 1,
-    *,
-    args: Sequence[Any] = (),
-    seed: int | None = None,
-    step_time: Sequence[float] | Mapping[int, float] | None = None,
-    link: str | Link | None = None,
-    replica: str = "process",
-) -> list[T]:
+def simulate(fn: Callable[..., T], world_size: int, groups: int = 1, *,
+             args: Sequence[Any] = (), seed: int | None = None,
+             step_time: Sequence[float] | Mapping[int, float] | None = None,
+             link: str | Link | None = None, replica: str = "process") -> list[T]:
     """Run ``fn(info, *args)`` as ``world_size`` simulated workers; results by rank.
 
     ``info`` is the worker's :class:`~lsgd.comm.info.WorkerInfo`; inside ``fn``,

@@ -41,7 +41,8 @@ class RandomState:
     @classmethod
     def capture(cls) -> RandomState:
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        return cls(torch.get_rng_state(), cuda, random.getstate(), np.random.get_state(legacy=False))
+        return cls(torch.get_rng_state(), cuda, random.getstate(),
+                   np.random.get_state(legacy=False))
 
     def restore(self) -> None:
         torch.set_rng_state(self.torch_cpu)
