@@ -6,9 +6,8 @@
   ``n + 4 ceil(n / 256)`` bytes (0.254 of float32), error at most ``s / 2``.
 
 A non-finite value makes its whole block decode non-finite, so a diverged worker stays
-visibly diverged. The compressed all-reduce of both backends is built from
-:func:`chunks` (who owns which part), :func:`encode` and :func:`reduce_encoded`, so gloo
-and the simulator compute the same bits.
+visibly diverged. Both backends' compressed all-reduce is built from :func:`chunks`,
+:func:`encode` and :func:`reduce_encoded`, so gloo and the simulator compute the same bits.
 """
 
 from __future__ import annotations

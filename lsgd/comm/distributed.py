@@ -30,8 +30,7 @@ from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.failures import communication_errors, seconds_text
 from lsgd.comm.lanes import BackgroundLane, current_lane
-from lsgd.comm.transfers import LANES, Transfer
-from lsgd.comm.transfers import run as run_transfer
+from lsgd.comm.transfers import LANES, Transfer, run as run_transfer
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
 _ZERO = datetime.timedelta(0)

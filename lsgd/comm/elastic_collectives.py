@@ -192,7 +192,7 @@ class ElasticCommunicator(QuorumCollectives):
             if not answers(self._lighthouse):
                 raise self._lost(error) from None
             raise RoundFailed(f"worker {self.rank}: the quorum failed: {error}")
-        ranks = list(getattr(self._pg, "_global_ranks", None) or [])  # node * per_node + k
+        ranks = getattr(self._pg, "_global_ranks", None) or []  # node * per_node + k
         nodes = [r // self.per_node for r in ranks]
         if self.node not in nodes:
             nodes = self._gather_nodes()

@@ -24,8 +24,7 @@ from lsgd.comm.communicator import Among, Communicator, ReduceOp
 from lsgd.comm.info import WorkerInfo, check_layout, check_replica
 from lsgd.comm import codec as codecs
 from lsgd.comm.chain import chain_heads, chunk_count
-from lsgd.comm.transfers import Transfer
-from lsgd.comm.transfers import compute as compute_transfer
+from lsgd.comm.transfers import Transfer, compute as compute_transfer
 from lsgd.comm.wire import LinkModel
 from lsgd.comm.world import RandomState, WorkerAborted, World, step_times
 from lsgd.links.spec import Link, parse_link
