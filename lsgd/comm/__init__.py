@@ -20,13 +20,10 @@ _dist_cache: dict[int | None, Communicator] = {}
 
 
 def get_communicator(groups: int | None = None, replica: str | None = None) -> Communicator:
-    """This worker's communicator, found from the environment.
-
-    Inside :func:`simulate`: the simulated worker's. Under ``torchrun`` (or once
-    ``torch.distributed`` is initialized): a
-    :class:`~lsgd.comm.distributed.DistCommunicator` on the world group, created once
-    (initializing the process group if needed), in ``groups`` groups (default: the
-    nodes). Otherwise: a single worker.
+    """This worker's communicator, found from the environment: inside :func:`simulate`
+    the simulated worker's; under ``torchrun`` (or once ``torch.distributed`` is
+    initialized) a :class:`~lsgd.comm.distributed.DistCommunicator` on the world group in
+    ``groups`` groups (default: the nodes), created once; otherwise a single worker.
 
     ``replica``: what a strategy sees as one worker, ``"process"`` or ``"node"`` (every
     process of a group steps as one replica, :mod:`lsgd.comm.replica`); by default the

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 EXTRA = "pip install 'lsgd[torchft]'"
 #: ``host:port:seconds`` of an elastic job's start gate (a c10d store), in the environment
@@ -65,8 +66,6 @@ def start_gate(rank: int, world: int) -> float | None:
     where = os.environ.get(GATE_ENV)
     if not where:
         return None
-    import torch.distributed as dist
-
     host, port, seconds = where.rsplit(":", 2)
     patience = datetime.timedelta(seconds=max(float(seconds), 0.001))
     start = time.monotonic()

@@ -243,8 +243,7 @@ class ReplicaCommunicator(Communicator):
     def _put_together(self, out: torch.Tensor, rows: torch.Tensor) -> None:
         """``out[:, part r] <- process r's rows`` for every process ``r`` of the node (one
         all-gather inside the node); ``rows`` are this process's, ``[n, its part]``."""
-        p = self.share[1]
-        bounds = [self.part(out.shape[1], r) for r in range(p)]
+        bounds = [self.part(out.shape[1], r) for r in range(self.share[1])]
         longest = max(end - begin for begin, end in bounds)
         padded = out.new_zeros(out.shape[0], longest)
         padded[:, :rows.shape[1]].copy_(rows)
