@@ -12,49 +12,29 @@ from lsgd.comm.replica import ReplicaCommunicator, replicas_of
 from lsgd.comm.failures import CommunicationError
 from lsgd.comm.simulator import SimulationError, WorkerAborted, current_simulated, simulate
 
-__all__ = [
-    "CommStats",
-    "CommunicationError",
-    "Communicator",
-    "LocalCommunicator",
-    "REPLICAS",
-    "ReplicaCommunicator",
-    "replicas_of",
-    "SimulationError",
-    "WorkerAborted",
-    "WorkerInfo",
-    "get_communicator",
-    "shutdown",
-    "simulate",
-    "worker_info",
-]
+__all__ = ["CommStats", "CommunicationError", "Communicator", "LocalCommunicator", "REPLICAS",
+           "ReplicaCommunicator", "replicas_of", "SimulationError", "WorkerAborted", "WorkerInfo",
+           "get_communicator", "shutdown", "simulate", "worker_info"]
 
 _dist_cache: dict[int | None, Communicator] = {}
 
 
 def get_communicator(groups: int | None = None, replica: str | None = None) -> Communicator:
-    """This worker's communicator, found from the environment.
+    """This worker's communicator, found from the environment: inside :func:`simulate`
+    the simulated worker's; under ``torchrun`` (or once ``torch.distributed`` is
+    initialized) a :class:`~lsgd.comm.distributed.DistCommunicator` on the world group in
+    ``groups`` groups (default: the nodes), created once; otherwise a single worker.
 
-    Inside :func:`simulate`: the simulated worker's. Under ``torchrun`` (or once
-    ``torch.distributed`` is initialized): a
-    :class:`~lsgd.comm.distributed.DistCommunicator` on the world group, created
-    once (initializing the process group from the environment if needed).
-    Otherwise: a single worker. ``groups`` overrides the number of groups for the
-    torch.distributed case (default: the number of nodes); the simulator's
-    layout is fixed by ``simulate``.
-
-    ``replica``: what a strategy sees as one worker, ``"process"`` or ``"node"``
-    (every process of a group steps as one replica, :mod:`lsgd.comm.replica`);
-    by default the simulation's (``simulate(..., replica=...)``), else
-    ``LSGD_REPLICA``, else ``"process"``. Its ``.processes`` is every process's.
+    ``replica``: what a strategy sees as one worker, ``"process"`` or ``"node"`` (every
+    process of a group steps as one replica, :mod:`lsgd.comm.replica`); by default the
+    simulation's, else ``LSGD_REPLICA``, else ``"process"``. Its ``.processes`` is every
+    process's.
     """
     simulated = current_simulated()
     if simulated is not None:
         if groups is not None and groups != simulated.groups:
-            raise ValueError(
-                f"groups={groups} conflicts with the simulation's groups={simulated.groups}; "
-                "set groups in lsgd.simulate(...)"
-            )
+            raise ValueError(f"groups={groups} conflicts with the simulation's groups="
+                             f"{simulated.groups}; set groups in lsgd.simulate(...)")
         return replicas_of(simulated, replica or simulated.replica)
     replica = check_replica(replica or os.environ.get("LSGD_REPLICA", "process"))
     import torch.distributed as dist
@@ -73,17 +53,14 @@ def get_communicator(groups: int | None = None, replica: str | None = None) -> C
 
 
 def shutdown(wait_s: float = 10.0) -> None:
-    """Destroy torch.distributed's process groups and forget the cached communicator.
+    """Destroy torch.distributed's process groups and forget the cached communicator;
+    call once a worker is done.
 
-    Call once a worker is done. What still holds a group (the cached
-    communicator, a DDP reducer and its communication hook) is freed first,
-    while the groups live. A collective's callback runs on one of gloo's
-    threads and is let go there after it returns; were it the last holder of a
-    group, the group would be freed on its own thread, which joins itself and
-    aborts the process (``terminate called ... Resource deadlock avoided``)
-    after the work is done. So this holds every group until nothing else does
-    (at most ``wait_s`` seconds) and lets go of it here, on the calling thread;
-    a group still held elsewhere after that is kept for the life of the process.
+    A collective's callback runs on one of gloo's threads and is let go there; were it
+    the last holder of a group, the group would be freed on its own thread, which joins
+    itself and aborts the process (``Resource deadlock avoided``). So this holds every
+    group until nothing else does (at most ``wait_s`` seconds) and lets go of it here,
+    on the calling thread; a group still held after that is kept for the process's life.
     """
     import gc
     import time

@@ -1,16 +1,13 @@
 """The pipelined chain broadcast across nodes: the plan every communicator follows.
 
-With one link per node, a tree broadcast sends the state through the source's
-link up to ``ceil(log2 n)`` times; the chain costs about ``B / rate``
-(docs/algorithms.md, "Traffic accounting"): the nodes form a chain from the
-source's node on in node order, each node's *head* (the source on its own node,
-the node's first worker elsewhere) forwards each of ``c`` chunks of about 64 KB
-(:func:`chunk_count`) to the next head as soon as it has arrived, and inside each
-node the head broadcasts to its workers (gloo's tree). Bytes (:func:`chain_bytes`):
-every head but the last sends ``B``, every head but the source receives ``B``, plus
-the tree's bytes inside each node. Communicators use it for world broadcasts with
-several nodes and more than two workers, unless the backend's broadcast is a chain
-already (NCCL's ring).
+With one link per node, a tree broadcast sends the state through the source's link up
+to ``ceil(log2 n)`` times; the chain costs about ``B / rate`` (docs/algorithms.md,
+"Traffic accounting"). The nodes form a chain from the source's node on, in node order;
+each node's *head* (the source on its own node, the node's first worker elsewhere)
+forwards each of the chunks of about 64 KB (:func:`chunk_count`) to the next head as
+soon as it has arrived, and inside each node the head broadcasts to its workers (gloo's
+tree). Used for world broadcasts with several nodes and more than two workers, unless
+the backend's broadcast is a chain already (NCCL's ring).
 """
 
 from __future__ import annotations
@@ -26,11 +23,7 @@ MAX_CHUNKS = 256
 def chain_heads(src: int, groups: int, group_size: int) -> list[int]:
     """The global ranks that carry the state between nodes, in chain order from ``src``."""
     first = src // group_size
-    heads = []
-    for j in range(groups):
-        node = (first + j) % groups
-        heads.append(src if node == first else node * group_size)
-    return heads
+    return [src if j == 0 else (first + j) % groups * group_size for j in range(groups)]
 
 
 def chunk_count(nbytes: int) -> int:

@@ -1,20 +1,13 @@
-"""Wire formats for compressed transfers: what a float32 tensor becomes on the wire.
-
-A codec turns a flat float32 tensor into bytes (a ``uint8`` tensor) and back.
-What is encoded (usually a difference from a reference every worker holds,
-docs/algorithms.md, "Compressed rounds") is the strategy's business; bytes are
-counted as they travel, scales included.
+"""Wire formats for compressed transfers: a flat float32 tensor as bytes (``uint8``) and back.
 
 * ``"bf16"``: each value rounded to bfloat16, 2 bytes per value (0.50 of float32).
 * ``"int8"``: blocks of :data:`BLOCK` (256) values, each with one float32 scale
   ``s = max |x| / 127`` and its values as ``round(x / s)`` in ``[-127, 127]``:
   ``n + 4 ceil(n / 256)`` bytes (0.254 of float32), error at most ``s / 2``.
 
-A non-finite value makes its whole block decode non-finite, so a diverged
-worker stays visibly diverged. The compressed all-reduce of both backends is
-built from :func:`chunks` (who owns which part), :func:`encode` and
-:func:`reduce_encoded` (the owner's float32 sum, encoded again), so gloo and
-the simulator compute the same bits.
+A non-finite value makes its whole block decode non-finite, so a diverged worker stays
+visibly diverged. Both backends' compressed all-reduce is built from :func:`chunks`,
+:func:`encode` and :func:`reduce_encoded`, so gloo and the simulator compute the same bits.
 """
 
 from __future__ import annotations
@@ -55,13 +48,19 @@ def encode(codec: str, values: torch.Tensor) -> torch.Tensor:
     blocks = math.ceil(n / BLOCK)
     padded = torch.zeros(blocks * BLOCK, dtype=torch.float32, device=values.device)
     padded[:n].copy_(values)
-    padded = padded.view(blocks, BLOCK)
-    scale = padded.abs().amax(dim=1) / 127.0  # NaN or inf when the block is not finite
+    steps, scale = quantize_int8(padded.view(blocks, BLOCK))
+    return torch.cat([steps.view(-1)[:n].view(torch.uint8), scale.view(torch.uint8)])
+
+
+def quantize_int8(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 steps, float32 scales) of the float32 ``[C, m]`` ``rows``: per row the scale
+    ``a = max |x| / 127`` (0 for a row of zeros; NaN or inf when the row is not finite)
+    and each value as ``round(x / a)`` in ``[-127, 127]``."""
+    scale = rows.abs().amax(dim=1) / 127.0
     divisor = torch.where(scale == 0, torch.ones_like(scale), scale)
-    steps = torch.nan_to_num(torch.round(padded / divisor[:, None]), nan=0.0, posinf=0.0,
+    steps = torch.nan_to_num(torch.round(rows / divisor[:, None]), nan=0.0, posinf=0.0,
                              neginf=0.0).clamp_(-127, 127)
-    quantized = steps.to(torch.int8).view(-1)[:n]
-    return torch.cat([quantized.view(torch.uint8), scale.view(torch.uint8)])
+    return steps.to(torch.int8), scale
 
 
 def decode(codec: str, data: torch.Tensor, numel: int) -> torch.Tensor:
@@ -89,9 +88,14 @@ def chunks(codec: str, numel: int, n: int) -> list[tuple[int, int]]:
     """``n`` contiguous ``(start, end)`` parts of ``numel`` values, one per member of an
     all-reduce, as equal as whole int8 blocks allow (so no block straddles two parts,
     and encoding the parts one by one equals encoding the whole)."""
-    unit = BLOCK if codec == "int8" else 1
+    return split(numel, n, BLOCK if codec == "int8" else 1)
+
+
+def split(numel: int, n: int, unit: int = 1) -> list[tuple[int, int]]:
+    """``n`` contiguous ``(start, end)`` parts of ``numel`` values, as equal as whole
+    units of ``unit`` values allow."""
     units = math.ceil(numel / unit)
-    bounds = [min(numel, unit * ((units * i) // n)) for i in range(n + 1)]
+    bounds = [min(numel, unit * (units * i // n)) for i in range(n + 1)]
     return list(zip(bounds[:-1], bounds[1:]))
 
 

@@ -1,27 +1,20 @@
 """The Communicator interface: the only way strategies move tensors.
 
-Implementations: :class:`~lsgd.comm.distributed.DistCommunicator`
-(torch.distributed, gloo or NCCL), :class:`~lsgd.comm.simulator.SimCommunicator`
-(workers as threads of one process) and :class:`~lsgd.comm.local.LocalCommunicator`
-(one worker); :class:`~lsgd.comm.replica.ReplicaCommunicator` makes a node's processes
-one worker.
+Implementations: :class:`~lsgd.comm.distributed.DistCommunicator` (torch.distributed),
+:class:`~lsgd.comm.simulator.SimCommunicator` (workers as threads of one process),
+:class:`~lsgd.comm.local.LocalCommunicator` (one worker); a
+:class:`~lsgd.comm.replica.ReplicaCommunicator` makes a node's processes one worker.
 
-Workers ``0 .. W-1`` form ``groups`` groups of ``group_size`` consecutive ranks
-(a group is a node under torchrun). Every collective takes ``among="world"`` or
-``among="group"``; ``src`` is always a global rank.
-
-What is communicated: ``all_reduce`` (ring), ``broadcast`` (gloo's tree, NCCL's
-chain, or across nodes lsgd's pipelined chain, :mod:`lsgd.comm.chain`),
-``all_gather`` and the pairwise ``exchange`` of decentralized methods. Each
-worker counts the bytes it sends and receives as the algorithm moves them
-(:mod:`lsgd.comm.wire`), the same under gloo and the simulator, per traffic
-*category* (``"train"`` by default; ``"eval"`` keeps evaluation out of a
-method's cost).
-
-For asynchronous methods: :meth:`Communicator.add_count`, a counter shared by
-all workers (the c10d store's ``add``), a clock, :meth:`Communicator.now`, and
-:meth:`Communicator.local_step`, called after every local step (the simulator
-advances the worker's virtual clock there; elsewhere it does nothing).
+Workers ``0 .. W-1`` form ``groups`` groups of ``group_size`` consecutive ranks (a
+group is a node). Every collective takes ``among="world"`` or ``among="group"``;
+``src`` is always a global rank. What is communicated: ``all_reduce`` (ring),
+``broadcast`` (gloo's tree, NCCL's chain, or across nodes lsgd's pipelined chain,
+:mod:`lsgd.comm.chain`), ``all_gather`` and the pairwise ``exchange``. Each worker
+counts the bytes it sends and receives as the algorithm moves them
+(:mod:`lsgd.comm.wire`), per traffic *category* (``"train"`` by default; ``"eval"``
+keeps evaluation out of a method's cost). Asynchronous methods also get a counter
+shared by all workers (:meth:`Communicator.add_count`) and a clock (:meth:`now`,
+advanced by :meth:`local_step` in the simulator).
 """
 
 from __future__ import annotations
@@ -34,7 +27,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-
 from torch import nn
 
 from lsgd import _validate
@@ -42,28 +34,22 @@ from lsgd.comm import codec as codecs
 from lsgd.comm.data_parallel import DataParallel, GradientCompression, collective_data_parallel
 from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_layout
 from lsgd.comm.shares import Shares
-from lsgd.comm.chain import chain_heads, chunk_count
+from lsgd.comm.chain import chain_heads
 from lsgd.comm.transfers import LANES, Handle, Transfer, done_handle
 from lsgd.comm.wire import (Traffic, broadcast_pattern, compressed_all_reduce_traffic,
                             pattern_traffic, ring_allreduce_bytes, ring_traffic)
 
 
-
 class Communicator(Shares, ABC):
-    """Collectives among workers, with traffic and time accounting.
-
-    Subclasses implement the ``_all_reduce``, ``_broadcast`` and
-    ``_all_gather`` primitives on a single contiguous tensor and report the
-    seconds they spent; this class validates arguments, applies the cost model
-    above and keeps the statistics.
+    """Collectives among workers, with traffic and time accounting: subclasses implement
+    the primitives (``_all_reduce``, ...) on one contiguous tensor and report their
+    seconds; this class validates arguments, applies the cost model and keeps the stats.
     """
 
-    #: How a broadcast moves its bytes: "tree" (gloo's binomial tree, the
-    #: simulator's) or "chain" (NCCL's ring); see :mod:`lsgd.comm.wire`.
+    #: How a broadcast moves its bytes: "tree" (gloo's, the simulator's) or "chain" (NCCL's).
     broadcast_algorithm = "tree"
-    #: Broadcasts among all workers across several nodes go as a pipelined
-    #: chain of the nodes (:mod:`lsgd.comm.chain`) when the backend's own
-    #: broadcast is a tree; set to False to keep the backend's broadcast.
+    #: Whether a world broadcast across nodes goes as lsgd's chain (:mod:`lsgd.comm.chain`)
+    #: where the backend's own is a tree.
     pipelined_broadcast = True
 
     def __init__(self, info: WorkerInfo) -> None:
@@ -107,19 +93,14 @@ class Communicator(Shares, ABC):
         finally:
             self._category = previous
 
-    def record(self, sent: int, received: int, seconds: float, link_sent: int = 0,
-               link_received: int = 0) -> None:
-        """Count traffic moved outside this communicator's collectives."""
-        self._record_in(self._category, Traffic(sent, received, link_sent, link_received),
-                        seconds)
-
     def count(self, traffic: Traffic, seconds: float) -> None:
         """Count one collective's :class:`~lsgd.comm.wire.Traffic` in the current category."""
         self._record_in(self._category, traffic, seconds)
 
     def _record_in(self, category: str, traffic: Traffic, seconds: float) -> None:
-        self._stats.setdefault(category, CommStats()).add(
-            traffic.sent, traffic.received, seconds, traffic.link_sent, traffic.link_received)
+        call = CommStats(traffic.sent, traffic.received, seconds, 1, traffic.link_sent,
+                         traffic.link_received)
+        self._stats[category] = self._stats.get(category, CommStats()).plus(call)
 
     def node_of(self, rank: int) -> int:
         """The node (group) of worker ``rank``: who shares a link with whom."""
@@ -131,51 +112,31 @@ class Communicator(Shares, ABC):
         return ring_traffic(per_hop, self.among_members(among), self.rank, self.node_of)
 
     # -- collectives ----------------------------------------------------
-    def all_reduce_(
-        self, tensor: torch.Tensor, op: ReduceOp = "mean", among: Among = "world",
-        codec: str = "none",
-    ) -> torch.Tensor:
-        """Sum or average ``tensor`` across ``among`` in place; returns it.
-
-        With a ``codec`` it travels compressed, as :meth:`start_all_reduce`.
-        """
+    def all_reduce_(self, tensor: torch.Tensor, op: ReduceOp = "mean", among: Among = "world",
+                    codec: str = "none") -> torch.Tensor:
+        """Sum or average ``tensor`` across ``among`` in place; returns it. With a
+        ``codec`` it travels compressed, as :meth:`start_all_reduce`."""
         if codec != "none":
             self.start_all_reduce(tensor, op, among, codec).wait()
             return tensor
-        self._check(tensor, among)
-        if op not in ("sum", "mean"):
-            raise ValueError(f"all_reduce_: op must be 'sum' or 'mean', got {op!r}")
-        n = self.among_size(among)
-        if n > 1:
+        self._check(tensor, among, op, name="all_reduce_")
+        if self.among_size(among) > 1:
             seconds = self._all_reduce(tensor, op, among)
-            self.count(self.ring(ring_allreduce_bytes(_nbytes(tensor), n), among), seconds)
+            self.count(self._reduce_traffic(tensor, among, "none"), seconds)
         return tensor
 
     def broadcast_(self, tensor: torch.Tensor, src: int, among: Among = "world",
                    codec: str = "none") -> torch.Tensor:
-        """Overwrite ``tensor`` with the one of global rank ``src``; returns it.
-
-        Counted as :attr:`broadcast_algorithm` moves it (see :mod:`lsgd.comm.wire`).
-        With a ``codec`` it travels compressed, as :meth:`start_broadcast`.
-        """
+        """Overwrite ``tensor`` with the one of global rank ``src``; returns it. With a
+        ``codec`` it travels compressed, as :meth:`start_broadcast`."""
         if codec != "none":
             self.start_broadcast(tensor, src, among, codec).wait()
             return tensor
-        self._check(tensor, among)
-        members = self.among_members(among)
-        if src not in members:
-            raise ValueError(
-                f"broadcast_: src={src} is not a member of this {among} (ranks {members})"
-            )
-        if len(members) > 1:
+        self._check(tensor, among, src=src, name="broadcast_")
+        if self.among_size(among) > 1:
             chained = self._chained(among)
-            if chained:
-                info = self.info
-                seconds = self._chain_broadcast(tensor, src,
-                                                chain_heads(src, info.groups, info.group_size),
-                                                chunk_count(_nbytes(tensor)))
-            else:
-                seconds = self._broadcast(tensor, src, among)
+            seconds = (self._chain_broadcast(tensor, src) if chained
+                       else self._broadcast(tensor, src, among))
             self.count(self.broadcast_traffic(_nbytes(tensor), src, among, chained), seconds)
         return tensor
 
@@ -202,27 +163,19 @@ class Communicator(Shares, ABC):
     def data_parallel(self, module: nn.Module, sync_buffers: bool = True,
                       options: dict[str, Any] | None = None,
                       compression: GradientCompression | None = None) -> DataParallel:
-        """``module`` for data-parallel training: gradients averaged every step.
-
-        Returns the module to call in the forward pass; call its
-        ``synchronize()`` after ``backward()`` and before the optimizer step
-        (see :mod:`lsgd.comm.data_parallel`). ``options`` are
-        DistributedDataParallel's keyword arguments and ``compression`` one of
-        its communication hooks (torch.distributed only). Here, from this
-        communicator's own collectives
-        (:func:`~lsgd.comm.data_parallel.collective_data_parallel`).
-        """
+        """``module`` for data-parallel training, gradients averaged every step: the module
+        to call in the forward pass; call its ``synchronize()`` after ``backward()``
+        (:mod:`lsgd.comm.data_parallel`). ``options`` (DistributedDataParallel's keyword
+        arguments) and ``compression`` (one of its hooks) are torch.distributed's only."""
         if options:
-            raise ValueError(
-                f"data_parallel: options {sorted(options)} are DistributedDataParallel's and "
-                f"apply under torch.distributed only, not to {type(self).__name__}"
-            )
+            raise ValueError(f"data_parallel: options {sorted(options)} are "
+                             "DistributedDataParallel's and apply under torch.distributed "
+                             f"only, not to {type(self).__name__}")
         if compression is not None and compression.active and self.world_size > 1:
-            raise ValueError(
-                f"data_parallel: {compression.kind} gradients are PyTorch's DDP communication "
-                "hook, which runs inside DistributedDataParallel in worker processes; "
-                f"{type(self).__name__} has no DDP: use worker processes (lsgd.launch, "
-                "torchrun; lsgd train --backend processes)")
+            raise ValueError(f"data_parallel: {compression.kind} gradients are PyTorch's DDP "
+                             "communication hook, which runs inside DistributedDataParallel in "
+                             f"worker processes; {type(self).__name__} has no DDP: use worker "
+                             "processes (lsgd.launch, torchrun; lsgd train --backend processes)")
         if self.world_size == 1:
             return DataParallel(module)
         return collective_data_parallel(self, module, sync_buffers)
@@ -231,40 +184,19 @@ class Communicator(Shares, ABC):
     def start_all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean",
                          among: Among = "world", codec: str = "none") -> Handle:
         """Start summing or averaging ``tensor`` across ``among`` in place; returns at once.
-
         ``codec`` ``"bf16"`` or ``"int8"`` (float32 tensors) sends it compressed
-        (:mod:`lsgd.comm.codec`): every member ends with the same decoded values.
-        """
-        self._check(tensor, among)
-        if op not in ("sum", "mean"):
-            raise ValueError(f"start_all_reduce: op must be 'sum' or 'mean', got {op!r}")
+        (:mod:`lsgd.comm.codec`): every member ends with the same decoded values."""
+        self._check(tensor, among, op, name="start_all_reduce")
         transfer = Transfer("all_reduce", tensor, among, op=op, codec=self._codec(tensor, codec))
-        members = self.among_members(among)
-        n = len(members)
-        if transfer.codec == "none":
-            traffic = self.ring(ring_allreduce_bytes(_nbytes(tensor), n), among)
-        else:
-            traffic = compressed_all_reduce_traffic(
-                codecs.part_sizes(transfer.codec, tensor.numel(), n), members, self.rank,
-                self.node_of)
-        return self._started(transfer, traffic)
+        return self._started(transfer, self._reduce_traffic(tensor, among, transfer.codec))
 
     def start_broadcast(self, tensor: torch.Tensor, src: int, among: Among = "world",
                         codec: str = "none") -> Handle:
-        """Start overwriting ``tensor`` with global rank ``src``'s; returns at once.
-
-        Among all workers of several nodes it travels as the pipelined chain of
-        :mod:`lsgd.comm.chain`. With a ``codec`` every member, the source
-        included, ends with the decoded bytes.
-        """
-        self._check(tensor, among)
-        members = self.among_members(among)
-        if src not in members:
-            raise ValueError(
-                f"start_broadcast: src={src} is not a member of this {among} (ranks {members})"
-            )
+        """Start overwriting ``tensor`` with global rank ``src``'s; returns at once. With a
+        ``codec`` every member, the source included, ends with the decoded bytes."""
+        self._check(tensor, among, src=src, name="start_broadcast")
         transfer = Transfer("broadcast", tensor, among, src=src, codec=self._codec(tensor, codec),
-                            chained=len(members) > 1 and self._chained(among))
+                            chained=self._chained(among))
         return self._started(transfer, self.broadcast_traffic(transfer.payload_bytes(), src,
                                                               among, transfer.chained))
 
@@ -294,6 +226,15 @@ class Communicator(Shares, ABC):
             raise ValueError(f"codec {codec!r} encodes float32 tensors, got {tensor.dtype}")
         return codec
 
+    def _reduce_traffic(self, tensor: torch.Tensor, among: Among, codec: str) -> Traffic:
+        """This worker's traffic in an all-reduce of ``tensor`` (a ring; compressed: an
+        all-to-all of the encoded parts, then a ring all-gather)."""
+        members = self.among_members(among)
+        if codec == "none":
+            return self.ring(ring_allreduce_bytes(_nbytes(tensor), len(members)), among)
+        sizes = codecs.part_sizes(codec, tensor.numel(), len(members))
+        return compressed_all_reduce_traffic(sizes, members, self.rank, self.node_of)
+
     def broadcast_traffic(self, nbytes: int, src: int, among: Among = "world",
                           chained: bool = False) -> Traffic:
         """This worker's traffic in a broadcast of ``nbytes`` from ``src`` (``chained``:
@@ -310,27 +251,19 @@ class Communicator(Shares, ABC):
         return time.perf_counter()
 
     def local_step(self) -> None:
-        """Mark the end of one local step of this worker.
-
-        A no-op for real workers; in the simulator the worker's virtual clock
-        advances by its step time and another worker may run.
-        """
+        """Mark the end of one local step of this worker: in the simulator its virtual
+        clock advances and another worker may run; elsewhere nothing."""
 
     def add_count(self, key: str, amount: int = 1) -> int:
-        """Add ``amount`` to the counter ``key`` shared by all workers; return its new value.
-
-        Not collective: each worker adds on its own, and the counter starts at 0.
-        """
+        """Add ``amount`` to the counter ``key`` shared by all workers (starting at 0);
+        return its new value. Not collective: each worker adds on its own."""
         if not _validate.is_int(amount) or amount < 0:
             raise ValueError(f"add_count: amount must be a non-negative integer, got {amount!r}")
         return self._add_count(key, amount)
 
     def new_counter_key(self, name: str) -> str:
-        """A counter key unique to this call, the same on every worker.
-
-        Workers that create their counters in the same order get the same keys;
-        a second strategy on one communicator gets a fresh counter.
-        """
+        """A counter key unique to this call, the same on every worker that creates its
+        counters in the same order (a second strategy gets a fresh counter)."""
         self._counters += 1
         return f"lsgd/{name}/{self._counters}"
 
@@ -338,27 +271,22 @@ class Communicator(Shares, ABC):
     def exchange(self, tensor: torch.Tensor, peer: int) -> torch.Tensor:
         """Send ``tensor`` to global rank ``peer``; return what ``peer`` sent (a new tensor).
 
-        Point-to-point, not collective: only the two workers take part, and
-        ``peer`` must call ``exchange`` with this worker's rank and a tensor of
-        the same shape and dtype. Workers that exchange along the matchings of
-        a graph, all walking the matchings in the same order, cannot deadlock.
+        Point-to-point: ``peer`` must call ``exchange`` with this worker's rank and a
+        tensor of the same shape and dtype. Workers that exchange along the matchings of a
+        graph, all walking the matchings in the same order, cannot deadlock.
         """
         return self.exchange_many(tensor, [peer])[0]
 
     def exchange_many(self, tensor: torch.Tensor, peers: Sequence[int]) -> list[torch.Tensor]:
-        """Send ``tensor`` to each of ``peers`` and receive one tensor from each, in one batch.
-
-        Returns the received tensors in the order of ``peers``. The relation
-        must be symmetric: every peer lists this worker in its own call. Costs
-        ``len(peers) * B`` sent and received.
-        """
+        """Send ``tensor`` to each of ``peers`` and receive one tensor from each (in the
+        order of ``peers``), in one batch: ``len(peers) * B`` bytes each way. Every peer
+        lists this worker in its own call."""
         peers = list(peers)
-        bad = [p for p in peers if not _validate.is_int(p) or not 0 <= p < self.world_size or p == self.rank]
+        bad = [p for p in peers
+               if not _validate.is_int(p) or not 0 <= p < self.world_size or p == self.rank]
         if bad or len(set(peers)) != len(peers):
-            raise ValueError(
-                f"exchange: peers must be distinct ranks in [0, {self.world_size}) other than "
-                f"this worker's {self.rank}, got {peers}"
-            )
+            raise ValueError(f"exchange: peers must be distinct ranks in [0, {self.world_size}) "
+                             f"other than this worker's {self.rank}, got {peers}")
         assert tensor.is_contiguous() or tensor.dim() == 0, "exchange needs a contiguous tensor"
         if not peers:
             return []
@@ -375,9 +303,8 @@ class Communicator(Shares, ABC):
     @abstractmethod
     def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float: ...
 
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
-                         chunks: int) -> float:
-        """The chain broadcast of :mod:`lsgd.comm.chain` along ``heads``; seconds."""
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
+        """The pipelined chain broadcast of :mod:`lsgd.comm.chain`; seconds."""
         raise NotImplementedError(f"{type(self).__name__} has no pipelined broadcast")
 
     @abstractmethod
@@ -397,19 +324,25 @@ class Communicator(Shares, ABC):
         (uint8) from each member ``j`` (the compressed all-reduce's first half)."""
         raise NotImplementedError(f"{type(self).__name__} has no all-to-all")
 
-    def _exchange(
-        self, tensor: torch.Tensor, peers: list[int]
-    ) -> tuple[list[torch.Tensor], float]:
+    def _exchange(self, tensor: torch.Tensor, peers: list[int]
+                  ) -> tuple[list[torch.Tensor], float]:
         """Send ``tensor`` to every peer, receive one tensor from each; report seconds."""
         raise NotImplementedError(f"{type(self).__name__} does not implement pairwise exchange")
 
     @abstractmethod
     def _add_count(self, key: str, amount: int) -> int: ...
 
-    def _check(self, tensor: torch.Tensor, among: Among) -> None:
+    def _check(self, tensor: torch.Tensor, among: Among, op: str = "sum",
+               src: int | None = None, name: str = "") -> None:
+        """Raise ``ValueError`` for a bad ``among``, ``op`` (of ``name``) or ``src``."""
         if among not in ("world", "group"):
             raise ValueError(f"among must be 'world' or 'group', got {among!r}")
         assert tensor.is_contiguous() or tensor.dim() == 0, "collectives need contiguous tensors"
+        if op not in ("sum", "mean"):
+            raise ValueError(f"{name}: op must be 'sum' or 'mean', got {op!r}")
+        if src is not None and src not in (members := self.among_members(among)):
+            raise ValueError(f"{name}: src={src} is not a member of this {among} "
+                             f"(ranks {members})")
 
 
 def _nbytes(tensor: torch.Tensor) -> int:

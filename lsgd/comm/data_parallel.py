@@ -1,17 +1,12 @@
 """Data parallelism owned by the communicator: the module to call, and the gradient average.
 
-``comm.data_parallel(model)`` returns a :class:`DataParallel`, the module a user
-calls in the forward pass. Every step it averages the gradients of all workers
-(one ring all-reduce of the flattened gradients) and keeps the floating buffers
-equal to rank 0's (one broadcast before each forward).
-
-Under torch.distributed ``DistributedDataParallel`` does the work, overlapping
-the all-reduce with the backward pass (:mod:`lsgd.comm.ddp`); in the simulator
-and for one worker :meth:`DataParallel.synchronize` all-reduces after the
-backward pass (:func:`collective_data_parallel`). Either way a step whose
-forward pass did not go through this module raises instead of silently
-skipping (or doing) the average. A :class:`GradientCompression` selects one of
-PyTorch's DDP hooks, bf16 or PowerSGD (torch.distributed only).
+``comm.data_parallel(model)`` returns a :class:`DataParallel`, the module to call in the
+forward pass. Every step it averages the gradients of all workers (one ring all-reduce)
+and keeps the buffers equal to rank 0's (one broadcast before each forward): under
+torch.distributed by ``DistributedDataParallel`` during the backward pass
+(:mod:`lsgd.comm.ddp`), elsewhere at :meth:`DataParallel.synchronize`
+(:func:`collective_data_parallel`). A step whose forward pass did not go through this
+module raises instead of silently skipping the average.
 """
 
 from __future__ import annotations
@@ -25,28 +20,17 @@ from torch import nn
 
 from lsgd.flat import FlatBuffer
 
-NOT_THROUGH_MODEL = (
-    "{owner}: the forward pass of this step did not go through strategy.model, so the "
-    "gradients were not averaged across workers; call strategy.model(x) (not your own "
-    "model) in the training forward pass"
-)
-
-
 #: The gradient compressions of all-reduce: PyTorch's DDP communication hooks.
 GRADIENT_COMPRESSIONS = ("none", "bf16", "powersgd")
 
 
 @dataclass(frozen=True)
 class GradientCompression:
-    """Which of PyTorch's DDP communication hooks averages the gradients.
-
-    ``kind``: ``"none"`` (DDP's all-reduce), ``"bf16"`` (torch's
-    ``bf16_compress_hook``: the bucket cast to bfloat16, all-reduced, cast back)
-    or ``"powersgd"`` (torch's ``powerSGD_hook``, Vogels et al., arXiv:1905.13727:
-    each gradient matrix sent as two rank-``rank`` factors P and Q, with error
-    feedback and warm start; vectors sent whole; plain all-reduce for the first
-    ``warmup`` steps).
-    """
+    """Which of PyTorch's DDP communication hooks averages the gradients (torch.distributed
+    only): ``"none"`` (DDP's all-reduce), ``"bf16"`` (the bucket cast to bfloat16,
+    all-reduced, cast back) or ``"powersgd"`` (Vogels et al., arXiv:1905.13727: each
+    gradient matrix sent as two rank-``rank`` factors, with error feedback and warm start;
+    plain all-reduce for the first ``warmup`` steps)."""
 
     kind: str = "none"
     rank: int = 1
@@ -67,14 +51,12 @@ class GradientCompression:
 
 
 class DataParallel(nn.Module):
-    """The forward-pass module of data-parallel training; see the module docstring.
+    """The forward-pass module of data-parallel training.
 
-    ``module`` is the user's model (a registered submodule, so ``parameters()``
-    and ``state_dict()`` are the model's, prefixed ``module.`` as under DDP);
-    ``inner`` is what the forward calls (the DDP wrapper, or the model itself);
-    ``average`` runs at :meth:`synchronize` (``None`` when the backend already
-    averaged during the backward pass); ``before_forward`` runs before each
-    forward pass (the simulator's buffer broadcast).
+    ``module`` is the user's model (a registered submodule: ``state_dict()`` is the
+    model's, prefixed ``module.`` as under DDP); ``inner`` is what the forward calls (the
+    DDP wrapper, or the model); ``average`` runs at :meth:`synchronize`;
+    ``before_forward`` runs before each forward pass (the simulator's buffer broadcast).
     """
 
     def __init__(self, module: nn.Module, inner: nn.Module | None = None,
@@ -111,7 +93,10 @@ class DataParallel(nn.Module):
     def synchronize(self, owner: str = "AllReduce") -> None:
         """Before the optimizer step: check the forward went through here; average gradients."""
         if not self._forwarded:
-            raise RuntimeError(NOT_THROUGH_MODEL.format(owner=owner))
+            raise RuntimeError(f"{owner}: the forward pass of this step did not go through "
+                               "strategy.model, so the gradients were not averaged across "
+                               "workers; call strategy.model(x) (not your own model) in the "
+                               "training forward pass")
         self._forwarded = False
         if self._average is not None:
             self._average()

@@ -1,13 +1,9 @@
 """Data parallelism under torch.distributed: DistributedDataParallel with traffic counted.
 
-:func:`ddp_data_parallel` wraps the model in ``DistributedDataParallel`` on the
-communicator's process group with a communication hook that runs DDP's own
-all-reduce of each gradient bucket and counts it (as a ring's, ``2 (W - 1) / W``
-of its bytes per worker); DDP's broadcast of rank 0's floating buffers before each
-forward is counted too. With a :class:`~lsgd.comm.data_parallel.GradientCompression`
-the hook calls PyTorch's ``bf16_compress_hook`` or ``powerSGD_hook`` (PowerSGD,
-Vogels et al., arXiv:1905.13727) instead, and counts what it sends as torch's own
-``total_numel_after_compression`` counts it.
+Its communication hook runs DDP's all-reduce of each gradient bucket (or PyTorch's
+``bf16_compress_hook`` or ``powerSGD_hook``) and counts it as a ring's (``2 (W - 1) / W``
+of its bytes per worker; compressed, as torch's ``total_numel_after_compression``);
+DDP's broadcast of rank 0's buffers before each forward is counted too.
 """
 
 from __future__ import annotations
@@ -38,7 +34,8 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
     device = next(module.parameters()).device
     # Newer torch renamed broadcast_buffers (deprecated) to forward_sync_buffers.
     ddp_args = inspect.signature(nn.parallel.DistributedDataParallel).parameters
-    sync_flag = "forward_sync_buffers" if "forward_sync_buffers" in ddp_args else "broadcast_buffers"
+    sync_flag = ("forward_sync_buffers" if "forward_sync_buffers" in ddp_args
+                 else "broadcast_buffers")
     kwargs: dict[str, Any] = {sync_flag: sync_buffers}
     if device.type == "cuda":
         kwargs["device_ids"] = [device]
@@ -87,7 +84,8 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
         return future.then(done)
 
     ddp.register_comm_hook(process_group, counting_allreduce)
-    buffer_bytes = sum(b.numel() * b.element_size() for b in module.buffers()) if sync_buffers else 0
+    buffer_bytes = (sum(b.numel() * b.element_size() for b in module.buffers())
+                    if sync_buffers else 0)
     buffers = comm.broadcast_traffic(buffer_bytes, 0)
 
     def count_buffer_broadcast() -> None:

@@ -1,18 +1,12 @@
 """The torch.distributed communicator (gloo on CPU, NCCL on GPU).
 
 Works under ``torchrun`` (``env://``) and with a process group the caller
-initialized. Groups are nodes: ``groups = WORLD_SIZE / LOCAL_WORLD_SIZE``
-unless given (or set by ``LSGD_GROUPS``), one subgroup per node
-(:func:`torch.distributed.new_subgroups`). The shared step counter of
-asynchronous methods is one ``add`` on the default group's c10d store, under a
-key prefixed with ``lsgd/`` and torchrun's restart count.
-
-Failures: every collective, exchange and store call is bounded by the process
-group's timeout. A dead peer fails the others at once, a hung one once the
-timeout runs out; either way the primitives raise
-:class:`~lsgd.comm.failures.CommunicationError` naming this rank, the operation
-and how long it waited. ``TCPStore.add`` has no timeout of its own, so
-:meth:`~DistCommunicator.add_count` runs it on a helper thread.
+initialized. Groups are nodes (``WORLD_SIZE / LOCAL_WORLD_SIZE`` unless given or set
+by ``LSGD_GROUPS``), one subgroup per node. The shared step counter of asynchronous
+methods is one ``add`` on the c10d store, under a prefix holding torchrun's restart
+count. Every collective, exchange and store call is bounded by the process group's
+timeout; a failure raises :class:`~lsgd.comm.failures.CommunicationError` naming this
+rank, the operation and how long it waited.
 """
 
 from __future__ import annotations
@@ -21,9 +15,8 @@ import contextlib
 import datetime
 import functools
 import os
-import queue
-import threading
 import time
+from concurrent import futures
 from collections.abc import Callable
 from typing import Any
 
@@ -32,72 +25,52 @@ import torch.distributed as dist
 from torch import nn
 
 from lsgd.comm.communicator import Among, Communicator, ReduceOp
-from lsgd.comm.info import WorkerInfo, check_layout
+from lsgd.comm.info import WorkerInfo
+from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.failures import communication_errors, seconds_text
 from lsgd.comm.lanes import BackgroundLane, current_lane
-from lsgd.comm.transfers import Transfer
-from lsgd.comm.transfers import run as run_transfer
+from lsgd.comm.transfers import LANES, Transfer, run as run_transfer
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
+_ZERO = datetime.timedelta(0)
 
 
-class _StoreCalls:
-    """Runs store calls on a daemon thread, so that the caller can stop waiting.
+class _StoreCalls(BackgroundLane):
+    """Runs store calls on a daemon thread, so that the caller can stop waiting:
+    ``TCPStore.add`` has no timeout of its own and waits forever when the process serving
+    the store stops. A call that gave up leaves the thread ``stuck``; use a new one."""
 
-    ``TCPStore.add`` has no timeout of its own: when the process serving the
-    store stops (SIGSTOP, a frozen machine) it waits forever. A call that gave
-    up leaves the thread stuck (``stuck``); the caller then needs a new one.
-    """
+    stuck = False
 
     def __init__(self) -> None:
-        self.stuck = False
-        self._requests: queue.SimpleQueue[Callable[[], Any]] = queue.SimpleQueue()
-        self._results: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="lsgd-store", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            call = self._requests.get()
-            try:
-                self._results.put((True, call()))
-            except BaseException as error:  # handed to the caller
-                self._results.put((False, error))
+        super().__init__("store")
 
     def __call__(self, call: Callable[[], Any], timeout: datetime.timedelta) -> Any:
         """``call()``, or a ``RuntimeError`` once it took longer than ``timeout``."""
-        self._requests.put(call)
-        try:
-            ok, value = self._results.get(timeout=timeout.total_seconds())
-        except queue.Empty:
+        future = self.submit(call)
+        if not futures.wait([future], timeout.total_seconds()).done:
             self.stuck = True
             raise RuntimeError(
                 f"the c10d store did not answer within {seconds_text(timeout)}") from None
-        if not ok:
-            raise value
-        return value
+        return future.result()
 
 
-def _group_timeout(group: dist.ProcessGroup | None) -> datetime.timedelta | None:
+def _group_timeout(group: dist.ProcessGroup) -> datetime.timedelta | None:
     """The timeout ``group`` was created with, where torch lets us read it."""
-    if group is None:
-        return None
     try:
         timeout = group._get_backend(torch.device("cpu")).options._timeout
-    except Exception:  # private API: absent or different in other torch versions
+    except Exception:  # a private API, absent or different in other torch versions
         return None
-    if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
-        return timeout
-    return None
+    return timeout if isinstance(timeout, datetime.timedelta) and timeout > _ZERO else None
 
 
 def default_backend() -> str:
     """``LSGD_BACKEND`` if set (``gloo``: CUDA tensors too, as two processes sharing one
     GPU need, since NCCL refuses two ranks on one device); else ``"cuda:nccl,cpu:gloo"``
     where CUDA is present (both kinds of tensor work), else gloo."""
-    if os.environ.get("LSGD_BACKEND"):
-        return os.environ["LSGD_BACKEND"]
-    return "cuda:nccl,cpu:gloo" if torch.cuda.is_available() else "gloo"
+    default = "cuda:nccl,cpu:gloo" if torch.cuda.is_available() else "gloo"
+    return os.environ.get("LSGD_BACKEND") or default
 
 
 def groups_from_env(world_size: int) -> int:
@@ -109,20 +82,16 @@ def groups_from_env(world_size: int) -> int:
 
 
 def init_from_env(timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> None:
-    """Initialize the default process group from torchrun's environment, once.
+    """Initialize the default process group from torchrun's environment, once (with
+    CUDA, on the device ``LOCAL_RANK``).
 
-    On a machine with CUDA the worker's device is set to ``LOCAL_RANK``.
-
-    The store is torch's own ``env://`` rendezvous: torchrun's agent store, or
-    one that rank 0 serves. The agent's store outlives an elastic restart and
-    still holds the failed attempt's keys (gloo's and NCCL's addresses of
-    processes now gone), which restarted workers would read and fail to
-    connect to; so it is used under a prefix holding the agent's
-    ``TORCHELASTIC_RESTART_COUNT``. Agents on different nodes may count
-    differently, so restarts across nodes need a fresh store per rendezvous
-    round, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every agent's
-    environment (rank 0 then serves it, and no prefix is needed); once the
-    group is formed the workers agree on the count (:func:`agree_on_attempt`).
+    The store is torch's ``env://`` rendezvous. torchrun's agent store outlives an
+    elastic restart and still holds the failed attempt's keys (addresses of processes
+    now gone), so it is used under a prefix holding ``TORCHELASTIC_RESTART_COUNT``.
+    Agents on different nodes may count differently, so restarts across nodes need
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every agent (rank 0 then serves a fresh
+    store per rendezvous round); the workers then agree on the count
+    (:func:`agree_on_attempt`).
     """
     if dist.is_initialized():
         return
@@ -141,12 +110,11 @@ def agree_on_attempt() -> int:
     """Give every worker the same ``TORCHELASTIC_RESTART_COUNT``: the largest of the
     nodes' agents' (one all-reduce of one integer, where there are several agents).
 
-    torch's elastic agent counts a restart only when its own workers failed; one whose
-    workers were healthy restarts them without counting when another node's agent opens
-    a new rendezvous round, so after one failure the count is 1 on some nodes and 0 on
-    others. Whatever tells a restart from a first start by the count (``lsgd train``
-    continues from its checkpoint; a ``--fault`` fires on the first attempt only) would
-    act differently on different nodes, and their collectives would no longer match.
+    torch's elastic agent counts a restart only when its own workers failed, so after
+    one failure the count is 1 on some nodes and 0 on others. Whatever tells a restart
+    from a first start by the count (``lsgd train`` continues from its checkpoint; a
+    ``--fault`` fires on the first attempt only) would then act differently on different
+    nodes, and their collectives would no longer match.
     """
     count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if int(os.environ.get("GROUP_WORLD_SIZE", "1")) <= 1 or not dist.is_initialized():
@@ -161,34 +129,24 @@ def agree_on_attempt() -> int:
 
 
 class DistCommunicator(Communicator):
-    """Collectives over a torch.distributed process group.
-
-    ``process_group`` defaults to the world group; ``groups`` defaults to
-    :func:`groups_from_env`. Constructing one is collective (the subgroups are
-    created on every rank).
-    """
+    """Collectives over ``process_group`` (default: the world group) in ``groups`` groups
+    (default: :func:`groups_from_env`). Constructing one is collective (subgroups)."""
 
     _label = ""  # names this communicator's collectives apart from another's
 
-    def __init__(
-        self,
-        process_group: dist.ProcessGroup | None = None,
-        groups: int | None = None,
-        timeout: datetime.timedelta | None = None,
-        label: str = "",
-        lane_groups: dict[str, dist.ProcessGroup] | None = None,
-    ) -> None:
+    def __init__(self, process_group: dist.ProcessGroup | None = None,
+                 groups: int | None = None, timeout: datetime.timedelta | None = None,
+                 label: str = "", lane_groups: dict[str, dist.ProcessGroup] | None = None
+                 ) -> None:
         if not dist.is_initialized():
-            raise RuntimeError(
-                "torch.distributed is not initialized: run under torchrun, call "
-                "torch.distributed.init_process_group(...) first, or use lsgd.simulate"
-            )
+            raise RuntimeError("torch.distributed is not initialized: run under torchrun, call "
+                               "torch.distributed.init_process_group(...) first, or use "
+                               "lsgd.simulate")
         self._pg = process_group or dist.group.WORLD
         # The subgroups get the same timeout (torch's own default is 30 minutes).
         self._timeout = timeout or _group_timeout(self._pg) or DEFAULT_TIMEOUT
         world_size = dist.get_world_size(self._pg)
         groups = groups_from_env(world_size) if groups is None else groups
-        check_layout(world_size, groups)
         super().__init__(WorkerInfo(dist.get_rank(self._pg), world_size, groups))
         self._global = [dist.get_global_rank(self._pg, r) for r in range(world_size)]
         self._store: dist.Store | None = None
@@ -222,8 +180,6 @@ class DistCommunicator(Communicator):
         """(the node's communicator, the peers' communicator) of this worker's replica
         (:mod:`lsgd.comm.replica`): the node's own subgroup, and the group of the workers
         of this local rank on every node, with its lanes' groups (collective)."""
-        from lsgd.comm.transfers import LANES
-
         info = self.info
         lists = [[self._global[node * info.group_size + r] for node in range(info.groups)]
                  for r in range(info.group_size)]
@@ -236,10 +192,6 @@ class DistCommunicator(Communicator):
                                  label="peers",
                                  lane_groups={lane: peers_group() for lane in LANES})
         return node, peers
-
-    @property
-    def process_group(self) -> dist.ProcessGroup:
-        return self._pg
 
     @property
     def broadcast_algorithm(self) -> str:  # type: ignore[override]
@@ -255,7 +207,7 @@ class DistCommunicator(Communicator):
             return DataParallel(module)
         from lsgd.comm.ddp import ddp_data_parallel
 
-        return ddp_data_parallel(self, self.process_group, module, sync_buffers, options,
+        return ddp_data_parallel(self, self._pg, module, sync_buffers, options,
                                  compression or GradientCompression())
 
     @property
@@ -268,23 +220,17 @@ class DistCommunicator(Communicator):
             self._store = dist.PrefixStore(f"lsgd-r{restart}/", c10d._get_default_store())
             with contextlib.suppress(Exception):
                 timeout = self._store.timeout
-                if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
+                if isinstance(timeout, datetime.timedelta) and timeout > _ZERO:
                     self._store_wait = timeout
         return self._store
 
     def _add_count(self, key: str, amount: int) -> int:
         store = self.store
-        with communication_errors(
-            self.rank, f"update of the shared step counter {key!r} in the c10d store",
-            self._store_wait,
-        ):
-            return int(self._bounded(lambda: store.add(key, amount)))
-
-    def _bounded(self, call: Callable[[], Any]) -> Any:
-        """``call()`` on the store, giving up after the store's timeout."""
         if self._store_calls is None or self._store_calls.stuck:
             self._store_calls = _StoreCalls()
-        return self._store_calls(call, self._store_wait)
+        with communication_errors(self.rank, f"update of the shared step counter {key!r} in "
+                                  "the c10d store", self._store_wait):
+            return int(self._store_calls(lambda: store.add(key, amount), self._store_wait))
 
     def _failures(self, operation: str,
                   among: Among | None = None) -> contextlib.AbstractContextManager[None]:
@@ -292,10 +238,9 @@ class DistCommunicator(Communicator):
         None: point-to-point in the world group), with the timeout that bounds it."""
         absent: Callable[[], list[int] | None] | None = None
         if among is not None:
-            scope = "world" if among == "world" else f"group{self.info.group}"
-            scope = f"{self._label}-{scope}" if self._label else scope
             lane = current_lane()
-            scope = f"{lane.name}-{scope}" if lane is not None else scope
+            where = "world" if among == "world" else f"group{self.info.group}"
+            scope = "-".join(p for p in (lane.name if lane else "", self._label, where) if p)
             self._calls[scope] = number = self._calls.get(scope, 0) + 1
             members = self.among_members(among)
             absent = functools.partial(self._roll_call, f"{scope}/{number}", members)
@@ -306,14 +251,10 @@ class DistCommunicator(Communicator):
         return communication_errors(self.rank, operation, self._waits[among or "world"], absent)
 
     def _roll_call(self, call: str, members: list[int]) -> list[int] | None:
-        """After a collective timed out: the members that never reached it.
-
-        Every member that gave up on collective number ``call`` of its scope
-        (the members call their collectives in the same order) marks itself
-        present in the c10d store and waits a little for the others to do the
-        same; whoever is not marked never arrived. Costs nothing before a
-        failure. None when the store cannot tell (it is gone as well).
-        """
+        """After a collective timed out: the members that never reached it (None when the
+        store is gone as well). Every member that gave up on collective number ``call`` of
+        its scope marks itself present in the c10d store and waits a little for the
+        others; whoever is not marked never arrived."""
         wait = datetime.timedelta(seconds=max(2.0, min(10.0, 0.05 * self._timeout.total_seconds())))
         prefix = f"roll-call/{call}/"
         try:
@@ -353,8 +294,7 @@ class DistCommunicator(Communicator):
             lane = BackgroundLane(transfer.lane, (world, self._node_subgroup(world)),
                                   transfer.tensor.device)
             self._lanes[transfer.lane] = lane
-        future = lane.submit(functools.partial(run_transfer, self, transfer))
-        return future.result
+        return lane.submit(functools.partial(run_transfer, self, transfer)).result
 
     def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int],
                     among: Among) -> list[torch.Tensor]:
@@ -378,34 +318,32 @@ class DistCommunicator(Communicator):
             dist.broadcast(tensor, src=self._global[src], group=self._group(among))
         return time.perf_counter() - start
 
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
-                         chunks: int) -> float:
-        # Along the heads: every chunk's receive posted at once; each chunk passed on
-        # (isend) as soon as it has arrived, while the next ones arrive. Then inside
-        # the node.
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
+        # Along the heads, each chunk passed on (isend) as soon as it has arrived, while
+        # the next ones arrive; then inside the node.
         start = time.perf_counter()
         world, node = self._groups()
+        info = self.info
+        heads = chain_heads(src, info.groups, info.group_size)
         with self._failures(f"pipelined broadcast from rank {src}", "world"):
             if self.rank in heads:
+                chain = [self._global[h] for h in heads]
                 position = heads.index(self.rank)
-                previous = self._global[heads[position - 1]] if position > 0 else None
-                following = (self._global[heads[position + 1]]
-                             if position + 1 < len(heads) else None)
-                pieces = tensor.view(-1).chunk(chunks)
+                pieces = tensor.view(-1).chunk(chunk_count(tensor.numel() * tensor.element_size()))
                 # Every receive is posted at once, so that chunks stream in while
                 # earlier ones are passed on (gloo keeps the order between a pair).
-                receives = ([dist.irecv(piece, src=previous, group=world) for piece in pieces]
-                            if previous is not None else [])
+                receives = ([dist.irecv(piece, src=chain[position - 1], group=world)
+                             for piece in pieces] if position > 0 else [])
                 sends = []
                 for k, piece in enumerate(pieces):
                     if receives:
                         receives[k].wait()
-                    if following is not None:
-                        sends.append(dist.isend(piece, dst=following, group=world))
+                    if position + 1 < len(chain):
+                        sends.append(dist.isend(piece, dst=chain[position + 1], group=world))
                 for work in sends:
                     work.wait()
-            if node is not None and self.info.group_size > 1:
-                head = next(h for h in heads if h // self.info.group_size == self.info.group)
+            if node is not None and info.group_size > 1:
+                head = next(h for h in heads if h // info.group_size == info.group)
                 dist.broadcast(tensor, src=self._global[head], group=node)
         return time.perf_counter() - start
 
@@ -421,9 +359,8 @@ class DistCommunicator(Communicator):
         with self._failures("barrier", "world"):
             dist.barrier(group=self._pg)
 
-    def _exchange(
-        self, tensor: torch.Tensor, peers: list[int]
-    ) -> tuple[list[torch.Tensor], float]:
+    def _exchange(self, tensor: torch.Tensor, peers: list[int]
+                  ) -> tuple[list[torch.Tensor], float]:
         # All sends and receives posted at once (batch_isend_irecv), so the
         # order of the peers cannot deadlock; P2POp takes global ranks.
         start = time.perf_counter()

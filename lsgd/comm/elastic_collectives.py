@@ -13,25 +13,14 @@ keeps its number across restarts; its workers are the global ranks
     ...collectives...      # among the members' workers only
     comm.end_round()       # torchft's commit: False if anything failed
 
-Inside a node the collectives run over its own process group, across nodes over
-torchft's; ``all_gather`` returns ``W`` rows, those of absent workers NaN (0 for
-integer tensors). A collective across nodes that fails leaves its tensor as it was
-and raises :class:`~lsgd.comm.quorum.RoundFailed`; the round is then not committed.
-Healing (torchft's ``PGTransport``) sends what :meth:`add_state` registered, counted
-under ``"join"``. Started collectives run on a background thread with one worker per
-node. docs/reliability.md ("Survivors keep training") says the rest; not available
-here: pairwise exchange, the shared counter of asynchronous methods, and NCCL.
-
-Elastic replicas of a node's processes: with ``replica="node"`` on an elastic
-communicator of ``per_node`` processes (:func:`lsgd.comm.replica.replicas_of`), a
-method's world is the nodes, and each round's collective runs on this process's part
-among the processes of its local rank on every member node: torchft's process group
-of the worker. :class:`ElasticPeers` is that view: rank = the node (slot), world = the
-nodes the job is made for, members = the nodes of the current quorum; an all-gather
-has a row per node, NaN for absent ones. Rounds, quorums, heals and commits stay the
-elastic communicator's; a collective that fails on one process fails on all of the
-node's. Hidden rounds start their collective on a background thread, as with one
-process per node. Both views run the same collectives, :class:`QuorumCollectives`.
+The collectives (:class:`~lsgd.comm.quorum_collectives.QuorumCollectives`) run inside
+a node over its own process group, across nodes over torchft's; a collective across
+nodes that fails raises :class:`~lsgd.comm.quorum.RoundFailed`, and the round is not
+committed. Healing (torchft's ``PGTransport``) sends what :meth:`add_state`
+registered, counted under ``"join"``. docs/reliability.md ("Survivors keep
+training") says the rest; not available here: pairwise exchange, the shared counter
+of asynchronous methods, and NCCL. With ``replica="node"`` a method's workers are the
+nodes (:class:`~lsgd.comm.quorum_collectives.ElasticPeers`).
 """
 
 from __future__ import annotations
@@ -46,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
+from lsgd import _validate
 from lsgd.comm.communicator import Communicator
 from lsgd.comm.wire import Traffic
 from lsgd.comm.info import WorkerInfo
@@ -59,6 +50,7 @@ from lsgd.comm.quorum_collectives import ElasticPeers, QuorumCollectives
 __all__ = ["EXTRA", "ElasticCommunicator", "ElasticPeers", "LighthouseLost", "QuorumCollectives",
            "RoundFailed", "start_lighthouse"]
 
+
 class ElasticCommunicator(QuorumCollectives):
     """Collectives among the members of each round's torchft quorum.
 
@@ -66,21 +58,17 @@ class ElasticCommunicator(QuorumCollectives):
         slot: this worker's node in ``[0, slots)`` (kept across restarts).
         slots: the number of nodes the job is made for.
         lighthouse: the lighthouse's address, ``http://host:port``.
-        address: the address this node's servers listen on and advertise
-            (loopback by default).
-        per_node: workers per node; above 1 they must share torch.distributed's
-            default process group (the node's agent started them together)
-            and its store (``MASTER_ADDR``, ``MASTER_PORT``); nodes are then the
-            groups (multi-leader LSGD's local level).
+        address: the address this node's servers listen on and advertise.
+        per_node: workers per node; above 1 they must share torch.distributed's default
+            process group and its store (one agent per node started them); nodes are
+            then the groups (multi-leader LSGD's local level).
         local_rank: this worker's rank inside its node.
         min_members: rounds with fewer member nodes are not committed.
         timeout: seconds a collective or a heal may take before the round fails.
         quorum_timeout: seconds to wait for a quorum; when none came and the
             lighthouse does not answer, :class:`LighthouseLost` is raised.
-        quorum_log: a CSV file to which every quorum adds a line (the seconds since
-            the epoch, the worker, its attempt, its committed rounds, the member
-            nodes, whether it was healed, the error of a failed one), for a run's
-            record.
+        quorum_log: a CSV file to which every quorum adds a line (time, worker, attempt,
+            committed rounds, member nodes, whether it was healed, a failure's error).
     """
 
     def __init__(self, slot: int, slots: int, *, lighthouse: str, address: str = "127.0.0.1",
@@ -90,22 +78,19 @@ class ElasticCommunicator(QuorumCollectives):
         name = "ElasticCommunicator"
         if not isinstance(slot, int) or not 0 <= slot < slots:
             raise ValueError(f"{name}: slot must be in [0, {slots}), got {slot!r}")
-        if not isinstance(per_node, int) or per_node < 1:
-            raise ValueError(f"{name}: per_node must be a positive integer, got {per_node!r}")
+        _validate.positive_int(name, "per_node", per_node)
         if not isinstance(local_rank, int) or not 0 <= local_rank < per_node:
             raise ValueError(f"{name}: local_rank must be in [0, {per_node}), got {local_rank!r}")
         if not isinstance(min_members, int) or not 1 <= min_members <= slots:
             raise ValueError(f"{name}: min_members must be in [1, {slots}], got {min_members!r}")
         require_torchft()
-        super().__init__(WorkerInfo(rank=slot * per_node + local_rank,
-                                    world_size=slots * per_node,
+        super().__init__(WorkerInfo(rank=slot * per_node + local_rank, world_size=slots * per_node,
                                     groups=slots if per_node > 1 else 1))
         os.environ.setdefault("RUST_LOG", "error")
         # torchft warns at every new quorum that it cannot reset NCCL's flight recorder,
         # and torch that a received checkpoint's buffer is read-only: neither matters here.
         logging.getLogger("torchft.manager").setLevel(logging.ERROR)
         warnings.filterwarnings("ignore", message="The given buffer is not writable")
-        import torch.distributed as dist
         from torchft.checkpointing.pg_transport import PGTransport
         from torchft.manager import Manager
         from torchft.process_group import ProcessGroupGloo
@@ -115,9 +100,9 @@ class ElasticCommunicator(QuorumCollectives):
             raise RuntimeError(f"{name}: per_node={per_node} needs the node's {per_node} workers "
                                "in torch.distributed's default process group (start them with "
                                "one agent per node: lsgd.launch_elastic(..., per_node=...))")
+        patience = datetime.timedelta(seconds=timeout)
         # torchft's store for the node: a fresh one every attempt, on the node's first worker
         # (a store that outlived a restart would hand the others the dead attempt's manager).
-        store_addr = address
         if local_rank == 0:
             self._store = dist.TCPStore(host_name=address, port=0, is_master=True,
                                         wait_for_workers=False)
@@ -126,12 +111,11 @@ class ElasticCommunicator(QuorumCollectives):
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
             shared = dist.PrefixStore(f"lsgd-elastic/{attempt}", dist.TCPStore(
                 os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                timeout=datetime.timedelta(seconds=timeout)))
+                timeout=patience))
             if local_rank == 0:
                 shared.set("torchft-store", str(store_port))
             else:
                 store_port = int(shared.get("torchft-store"))
-        patience = datetime.timedelta(seconds=timeout)
         self._pg = ProcessGroupGloo(timeout=patience)
         self._parts: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {}
         self._nodes: list[int] | None = None
@@ -149,7 +133,7 @@ class ElasticCommunicator(QuorumCollectives):
             self.manager = Manager(
                 pg=self._pg, min_replica_size=min_members, use_async_quorum=False,
                 load_state_dict=self._on_heal, state_dict=self._on_send,
-                replica_id=f"lsgd{slot}", store_addr=store_addr, store_port=store_port,
+                replica_id=f"lsgd{slot}", store_addr=address, store_port=store_port,
                 rank=local_rank, world_size=per_node, lighthouse_addr=lighthouse, hostname=address,
                 # heals over the process group of the quorum: no HTTP server of the whole state
                 checkpoint_transport=PGTransport(
@@ -180,10 +164,9 @@ class ElasticCommunicator(QuorumCollectives):
 
     def _lost(self, error: object) -> LighthouseLost:
         return LighthouseLost(
-            f"worker {self.rank}: the lighthouse at {self._lighthouse} does not answer "
-            f"(stopped, or its node is down): {error}. Every round forms there, so "
-            "elastic training cannot go on without it: start the run again, "
-            "lighthouse included")
+            f"worker {self.rank}: the lighthouse at {self._lighthouse} does not answer (stopped, "
+            f"or its node is down): {error}. Every round forms there, so elastic training "
+            "cannot go on without it: start the run again, lighthouse included")
 
     # -- rounds -----------------------------------------------------------
     def begin_round(self) -> None:
@@ -209,7 +192,7 @@ class ElasticCommunicator(QuorumCollectives):
             if not answers(self._lighthouse):
                 raise self._lost(error) from None
             raise RoundFailed(f"worker {self.rank}: the quorum failed: {error}")
-        ranks = list(getattr(self._pg, "_global_ranks", None) or [])  # node * per_node + k
+        ranks = getattr(self._pg, "_global_ranks", None) or []  # node * per_node + k
         nodes = [r // self.per_node for r in ranks]
         if self.node not in nodes:
             nodes = self._gather_nodes()
@@ -249,9 +232,9 @@ class ElasticCommunicator(QuorumCollectives):
     def member_nodes(self) -> list[int]:
         """The nodes taking part in the current round, in order."""
         if self._nodes is None:
-            raise RuntimeError(
-                f"worker {self.rank}: an elastic communicator exchanges among all workers "
-                "only inside a round (between begin_round() and end_round())")
+            raise RuntimeError(f"worker {self.rank}: an elastic communicator exchanges among all "
+                               "workers only inside a round (between begin_round() and "
+                               "end_round())")
         return list(self._nodes)
 
     def members(self) -> list[int]:
@@ -311,8 +294,6 @@ class ElasticCommunicator(QuorumCollectives):
         all-reduce of a flag; nothing with one worker per node)."""
         if self.per_node == 1:
             return error
-        import torch.distributed as dist
-
         seen = torch.tensor([0.0 if error is None else 1.0])
         dist.all_reduce(seen, group=group)
         if error is None and float(seen) > 0:

@@ -1,11 +1,6 @@
-"""The error every communication failure becomes, and the block that makes it.
-
-A collective, exchange or store call that fails because a peer died, hung or
-became unreachable raises :class:`CommunicationError`: its message names the
-rank, the operation, how long it waited and the timeout, with torch's error
-chained. Exported as ``lsgd.CommunicationError`` for loops run under
-``torchrun`` or :func:`lsgd.launch`.
-"""
+"""The error every communication failure becomes (``lsgd.CommunicationError``), and the
+block that makes it: its message names the rank, the operation, how long it waited and
+the timeout."""
 
 from __future__ import annotations
 
@@ -16,11 +11,8 @@ from collections.abc import Callable, Iterator
 
 
 class CommunicationError(RuntimeError):
-    """A collective, exchange or store operation failed, usually because a peer died or hung.
-
-    The message names the rank, the operation, how long it waited and the
-    timeout; the error torch.distributed raised is chained (``__cause__``).
-    """
+    """A collective, exchange or store operation failed, usually because a peer died or hung
+    (the error torch.distributed raised is chained: ``__cause__``)."""
 
 
 def seconds_text(value: datetime.timedelta | float) -> str:
@@ -35,10 +27,9 @@ def _last_words(error: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def communication_errors(
-    rank: int, operation: str, timeout: datetime.timedelta,
-    absent: Callable[[], list[int] | None] | None = None,
-) -> Iterator[None]:
+def communication_errors(rank: int, operation: str, timeout: datetime.timedelta,
+                         absent: Callable[[], list[int] | None] | None = None
+                         ) -> Iterator[None]:
     """Re-raise torch.distributed's errors in the block as :class:`CommunicationError`.
 
     ``operation`` says what was attempted and among whom, e.g. ``"broadcast
@@ -55,19 +46,18 @@ def communication_errors(
         waited = time.monotonic() - start
         took = f"{waited:.1f} s" if waited >= 0.1 else "less than 0.1 s"
         culprit = "Another worker has probably died, hung or become unreachable."
+        limit = f"the collective timeout of {seconds_text(timeout)}"
         if waited >= 0.9 * timeout.total_seconds():
-            when = f"after waiting {took}: the collective timeout of {seconds_text(timeout)} ran out"
+            when = f"after waiting {took}: {limit} ran out"
             missing = absent() if absent is not None else None
             if missing:
                 names = ", ".join(str(r) for r in missing)
                 culprit = (f"Worker{'s' if len(missing) > 1 else ''} {names} never reached it "
                            "(hung, stopped, unreachable or far behind).")
         else:
-            when = f"after {took}, before the collective timeout of {seconds_text(timeout)} ran out"
+            when = f"after {took}, before {limit} ran out"
         raise CommunicationError(
-            f"Rank {rank} gave up on the {operation} {when}. {culprit} "
-            "Check the other workers' logs for the first "
-            "error; if the workers are only slow (on a long evaluation, say), raise the "
-            "timeout (the timeout argument of lsgd.launch; lsgd train --timeout).\n"
-            f"Original error: {_last_words(error)}"
-        ) from error
+            f"Rank {rank} gave up on the {operation} {when}. {culprit} Check the other workers' "
+            "logs for the first error; if the workers are only slow (on a long evaluation, "
+            "say), raise the timeout (the timeout argument of lsgd.launch; lsgd train "
+            f"--timeout).\nOriginal error: {_last_words(error)}") from error

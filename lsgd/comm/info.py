@@ -24,15 +24,6 @@ class CommStats:
     link_bytes_sent: int = 0
     link_bytes_received: int = 0
 
-    def add(self, sent: int, received: int, seconds: float, link_sent: int = 0,
-            link_received: int = 0) -> None:
-        self.bytes_sent += int(sent)
-        self.bytes_received += int(received)
-        self.seconds += seconds
-        self.calls += 1
-        self.link_bytes_sent += int(link_sent)
-        self.link_bytes_received += int(link_received)
-
     def minus(self, other: CommStats) -> CommStats:
         """The counts accumulated since ``other`` was taken."""
         return CommStats(*(getattr(self, f.name) - getattr(other, f.name)
@@ -66,10 +57,9 @@ class WorkerInfo:
         """Position of this worker inside its group (its local rank)."""
         return self.rank % self.group_size
 
-    def group_members(self, group: int | None = None) -> list[int]:
-        """Global ranks of ``group`` (default: this worker's group)."""
-        g = self.group if group is None else group
-        return list(range(g * self.group_size, (g + 1) * self.group_size))
+    def group_members(self) -> list[int]:
+        """Global ranks of this worker's group."""
+        return list(range(self.group * self.group_size, (self.group + 1) * self.group_size))
 
 
 def check_layout(world_size: int, groups: int) -> None:
@@ -79,16 +69,13 @@ def check_layout(world_size: int, groups: int) -> None:
     if not _validate.is_int(groups) or groups < 1:
         raise ValueError(f"groups must be a positive integer, got {groups!r}")
     if world_size % groups != 0:
-        raise ValueError(
-            f"groups={groups} must divide the number of workers world_size={world_size}; "
-            f"use a divisor such as 1 or {world_size}"
-        )
+        raise ValueError(f"groups={groups} must divide the number of workers world_size="
+                         f"{world_size}; use a divisor such as 1 or {world_size}")
 
 
 def check_replica(replica: str) -> str:
     """``replica`` if it is one of :data:`REPLICAS`; ``ValueError`` naming it otherwise."""
     if replica not in REPLICAS:
-        raise ValueError(f"replica must be one of {', '.join(REPLICAS)} (a process, or all "
-                         f"the processes of a node, is one worker of the method), got "
-                         f"{replica!r}")
+        raise ValueError(f"replica must be one of {', '.join(REPLICAS)} (a process, or all the "
+                         f"processes of a node, is one worker of the method), got {replica!r}")
     return replica

@@ -1,16 +1,13 @@
 """The background lanes of a torch.distributed worker: started transfers, in order.
 
-Under torch.distributed a started transfer
-(:meth:`~lsgd.comm.communicator.Communicator.start_all_reduce` and its kin) runs on its
-lane's background thread (``"bulk"`` for states, ``"control"`` for small
-messages), in start order, over process groups of the lane's own (copies of
-the world group and node subgroups, created collectively at the lane's first
-transfer). Each group then sees its collectives in the same order on every
-worker, so training, a round in flight, a score exchange and an evaluation's
-all-reduce proceed at once without mismatching. A thread, rather than
-``async_op=True``, lets one transfer be any sequence of blocking calls (a
-compressed all-reduce, the chain broadcast). On a GPU the thread uses the
-worker's device and default stream; this path has not been run on a GPU.
+A started transfer (:meth:`~lsgd.comm.communicator.Communicator.start_all_reduce` and
+its kin) runs on its lane's background thread, in start order, over process groups of
+the lane's own (created collectively at the lane's first transfer). Each group then
+sees its collectives in the same order on every worker, so training, a round in flight,
+a score exchange and an evaluation proceed at once without mismatching. A thread,
+rather than ``async_op=True``, lets one transfer be any sequence of blocking calls (a
+compressed all-reduce, the chain broadcast). On a GPU the thread uses the worker's
+device and default stream; this path has not been run on a GPU.
 """
 
 from __future__ import annotations
@@ -32,19 +29,18 @@ def current_lane() -> BackgroundLane | None:
 
 
 class BackgroundLane:
-    """One thread that runs submitted calls in order; ``groups`` are its process groups
-    (world, node subgroup or None), used by the communicator's primitives when they run
-    on this thread."""
+    """One daemon thread that runs submitted calls in order; ``groups`` are its process
+    groups (world, node subgroup or None), used by the communicator's primitives when
+    they run on this thread, on ``device``."""
 
-    def __init__(self, name: str, groups: tuple[Any, Any], device: torch.device) -> None:
+    def __init__(self, name: str, groups: tuple[Any, Any] = (None, None),
+                 device: torch.device = torch.device("cpu")) -> None:
         self.name = name
         self.groups = groups
         self._device = device
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = (
             queue.SimpleQueue())
-        self._thread = threading.Thread(target=self._serve, name=f"lsgd-{name}",
-                                        daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._serve, name=f"lsgd-{name}", daemon=True).start()
 
     def submit(self, call: Callable[[], Any]) -> Future[Any]:
         """Run ``call`` after every call submitted before it; its future."""

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 EXTRA = "pip install 'lsgd[torchft]'"
 #: ``host:port:seconds`` of an elastic job's start gate (a c10d store), in the environment
@@ -39,14 +40,12 @@ def require_torchft(what: str = "elastic training") -> None:
 
 def start_lighthouse(port: int = 29510, min_members: int = 1, *, host: str = "127.0.0.1",
                      join_timeout: float = 30.0, heartbeat_timeout: float = 2.0) -> Any:
-    """torchft's lighthouse server on ``host:port`` (it listens on that address only,
-    not on every interface: give the node's address on the private network the
-    workers share); call ``.shutdown()`` on what it returns.
+    """torchft's lighthouse server on ``host:port`` (that address only: give the node's
+    address on the workers' private network); call ``.shutdown()`` on what it returns.
 
-    A quorum forms once every live worker asked for it, or ``join_timeout``
-    seconds after ``min_members`` did; a worker whose heartbeats stop for
-    ``heartbeat_timeout`` seconds (it died, or its process stopped) is left
-    out of the next quorum.
+    A quorum forms once every live worker asked for it, or ``join_timeout`` seconds
+    after ``min_members`` did; a worker whose heartbeats stop for ``heartbeat_timeout``
+    seconds is left out of the next quorum.
     """
     require_torchft("the lighthouse")
     os.environ.setdefault("RUST_LOG", "error")
@@ -67,8 +66,6 @@ def start_gate(rank: int, world: int) -> float | None:
     where = os.environ.get(GATE_ENV)
     if not where:
         return None
-    import torch.distributed as dist
-
     host, port, seconds = where.rsplit(":", 2)
     patience = datetime.timedelta(seconds=max(float(seconds), 0.001))
     start = time.monotonic()

@@ -1,7 +1,6 @@
-"""The collectives of an elastic worker among the member nodes of the current quorum,
-written once for both views of a node's processes (:mod:`lsgd.comm.elastic_collectives`
-says what the views are): :class:`QuorumCollectives`, and :class:`ElasticPeers`, an
-elastic replica's peers (one worker per node, this process's part)."""
+"""The collectives of an elastic worker among the member nodes of the current quorum
+(:mod:`lsgd.comm.elastic_collectives`), written once for both views of a node's
+processes: :class:`QuorumCollectives`, and :class:`ElasticPeers`."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from lsgd.comm.communicator import Communicator
 from lsgd.comm.lanes import BackgroundLane, current_lane
@@ -24,14 +24,11 @@ __all__ = ["ElasticPeers", "QuorumCollectives"]
 class QuorumCollectives(Communicator):
     """The collectives of an elastic worker among the member nodes of the current round.
 
-    Written once for both views of a node's processes: :class:`ElasticCommunicator`
-    (``per_node`` workers on every node: a collective inside the node, then across the
-    member nodes) and an elastic replica's peers (:class:`ElasticPeers`: one worker per
-    node, this process's part, across the member nodes only). A view says how many of
-    its workers a node holds (``per_node``) and which of them it is (``local_rank``);
-    the collectives across nodes run on the torchft process group of :meth:`_elastic`
-    (the communicator that holds the rounds), and the node's processes agree on each
-    one's outcome over :meth:`_agreement`.
+    A view says how many of its workers a node holds (``per_node``: a collective inside
+    the node, then across the member nodes) and which of them it is (``local_rank``);
+    across nodes they run on the torchft process group of :meth:`_elastic`, and the
+    node's processes agree on each one's outcome over :meth:`_agreement`. A collective
+    across nodes that fails leaves its tensor as it was.
     """
 
     elastic = True
@@ -82,37 +79,33 @@ class QuorumCollectives(Communicator):
         return out
 
     # -- primitives ---------------------------------------------------------
-    def _over_nodes(self, start: Callable[[], Any] | None, work: torch.Tensor) -> None:
-        """``start()`` across the member nodes on torchft's process group (``None``, or an
-        empty ``work``: this worker takes no part); the node's processes agree on the
+    def _over_nodes(self, start: Callable[[Any], Any] | None, work: torch.Tensor) -> None:
+        """``start(pg)`` across the member nodes on torchft's process group ``pg`` (``None``,
+        or an empty ``work``: this worker takes no part); the node's processes agree on the
         outcome all the same, and all raise :class:`RoundFailed` if one saw it fail."""
-        self._elastic()._across(start if work.numel() else None, self._agreement())
+        elastic = self._elastic()
+        elastic._across((lambda: start(elastic._pg)) if start and work.numel() else None,
+                        self._agreement())
 
     def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
-        import torch.distributed as dist
-
         t0 = time.perf_counter()
         work = tensor.detach().clone()
         if self.per_node > 1:
             dist.all_reduce(work)
         if among == "world":
-            pg = self._elastic()._pg
-            self._over_nodes(lambda: pg.allreduce([work], options("sum")), work)
+            self._over_nodes(lambda pg: pg.allreduce([work], options("sum")), work)
         if op == "mean":
             work /= self.among_size(among)
         tensor.copy_(work)
         return time.perf_counter() - t0
 
     def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
-        import torch.distributed as dist
-
         t0 = time.perf_counter()
         work = tensor.detach().clone()
         node, local = divmod(src, self.per_node)
         if among == "world":  # the source's local rank on every member node
-            pg = self._elastic()._pg
             root = self._elastic().member_nodes().index(node)
-            self._over_nodes((lambda: pg.broadcast([work], options("broadcast", root)))
+            self._over_nodes((lambda pg: pg.broadcast([work], options("broadcast", root)))
                              if self.local_rank == local else None, work)
         if self.per_node > 1:
             dist.broadcast(work, src=local)
@@ -120,8 +113,6 @@ class QuorumCollectives(Communicator):
         return time.perf_counter() - t0
 
     def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
-        import torch.distributed as dist
-
         t0 = time.perf_counter()
         if self.per_node > 1:
             local = [torch.empty_like(tensor) for _ in range(self.per_node)]
@@ -131,9 +122,8 @@ class QuorumCollectives(Communicator):
         block = torch.stack(local)
         if among == "group":
             return block, time.perf_counter() - t0
-        pg = self._elastic()._pg
         blocks = [torch.empty_like(block) for _ in self._elastic().member_nodes()]
-        self._over_nodes(lambda: pg.allgather([blocks], [block], options("gather")), block)
+        self._over_nodes(lambda pg: pg.allgather([blocks], [block], options("gather")), block)
         return self._table(blocks, tensor), time.perf_counter() - t0
 
     def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int], among: Among) -> Any:
@@ -142,16 +132,14 @@ class QuorumCollectives(Communicator):
         if self.per_node > 1 or among != "world":
             raise NotImplementedError("an elastic all-to-all runs among all workers, one "
                                       "worker per node")
-        pg = self._elastic()._pg
         received = torch.empty(sum(sizes), dtype=torch.uint8)
         work = torch.cat(parts)
-        self._over_nodes(lambda: pg.alltoall_base(
+        self._over_nodes(lambda pg: pg.alltoall_base(
             received, work, sizes, [p.numel() for p in parts],
             torch._C._distributed_c10d.AllToAllOptions()), work)
         return list(received.split(sizes))
 
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
-                         chunks: int) -> float:
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
         raise AssertionError("unreachable: elastic broadcasts are never chained")
 
     def _barrier(self) -> None:
@@ -163,24 +151,25 @@ class QuorumCollectives(Communicator):
 
     def _start(self, transfer: Any) -> Any:
         if self.per_node > 1:
-            raise NotImplementedError("started collectives of an elastic worker need one "
-                                      "worker per node (its node's own collectives keep the "
-                                      "main thread)")
+            raise NotImplementedError("started collectives of an elastic worker need one worker "
+                                      "per node (its node's own collectives keep the main thread)")
         if self._lane is None:
-            self._lane = BackgroundLane(self._lane_name, (None, None), torch.device("cpu"))
+            self._lane = BackgroundLane(self._lane_name)
         return self._lane.submit(functools.partial(run_transfer, self, transfer)).result
 
 
 class ElasticPeers(QuorumCollectives):
-    """The nodes of an elastic job, as this process's local rank sees them."""
+    """The nodes of an elastic job as this process's local rank sees them (the peers of
+    an elastic replica, ``replica="node"``): rank = the node, world = the nodes the job
+    is made for, members = the nodes of the current quorum. Rounds, quorums, heals and
+    commits stay the elastic communicator's; a collective that fails on one process
+    fails on all of the node's."""
 
     _lane_name = "elastic-peers"
 
     def __init__(self, elastic: Any) -> None:
         """``elastic``: this process's :class:`ElasticCommunicator`, which builds its
         peers (``_replica_parts``)."""
-        import torch.distributed as dist
-
         super().__init__(WorkerInfo(rank=elastic.node, world_size=elastic.world_size //
                                     elastic.per_node, groups=1))
         self.source = elastic

@@ -1,26 +1,19 @@
 """Replicas of several processes: a node's processes step as one worker of the method.
 
-With ``replica="node"`` the ``P`` processes of each node (group) train one
-replica: every step their gradients are averaged inside the node by torch's
-``DistributedDataParallel`` over the node's own process group
-(:meth:`ReplicaCommunicator.replica_parallel`), and the method sees the ``R``
-nodes as its ``R`` workers: a :class:`ReplicaCommunicator` has rank = the node,
-world size = the nodes, one group.
-
-Across replicas the work is split in HSDP's layout (docs/algorithms.md,
-"Across replicas, by parts"): local rank ``r`` runs each collective on the
-``r``-th of ``P`` parts of the flat tensor, among its *peers* (local rank ``r``
-of every node), and the node's processes put the parts back together with one
-all-gather inside the node. ``all_gather`` gathers each replica's *mean* of its
-processes' tensors (a NaN in one process makes its replica's NaN). Bytes are
-counted by the peers' and the node's communicators: ``stats(category)`` adds
-them, its ``link_*`` counts are what crossed the node's link.
+With ``replica="node"`` the ``P`` processes of each node train one replica (their
+gradients averaged every step by DDP over the node's process group), and the method
+sees the ``R`` nodes as its workers: a :class:`ReplicaCommunicator` has rank = the
+node, world size = the nodes, one group. Across replicas the work is split in HSDP's
+layout (docs/algorithms.md, "Across replicas, by parts"): local rank ``r`` runs each
+collective on the ``r``-th of ``P`` parts of the flat tensor among its *peers* (local
+rank ``r`` of every node), and the node's processes put the parts back together with
+one all-gather inside the node. ``all_gather`` gathers each replica's *mean* of its
+processes' tensors. ``stats`` adds the peers' and the node's counts.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -48,11 +41,9 @@ def replicas_of(comm: Communicator, replica: str) -> Communicator:
 
 
 class ReplicaCommunicator(Communicator):
-    """The method's view of replicas of a node's processes; see the module docstring.
-
-    ``processes`` is the communicator of every process (its groups the nodes),
-    ``node`` the one of this process's node, ``peers`` the one of the processes of
-    this local rank on every node.
+    """The method's view of replicas of a node's processes: ``processes`` is the
+    communicator of every process (its groups the nodes), ``node`` the one of this
+    process's node, ``peers`` the one of the processes of this local rank on every node.
     """
 
     def __init__(self, processes: Communicator, node: Communicator,
@@ -60,7 +51,7 @@ class ReplicaCommunicator(Communicator):
         info = processes.info
         super().__init__(WorkerInfo(rank=info.group, world_size=info.groups, groups=1))
         self._processes, self.node, self.peers = processes, node, peers
-        #: Elastic replicas (:class:`~lsgd.comm.elastic_collectives.ElasticPeers`): the rounds
+        #: Elastic replicas (:class:`~lsgd.comm.quorum_collectives.ElasticPeers`): the rounds
         #: are the peers'.
         self.elastic = bool(getattr(peers, "elastic", False))
         #: (this process's part, parts): local rank ``r`` of ``P`` owns part ``r``.
@@ -106,22 +97,17 @@ class ReplicaCommunicator(Communicator):
         return int(count.item()) == self.share[1]
 
     def part(self, numel: int, r: int | None = None) -> tuple[int, int]:
-        """``(begin, end)`` of part ``r`` (default: this process's) of ``numel`` values.
-
-        The parts are as equal as whole units of ``256 R`` values allow (an int8 block
-        for each replica), so that a compressed collective of the parts moves exactly
-        the scales and padding of one of the whole tensor."""
-        r = self.share[0] if r is None else r
-        p = self.share[1]
-        unit = codecs.BLOCK * self.world_size
-        units = math.ceil(numel / unit)
-        return (min(numel, unit * (units * r // p)), min(numel, unit * (units * (r + 1) // p)))
+        """``(begin, end)`` of part ``r`` (default: this process's) of ``numel`` values: as
+        equal as whole units of ``256 R`` values allow (an int8 block for each replica),
+        so that a compressed collective of the parts moves exactly the bytes of one of
+        the whole tensor."""
+        parts = codecs.split(numel, self.share[1], codecs.BLOCK * self.world_size)
+        return parts[self.share[0] if r is None else r]
 
     # -- counting -----------------------------------------------------------------
     def stats(self, category: str = "train") -> CommStats:
-        """What this process moved in ``category``: across the node's link (the peers'
-        collectives, ``link_*``) and inside the node (DDP's gradients, the parts put
-        back together)."""
+        """What this process moved in ``category``: its peers' collectives (across the
+        node's link, ``link_*``) and its node's (DDP's gradients, the parts)."""
         return (super().stats(category).plus(self.peers.stats(category))
                 .plus(self.node.stats(category)))
 
@@ -132,8 +118,7 @@ class ReplicaCommunicator(Communicator):
 
     # -- the node's data parallelism -------------------------------------------------
     def replica_parallel(self, module: nn.Module) -> DataParallel | None:
-        """``module`` under DistributedDataParallel over the node's process group (the
-        simulator: its gradient all-reduce), the module to call in the forward pass."""
+        """``module`` data-parallel over the node's processes, to call in the forward pass."""
         return self.node.data_parallel(module, True)
 
     def data_parallel(self, module: nn.Module, sync_buffers: bool = True,
@@ -146,13 +131,15 @@ class ReplicaCommunicator(Communicator):
     def all_reduce_(self, tensor: torch.Tensor, op: ReduceOp = "mean", among: Among = "world",
                     codec: str = "none") -> torch.Tensor:
         self._check(tensor, among)
-        self._by_parts(tensor, lambda piece: self.peers.all_reduce_(piece, op, "world", codec))
+        self._by_parts(tensor, lambda piece: done_handle(
+            self.peers.all_reduce_(piece, op, "world", codec))).wait()
         return tensor
 
     def broadcast_(self, tensor: torch.Tensor, src: int, among: Among = "world",
                    codec: str = "none") -> torch.Tensor:
         self._check_source(tensor, src, among)
-        self._by_parts(tensor, lambda piece: self.peers.broadcast_(piece, src, "world", codec))
+        self._by_parts(tensor, lambda piece: done_handle(
+            self.peers.broadcast_(piece, src, "world", codec))).wait()
         return tensor
 
     def all_gather(self, tensor: torch.Tensor, among: Among = "world") -> torch.Tensor:
@@ -164,13 +151,13 @@ class ReplicaCommunicator(Communicator):
     def start_all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean",
                          among: Among = "world", codec: str = "none") -> Handle:
         self._check(tensor, among)
-        return self._started_by_parts(tensor, lambda piece: self.peers.start_all_reduce(
+        return self._by_parts(tensor, lambda piece: self.peers.start_all_reduce(
             piece, op, "world", codec))
 
     def start_broadcast(self, tensor: torch.Tensor, src: int, among: Among = "world",
                         codec: str = "none") -> Handle:
         self._check_source(tensor, src, among)
-        return self._started_by_parts(tensor, lambda piece: self.peers.start_broadcast(
+        return self._by_parts(tensor, lambda piece: self.peers.start_broadcast(
             piece, src, "world", codec))
 
     def start_all_gather(self, tensor: torch.Tensor, among: Among = "world",
@@ -196,7 +183,7 @@ class ReplicaCommunicator(Communicator):
             self._put_together(out, rows)
             return out.view(self.world_size, *tensor.shape), 0.0
 
-        return Handle(finish, lambda seconds: None)
+        return Handle(finish)
 
     def exchange_many(self, tensor: torch.Tensor, peers: Sequence[int]) -> list[torch.Tensor]:
         flat = tensor.reshape(-1)
@@ -234,13 +221,10 @@ class ReplicaCommunicator(Communicator):
             raise ValueError(f"broadcast: src={src!r} is not a replica (ranks 0 to "
                              f"{self.world_size - 1})")
 
-    def _by_parts(self, tensor: torch.Tensor, collective: Callable[[torch.Tensor], Any]) -> None:
-        """``collective`` on this process's part of ``tensor``, then the parts put back
-        together in the node."""
-        self._started_by_parts(tensor, lambda piece: (collective(piece), done_handle())[1]).wait()
-
-    def _started_by_parts(self, tensor: torch.Tensor,
-                          start: Callable[[torch.Tensor], Handle]) -> Handle:
+    def _by_parts(self, tensor: torch.Tensor, start: Callable[[torch.Tensor], Handle]
+                  ) -> Handle:
+        """``start`` the collective on this process's part of ``tensor``; waiting for it
+        puts the parts back together in the node."""
         if self.world_size == 1:  # one replica: its processes hold the result already
             return done_handle()
         flat = tensor.view(-1)
@@ -254,13 +238,12 @@ class ReplicaCommunicator(Communicator):
             self._put_together(flat.unsqueeze(0), piece.unsqueeze(0))
             return None, 0.0
 
-        return Handle(finish, lambda seconds: None)
+        return Handle(finish)
 
     def _put_together(self, out: torch.Tensor, rows: torch.Tensor) -> None:
         """``out[:, part r] <- process r's rows`` for every process ``r`` of the node (one
         all-gather inside the node); ``rows`` are this process's, ``[n, its part]``."""
-        p = self.share[1]
-        bounds = [self.part(out.shape[1], r) for r in range(p)]
+        bounds = [self.part(out.shape[1], r) for r in range(self.share[1])]
         longest = max(end - begin for begin, end in bounds)
         padded = out.new_zeros(out.shape[0], longest)
         padded[:, :rows.shape[1]].copy_(rows)

@@ -1,11 +1,6 @@
-"""How a process takes part in its replica's work across nodes: here, as the whole replica.
-
-A replica is what a method sees as one worker (:mod:`lsgd.comm.replica`). Every
-communicator is a :class:`Shares`: by default its process is a replica of its own
-(it owns every value of a round, its collectives cross the links themselves, and no
-data parallelism runs inside it); :class:`~lsgd.comm.replica.ReplicaCommunicator`
-overrides these for a node's processes stepping as one replica.
-"""
+"""How a process takes part in its replica's work across nodes: by default, as the whole
+replica (:class:`~lsgd.comm.replica.ReplicaCommunicator` overrides this for a node's
+processes stepping as one replica)."""
 
 from __future__ import annotations
 
@@ -19,7 +14,7 @@ from lsgd.comm.data_parallel import DataParallel
 
 class Shares:
     """The replica-facing side of a communicator (mixed into
-    :class:`~lsgd.comm.communicator.Communicator`)."""
+    :class:`~lsgd.comm.communicator.Communicator`): here a process is its own replica."""
 
     @property
     def processes(self) -> Any:
@@ -27,32 +22,29 @@ class Shares:
         (:mod:`lsgd.comm.replica`)."""
         return self
 
-    #: (this process's part, parts) of a replica's work across nodes (see
-    #: :mod:`lsgd.comm.replica`); one process is the whole replica.
+    #: (this process's part, parts) of a replica's work across nodes.
     share = (0, 1)
 
     @property
     def across(self) -> Any:
-        """The communicator of a collective on this process's own part of a replica's
-        tensor (:meth:`part`), among the replicas: this one for a process."""
+        """The communicator of a collective among the replicas on this process's part of a
+        tensor (:meth:`part`)."""
         return self
 
     def part(self, numel: int, r: int | None = None) -> tuple[int, int]:
-        """``(begin, end)`` of this process's part of ``numel`` values: all of them for a
-        process; a replica's :meth:`~lsgd.comm.replica.ReplicaCommunicator.part`."""
+        """``(begin, end)`` of this process's part (or part ``r``) of ``numel`` values."""
         return 0, numel
 
     def put_together_(self, flat: torch.Tensor) -> None:
-        """Every process of the replica's part of the 1-D ``flat`` into it (nothing to do
-        for a process)."""
+        """Every process of the replica's part of the 1-D ``flat`` into it."""
 
     def replica_mean_(self, tensor: torch.Tensor) -> torch.Tensor:
         """A per-process value (a loss, a score) as the replica's: the mean of its
-        processes' (in place, returned); a process's own for a process."""
+        processes' (in place, returned)."""
         return tensor
 
     def all_agree(self, flag: bool) -> bool:
-        """Whether ``flag`` holds on every process of this replica (a process: it)."""
+        """Whether ``flag`` holds on every process of this replica."""
         return flag
 
     def replica_parallel(self, module: nn.Module) -> DataParallel | None:

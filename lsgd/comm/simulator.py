@@ -1,25 +1,20 @@
 """In-process simulator: W workers as threads of one process.
 
-``simulate(fn, world_size=W, groups=n)`` runs ``fn(info)`` once per worker and
-returns the results by rank. Workers talk through :class:`SimCommunicator`,
-which has the torch.distributed communicator's interface, so strategy code runs
-unchanged. Each simulated worker behaves like its own process: one runs at a
-time (the turn goes to the ready worker with the earliest virtual clock, ties to
-the lowest rank, and passes at a collective, a local step's end or a return), so a
-run is bit-for-bit repeatable (:mod:`lsgd.comm.world`); each has a virtual clock
-(advanced by ``step_time`` every local step; a collective completes at its
-members' latest clock) and private random state (torch, CUDA, ``random``, NumPy).
-An exception in any worker unwinds the others (:class:`WorkerAborted`) and
-``simulate`` raises :class:`SimulationError` naming the rank; a collective that can
-never complete is a deadlock, reported with what each worker waited for.
-Collectives reduce in rank order, so sums are deterministic.
+``simulate(fn, world_size=W, groups=n)`` runs ``fn(info)`` once per worker and returns
+the results by rank; workers talk through :class:`SimCommunicator`, so strategy code
+runs unchanged. One worker runs at a time (the turn goes to the ready worker with the
+earliest virtual clock, ties to the lowest rank, and passes at a collective, a local
+step's end or a return), and collectives reduce in rank order, so a run is bit-for-bit
+repeatable; each worker has its own virtual clock (:mod:`lsgd.comm.world`) and random
+state. An exception in any worker unwinds the others and ``simulate`` raises
+:class:`SimulationError` naming the rank; a collective that can never complete is a
+deadlock, reported with what each worker waited for.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -29,8 +24,7 @@ from lsgd.comm.communicator import Among, Communicator, ReduceOp
 from lsgd.comm.info import WorkerInfo, check_layout, check_replica
 from lsgd.comm import codec as codecs
 from lsgd.comm.chain import chain_heads, chunk_count
-from lsgd.comm.transfers import Transfer
-from lsgd.comm.transfers import compute as compute_transfer
+from lsgd.comm.transfers import Transfer, compute as compute_transfer
 from lsgd.comm.wire import LinkModel
 from lsgd.comm.world import RandomState, WorkerAborted, World, step_times
 from lsgd.links.spec import Link, parse_link
@@ -54,20 +48,16 @@ class SimulationError(RuntimeError):
 
 
 class SimCommunicator(Communicator):
-    """One simulated worker's end of the in-process world.
-
-    ``members`` (global ranks, increasing) makes it a communicator among those
-    workers only, this one (global ``rank``) among them, in ``groups`` groups and
-    with collectives of its own (``scope`` names them): the node's and the peers'
-    communicators of a replica (:mod:`lsgd.comm.replica`).
+    """One simulated worker's end of the in-process world; with ``members`` (global ranks,
+    increasing), among those workers only, in ``groups`` groups and with collectives of
+    its own (``scope`` names them): a replica's node or peers (:mod:`lsgd.comm.replica`).
     """
 
     def __init__(self, world: World, rank: int, members: Sequence[int] | None = None,
                  groups: int | None = None, scope: str = "") -> None:
         self._global = list(range(world.world_size)) if members is None else list(members)
         assert self._global == sorted(self._global) and rank in self._global, self._global
-        super().__init__(WorkerInfo(rank=self._global.index(rank),
-                                    world_size=len(self._global),
+        super().__init__(WorkerInfo(rank=self._global.index(rank), world_size=len(self._global),
                                     groups=world.groups if groups is None else groups))
         self._world = world
         self._me = rank  # the global rank
@@ -77,38 +67,36 @@ class SimCommunicator(Communicator):
         self.replica = world.replica
 
     def _key(self, among: Among, lane: str = "") -> tuple:
-        """The next collective of ``among`` (started transfers, ``lane="started"``,
+        """The next collective of ``among`` (started transfers, ``lane="started ..."``,
         are numbered on their own)."""
         among_key = ("world",) if among == "world" else ("group", self.info.group)
         among_key = (self._scope, *among_key) if self._scope else among_key
-        among_key = (lane, *among_key) if lane else among_key
-        n = self._sequence.get(among_key, 0)
-        self._sequence[among_key] = n + 1
-        return (*among_key, n)
+        return self._numbered((lane, *among_key) if lane else among_key)
+
+    def _numbered(self, key: tuple) -> tuple:
+        """``key`` and its next number on this worker (every member counts the same)."""
+        n = self._sequence.get(key, 0)
+        self._sequence[key] = n + 1
+        return (*key, n)
 
     def _globals(self, ranks: Sequence[int]) -> list[int]:
         return [self._global[r] for r in ranks]
-
-    def subset(self, members: Sequence[int], groups: int, scope: str) -> SimCommunicator:
-        """A communicator among ``members`` (ranks of this one) only, in ``groups`` groups."""
-        return SimCommunicator(self._world, self._me, self._globals(members), groups,
-                               f"{self._scope}/{scope}")
 
     def node_of(self, rank: int) -> int:
         return self._world.node_of(self._global[rank])
 
     def _replica_parts(self) -> tuple[SimCommunicator, SimCommunicator]:
-        """(the node's communicator, the peers' communicator) of this worker's replica."""
-        info = self.info
-        node = self.subset(info.group_members(), 1, f"node{info.group}")
-        peers = self.subset([g * info.group_size + info.group_rank for g in range(info.groups)],
-                            info.groups, f"peers{info.group_rank}")
-        return node, peers
+        """(the node's communicator, the peers' communicator) of this worker's replica,
+        each with collectives of its own."""
+        info, world = self.info, self._world
+        peers = [g * info.group_size + info.group_rank for g in range(info.groups)]
+        return (SimCommunicator(world, self._me, self._globals(info.group_members()), 1,
+                                f"{self._scope}/node{info.group}"),
+                SimCommunicator(world, self._me, self._globals(peers), info.groups,
+                                f"{self._scope}/peers{info.group_rank}"))
 
     def now(self) -> float:
-        """This worker's virtual clock: its steps (step times, or measured compute
-        with a link), plus time spent in collectives (waiting, and the modeled
-        transfer)."""
+        """This worker's virtual clock: its steps plus its time in collectives."""
         return self._world.clock[self._me]
 
     def local_step(self) -> None:
@@ -117,150 +105,105 @@ class SimCommunicator(Communicator):
     def _add_count(self, key: str, amount: int) -> int:
         return self._world.add_count(f"{self._scope}{key}", amount)
 
-    def _run(self, op: str, among: Among, payload: Any, compute: Callable,
-             transfer: Callable[[LinkModel, list[int]], float] | None = None) -> tuple[Any, float]:
+    def _prepared(self, transfer: Transfer) -> tuple[Transfer, list[int], float]:
+        """``transfer`` with its source's global rank, its members' global ranks, and the
+        seconds it takes on the modeled link (0 without one), for its message pattern."""
+        members = self._globals(self.among_members(transfer.among))
+        link, nbytes = self._world.link, transfer.payload_bytes()
+        source = self._global[transfer.src]
+        if link is None:
+            seconds = 0.0
+        elif transfer.kind == "all_gather":
+            seconds = link.all_gather(nbytes, members)
+        elif transfer.kind == "broadcast" and transfer.chained:
+            heads = self._globals(chain_heads(transfer.src, self.info.groups,
+                                              self.info.group_size))
+            seconds = link.broadcast(nbytes, heads, source, "chain", chunk_count(nbytes))
+        elif transfer.kind == "broadcast":
+            seconds = link.broadcast(nbytes, members, source, self.broadcast_algorithm)
+        elif transfer.codec == "none":
+            seconds = link.all_reduce(nbytes, members)
+        else:
+            sizes = codecs.part_sizes(transfer.codec, transfer.tensor.numel(), len(members))
+            seconds = link.all_to_all(sizes, members) + link.all_gather(max(sizes), members)
+        return dataclasses.replace(transfer, src=source), members, seconds
+
+    def _run(self, op: str, among: Among, payload: Any,
+             compute: Callable[[dict[int, Any]], dict[int, Any]], seconds: float = 0.0
+             ) -> tuple[Any, float]:
+        """A blocking collective: (this worker's result, its seconds)."""
         members = self._globals(self.among_members(among))
-        link = self._world.link
-        seconds = transfer(link, members) if link is not None and transfer is not None else 0.0
-        return self._world.collective(
-            self._me, self._key(among), op, members, payload, compute, seconds
-        )
+        return self._world.collective(self._me, self._key(among), op, members, payload,
+                                      compute, seconds)
+
+    def _collective(self, transfer: Transfer) -> tuple[Any, float]:
+        transfer, _, seconds = self._prepared(transfer)
+        return self._run(transfer.kind, transfer.among, transfer, _results, seconds)
 
     def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
-        def compute(payload: dict[int, torch.Tensor]) -> tuple[dict[int, Any], float]:
-            start = time.perf_counter()
-            ranks = sorted(payload)
-            _check_same(ranks, payload, "all_reduce")
-            compute_transfer(Transfer("all_reduce", tensor, among, op=op), payload, ranks)
-            return dict.fromkeys(ranks), time.perf_counter() - start
+        return self._collective(Transfer("all_reduce", tensor, among, op=op))[1]
 
-        nbytes = tensor.numel() * tensor.element_size()
-        return self._run("all_reduce", among, tensor, compute,
-                         lambda link, members: link.all_reduce(nbytes, members))[1]
+    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
+        return self._collective(Transfer("broadcast", tensor, among, src=src))[1]
 
-    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among,
-                   transfer: Callable[[LinkModel, list[int]], float] | None = None) -> float:
-        def compute(payload: dict[int, tuple[torch.Tensor, int]]) -> tuple[dict[int, Any], float]:
-            start = time.perf_counter()
-            ranks = sorted(payload)
-            sources = {s for _, s in payload.values()}
-            if len(sources) != 1:
-                raise ValueError(f"broadcast: members disagree on the source rank: {sources}")
-            tensors = {r: t for r, (t, _) in payload.items()}
-            _check_same(ranks, tensors, "broadcast")
-            compute_transfer(Transfer("broadcast", tensor, among, src=source), tensors, ranks)
-            return dict.fromkeys(ranks), time.perf_counter() - start
-
-        nbytes = tensor.numel() * tensor.element_size()
-        source = self._global[src]
-        if transfer is None:
-            algorithm = self.broadcast_algorithm
-
-            def transfer(link: LinkModel, members: list[int]) -> float:
-                return link.broadcast(nbytes, members, source, algorithm)
-
-        return self._run("broadcast", among, (tensor, source), compute, transfer)[1]
-
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int, heads: list[int],
-                         chunks: int) -> float:
-        # The same copy as a broadcast; on the link, a chain of the heads (one per
-        # node) in ``chunks`` pieces, the broadcasts inside the nodes being free.
-        nbytes = tensor.numel() * tensor.element_size()
-        path, source = self._globals(heads), self._global[src]
-        return self._broadcast(tensor, src, "world", transfer=lambda link, members:
-                               link.broadcast(nbytes, path, source, "chain", chunks))
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
+        return self._collective(Transfer("broadcast", tensor, "world", src=src, chained=True))[1]
 
     def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
-        def compute(payload: dict[int, torch.Tensor]) -> tuple[dict[int, Any], float]:
-            start = time.perf_counter()
-            ranks = sorted(payload)
-            _check_same(ranks, payload, "all_gather")
-            stacked = torch.stack([payload[r] for r in ranks])
-            return {r: stacked.clone() for r in ranks}, time.perf_counter() - start
-
-        nbytes = tensor.numel() * tensor.element_size()
-        return self._run("all_gather", among, tensor, compute,
-                         lambda link, members: link.all_gather(nbytes, members))
+        return self._collective(Transfer("all_gather", tensor, among))
 
     def _barrier(self) -> None:
-        self._run("barrier", "world", None, lambda p: (dict.fromkeys(p), 0.0))
+        self._run("barrier", "world", None, dict.fromkeys)
 
     def _start(self, transfer: Transfer) -> Callable[[], tuple[Any, float]]:
-        members = self._globals(self.among_members(transfer.among))
-        link = self._world.link
-        seconds = _modeled(transfer, members, link, self) if link is not None else 0.0
-        transfer = dataclasses.replace(transfer, src=self._global[transfer.src])
-
-        def compute(payload: dict[int, Transfer]) -> dict[int, Any]:
-            ranks = sorted(payload)
-            first = payload[ranks[0]]
-            for r in ranks[1:]:
-                other = payload[r]
-                if (other.src, other.op, other.codec) != (first.src, first.op, first.codec):
-                    raise ValueError(f"{first.kind}: rank {ranks[0]} and rank {r} disagree on "
-                                     f"the source, operation or codec")
-            _check_same(ranks, {r: t.tensor for r, t in payload.items()}, first.kind)
-            result = compute_transfer(first, {r: t.tensor for r, t in payload.items()}, ranks)
-            if first.kind == "all_gather":
-                return {r: result.clone() for r in ranks}
-            return dict.fromkeys(ranks)
-
+        transfer, members, seconds = self._prepared(transfer)
         pending = self._world.start_collective(
             self._me, self._key(transfer.among, f"started {transfer.lane}"), transfer.kind,
-            members, transfer, compute, seconds, transfer.lane)
+            members, transfer, _results, seconds, transfer.lane)
         return lambda: self._world.wait_collective(self._me, pending)
 
-    def _exchange(
-        self, tensor: torch.Tensor, peers: list[int]
-    ) -> tuple[list[torch.Tensor], float]:
-        # One rendezvous per pair, keyed by the unordered pair and its own sequence
-        # number, with members [low, high]. Pairs are taken in increasing peer
-        # order: that is the lexicographic order of the pairs (low, high), a total
-        # order shared by all workers, so the smallest pending pair can always
-        # complete and any symmetric set of exchanges finishes (as batched
-        # isend/irecv does under torch.distributed).
+    def _exchange(self, tensor: torch.Tensor, peers: list[int]
+                  ) -> tuple[list[torch.Tensor], float]:
+        # One rendezvous per pair [low, high], numbered on its own. Pairs are taken in
+        # increasing peer order, the lexicographic order of (low, high) shared by all
+        # workers, so the smallest pending pair can always complete and any symmetric
+        # set of exchanges finishes (as batched isend/irecv does under torch.distributed).
         received: dict[int, torch.Tensor] = {}
         seconds = 0.0
+        link = self._world.link
         for peer in sorted(peers):
             low, high = sorted((self._me, self._global[peer]))
-            pair = ("pair", self._scope, low, high)
-            n = self._sequence.get(pair, 0)
-            self._sequence[pair] = n + 1
 
-            def compute(payload: dict[int, torch.Tensor], low: int = low, high: int = high
-                        ) -> tuple[dict[int, Any], float]:
-                start = time.perf_counter()
+            def swap(payload: dict[int, torch.Tensor], low: int = low, high: int = high
+                     ) -> dict[int, torch.Tensor]:
                 _check_same([low, high], payload, "exchange")
-                swapped = {low: payload[high].clone(), high: payload[low].clone()}
-                return swapped, time.perf_counter() - start
+                return {low: payload[high].clone(), high: payload[low].clone()}
 
-            link = self._world.link
             transfer = (link.exchange(tensor.numel() * tensor.element_size(), [(low, high)])
                         if link is not None else 0.0)
             received[peer], duration = self._world.collective(
-                self._me, (*pair, n), "exchange", [low, high], tensor, compute, transfer
-            )
+                self._me, self._numbered(("pair", self._scope, low, high)), "exchange",
+                [low, high], tensor, swap, transfer)
             seconds += duration
         return [received[p] for p in peers], seconds
 
 
-def _modeled(transfer: Transfer, members: list[int], link: LinkModel,
-             comm: SimCommunicator) -> float:
-    """Seconds a started transfer takes on the modeled link, for its message pattern."""
-    nbytes = transfer.payload_bytes()
-    if transfer.kind == "all_gather":
-        return link.all_gather(nbytes, members)
-    if transfer.kind == "broadcast":
-        source = comm._globals([transfer.src])[0]
-        if transfer.chained:
-            heads = comm._globals(chain_heads(transfer.src, comm.info.groups,
-                                              comm.info.group_size))
-            return link.broadcast(nbytes, heads, source, "chain", chunk_count(nbytes))
-        return link.broadcast(nbytes, members, source, comm.broadcast_algorithm)
-    if transfer.codec == "none":
-        return link.all_reduce(nbytes, members)
-    sizes = codecs.part_sizes(transfer.codec, transfer.tensor.numel(), len(members))
-    return link.all_to_all(sizes, members) + link.all_gather(max(sizes), members)
+def _results(payload: dict[int, Transfer]) -> dict[int, Any]:
+    """Every member's result of the transfer all of them passed (checked to agree)."""
+    ranks = sorted(payload)
+    first = payload[ranks[0]]
+    for r in ranks[1:]:
+        other = payload[r]
+        if (other.src, other.op, other.codec) != (first.src, first.op, first.codec):
+            raise ValueError(f"{first.kind}: rank {ranks[0]} and rank {r} disagree on the "
+                             f"source, operation or codec: {first.src}, {first.op}, "
+                             f"{first.codec} against {other.src}, {other.op}, {other.codec}")
+    tensors = {r: t.tensor for r, t in payload.items()}
+    _check_same(ranks, tensors, first.kind)
+    result = compute_transfer(first, tensors, ranks)
+    if first.kind == "all_gather":
+        return {r: result.clone() for r in ranks}
+    return dict.fromkeys(ranks)
 
 
 def _check_same(ranks: list[int], payload: dict[int, torch.Tensor], op: str) -> None:
@@ -268,50 +211,37 @@ def _check_same(ranks: list[int], payload: dict[int, torch.Tensor], op: str) -> 
     for r in ranks[1:]:
         t = payload[r]
         if t.shape != first.shape or t.dtype != first.dtype:
-            raise ValueError(
-                f"{op}: rank {ranks[0]} passed {tuple(first.shape)} {first.dtype} but "
-                f"rank {r} passed {tuple(t.shape)} {t.dtype}"
-            )
+            raise ValueError(f"{op}: rank {ranks[0]} passed {tuple(first.shape)} {first.dtype} "
+                             f"but rank {r} passed {tuple(t.shape)} {t.dtype}")
 
 
-def simulate(
-    fn: Callable[..., T],
-    world_size: int,
-    groups: int = 1,
-    *,
-    args: Sequence[Any] = (),
-    seed: int | None = None,
-    step_time: Sequence[float] | Mapping[int, float] | None = None,
-    link: str | Link | None = None,
-    replica: str = "process",
-) -> list[T]:
+def simulate(fn: Callable[..., T], world_size: int, groups: int = 1, *,
+             args: Sequence[Any] = (), seed: int | None = None,
+             step_time: Sequence[float] | Mapping[int, float] | None = None,
+             link: str | Link | None = None, replica: str = "process") -> list[T]:
     """Run ``fn(info, *args)`` as ``world_size`` simulated workers; results by rank.
 
-    ``info`` is the worker's :class:`~lsgd.comm.communicator.WorkerInfo`. Inside ``fn``,
+    ``info`` is the worker's :class:`~lsgd.comm.info.WorkerInfo`; inside ``fn``,
     :func:`lsgd.get_communicator` and every strategy find this worker's
     :class:`SimCommunicator` on their own.
 
-    Worker ``r`` starts with its random generators seeded with ``seed + r``; with
-    ``seed=None`` the seeds are drawn from the caller's torch generator, so a
-    caller that seeded torch gets a reproducible simulation. The caller's random
-    state is left as it was.
+    Worker ``r``'s random generators are seeded with ``seed + r``; with ``seed=None``
+    the seeds are drawn from the caller's torch generator (a caller that seeded torch
+    gets a reproducible simulation), whose state is left as it was.
 
-    ``step_time`` sets the virtual duration of each worker's local step: one
-    value per rank, or ``{rank: time}`` for some ranks (the others take 1.0).
-    ``{3: 3.0}`` makes worker 3 a straggler three times slower than the rest.
+    ``step_time``: the virtual duration of each worker's local step, one value per
+    rank, or ``{rank: time}`` for some ranks (the others take 1.0; ``{3: 3.0}`` makes
+    worker 3 a straggler three times slower).
 
-    ``link`` (``"100mbit"``, ``"20mbit,5ms"`` or a :class:`~lsgd.links.Link`)
-    puts each group on a node of its own, the nodes joined by links of that
-    rate and latency, and makes every collective cost its modeled transfer
-    time on the virtual clock (:class:`~lsgd.comm.wire.LinkModel`); traffic
-    inside a node is free. The clock then reads seconds: without
-    ``step_time``, a step costs the compute time it measured (the wall time
-    the worker ran), as if every worker had a machine of its own.
+    ``link`` (``"100mbit"``, ``"20mbit,5ms"`` or a :class:`~lsgd.links.Link`) puts each
+    group on a node of its own, the nodes joined by links of that rate and latency, and
+    makes every collective cost its modeled transfer time on the virtual clock
+    (:class:`~lsgd.comm.wire.LinkModel`); inside a node traffic is free. Without
+    ``step_time`` a step then costs the compute time it measured.
 
-    ``replica="node"`` makes the workers of each group one replica for the
-    strategies (:mod:`lsgd.comm.replica`): what :func:`lsgd.get_communicator`
-    returns inside ``fn`` unless it is asked for another; ``info`` stays the
-    worker's own (its rank shards the data).
+    ``replica="node"`` makes the workers of each group one replica for the strategies
+    (:mod:`lsgd.comm.replica`); ``info`` stays the worker's own (its rank shards the
+    data).
     """
     check_layout(world_size, groups)
     check_replica(replica)
@@ -343,10 +273,8 @@ def simulate(
             _local.comm = None
             world.finish(rank, error)
 
-    threads = [
-        threading.Thread(target=body, args=(r,), name=f"lsgd-sim-{r}", daemon=True)
-        for r in range(world_size)
-    ]
+    threads = [threading.Thread(target=body, args=(r,), name=f"lsgd-sim-{r}", daemon=True)
+               for r in range(world_size)]
     try:
         for t in threads:
             t.start()

@@ -1,41 +1,30 @@
 """A sparse, quantized wire format: the top ``k`` entries of every chunk of ``s`` values.
 
 A message is a float32 tensor seen as ``C`` rows (chunks) of ``s`` values, ``[C, s]``
-(:func:`as_rows` pads a flat tensor with zeros to whole rows). A :class:`SparseFormat`
-keeps the ``k`` largest-magnitude entries of each row (``TopK_s,k``), quantizes the
-kept values and codes their positions within the row. The payload is one ``uint8``
-tensor whose size depends only on ``C``, ``s`` and the format, never on the data, so
-the workers' payloads can be all-gathered as equal-size ``uint8`` tensors; each is
-decoded on its own and the dense results summed (nothing is decoded from a sum).
+(:func:`as_rows` pads with zeros). A :class:`SparseFormat` keeps the ``k``
+largest-magnitude entries of each row, quantizes them and codes their positions. The
+payload is one ``uint8`` tensor whose size depends only on ``C``, ``s`` and the format,
+so the workers' payloads can be all-gathered; each is decoded on its own and the dense
+results summed.
 
-* Selection: ``torch.topk(rows.abs(), k, dim=1)``, deterministic for a given input on
-  one machine (ties go wherever ``topk`` puts them). With ``k == s`` every entry is
-  kept in its order and no index is sent.
-* Indices: each kept index within its row is ``b = max(1, ceil(log2 s))`` bits; all
-  ``C k`` indices (row by row, in ``topk`` order) form one bit stream, LSB first within
-  each byte (:func:`pack_bits`): ``ceil(C k b / 8)`` bytes, 0 when ``k == s``.
-* Values (:data:`VALUES`), with ``V = C k`` kept values:
-
-  - ``"float32"``: as they are, ``4 V`` bytes.
-  - ``"int8"``: one float32 scale per row ``a = max |kept| / 127``; each value is
-    ``round(v / a)`` clamped to ``[-127, 127]`` as int8 (a row of zeros has ``a = 0``
-    and decodes to zeros); error at most ``a / 2``. ``V`` bytes plus ``4 C`` of scales.
-  - ``"2bit"``: a sign bit (1 for negative) and a magnitude bit per value, the code
-    ``sign | magnitude << 1`` packed 4 to a byte (:func:`pack_bits`). Per row, with
-    ``t = mean |kept|``, the magnitude bit is ``|v| > t``; the row carries two float32
-    levels ``lo`` and ``hi``, the means of ``|v|`` over its values with bit 0 and bit 1
-    (0 for a bin with no value), and a value decodes to ``±lo`` or ``±hi``. Bin means
-    give the smallest squared error for this split, and each bin's decoded magnitudes
-    sum to its true ones. ``ceil(2 V / 8)`` bytes plus ``8 C`` of levels (``[C, 2]``,
-    ``lo`` then ``hi`` per row).
-
-* Layout: ``[indices][values][scales or levels]``, concatenated as ``uint8``; float32
-  parts are their bytes (``.view(torch.uint8)``, the machine's byte order).
+* Selection: ``torch.topk(rows.abs(), k, dim=1)``; with ``k == s`` every entry is kept
+  in its order and no index is sent.
+* Indices: ``b = max(1, ceil(log2 s))`` bits each, all ``C k`` of them (row by row, in
+  ``topk`` order) one bit stream, LSB first (:func:`pack_bits`): ``ceil(C k b / 8)`` bytes.
+* Values (:data:`VALUES`), with ``V = C k`` kept values: ``"float32"`` as they are,
+  ``4 V`` bytes; ``"int8"`` one float32 scale per row
+  (:func:`~lsgd.comm.codec.quantize_int8`), ``V + 4 C`` bytes; ``"2bit"`` a sign bit
+  (1 for negative) and a magnitude bit per value, ``sign | magnitude << 1`` packed 4 to
+  a byte, the magnitude bit ``|v| > mean |kept|`` of the row, which carries two float32
+  levels ``lo`` and ``hi``: the means of ``|v|`` over the values with bit 0 and with bit 1
+  (0 for an empty bin; bin means give the smallest squared error for this split), a
+  value decoding to ``±lo`` or ``±hi``: ``ceil(2 V / 8) + 8 C`` bytes.
+* Layout: ``[indices][values][scales or levels]``; float32 parts are their bytes in the
+  machine's byte order.
 
 A row holding NaN or ±inf decodes to a row that is not finite, so a diverged worker
-stays visibly diverged: ``topk`` ranks NaN and inf first, so the value is kept, and
-the int8 scale (max) or the 2-bit ``lo`` level (a mean that no finite value can
-exceed) carries it to every value of the row.
+stays visibly diverged: ``topk`` ranks NaN and inf first, and the int8 scale (a max) or
+the 2-bit ``lo`` level (a mean no finite value can exceed) carries it to the whole row.
 """
 
 from __future__ import annotations
@@ -45,6 +34,7 @@ import math
 
 import torch
 
+from lsgd.comm.codec import quantize_int8
 from lsgd.names import SPARSE_VALUES
 
 VALUES = SPARSE_VALUES  # the value formats, in the order the command line offers them
@@ -104,12 +94,9 @@ def _floats(data: torch.Tensor) -> torch.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class SparseFormat:
-    """The top ``k`` entries of each row of ``s``, their values as ``values`` (one of
-    :data:`VALUES`); see the module's docstring for the bytes.
-
-    ``k`` is checked against ``s`` (``1 <= k <= s``) wherever ``s`` is known;
-    ``k == s`` is dense: every entry kept in order, no index sent.
-    """
+    """The top ``k`` entries of each row of ``s`` (``1 <= k <= s``, checked wherever ``s``
+    is known), their values as ``values`` (one of :data:`VALUES`); see the module's
+    docstring for the bytes."""
 
     k: int
     values: str
@@ -138,10 +125,7 @@ class SparseFormat:
         return indices, (kept * 2 + 7) // 8, 8 * rows
 
     def nbytes(self, rows: int, s: int) -> int:
-        """Payload bytes for ``rows`` rows of ``s`` values, with ``b = index_bits(s)``,
-        ``V = rows k`` and ``I = ceil(V b / 8)`` (0 when ``k == s``):
-        ``I + 4 V`` (float32), ``I + V + 4 rows`` (int8),
-        ``I + ceil(2 V / 8) + 8 rows`` (2bit)."""
+        """Payload bytes for ``rows`` rows of ``s`` values (see the module docstring)."""
         return sum(self._parts(rows, s))
 
     def encode(self, rows: torch.Tensor) -> torch.Tensor:
@@ -164,7 +148,8 @@ class SparseFormat:
         if self.values == "float32":
             parts = [kept.reshape(-1).view(torch.uint8)]
         elif self.values == "int8":
-            parts = _encode_int8(kept)
+            steps, scale = quantize_int8(kept)
+            parts = [steps.view(-1).view(torch.uint8), scale.view(torch.uint8)]
         else:
             parts = _encode_2bit(kept)
         return torch.cat([index_bytes, *parts])
@@ -182,8 +167,9 @@ class SparseFormat:
         scale_bytes = payload[index_size + value_size:]
         if self.values == "float32":
             kept = _floats(value_bytes).view(rows, k)
-        elif self.values == "int8":
-            kept = _decode_int8(value_bytes, scale_bytes, rows, k)
+        elif self.values == "int8":  # a non-finite scale spreads over its row (0 * inf is NaN)
+            kept = (value_bytes.view(torch.int8).to(torch.float32).view(rows, k)
+                    * _floats(scale_bytes)[:, None])
         else:
             kept = _decode_2bit(value_bytes, scale_bytes, rows, k)
         if k == s:
@@ -195,23 +181,6 @@ class SparseFormat:
     def roundtrip(self, rows: torch.Tensor) -> torch.Tensor:
         """What ``rows`` (``[C, s]``) become after a trip over the wire (a new tensor)."""
         return self.decode(self.encode(rows), rows.shape[0], rows.shape[1])
-
-
-def _encode_int8(kept: torch.Tensor) -> list[torch.Tensor]:
-    """Bytes of the int8 values and the float32 scales of ``kept`` (``[C, k]``)."""
-    scale = kept.abs().amax(dim=1) / 127.0  # NaN or inf when the row is not finite
-    divisor = torch.where(scale == 0, torch.ones_like(scale), scale)
-    steps = torch.nan_to_num(torch.round(kept / divisor[:, None]), nan=0.0, posinf=0.0,
-                             neginf=0.0).clamp_(-127, 127)
-    return [steps.to(torch.int8).view(-1).view(torch.uint8), scale.view(torch.uint8)]
-
-
-def _decode_int8(value_bytes: torch.Tensor, scale_bytes: torch.Tensor, rows: int, k: int
-                 ) -> torch.Tensor:
-    """The ``[rows, k]`` float32 values of :func:`_encode_int8`'s bytes."""
-    steps = value_bytes.view(torch.int8).to(torch.float32).view(rows, k)
-    # 0 * inf and 0 * NaN are NaN: a non-finite row stays non-finite throughout.
-    return steps * _floats(scale_bytes)[:, None]
 
 
 def _encode_2bit(kept: torch.Tensor) -> list[torch.Tensor]:

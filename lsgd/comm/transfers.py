@@ -1,17 +1,14 @@
 """Non-blocking collectives: what a started transfer is, and the handle that finishes it.
 
-``comm.start_all_reduce(...)``, ``start_broadcast(...)`` and
-``start_all_gather(...)`` return a :class:`Handle` at once; the transfer runs
-while the worker computes, and ``handle.wait()`` blocks until it has arrived
-(docs/algorithms.md, "Overlapped rounds"). The tensors belong to the transfer
-until ``wait`` returns. Started transfers run in order within a *lane*
-(:data:`LANES`): ``"bulk"`` for rounds' states, ``"control"`` for small messages
-such as an election's scores (:mod:`lsgd.comm.lanes`). Bytes and seconds are
-counted at ``wait``, under the category current at the start, with the blocking
-collectives' formulas. Compressed transfers (``"bf16"`` or ``"int8"``): an
-all-reduce is an all-to-all of encoded parts, each owner's sum encoded again, then
-an all-gather, so every member ends with the same values; a broadcast sends the
-source's encoding, which every member (the source included) decodes.
+``comm.start_all_reduce(...)``, ``start_broadcast(...)`` and ``start_all_gather(...)``
+return a :class:`Handle` at once; the transfer runs while the worker computes, and
+``handle.wait()`` blocks until it has arrived (docs/algorithms.md, "Overlapped rounds").
+The tensors belong to the transfer until then. Started transfers run in order within a
+*lane* (:data:`LANES`, :mod:`lsgd.comm.lanes`). Bytes and seconds are counted at
+``wait``, under the category current at the start. Compressed (``"bf16"`` or
+``"int8"``), an all-reduce is an all-to-all of encoded parts, each owner's sum encoded
+again, then an all-gather, so every member ends with the same values; a broadcast sends
+the source's encoding, which every member (the source included) decodes.
 """
 
 from __future__ import annotations
@@ -24,10 +21,8 @@ from typing import Any
 import torch
 
 from lsgd.comm import codec as codecs
-from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.info import Among, ReduceOp
 
-KINDS = ("all_reduce", "broadcast", "all_gather")
 #: The queues a worker's started transfers run in: ``"bulk"`` (rounds' states) and
 #: ``"control"`` (small messages such as an election's scores), each in order, neither
 #: waiting for the other.
@@ -38,7 +33,7 @@ LANES = ("bulk", "control")
 class Transfer:
     """One started collective: its kind, tensor, members and wire format."""
 
-    kind: str  # one of KINDS
+    kind: str  # "all_reduce", "broadcast" or "all_gather"
     tensor: torch.Tensor
     among: Among
     op: ReduceOp = "mean"  # all_reduce
@@ -55,10 +50,11 @@ class Transfer:
 
 
 class Handle:
-    """A started transfer; :meth:`wait` finishes it (once) and counts its traffic."""
+    """A started transfer; :meth:`wait` finishes it (once) and counts its seconds (with
+    ``count``, if given)."""
 
     def __init__(self, finish: Callable[[], tuple[Any, float]],
-                 count: Callable[[float], None]) -> None:
+                 count: Callable[[float], None] | None = None) -> None:
         self._finish = finish
         self._count = count
         self._result: Any = None
@@ -70,23 +66,20 @@ class Handle:
         if not self.done:
             self._result, seconds = self._finish()
             self.done = True
-            self._count(seconds)
+            if self._count is not None:
+                self._count(seconds)
         return self._result
 
 
 def done_handle(result: Any = None) -> Handle:
     """A handle whose transfer needs nothing more (one worker, or restored from a
     checkpoint after it had arrived)."""
-    return Handle(lambda: (result, 0.0), lambda seconds: None)
+    return Handle(lambda: (result, 0.0))
 
 
 def run(comm: Any, transfer: Transfer) -> tuple[Any, float]:
-    """Carry out ``transfer`` with ``comm``'s blocking primitives; (result, seconds).
-
-    Used by the torch.distributed communicator on its background thread (whose
-    primitives then use its background process groups); the simulator computes
-    the same results from all members' tensors at once (:func:`compute`).
-    """
+    """Carry out ``transfer`` with ``comm``'s blocking primitives (on a background lane):
+    (result, seconds). The simulator computes the same results with :func:`compute`."""
     t = transfer
     if t.kind == "all_gather":
         return comm._all_gather(t.tensor, t.among)
@@ -101,9 +94,7 @@ def run(comm: Any, transfer: Transfer) -> tuple[Any, float]:
             codecs.encode(t.codec, t.tensor) if comm.rank == t.src else
             torch.empty(t.payload_bytes(), dtype=torch.uint8, device=t.tensor.device))
     if t.chained:
-        info = comm.info
-        heads = chain_heads(t.src, info.groups, info.group_size)
-        comm._chain_broadcast(wire, t.src, heads, chunk_count(t.payload_bytes()))
+        comm._chain_broadcast(wire, t.src)
     elif len(members) > 1:
         comm._broadcast(wire, t.src, t.among)
     if t.codec != "none":
@@ -136,34 +127,31 @@ def _compressed_all_reduce(comm: Any, t: Transfer) -> float:
 def compute(transfer: Transfer, tensors: dict[int, torch.Tensor], ranks: list[int]
             ) -> Any:
     """The result of ``transfer`` computed from every member's tensor (``tensors`` by
-    rank, ``ranks`` in collective order), written into them in place as :func:`run`
-    would leave them; an all-gather returns the stacked tensor. The simulator's way,
-    with the same arithmetic in the same order as :func:`run`."""
+    rank, ``ranks`` in collective order) with :func:`run`'s arithmetic in its order,
+    written into them in place; an all-gather returns the stacked tensor."""
     t = transfer
     if t.kind == "all_gather":
         return torch.stack([tensors[r] for r in ranks])
+    if t.kind == "all_reduce" and t.codec != "none":
+        flats = [tensors[r].view(-1) for r in ranks]
+        for begin, end in codecs.chunks(t.codec, flats[0].numel(), len(ranks)):
+            encoded = [codecs.encode(t.codec, flat[begin:end]) for flat in flats]
+            reduced = codecs.reduce_encoded(t.codec, encoded, end - begin, t.op == "mean")
+            values = codecs.decode(t.codec, reduced, end - begin)
+            for flat in flats:
+                flat[begin:end].copy_(values)
+        return None
     if t.kind == "broadcast":
-        source = tensors[t.src]
+        result = tensors[t.src]
         if t.codec != "none":
-            source.view(-1).copy_(codecs.roundtrip(t.codec, source.view(-1)))
-        for r in ranks:
-            if r != t.src:
-                tensors[r].copy_(source)
-        return None
-    if t.codec == "none":
-        total = tensors[ranks[0]].clone()
+            result.view(-1).copy_(codecs.roundtrip(t.codec, result.view(-1)))
+    else:
+        result = tensors[ranks[0]].clone()
         for r in ranks[1:]:
-            total.add_(tensors[r])
+            result.add_(tensors[r])
         if t.op == "mean":
-            total.div_(len(ranks))
-        for r in ranks:
-            tensors[r].copy_(total)
-        return None
-    flats = [tensors[r].view(-1) for r in ranks]
-    for begin, end in codecs.chunks(t.codec, flats[0].numel(), len(ranks)):
-        encoded = [codecs.encode(t.codec, flat[begin:end]) for flat in flats]
-        reduced = codecs.reduce_encoded(t.codec, encoded, end - begin, t.op == "mean")
-        values = codecs.decode(t.codec, reduced, end - begin)
-        for flat in flats:
-            flat[begin:end].copy_(values)
+            result.div_(len(ranks))
+    for r in ranks:
+        if tensors[r] is not result:
+            tensors[r].copy_(result)
     return None

@@ -1,19 +1,16 @@
 """What each collective puts on the wire, and how long that takes over a link.
 
-**Bytes** a worker sends and receives, as the algorithm really moves them, for
-``n`` members and ``B`` bytes (docs/algorithms.md has the table): a ring
-all-reduce ``2 (n - 1) / n * B`` each way per member; a ring all-gather
-``(n - 1) * B``; a broadcast as gloo's binomial tree (``"tree"``, the source
-sends ``ceil(log2 n) * B``) or as a chain (``"chain"``: every member but the last
-sends ``B``); a pairwise exchange ``B`` to and from each peer. Of these, the bytes
-to or from a worker on another node cross its node's link; :class:`Traffic`
-carries both.
+**Bytes** a worker sends and receives as the algorithm moves them, for ``n`` members
+and ``B`` bytes (docs/algorithms.md has the table): a ring all-reduce
+``2 (n - 1) / n * B`` each way; a ring all-gather ``(n - 1) * B``; a broadcast as
+gloo's binomial tree (``"tree"``) or as a chain (``"chain"``); a pairwise exchange ``B``
+to and from each peer. :class:`Traffic` also counts those that cross the node's link.
 
-**Seconds**, the simulator's link model: each node reaches the others through
-one link of ``rate`` bits per second each way and ``latency`` seconds one way;
-traffic inside a node is free. A collective runs in stages, one after another;
-a stage takes ``latency + 8 * max_bytes / rate`` (``max_bytes``: the most any
-node sends or receives across its link in it), nothing when no bytes cross.
+**Seconds**, the simulator's link model: each node reaches the others through one link
+of ``rate`` bits per second each way and ``latency`` seconds one way; traffic inside a
+node is free. A collective runs in stages, one after another, each taking
+``latency + 8 * max_bytes / rate`` (``max_bytes``: the most any node sends or receives
+across its link in it), nothing when no bytes cross.
 """
 
 from __future__ import annotations
@@ -31,16 +28,16 @@ BROADCASTS = ("tree", "chain")
 
 
 def tree_rounds(n: int) -> list[list[tuple[int, int]]]:
-    """The (sender, receiver) pairs of each round of a binomial-tree broadcast.
-
-    Positions are distances from the source (the source is 0), as in gloo's
-    ``broadcast``.
-    """
+    """The (sender, receiver) pairs of each round of a binomial-tree broadcast, as in
+    gloo's ``broadcast``; positions are distances from the source (0)."""
     rounds = []
-    for i in range(max(0, math.ceil(math.log2(n))) if n > 1 else 0):
+    for i in range(math.ceil(math.log2(n)) if n > 1 else 0):
         step = 1 << i
         rounds.append([(v, v + step) for v in range(min(step, n)) if v + step < n])
     return rounds
+
+
+Move = tuple[int, int, float]  # (sender, receiver, bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,13 +51,12 @@ class Traffic:
     link_received: int = 0
 
     def __add__(self, other: Traffic) -> Traffic:
-        return Traffic(self.sent + other.sent, self.received + other.received,
-                       self.link_sent + other.link_sent,
-                       self.link_received + other.link_received)
+        return Traffic(*(a + b for a, b in zip(dataclasses.astuple(self),
+                                               dataclasses.astuple(other))))
 
 
-def pattern_traffic(transfers: Sequence[tuple[int, int, float]], me: int,
-                    node_of: Callable[[int], int]) -> Traffic:
+def pattern_traffic(transfers: Sequence[Move], me: int, node_of: Callable[[int], int]
+                    ) -> Traffic:
     """``me``'s :class:`Traffic` in a message pattern of (sender, receiver, bytes)."""
     sent = received = link_sent = link_received = 0.0
     for sender, receiver, nbytes in transfers:
@@ -78,16 +74,30 @@ def ring_traffic(per_hop: float, members: Sequence[int], me: int,
                  node_of: Callable[[int], int]) -> Traffic:
     """A ring in collective order where every member sends ``per_hop`` bytes to the
     next (an all-reduce: ``2 (n - 1) / n B``; an all-gather: ``(n - 1) B``)."""
-    n = len(members)
-    if n <= 1:
+    if len(members) <= 1:
         return Traffic()
-    i = list(members).index(me)
-    hops = [(me, members[(i + 1) % n], per_hop), (members[i - 1], me, per_hop)]
-    return pattern_traffic(hops, me, node_of)
+    return pattern_traffic(_ring(members, per_hop), me, node_of)
+
+
+def _ring(members: Sequence[int], nbytes: float) -> list[Move]:
+    """Every member sends ``nbytes`` to the next, in collective order."""
+    n = len(members)
+    return [(members[i], members[(i + 1) % n], float(nbytes)) for i in range(n)]
+
+
+def _from(members: Sequence[int], src: int) -> list[int]:
+    """``members`` in collective order, starting at ``src``."""
+    start = list(members).index(src)
+    return [members[(start + v) % len(members)] for v in range(len(members))]
+
+
+def _all_to_all(sizes: Sequence[int], members: Sequence[int]) -> list[Move]:
+    """Every member sends ``sizes[j]`` bytes to member ``j`` (not to itself)."""
+    return [(a, b, float(sizes[j])) for a in members for j, b in enumerate(members) if a != b]
 
 
 def broadcast_pattern(nbytes: int, members: Sequence[int], src: int, algorithm: str,
-                      heads: Sequence[int] | None = None) -> list[tuple[int, int, float]]:
+                      heads: Sequence[int] | None = None) -> list[Move]:
     """Every (sender, receiver, bytes) of a broadcast from ``src``: gloo's tree, a chain
     in collective order (NCCL's ring), or with ``heads`` lsgd's pipelined chain of the
     nodes' heads followed by a tree inside each node (``members`` grouped by node)."""
@@ -101,20 +111,24 @@ def broadcast_pattern(nbytes: int, members: Sequence[int], src: int, algorithm: 
             node = [m for m in members if m // size == head // size]
             moves += broadcast_pattern(nbytes, node, head, "tree")
         return moves
-    start = list(members).index(src)
-    order = [members[(start + v) % n] for v in range(n)]
+    order = _from(members, src)
     if algorithm == "chain":
         return [(order[v], order[v + 1], float(nbytes)) for v in range(n - 1)]
     return [(order[a], order[b], float(nbytes)) for pairs in tree_rounds(n) for a, b in pairs]
 
 
-def broadcast_bytes(nbytes: int, n: int, position: int, algorithm: str = "tree") -> tuple[int, int]:
+def broadcast_bytes(nbytes: int, n: int, position: int, algorithm: str = "tree"
+                    ) -> tuple[int, int]:
     """(sent, received) by the member ``position`` steps after the source in a broadcast."""
-    if algorithm not in BROADCASTS:
-        raise ValueError(f"broadcast algorithm must be one of {BROADCASTS}, got {algorithm!r}")
+    _check_broadcast(algorithm)
     moves = broadcast_pattern(nbytes, list(range(n)), 0, algorithm)
     traffic = pattern_traffic(moves, position, lambda rank: 0)
     return traffic.sent, traffic.received
+
+
+def _check_broadcast(algorithm: str) -> None:
+    if algorithm not in BROADCASTS:
+        raise ValueError(f"broadcast algorithm must be one of {BROADCASTS}, got {algorithm!r}")
 
 
 def compressed_all_reduce_traffic(sizes: Sequence[int], members: Sequence[int], me: int,
@@ -122,8 +136,7 @@ def compressed_all_reduce_traffic(sizes: Sequence[int], members: Sequence[int], 
     """A compressed all-reduce whose member ``j`` owns an encoded part of ``sizes[j]``
     bytes: an all-to-all of the parts (each member keeps its own), then a ring
     all-gather of the reduced parts, each padded to the longest."""
-    moves = [(a, b, float(sizes[j])) for a in members for j, b in enumerate(members) if a != b]
-    return (pattern_traffic(moves, me, node_of)
+    return (pattern_traffic(_all_to_all(sizes, members), me, node_of)
             + ring_traffic((len(members) - 1) * max(sizes), members, me, node_of))
 
 
@@ -140,7 +153,7 @@ class LinkModel:
     latency: float
     node_of: Callable[[int], int]
 
-    def _stage(self, transfers: Sequence[tuple[int, int, float]]) -> float:
+    def _stage(self, transfers: Sequence[Move]) -> float:
         """Seconds of one stage of simultaneous transfers (sender, receiver, bytes)."""
         up: dict[int, float] = {}
         down: dict[int, float] = {}
@@ -156,18 +169,12 @@ class LinkModel:
     def all_reduce(self, nbytes: int, members: Sequence[int]) -> float:
         """Ring all-reduce: ``2 (n - 1)`` stages, each moving ``B / n`` along every hop."""
         n = len(members)
-        if n <= 1:
-            return 0.0
-        ring = [(members[i], members[(i + 1) % n], nbytes / n) for i in range(n)]
-        return 2 * (n - 1) * self._stage(ring)
+        return 2 * (n - 1) * self._stage(_ring(members, nbytes / n)) if n > 1 else 0.0
 
     def all_gather(self, nbytes: int, members: Sequence[int]) -> float:
         """Ring all-gather: ``n - 1`` stages, each moving ``B`` along every hop."""
         n = len(members)
-        if n <= 1:
-            return 0.0
-        ring = [(members[i], members[(i + 1) % n], float(nbytes)) for i in range(n)]
-        return (n - 1) * self._stage(ring)
+        return (n - 1) * self._stage(_ring(members, nbytes)) if n > 1 else 0.0
 
     def broadcast(self, nbytes: int, members: Sequence[int], src: int,
                   algorithm: str = "tree", chunks: int = 1) -> float:
@@ -180,29 +187,22 @@ class LinkModel:
         n = len(members)
         if n <= 1:
             return 0.0
-        start = list(members).index(src)
-        order = [members[(start + v) % n] for v in range(n)]
+        order = _from(members, src)
         if algorithm == "tree":
             return sum(self._stage([(order[a], order[b], float(nbytes)) for a, b in pairs])
                        for pairs in tree_rounds(n))
-        if algorithm != "chain":
-            raise ValueError(f"broadcast algorithm must be one of {BROADCASTS}, got {algorithm!r}")
+        _check_broadcast(algorithm)
         chunks = max(1, int(chunks))
         hops = [(order[v], order[v + 1], nbytes / chunks) for v in range(n - 1)]
-        total = 0.0
-        for stage in range(n - 1 + chunks - 1):
-            # Hop v carries chunk (stage - v) when 0 <= stage - v < chunks.
-            active = [h for v, h in enumerate(hops) if 0 <= stage - v < chunks]
-            total += self._stage(active)
-        return total
+        # Hop v carries chunk (stage - v) when 0 <= stage - v < chunks.
+        return sum(self._stage([h for v, h in enumerate(hops) if 0 <= stage - v < chunks])
+                   for stage in range(n - 1 + chunks - 1))
 
     def all_to_all(self, sizes: Sequence[int], members: Sequence[int]) -> float:
         """All-to-all: every member sends ``sizes[j]`` bytes to member ``j``, in one stage."""
-        transfers = [(a, b, float(sizes[j])) for a in members
-                     for j, b in enumerate(members) if a != b]
-        return self._stage(transfers)
+        return self._stage(_all_to_all(sizes, members))
 
     def exchange(self, nbytes: int, pairs: Sequence[tuple[int, int]]) -> float:
         """Simultaneous pairwise exchanges: ``B`` each way along every pair, one stage."""
-        transfers = [(a, b, float(nbytes)) for a, b in pairs] + [(b, a, float(nbytes)) for a, b in pairs]
-        return self._stage(transfers)
+        return self._stage([(a, b, float(nbytes)) for pair in pairs
+                            for a, b in (pair, pair[::-1])])

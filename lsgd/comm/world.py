@@ -1,19 +1,12 @@
-"""The shared state of one simulation: whose turn it is, the virtual clocks, the collectives.
+"""The shared state of one simulation (:mod:`lsgd.comm.simulator`): whose turn it is, the
+virtual clocks, the collectives.
 
-Simulated workers are threads that run one at a time. The turn always goes to
-the ready worker whose virtual clock is earliest (ties: the lowest rank); a
-worker gives it up when it ends a local step, enters a collective or returns.
-A collective completes when its last member arrives, at the latest of the
-members' clocks plus the collective's modeled transfer time (zero without a
-link model), and every member's clock moves there.
-
-Clocks advance in one of two ways:
-
-* **by step times** (default 1.0 per local step; ``step_time`` in
-  :func:`lsgd.simulate`): virtual units, compute only;
-* **by measured compute** (with a link and no step times): the wall-clock
-  seconds a worker held the turn, so the clock reads seconds of compute plus
-  modeled communication, as if every worker had a machine of its own.
+A collective completes when its last member arrives, at the latest of the members'
+clocks plus its modeled transfer time (zero without a link model), and every member's
+clock moves there. Clocks advance **by step times** (default 1.0 per local step;
+``step_time`` in :func:`lsgd.simulate`), or **by measured compute** (with a link and no
+step times): the wall-clock seconds a worker held the turn, so the clock reads seconds
+of compute plus modeled communication, as if every worker had a machine of its own.
 """
 
 from __future__ import annotations
@@ -22,9 +15,9 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -34,10 +27,8 @@ from lsgd.comm.wire import LinkModel
 
 
 class WorkerAborted(BaseException):
-    """Raised inside a simulated worker when another worker failed.
-
-    A ``BaseException`` so that a user's ``except Exception`` does not swallow it.
-    """
+    """Raised inside a simulated worker when another worker failed (a ``BaseException``,
+    so that a user's ``except Exception`` does not swallow it)."""
 
 
 @dataclass
@@ -50,7 +41,8 @@ class RandomState:
     @classmethod
     def capture(cls) -> RandomState:
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        return cls(torch.get_rng_state(), cuda, random.getstate(), np.random.get_state(legacy=False))
+        return cls(torch.get_rng_state(), cuda, random.getstate(),
+                   np.random.get_state(legacy=False))
 
     def restore(self) -> None:
         torch.set_rng_state(self.torch_cpu)
@@ -81,8 +73,8 @@ class Pending:
     payload: dict[int, Any] = field(default_factory=dict)
     result: dict[int, Any] = field(default_factory=dict)
     duration: float = 0.0
-    # Started transfers (non-blocking): when each member started it, whether it has
-    # arrived, when it finishes on the virtual clock, and the members waiting for it.
+    # Started transfers: when each member started it, whether it has arrived, when it
+    # finishes on the virtual clock, and the members waiting for it.
     started: dict[int, float] = field(default_factory=dict)
     complete: bool = False
     finish: float = 0.0
@@ -119,7 +111,7 @@ class World:
         return rank // (self.world_size // self.groups)
 
     # Called with self.cv held.
-    def _pass_turn(self, rank: int) -> None:
+    def _pass_turn(self) -> None:
         """Give the turn to the ready worker with the earliest clock (ties: the lowest rank)."""
         ready = [r for r in range(self.world_size) if self.ready[r] and not self.done[r]]
         if ready:
@@ -127,18 +119,11 @@ class World:
             self.cv.notify_all()
             return
         if not all(self.done) and self.failure is None:
-            stuck = "; ".join(
-                f"rank {r} waits in {self.waiting_for[r]}"
-                for r in range(self.world_size)
-                if not self.done[r]
-            )
+            stuck = "; ".join(f"rank {r} waits in {self.waiting_for[r]}"
+                              for r in range(self.world_size) if not self.done[r])
             finished = [r for r in range(self.world_size) if self.done[r]]
-            self.failure = (
-                None,
-                None,
-                f"simulated workers deadlocked: {stuck}"
-                + (f"; ranks {finished} already returned" if finished else ""),
-            )
+            self.failure = (None, None, f"simulated workers deadlocked: {stuck}"
+                            + (f"; ranks {finished} already returned" if finished else ""))
         self.turn = -1
         self.cv.notify_all()
 
@@ -150,25 +135,55 @@ class World:
         self.random[rank].restore()
         self.resumed[rank] = time.perf_counter()
 
+    def _yield_turn(self, rank: int) -> None:
+        """Save ``rank``'s random state, let the next worker run, and wait for the turn."""
+        self.random[rank] = RandomState.capture()
+        self._pass_turn()
+        self._wait_turn(rank)
+
     def _computed(self, rank: int) -> None:
         """With measured clocks: add the wall time ``rank`` just held the turn."""
         if self.step_time is None:
             self.clock[rank] += time.perf_counter() - self.resumed[rank]
 
-    def _enter(self, rank: int, key: tuple, op: str, members: list[int], kind: str,
-               what: str, verb: str) -> Pending:
-        """The pending collective ``key``, created by its first member; a mismatch (another
-        op or other members under the same key) fails the whole simulation."""
-        describe = f"{kind}{op} #{key[-1]} among ranks {members}"
-        pending = self.pending.get(key)
-        if pending is None:
-            pending = self.pending[key] = Pending(op, members, describe)
-        elif pending.op != op or pending.members != members:
-            self.failure = (rank, None, f"mismatched {what}: rank {rank} {verb} {describe} "
-                            f"while ranks {sorted(pending.payload)} {verb} {pending.describe}")
-            self.cv.notify_all()
-            raise WorkerAborted()
-        return pending
+    def _arrive(self, rank: int, key: tuple, op: str, members: list[int], payload: Any,
+                compute: Callable[[dict[int, Any]], dict[int, Any]], started: bool
+                ) -> tuple[Pending, bool]:
+        """``rank`` enters the pending collective ``key`` (created by its first member) with
+        its payload; the last member to arrive computes the results and their duration.
+        Returns the collective and whether it is complete. A mismatch (another op or
+        other members under the same key) or a failing ``compute`` fails the simulation."""
+        self._computed(rank)
+        what, verb = ("transfers", "started") if started else ("collectives", "called")
+        describe = f"{'started ' if started else ''}{op} #{key[-1]} among ranks {members}"
+        pending = self.pending.setdefault(key, Pending(op, members, describe))
+        if pending.op != op or pending.members != members:
+            self._fail(rank, None, f"mismatched {what}: rank {rank} {verb} {describe} while "
+                       f"ranks {sorted(pending.payload)} {verb} {pending.describe}")
+        pending.payload[rank] = payload
+        if len(pending.payload) < len(members):
+            return pending, False
+        del self.pending[key]
+        start = time.perf_counter()
+        try:
+            pending.result = compute(pending.payload)
+        except BaseException as error:  # a shape mismatch, for example
+            self._fail(rank, error, f"{pending.describe} failed: {error!r}")
+        pending.duration = time.perf_counter() - start
+        return pending, True
+
+    def _fail(self, rank: int, error: BaseException | None, message: str) -> NoReturn:
+        """Fail the simulation: every worker unwinds."""
+        self.failure = (rank, error, message)
+        self.cv.notify_all()
+        raise WorkerAborted() from error
+
+    def _release(self, members: Iterable[int], finish: float) -> None:
+        """``members`` may run again, their clocks at ``finish`` at least."""
+        for member in members:
+            self.clock[member] = max(self.clock[member], finish)
+            self.ready[member] = True
+            self.waiting_for[member] = ""
 
     def start(self, rank: int) -> None:
         with self.cv:
@@ -180,9 +195,7 @@ class World:
             self._computed(rank)
             if self.step_time is not None:
                 self.clock[rank] += self.step_time[rank]
-            self.random[rank] = RandomState.capture()
-            self._pass_turn(rank)
-            self._wait_turn(rank)
+            self._yield_turn(rank)
 
     def add_count(self, key: str, amount: int) -> int:
         with self.cv:
@@ -196,52 +209,24 @@ class World:
             self.done[rank] = True
             if error is not None and self.failure is None:
                 self.failure = (rank, error, f"simulated worker {rank} raised {error!r}")
-            self._pass_turn(rank)
+            self._pass_turn()
 
-    def collective(
-        self,
-        rank: int,
-        key: tuple,
-        op: str,
-        members: list[int],
-        payload: Any,
-        compute: Callable[[dict[int, Any]], tuple[dict[int, Any], float]],
-        transfer: float = 0.0,
-    ) -> tuple[Any, float]:
-        """Enter a collective; block (yielding the turn) until all members have.
-
-        ``compute`` maps the members' payloads to their results and is run once,
-        by the last member to arrive; it returns the results and its duration.
-        ``transfer`` is the collective's modeled time on the links; with a link
-        model it is also the duration returned, otherwise ``compute``'s own.
-        """
+    def collective(self, rank: int, key: tuple, op: str, members: list[int], payload: Any,
+                   compute: Callable[[dict[int, Any]], dict[int, Any]], transfer: float = 0.0
+                   ) -> tuple[Any, float]:
+        """Enter a collective; block (yielding the turn) until all members have. Returns
+        (this member's result, the duration: ``transfer``, the modeled time on the
+        links, with a link model, else the time ``compute`` took)."""
         with self.cv:
-            self._computed(rank)
-            pending = self._enter(rank, key, op, members, "", "collectives", "called")
-            pending.payload[rank] = payload
-            self.random[rank] = RandomState.capture()
+            pending, complete = self._arrive(rank, key, op, members, payload, compute, False)
             self.ready[rank] = False
             self.waiting_for[rank] = pending.describe
-            if len(pending.payload) == len(members):
-                del self.pending[key]
-                try:
-                    pending.result, duration = compute(pending.payload)
-                except BaseException as error:  # a shape mismatch, for example
-                    self.failure = (rank, error, f"{pending.describe} failed: {error!r}")
-                    self.cv.notify_all()
-                    raise WorkerAborted() from error
-                finish = max(self.clock[m] for m in members) + transfer
+            if complete:
                 if self.link is not None:
-                    duration = transfer
-                for member in members:
-                    self.ready[member] = True
-                    self.waiting_for[member] = ""
-                    self.clock[member] = finish
-                pending.duration = duration
-            self._pass_turn(rank)
-            self._wait_turn(rank)
+                    pending.duration = transfer
+                self._release(members, max(self.clock[m] for m in members) + transfer)
+            self._yield_turn(rank)
             return pending.result[rank], pending.duration
-
 
     # -- started (non-blocking) transfers ------------------------------------------
     def start_collective(self, rank: int, key: tuple, op: str, members: list[int],
@@ -249,26 +234,16 @@ class World:
                          transfer: float = 0.0, lane: str = "bulk") -> Pending:
         """Start a transfer without giving up the turn; :meth:`wait_collective` finishes it.
 
-        The last member to start it computes the results at once (the payloads are
-        the members' send buffers, untouched until they wait). It begins at the
-        latest start among its members, or at the end of a member's previous
-        started transfer of the same ``lane`` if that is later (each worker's
-        transfers of a lane run one after another, as on that lane's background
-        thread under torch.distributed), and takes ``transfer`` seconds.
+        The last member to start it computes the results at once (the payloads are the
+        members' send buffers, untouched until they wait). It begins at the latest start
+        among its members, or at the end of a member's previous started transfer of the
+        same ``lane`` if that is later (a lane runs its transfers one after another), and
+        takes ``transfer`` seconds.
         """
         with self.cv:
-            self._computed(rank)
-            pending = self._enter(rank, key, op, members, "started ", "transfers", "started")
-            pending.payload[rank] = payload
+            pending, complete = self._arrive(rank, key, op, members, payload, compute, True)
             pending.started[rank] = self.clock[rank]
-            if len(pending.payload) == len(members):
-                del self.pending[key]
-                try:
-                    pending.result = compute(pending.payload)
-                except BaseException as error:
-                    self.failure = (rank, error, f"{pending.describe} failed: {error!r}")
-                    self.cv.notify_all()
-                    raise WorkerAborted() from error
+            if complete:
                 # Each member's earlier transfers have all arrived by now (they were
                 # started first, by every member), so their ends are final.
                 ends = self.queue_end.setdefault(lane, [0.0] * self.world_size)
@@ -278,10 +253,7 @@ class World:
                 pending.complete = True
                 for member in members:
                     ends[member] = pending.finish
-                for member in pending.waiting:
-                    self.clock[member] = max(self.clock[member], pending.finish)
-                    self.ready[member] = True
-                    self.waiting_for[member] = ""
+                self._release(pending.waiting, pending.finish)
                 self.cv.notify_all()
             self.resumed[rank] = time.perf_counter()  # computing goes on from here
             return pending
@@ -293,11 +265,9 @@ class World:
             self._computed(rank)
             if not pending.complete:
                 pending.waiting.add(rank)
-                self.random[rank] = RandomState.capture()
                 self.ready[rank] = False
                 self.waiting_for[rank] = f"wait for the {pending.describe}"
-                self._pass_turn(rank)
-                self._wait_turn(rank)
+                self._yield_turn(rank)
             else:
                 self.clock[rank] = max(self.clock[rank], pending.finish)
                 self.resumed[rank] = time.perf_counter()
@@ -319,7 +289,6 @@ def step_times(step_time: Sequence[float] | Mapping[int, float] | None, world_si
         if len(times) != world_size:
             raise ValueError(f"step_time: give one value per worker ({world_size}), "
                              f"got {len(times)}")
-    bad_times = [t for t in times if not (t > 0 and math.isfinite(t))]
-    if bad_times:
+    if not all(t > 0 and math.isfinite(t) for t in times):
         raise ValueError(f"step_time: every step time must be positive and finite, got {times}")
     return times
