@@ -191,11 +191,11 @@ def step_seconds(form: Form, compute: float, rate: float, latency: float,
 
 def rate_for(form: Form, compute: float, latency: float, utilization: float) -> float | None:
     """The least link rate (bit/s) at which ``form`` computes ``utilization`` of the time:
-    bisection over the rate, in log space; None if no rate does (the latency alone)."""
+    bisection over the rate, in log space; None if no rate up to 1 Tbit/s does."""
     def enough(rate: float) -> bool:
         return compute / step_seconds(form, compute, rate, latency) >= utilization
 
-    low, high = 1.0, 1e15
+    low, high = 1.0, 1e12
     if not enough(high):
         return None
     for _ in range(50):
@@ -208,7 +208,7 @@ def rate_for(form: Form, compute: float, latency: float, utilization: float) -> 
 class Plan:
     """The inputs, and a row per form: seconds per step (``step_seconds``; of them the
     transfer that ``waits``), the transfer that ``hides``, ``utilization`` (compute /
-    total), ``bytes_per_node`` per step, ``rate_90/95/99`` (bit/s; None: none is enough)."""
+    total), ``bytes_per_node`` per step, ``rate_90/95/99`` (bit/s; None: none to 1 Tbit/s)."""
 
     params: int
     workers: int
