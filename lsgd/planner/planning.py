@@ -68,18 +68,18 @@ class Net:
 
     def __init__(self, workers: int, groups: int) -> None:
         size = workers // groups
-        self.groups, self.m = groups, list(range(workers))
+        self.groups, self.m, self.first = groups, list(range(workers)), list(range(size))
         self.node: Callable[[int], int] = lambda rank: rank // size
         # Communicator._chained: a broadcast across nodes goes along the nodes' heads
         self.heads = chain_heads(0, groups, size) if groups > 1 and workers > 2 else None
 
-    def _send(self, op: Callable[[LinkModel], float], moved: float, **when: Any) -> Send:
+    def _send(self, op: Callable[[LinkModel], float], nbytes: float, **when: Any) -> Send:
         stages, bits = (op(LinkModel(rate, latency, self.node))
                         for rate, latency in ((math.inf, 1.0), (1.0, 0.0)))
-        return Send(stages=stages, bits=bits, nbytes=moved / self.groups, **when)
+        return Send(stages=stages, bits=bits, nbytes=nbytes, **when)
 
-    def _ring(self, per_hop: float) -> float:
-        return sum(ring_traffic(per_hop, self.m, r, self.node).link_sent for r in self.m)
+    def _ring(self, per_hop: float) -> float:  # what the first node sends (as every node)
+        return sum(ring_traffic(per_hop, self.m, r, self.node).link_sent for r in self.first)
 
     def all_reduce(self, numel: int, codec: str = "none", width: int = 4, **when: Any) -> Send:
         m = self.m
@@ -88,9 +88,10 @@ class Net:
             return self._send(lambda link: link.all_reduce(size, m),
                               self._ring(ring_allreduce_bytes(size, len(m))), **when)
         sizes = codecs.part_sizes(codec, numel, len(m))  # the simulator's _modeled
-        moved = sum(compressed_all_reduce_traffic(sizes, m, r, self.node).link_sent for r in m)
+        sent = sum(compressed_all_reduce_traffic(sizes, m, r, self.node).link_sent
+                   for r in self.first)
         return self._send(lambda link: link.all_to_all(sizes, m)
-                          + link.all_gather(max(sizes), m), moved, **when)
+                          + link.all_gather(max(sizes), m), sent, **when)
 
     def all_gather(self, nbytes: int, **when: Any) -> Send:
         return self._send(lambda link: link.all_gather(nbytes, self.m),
@@ -99,7 +100,7 @@ class Net:
     def broadcast(self, nbytes: int, **when: Any) -> Send:
         heads = self.heads
         moves = broadcast_pattern(nbytes, self.m, 0, "tree", heads)
-        moved = sum(b for a, c, b in moves if self.node(a) != self.node(c))
+        moved = sum(b for a, c, b in moves if self.node(a) != self.node(c)) / self.groups
         return self._send(lambda link: link.broadcast(nbytes, self.m, 0) if heads is None
                           else link.broadcast(nbytes, heads, 0, "chain", chunk_count(nbytes)),
                           moved, **when)
