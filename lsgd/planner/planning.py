@@ -221,14 +221,16 @@ class Plan:
     notes: list[str]
 
     def table(self) -> str:
-        head = (f"{self.params:,} parameters, {self.workers} workers in {self.groups} nodes, "
-                f"link {self.link}, {self.step_time:.4g} s of compute per step")
-        return "\n".join([head, f"{'form':19} {'knobs':19} s/step   waits    hides    util  "
-                                "MB/node  rate for 90/95/99% util"] + [
-            f"{r['form']:19} {r['knobs']:19} {r['step_seconds']:.4f}  {r['waits']:.4f}  "
-            f"{r['hides']:.4f}  {r['utilization']:6.1%} {r['bytes_per_node'] / 1e6:8.4f}  "
-            + " / ".join(_rate(r[f"rate_{t}"]) for t in TARGETS) for r in self.rows]
-            + [f"note: {n}" for n in self.notes])
+        lines = [f"{self.params:,} parameters, {self.workers} workers in {self.groups} nodes, "
+                 f"link {self.link}, {self.step_time:.4g} s of compute per step",
+                 f"{'form':19} {'knobs':19} s/step   waits    hides    util  MB/node  "
+                 "rate for 90/95/99% util"]
+        for r in self.rows:
+            rates = " / ".join(_rate(r[f"rate_{t}"]) for t in TARGETS)
+            lines.append(f"{r['form']:19} {r['knobs']:19} {r['step_seconds']:.4f}  "
+                         f"{r['waits']:.4f}  {r['hides']:.4f}  {r['utilization']:6.1%} "
+                         f"{r['bytes_per_node'] / 1e6:8.4f}  {rates}")
+        return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
     def write(self, out: str | Path) -> list[Path]:
         """``plan.csv``, ``plan.json`` and, with matplotlib, ``plan.png`` (utilization
@@ -277,7 +279,7 @@ def _image(name: str) -> tuple[int, int, int]:
 def build(name: str, device: str = "meta") -> nn.Module:
     """lsgd's model ``name`` as ``lsgd train`` builds it by default (cnn7 and mlp for
     Fashion-MNIST, the other image models for CIFAR-10); ValueError if there is none."""
-    from lsgd.models.catalog import build_model, model_names
+    from lsgd.models.catalog import build_model
     from lsgd.models.gpt import build_language_model
 
     s = LanguageSettings()
@@ -298,17 +300,18 @@ def measure(name: str, device: str = "cpu", steps: int = 5) -> float:
         raise ValueError("--device cuda: no CUDA device here; give --device cpu or "
                          "--step-time SECONDS")
     model, context, text = build(name, device), LanguageSettings().context, name in LANGUAGE_MODELS
-    inputs = torch.randint(0, 256, (16, context)) if text else torch.randn(128, *_image(name))
+    inputs = (torch.randint(0, 256, (16, context)) if text else
+              torch.randn(128, *_image(name))).to(device)
     targets = (torch.randint(0, 256, (16 * context,)) if text else
                torch.randint(0, 10, (128,))).to(device)
     optimizer, times = torch.optim.SGD(model.parameters(), lr=0.01), []
     for _ in range(steps + 2):
         start = time.perf_counter()
-        loss = nn.functional.cross_entropy(model(inputs.to(device)).flatten(0, -2), targets)
-        loss.backward()
+        nn.functional.cross_entropy(model(inputs).flatten(0, -2), targets).backward()
         optimizer.step()
         optimizer.zero_grad()
-        torch.cuda.synchronize() if device == "cuda" else None
+        if device == "cuda":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return sorted(times[2:])[steps // 2]
 
@@ -414,6 +417,7 @@ def plan(size: int | str | nn.Module, *, step_time: float | None = None, workers
                     | {f"rate_{t}": rate_for(form, step_time, spec.latency, t / 100)
                        for t in TARGETS})
     notes = ["allreduce-bf16 and -powersgd are PyTorch's DDP hooks (worker processes only): "
-             "not checked against the simulator; their buckets counted as one message"] + [
-        "--params: no PowerSGD (give --model); DeMo's state as --chunk blocks"] * (not shapes)
+             "not checked against the simulator; their buckets counted as one message"]
+    if shapes is None:
+        notes.append("--params: no PowerSGD (give --model); DeMo's state as --chunk blocks")
     return Plan(numel, workers, groups, str(spec), float(step_time), rows, planned, notes)

@@ -3,6 +3,7 @@ link rate for a utilization."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -70,7 +71,7 @@ def test_the_table_and_the_files(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert (tmp_path / "plan.csv").read_text().startswith("form,method,knobs,step_seconds")
     for row in saved["rows"]:  # the rates a utilization needs grow with it
         rates = [row[f"rate_{t}"] for t in (90, 95, 99)]
-        assert all(a <= b for a, b in zip(rates, rates[1:]) if b is not None)
+        assert all(a <= b for a, b in itertools.pairwise(rates) if b is not None)
 
 
 def test_the_bytes_are_the_wire_modules(capsys: pytest.CaptureFixture[str]) -> None:
