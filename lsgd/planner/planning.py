@@ -420,4 +420,6 @@ def plan(size: int | str | nn.Module, *, step_time: float | None = None, workers
              "not checked against the simulator; their buckets counted as one message"]
     if shapes is None:
         notes.append("--params: no PowerSGD (give --model); DeMo's state as --chunk blocks")
+    if workers > groups:
+        notes.append("every process a replica; --replica node is not planned (docs/plan.md)")
     return Plan(numel, workers, groups, str(spec), float(step_time), rows, planned, notes)
