@@ -27,6 +27,7 @@ _SOURCES: dict[str, str] = {
     "LaunchError": "lsgd.launcher",
     "launch": "lsgd.launcher",
     "launch_elastic": "lsgd.launcher.elastic_jobs",
+    "plan": "lsgd.planner.planning",
     **dict.fromkeys(("LARS", "MuonAdamW", "lars_param_groups"), "lsgd.optim"),
     **dict.fromkeys(("ALDSGD", "AllReduce", "DPSGD", "Decentralized", "DeMo", "DiLoCo",
                      "DivergedError", "EASGD", "Independent", "LSGD", "LocalSGD", "MATCHA",

@@ -27,6 +27,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 def build_parser() -> argparse.ArgumentParser:
     from lsgd.bench.command import add_bench_parser
+    from lsgd.planner.command import add_plan_parser
     from lsgd.repro.command import add_repro_parser
     from lsgd.train.command import add_plot_parser, add_train_parser
 
@@ -36,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"lsgd {lsgd.__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (add_train_parser, add_plot_parser, add_repro_parser, add_bench_parser):
+    for add in (add_train_parser, add_plot_parser, add_repro_parser, add_bench_parser,
+                add_plan_parser):
         add(subparsers)
     parser.set_defaults(handler=None, parser=parser)
     return parser
