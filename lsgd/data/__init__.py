@@ -1,17 +1,11 @@
-"""Datasets as tensors, and exclusive per-worker shards.
+"""Datasets by name, and exclusive per-worker shards.
 
-In memory (a :class:`Dataset`: images float32 ``[N, C, H, W]``, labels int64
-``[N]``): Fashion-MNIST from its IDX files (the folder given, ``$LSGD_DATA``, or
-Debian's ``/usr/share/datasets/fashion-mnist``), CIFAR-10 / CIFAR-100 from their
-python-pickle folders (never downloaded; :mod:`lsgd.data.cifar`), each normalized;
-scikit-learn's bundled 8x8 digits; and :func:`synthetic`, a learnable
-Gaussian-prototype task for quick runs. Text as byte tokens (a :class:`TextData`,
-:mod:`lsgd.data.text`): the King James Bible (``kjv``) or any UTF-8 text
-(``text``). Decoded lazily (an :class:`ImageFolder`): ImageNet-style ``train/`` and
-``val/`` class folders, read with Pillow (the extra ``lsgd[imagenet]``).
-
-:func:`load_dataset` picks one by name from :data:`DATASETS`; each dataset
-names its augmentation preset in ``augment`` (:mod:`lsgd.augment`).
+In memory, normalized (a :class:`Dataset`: images float32 ``[N, C, H, W]``, labels
+int64 ``[N]``): Fashion-MNIST, CIFAR-10 / CIFAR-100, scikit-learn's 8x8 digits and
+:func:`synthetic`. Text as byte tokens (a :class:`TextData`): the King James Bible
+(``kjv``) or any UTF-8 ``text``. Decoded lazily (an :class:`ImageFolder`): ImageNet.
+Nothing is downloaded. :func:`load_dataset` picks one by name from :data:`DATASETS`;
+each dataset names its augmentation preset in ``augment`` (:mod:`lsgd.augment`).
 """
 
 from __future__ import annotations
@@ -24,42 +18,18 @@ from lsgd.data.cifar import (CIFAR100_MEAN, CIFAR100_STD, CIFAR_MEAN, CIFAR_NORM
 from lsgd.data.dataset import Dataset, shard
 from lsgd.data.imagenet import (IMAGENET_MEAN, IMAGENET_STD, ImageFolder, imagenet,
                                 imagenet_dir, random_resized_crop_params)
-from lsgd.data.mnist import DEBIAN_FASHION_MNIST, digits, fashion_mnist, fashion_mnist_dir, read_idx
+from lsgd.data.mnist import (DEBIAN_FASHION_MNIST, digits, fashion_mnist, fashion_mnist_dir,
+                             read_idx)
 from lsgd.data.synthetic import synthetic
-from lsgd.data import text as text_module
-from lsgd.data.text import TextData, kjv, user_text
+from lsgd.data.text import TextData, bible_program, kjv, kjv_cached, text_files, user_text
 from lsgd.names import TEXT_DATASETS  # byte tokens, for language models
 
 __all__ = [
-    "CIFAR100_MEAN",
-    "CIFAR100_STD",
-    "CIFAR_MEAN",
-    "CIFAR_NORMALIZATION",
-    "CIFAR_STD",
-    "DATASETS",
-    "TEXT_DATASETS",
-    "TextData",
-    "FACTS",
-    "DEBIAN_FASHION_MNIST",
-    "Dataset",
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
-    "ImageFolder",
-    "cifar",
-    "cifar_dir",
-    "digits",
-    "fashion_mnist",
-    "fashion_mnist_dir",
-    "imagenet",
-    "imagenet_dir",
-    "load_dataset",
-    "locate",
-    "random_resized_crop_params",
-    "read_idx",
-    "shard",
-    "synthetic",
-    "kjv",
-    "user_text",
+    "CIFAR100_MEAN", "CIFAR100_STD", "CIFAR_MEAN", "CIFAR_NORMALIZATION", "CIFAR_STD",
+    "DATASETS", "DEBIAN_FASHION_MNIST", "FACTS", "IMAGENET_MEAN", "IMAGENET_STD", "TEXT_DATASETS",
+    "Dataset", "ImageFolder", "TextData", "cifar", "cifar_dir", "digits", "fashion_mnist",
+    "fashion_mnist_dir", "imagenet", "imagenet_dir", "kjv", "load_dataset", "locate",
+    "random_resized_crop_params", "read_idx", "shard", "synthetic", "user_text",
 ]
 
 
@@ -92,10 +62,10 @@ def locate(name: str, data_dir: str | os.PathLike[str] | None = None) -> str | N
             cifar_dir(data_dir, int(key[len("cifar"):]))
         elif key == "imagenet":
             imagenet_dir(data_dir)
-        elif key == "kjv" and not text_module.kjv_cached():
-            text_module.bible_program()
+        elif key == "kjv" and not kjv_cached():
+            bible_program()
         elif key == "text":
-            text_module.text_files(data_dir)
+            text_files(data_dir)
     except (FileNotFoundError, ValueError) as error:
         return str(error)
     return None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+
 
 @dataclass
 class Dataset:
@@ -35,21 +37,24 @@ class Dataset:
         return tuple(self.train_x.shape[1:])
 
 
+def normalize(pixels: torch.Tensor, mean: Sequence[float], std: Sequence[float]
+              ) -> torch.Tensor:
+    """uint8 ``[N, C, H, W]`` pixels as float32 on the [0, 1] scale, normalized per channel."""
+    x = pixels.to(torch.float32).div_(255.0)
+    x.sub_(torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))
+    return x.div_(torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1))
+
+
 def _normalized(name: str, train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
                 test_y: np.ndarray, augment: str = "none",
                 num_classes: int | None = None) -> Dataset:
     tx = torch.from_numpy(np.array(train_x, dtype=np.float32))  # a copy of its own
     vx = torch.from_numpy(np.array(test_x, dtype=np.float32))
     mean, std = tx.mean(), tx.std()
-    return Dataset(
-        name,
-        tx.sub_(mean).div_(std),  # in place: the same values as (tx - mean) / std
-        torch.from_numpy(np.asarray(train_y, dtype=np.int64)),
-        vx.sub_(mean).div_(std),
-        torch.from_numpy(np.asarray(test_y, dtype=np.int64)),
-        augment=augment,
-        num_classes=num_classes,
-    )
+    ty, vy = (torch.from_numpy(np.asarray(y, dtype=np.int64)) for y in (train_y, test_y))
+    # in place: the same values as (x - mean) / std
+    return Dataset(name, tx.sub_(mean).div_(std), ty, vx.sub_(mean).div_(std), vy,
+                   augment=augment, num_classes=num_classes)
 
 
 def shard(n: int, rank: int, world_size: int, epoch: int, seed: int = 0) -> torch.Tensor:

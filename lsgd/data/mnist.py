@@ -65,16 +65,11 @@ def _find(folder: Path, stem: str) -> Path | None:
 def fashion_mnist(root: str | os.PathLike[str] | None = None) -> Dataset:
     """Fashion-MNIST: 60,000 training and 10,000 test images of 28x28, 10 classes."""
     folder = fashion_mnist_dir(root)
-    arrays = {key: read_idx(_find(folder, stem)) for key, stem in FASHION_FILES.items()}  # type: ignore[arg-type]
-    return _normalized(
-        "fashion-mnist",
-        arrays["train_images"][:, None],
-        arrays["train_labels"],
-        arrays["test_images"][:, None],
-        arrays["test_labels"],
-        augment="fashion",
-        num_classes=10,
-    )
+    arrays = {key: read_idx(_find(folder, stem))  # type: ignore[arg-type]
+              for key, stem in FASHION_FILES.items()}
+    return _normalized("fashion-mnist", arrays["train_images"][:, None], arrays["train_labels"],
+                       arrays["test_images"][:, None], arrays["test_labels"],
+                       augment="fashion", num_classes=10)
 
 
 def digits(test_fraction: float = 0.25, seed: int = 0) -> Dataset:

@@ -1,10 +1,7 @@
-"""Text as byte tokens: the King James Bible from Debian, or any UTF-8 text a user brings.
-
-Tokens are the text's UTF-8 bytes (a vocabulary of 256, no tokenizer). Sources:
+"""Text as byte tokens (its UTF-8 bytes: a vocabulary of 256, no tokenizer).
 
 * ``kjv``: the King James Version, printed by the ``bible`` program of Debian's
-  ``bible-kjv`` package and cached once (``$LSGD_CACHE``, else
-  ``$XDG_CACHE_HOME/lsgd`` or ``~/.cache/lsgd``). Validation: every 20th
+  ``bible-kjv`` package and cached once (:func:`cache_dir`). Validation: every 20th
   chapter of the 1,189 (about 5% of the bytes); training: the others, in order.
 * ``text``: a UTF-8 file, or every regular file under a folder in path order,
   joined by newlines. Validation: the last 5% of the bytes, from the start of
@@ -37,11 +34,8 @@ _CHAPTER = re.compile(r"^\n?[1-3]? ?[A-Z][A-Za-z ]* \d+\n\n", re.M)
 
 @dataclass
 class TextData:
-    """A corpus as byte tokens: ``train`` and ``valid`` are uint8 tensors.
-
-    ``split`` says in words how the validation part was held out; ``source``
-    where the text came from.
-    """
+    """A corpus as byte tokens (uint8 tensors); ``split`` says in words how ``valid``
+    was held out, ``source`` where the text came from."""
 
     name: str
     train: torch.Tensor
@@ -161,8 +155,7 @@ def read_text(path: str | os.PathLike[str] | None) -> str:
 def split_tail(text: str, share: float = VALIDATION_SHARE) -> tuple[str, str]:
     """(training, validation): the last ``share`` of the text, from the start of its line."""
     cut = int(len(text) * (1 - share))
-    line = text.rfind("\n", 0, cut) + 1
-    cut = line if line > 0 else cut
+    cut = text.rfind("\n", 0, cut) + 1 or cut  # the start of its line, if it has one
     return text[:cut], text[cut:]
 
 
