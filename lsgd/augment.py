@@ -28,7 +28,6 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from lsgd.data import CIFAR100_MEAN, CIFAR100_STD, CIFAR_MEAN, CIFAR_STD
 
@@ -63,9 +62,17 @@ def _randint(high: int, n: int, generator: torch.Generator | None,
     return torch.randint(high, (n,), generator=generator, device=where).to(device)
 
 
+def _coin(n: int, p: float, generator: torch.Generator | None,
+          device: torch.device) -> torch.Tensor:
+    """``n`` draws that are true with probability ``p``, as :func:`_randint` draws."""
+    where = generator.device if generator is not None else device
+    return torch.rand(n, generator=generator, device=where).to(device) < p
+
+
 def pad(x: torch.Tensor, padding: int | Sequence[int],
         fill: float | Sequence[float] = 0.0) -> torch.Tensor:
-    """Pad the last two dimensions of a batch by ``padding`` on every side.
+    """Pad the last two dimensions of a batch by ``padding`` on every side: the
+    whole padded image as a :func:`crop`.
 
     ``padding`` is one int or ``(vertical, horizontal)``. ``fill`` is a constant
     or one value per channel (e.g. :data:`CIFAR_BLACK`).
@@ -74,17 +81,9 @@ def pad(x: torch.Tensor, padding: int | Sequence[int],
     ph, pw = _pair(padding)
     if ph < 0 or pw < 0:
         raise ValueError(f"padding must be non-negative, got {padding}")
-    if ph == 0 and pw == 0:
-        return x
-    if isinstance(fill, (int, float)):
-        return F.pad(x, (pw, pw, ph, ph), value=float(fill))
-    values = torch.as_tensor(fill, dtype=x.dtype, device=x.device)
-    if values.numel() != x.shape[1]:
-        raise ValueError(f"fill has {values.numel()} values for {x.shape[1]} channels")
-    b, c, h, w = x.shape
-    out = values.view(1, c, 1, 1).expand(b, c, h + 2 * ph, w + 2 * pw).clone()
-    out[:, :, ph : ph + h, pw : pw + w] = x
-    return out
+    zeros = torch.zeros(x.shape[0], dtype=torch.long)
+    return crop(x, zeros, zeros, (x.shape[2] + 2 * ph, x.shape[3] + 2 * pw), padding=(ph, pw),
+                fill=fill)
 
 
 def crop(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, size: int | Sequence[int],
@@ -164,12 +163,6 @@ def center_crop(x: torch.Tensor, size: int | Sequence[int]) -> torch.Tensor:
     return x[:, :, top : top + h, left : left + w]
 
 
-def _coin(n: int, p: float, generator: torch.Generator | None,
-          device: torch.device) -> torch.Tensor:
-    where = generator.device if generator is not None else device
-    return torch.rand(n, generator=generator, device=where).to(device) < p
-
-
 def random_flip(x: torch.Tensor, p: float = 0.5,
                 generator: torch.Generator | None = None) -> torch.Tensor:
     """Mirror each image left-right with probability ``p`` (one draw per image)."""
@@ -213,14 +206,7 @@ _TRAIN: dict[str, Transform] = {
     "fashion-crop": _fashion_crop_train,
     "none": _identity,
 }
-_TEST: dict[str, Transform] = {
-    "cifar-28": _cifar_28_test,
-    "cifar-32-pad": _identity,
-    "cifar100-32-pad": _identity,
-    "fashion": _identity,
-    "fashion-crop": _identity,
-    "none": _identity,
-}
+_TEST: dict[str, Transform] = {**dict.fromkeys(PRESETS, _identity), "cifar-28": _cifar_28_test}
 
 
 def _preset(table: dict[str, Transform], name: str) -> Transform:
@@ -250,13 +236,9 @@ def output_shape(name: str, input_shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def paper_preset(dataset: str, model: str | None = None) -> str:
-    """The preset the papers use for ``dataset`` (a :data:`lsgd.data.DATASETS` name) and ``model``.
-
-    CIFAR: ``"cifar-32-pad"`` (CIFAR-100: ``"cifar100-32-pad"``) for VGG16, else
-    ``"cifar-28"`` (CNN7, ResNet20);
-    Fashion-MNIST: ``"fashion"``; everything else (digits, synthetic, and ImageNet,
-    whose transforms :class:`lsgd.data.ImageFolder` applies itself): ``"none"``.
-    """
+    """The preset the papers use for ``dataset`` (a :data:`lsgd.data.DATASETS` name) and
+    ``model`` (the module's table); ``"none"`` where they use none or, as for ImageNet,
+    the dataset augments itself."""
     key = dataset.lower()
     if key in ("cifar10", "cifar100"):
         if model is not None and model.lower().startswith("vgg"):
