@@ -20,8 +20,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from lsgd.launcher.worker import (before_start, failure_lines, process_main,
-                                  quiet_elastic_agent, start_method)
+from lsgd.launcher.worker import failure_lines, run_workers
 from lsgd.links.netns import node_address
 
 
@@ -51,53 +50,32 @@ def run_node(job: dict[str, Any], node: int, result_path: str) -> int:
     process forked from the launcher (:func:`lsgd.launcher.nodes.launch_on_links`).
     """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
-    method = start_method(threads, by_agent=True)
-    before_start(method, job["fn"])
-    config = LaunchConfig(
-        min_nodes=job["nodes"],
-        max_nodes=job["nodes"],
-        nproc_per_node=job["per_node"],
-        run_id=job["run_id"],
-        rdzv_backend="c10d",
-        rdzv_endpoint=job["endpoint"],
-        # join_timeout bounds every rendezvous round, a restart's included: one that
-        # cannot gather every node fails after it (torch's default is 10 minutes).
-        rdzv_configs={"is_host": node == 0, "join_timeout": int(job["join_timeout"]),
-                      "last_call_timeout": 1, "close_timeout": 10},
-        max_restarts=job["max_restarts"],
-        monitor_interval=0.05,
-        start_method=method,
-        local_addr=node_address(node),
-    )
-    outcome: dict[str, object]
+    outcome: dict[str, Any] = {"results": {}, "failures": []}
     start = time.monotonic()
     try:
-        with quiet_elastic_agent(threads):
-            results = elastic_launch(config, process_main)(job["fn"], job["groups"],
-                                                           job["timeout"], job["args"],
-                                                           job["replica"],
-                                                           os.environ.get("LSGD_LOG_DIR"))
-        outcome = {"results": dict(results), "failures": []}
-        code = 0
+        outcome["results"] = dict(run_workers(
+            job["fn"], job["groups"], job["timeout"], job["args"], job["replica"],
+            int(os.environ.get("OMP_NUM_THREADS", "1")), min_nodes=job["nodes"],
+            max_nodes=job["nodes"], nproc_per_node=job["per_node"], run_id=job["run_id"],
+            rdzv_endpoint=job["endpoint"], max_restarts=job["max_restarts"],
+            local_addr=node_address(node),
+            # join_timeout bounds every rendezvous round, a restart's included: one that
+            # cannot gather every node fails after it (torch's default is 10 minutes).
+            rdzv_configs={"is_host": node == 0, "join_timeout": int(job["join_timeout"]),
+                          "last_call_timeout": 1, "close_timeout": 10}))
     except ChildFailedError as error:
         spent = job["max_restarts"]
         gave_up = [f"node {node}: its workers failed {spent + 1} time(s), {spent} restart(s) "
                    f"allowed (restarts): its agent gave up after "
                    f"{time.monotonic() - start:.0f} s and closed the rendezvous. Its last "
                    "attempt:"] if spent else []
-        outcome = {"results": {},
-                   "failures": [*gave_up, *failure_lines(error.failures, f" (node {node})")]}
-        code = 1
+        outcome["failures"] = [*gave_up, *failure_lines(error.failures, f" (node {node})")]
     except Exception as error:  # rendezvous and store errors: name the node and the limit
-        outcome = {"results": {}, "failures": [
-            explain(error, node, job, time.monotonic() - start)],
-            "waited": type(error).__name__ if type(error).__name__ in WAITED else None}
-        code = 1
+        outcome["failures"] = [explain(error, node, job, time.monotonic() - start)]
+        outcome["waited"] = type(error).__name__ if type(error).__name__ in WAITED else None
     Path(result_path).write_bytes(pickle.dumps(outcome))
-    return code
+    return 1 if outcome["failures"] else 0
 
 
 #: Errors of an agent that was in the rendezvous, waiting for the other nodes.

@@ -1,25 +1,19 @@
-"""Elastic jobs (torchft): a lighthouse, and one elastic agent per worker.
+"""Elastic jobs (torchft): a lighthouse, and one elastic agent per node.
 
-``launch_elastic(fn, slots)`` runs ``fn(info, slot, slots, lighthouse, *args)``
-for every slot as torchft's deployment does it: each worker is a replica group
-of one process, started by an elastic agent of its own (torch's, as one
-``torchrun`` per node would), so that a worker that dies is restarted by its
-agent alone (up to ``restarts`` times) while the others go on; a lighthouse
-(:func:`lsgd.comm.elastic_collectives.start_lighthouse`) in the calling process forms the
-quorums. ``fn`` builds its :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`
-from ``slot``, ``slots`` and ``lighthouse``. The agents are spawned (fresh
-interpreters), so ``fn`` and ``args`` must be picklable. On loopback, or with
-``link=`` each node in a namespace of its own behind a shaped link and the
-lighthouse on the switch (:func:`lsgd.links.netns.switch_address`), which each
-node reaches through its own link.
+:func:`launch_elastic` runs a job as torchft's deployment does: each node's workers
+are started by an elastic agent of its own (torch's, as one ``torchrun`` per node),
+so a node that fails is restarted by its agent alone while the others go on; a
+lighthouse (:func:`lsgd.comm.quorum.start_lighthouse`) forms the quorums. The agents
+are spawned, so ``fn`` and ``args`` must be picklable. On loopback, or with ``link=``
+each node behind a shaped link and the lighthouse on the switch
+(:func:`lsgd.links.netns.switch_address`).
 
 The job starts together: a c10d store beside the lighthouse is its start gate
-(``GATE_ENV`` in the workers' environment). A worker's first attempt, at its
-first round (its manager beats: the lighthouse counts it live), waits there up
-to the lighthouse's ``join_timeout`` for every worker of the job
-(:func:`lsgd.comm.quorum.start_gate`); so the first quorum waits for a node that
-is slow to start (its agent, or the interpreter, loaded) instead of forming
-without it and healing it a round later. A restarted worker does not wait.
+(``GATE_ENV``). A worker's first attempt waits there, at its first round, up to the
+lighthouse's ``join_timeout`` for every worker of the job
+(:func:`lsgd.comm.quorum.start_gate`), so the first quorum waits for a node slow to
+start instead of forming without it and healing it a round later. A restarted worker
+does not wait.
 """
 
 from __future__ import annotations
@@ -37,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lsgd.comm.quorum import GATE_ENV, require_torchft, start_lighthouse
-from lsgd.launcher.worker import LaunchError
+from lsgd.launcher.worker import LaunchError, threads_for
 from lsgd.links.spec import Link
 
 LIGHTHOUSE_PORT = 29510  # on shaped links: at the switch's address
@@ -60,9 +54,10 @@ def launch_elastic(
     per_node: int = 1,
 ) -> list[T]:
     """Run ``fn(info, slot, slots, lighthouse, *args)`` in ``per_node`` workers on each of
-    ``slots`` nodes (``info``: the worker's place in its node); their results by
-    global rank (``slot * per_node + info.rank``). ``timeout`` bounds the whole
-    job (seconds). A node whose workers failed more than ``restarts`` times is
+    ``slots`` nodes (``info``: the worker's place in its node; ``fn`` builds its
+    :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator` from the rest); their
+    results by global rank (``slot * per_node + info.rank``). ``timeout`` bounds the
+    whole job (seconds). A node whose workers failed more than ``restarts`` times is
     lost for good: its results are ``None`` and its error is printed, since the
     others went on without it; :class:`LaunchError` only when no node finished."""
     if not isinstance(slots, int) or slots < 1:
@@ -74,7 +69,7 @@ def launch_elastic(
     require_torchft()
     import torch.distributed as dist
 
-    threads = threads_per_worker or max(1, (os.cpu_count() or 1) // (slots * per_node))
+    threads = threads_for(slots * per_node, threads_per_worker)
     with contextlib.ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lsgd-elastic-")))
         context = multiprocessing.get_context("spawn")

@@ -9,13 +9,11 @@ back by rank.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from lsgd.launcher.worker import (LaunchError, before_start, failure_lines, process_main,
-                                  quiet_elastic_agent, start_method, threads_for)
+from lsgd.launcher.worker import LaunchError, failure_lines, run_workers, threads_for
 
 T = TypeVar("T")
 
@@ -37,28 +35,14 @@ def launch_local(
     as :func:`~lsgd.launcher.worker.start_method` decides.
     """
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    threads = threads_for(world_size, threads_per_worker)
-    method = start_method(threads, by_agent=True)
-    before_start(method, fn)
-    config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=world_size,
-        run_id=f"lsgd-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d",
-        rdzv_endpoint="127.0.0.1:0",
-        max_restarts=max_restarts,
-        monitor_interval=0.05,
-        start_method=method,
-    )
-    with quiet_elastic_agent(threads):
-        try:
-            results = elastic_launch(config, process_main)(fn, groups, timeout, tuple(args),
-                                                                replica,
-                                                                os.environ.get("LSGD_LOG_DIR"))
-        except ChildFailedError as error:
-            raise LaunchError("worker processes failed:\n"
-                              + "\n".join(failure_lines(error.failures))) from error
+    try:
+        results = run_workers(fn, groups, timeout, args, replica,
+                              threads_for(world_size, threads_per_worker), min_nodes=1,
+                              max_nodes=1, nproc_per_node=world_size,
+                              run_id=f"lsgd-{uuid.uuid4().hex[:8]}",
+                              rdzv_endpoint="127.0.0.1:0", max_restarts=max_restarts)
+    except ChildFailedError as error:
+        raise LaunchError("worker processes failed:\n"
+                          + "\n".join(failure_lines(error.failures))) from error
     return [results[r] for r in range(world_size)]
