@@ -1,10 +1,8 @@
 """Batched data augmentation on tensors, reproducible per worker.
 
 Every function takes a whole ``[B, C, H, W]`` batch on any device and does one
-vectorized operation (no Python loop over images). Randomness comes from an
-explicit ``torch.Generator`` (``None``: the default one), so a worker seeding
-its own gets a reproducible stream, e.g.
-``train_transform("cifar-28")(x, generator=torch.Generator().manual_seed(seed * 1000 + rank))``.
+vectorized operation. Randomness comes from an explicit ``torch.Generator``
+(``None``: the default one), so a worker seeding its own gets a reproducible stream.
 
 The papers' pipelines are presets (:data:`PRESETS`), applied after the
 dataset's normalization (:mod:`lsgd.data`):
@@ -110,11 +108,7 @@ def crop(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, size: int | Seq
         j = torch.where(flip.to(device).view(b, 1, 1), (w - 1) - j, j)
     rows = top.to(device).view(b, 1, 1) + torch.arange(h, device=device).view(1, h, 1) - ph
     cols = left.to(device).view(b, 1, 1) + j - pw
-    if ph == 0 and pw == 0:
-        flat = rows * width + cols
-    else:
-        inside = ((rows >= 0) & (rows < height)) & ((cols >= 0) & (cols < width))
-        flat = rows.clamp(0, height - 1) * width + cols.clamp(0, width - 1)
+    flat = rows.clamp(0, height - 1) * width + cols.clamp(0, width - 1)
     index = flat.view(b, 1, h * w).expand(b, c, h * w)
     out = x.reshape(b, c, height * width).gather(2, index).view(b, c, h, w)
     if ph == 0 and pw == 0:
@@ -122,8 +116,8 @@ def crop(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, size: int | Seq
     values = torch.as_tensor(fill, dtype=x.dtype, device=device)
     if values.numel() not in (1, c):
         raise ValueError(f"fill has {values.numel()} values for {c} channels")
-    values = values.view(1, -1, 1, 1) if values.numel() == c else values
-    return torch.where(inside.view(b, 1, h, w), out, values)
+    inside = (rows >= 0) & (rows < height) & (cols >= 0) & (cols < width)
+    return torch.where(inside.view(b, 1, h, w), out, values.view(1, -1, 1, 1))
 
 
 def random_crop(x: torch.Tensor, size: int | Sequence[int], padding: int | Sequence[int] = 0,

@@ -1,16 +1,13 @@
 """Each method's options, declared once: type, default, range or choices, and help.
 
-A method's options are a dataclass (:data:`OPTIONS` maps each name of
-:data:`lsgd.names.METHODS` to it), its fields the strategy's keyword arguments as
-the command line spells them. From these declarations come ``lsgd train``'s flags
-(grouped by method in ``--help``), their range checks, a run's ``config.toml`` and
-the keywords a run gives its strategy (:meth:`MethodOptions.knobs`); a method's
-needs of the run's settings (MuLoCo's Muon) and its tuned points per task sit on
-its class too. Adding a method is its strategy's file, its options here and a line
-in :data:`OPTIONS`; nothing in :mod:`lsgd.train` names it.
-
-The module imports nothing that imports torch: the command line refuses a bad
-flag before torch is loaded.
+A method's options are a dataclass (:data:`OPTIONS`, by the names of
+:data:`lsgd.names.METHODS`), its fields the strategy's keyword arguments as the
+command line spells them. From them come ``lsgd train``'s flags and their range
+checks, a run's ``config.toml`` and the strategy's keywords
+(:meth:`MethodOptions.knobs`); the class also holds the method's needs of the run's
+settings and its tuned points. Adding a method is its strategy's file, its options
+here and a line in :data:`OPTIONS`. Nothing here imports torch: a bad flag is
+refused before torch is loaded.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""One node's elastic agent on the shaped network.
-
-Started by :func:`lsgd.launcher.nodes.launch_on_links` inside a node's
-namespace, forked from the launcher (:func:`run_node`) or, where the workers
-are spawned, as ``python -m lsgd.launcher.agent PAYLOAD NODE RESULT``. It runs
-torch's elastic launcher with ``per_node`` workers, c10d rendezvous at node 0
-(whose agent hosts the store), and writes ``{"results": {rank: value},
-"failures": [...]}`` to ``RESULT``. A failure says which node failed and why:
-its workers' errors once its restarts are spent, or which of the rendezvous'
-limits ran out (:func:`explain`).
+"""One node's elastic agent on the shaped network, started in the node's namespace by
+:func:`lsgd.launcher.nodes.launch_on_links`: forked (:func:`run_node`) or as ``python -m
+lsgd.launcher.agent PAYLOAD NODE RESULT``. It runs the node's workers (c10d rendezvous
+hosted by node 0's agent) and writes ``{"results": {rank: value}, "failures": [...]}``
+to ``RESULT``; a failure says which node failed and why: its workers' errors once its
+restarts are spent, or which of the rendezvous' limits ran out (:func:`explain`).
 """
 
 from __future__ import annotations
@@ -44,11 +40,8 @@ def main(payload_path: str, node: int, result_path: str) -> int:
 
 
 def run_node(job: dict[str, Any], node: int, result_path: str) -> int:
-    """Node ``node``'s elastic agent for ``job``; its outcome written to ``result_path``.
-
-    Runs in the node's namespace, either a fresh interpreter (:func:`main`) or a
-    process forked from the launcher (:func:`lsgd.launcher.nodes.launch_on_links`).
-    """
+    """Node ``node``'s elastic agent for ``job``, in the node's namespace; its outcome
+    written to ``result_path``."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     outcome: dict[str, Any] = {"results": {}, "failures": []}
