@@ -1,8 +1,5 @@
-"""Checks for user-supplied hyperparameters.
-
-Every check raises ``ValueError`` whose message names the owner, the parameter,
-the offending value and what would be accepted, so a typo in a config reads as
-a sentence rather than a traceback into the update rule.
+"""Checks for user-supplied hyperparameters: each raises ``ValueError`` naming the owner,
+the parameter, the offending value and what would be accepted.
 """
 
 from __future__ import annotations

@@ -200,7 +200,8 @@ _TRAIN: dict[str, Transform] = {
     "fashion-crop": _fashion_crop_train,
     "none": _identity,
 }
-_TEST: dict[str, Transform] = {**dict.fromkeys(PRESETS, _identity), "cifar-28": _cifar_28_test}
+_TEST: dict[str, Transform] = {**dict.fromkeys(PRESETS, _identity),
+                               "cifar-28": _cifar_28_test}
 
 
 def _preset(table: dict[str, Transform], name: str) -> Transform:

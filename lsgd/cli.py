@@ -1,16 +1,10 @@
 """The ``lsgd`` command line.
 
-One subcommand per ``add_*_parser(subparsers)``, each beside the code it runs
-(:mod:`lsgd.train.command` for ``train`` and ``plot``, :mod:`lsgd.repro.command`
-for ``repro``, :mod:`lsgd.bench.command` for ``bench``). Each sets ``handler``
-(a function of the parsed arguments returning the exit code) and ``parser``
-(for error messages) as defaults.
-
-Exit codes: 0 success, 2 bad usage (argparse's message, no traceback), 130
-interrupted. Building the parser imports no torch (nor numpy): the handler of a
-command imports what it runs, so a bad flag or choice is refused at once.
-matplotlib is imported only when a figure is drawn (it is the optional ``plot``
-extra).
+Each subcommand's parser is added beside the code it runs (``add_*_parser`` in
+:mod:`lsgd.train.command`, :mod:`lsgd.repro.command`, :mod:`lsgd.bench.command`) and
+sets ``handler`` (the parsed arguments -> the exit code) and ``parser`` as defaults.
+Exit codes: 0 success, 2 bad usage (no traceback), 130 interrupted. Building the
+parser imports no torch: a bad flag or choice is refused at once.
 """
 
 from __future__ import annotations

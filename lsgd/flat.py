@@ -1,10 +1,4 @@
-"""Flat buffers that hold a whole model state for one-call collectives.
-
-A :class:`FlatBuffer` packs a list of tensors into one contiguous buffer per
-``(dtype, device)`` (usually exactly one) and exposes ``views`` shaped like the
-original tensors, so math can run per tensor with ``torch._foreach_*`` while a
-collective moves the whole state in a single call.
-"""
+"""Flat buffers that hold a whole model state for one-call collectives."""
 
 from __future__ import annotations
 
@@ -14,7 +8,10 @@ import torch
 
 
 class FlatBuffer:
-    """Contiguous storage shaped like ``like`` (a list of tensors)."""
+    """Contiguous storage shaped like ``like`` (a list of tensors): one buffer per
+    ``(dtype, device)`` (usually exactly one), with ``views`` shaped like the tensors, so
+    math can run per tensor with ``torch._foreach_*`` while a collective moves the whole
+    state in a single call."""
 
     def __init__(self, like: Sequence[torch.Tensor]) -> None:
         order: dict[tuple[torch.dtype, torch.device], list[int]] = {}

@@ -1,11 +1,9 @@
-"""Leader scores and elections (shared by LSGD and AL-DSGD).
+"""Leader scores (shared by LSGD and AL-DSGD).
 
-A worker's score is the mean of its last ``k`` training losses
-(``leader_window``); before ``k`` losses exist, the mean of those seen so far.
-With ``leader_metric="eval"`` the score is instead the loss on one fixed
-held-out batch, evaluated at election time. The leader of a set of workers is
-the lowest finite score, ties to the lowest rank (:func:`lsgd.functional.elect`);
-every member computes it from the same all-gathered scores.
+A worker's score is the mean of its last ``k`` training losses (``leader_window``;
+fewer at first) or, with ``leader_metric="eval"``, the loss on one fixed held-out
+batch at election time. The leader is the lowest finite score, ties to the lowest
+rank (:func:`lsgd.functional.elect`), from the same all-gathered scores on every member.
 """
 
 from __future__ import annotations
@@ -76,8 +74,7 @@ class Scorer:
 
     @property
     def scores_on_eval(self) -> bool:
-        """Whether the score is the loss on the fixed held-out batch (``leader_metric=
-        "eval"``), computed at election time, rather than the window of training losses."""
+        """Whether the score is the loss on the held-out batch, not the training losses."""
         return self.metric == EVAL
 
     def record(self, loss: torch.Tensor | None, owner: str) -> None:

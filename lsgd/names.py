@@ -1,12 +1,8 @@
 """The names the command line offers as choices, in a module that imports nothing.
 
-``lsgd train`` builds its flags from :class:`~lsgd.train.config.TrainConfig` and must
-refuse a bad flag or choice before it imports torch (a fraction of a second rather
-than seconds). The modules that act on these names (the communicators, the
-strategies, the data, the models, the registry) import torch, and so do their
-packages' ``__init__``, so each table lives here, once, and those modules import it
-from here. Only tuples of strings, at the bottom of every layer: what a name does is
-the business of the module that acts on it.
+``lsgd train`` must refuse a bad flag or choice before it imports torch, and the
+modules that act on these names (and their packages' ``__init__``) import torch: so
+each table lives here, once, as a tuple of strings, and those modules import it.
 """
 
 from __future__ import annotations

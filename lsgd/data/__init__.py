@@ -73,13 +73,8 @@ def locate(name: str, data_dir: str | os.PathLike[str] | None = None) -> str | N
 
 def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None
                  ) -> Dataset | ImageFolder | TextData:
-    """The dataset called ``name`` (one of :data:`DATASETS`), read from ``data_dir``.
-
-    ``data_dir`` (default ``$LSGD_DATA``) is the dataset's own folder or a folder
-    holding it; digits and synthetic need none. ImageNet comes back as a lazily
-    decoded :class:`ImageFolder`, text (``kjv``, ``text``) as :class:`TextData`, the
-    rest as an in-memory :class:`Dataset`.
-    """
+    """The dataset called ``name`` (one of :data:`DATASETS`), read from ``data_dir`` (default
+    ``$LSGD_DATA``): the dataset's own folder or a folder holding it."""
     loaders: dict[str, Callable[[], Dataset | ImageFolder | TextData]] = {
         "fashion-mnist": lambda: fashion_mnist(data_dir), "cifar10": lambda: cifar(data_dir, 10),
         "cifar100": lambda: cifar(data_dir, 100), "imagenet": lambda: imagenet(data_dir),

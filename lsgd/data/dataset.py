@@ -11,12 +11,9 @@ import torch
 
 @dataclass
 class Dataset:
-    """A train/test split held in memory.
-
-    ``augment`` names the :mod:`lsgd.augment` preset the papers use for this
-    dataset (``"none"`` when they use none); ``num_classes``, when set, is the
-    number of classes (else it is inferred from the largest training label).
-    """
+    """A train/test split held in memory; ``augment`` names the :mod:`lsgd.augment`
+    preset the papers use for it, ``num_classes`` (else the largest training label + 1)
+    its classes."""
 
     name: str
     train_x: torch.Tensor
@@ -28,9 +25,7 @@ class Dataset:
 
     @property
     def classes(self) -> int:
-        if self.num_classes is not None:
-            return self.num_classes
-        return int(self.train_y.max()) + 1
+        return self.num_classes or int(self.train_y.max()) + 1
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -58,12 +53,9 @@ def _normalized(name: str, train_x: np.ndarray, train_y: np.ndarray, test_x: np.
 
 
 def shard(n: int, rank: int, world_size: int, epoch: int, seed: int = 0) -> torch.Tensor:
-    """This worker's exclusive share of ``range(n)`` for ``epoch``.
-
-    One permutation of all indices per epoch (the same on every worker, from
-    ``seed`` and ``epoch``), cut into ``world_size`` equal parts (the remainder
-    dropped), like ``DistributedSampler(drop_last=True)``.
-    """
+    """This worker's exclusive share of ``range(n)`` for ``epoch``: one permutation per
+    epoch (the same on every worker, from ``seed`` and ``epoch``) cut into ``world_size``
+    equal parts, the remainder dropped, like ``DistributedSampler(drop_last=True)``."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     order = torch.randperm(n, generator=generator)
     per_worker = n // world_size

@@ -55,18 +55,15 @@ def launch_on_links(
     max_restarts: int = 0,
     replica: str = "process",
 ) -> list[T]:
-    """Run ``fn(info, *args)`` as ``world_size`` workers on ``groups`` shaped nodes.
+    """Run ``fn(info, *args)`` as ``world_size`` workers on ``groups`` nodes behind links
+    shaped to ``link``: the contract of :func:`lsgd.launch`.
 
-    The same contract as :func:`lsgd.launch` (results by rank, ``LaunchError``
-    naming the failed ranks); ``link`` is the rate (and, where the kernel can
-    add one, latency) of every node's link. Needs root and ``iproute2``.
-
-    ``max_restarts``: failures after which every node's workers are restarted,
-    each time with a fresh c10d store, and every worker sees the same
-    ``TORCHELASTIC_RESTART_COUNT`` (:func:`~lsgd.comm.distributed.agree_on_attempt`).
-    A node whose workers fail once more gives up; the others then stop within
-    seconds. A restart whose rendezvous cannot gather every node fails after
-    ``min(JOIN_TIMEOUT, timeout)``; the :class:`LaunchError` names each node's cause.
+    ``max_restarts``: failures after which every node's workers are restarted, each
+    time with a fresh c10d store and the same ``TORCHELASTIC_RESTART_COUNT``
+    (:func:`~lsgd.comm.distributed.agree_on_attempt`). A node whose workers fail once
+    more gives up; the others then stop within seconds. A restart whose rendezvous
+    cannot gather every node fails after ``min(JOIN_TIMEOUT, timeout)``; the
+    :class:`LaunchError` names each node's cause.
     """
     check_layout(world_size, groups)
     per_node = world_size // groups

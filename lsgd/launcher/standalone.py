@@ -1,10 +1,6 @@
-"""W worker processes on this machine, started by torch's elastic launcher.
-
-The machinery behind ``torchrun --standalone``: one elastic agent (in the
-calling process) hosts a c10d rendezvous on the loopback and starts the
-workers; each joins the default process group from the environment (gloo on
-CPU, NCCL plus gloo with CUDA) and runs ``fn(info, *args)``; the results come
-back by rank.
+"""W worker processes on this machine, as ``torchrun --standalone`` starts them: an
+elastic agent in this process hosts a c10d rendezvous on the loopback; each worker
+joins the default process group from the environment and runs ``fn(info, *args)``.
 """
 
 from __future__ import annotations
@@ -29,11 +25,8 @@ def launch_local(
     max_restarts: int = 0,
     replica: str = "process",
 ) -> list[T]:
-    """Run ``fn(info, *args)`` in ``world_size`` local processes; results by rank.
-
-    The contract of :func:`lsgd.launch` without a link; the workers are started
-    as :func:`~lsgd.launcher.worker.start_method` decides.
-    """
+    """Run ``fn(info, *args)`` in ``world_size`` local processes; results by rank (the
+    contract of :func:`lsgd.launch` without a link)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     try:

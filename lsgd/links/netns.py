@@ -1,6 +1,5 @@
-"""Shaped links on one machine: one Linux network namespace per node.
-
-``ShapedNetwork(nodes, link)`` builds, as a context manager::
+"""Shaped links on one machine: ``ShapedNetwork(nodes, link)`` builds, as a context
+manager, one Linux network namespace per node::
 
     namespace lsgd-<pid>-n0 (node 0)        namespace lsgd-<pid>-br (the switch)
       lo         workers of node 0 talk here     br0 10.77.0.100/24 -- p0, ..., p{n-1}
@@ -86,18 +85,21 @@ def shaped_links_possible(link: str | Link) -> None:
     probe = f"lsgd-{os.getpid()}-probe"
     _run(["ip", "netns", "add", probe])
     try:
-        result = _run(["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "netem",
-                       "delay", "1ms"], check=False)
+        _add_netem(probe, "lo", link, delay=0.001)
     finally:
         _delete_namespace(probe)
+
+
+def _add_netem(namespace: str, device: str, link: Link, delay: float) -> None:
+    """A ``netem`` delay as the root qdisc (handle ``1:``) of ``device``, or a
+    :class:`LinkSetupError` saying what to do where the kernel cannot add one."""
+    result = _run(["tc", "-n", namespace, "qdisc", "add", "dev", device, "root", "handle",
+                   "1:", "netem", "delay", f"{delay * 1e6:.0f}us"], check=False)
     if result.returncode != 0:
-        raise LinkSetupError(_no_latency(link, result.stderr))
-
-
-def _no_latency(link: Link, why: str) -> str:
-    return (f"link {link}: this kernel cannot add a latency to a shaped link (tc netem: "
-            f"{why.strip()}); give the rate alone, such as --link {Link(link.rate)}, or "
-            + MODELED_HINT)
+        raise LinkSetupError(
+            f"link {link}: this kernel cannot add a latency to a shaped link (tc netem: "
+            f"{result.stderr.strip()}); give the rate alone, such as --link "
+            f"{Link(link.rate)}, or " + MODELED_HINT)
 
 
 def enter_namespace(name: str) -> None:
@@ -135,19 +137,16 @@ def node_namespace(node: int, owner: int | None = None) -> str:
 
 
 def set_node_link(node: int, up: bool, owner: int | None = None) -> None:
-    """Take node ``node``'s link down (``up=False``) or bring it back up: its ``eth0``,
-    the node's end of its veth pair, as when a cable is pulled and plugged in again.
-    While it is down the node reaches no other node (its loopback still works); the
-    link's shaping stays in place. ``owner``: the process that built the network
-    (:func:`node_namespace`). Raises :class:`LinkSetupError` if there is no such node."""
+    """Take node ``node``'s link (its ``eth0``) down or bring it back ``up``, as a cable
+    pulled and plugged in again; its shaping stays. ``owner``: the process that built
+    the network (:func:`node_namespace`). :class:`LinkSetupError` if there is no such node."""
     _run(["ip", "-n", node_namespace(node, owner), "link", "set", "eth0",
           "up" if up else "down"])
 
 
 def set_node_rate(node: int, link: str | Link, owner: int | None = None) -> None:
-    """Shape node ``node``'s link, both ways, to ``link``'s rate (a slow link, or the
-    network's own rate again); its queue and latency stay. ``owner`` as for
-    :func:`set_node_link`."""
+    """Shape node ``node``'s link, both ways, to ``link``'s rate; its queue and latency
+    stay. ``owner`` as for :func:`set_node_link`."""
     link = parse_link(link)
     owner = os.getpid() if owner is None else owner
     for namespace, device in ((node_namespace(node, owner), "eth0"),
@@ -261,11 +260,7 @@ class ShapedNetwork:
 
     def _shape(self, namespace: str, device: str) -> None:
         if self.link.latency:
-            result = _run(["tc", "-n", namespace, "qdisc", "add", "dev", device, "root",
-                           "handle", "1:", "netem", "delay",
-                           f"{self.link.latency * 1e6:.0f}us"], check=False)
-            if result.returncode != 0:
-                raise LinkSetupError(_no_latency(self.link, result.stderr))
+            _add_netem(namespace, device, self.link, self.link.latency)
         _run(["tc", "-n", namespace, "qdisc", "add", "dev", device, *_tbf(self.link)])
 
     def close(self) -> None:
