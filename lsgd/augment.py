@@ -4,8 +4,7 @@ Every function takes a whole ``[B, C, H, W]`` batch on any device and does one
 vectorized operation. Randomness comes from an explicit ``torch.Generator``
 (``None``: the default one), so a worker seeding its own gets a reproducible stream.
 
-The papers' pipelines are presets (:data:`PRESETS`), applied after the
-dataset's normalization (:mod:`lsgd.data`):
+The papers' pipelines are presets, applied after the dataset's normalization:
 
 ``"cifar-28"``        CNN7, ResNet20 on CIFAR: random 28x28 crop and flip (p=1/2);
                       test on the center 28x28 crop.
@@ -69,12 +68,9 @@ def _coin(n: int, p: float, generator: torch.Generator | None,
 
 def pad(x: torch.Tensor, padding: int | Sequence[int],
         fill: float | Sequence[float] = 0.0) -> torch.Tensor:
-    """Pad the last two dimensions of a batch by ``padding`` on every side: the
-    whole padded image as a :func:`crop`.
-
-    ``padding`` is one int or ``(vertical, horizontal)``. ``fill`` is a constant
-    or one value per channel (e.g. :data:`CIFAR_BLACK`).
-    """
+    """Pad the last two dimensions of a batch by ``padding`` (one int or ``(vertical,
+    horizontal)``) with ``fill`` (a constant or one value per channel), as a
+    :func:`crop` of the whole padded image."""
     _check(x)
     ph, pw = _pair(padding)
     if ph < 0 or pw < 0:
@@ -87,14 +83,10 @@ def pad(x: torch.Tensor, padding: int | Sequence[int],
 def crop(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, size: int | Sequence[int],
          flip: torch.Tensor | None = None, padding: int | Sequence[int] = 0,
          fill: float | Sequence[float] = 0.0) -> torch.Tensor:
-    """Image ``i`` of the batch cut to ``x[i, :, top[i]:top[i]+h, left[i]:left[i]+w]``.
-
-    Where the bool ``flip[i]`` is set, that window is also mirrored left-right.
-    With ``padding``, ``top``/``left`` are coordinates in the padded image
-    (``pad(x, padding, fill)``), which is never built: one gather for the whole
-    batch (index arithmetic on the flattened images), the pixels that fall in
-    the border then set to ``fill``.
-    """
+    """Image ``i`` of the batch cut to ``x[i, :, top[i]:top[i]+h, left[i]:left[i]+w]``,
+    mirrored left-right where ``flip[i]``. With ``padding``, ``top``/``left`` are
+    coordinates in the padded image, which is never built: one gather for the whole
+    batch, the pixels that fall in the border then set to ``fill``."""
     _check(x)
     h, w = _pair(size)
     ph, pw = _pair(padding)
@@ -123,15 +115,10 @@ def crop(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, size: int | Seq
 def random_crop(x: torch.Tensor, size: int | Sequence[int], padding: int | Sequence[int] = 0,
                 generator: torch.Generator | None = None,
                 fill: float | Sequence[float] = 0.0, flip: float = 0.0) -> torch.Tensor:
-    """A random ``size`` window of each image (after :func:`pad` by ``padding``/``fill``).
-
-    Offsets are drawn per image, rows then columns, uniform over all windows:
-    ``top = randint(0, H - h + 1, (B,))``, then ``left`` likewise. ``flip`` > 0
-    also mirrors each window with that probability in the same gather; it draws
-    exactly what a following :func:`random_flip` would, so
-    ``random_crop(x, s, generator=g, flip=0.5)`` equals
-    ``random_flip(random_crop(x, s, generator=g), 0.5, generator=g)``.
-    """
+    """A random ``size`` window of each image (after :func:`pad` by ``padding``/``fill``),
+    uniform over all windows (the rows drawn first). ``flip`` > 0 also mirrors each
+    window with that probability in the same gather, drawing exactly what a following
+    :func:`random_flip` would."""
     _check(x)
     h, w = _pair(size)
     ph, pw = _pair(padding)

@@ -1,20 +1,12 @@
 """DeMo's chunked DCT: a tensor as the orthonormal DCT-II coefficients of its chunks.
 
-DeMo (Peng, Quesnelle and Kingma, arXiv 2411.19870; reference code: bloc97/DeMo,
-``TransformDCT``) sends the largest DCT coefficients of each chunk of a momentum
-rather than the largest entries:
-
-* a 1-D tensor of length ``n`` is cut into chunks of ``c`` values, ``c`` the largest
-  divisor of ``n`` at most ``target`` (default 64), and each chunk gets a 1-D DCT-II;
-* a 2-D tensor ``(n1, n2)`` is cut into blocks ``c1 x c2`` (chosen so per dimension),
-  and each block gets a 2-D DCT-II;
-* more dimensions are treated as 2-D ``(shape[0], prod(shape[1:]))``, a 0-d tensor as
-  1-D of length 1.
-
-The coefficients come out as rows ``[C, s]``, one per chunk or block (a block's
-row-major), blocks row-major over their grid, ready for :mod:`lsgd.comm.sparse`. The
-basis is orthonormal, so the inverse DCT is its transpose and the transform keeps sums
-of squares.
+DeMo (Peng, Quesnelle and Kingma, arXiv 2411.19870; bloc97/DeMo's ``TransformDCT``)
+sends the largest DCT coefficients of each chunk of a momentum. A 1-D tensor is cut
+into chunks of ``c`` values, a 2-D one (more dimensions flattened to 2) into blocks
+``c1 x c2``, each size the largest divisor of its dimension at most ``target``; each
+chunk or block gets a DCT-II, its coefficients a row of ``[C, s]`` (blocks row-major),
+ready for :mod:`lsgd.comm.sparse`. The basis is orthonormal, so the inverse DCT is its
+transpose.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Each method's options, declared once: type, default, range or choices, and help.
 
-A method's options are a dataclass (:data:`OPTIONS`, by the names of
-:data:`lsgd.names.METHODS`), its fields the strategy's keyword arguments as the
-command line spells them. From them come ``lsgd train``'s flags and their range
-checks, a run's ``config.toml`` and the strategy's keywords
-(:meth:`MethodOptions.knobs`); the class also holds the method's needs of the run's
-settings and its tuned points. Adding a method is its strategy's file, its options
-here and a line in :data:`OPTIONS`. Nothing here imports torch: a bad flag is
-refused before torch is loaded.
+A method's options are a dataclass (:data:`OPTIONS`), its fields the strategy's
+keyword arguments as the command line spells them: from them come ``lsgd train``'s
+flags and checks, a run's ``config.toml`` and the strategy's keywords
+(:meth:`MethodOptions.knobs`). Nothing here imports torch: a bad flag is refused
+before torch is loaded.
 """
 
 from __future__ import annotations
@@ -53,15 +50,11 @@ class MethodOptions:
     tuned: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def knobs(self, seed: int, groups: int) -> dict[str, Any]:
-        """The strategy's keyword arguments: every option set to something other than
-        ``None`` or its ``auto`` value, by its keyword (a run's ``seed`` and
-        ``groups`` for the methods that need them)."""
-        out = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is not None and value != f.metadata["auto"]:
-                out[f.metadata["keyword"] or f.name] = value
-        return out
+        """The strategy's keyword arguments: every option not ``None`` or ``auto``, by
+        its keyword (a run's ``seed`` and ``groups`` for the methods that need them)."""
+        return {f.metadata["keyword"] or f.name: getattr(self, f.name)
+                for f in dataclasses.fields(self)
+                if getattr(self, f.name) not in (None, f.metadata["auto"])}
 
     def layout_errors(self, groups: int) -> list[str]:
         """What the options cannot do with the run's ``groups`` of workers (none here)."""

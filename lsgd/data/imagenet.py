@@ -52,20 +52,12 @@ class ImageFolder:
     """An image-folder dataset (ImageNet layout) decoded lazily with Pillow.
 
     ``root`` (or its ``imagenet/``) holds ``train/<class>/*.JPEG`` and
-    ``val/<class>/*.JPEG`` (``val`` sorted into class folders, as ``valprep.sh``
-    does); classes are the sorted ``train`` subfolders. ``len(folder)`` is the
-    number of training images, ``train_y`` / ``test_y`` are all labels, and
-    :meth:`load` decodes a batch. Like :class:`~lsgd.data.dataset.Dataset` it has
-    ``name``, ``classes``, ``input_shape`` and ``augment`` (``"none"``: :meth:`load`
-    augments while decoding, as tensors of one fixed size are needed).
-
-    The papers' ResNet-50 transforms: training takes torchvision's random-resized
-    crop (8%-100% of the area, aspect ratio 3/4-4/3) resized to ``size`` and a flip
-    with probability 1/2; evaluation resizes the shorter side to ``resize`` and
-    takes the central ``size`` crop; then pixels are normalized by
-    :data:`IMAGENET_MEAN` / :data:`IMAGENET_STD`. Resizing is Pillow's bilinear.
-    ``threads`` > 1 decodes in a thread pool (Pillow releases the GIL); results do
-    not depend on it.
+    ``val/<class>/*.JPEG``; :meth:`load` decodes a batch, augmenting as it decodes
+    (so ``augment`` is ``"none"``) with the papers' ResNet-50 transforms: training
+    takes torchvision's random-resized crop (8%-100% of the area, aspect ratio
+    3/4-4/3) resized to ``size`` and a flip with probability 1/2; evaluation resizes
+    the shorter side to ``resize`` and takes the central ``size`` crop. ``threads`` >
+    1 decodes in a thread pool; results do not depend on it.
     """
 
     augment = "none"

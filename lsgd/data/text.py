@@ -1,14 +1,10 @@
 """Text as byte tokens (its UTF-8 bytes: a vocabulary of 256, no tokenizer).
 
 * ``kjv``: the King James Version, printed by the ``bible`` program of Debian's
-  ``bible-kjv`` package and cached once (:func:`cache_dir`). Validation: every 20th
-  chapter of the 1,189 (about 5% of the bytes); training: the others, in order.
-* ``text``: a UTF-8 file, or every regular file under a folder in path order,
-  joined by newlines. Validation: the last 5% of the bytes, from the start of
-  its first line; training: everything before.
-
-Each worker trains on an exclusive contiguous shard of the training bytes
-(:func:`text_shard`).
+  ``bible-kjv`` package and cached once. Validation: every 20th chapter of the 1,189
+  (about 5% of the bytes).
+* ``text``: a UTF-8 file, or every regular file under a folder in path order, joined
+  by newlines. Validation: the last 5% of the bytes, from the start of a line.
 """
 
 from __future__ import annotations

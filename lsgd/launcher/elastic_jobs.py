@@ -1,19 +1,12 @@
 """Elastic jobs (torchft): a lighthouse, and one elastic agent per node.
 
-:func:`launch_elastic` runs a job as torchft's deployment does: each node's workers
-are started by an elastic agent of its own (torch's, as one ``torchrun`` per node),
-so a node that fails is restarted by its agent alone while the others go on; a
-lighthouse (:func:`lsgd.comm.quorum.start_lighthouse`) forms the quorums. The agents
-are spawned, so ``fn`` and ``args`` must be picklable. On loopback, or with ``link=``
-each node behind a shaped link and the lighthouse on the switch
-(:func:`lsgd.links.netns.switch_address`).
-
-The job starts together: a c10d store beside the lighthouse is its start gate
-(``GATE_ENV``). A worker's first attempt waits there, at its first round, up to the
-lighthouse's ``join_timeout`` for every worker of the job
-(:func:`lsgd.comm.quorum.start_gate`), so the first quorum waits for a node slow to
-start instead of forming without it and healing it a round later. A restarted worker
-does not wait.
+Each node's workers are started by an elastic agent of their own (as one ``torchrun``
+per node), so a node that fails is restarted alone while the others go on; a
+lighthouse forms the quorums, on loopback or, with ``link=``, on the switch of a
+shaped network. A c10d store beside it is the job's start gate (``GATE_ENV``): a
+worker's first attempt waits there for every worker of the job
+(:func:`lsgd.comm.quorum.start_gate`), so the first quorum does not form without a
+node slow to start.
 """
 
 from __future__ import annotations
@@ -60,12 +53,11 @@ def launch_elastic(
     whole job (seconds). A node whose workers failed more than ``restarts`` times is
     lost for good: its results are ``None`` and its error is printed, since the
     others went on without it; :class:`LaunchError` only when no node finished."""
-    if not isinstance(slots, int) or slots < 1:
-        raise ValueError(f"launch_elastic: slots must be a positive integer, got {slots!r}")
-    if not isinstance(per_node, int) or per_node < 1:
-        raise ValueError(f"launch_elastic: per_node must be a positive integer, got {per_node!r}")
-    if not isinstance(restarts, int) or restarts < 0:
-        raise ValueError(f"launch_elastic: restarts must be 0 or more, got {restarts!r}")
+    for name, value, least in (("slots", slots, 1), ("per_node", per_node, 1),
+                               ("restarts", restarts, 0)):
+        if not isinstance(value, int) or value < least:
+            raise ValueError(f"launch_elastic: {name} must be an integer >= {least}, "
+                             f"got {value!r}")
     require_torchft()
     import torch.distributed as dist
 
@@ -124,8 +116,8 @@ def launch_elastic(
 def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
            args: tuple[Any, ...], restarts: int, timeout: float, threads: int,
            path: str, namespace: str | None, address: str, per_node: int, gate: str) -> None:
-    """One node's agent (a spawned process, in its namespace on shaped links): torch's
-    elastic agent with restarts, which starts the node's workers together."""
+    """One node's agent (a spawned process, in its namespace on shaped links), which
+    starts the node's workers together."""
     from lsgd.launcher.standalone import launch_local
 
     os.environ[GATE_ENV] = gate  # before its workers' fork server starts: they inherit it
@@ -137,18 +129,17 @@ def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
         os.environ["GLOO_SOCKET_IFNAME"] = "eth0"
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d: no reverse DNS here
         args = (*args, address)  # fn's keyword ``address``, as the last positional
-    outcome: dict[str, Any]
+    outcome: dict[str, Any] = {"results": None, "failures": []}
     try:
-        results = launch_local(fn, per_node, 1, args=(slot, slots, lighthouse, *args),
-                               timeout=timeout, threads_per_worker=threads,
-                               max_restarts=restarts)
-        outcome = {"results": results, "failures": []}
+        outcome["results"] = launch_local(fn, per_node, 1,
+                                          args=(slot, slots, lighthouse, *args),
+                                          timeout=timeout, threads_per_worker=threads,
+                                          max_restarts=restarts)
     except LaunchError as error:
-        outcome = {"results": None, "failures": [f"node {slot}: {error}"]}
+        outcome["failures"] = [f"node {slot}: {error}"]
     Path(path).write_bytes(pickle.dumps(outcome))
-    # The outcome is on disk: end here, as the shaped nodes' agents do, so that no
-    # teardown of torch's interpreter state (its forkserver, its stores' threads) can
-    # keep the launcher waiting on this process.
+    # The outcome is on disk: end here, so that no teardown of torch's interpreter state
+    # (its forkserver, its stores' threads) can keep the launcher waiting.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -157,8 +148,7 @@ def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
 def _lighthouse(namespace: str, port: int, join_timeout: float,
                 heartbeat_timeout: float) -> None:
     """The lighthouse and the start gate on the switch (a spawned process in its
-    namespace, reached by every node through its own link, as a separate machine
-    would be: one node's link down cuts that node off alone), until it is stopped."""
+    namespace: one node's link down cuts that node off alone), until it is stopped."""
     from lsgd.links.netns import enter_namespace, switch_address
 
     enter_namespace(namespace)

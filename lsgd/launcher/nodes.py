@@ -1,14 +1,8 @@
 """Run a function on nodes joined by shaped links: one torchrun agent per node.
 
-:func:`launch_on_links` builds a :class:`~lsgd.links.netns.ShapedNetwork` and starts
-in each node's namespace one elastic agent (torch's, as ``torchrun``) with the node's
-workers. The agents meet through a c10d rendezvous hosted by node 0's agent, as
-``torchrun --nnodes N --rdzv-backend c10d`` does on separate machines; gloo binds to
-each node's ``eth0``, so traffic between nodes crosses the shaped links and traffic
-inside a node stays on its loopback. Where workers could be forked
-(:func:`~lsgd.launcher.worker.start_method`) the agents are forked from this process,
-each moving itself into its namespace; otherwise they run ``python -m
-lsgd.launcher.agent`` there. Each writes its workers' results (or errors) to a file.
+The agents meet through a c10d rendezvous hosted by node 0's agent, as ``torchrun
+--nnodes N --rdzv-backend c10d`` does on separate machines; gloo binds to each node's
+``eth0``, so only traffic between nodes crosses the shaped links.
 """
 
 from __future__ import annotations

@@ -63,15 +63,11 @@ EXIT_GRACE_S = 30.0
 
 
 def watch_exit(grace_s: float) -> None:
-    """End this process if it has not ended ``grace_s`` seconds after its work was done.
-
-    A worker whose work is done can still hang in the interpreter's teardown (a
-    library's thread joined at exit that waits on peers that have gone), and its
-    agent, so the run, would wait for it forever. While the main thread is in
-    torch's hand-over (its result queued, the node's other workers awaited) it is not
-    hung and the watch waits on. Past the grace anywhere else, every thread's stack
-    goes to stderr (and ``LSGD_LOG_DIR/exit-PID.txt`` if set) and the process ends
-    with code 0: its result is already with its agent.
+    """End this process if it has not ended ``grace_s`` seconds after its work was done
+    (a library's thread joined at exit can hang the teardown, and the run would wait
+    for it forever), unless it is in torch's hand-over (its result queued, the node's
+    other workers awaited). Every thread's stack goes to stderr (and
+    ``LSGD_LOG_DIR/exit-PID.txt``); the exit code is 0, the result being delivered.
     """
     import threading
 
@@ -119,14 +115,10 @@ def _dump_and_end(grace_s: float) -> NoReturn:
 def process_main(fn: Callable[..., Any], groups: int, timeout_s: float,
                  args: Sequence[Any], replica: str = "process",
                  log_dir: str | None = None) -> Any:
-    """One worker process: join the process group (``env://``), run ``fn(info, *args)``
-    (``info`` the process's own; ``replica`` the strategies' default, ``LSGD_REPLICA``;
-    ``log_dir`` the launch's ``LSGD_LOG_DIR``).
-
-    torch's ``record`` writes the worker's error where its agent reads it, for the
-    :class:`LaunchError`; applied here, not as a decorator, so that ``import lsgd``
-    does not load the elastic launcher.
-    """
+    """One worker process: join the process group (``env://``) and run ``fn(info,
+    *args)``, its error recorded where its agent reads it (torch's ``record``, applied
+    here so that ``import lsgd`` does not load the elastic launcher). ``replica``: the
+    strategies' default; ``log_dir``: the launch's ``LSGD_LOG_DIR``."""
     from torch.distributed.elastic.multiprocessing.errors import record
 
     return record(_run)(fn, groups, timeout_s, args, replica, log_dir)
@@ -173,22 +165,17 @@ def start_method(threads: int, by_agent: bool = False) -> str:
     """How processes are started: ``"fork"``, ``"forkserver"`` or ``"spawn"``
     (``LSGD_START_METHOD``, one of the three, overrides the choice).
 
-    * ``fork`` (a process starts in milliseconds, shares what the launcher imported
-      and read, and leaves without tearing the interpreter down) only where it is
-      safe: on Linux, without CUDA (a CUDA context cannot be forked), one intra-op
-      thread per worker (a child of a process that has used GNU OpenMP's pool hangs
-      in its first parallel region), from a process that vouched for itself
-      (:func:`vouch_for_fork`) and has started no thread since, and not ``by_agent``.
-      A thread holding a lock at the fork (the resolver's, the allocator's) leaves
-      the child waiting for it forever, and torch's elastic agent runs its
-      rendezvous keep-alive and store threads by the time it starts the workers
-      (forked ones hung before they published their address, under load). So
-      workers are never forked from the agent; the shaped nodes' agents are forked
-      from the launcher where this allows.
+    * ``fork`` (a process starts in milliseconds, sharing what the launcher imported
+      and read) only where it is safe: on Linux, without CUDA, one intra-op thread
+      per worker (a child of a process that used GNU OpenMP's pool hangs in its first
+      parallel region), from a process that vouched for itself
+      (:func:`vouch_for_fork`) and has started no thread since, and not ``by_agent``:
+      a thread holding a lock at the fork leaves the child waiting for it forever, and
+      torch's elastic agent runs its rendezvous threads by then (forked workers hung
+      under load). The shaped nodes' agents are forked from the launcher instead.
     * ``forkserver`` elsewhere on Linux: forked from a server process that imports
-      torch and the workers' modules once (:func:`prepare_forkserver`) and serves
-      every later launch of this process.
-    * ``spawn`` on other systems: a fresh interpreter per process.
+      torch and the workers' modules once (:func:`prepare_forkserver`).
+    * ``spawn`` on other systems.
     """
     chosen = os.environ.get("LSGD_START_METHOD")
     if chosen is not None:

@@ -9,12 +9,9 @@ manager, one Linux network namespace per node::
     ...
 
 Each node reaches the others only through its ``eth0``, shaped by the kernel's
-token-bucket filter (``tc qdisc ... tbf``) in both directions; traffic inside a node
-stays on its loopback. The switch's own address (:func:`switch_address`) is a service
-every node reaches through its own link, as a separate machine. A latency needs
-``netem``. Nothing is created outside these namespaces; ``close()`` (also on an
-error, Ctrl-C or SIGTERM through the context manager) deletes them, and
-:func:`remove_leftovers` those of a killed run. Needs root and ``iproute2``.
+token-bucket filter in both directions (a latency by ``netem``). Nothing is created
+outside these namespaces; ``close()`` (also on an error, Ctrl-C or SIGTERM) deletes
+them, :func:`remove_leftovers` those of a killed run. Needs root and ``iproute2``.
 """
 
 from __future__ import annotations
@@ -75,9 +72,8 @@ def check_tools() -> None:
 
 
 def shaped_links_possible(link: str | Link) -> None:
-    """Raise :class:`LinkSetupError` where ``link`` cannot be shaped here: no root,
-    no ``ip``/``tc``, or a latency on a kernel without ``netem`` (tried on the
-    loopback of a namespace made and removed for the purpose)."""
+    """Raise :class:`LinkSetupError` where ``link`` cannot be shaped here: no root, no
+    ``ip``/``tc``, or a latency on a kernel without ``netem`` (tried in a namespace)."""
     check_tools()
     link = parse_link(link)
     if not link.latency:
