@@ -41,9 +41,7 @@ CIFAR100_BLACK = tuple(-m / s for m, s in zip(CIFAR100_MEAN, CIFAR100_STD))
 
 
 def _pair(size: int | Sequence[int]) -> tuple[int, int]:
-    if isinstance(size, int):
-        return size, size
-    h, w = size
+    h, w = (size, size) if isinstance(size, int) else size
     return int(h), int(w)
 
 

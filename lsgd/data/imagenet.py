@@ -108,11 +108,9 @@ class ImageFolder:
         the result is the same with or without ``threads``."""
         idx = [int(i) for i in (indices.tolist() if isinstance(indices, torch.Tensor) else indices)]
         samples = self.train_samples if train else self.test_samples
-        if train:
-            uniforms = torch.rand(len(idx), _UNIFORMS, generator=generator, dtype=torch.float64)
-            jobs = [(samples[i][0], uniforms[k].tolist()) for k, i in enumerate(idx)]
-        else:
-            jobs = [(samples[i][0], None) for i in idx]
+        draws = (torch.rand(len(idx), _UNIFORMS, generator=generator, dtype=torch.float64).tolist()
+                 if train else [None] * len(idx))
+        jobs = [(samples[i][0], u) for i, u in zip(idx, draws)]
         if self.threads > 1 and len(jobs) > 1:
             with ThreadPoolExecutor(self.threads) as pool:
                 arrays = list(pool.map(self._decode, jobs))

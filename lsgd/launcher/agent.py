@@ -1,9 +1,8 @@
 """One node's elastic agent on the shaped network, started in the node's namespace by
 :func:`lsgd.launcher.nodes.launch_on_links`: forked (:func:`run_node`) or as ``python -m
-lsgd.launcher.agent PAYLOAD NODE RESULT``. It runs the node's workers (c10d rendezvous
-hosted by node 0's agent) and writes ``{"results": {rank: value}, "failures": [...]}``
-to ``RESULT``; a failure says which node failed and why: its workers' errors once its
-restarts are spent, or which of the rendezvous' limits ran out (:func:`explain`).
+lsgd.launcher.agent PAYLOAD NODE RESULT``. It writes ``{"results": {rank: value},
+"failures": [...]}`` to ``RESULT``; a failure says which node failed and why
+(:func:`explain`).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from lsgd.launcher.worker import failure_lines, run_workers
+from lsgd.launcher.worker import exit_now, failure_lines, run_workers
 from lsgd.links.netns import node_address
 
 
@@ -30,13 +29,6 @@ def _load_main(path: str | None) -> None:
     sys.modules["__mp_main__"] = sys.modules["__main__"] = module
     code = compile(Path(path).read_text(), path, "exec")
     exec(code, module.__dict__)  # the script's guarded main block does not run here
-
-
-def main(payload_path: str, node: int, result_path: str) -> int:
-    """The agent started as ``python -m lsgd.launcher.agent``: load the job, run it."""
-    payload = pickle.loads(Path(payload_path).read_bytes())
-    _load_main(payload["main_path"])
-    return run_node(pickle.loads(payload["job"]), node, result_path)
 
 
 def run_node(job: dict[str, Any], node: int, result_path: str) -> int:
@@ -98,10 +90,7 @@ def explain(error: Exception, node: int, job: dict[str, Any], seconds: float) ->
     return head + str(error)
 
 
-if __name__ == "__main__":
-    exit_code = main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
-    # The outcome is on disk; tearing down torch's interpreter state would only cost
-    # the launcher a second or two of waiting for this process to end.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(exit_code)
+if __name__ == "__main__":  # python -m lsgd.launcher.agent PAYLOAD NODE RESULT
+    payload = pickle.loads(Path(sys.argv[1]).read_bytes())
+    _load_main(payload["main_path"])
+    exit_now(run_node(pickle.loads(payload["job"]), int(sys.argv[2]), sys.argv[3]))

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lsgd.comm.quorum import GATE_ENV, require_torchft, start_lighthouse
-from lsgd.launcher.worker import LaunchError, threads_for
+from lsgd.launcher.worker import LaunchError, exit_now, threads_for
 from lsgd.links.spec import Link
 
 LIGHTHOUSE_PORT = 29510  # on shaped links: at the switch's address
@@ -138,11 +138,7 @@ def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
     except LaunchError as error:
         outcome["failures"] = [f"node {slot}: {error}"]
     Path(path).write_bytes(pickle.dumps(outcome))
-    # The outcome is on disk: end here, so that no teardown of torch's interpreter state
-    # (its forkserver, its stores' threads) can keep the launcher waiting.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_now(0)
 
 
 def _lighthouse(namespace: str, port: int, join_timeout: float,

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lsgd.comm.info import check_layout
-from lsgd.launcher.worker import (LaunchError, before_start, start_method, threads_for,
-                                  vouch_for_fork)
+from lsgd.launcher.worker import (LaunchError, before_start, exit_now, start_method,
+                                  threads_for, vouch_for_fork)
 from lsgd.links.netns import ShapedNetwork, node_address
 from lsgd.links.spec import Link
 
@@ -214,9 +214,7 @@ def _fork_agent(net: ShapedNetwork, node: int, job: dict[str, Any], work: Path, 
     except BaseException:
         traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        exit_now(code)
 
 
 class _Relay:

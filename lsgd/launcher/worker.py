@@ -108,8 +108,7 @@ def _dump_and_end(grace_s: float) -> NoReturn:
             out.write(line + "\n")
             out.flush()
             faulthandler.dump_traceback(file=out, all_threads=True)
-    sys.stderr.flush()
-    os._exit(0)
+    exit_now(0)
 
 
 def process_main(fn: Callable[..., Any], groups: int, timeout_s: float,
@@ -289,3 +288,12 @@ def run_workers(fn: Callable[..., Any], groups: int, timeout_s: float, args: Seq
     with quiet_elastic_agent(threads):
         return elastic_launch(launch, process_main)(fn, groups, timeout_s, tuple(args), replica,
                                                     os.environ.get("LSGD_LOG_DIR"))
+
+
+def exit_now(code: int) -> NoReturn:
+    """End this process at once, its output flushed: its outcome is delivered, and no
+    teardown of torch's interpreter state (a fork server, a store's threads) may keep
+    the launcher waiting for it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -218,7 +218,6 @@ class ShapedNetwork:
         self._made: list[str] = []
         self._sigterm: Any = None
 
-    # -- building and removing -------------------------------------------
     def open(self) -> ShapedNetwork:
         """Build the namespaces, links and shaping; on any failure remove them again."""
         check_tools()
@@ -264,7 +263,6 @@ class ShapedNetwork:
         while self._made:
             _delete_namespace(self._made.pop())
 
-    # -- use --------------------------------------------------------------
     def command(self, node: int, args: Sequence[str]) -> list[str]:
         """``args`` run inside node ``node``'s namespace."""
         return ["ip", "netns", "exec", self.namespaces[node], *args]
