@@ -1,12 +1,9 @@
 """lsgd: communication-efficient distributed training for PyTorch.
 
-Leader SGD (single- and multi-leader) and its baselines (EASGD, local SGD, DiLoCo,
-all-reduce, independent SGD, LARS), the sparse methods (SparseLoCo, DeMo, MuLoCo)
-and the decentralized ones (D-PSGD, MATCHA, AL-DSGD on graphs from ``lsgd.topology``),
-on torch.distributed or in an in-process simulator with the same strategy code.
-
-The public names are imported on first use (PEP 562), so ``import lsgd`` does not
-pay for torch until a name that needs it is asked for.
+Leader SGD and its baselines, the sparse and the decentralized methods, on
+torch.distributed or in an in-process simulator with the same strategy code. The
+public names are imported on first use (PEP 562), so ``import lsgd`` does not pay for
+torch until a name that needs it is asked for.
 """
 
 from __future__ import annotations

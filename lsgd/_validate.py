@@ -54,7 +54,6 @@ def choice(owner: str, name: str, value: Any, allowed: Iterable[Any]) -> Any:
 def multiple_of(owner: str, name: str, value: int, base_name: str, base: int) -> int:
     """``value`` if it is a multiple of ``base``."""
     if value % base != 0:
-        raise ValueError(
-            f"{owner}: {name} must be a multiple of {base_name}={base}, got {name}={value}"
-        )
+        raise ValueError(f"{owner}: {name} must be a multiple of {base_name}={base}, got "
+                         f"{name}={value}")
     return value

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 
 import lsgd
 from lsgd.train.errors import UsageError
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,13 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        handler: Handler | None = args.handler
-        if handler is None:  # no command
-            args.parser.print_usage(sys.stderr)
-            print(f"{args.parser.prog}: error: choose a command; see "
-                  f"{args.parser.prog} --help", file=sys.stderr)
-            return 2
-        return handler(args)
+        if args.handler is None:  # no command
+            parser.error(f"choose a command; see {parser.prog} --help")
+        return args.handler(args)
     except UsageError as error:  # a person's mistake: the message, no traceback
         print(f"lsgd {args.command}: error: {error}", file=sys.stderr)
         return 2

@@ -22,9 +22,8 @@ def pull_(xs: Tensors, targets: Tensors, weight: float) -> None:
     torch._foreach_lerp_(list(xs), list(targets), weight)
 
 
-def pull_two_(
-    xs: Tensors, first: Tensors, first_weight: float, second: Tensors, second_weight: float
-) -> None:
+def pull_two_(xs: Tensors, first: Tensors, first_weight: float, second: Tensors,
+              second_weight: float) -> None:
     """Simultaneous pull toward two targets (LSGD's every-step pull toward the local and
     the global leader): ``x <- (1 - a - b) x + a first + b second``. Both differences use
     the same ``x``; two successive lerps would differ by an ``a*b`` cross term."""
@@ -40,9 +39,8 @@ def pull_two_(
     torch._foreach_add_(xs, list(second), alpha=second_weight)
 
 
-def elastic_step_(
-    xs: Tensors, center: Tensors, mean: Tensors, alpha: float, beta: float
-) -> None:
+def elastic_step_(xs: Tensors, center: Tensors, mean: Tensors, alpha: float,
+                  beta: float) -> None:
     """One EASGD round given the workers' mean ``x_bar``: ``x <- x - alpha * (x - c)``
     with the center before its update, then ``c <- c + beta * (x_bar - c)``. With
     ``alpha = beta / W`` that is ``c + alpha * sum_i (x_i - c)``, the elastic force

@@ -58,14 +58,8 @@ def save(fig: Any, path: Path) -> Path:
 Curve = tuple[str, Sequence[tuple[float, float]], bool]
 
 
-def draw_curves(
-    panels: Sequence[tuple[str, Sequence[Curve]]],
-    path: str | Path,
-    *,
-    xlabel: str,
-    ylabel: str,
-    target: float | None = None,
-) -> Path:
+def draw_curves(panels: Sequence[tuple[str, Sequence[Curve]]], path: str | Path, *,
+                xlabel: str, ylabel: str, target: float | None = None) -> Path:
     """Lines against time to a PNG, one panel per ``(title, curves)`` side by side,
     ``target`` a dotted horizontal line in each. Ten colours, then the same ten
     dashed. ``ImportError`` without matplotlib."""
@@ -100,12 +94,8 @@ def draw_curves(
     return path
 
 
-def draw_graphs(
-    graphs: Topology | Sequence[Topology],
-    path: str | Path,
-    *,
-    title: str | None = None,
-) -> Path:
+def draw_graphs(graphs: Topology | Sequence[Topology], path: str | Path, *,
+                title: str | None = None) -> Path:
     """Draw one graph, or several side by side (dynamic graphs), to a PNG: workers on a
     circle (a grid for a torus), each matching in its own colour. Drawn on a Figure of
     its own, leaving any interactive backend alone. ``ImportError`` without matplotlib.

@@ -33,9 +33,8 @@ def strategy_class(name: str) -> type[Strategy]:
     try:
         return STRATEGIES[name]
     except (KeyError, TypeError):
-        raise ValueError(
-            f"unknown method {name!r}; choose one of {', '.join(STRATEGIES)}"
-        ) from None
+        raise ValueError(f"unknown method {name!r}; choose one of "
+                         f"{', '.join(STRATEGIES)}") from None
 
 
 def accepted_knobs(name: str) -> list[str]:
@@ -57,8 +56,6 @@ def make_strategy(name: str, model: nn.Module, optimizer: torch.optim.Optimizer,
     accepted = accepted_knobs(name)
     unknown = sorted(set(knobs) - set(accepted))
     if unknown:
-        raise ValueError(
-            f"{name}: unknown argument(s) {', '.join(unknown)}; {name} takes "
-            f"{', '.join(accepted)}"
-        )
+        raise ValueError(f"{name}: unknown argument(s) {', '.join(unknown)}; {name} takes "
+                         f"{', '.join(accepted)}")
     return cls(model, optimizer, **knobs)

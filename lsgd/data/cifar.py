@@ -37,11 +37,8 @@ _CIFAR = {
 
 
 def cifar_dir(root: str | os.PathLike[str] | None = None, classes: int = 10) -> Path:
-    """The CIFAR-``classes`` python folder: ``root`` itself or its ``cifar-*-python`` child.
-
-    Without ``root``, ``$LSGD_DATA`` is searched the same way. Raises a
-    ``FileNotFoundError`` naming the expected files (lsgd never downloads CIFAR).
-    """
+    """The CIFAR-``classes`` python folder: ``root`` (default ``$LSGD_DATA``) or its
+    ``cifar-*-python`` child; else a ``FileNotFoundError`` naming the expected files."""
     if classes not in _CIFAR:
         raise ValueError(f"CIFAR has 10 or 100 classes, not {classes}")
     folder_name, archive, train_files, test_file, meta_file, _, _ = _CIFAR[classes]
@@ -78,12 +75,8 @@ def _cifar_images(batches: Sequence[dict[str, Any]], label_key: str,
 
 
 def cifar(root: str | os.PathLike[str] | None = None, classes: int = 10) -> Dataset:
-    """CIFAR-10 or CIFAR-100 (fine labels): 50,000 training, 10,000 test images 3x32x32.
-
-    ``root`` is the extracted ``cifar-10-batches-py`` / ``cifar-100-python`` folder
-    or its parent (default ``$LSGD_DATA``). Pixels are normalized per channel by
-    :data:`CIFAR_NORMALIZATION` (CIFAR-100 by its own training set's statistics).
-    """
+    """CIFAR-10 or CIFAR-100 (fine labels): 50,000 training, 10,000 test images 3x32x32,
+    from :func:`cifar_dir`, normalized per channel by :data:`CIFAR_NORMALIZATION`."""
     folder = cifar_dir(root, classes)
     _, _, train_files, test_file, meta_file, label_key, names_key = _CIFAR[classes]
     meta = _unpickle(folder / meta_file)

@@ -42,8 +42,7 @@ def _list_split(folder: Path) -> tuple[list[str], list[tuple[Path, int]]]:
     return names, samples
 
 
-# uniforms drawn per image for the training transform: 10 tries x (area, log-aspect),
-# then the crop's row and column, then the flip
+# uniforms per image of the training transform: 10 tries x 2, the crop's place, the flip
 _RRC_TRIES = 10
 _UNIFORMS = 2 * _RRC_TRIES + 3
 
@@ -150,13 +149,9 @@ def random_resized_crop_params(height: int, width: int, u: Sequence[float],
                                scale: tuple[float, float] = (0.08, 1.0),
                                ratio: tuple[float, float] = (3 / 4, 4 / 3)
                                ) -> tuple[int, int, int, int]:
-    """torchvision's ``RandomResizedCrop.get_params`` from given uniforms in [0, 1).
-
-    ``u`` holds 2 uniforms per try (area fraction, log aspect ratio) for 10 tries,
-    then 2 for the crop's position (the last entry, if any, is left for a flip).
-    Returns ``(top, left, h, w)``; after 10 failed tries, a central crop of the
-    whole image clamped to the aspect-ratio range.
-    """
+    """torchvision's ``RandomResizedCrop.get_params`` as ``(top, left, h, w)`` from the
+    uniforms ``u``: (area fraction, log aspect ratio) for each of 10 tries, then the
+    crop's position; after 10 failed tries, a central crop clamped to ``ratio``."""
     area = height * width
     log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
     for t in range(_RRC_TRIES):

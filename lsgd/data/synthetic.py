@@ -14,12 +14,10 @@ def synthetic(n_train: int = 2048, n_test: int = 512, shape: Sequence[int] = (1,
               classes: int = 10, seed: int = 0, separation: float = 6.0) -> Dataset:
     """A learnable synthetic classification task: class prototypes plus Gaussian noise.
 
-    Each class has a random prototype image (for ``[C, H, W]`` shapes a smooth one:
-    noise on a 1/4-resolution grid, bilinearly upsampled, so convolutional nets learn
-    it too), scaled so that two prototypes lie about ``separation`` noise standard
-    deviations apart; an example is its prototype plus standard Gaussian noise. The
-    optimal classifier is linear (about 99% accurate at ``separation=6``). Labels are
-    balanced (round-robin, then shuffled). Deterministic in ``seed``.
+    Each class has a random prototype image (smooth for ``[C, H, W]`` shapes: noise on
+    a 1/4-resolution grid, upsampled), two prototypes about ``separation`` noise
+    standard deviations apart; an example is its prototype plus standard Gaussian
+    noise. Labels are balanced. Deterministic in ``seed``.
     """
     shape = tuple(int(s) for s in shape)
     g = torch.Generator().manual_seed(seed)

@@ -47,12 +47,10 @@ def launch_elastic(
     per_node: int = 1,
 ) -> list[T]:
     """Run ``fn(info, slot, slots, lighthouse, *args)`` in ``per_node`` workers on each of
-    ``slots`` nodes (``info``: the worker's place in its node; ``fn`` builds its
-    :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator` from the rest); their
-    results by global rank (``slot * per_node + info.rank``). ``timeout`` bounds the
-    whole job (seconds). A node whose workers failed more than ``restarts`` times is
-    lost for good: its results are ``None`` and its error is printed, since the
-    others went on without it; :class:`LaunchError` only when no node finished."""
+    ``slots`` nodes (``fn`` builds its elastic communicator from them); results by global
+    rank. ``timeout`` bounds the job. A node whose workers failed more than ``restarts``
+    times is lost for good: its results are ``None`` and its error is printed;
+    :class:`LaunchError` if no node finished."""
     for name, value, least in (("slots", slots, 1), ("per_node", per_node, 1),
                                ("restarts", restarts, 0)):
         if not isinstance(value, int) or value < least:

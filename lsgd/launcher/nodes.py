@@ -65,8 +65,7 @@ def launch_on_links(
     job = {
         "fn": fn, "args": tuple(args), "groups": groups, "timeout": timeout, "replica": replica,
         "nodes": groups, "per_node": per_node,
-        # Each agent counts the failures of its own workers only: N restarts are N
-        # failures of any one node (the others restart without counting).
+        # An agent counts its own workers' failures only (the others restart uncounted).
         "max_restarts": max_restarts, "join_timeout": min(JOIN_TIMEOUT, timeout),
         "run_id": f"lsgd-{uuid.uuid4().hex[:8]}",
         "endpoint": f"{node_address(0)}:{RENDEZVOUS_PORT}",
@@ -77,8 +76,7 @@ def launch_on_links(
                PYTHONUNBUFFERED="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     env.pop("MASTER_ADDR", None)
     env.pop("MASTER_PORT", None)
-    # The agents are forked from here where workers could be (their workers are then
-    # forked from them); otherwise each is a fresh interpreter in its namespace.
+    # The agents are forked from here where workers could be, else fresh interpreters.
     forked = start_method(threads) == "fork"
     if forked:
         before_start("fork", fn)

@@ -14,17 +14,10 @@ from lsgd.launcher.worker import LaunchError, failure_lines, run_workers, thread
 T = TypeVar("T")
 
 
-def launch_local(
-    fn: Callable[..., T],
-    world_size: int,
-    groups: int,
-    *,
-    args: Sequence[Any] = (),
-    timeout: float = 300.0,
-    threads_per_worker: int | None = None,
-    max_restarts: int = 0,
-    replica: str = "process",
-) -> list[T]:
+def launch_local(fn: Callable[..., T], world_size: int, groups: int, *,
+                 args: Sequence[Any] = (), timeout: float = 300.0,
+                 threads_per_worker: int | None = None, max_restarts: int = 0,
+                 replica: str = "process") -> list[T]:
     """Run ``fn(info, *args)`` in ``world_size`` local processes; results by rank (the
     contract of :func:`lsgd.launch` without a link)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
