@@ -45,8 +45,7 @@ class MethodOptions:
                              choices=("auto", *BN_MODES), auto="auto")
     #: The run's settings the method needs (not defaults: a run that gives another fails).
     requires: ClassVar[dict[str, Any]] = {}
-    #: task -> setting -> value: the method's tuned point where it differs from the
-    #: defaults (:mod:`lsgd.train.tuned`); run settings and options alike.
+    #: task -> setting -> value: the method's tuned point (:mod:`lsgd.train.tuned`).
     tuned: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def knobs(self, seed: int, groups: int) -> dict[str, Any]:

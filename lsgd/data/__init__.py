@@ -1,11 +1,9 @@
-"""Datasets by name, and exclusive per-worker shards.
+"""Datasets by name (:func:`load_dataset`), and exclusive per-worker shards.
 
-In memory, normalized (a :class:`Dataset`: images float32 ``[N, C, H, W]``, labels
-int64 ``[N]``): Fashion-MNIST, CIFAR-10 / CIFAR-100, scikit-learn's 8x8 digits and
-:func:`synthetic`. Text as byte tokens (a :class:`TextData`): the King James Bible
-(``kjv``) or any UTF-8 ``text``. Decoded lazily (an :class:`ImageFolder`): ImageNet.
-Nothing is downloaded. :func:`load_dataset` picks one by name from :data:`DATASETS`;
-each dataset names its augmentation preset in ``augment`` (:mod:`lsgd.augment`).
+In memory, normalized (a :class:`Dataset`): Fashion-MNIST, CIFAR-10 / CIFAR-100,
+scikit-learn's 8x8 digits and :func:`synthetic`. Text as byte tokens (a
+:class:`TextData`): the King James Bible (``kjv``) or any UTF-8 ``text``. Decoded
+lazily (an :class:`ImageFolder`): ImageNet. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -38,9 +36,8 @@ DATASETS = ("fashion-mnist", "cifar10", "cifar100", "imagenet", "digits", "synth
             *TEXT_DATASETS)
 
 
-#: What is known of each dataset without reading it: an image's shape as the model
-#: sees it before augmentation, the classes (ImageNet's come from its folder; 1000
-#: stands in) and the training examples (None where the folder decides).
+#: Each dataset without reading it: an image's shape before augmentation, the classes
+#: (ImageNet's from its folder: 1000 stands in) and the training examples (or None).
 FACTS: dict[str, tuple[tuple[int, int, int], int, int | None]] = {
     "fashion-mnist": ((1, 28, 28), 10, 60_000),
     "cifar10": ((3, 32, 32), 10, 50_000),

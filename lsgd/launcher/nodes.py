@@ -32,8 +32,7 @@ from lsgd.links.spec import Link
 T = TypeVar("T")
 RENDEZVOUS_PORT = 29400  # inside the namespaces only
 GRACE_SECONDS = 10.0  # after one agent fails, the others get this long to notice
-#: Seconds a rendezvous round (the first, or a restart's) may wait for every node's agent,
-#: at most (never more than the collectives' ``timeout``).
+#: Seconds a rendezvous round may wait for every node's agent, at most (and ``timeout``).
 JOIN_TIMEOUT = 60.0
 
 
@@ -50,14 +49,10 @@ def launch_on_links(
     replica: str = "process",
 ) -> list[T]:
     """Run ``fn(info, *args)`` as ``world_size`` workers on ``groups`` nodes behind links
-    shaped to ``link``: the contract of :func:`lsgd.launch`.
-
-    ``max_restarts``: failures after which every node's workers are restarted, each
-    time with a fresh c10d store and the same ``TORCHELASTIC_RESTART_COUNT``
-    (:func:`~lsgd.comm.distributed.agree_on_attempt`). A node whose workers fail once
-    more gives up; the others then stop within seconds. A restart whose rendezvous
-    cannot gather every node fails after ``min(JOIN_TIMEOUT, timeout)``; the
-    :class:`LaunchError` names each node's cause.
+    shaped to ``link``: the contract of :func:`lsgd.launch`. A node whose workers fail
+    once more than ``max_restarts`` allows gives up, and the others stop within
+    seconds; a restart whose rendezvous cannot gather every node fails after
+    ``min(JOIN_TIMEOUT, timeout)``. The :class:`LaunchError` names each node's cause.
     """
     check_layout(world_size, groups)
     per_node = world_size // groups

@@ -161,20 +161,14 @@ def _thread_count() -> int | None:
 
 
 def start_method(threads: int, by_agent: bool = False) -> str:
-    """How processes are started: ``"fork"``, ``"forkserver"`` or ``"spawn"``
-    (``LSGD_START_METHOD``, one of the three, overrides the choice).
-
-    * ``fork`` (a process starts in milliseconds, sharing what the launcher imported
-      and read) only where it is safe: on Linux, without CUDA, one intra-op thread
-      per worker (a child of a process that used GNU OpenMP's pool hangs in its first
-      parallel region), from a process that vouched for itself
-      (:func:`vouch_for_fork`) and has started no thread since, and not ``by_agent``:
-      a thread holding a lock at the fork leaves the child waiting for it forever, and
-      torch's elastic agent runs its rendezvous threads by then (forked workers hung
-      under load). The shaped nodes' agents are forked from the launcher instead.
-    * ``forkserver`` elsewhere on Linux: forked from a server process that imports
-      torch and the workers' modules once (:func:`prepare_forkserver`).
-    * ``spawn`` on other systems.
+    """How processes are started (``LSGD_START_METHOD`` overrides the choice): ``"fork"``
+    (in milliseconds, sharing what the launcher imported and read) only where it is
+    safe: on Linux, without CUDA, one intra-op thread per worker (a child of a process
+    that used GNU OpenMP's pool hangs in its first parallel region), from a process that
+    vouched for itself (:func:`vouch_for_fork`) and has started no thread since (a
+    thread holding a lock at the fork leaves the child waiting for it forever), and not
+    ``by_agent`` (torch's agent runs its rendezvous threads by then). Elsewhere on Linux
+    ``"forkserver"`` (:func:`prepare_forkserver`), else ``"spawn"``.
     """
     chosen = os.environ.get("LSGD_START_METHOD")
     if chosen is not None:
@@ -210,8 +204,7 @@ def before_start(method: str, fn: Callable[..., Any]) -> None:
         prepare_forkserver(fn)
 
 
-#: The run a fork server reads the dataset of, as ``[dataset, data_dir]`` in JSON: set by
-#: ``lsgd train`` while its server starts (:data:`lsgd.train.build` reads it there).
+#: ``[dataset, data_dir]`` in JSON: the data a fork server of ``lsgd train`` reads first.
 PRELOAD_ENV = "LSGD_PRELOAD_DATA"
 
 
@@ -243,17 +236,15 @@ def quiet_elastic_agent(threads: int) -> Iterator[None]:
 
     elastic_log = logging.getLogger("torch.distributed.elastic")
     level, propagate = elastic_log.level, elastic_log.propagate
-    handler: logging.Handler | None = None
+    handler: logging.Handler = logging.NullHandler()
     folder = os.environ.get("LSGD_LOG_DIR")
     if folder:
         os.makedirs(folder, exist_ok=True)
         handler = logging.FileHandler(os.path.join(folder, f"agent-{os.getpid()}.log"))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        elastic_log.addHandler(handler)
-        elastic_log.setLevel(logging.INFO)
         elastic_log.propagate = False
-    else:
-        elastic_log.setLevel(logging.CRITICAL)
+    elastic_log.addHandler(handler)
+    elastic_log.setLevel(logging.INFO if folder else logging.CRITICAL)
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
@@ -264,9 +255,8 @@ def quiet_elastic_agent(threads: int) -> Iterator[None]:
     finally:
         elastic_log.setLevel(level)
         elastic_log.propagate = propagate
-        if handler is not None:
-            elastic_log.removeHandler(handler)
-            handler.close()
+        elastic_log.removeHandler(handler)
+        handler.close()
         if saved is None:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
