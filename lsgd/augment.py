@@ -1,9 +1,5 @@
-"""Batched data augmentation on tensors, reproducible per worker.
-
-Every function takes a whole ``[B, C, H, W]`` batch on any device and does one
-vectorized operation. Randomness comes from an explicit ``torch.Generator``
-(``None``: the default one), so a worker seeding its own gets a reproducible stream.
-
+"""Batched data augmentation on ``[B, C, H, W]`` tensors, one vectorized operation per
+batch, reproducible per worker (randomness from an explicit ``torch.Generator``).
 The papers' pipelines are presets, applied after the dataset's normalization:
 
 ``"cifar-28"``        CNN7, ResNet20 on CIFAR: random 28x28 crop and flip (p=1/2);
@@ -16,8 +12,7 @@ The papers' pipelines are presets, applied after the dataset's normalization:
 ``"fashion-crop"``    pad 2 with the batch's smallest value, random 28x28 crop.
 ``"none"``            identity.
 
-ImageNet's transforms need full-size images, so :class:`lsgd.data.ImageFolder`
-applies them while decoding.
+ImageNet is augmented while decoding (:class:`lsgd.data.ImageFolder`).
 """
 
 from __future__ import annotations
@@ -193,7 +188,8 @@ def _preset(table: dict[str, Transform], name: str) -> Transform:
     try:
         return table[name]
     except KeyError:
-        raise ValueError(f"unknown augmentation {name!r}: choose one of {', '.join(PRESETS)}") from None
+        raise ValueError(f"unknown augmentation {name!r}: choose one of "
+                         f"{', '.join(PRESETS)}") from None
 
 
 def train_transform(name: str) -> Transform:

@@ -1,10 +1,7 @@
-"""The ``lsgd`` command line.
-
-Each subcommand's parser is added beside the code it runs (``add_*_parser`` in
-:mod:`lsgd.train.command`, :mod:`lsgd.repro.command`, :mod:`lsgd.bench.command`) and
-sets ``handler`` (the parsed arguments -> the exit code) and ``parser`` as defaults.
-Exit codes: 0 success, 2 bad usage (no traceback), 130 interrupted. Building the
-parser imports no torch: a bad flag or choice is refused at once.
+"""The ``lsgd`` command line: each subcommand's parser is added beside the code it runs
+and sets ``handler`` (the parsed arguments -> the exit code) as a default. Exit codes:
+0 success, 2 bad usage (no traceback), 130 interrupted. Building the parser imports no
+torch: a bad flag or choice is refused at once.
 """
 
 from __future__ import annotations

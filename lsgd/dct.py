@@ -1,12 +1,10 @@
 """DeMo's chunked DCT: a tensor as the orthonormal DCT-II coefficients of its chunks.
 
-DeMo (Peng, Quesnelle and Kingma, arXiv 2411.19870; bloc97/DeMo's ``TransformDCT``)
-sends the largest DCT coefficients of each chunk of a momentum. A 1-D tensor is cut
-into chunks of ``c`` values, a 2-D one (more dimensions flattened to 2) into blocks
-``c1 x c2``, each size the largest divisor of its dimension at most ``target``; each
-chunk or block gets a DCT-II, its coefficients a row of ``[C, s]`` (blocks row-major),
-ready for :mod:`lsgd.comm.sparse`. The basis is orthonormal, so the inverse DCT is its
-transpose.
+DeMo (arXiv 2411.19870; reference code bloc97/DeMo) sends the largest DCT coefficients
+of each chunk of a momentum. A 1-D tensor is cut into chunks of ``c`` values, a 2-D one
+(more dimensions flattened) into blocks ``c1 x c2``, each size the largest divisor of
+its dimension at most ``target``; each gets a DCT-II, its coefficients a row of ``[C,
+s]`` (blocks row-major). The basis is orthonormal: the inverse DCT is its transpose.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Leader scores (shared by LSGD and AL-DSGD).
-
-A worker's score is the mean of its last ``k`` training losses (``leader_window``;
-fewer at first) or, with ``leader_metric="eval"``, the loss on one fixed held-out
-batch at election time. The leader is the lowest finite score, ties to the lowest
-rank (:func:`lsgd.functional.elect`), from the same all-gathered scores on every member.
+"""Leader scores (shared by LSGD and AL-DSGD): the mean of a worker's last ``k``
+training losses (``leader_window``) or, with ``leader_metric="eval"``, the loss on one
+fixed held-out batch at election time. The leader is the lowest finite score
+(:func:`lsgd.functional.elect`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Each method's options, declared once: type, default, range or choices, and help.
-
-A method's options are a dataclass (:data:`OPTIONS`), its fields the strategy's
-keyword arguments as the command line spells them: from them come ``lsgd train``'s
-flags and checks, a run's ``config.toml`` and the strategy's keywords
-(:meth:`MethodOptions.knobs`). Nothing here imports torch: a bad flag is refused
-before torch is loaded.
+"""Each method's options, declared once as a dataclass (:data:`OPTIONS`): type, default,
+range or choices, and help. From them come ``lsgd train``'s flags and checks, a run's
+``config.toml`` and the strategy's keywords (:meth:`MethodOptions.knobs`). Nothing here
+imports torch: a bad flag is refused before torch is loaded.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The names the command line offers as choices, in a module that imports nothing.
-
-``lsgd train`` must refuse a bad flag or choice before it imports torch, and the
-modules that act on these names (and their packages' ``__init__``) import torch: so
-each table lives here, once, as a tuple of strings, and those modules import it.
+"""The names the command line offers as choices, in a module that imports nothing, so
+that ``lsgd train`` refuses a bad choice before it imports torch; the modules that act
+on these names import them from here.
 """
 
 from __future__ import annotations

@@ -51,12 +51,10 @@ class ImageFolder:
     """An image-folder dataset (ImageNet layout) decoded lazily with Pillow.
 
     ``root`` (or its ``imagenet/``) holds ``train/<class>/*.JPEG`` and
-    ``val/<class>/*.JPEG``; :meth:`load` decodes a batch, augmenting as it decodes
-    (so ``augment`` is ``"none"``) with the papers' ResNet-50 transforms: training
-    takes torchvision's random-resized crop (8%-100% of the area, aspect ratio
-    3/4-4/3) resized to ``size`` and a flip with probability 1/2; evaluation resizes
-    the shorter side to ``resize`` and takes the central ``size`` crop. ``threads`` >
-    1 decodes in a thread pool; results do not depend on it.
+    ``val/<class>/*.JPEG``; :meth:`load` decodes a batch with the papers' ResNet-50
+    transforms (so ``augment`` is ``"none"``): for training torchvision's random-resized
+    crop resized to ``size`` and a flip with probability 1/2; for evaluation the
+    shorter side resized to ``resize``, then the central ``size`` crop.
     """
 
     augment = "none"

@@ -1,10 +1,6 @@
-"""Text as byte tokens (its UTF-8 bytes: a vocabulary of 256, no tokenizer).
-
-* ``kjv``: the King James Version, printed by the ``bible`` program of Debian's
-  ``bible-kjv`` package and cached once. Validation: every 20th chapter of the 1,189
-  (about 5% of the bytes).
-* ``text``: a UTF-8 file, or every regular file under a folder in path order, joined
-  by newlines. Validation: the last 5% of the bytes, from the start of a line.
+"""Text as byte tokens (its UTF-8 bytes: a vocabulary of 256, no tokenizer): ``kjv``, the
+King James Version as the ``bible`` program of Debian's ``bible-kjv`` prints it (every
+20th chapter held out), or ``text``, a UTF-8 file or folder (its last 5% held out).
 """
 
 from __future__ import annotations
@@ -91,10 +87,9 @@ def kjv_text(cache: Path | None = None) -> str:
 def split_chapters(text: str, every: int = VALIDATION_EVERY) -> tuple[str, str]:
     """(training, validation) text: every ``every``-th chapter is held out."""
     starts = [m.start() for m in _CHAPTER.finditer(text)]
-    bounds = list(zip(starts, starts[1:] + [len(text)]))
     train = [text[:starts[0]]] if starts else [text]
     valid = []
-    for index, (start, stop) in enumerate(bounds, 1):
+    for index, (start, stop) in enumerate(zip(starts, starts[1:] + [len(text)]), 1):
         (valid if index % every == 0 else train).append(text[start:stop])
     return "".join(train), "".join(valid)
 

@@ -1,10 +1,6 @@
-"""Process start-up: :func:`launch`, the process counterpart of :func:`lsgd.simulate`.
-
-Without a link the workers run on this machine (:mod:`lsgd.launcher.standalone`, as
-``torchrun --standalone``); with ``link="20mbit"`` every group is a node behind a
-shaped link, with one elastic agent per node (:mod:`lsgd.launcher.nodes`). Under
-``torchrun`` nothing here is needed: workers find their communicator from the
-environment.
+"""Process start-up: :func:`launch`, the process counterpart of :func:`lsgd.simulate`
+(under ``torchrun`` nothing here is needed: workers find their communicator from the
+environment).
 """
 
 from __future__ import annotations
@@ -40,8 +36,9 @@ def launch(
     each worker's intra-op threads (default: cores / workers). Where the workers
     cannot be forked (:func:`~lsgd.launcher.worker.start_method`), ``fn`` and
     ``args`` must be picklable. ``link`` (``"100mbit"``; root and iproute2 needed)
-    puts each group in a network namespace behind a link the kernel shapes, or
-    raises :class:`~lsgd.links.netns.LinkSetupError`; it never runs unshaped.
+    puts each group in a network namespace behind a link the kernel shapes, one
+    elastic agent per node (:mod:`lsgd.launcher.nodes`), or raises
+    :class:`~lsgd.links.netns.LinkSetupError`; it never runs unshaped.
     ``max_restarts``: when a worker fails, all are started again (with
     ``TORCHELASTIC_RESTART_COUNT`` raised by one) up to this many times; ``fn``
     continues from its own checkpoint. ``replica="node"``: each group's workers

@@ -1,8 +1,6 @@
-"""One node's elastic agent on the shaped network, started in the node's namespace by
-:func:`lsgd.launcher.nodes.launch_on_links`: forked (:func:`run_node`) or as ``python -m
-lsgd.launcher.agent PAYLOAD NODE RESULT``. It writes ``{"results": {rank: value},
-"failures": [...]}`` to ``RESULT``; a failure says which node failed and why
-(:func:`explain`).
+"""One node's elastic agent on the shaped network, in the node's namespace: forked
+(:func:`run_node`) or as ``python -m lsgd.launcher.agent PAYLOAD NODE RESULT``. It
+writes ``{"results": {rank: value}, "failures": [...]}`` to ``RESULT``.
 """
 
 from __future__ import annotations

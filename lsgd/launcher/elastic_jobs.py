@@ -1,12 +1,10 @@
 """Elastic jobs (torchft): a lighthouse, and one elastic agent per node.
 
-Each node's workers are started by an elastic agent of their own (as one ``torchrun``
-per node), so a node that fails is restarted alone while the others go on; a
-lighthouse forms the quorums, on loopback or, with ``link=``, on the switch of a
-shaped network. A c10d store beside it is the job's start gate (``GATE_ENV``): a
-worker's first attempt waits there for every worker of the job
-(:func:`lsgd.comm.quorum.start_gate`), so the first quorum does not form without a
-node slow to start.
+Each node's workers are started by an elastic agent of their own, so a node that fails
+is restarted alone while the others go on; a lighthouse forms the quorums (on the
+switch of a shaped network with ``link=``). A c10d store beside it is the job's start
+gate (:func:`lsgd.comm.quorum.start_gate`), so that the first quorum waits for a node
+slow to start.
 """
 
 from __future__ import annotations
@@ -93,7 +91,6 @@ def launch_elastic(
             for slot in range(slots)]
         for agent in agents:
             stack.callback(_stop, agent)
-        for agent in agents:
             agent.start()
         deadline = time.monotonic() + timeout
         for agent in agents:

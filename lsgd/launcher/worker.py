@@ -219,8 +219,7 @@ def prepare_forkserver(fn: Callable[..., Any] | None = None, module: str | None 
     module = module or getattr(fn, "__module__", None)
     if module and module != "__main__":
         modules.append(module)
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(modules)
+    multiprocessing.get_context("forkserver").set_forkserver_preload(modules)
     forkserver.ensure_running()
 
 

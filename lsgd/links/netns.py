@@ -50,7 +50,7 @@ def _run(args: Sequence[str], check: bool = True) -> subprocess.CompletedProcess
 
 
 def shaping_problem() -> str | None:
-    """Why shaped links cannot be built here (:func:`check_tools`' message), None if they can."""
+    """Why shaped links cannot be built here (:func:`check_tools`), None if they can."""
     try:
         check_tools()
     except LinkSetupError as error:
@@ -191,9 +191,8 @@ def remove_leftovers() -> list[str]:
 
 
 def burst_bytes(link: Link) -> int:
-    """The token bucket's size: 10 ms of traffic at the link's rate, at least 16 KB
-    (so a full-size segment always fits). A transfer after an idle moment sends
-    this much at once, so it takes at least ``(bytes - burst) / rate``."""
+    """The token bucket's size: 10 ms of traffic at the link's rate, at least 16 KB (a
+    full-size segment); a transfer after an idle moment sends this much at once."""
     return max(16_384, int(link.rate / 8 / 100))
 
 

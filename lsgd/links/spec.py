@@ -1,8 +1,6 @@
-"""A link between nodes, as the command line spells it: ``RATE[,LATENCY]``.
-
-Rates in ``bit``, ``kbit``, ``mbit`` or ``gbit`` per second (decimal, as
-``tc`` reads them: ``100mbit`` is 10^8 bit/s); latencies in ``s``, ``ms`` or
-``us``, one way. ``"1gbit"``, ``"100mbit"``, ``"20mbit,5ms"``.
+"""A link between nodes, as the command line spells it: ``RATE[,LATENCY]``, rates in
+``bit``, ``kbit``, ``mbit`` or ``gbit`` per second (decimal, as ``tc`` reads them),
+one-way latencies in ``s``, ``ms`` or ``us``: ``"100mbit"``, ``"20mbit,5ms"``.
 """
 
 from __future__ import annotations
@@ -28,7 +26,8 @@ class Link:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate) and self.rate > 0):
-            raise ValueError(f"link rate must be a positive number of bits per second, got {self.rate!r}")
+            raise ValueError("link rate must be a positive number of bits per second, got "
+                             f"{self.rate!r}")
         if not (math.isfinite(self.latency) and self.latency >= 0):
             raise ValueError(f"link latency must be a number of seconds >= 0, got {self.latency!r}")
 
