@@ -45,9 +45,10 @@ def launch_elastic(
     per_node: int = 1,
 ) -> list[T]:
     """Run ``fn(info, slot, slots, lighthouse, *args)`` in ``per_node`` workers on each of
-    ``slots`` nodes (``fn`` builds its elastic communicator from them); results by global
-    rank. ``timeout`` bounds the job. A node whose workers failed more than ``restarts``
-    times is lost for good: its results are ``None`` and its error is printed;
+    ``slots`` nodes (``fn`` builds its elastic communicator from them; the agents are
+    spawned, so ``fn`` and ``args`` must be picklable); results by global rank.
+    ``timeout`` bounds the job. A node whose workers failed more than ``restarts`` times
+    is lost for good: its results are ``None`` and its error is printed;
     :class:`LaunchError` if no node finished."""
     for name, value, least in (("slots", slots, 1), ("per_node", per_node, 1),
                                ("restarts", restarts, 0)):
