@@ -1,15 +1,9 @@
 """lsgd: communication-efficient distributed training for PyTorch.
 
-Leader SGD (single- and multi-leader) and its baselines (EASGD, local SGD,
-DiLoCo, all-reduce data parallel, independent SGD, the LARS optimizer), the sparse,
-error-corrected methods (SparseLoCo, DeMo, MuLoCo) and the
-decentralized family (D-PSGD, MATCHA, AL-DSGD on graphs from ``lsgd.topology``),
-running on torch.distributed (gloo or NCCL, launched with torchrun) or in an in-process
-simulator with the same strategy code.
-
-The public names are imported on first use (PEP 562), so ``import lsgd`` (and the
-``lsgd`` command, which refuses a bad argument before anything else) does not pay
-for torch until a name that needs it is asked for.
+Leader SGD and its baselines, the sparse and the decentralized methods, on
+torch.distributed or in an in-process simulator with the same strategy code. The
+public names are imported on first use (PEP 562), so ``import lsgd`` does not pay for
+torch until a name that needs it is asked for.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Checks for user-supplied hyperparameters.
-
-Every check raises ``ValueError`` whose message names the owner, the parameter,
-the offending value and what would be accepted, so a typo in a config reads as
-a sentence rather than a traceback into the update rule.
+"""Checks for user-supplied hyperparameters: each raises ``ValueError`` naming the owner,
+the parameter, the offending value and what would be accepted.
 """
 
 from __future__ import annotations
@@ -57,7 +54,6 @@ def choice(owner: str, name: str, value: Any, allowed: Iterable[Any]) -> Any:
 def multiple_of(owner: str, name: str, value: int, base_name: str, base: int) -> int:
     """``value`` if it is a multiple of ``base``."""
     if value % base != 0:
-        raise ValueError(
-            f"{owner}: {name} must be a multiple of {base_name}={base}, got {name}={value}"
-        )
+        raise ValueError(f"{owner}: {name} must be a multiple of {base_name}={base}, got "
+                         f"{name}={value}")
     return value

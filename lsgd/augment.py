@@ -1,13 +1,6 @@
-"""Batched data augmentation on tensors, reproducible per worker.
-
-Every function takes a whole ``[B, C, H, W]`` batch on any device and does one
-vectorized operation (no Python loop over images). Randomness comes from an
-explicit ``torch.Generator`` (``None``: the default one), so a worker seeding
-its own gets a reproducible stream, e.g.
-``train_transform("cifar-28")(x, generator=torch.Generator().manual_seed(seed * 1000 + rank))``.
-
-The papers' pipelines are presets (:data:`PRESETS`), applied after the
-dataset's normalization (:mod:`lsgd.data`):
+"""Batched data augmentation on ``[B, C, H, W]`` tensors, one vectorized operation per
+batch, reproducible per worker (randomness from an explicit ``torch.Generator``).
+The papers' pipelines are presets, applied after the dataset's normalization:
 
 ``"cifar-28"``        CNN7, ResNet20 on CIFAR: random 28x28 crop and flip (p=1/2);
                       test on the center 28x28 crop.
@@ -19,8 +12,7 @@ dataset's normalization (:mod:`lsgd.data`):
 ``"fashion-crop"``    pad 2 with the batch's smallest value, random 28x28 crop.
 ``"none"``            identity.
 
-ImageNet's transforms need full-size images, so :class:`lsgd.data.ImageFolder`
-applies them while decoding.
+ImageNet is augmented while decoding (:class:`lsgd.data.ImageFolder`).
 """
 
 from __future__ import annotations
@@ -28,7 +20,6 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from lsgd.data import CIFAR100_MEAN, CIFAR100_STD, CIFAR_MEAN, CIFAR_STD
 
@@ -45,9 +36,7 @@ CIFAR100_BLACK = tuple(-m / s for m, s in zip(CIFAR100_MEAN, CIFAR100_STD))
 
 
 def _pair(size: int | Sequence[int]) -> tuple[int, int]:
-    if isinstance(size, int):
-        return size, size
-    h, w = size
+    h, w = (size, size) if isinstance(size, int) else size
     return int(h), int(w)
 
 
@@ -63,41 +52,34 @@ def _randint(high: int, n: int, generator: torch.Generator | None,
     return torch.randint(high, (n,), generator=generator, device=where).to(device)
 
 
+def _coin(n: int, p: float, generator: torch.Generator | None,
+          device: torch.device) -> torch.Tensor:
+    """``n`` draws that are true with probability ``p``, as :func:`_randint` draws."""
+    where = generator.device if generator is not None else device
+    return torch.rand(n, generator=generator, device=where).to(device) < p
+
+
 def pad(x: torch.Tensor, padding: int | Sequence[int],
         fill: float | Sequence[float] = 0.0) -> torch.Tensor:
-    """Pad the last two dimensions of a batch by ``padding`` on every side.
-
-    ``padding`` is one int or ``(vertical, horizontal)``. ``fill`` is a constant
-    or one value per channel (e.g. :data:`CIFAR_BLACK`).
-    """
+    """Pad the last two dimensions of a batch by ``padding`` (one int or ``(vertical,
+    horizontal)``) with ``fill`` (a constant or one value per channel), as a
+    :func:`crop` of the whole padded image."""
     _check(x)
     ph, pw = _pair(padding)
     if ph < 0 or pw < 0:
         raise ValueError(f"padding must be non-negative, got {padding}")
-    if ph == 0 and pw == 0:
-        return x
-    if isinstance(fill, (int, float)):
-        return F.pad(x, (pw, pw, ph, ph), value=float(fill))
-    values = torch.as_tensor(fill, dtype=x.dtype, device=x.device)
-    if values.numel() != x.shape[1]:
-        raise ValueError(f"fill has {values.numel()} values for {x.shape[1]} channels")
-    b, c, h, w = x.shape
-    out = values.view(1, c, 1, 1).expand(b, c, h + 2 * ph, w + 2 * pw).clone()
-    out[:, :, ph : ph + h, pw : pw + w] = x
-    return out
+    zeros = torch.zeros(x.shape[0], dtype=torch.long)
+    return crop(x, zeros, zeros, (x.shape[2] + 2 * ph, x.shape[3] + 2 * pw), padding=(ph, pw),
+                fill=fill)
 
 
 def crop(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, size: int | Sequence[int],
          flip: torch.Tensor | None = None, padding: int | Sequence[int] = 0,
          fill: float | Sequence[float] = 0.0) -> torch.Tensor:
-    """Image ``i`` of the batch cut to ``x[i, :, top[i]:top[i]+h, left[i]:left[i]+w]``.
-
-    Where the bool ``flip[i]`` is set, that window is also mirrored left-right.
-    With ``padding``, ``top``/``left`` are coordinates in the padded image
-    (``pad(x, padding, fill)``), which is never built: one gather for the whole
-    batch (index arithmetic on the flattened images), the pixels that fall in
-    the border then set to ``fill``.
-    """
+    """Image ``i`` of the batch cut to ``x[i, :, top[i]:top[i]+h, left[i]:left[i]+w]``,
+    mirrored left-right where ``flip[i]``. With ``padding``, ``top``/``left`` are
+    coordinates in the padded image, which is never built: one gather for the whole
+    batch, the pixels that fall in the border then set to ``fill``."""
     _check(x)
     h, w = _pair(size)
     ph, pw = _pair(padding)
@@ -111,11 +93,7 @@ def crop(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, size: int | Seq
         j = torch.where(flip.to(device).view(b, 1, 1), (w - 1) - j, j)
     rows = top.to(device).view(b, 1, 1) + torch.arange(h, device=device).view(1, h, 1) - ph
     cols = left.to(device).view(b, 1, 1) + j - pw
-    if ph == 0 and pw == 0:
-        flat = rows * width + cols
-    else:
-        inside = ((rows >= 0) & (rows < height)) & ((cols >= 0) & (cols < width))
-        flat = rows.clamp(0, height - 1) * width + cols.clamp(0, width - 1)
+    flat = rows.clamp(0, height - 1) * width + cols.clamp(0, width - 1)
     index = flat.view(b, 1, h * w).expand(b, c, h * w)
     out = x.reshape(b, c, height * width).gather(2, index).view(b, c, h, w)
     if ph == 0 and pw == 0:
@@ -123,22 +101,17 @@ def crop(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, size: int | Seq
     values = torch.as_tensor(fill, dtype=x.dtype, device=device)
     if values.numel() not in (1, c):
         raise ValueError(f"fill has {values.numel()} values for {c} channels")
-    values = values.view(1, -1, 1, 1) if values.numel() == c else values
-    return torch.where(inside.view(b, 1, h, w), out, values)
+    inside = (rows >= 0) & (rows < height) & (cols >= 0) & (cols < width)
+    return torch.where(inside.view(b, 1, h, w), out, values.view(1, -1, 1, 1))
 
 
 def random_crop(x: torch.Tensor, size: int | Sequence[int], padding: int | Sequence[int] = 0,
                 generator: torch.Generator | None = None,
                 fill: float | Sequence[float] = 0.0, flip: float = 0.0) -> torch.Tensor:
-    """A random ``size`` window of each image (after :func:`pad` by ``padding``/``fill``).
-
-    Offsets are drawn per image, rows then columns, uniform over all windows:
-    ``top = randint(0, H - h + 1, (B,))``, then ``left`` likewise. ``flip`` > 0
-    also mirrors each window with that probability in the same gather; it draws
-    exactly what a following :func:`random_flip` would, so
-    ``random_crop(x, s, generator=g, flip=0.5)`` equals
-    ``random_flip(random_crop(x, s, generator=g), 0.5, generator=g)``.
-    """
+    """A random ``size`` window of each image (after :func:`pad` by ``padding``/``fill``),
+    uniform over all windows (the rows drawn first). ``flip`` > 0 also mirrors each
+    window with that probability in the same gather, drawing exactly what a following
+    :func:`random_flip` would."""
     _check(x)
     h, w = _pair(size)
     ph, pw = _pair(padding)
@@ -162,12 +135,6 @@ def center_crop(x: torch.Tensor, size: int | Sequence[int]) -> torch.Tensor:
     top = int(round((height - h) / 2.0))
     left = int(round((width - w) / 2.0))
     return x[:, :, top : top + h, left : left + w]
-
-
-def _coin(n: int, p: float, generator: torch.Generator | None,
-          device: torch.device) -> torch.Tensor:
-    where = generator.device if generator is not None else device
-    return torch.rand(n, generator=generator, device=where).to(device) < p
 
 
 def random_flip(x: torch.Tensor, p: float = 0.5,
@@ -213,21 +180,16 @@ _TRAIN: dict[str, Transform] = {
     "fashion-crop": _fashion_crop_train,
     "none": _identity,
 }
-_TEST: dict[str, Transform] = {
-    "cifar-28": _cifar_28_test,
-    "cifar-32-pad": _identity,
-    "cifar100-32-pad": _identity,
-    "fashion": _identity,
-    "fashion-crop": _identity,
-    "none": _identity,
-}
+_TEST: dict[str, Transform] = {**dict.fromkeys(PRESETS, _identity),
+                               "cifar-28": _cifar_28_test}
 
 
 def _preset(table: dict[str, Transform], name: str) -> Transform:
     try:
         return table[name]
     except KeyError:
-        raise ValueError(f"unknown augmentation {name!r}: choose one of {', '.join(PRESETS)}") from None
+        raise ValueError(f"unknown augmentation {name!r}: choose one of "
+                         f"{', '.join(PRESETS)}") from None
 
 
 def train_transform(name: str) -> Transform:
@@ -250,13 +212,9 @@ def output_shape(name: str, input_shape: Sequence[int]) -> tuple[int, ...]:
 
 
 def paper_preset(dataset: str, model: str | None = None) -> str:
-    """The preset the papers use for ``dataset`` (a :data:`lsgd.data.DATASETS` name) and ``model``.
-
-    CIFAR: ``"cifar-32-pad"`` (CIFAR-100: ``"cifar100-32-pad"``) for VGG16, else
-    ``"cifar-28"`` (CNN7, ResNet20);
-    Fashion-MNIST: ``"fashion"``; everything else (digits, synthetic, and ImageNet,
-    whose transforms :class:`lsgd.data.ImageFolder` applies itself): ``"none"``.
-    """
+    """The preset the papers use for ``dataset`` (a :data:`lsgd.data.DATASETS` name) and
+    ``model`` (the module's table); ``"none"`` where they use none or, as for ImageNet,
+    the dataset augments itself."""
     key = dataset.lower()
     if key in ("cifar10", "cifar100"):
         if model is not None and model.lower().startswith("vgg"):

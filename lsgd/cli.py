@@ -1,28 +1,16 @@
-"""The ``lsgd`` command line.
-
-One subcommand per ``add_*_parser(subparsers)``, each beside the code it runs
-(:mod:`lsgd.train.command` for ``train`` and ``plot``, :mod:`lsgd.repro.command`
-for ``repro``, :mod:`lsgd.bench.command` for ``bench``). Each sets ``handler``
-(a function of the parsed arguments returning the exit code) and ``parser``
-(for error messages) as defaults.
-
-Exit codes: 0 success, 2 bad usage (argparse's message, no traceback), 130
-interrupted. Building the parser imports no torch (nor numpy): the handler of a
-command imports what it runs, so a bad flag or choice is refused at once.
-matplotlib is imported only when a figure is drawn (it is the optional ``plot``
-extra).
+"""The ``lsgd`` command line: each subcommand's parser is added beside the code it runs
+and sets ``handler`` (the parsed arguments -> the exit code) as a default. Exit codes:
+0 success, 2 bad usage (no traceback), 130 interrupted. Building the parser imports no
+torch: a bad flag or choice is refused at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 
 import lsgd
 from lsgd.train.errors import UsageError
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,13 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        handler: Handler | None = args.handler
-        if handler is None:  # no command
-            args.parser.print_usage(sys.stderr)
-            print(f"{args.parser.prog}: error: choose a command; see "
-                  f"{args.parser.prog} --help", file=sys.stderr)
-            return 2
-        return handler(args)
+        if args.handler is None:  # no command
+            parser.error(f"choose a command; see {parser.prog} --help")
+        return args.handler(args)
     except UsageError as error:  # a person's mistake: the message, no traceback
         print(f"lsgd {args.command}: error: {error}", file=sys.stderr)
         return 2

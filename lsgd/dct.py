@@ -1,23 +1,10 @@
 """DeMo's chunked DCT: a tensor as the orthonormal DCT-II coefficients of its chunks.
 
-DeMo (Peng, Quesnelle and Kingma, arXiv 2411.19870; reference code: bloc97/DeMo,
-``TransformDCT``) sends the largest DCT coefficients of each chunk of a momentum
-rather than the largest entries. The transform here is pure math:
-
-* a 1-D tensor of length ``n`` is cut into chunks of ``c`` values, ``c`` the largest
-  divisor of ``n`` that is at most ``target`` (default 64), and each chunk gets a 1-D
-  DCT-II;
-* a 2-D tensor ``(n1, n2)`` is cut into blocks ``c1 x c2`` (each the largest divisor at
-  most ``target`` of its dimension), and each block gets a 2-D DCT-II (along both
-  axes);
-* a tensor of more dimensions is treated as 2-D ``(shape[0], prod(shape[1:]))``, a 0-d
-  tensor as 1-D of length 1.
-
-The coefficients come out as rows ``[C, s]``, one per chunk or block (``s = c`` or
-``c1 c2``, a block's coefficients row-major), in the order of the chunks (blocks
-row-major over the grid of blocks), ready for :mod:`lsgd.comm.sparse`. The basis is
-orthonormal (``D D^T = I``), so the inverse DCT is its transpose and the transform
-keeps sums of squares.
+DeMo (arXiv 2411.19870; reference code bloc97/DeMo) sends the largest DCT coefficients
+of each chunk of a momentum. A 1-D tensor is cut into chunks of ``c`` values, a 2-D one
+(more dimensions flattened) into blocks ``c1 x c2``, each size the largest divisor of
+its dimension at most ``target``; each gets a DCT-II, its coefficients a row of ``[C,
+s]`` (blocks row-major). The basis is orthonormal: the inverse DCT is its transpose.
 """
 
 from __future__ import annotations
@@ -42,10 +29,9 @@ def _dct_matrix(n: int, dtype: torch.dtype, device: torch.device | None) -> torc
 
 def dct_matrix(n: int, dtype: torch.dtype = torch.float32,
                device: torch.device | str | None = None) -> torch.Tensor:
-    """The orthonormal DCT-II matrix ``D`` of size ``n``:
-    ``D[k, j] = sqrt(2 / n) c_k cos(pi (2 j + 1) k / (2 n))``, ``c_0 = 1 / sqrt 2``,
-    else 1; ``D @ x`` is the DCT of a vector ``x``, ``D.T @ X`` its inverse.
-    Cached per ``(n, dtype, device)``: shared, so never modify it in place."""
+    """The orthonormal DCT-II matrix ``D`` of size ``n``: ``D[k, j] = sqrt(2 / n) c_k
+    cos(pi (2 j + 1) k / (2 n))``, ``c_0 = 1 / sqrt 2``, else 1. Cached per ``(n,
+    dtype, device)``: shared, so never modify it in place."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     return _dct_matrix(n, dtype, None if device is None else torch.device(device))
@@ -55,20 +41,13 @@ def dct_matrix(n: int, dtype: torch.dtype = torch.float32,
 def _largest_divisor(n: int, target: int) -> int:
     """The largest divisor of ``n`` that is at most ``target`` (1 for ``n == 0``: an
     empty dimension has no chunks, and any size will do)."""
-    if n == 0:
-        return 1
-    for d in range(min(n, target), 0, -1):
-        if n % d == 0:
-            return d
-    return 1  # unreachable: 1 divides n
+    return next((d for d in range(min(n, target), 0, -1) if n % d == 0), 1)
 
 
 def _as_2d(shape: torch.Size) -> tuple[int, ...]:
-    """``shape`` as the transform sees it: ``(n,)`` or ``(n1, n2)``."""
-    if len(shape) == 0:
-        return (1,)
-    if len(shape) == 1:
-        return (shape[0],)
+    """``shape`` as the transform sees it: ``(n,)`` (a 0-d tensor: ``(1,)``) or ``(n1, n2)``."""
+    if len(shape) < 2:
+        return (math.prod(shape),)
     return (shape[0], math.prod(shape[1:]))
 
 
@@ -81,9 +60,8 @@ def block_shape(shape: torch.Size, target: int = DEFAULT_TARGET) -> tuple[int, .
 
 
 def to_blocks(tensor: torch.Tensor, target: int = DEFAULT_TARGET) -> torch.Tensor:
-    """The DCT-II coefficients of ``tensor`` as rows ``[C, s]``, one row per chunk
-    (``s = c``) or block (``s = c1 c2``, row-major), in the tensor's (floating) dtype.
-    A new tensor."""
+    """The DCT-II coefficients of ``tensor`` as rows ``[C, s]``, one per chunk or block,
+    in the tensor's (floating) dtype."""
     view = _as_2d(tensor.shape)
     block = block_shape(tensor.shape, target)
     dtype, device = tensor.dtype, tensor.device
@@ -101,8 +79,7 @@ def to_blocks(tensor: torch.Tensor, target: int = DEFAULT_TARGET) -> torch.Tenso
 
 def from_blocks(rows: torch.Tensor, shape: torch.Size, target: int = DEFAULT_TARGET
                 ) -> torch.Tensor:
-    """The tensor of ``shape`` whose :func:`to_blocks` is ``rows`` (the inverse DCT, by
-    the transpose of the orthonormal basis). A new tensor."""
+    """The tensor of ``shape`` whose :func:`to_blocks` is ``rows`` (the inverse DCT)."""
     shape = torch.Size(shape)
     view = _as_2d(shape)
     block = block_shape(shape, target)

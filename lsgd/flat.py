@@ -1,10 +1,4 @@
-"""Flat buffers that hold a whole model state for one-call collectives.
-
-A :class:`FlatBuffer` packs a list of tensors into one contiguous buffer per
-``(dtype, device)`` (usually exactly one) and exposes ``views`` shaped like the
-original tensors, so math can run per tensor with ``torch._foreach_*`` while a
-collective moves the whole state in a single call.
-"""
+"""Flat buffers that hold a whole model state for one-call collectives."""
 
 from __future__ import annotations
 
@@ -14,7 +8,10 @@ import torch
 
 
 class FlatBuffer:
-    """Contiguous storage shaped like ``like`` (a list of tensors)."""
+    """Contiguous storage shaped like ``like`` (a list of tensors): one buffer per
+    ``(dtype, device)`` (usually exactly one), with ``views`` shaped like the tensors, so
+    math can run per tensor with ``torch._foreach_*`` while a collective moves the whole
+    state in a single call."""
 
     def __init__(self, like: Sequence[torch.Tensor]) -> None:
         order: dict[tuple[torch.dtype, torch.device], list[int]] = {}
@@ -57,10 +54,9 @@ class FlatBuffer:
 
     def pieces(self, tensors: Sequence[torch.Tensor], bounds: Sequence[tuple[int, int]]
                ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The pieces of ``tensors`` (shaped like :attr:`views`) that lie in the ranges
-        ``bounds`` (one ``(begin, end)`` per flat buffer), and the matching slices of
-        :attr:`buffers`: a contiguous tensor's flat values in the range, a
-        non-contiguous tensor that meets the range whole (with its whole view)."""
+        """The pieces of ``tensors`` (shaped like :attr:`views`) in the ranges ``bounds`` (a
+        ``(begin, end)`` per buffer) and the matching slices of :attr:`buffers`; a
+        non-contiguous tensor that meets a range comes whole (with its whole view)."""
         mine: list[torch.Tensor] = []
         flat: list[torch.Tensor] = []
         for i, (b, offset, shape) in enumerate(self._layout):
@@ -77,8 +73,7 @@ class FlatBuffer:
 
     def copy_range_from(self, tensors: Sequence[torch.Tensor],
                         bounds: Sequence[tuple[int, int]]) -> None:
-        """Fill the ranges ``bounds`` of the buffers from ``tensors`` (:meth:`pieces`):
-        :meth:`copy_from` for one part of the state only."""
+        """:meth:`copy_from` for the ranges ``bounds`` of the buffers only (:meth:`pieces`)."""
         mine, flat = self.pieces(tensors, bounds)
         if flat:
             torch._foreach_copy_(flat, mine)

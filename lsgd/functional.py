@@ -1,9 +1,6 @@
 """Pure update math on lists of tensors: pulls, elastic updates, leader election,
-finiteness checks.
-
-Nothing here communicates; the strategies gather what these functions need
-through a :class:`~lsgd.comm.Communicator` and then call them. All updates are
-in place and use ``torch._foreach_*`` so one call covers a whole model.
+finiteness checks. Nothing here communicates; updates are in place, one
+``torch._foreach_*`` call for a whole model.
 """
 
 from __future__ import annotations
@@ -17,27 +14,19 @@ Tensors = Sequence[torch.Tensor]
 
 
 def pull_(xs: Tensors, targets: Tensors, weight: float) -> None:
-    """Move every ``x`` ``weight`` of the way toward its target.
-
-    ``x <- x - weight * (x - target)``. A zero weight leaves ``x`` untouched
-    bit for bit (no arithmetic is done), which keeps ``pull=0`` runs identical to
-    runs without communication.
-    """
+    """Move every ``x`` ``weight`` of the way toward its target: ``x <- x - weight * (x -
+    target)``. A zero weight leaves ``x`` untouched bit for bit, which keeps ``pull=0``
+    runs identical to runs without communication."""
     if weight == 0.0 or not xs:
         return
     torch._foreach_lerp_(list(xs), list(targets), weight)
 
 
-def pull_two_(
-    xs: Tensors, first: Tensors, first_weight: float, second: Tensors, second_weight: float
-) -> None:
-    """Simultaneous pull toward two targets.
-
-    ``x <- x - a * (x - first) - b * (x - second) = (1 - a - b) x + a first + b second``.
-    Both differences use the same ``x`` (two successive lerps would not: they
-    differ by an ``a*b`` cross term), which is LSGD's every-step scope pull
-    toward the local and the global leader.
-    """
+def pull_two_(xs: Tensors, first: Tensors, first_weight: float, second: Tensors,
+              second_weight: float) -> None:
+    """Simultaneous pull toward two targets (LSGD's every-step pull toward the local and
+    the global leader): ``x <- (1 - a - b) x + a first + b second``. Both differences use
+    the same ``x``; two successive lerps would differ by an ``a*b`` cross term."""
     if first_weight == 0.0:
         pull_(xs, second, second_weight)
         return
@@ -50,16 +39,12 @@ def pull_two_(
     torch._foreach_add_(xs, list(second), alpha=second_weight)
 
 
-def elastic_step_(
-    xs: Tensors, center: Tensors, mean: Tensors, alpha: float, beta: float
-) -> None:
-    """One EASGD round given the workers' mean ``x_bar``.
-
-    ``x <- x - alpha * (x - c)`` with the center before its update, then
-    ``c <- c + beta * (x_bar - c)``. With ``alpha = beta / W`` the center update
-    equals ``c + alpha * sum_i (x_i - c)``, the elastic force summed over
-    workers, so one all-reduce of ``x`` replaces EASGD's parameter server.
-    """
+def elastic_step_(xs: Tensors, center: Tensors, mean: Tensors, alpha: float,
+                  beta: float) -> None:
+    """One EASGD round given the workers' mean ``x_bar``: ``x <- x - alpha * (x - c)``
+    with the center before its update, then ``c <- c + beta * (x_bar - c)``. With
+    ``alpha = beta / W`` that is ``c + alpha * sum_i (x_i - c)``, the elastic force
+    summed over workers, so one all-reduce of ``x`` replaces EASGD's parameter server."""
     pull_(xs, center, alpha)
     pull_(center, mean, beta)
 
@@ -91,11 +76,8 @@ def nesterov_pull_(xs: Tensors, targets: Tensors, weight: float, velocity: Tenso
 
 
 def elect(scores: torch.Tensor) -> int | None:
-    """Index of the lowest finite score; ties go to the lowest index.
-
-    NaN and infinite scores never win. Returns ``None`` when no score is
-    finite (then nobody leads and no pull should happen).
-    """
+    """Index of the lowest finite score, ties to the lowest index; ``None`` when no
+    score is finite (then nobody leads and no pull should happen)."""
     values = scores.detach().to("cpu", torch.float64).reshape(-1).tolist()
     best: int | None = None
     for i, value in enumerate(values):
@@ -105,12 +87,9 @@ def elect(scores: torch.Tensor) -> int | None:
 
 
 def finite_flag(tensors: Tensors) -> torch.Tensor:
-    """Whether every value of ``tensors`` is finite, as a 0-d bool tensor.
-
-    Lazy: computed on the tensors' device with no synchronisation, so it can
-    ride along with a collective (LSGD folds it into the score it gathers).
-    Empty tensors and an empty list are finite.
-    """
+    """Whether every value of ``tensors`` is finite, as a 0-d bool tensor computed on
+    their device without synchronisation, so it can ride along with a collective (LSGD
+    folds it into the score it gathers). Empty tensors and an empty list are finite."""
     flags = [torch.isfinite(t).all() for t in tensors if t.numel()]
     if not flags:
         return torch.ones((), dtype=torch.bool)
@@ -119,11 +98,8 @@ def finite_flag(tensors: Tensors) -> torch.Tensor:
 
 
 def finite_each(groups: Sequence[Tensors]) -> list[bool]:
-    """For each group of tensors, whether all its values are finite.
-
-    One device synchronisation for all the groups together (the flags are
-    stacked on one device and read at once).
-    """
+    """For each group of tensors, whether all its values are finite (one device
+    synchronisation for all the groups together)."""
     if not groups:
         return []
     flags = [finite_flag(tensors) for tensors in groups]
@@ -137,9 +113,6 @@ def all_finite(tensors: Tensors) -> bool:
 
 
 def ring_allreduce_bytes(nbytes: int, n: int) -> int:
-    """Bytes one worker sends (and receives) in a ring all-reduce of ``nbytes``.
-
-    Reduce-scatter then all-gather, each ``n - 1`` chunks of ``nbytes / n``:
-    ``2 * (n - 1) / n * nbytes``.
-    """
+    """Bytes one worker sends (and receives) in a ring all-reduce of ``nbytes``: a
+    reduce-scatter then an all-gather, each ``n - 1`` chunks of ``nbytes / n``."""
     return 0 if n <= 1 else (2 * (n - 1) * nbytes) // n

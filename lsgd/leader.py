@@ -1,11 +1,7 @@
-"""Leader scores and elections (shared by LSGD and AL-DSGD).
-
-A worker's score is the mean of its last ``k`` training losses
-(``leader_window``); before ``k`` losses exist, the mean of those seen so far.
-With ``leader_metric="eval"`` the score is instead the loss on one fixed
-held-out batch, evaluated at election time. The leader of a set of workers is
-the lowest finite score, ties to the lowest rank (:func:`lsgd.functional.elect`);
-every member computes it from the same all-gathered scores.
+"""Leader scores (shared by LSGD and AL-DSGD): the mean of a worker's last ``k``
+training losses (``leader_window``) or, with ``leader_metric="eval"``, the loss on one
+fixed held-out batch at election time. The leader is the lowest finite score
+(:func:`lsgd.functional.elect`).
 """
 
 from __future__ import annotations
@@ -48,45 +44,36 @@ class LossWindow:
         return [float(t) for t in self._losses]
 
     def load(self, values: Sequence[float]) -> None:
-        self._losses = deque(
-            (torch.tensor(v, dtype=torch.float64) for v in values), maxlen=self.size
-        )
+        self._losses = deque((torch.tensor(v, dtype=torch.float64) for v in values),
+                             maxlen=self.size)
 
 
 class Scorer:
     """Computes this worker's leader score by the chosen metric."""
 
-    def __init__(
-        self,
-        owner: str,
-        window: int,
-        metric: str,
-        eval_batch: tuple[torch.Tensor, torch.Tensor] | None,
-        eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
-    ) -> None:
+    def __init__(self, owner: str, window: int, metric: str,
+                 eval_batch: tuple[torch.Tensor, torch.Tensor] | None,
+                 eval_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None) -> None:
         self.metric = _validate.choice(owner, "leader_metric", metric, METRICS)
         self.window = LossWindow(_validate.positive_int(owner, "leader_window", window))
         if self.scores_on_eval and eval_batch is None:
-            raise ValueError(
-                f"{owner}: leader_metric='eval' needs eval_batch=(inputs, targets), "
-                "one fixed held-out batch scored at every election"
-            )
+            raise ValueError(f"{owner}: leader_metric='eval' needs eval_batch=(inputs, "
+                             "targets), one fixed held-out batch scored at every election")
         self.eval_batch = eval_batch
         self.eval_loss = eval_loss or F.cross_entropy
 
     @property
     def scores_on_eval(self) -> bool:
-        """Whether the score is the loss on the fixed held-out batch (``leader_metric=
-        "eval"``), computed at election time, rather than the window of training losses."""
+        """Whether the score is the loss on the held-out batch, not the training losses."""
         return self.metric == EVAL
 
     def record(self, loss: torch.Tensor | None, owner: str) -> None:
-        if not self.scores_on_eval:
-            if loss is None:
-                raise ValueError(
-                    f"{owner}.step needs the training loss (strategy.step(loss)) to score leaders"
-                )
-            self.window.push(loss)
+        if self.scores_on_eval:
+            return
+        if loss is None:
+            raise ValueError(f"{owner}.step needs the training loss (strategy.step(loss)) to "
+                             "score leaders")
+        self.window.push(loss)
 
     def score(self, model: nn.Module, device: torch.device) -> torch.Tensor:
         if not self.scores_on_eval:

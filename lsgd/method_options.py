@@ -1,16 +1,7 @@
-"""Each method's options, declared once: type, default, range or choices, and help.
-
-A method's options are a dataclass (:data:`OPTIONS` maps each name of
-:data:`lsgd.names.METHODS` to it), its fields the strategy's keyword arguments as
-the command line spells them. From these declarations come ``lsgd train``'s flags
-(grouped by method in ``--help``), their range checks, a run's ``config.toml`` and
-the keywords a run gives its strategy (:meth:`MethodOptions.knobs`); a method's
-needs of the run's settings (MuLoCo's Muon) and its tuned points per task sit on
-its class too. Adding a method is its strategy's file, its options here and a line
-in :data:`OPTIONS`; nothing in :mod:`lsgd.train` names it.
-
-The module imports nothing that imports torch: the command line refuses a bad
-flag before torch is loaded.
+"""Each method's options, declared once as a dataclass (:data:`OPTIONS`): type, default,
+range or choices, and help. From them come ``lsgd train``'s flags and checks, a run's
+``config.toml`` and the strategy's keywords (:meth:`MethodOptions.knobs`). Nothing here
+imports torch: a bad flag is refused before torch is loaded.
 """
 
 from __future__ import annotations
@@ -51,20 +42,15 @@ class MethodOptions:
                              choices=("auto", *BN_MODES), auto="auto")
     #: The run's settings the method needs (not defaults: a run that gives another fails).
     requires: ClassVar[dict[str, Any]] = {}
-    #: task -> setting -> value: the method's tuned point where it differs from the
-    #: defaults (:mod:`lsgd.train.tuned`); run settings and options alike.
+    #: task -> setting -> value: the method's tuned point (:mod:`lsgd.train.tuned`).
     tuned: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def knobs(self, seed: int, groups: int) -> dict[str, Any]:
-        """The strategy's keyword arguments: every option set to something other than
-        ``None`` or its ``auto`` value, by its keyword (a run's ``seed`` and
-        ``groups`` for the methods that need them)."""
-        out = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is not None and value != f.metadata["auto"]:
-                out[f.metadata["keyword"] or f.name] = value
-        return out
+        """The strategy's keyword arguments: every option not ``None`` or ``auto``, by
+        its keyword (a run's ``seed`` and ``groups`` for the methods that need them)."""
+        return {f.metadata["keyword"] or f.name: getattr(self, f.name)
+                for f in dataclasses.fields(self)
+                if getattr(self, f.name) not in (None, f.metadata["auto"])}
 
     def layout_errors(self, groups: int) -> list[str]:
         """What the options cannot do with the run's ``groups`` of workers (none here)."""

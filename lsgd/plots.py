@@ -1,15 +1,7 @@
-"""Drawing with matplotlib: the figure helpers every picture uses, and graphs.
-
-* :func:`pyplot`, :func:`save`, :func:`log_log_axes`: matplotlib on the Agg
-  backend (or None where it is not installed), and a figure laid out and
-  written as a PNG (the benchmarks and reproductions draw with these);
-* :func:`draw_curves`: lines against time in one or more panels, with a
-  target (the documentation's time-to-target figures);
-* communication graphs, one colour per matching (:func:`draw_graphs`).
-
-A run folder's own figures (test error, test loss, leaders) are the
-trainer's: :mod:`lsgd.train.run_plots`. matplotlib is an optional extra (``pip
-install 'lsgd[plot]'``); without it the plots are skipped with a note.
+"""Drawing with matplotlib (the optional extra ``lsgd[plot]``): the figure helpers the
+benchmarks and reproductions use, lines against time (:func:`draw_curves`) and
+communication graphs (:func:`draw_graphs`). A run folder's own figures are
+:mod:`lsgd.train.run_plots`'.
 """
 
 from __future__ import annotations
@@ -66,18 +58,11 @@ def save(fig: Any, path: Path) -> Path:
 Curve = tuple[str, Sequence[tuple[float, float]], bool]
 
 
-def draw_curves(
-    panels: Sequence[tuple[str, Sequence[Curve]]],
-    path: str | Path,
-    *,
-    xlabel: str,
-    ylabel: str,
-    target: float | None = None,
-) -> Path:
+def draw_curves(panels: Sequence[tuple[str, Sequence[Curve]]], path: str | Path, *,
+                xlabel: str, ylabel: str, target: float | None = None) -> Path:
     """Lines against time to a PNG, one panel per ``(title, curves)`` side by side,
     ``target`` a dotted horizontal line in each. Ten colours, then the same ten
-    dashed, so that no two lines of a panel look alike. ``ImportError`` without
-    matplotlib."""
+    dashed. ``ImportError`` without matplotlib."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -109,18 +94,11 @@ def draw_curves(
     return path
 
 
-def draw_graphs(
-    graphs: Topology | Sequence[Topology],
-    path: str | Path,
-    *,
-    title: str | None = None,
-) -> Path:
-    """Draw one graph, or several side by side (dynamic graphs), to a PNG.
-
-    Workers sit on a circle (a grid for a torus); each matching has its own
-    colour, so a picture also shows the rounds of pairwise exchange.
-    Drawn on a Figure of its own with the Agg canvas, leaving any interactive
-    backend of the caller alone. ``ImportError`` without matplotlib.
+def draw_graphs(graphs: Topology | Sequence[Topology], path: str | Path, *,
+                title: str | None = None) -> Path:
+    """Draw one graph, or several side by side (dynamic graphs), to a PNG: workers on a
+    circle (a grid for a torus), each matching in its own colour. Drawn on a Figure of
+    its own, leaving any interactive backend alone. ``ImportError`` without matplotlib.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -165,7 +143,7 @@ def draw_graphs(
 
 def _layout(graph: Topology) -> list[tuple[float, float]]:
     if graph.name.startswith("torus("):
-        rows, cols = (int(v) for v in graph.name[6:-1].split("x"))
+        cols = int(graph.name[6:-1].split("x")[1])
         return [(float(i % cols), -float(i // cols)) for i in range(graph.size)]
     n = graph.size
     return [(math.sin(2 * math.pi * i / n), math.cos(2 * math.pi * i / n)) for i in range(n)]

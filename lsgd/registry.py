@@ -1,9 +1,5 @@
-"""Every method by its command-line name: one place that builds strategies.
-
-``make_strategy("lsgd", model, optimizer, period=16)`` is ``LSGD(model,
-optimizer, period=16)``; the trainer, the reproductions, the benchmarks and
-the examples all build their strategies here, so a name means one thing
-everywhere.
+"""Every method by its command-line name: one place that builds strategies, so that a
+name means one thing everywhere.
 """
 
 from __future__ import annotations
@@ -37,9 +33,8 @@ def strategy_class(name: str) -> type[Strategy]:
     try:
         return STRATEGIES[name]
     except (KeyError, TypeError):
-        raise ValueError(
-            f"unknown method {name!r}; choose one of {', '.join(STRATEGIES)}"
-        ) from None
+        raise ValueError(f"unknown method {name!r}; choose one of "
+                         f"{', '.join(STRATEGIES)}") from None
 
 
 def accepted_knobs(name: str) -> list[str]:
@@ -55,18 +50,12 @@ def accepted_knobs(name: str) -> list[str]:
 
 def make_strategy(name: str, model: nn.Module, optimizer: torch.optim.Optimizer,
                   **knobs: Any) -> Strategy:
-    """Build the strategy ``name`` around ``model`` and ``optimizer``.
-
-    ``knobs`` are the strategy's own keyword arguments (``period``, ``pull``,
-    ``comm``, ...); one it does not take is a ``ValueError`` naming it and the
-    ones it does.
-    """
+    """Build the strategy ``name`` around ``model`` and ``optimizer`` with its keyword
+    arguments ``knobs``; one it does not take is a ``ValueError`` naming the ones it does."""
     cls = strategy_class(name)
     accepted = accepted_knobs(name)
     unknown = sorted(set(knobs) - set(accepted))
     if unknown:
-        raise ValueError(
-            f"{name}: unknown argument(s) {', '.join(unknown)}; {name} takes "
-            f"{', '.join(accepted)}"
-        )
+        raise ValueError(f"{name}: unknown argument(s) {', '.join(unknown)}; {name} takes "
+                         f"{', '.join(accepted)}")
     return cls(model, optimizer, **knobs)

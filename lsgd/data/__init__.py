@@ -1,17 +1,9 @@
-"""Datasets as tensors, and exclusive per-worker shards.
+"""Datasets by name (:func:`load_dataset`), and exclusive per-worker shards.
 
-In memory (a :class:`Dataset`: images float32 ``[N, C, H, W]``, labels int64
-``[N]``): Fashion-MNIST from its IDX files (the folder given, ``$LSGD_DATA``, or
-Debian's ``/usr/share/datasets/fashion-mnist``), CIFAR-10 / CIFAR-100 from their
-python-pickle folders (never downloaded; :mod:`lsgd.data.cifar`), each normalized;
-scikit-learn's bundled 8x8 digits; and :func:`synthetic`, a learnable
-Gaussian-prototype task for quick runs. Text as byte tokens (a :class:`TextData`,
-:mod:`lsgd.data.text`): the King James Bible (``kjv``) or any UTF-8 text
-(``text``). Decoded lazily (an :class:`ImageFolder`): ImageNet-style ``train/`` and
-``val/`` class folders, read with Pillow (the extra ``lsgd[imagenet]``).
-
-:func:`load_dataset` picks one by name from :data:`DATASETS`; each dataset
-names its augmentation preset in ``augment`` (:mod:`lsgd.augment`).
+In memory, normalized (a :class:`Dataset`): Fashion-MNIST, CIFAR-10 / CIFAR-100,
+scikit-learn's 8x8 digits and :func:`synthetic`. Text as byte tokens (a
+:class:`TextData`): the King James Bible (``kjv``) or any UTF-8 ``text``. Decoded
+lazily (an :class:`ImageFolder`): ImageNet. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -24,42 +16,18 @@ from lsgd.data.cifar import (CIFAR100_MEAN, CIFAR100_STD, CIFAR_MEAN, CIFAR_NORM
 from lsgd.data.dataset import Dataset, shard
 from lsgd.data.imagenet import (IMAGENET_MEAN, IMAGENET_STD, ImageFolder, imagenet,
                                 imagenet_dir, random_resized_crop_params)
-from lsgd.data.mnist import DEBIAN_FASHION_MNIST, digits, fashion_mnist, fashion_mnist_dir, read_idx
+from lsgd.data.mnist import (DEBIAN_FASHION_MNIST, digits, fashion_mnist, fashion_mnist_dir,
+                             read_idx)
 from lsgd.data.synthetic import synthetic
-from lsgd.data import text as text_module
-from lsgd.data.text import TextData, kjv, user_text
+from lsgd.data.text import TextData, bible_program, kjv, kjv_cached, text_files, user_text
 from lsgd.names import TEXT_DATASETS  # byte tokens, for language models
 
 __all__ = [
-    "CIFAR100_MEAN",
-    "CIFAR100_STD",
-    "CIFAR_MEAN",
-    "CIFAR_NORMALIZATION",
-    "CIFAR_STD",
-    "DATASETS",
-    "TEXT_DATASETS",
-    "TextData",
-    "FACTS",
-    "DEBIAN_FASHION_MNIST",
-    "Dataset",
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
-    "ImageFolder",
-    "cifar",
-    "cifar_dir",
-    "digits",
-    "fashion_mnist",
-    "fashion_mnist_dir",
-    "imagenet",
-    "imagenet_dir",
-    "load_dataset",
-    "locate",
-    "random_resized_crop_params",
-    "read_idx",
-    "shard",
-    "synthetic",
-    "kjv",
-    "user_text",
+    "CIFAR100_MEAN", "CIFAR100_STD", "CIFAR_MEAN", "CIFAR_NORMALIZATION", "CIFAR_STD",
+    "DATASETS", "DEBIAN_FASHION_MNIST", "FACTS", "IMAGENET_MEAN", "IMAGENET_STD", "TEXT_DATASETS",
+    "Dataset", "ImageFolder", "TextData", "cifar", "cifar_dir", "digits", "fashion_mnist",
+    "fashion_mnist_dir", "imagenet", "imagenet_dir", "kjv", "load_dataset", "locate",
+    "random_resized_crop_params", "read_idx", "shard", "synthetic", "user_text",
 ]
 
 
@@ -68,9 +36,8 @@ DATASETS = ("fashion-mnist", "cifar10", "cifar100", "imagenet", "digits", "synth
             *TEXT_DATASETS)
 
 
-#: What is known of each dataset without reading it: an image's shape as the model
-#: sees it before augmentation, the classes (ImageNet's come from its folder; 1000
-#: stands in) and the training examples (None where the folder decides).
+#: Each dataset without reading it: an image's shape before augmentation, the classes
+#: (ImageNet's from its folder: 1000 stands in) and the training examples (or None).
 FACTS: dict[str, tuple[tuple[int, int, int], int, int | None]] = {
     "fashion-mnist": ((1, 28, 28), 10, 60_000),
     "cifar10": ((3, 32, 32), 10, 50_000),
@@ -92,10 +59,10 @@ def locate(name: str, data_dir: str | os.PathLike[str] | None = None) -> str | N
             cifar_dir(data_dir, int(key[len("cifar"):]))
         elif key == "imagenet":
             imagenet_dir(data_dir)
-        elif key == "kjv" and not text_module.kjv_cached():
-            text_module.bible_program()
+        elif key == "kjv" and not kjv_cached():
+            bible_program()
         elif key == "text":
-            text_module.text_files(data_dir)
+            text_files(data_dir)
     except (FileNotFoundError, ValueError) as error:
         return str(error)
     return None
@@ -103,13 +70,8 @@ def locate(name: str, data_dir: str | os.PathLike[str] | None = None) -> str | N
 
 def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None
                  ) -> Dataset | ImageFolder | TextData:
-    """The dataset called ``name`` (one of :data:`DATASETS`), read from ``data_dir``.
-
-    ``data_dir`` (default ``$LSGD_DATA``) is the dataset's own folder or a folder
-    holding it; digits and synthetic need none. ImageNet comes back as a lazily
-    decoded :class:`ImageFolder`, text (``kjv``, ``text``) as :class:`TextData`, the
-    rest as an in-memory :class:`Dataset`.
-    """
+    """The dataset called ``name`` (one of :data:`DATASETS`), read from ``data_dir`` (default
+    ``$LSGD_DATA``): the dataset's own folder or a folder holding it."""
     loaders: dict[str, Callable[[], Dataset | ImageFolder | TextData]] = {
         "fashion-mnist": lambda: fashion_mnist(data_dir), "cifar10": lambda: cifar(data_dir, 10),
         "cifar100": lambda: cifar(data_dir, 100), "imagenet": lambda: imagenet(data_dir),

@@ -10,15 +10,13 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from lsgd.data.dataset import Dataset
+from lsgd.data.dataset import Dataset, normalize
 
 #: The papers' CIFAR-10 normalization, on the [0, 1] pixel scale.
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2023, 0.1994, 0.2010)
 
-#: CIFAR-100's own normalization, on the [0, 1] pixel scale: the per-channel mean
-#: and standard deviation of its 50,000 training images (0.50708, 0.48655, 0.44092)
-#: and (0.26733, 0.25644, 0.27615), the values commonly used for CIFAR-100.
+#: CIFAR-100's own: the per-channel mean and standard deviation of its training images.
 CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
 CIFAR100_STD = (0.2673, 0.2564, 0.2762)
 
@@ -39,11 +37,8 @@ _CIFAR = {
 
 
 def cifar_dir(root: str | os.PathLike[str] | None = None, classes: int = 10) -> Path:
-    """The CIFAR-``classes`` python folder: ``root`` itself or its ``cifar-*-python`` child.
-
-    Without ``root``, ``$LSGD_DATA`` is searched the same way. Raises a
-    ``FileNotFoundError`` naming the expected files (lsgd never downloads CIFAR).
-    """
+    """The CIFAR-``classes`` python folder: ``root`` (default ``$LSGD_DATA``) or its
+    ``cifar-*-python`` child; else a ``FileNotFoundError`` naming the expected files."""
     if classes not in _CIFAR:
         raise ValueError(f"CIFAR has 10 or 100 classes, not {classes}")
     folder_name, archive, train_files, test_file, meta_file, _, _ = _CIFAR[classes]
@@ -75,24 +70,13 @@ def _cifar_images(batches: Sequence[dict[str, Any]], label_key: str,
     data = np.concatenate([np.asarray(b["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
                            for b in batches])
     labels = np.concatenate([np.asarray(b[label_key], dtype=np.int64) for b in batches])
-    x = torch.from_numpy(data).to(torch.float32).div_(255.0)
-    mean_c, std_c = CIFAR_NORMALIZATION[classes]
-    mean = torch.tensor(mean_c, dtype=torch.float32).view(1, 3, 1, 1)
-    std = torch.tensor(std_c, dtype=torch.float32).view(1, 3, 1, 1)
-    x.sub_(mean).div_(std)
+    x = normalize(torch.from_numpy(data), *CIFAR_NORMALIZATION[classes])
     return x, torch.from_numpy(labels)
 
 
 def cifar(root: str | os.PathLike[str] | None = None, classes: int = 10) -> Dataset:
-    """CIFAR-10 or CIFAR-100 (fine labels): 50,000 training, 10,000 test images 3x32x32.
-
-    ``root`` is the extracted ``cifar-10-batches-py`` / ``cifar-100-python`` folder
-    or its parent (default ``$LSGD_DATA``). Pixels are scaled to [0, 1], then
-    normalized per channel: CIFAR-10 by :data:`CIFAR_MEAN` (0.4914, 0.4822, 0.4465)
-    and :data:`CIFAR_STD` (0.2023, 0.1994, 0.2010), CIFAR-100 by its own training
-    set's :data:`CIFAR100_MEAN` (0.5071, 0.4865, 0.4409) and :data:`CIFAR100_STD`
-    (0.2673, 0.2564, 0.2762).
-    """
+    """CIFAR-10 or CIFAR-100 (fine labels): 50,000 training, 10,000 test images 3x32x32,
+    from :func:`cifar_dir`, normalized per channel by :data:`CIFAR_NORMALIZATION`."""
     folder = cifar_dir(root, classes)
     _, _, train_files, test_file, meta_file, label_key, names_key = _CIFAR[classes]
     meta = _unpickle(folder / meta_file)

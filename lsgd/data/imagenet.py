@@ -11,6 +11,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from lsgd.data.dataset import normalize
+
 #: The usual ImageNet normalization, on the [0, 1] pixel scale.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -40,8 +42,7 @@ def _list_split(folder: Path) -> tuple[list[str], list[tuple[Path, int]]]:
     return names, samples
 
 
-# uniforms drawn per image for the training transform: 10 tries x (area, log-aspect),
-# then the crop's row and column, then the flip
+# uniforms per image of the training transform: 10 tries x 2, the crop's place, the flip
 _RRC_TRIES = 10
 _UNIFORMS = 2 * _RRC_TRIES + 3
 
@@ -49,25 +50,11 @@ _UNIFORMS = 2 * _RRC_TRIES + 3
 class ImageFolder:
     """An image-folder dataset (ImageNet layout) decoded lazily with Pillow.
 
-    ``root`` holds ``train/<class>/*.JPEG`` and ``val/<class>/*.JPEG`` (``val``
-    sorted into class folders, as the usual ``valprep.sh`` does); ``root`` may
-    also be a folder holding ``imagenet/`` laid out so. Classes are the sorted
-    ``train`` subfolder names; any of :data:`IMAGE_EXTENSIONS` is read.
-
-    It is not held in memory: ``len(folder)`` is the number of training images,
-    ``train_y`` / ``test_y`` are all labels (cheap), and :meth:`load` decodes a
-    batch. Like :class:`~lsgd.data.dataset.Dataset` it has ``name``, ``classes``, ``input_shape``
-    and ``augment`` (``"none"``: the paper's ImageNet augmentation is applied by
-    :meth:`load` while decoding, as tensors of one fixed size are needed).
-
-    The transforms are the papers' ResNet-50 ones: training takes a random-resized
-    crop (8%-100% of the area, aspect ratio 3/4-4/3, torchvision's algorithm of 10
-    tries then a central crop) resized to ``size`` (224) and a horizontal flip
-    with probability 1/2; evaluation resizes the shorter side to ``resize`` (256)
-    and takes the central ``size`` crop. Both then scale pixels to [0, 1] and
-    normalize by :data:`IMAGENET_MEAN` / :data:`IMAGENET_STD`. Resizing is
-    bilinear (Pillow's, with antialiasing). ``threads`` > 1 decodes in a thread
-    pool (Pillow releases the GIL while decoding); results do not depend on it.
+    ``root`` (or its ``imagenet/``) holds ``train/<class>/*.JPEG`` and
+    ``val/<class>/*.JPEG``; :meth:`load` decodes a batch with the papers' ResNet-50
+    transforms (so ``augment`` is ``"none"``): for training torchvision's random-resized
+    crop resized to ``size`` and a flip with probability 1/2; for evaluation the
+    shorter side resized to ``resize``, then the central ``size`` crop.
     """
 
     augment = "none"
@@ -75,8 +62,7 @@ class ImageFolder:
     def __init__(self, root: str | os.PathLike[str], size: int = 224, resize: int = 256,
                  threads: int = 0, name: str = "imagenet") -> None:
         _pil()
-        base = image_folder_dir(root)
-        self.root = base
+        self.root = base = image_folder_dir(root)
         self.name = name
         self.size = int(size)
         self.resize = int(resize)
@@ -113,31 +99,23 @@ class ImageFolder:
 
     def load(self, indices: Sequence[int] | torch.Tensor, train: bool = True,
              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Decode and transform images ``indices`` of the training (``train``) or val split.
-
-        Returns float32 ``[len(indices), 3, size, size]`` normalized images and
-        their int64 labels. The training transform's randomness comes from
-        ``generator`` (CPU; the default generator when ``None``), drawn up front
-        so the result is the same with or without ``threads``.
-        """
+        """Images ``indices`` of the training (``train``) or val split, decoded and
+        transformed (float32 ``[len(indices), 3, size, size]``), and their int64 labels.
+        The training transform's uniforms are drawn from ``generator`` up front, so
+        the result is the same with or without ``threads``."""
         idx = [int(i) for i in (indices.tolist() if isinstance(indices, torch.Tensor) else indices)]
         samples = self.train_samples if train else self.test_samples
-        if train:
-            uniforms = torch.rand(len(idx), _UNIFORMS, generator=generator, dtype=torch.float64)
-            jobs = [(samples[i][0], uniforms[k].tolist()) for k, i in enumerate(idx)]
-        else:
-            jobs = [(samples[i][0], None) for i in idx]
+        draws = (torch.rand(len(idx), _UNIFORMS, generator=generator, dtype=torch.float64).tolist()
+                 if train else [None] * len(idx))
+        jobs = [(samples[i][0], u) for i, u in zip(idx, draws)]
         if self.threads > 1 and len(jobs) > 1:
             with ThreadPoolExecutor(self.threads) as pool:
                 arrays = list(pool.map(self._decode, jobs))
         else:
             arrays = [self._decode(job) for job in jobs]
-        x = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).to(torch.float32).div_(255.0)
-        mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32).view(1, 3, 1, 1)
-        std = torch.tensor(IMAGENET_STD, dtype=torch.float32).view(1, 3, 1, 1)
-        x = x.sub_(mean).div_(std).contiguous()
-        y = torch.tensor([samples[i][1] for i in idx], dtype=torch.int64)
-        return x, y
+        pixels = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2)
+        x = normalize(pixels, IMAGENET_MEAN, IMAGENET_STD).contiguous()
+        return x, torch.tensor([samples[i][1] for i in idx], dtype=torch.int64)
 
     def _decode(self, job: tuple[Path, list[float] | None]) -> np.ndarray:
         Image = _pil()
@@ -167,14 +145,11 @@ class ImageFolder:
 
 def random_resized_crop_params(height: int, width: int, u: Sequence[float],
                                scale: tuple[float, float] = (0.08, 1.0),
-                               ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> tuple[int, int, int, int]:
-    """torchvision's ``RandomResizedCrop.get_params`` from given uniforms in [0, 1).
-
-    ``u`` holds 2 uniforms per try (area fraction, log aspect ratio) for 10 tries,
-    then 2 for the crop's position (the last entry, if any, is left for a flip).
-    Returns ``(top, left, h, w)``; after 10 failed tries, a central crop of the
-    whole image clamped to the aspect-ratio range.
-    """
+                               ratio: tuple[float, float] = (3 / 4, 4 / 3)
+                               ) -> tuple[int, int, int, int]:
+    """torchvision's ``RandomResizedCrop.get_params`` as ``(top, left, h, w)`` from the
+    uniforms ``u``: (area fraction, log aspect ratio) for each of 10 tries, then the
+    crop's position; after 10 failed tries, a central crop clamped to ``ratio``."""
     area = height * width
     log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
     for t in range(_RRC_TRIES):

@@ -35,14 +35,12 @@ def read_idx(path: Path) -> np.ndarray:
 
 def fashion_mnist_dir(root: str | os.PathLike[str] | None = None) -> Path:
     """Where the Fashion-MNIST files are, or a ``FileNotFoundError`` saying how to get them."""
-    candidates: list[Path] = []
     if root is not None:
-        candidates += [Path(root), Path(root) / "fashion-mnist"]
+        candidates = [Path(root), Path(root) / "fashion-mnist"]
     elif os.environ.get("LSGD_DATA"):
-        base = Path(os.environ["LSGD_DATA"])
-        candidates += [base / "fashion-mnist", base]
+        candidates = [Path(os.environ["LSGD_DATA"], "fashion-mnist"), Path(os.environ["LSGD_DATA"])]
     else:
-        candidates.append(DEBIAN_FASHION_MNIST)
+        candidates = [DEBIAN_FASHION_MNIST]
     for folder in candidates:
         if all(_find(folder, stem) for stem in FASHION_FILES.values()):
             return folder
@@ -56,33 +54,23 @@ def fashion_mnist_dir(root: str | os.PathLike[str] | None = None) -> Path:
 
 
 def _find(folder: Path, stem: str) -> Path | None:
-    for name in (stem + ".gz", stem):
-        if (folder / name).is_file():
-            return folder / name
-    return None
+    return next((folder / name for name in (stem + ".gz", stem) if (folder / name).is_file()),
+                None)
 
 
 def fashion_mnist(root: str | os.PathLike[str] | None = None) -> Dataset:
     """Fashion-MNIST: 60,000 training and 10,000 test images of 28x28, 10 classes."""
     folder = fashion_mnist_dir(root)
-    arrays = {key: read_idx(_find(folder, stem)) for key, stem in FASHION_FILES.items()}  # type: ignore[arg-type]
-    return _normalized(
-        "fashion-mnist",
-        arrays["train_images"][:, None],
-        arrays["train_labels"],
-        arrays["test_images"][:, None],
-        arrays["test_labels"],
-        augment="fashion",
-        num_classes=10,
-    )
+    arrays = {key: read_idx(_find(folder, stem))  # type: ignore[arg-type]
+              for key, stem in FASHION_FILES.items()}
+    return _normalized("fashion-mnist", arrays["train_images"][:, None], arrays["train_labels"],
+                       arrays["test_images"][:, None], arrays["test_labels"],
+                       augment="fashion", num_classes=10)
 
 
 def digits(test_fraction: float = 0.25, seed: int = 0) -> Dataset:
-    """scikit-learn's 1,797 8x8 digits, split at random (fixed ``seed``).
-
-    Read from the copy scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``:
-    64 pixel values and the label per row, as ``load_digits`` reads it) without
-    importing scikit-learn, which takes a second or two in every worker."""
+    """scikit-learn's 1,797 8x8 digits, split at random (fixed ``seed``), read from the
+    copy scikit-learn ships without importing it (a second or two in every worker)."""
     spec = importlib.util.find_spec("sklearn")
     path = Path(next(iter(spec.submodule_search_locations or ())) if spec else "",
                 "datasets", "data", "digits.csv.gz")

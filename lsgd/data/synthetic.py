@@ -9,20 +9,15 @@ import torch
 
 from lsgd.data.dataset import Dataset
 
+
 def synthetic(n_train: int = 2048, n_test: int = 512, shape: Sequence[int] = (1, 28, 28),
               classes: int = 10, seed: int = 0, separation: float = 6.0) -> Dataset:
     """A learnable synthetic classification task: class prototypes plus Gaussian noise.
 
-    Each class has a random prototype image (for ``[C, H, W]`` shapes a smooth
-    one: Gaussian noise on a 1/4-resolution grid, bilinearly upsampled, so
-    convolutional nets learn it too), centred and scaled so that two prototypes
-    lie about ``separation`` noise standard deviations apart; an example is its
-    class prototype plus standard Gaussian noise on every pixel (so inputs have
-    roughly unit variance, like the normalized real datasets). The optimal
-    classifier is linear; with the default ``separation=6`` its accuracy is
-    about 99%, and a logistic regression fit on the 2,048 training examples
-    reaches well above 80% on the test split (chance: ``1/classes``). Labels are
-    balanced (round-robin, then shuffled). Deterministic in ``seed``.
+    Each class has a random prototype image (smooth for ``[C, H, W]`` shapes: noise on
+    a 1/4-resolution grid, upsampled), two prototypes about ``separation`` noise
+    standard deviations apart; an example is its prototype plus standard Gaussian
+    noise. Labels are balanced. Deterministic in ``seed``.
     """
     shape = tuple(int(s) for s in shape)
     g = torch.Generator().manual_seed(seed)

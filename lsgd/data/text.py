@@ -1,17 +1,6 @@
-"""Text as byte tokens: the King James Bible from Debian, or any UTF-8 text a user brings.
-
-Tokens are the text's UTF-8 bytes (a vocabulary of 256, no tokenizer). Sources:
-
-* ``kjv``: the King James Version, printed by the ``bible`` program of Debian's
-  ``bible-kjv`` package and cached once (``$LSGD_CACHE``, else
-  ``$XDG_CACHE_HOME/lsgd`` or ``~/.cache/lsgd``). Validation: every 20th
-  chapter of the 1,189 (about 5% of the bytes); training: the others, in order.
-* ``text``: a UTF-8 file, or every regular file under a folder in path order,
-  joined by newlines. Validation: the last 5% of the bytes, from the start of
-  its first line; training: everything before.
-
-Each worker trains on an exclusive contiguous shard of the training bytes
-(:func:`text_shard`).
+"""Text as byte tokens (its UTF-8 bytes: a vocabulary of 256, no tokenizer): ``kjv``, the
+King James Version as the ``bible`` program of Debian's ``bible-kjv`` prints it (every
+20th chapter held out), or ``text``, a UTF-8 file or folder (its last 5% held out).
 """
 
 from __future__ import annotations
@@ -37,11 +26,8 @@ _CHAPTER = re.compile(r"^\n?[1-3]? ?[A-Z][A-Za-z ]* \d+\n\n", re.M)
 
 @dataclass
 class TextData:
-    """A corpus as byte tokens: ``train`` and ``valid`` are uint8 tensors.
-
-    ``split`` says in words how the validation part was held out; ``source``
-    where the text came from.
-    """
+    """A corpus as byte tokens (uint8 tensors); ``split`` says in words how ``valid``
+    was held out, ``source`` where the text came from."""
 
     name: str
     train: torch.Tensor
@@ -101,10 +87,9 @@ def kjv_text(cache: Path | None = None) -> str:
 def split_chapters(text: str, every: int = VALIDATION_EVERY) -> tuple[str, str]:
     """(training, validation) text: every ``every``-th chapter is held out."""
     starts = [m.start() for m in _CHAPTER.finditer(text)]
-    bounds = list(zip(starts, starts[1:] + [len(text)]))
     train = [text[:starts[0]]] if starts else [text]
     valid = []
-    for index, (start, stop) in enumerate(bounds, 1):
+    for index, (start, stop) in enumerate(zip(starts, starts[1:] + [len(text)]), 1):
         (valid if index % every == 0 else train).append(text[start:stop])
     return "".join(train), "".join(valid)
 
@@ -161,8 +146,7 @@ def read_text(path: str | os.PathLike[str] | None) -> str:
 def split_tail(text: str, share: float = VALIDATION_SHARE) -> tuple[str, str]:
     """(training, validation): the last ``share`` of the text, from the start of its line."""
     cut = int(len(text) * (1 - share))
-    line = text.rfind("\n", 0, cut) + 1
-    cut = line if line > 0 else cut
+    cut = text.rfind("\n", 0, cut) + 1 or cut  # the start of its line, if it has one
     return text[:cut], text[cut:]
 
 

@@ -1,13 +1,6 @@
-"""Process start-up: run a function as W worker processes over torch.distributed.
-
-``launch(fn, world_size=W, groups=n)`` is the process counterpart of
-:func:`lsgd.simulate`. Without a link the W processes run on this machine
-(:mod:`lsgd.launcher.standalone`, torch's elastic launcher as ``torchrun
---standalone`` uses it); with ``link="20mbit"`` every group is a node behind
-a link the kernel shapes, with one elastic agent per node
-(:mod:`lsgd.launcher.nodes`, :mod:`lsgd.launcher.agent`). Under ``torchrun``
-nothing here is needed: the workers find their communicator from the
-environment.
+"""Process start-up: :func:`launch`, the process counterpart of :func:`lsgd.simulate`
+(under ``torchrun`` nothing here is needed: workers find their communicator from the
+environment).
 """
 
 from __future__ import annotations
@@ -35,32 +28,21 @@ def launch(
     max_restarts: int = 0,
     replica: str = "process",
 ) -> list[T]:
-    """Run ``fn(info, *args)`` in ``world_size`` processes; results by rank.
+    """Run ``fn(info, *args)`` in ``world_size`` processes; results by rank. A worker's
+    failure raises :class:`LaunchError` naming its rank and error.
 
-    ``groups`` splits the workers into groups of consecutive ranks as if they
-    were on separate nodes. ``timeout`` (seconds) bounds every collective: a
-    worker that dies or stops communicating makes the others fail after it.
-    ``threads_per_worker`` sets each worker's intra-op threads (default:
-    cores / workers). With one thread per worker and no CUDA the workers are
-    forked from this process (they start in milliseconds, sharing what it has
-    imported and read); otherwise they are spawned, and then ``fn`` and
-    ``args`` must be picklable (``fn`` defined at module level).
-
-    ``link`` (``"100mbit"``, ``"1gbit"``; root and iproute2 needed) makes the
-    groups real nodes: each in a network namespace of its own behind a link
-    that the kernel shapes to that rate, one torchrun agent per node. Where
-    shaping is impossible it raises
+    ``groups`` splits the workers into groups of consecutive ranks as if on separate
+    nodes. ``timeout`` (seconds) bounds every collective. ``threads_per_worker``:
+    each worker's intra-op threads (default: cores / workers). Where the workers
+    cannot be forked (:func:`~lsgd.launcher.worker.start_method`), ``fn`` and
+    ``args`` must be picklable. ``link`` (``"100mbit"``; root and iproute2 needed)
+    puts each group in a network namespace behind a link the kernel shapes, one
+    elastic agent per node (:mod:`lsgd.launcher.nodes`), or raises
     :class:`~lsgd.links.netns.LinkSetupError`; it never runs unshaped.
-
-    ``max_restarts``: when a worker fails, torch's elastic agent stops the
-    others and starts all of them again, up to this many times (the same
-    function, with ``TORCHELASTIC_RESTART_COUNT`` raised by one); ``fn`` is
-    expected to continue from its own checkpoint (``lsgd train`` does).
-
-    ``replica="node"``: the workers of each group step as one replica of the
-    strategies (:mod:`lsgd.comm.replica`); ``info`` stays each process's own.
-
-    A worker's failure raises :class:`LaunchError` naming its rank and error.
+    ``max_restarts``: when a worker fails, all are started again (with
+    ``TORCHELASTIC_RESTART_COUNT`` raised by one) up to this many times; ``fn``
+    continues from its own checkpoint. ``replica="node"``: each group's workers
+    step as one replica of the strategies (:mod:`lsgd.comm.replica`).
     """
     from lsgd.comm.info import check_layout, check_replica  # torch: not before a launch
 

@@ -1,13 +1,6 @@
-"""One node's elastic agent on the shaped network.
-
-Started by :func:`lsgd.launcher.nodes.launch_on_links` inside a node's
-namespace, forked from the launcher (:func:`run_node`) or, where the workers
-are spawned, as ``python -m lsgd.launcher.agent PAYLOAD NODE RESULT``. It runs
-torch's elastic launcher with ``per_node`` workers, c10d rendezvous at node 0
-(whose agent hosts the store), and writes ``{"results": {rank: value},
-"failures": [...]}`` to ``RESULT``. A failure says which node failed and why:
-its workers' errors once its restarts are spent, or which of the rendezvous'
-limits ran out (:func:`explain`).
+"""One node's elastic agent on the shaped network, in the node's namespace: forked
+(:func:`run_node`) or as ``python -m lsgd.launcher.agent PAYLOAD NODE RESULT``. It
+writes ``{"results": {rank: value}, "failures": [...]}`` to ``RESULT``.
 """
 
 from __future__ import annotations
@@ -20,8 +13,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from lsgd.launcher.worker import (before_start, failure_lines, process_main,
-                                  quiet_elastic_agent, start_method)
+from lsgd.launcher.worker import exit_now, failure_lines, run_workers
 from lsgd.links.netns import node_address
 
 
@@ -37,67 +29,36 @@ def _load_main(path: str | None) -> None:
     exec(code, module.__dict__)  # the script's guarded main block does not run here
 
 
-def main(payload_path: str, node: int, result_path: str) -> int:
-    """The agent started as ``python -m lsgd.launcher.agent``: load the job, run it."""
-    payload = pickle.loads(Path(payload_path).read_bytes())
-    _load_main(payload["main_path"])
-    return run_node(pickle.loads(payload["job"]), node, result_path)
-
-
 def run_node(job: dict[str, Any], node: int, result_path: str) -> int:
-    """Node ``node``'s elastic agent for ``job``; its outcome written to ``result_path``.
-
-    Runs in the node's namespace, either a fresh interpreter (:func:`main`) or a
-    process forked from the launcher (:func:`lsgd.launcher.nodes.launch_on_links`).
-    """
+    """Node ``node``'s elastic agent for ``job``, in the node's namespace; its outcome
+    written to ``result_path``."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
-    method = start_method(threads, by_agent=True)
-    before_start(method, job["fn"])
-    config = LaunchConfig(
-        min_nodes=job["nodes"],
-        max_nodes=job["nodes"],
-        nproc_per_node=job["per_node"],
-        run_id=job["run_id"],
-        rdzv_backend="c10d",
-        rdzv_endpoint=job["endpoint"],
-        # join_timeout bounds every rendezvous round, a restart's included: one that
-        # cannot gather every node fails after it (torch's default is 10 minutes).
-        rdzv_configs={"is_host": node == 0, "join_timeout": int(job["join_timeout"]),
-                      "last_call_timeout": 1, "close_timeout": 10},
-        max_restarts=job["max_restarts"],
-        monitor_interval=0.05,
-        start_method=method,
-        local_addr=node_address(node),
-    )
-    outcome: dict[str, object]
+    outcome: dict[str, Any] = {"results": {}, "failures": []}
     start = time.monotonic()
     try:
-        with quiet_elastic_agent(threads):
-            results = elastic_launch(config, process_main)(job["fn"], job["groups"],
-                                                           job["timeout"], job["args"],
-                                                           job["replica"],
-                                                           os.environ.get("LSGD_LOG_DIR"))
-        outcome = {"results": dict(results), "failures": []}
-        code = 0
+        outcome["results"] = dict(run_workers(
+            job["fn"], job["groups"], job["timeout"], job["args"], job["replica"],
+            int(os.environ.get("OMP_NUM_THREADS", "1")), min_nodes=job["nodes"],
+            max_nodes=job["nodes"], nproc_per_node=job["per_node"], run_id=job["run_id"],
+            rdzv_endpoint=job["endpoint"], max_restarts=job["max_restarts"],
+            local_addr=node_address(node),
+            # join_timeout bounds every rendezvous round, a restart's included: one that
+            # cannot gather every node fails after it (torch's default is 10 minutes).
+            rdzv_configs={"is_host": node == 0, "join_timeout": int(job["join_timeout"]),
+                          "last_call_timeout": 1, "close_timeout": 10}))
     except ChildFailedError as error:
         spent = job["max_restarts"]
         gave_up = [f"node {node}: its workers failed {spent + 1} time(s), {spent} restart(s) "
                    f"allowed (restarts): its agent gave up after "
                    f"{time.monotonic() - start:.0f} s and closed the rendezvous. Its last "
                    "attempt:"] if spent else []
-        outcome = {"results": {},
-                   "failures": [*gave_up, *failure_lines(error.failures, f" (node {node})")]}
-        code = 1
+        outcome["failures"] = [*gave_up, *failure_lines(error.failures, f" (node {node})")]
     except Exception as error:  # rendezvous and store errors: name the node and the limit
-        outcome = {"results": {}, "failures": [
-            explain(error, node, job, time.monotonic() - start)],
-            "waited": type(error).__name__ if type(error).__name__ in WAITED else None}
-        code = 1
+        outcome["failures"] = [explain(error, node, job, time.monotonic() - start)]
+        outcome["waited"] = type(error).__name__ if type(error).__name__ in WAITED else None
     Path(result_path).write_bytes(pickle.dumps(outcome))
-    return code
+    return 1 if outcome["failures"] else 0
 
 
 #: Errors of an agent that was in the rendezvous, waiting for the other nodes.
@@ -127,10 +88,7 @@ def explain(error: Exception, node: int, job: dict[str, Any], seconds: float) ->
     return head + str(error)
 
 
-if __name__ == "__main__":
-    exit_code = main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
-    # The outcome is on disk; tearing down torch's interpreter state would only cost
-    # the launcher a second or two of waiting for this process to end.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(exit_code)
+if __name__ == "__main__":  # python -m lsgd.launcher.agent PAYLOAD NODE RESULT
+    payload = pickle.loads(Path(sys.argv[1]).read_bytes())
+    _load_main(payload["main_path"])
+    exit_now(run_node(pickle.loads(payload["job"]), int(sys.argv[2]), sys.argv[3]))

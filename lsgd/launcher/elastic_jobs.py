@@ -1,25 +1,10 @@
-"""Elastic jobs (torchft): a lighthouse, and one elastic agent per worker.
+"""Elastic jobs (torchft): a lighthouse, and one elastic agent per node.
 
-``launch_elastic(fn, slots)`` runs ``fn(info, slot, slots, lighthouse, *args)``
-for every slot as torchft's deployment does it: each worker is a replica group
-of one process, started by an elastic agent of its own (torch's, as one
-``torchrun`` per node would), so that a worker that dies is restarted by its
-agent alone (up to ``restarts`` times) while the others go on; a lighthouse
-(:func:`lsgd.comm.elastic_collectives.start_lighthouse`) in the calling process forms the
-quorums. ``fn`` builds its :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`
-from ``slot``, ``slots`` and ``lighthouse``. The agents are spawned (fresh
-interpreters), so ``fn`` and ``args`` must be picklable. On loopback, or with
-``link=`` each node in a namespace of its own behind a shaped link and the
-lighthouse on the switch (:func:`lsgd.links.netns.switch_address`), which each
-node reaches through its own link.
-
-The job starts together: a c10d store beside the lighthouse is its start gate
-(``GATE_ENV`` in the workers' environment). A worker's first attempt, at its
-first round (its manager beats: the lighthouse counts it live), waits there up
-to the lighthouse's ``join_timeout`` for every worker of the job
-(:func:`lsgd.comm.quorum.start_gate`); so the first quorum waits for a node that
-is slow to start (its agent, or the interpreter, loaded) instead of forming
-without it and healing it a round later. A restarted worker does not wait.
+Each node's workers are started by an elastic agent of their own, so a node that fails
+is restarted alone while the others go on; a lighthouse forms the quorums (on the
+switch of a shaped network with ``link=``). A c10d store beside it is the job's start
+gate (:func:`lsgd.comm.quorum.start_gate`), so that the first quorum waits for a node
+slow to start.
 """
 
 from __future__ import annotations
@@ -37,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lsgd.comm.quorum import GATE_ENV, require_torchft, start_lighthouse
-from lsgd.launcher.worker import LaunchError
+from lsgd.launcher.worker import LaunchError, exit_now, threads_for
 from lsgd.links.spec import Link
 
 LIGHTHOUSE_PORT = 29510  # on shaped links: at the switch's address
@@ -60,21 +45,20 @@ def launch_elastic(
     per_node: int = 1,
 ) -> list[T]:
     """Run ``fn(info, slot, slots, lighthouse, *args)`` in ``per_node`` workers on each of
-    ``slots`` nodes (``info``: the worker's place in its node); their results by
-    global rank (``slot * per_node + info.rank``). ``timeout`` bounds the whole
-    job (seconds). A node whose workers failed more than ``restarts`` times is
-    lost for good: its results are ``None`` and its error is printed, since the
-    others went on without it; :class:`LaunchError` only when no node finished."""
-    if not isinstance(slots, int) or slots < 1:
-        raise ValueError(f"launch_elastic: slots must be a positive integer, got {slots!r}")
-    if not isinstance(per_node, int) or per_node < 1:
-        raise ValueError(f"launch_elastic: per_node must be a positive integer, got {per_node!r}")
-    if not isinstance(restarts, int) or restarts < 0:
-        raise ValueError(f"launch_elastic: restarts must be 0 or more, got {restarts!r}")
+    ``slots`` nodes (``fn`` builds its elastic communicator from them; the agents are
+    spawned, so ``fn`` and ``args`` must be picklable); results by global rank.
+    ``timeout`` bounds the job. A node whose workers failed more than ``restarts`` times
+    is lost for good: its results are ``None`` and its error is printed;
+    :class:`LaunchError` if no node finished."""
+    for name, value, least in (("slots", slots, 1), ("per_node", per_node, 1),
+                               ("restarts", restarts, 0)):
+        if not isinstance(value, int) or value < least:
+            raise ValueError(f"launch_elastic: {name} must be an integer >= {least}, "
+                             f"got {value!r}")
     require_torchft()
     import torch.distributed as dist
 
-    threads = threads_per_worker or max(1, (os.cpu_count() or 1) // (slots * per_node))
+    threads = threads_for(slots * per_node, threads_per_worker)
     with contextlib.ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lsgd-elastic-")))
         context = multiprocessing.get_context("spawn")
@@ -108,7 +92,6 @@ def launch_elastic(
             for slot in range(slots)]
         for agent in agents:
             stack.callback(_stop, agent)
-        for agent in agents:
             agent.start()
         deadline = time.monotonic() + timeout
         for agent in agents:
@@ -129,8 +112,8 @@ def launch_elastic(
 def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
            args: tuple[Any, ...], restarts: int, timeout: float, threads: int,
            path: str, namespace: str | None, address: str, per_node: int, gate: str) -> None:
-    """One node's agent (a spawned process, in its namespace on shaped links): torch's
-    elastic agent with restarts, which starts the node's workers together."""
+    """One node's agent (a spawned process, in its namespace on shaped links), which
+    starts the node's workers together."""
     from lsgd.launcher.standalone import launch_local
 
     os.environ[GATE_ENV] = gate  # before its workers' fork server starts: they inherit it
@@ -142,28 +125,22 @@ def _agent(fn: Callable[..., Any], slot: int, slots: int, lighthouse: str,
         os.environ["GLOO_SOCKET_IFNAME"] = "eth0"
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d: no reverse DNS here
         args = (*args, address)  # fn's keyword ``address``, as the last positional
-    outcome: dict[str, Any]
+    outcome: dict[str, Any] = {"results": None, "failures": []}
     try:
-        results = launch_local(fn, per_node, 1, args=(slot, slots, lighthouse, *args),
-                               timeout=timeout, threads_per_worker=threads,
-                               max_restarts=restarts)
-        outcome = {"results": results, "failures": []}
+        outcome["results"] = launch_local(fn, per_node, 1,
+                                          args=(slot, slots, lighthouse, *args),
+                                          timeout=timeout, threads_per_worker=threads,
+                                          max_restarts=restarts)
     except LaunchError as error:
-        outcome = {"results": None, "failures": [f"node {slot}: {error}"]}
+        outcome["failures"] = [f"node {slot}: {error}"]
     Path(path).write_bytes(pickle.dumps(outcome))
-    # The outcome is on disk: end here, as the shaped nodes' agents do, so that no
-    # teardown of torch's interpreter state (its forkserver, its stores' threads) can
-    # keep the launcher waiting on this process.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_now(0)
 
 
 def _lighthouse(namespace: str, port: int, join_timeout: float,
                 heartbeat_timeout: float) -> None:
     """The lighthouse and the start gate on the switch (a spawned process in its
-    namespace, reached by every node through its own link, as a separate machine
-    would be: one node's link down cuts that node off alone), until it is stopped."""
+    namespace: one node's link down cuts that node off alone), until it is stopped."""
     from lsgd.links.netns import enter_namespace, switch_address
 
     enter_namespace(namespace)

@@ -1,18 +1,8 @@
 """Run a function on nodes joined by shaped links: one torchrun agent per node.
 
-``launch_on_links(fn, world_size, groups, link)`` builds a
-:class:`~lsgd.links.netns.ShapedNetwork` of ``groups`` nodes and starts, inside
-each node's namespace, one elastic agent (torch's launcher, the machinery of
-``torchrun``) with ``world_size / groups`` worker processes. The agents meet
-through torch's c10d rendezvous hosted by node 0's agent, exactly as
-``torchrun --nnodes N --rdzv-backend c10d`` does on separate machines; gloo
-binds to each node's ``eth0``, so that traffic between nodes crosses the shaped
-links and traffic inside a node stays on its loopback. Where workers are
-forked (:func:`~lsgd.launcher.worker.start_method`) the agents are forked from
-this process too, each moving itself into its node's namespace (``setns``);
-otherwise they run ``python -m lsgd.launcher.agent`` there. Each writes its
-workers' results (or their errors) to a file, and the results come back by
-global rank.
+The agents meet through a c10d rendezvous hosted by node 0's agent, as ``torchrun
+--nnodes N --rdzv-backend c10d`` does on separate machines; gloo binds to each node's
+``eth0``, so only traffic between nodes crosses the shaped links.
 """
 
 from __future__ import annotations
@@ -34,16 +24,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lsgd.comm.info import check_layout
-from lsgd.launcher.worker import (LaunchError, before_start, start_method, threads_for,
-                                  vouch_for_fork)
+from lsgd.launcher.worker import (LaunchError, before_start, exit_now, start_method,
+                                  threads_for, vouch_for_fork)
 from lsgd.links.netns import ShapedNetwork, node_address
 from lsgd.links.spec import Link
 
 T = TypeVar("T")
 RENDEZVOUS_PORT = 29400  # inside the namespaces only
 GRACE_SECONDS = 10.0  # after one agent fails, the others get this long to notice
-#: Seconds a rendezvous round (the first, or a restart's) may wait for every node's agent,
-#: at most (never more than the collectives' ``timeout``).
+#: Seconds a rendezvous round may wait for every node's agent, at most (and ``timeout``).
 JOIN_TIMEOUT = 60.0
 
 
@@ -59,18 +48,11 @@ def launch_on_links(
     max_restarts: int = 0,
     replica: str = "process",
 ) -> list[T]:
-    """Run ``fn(info, *args)`` as ``world_size`` workers on ``groups`` shaped nodes.
-
-    The same contract as :func:`lsgd.launch` (results by rank, ``LaunchError``
-    naming the failed ranks); ``link`` is the rate (and, where the kernel can
-    add one, latency) of every node's link. Needs root and ``iproute2``.
-
-    ``max_restarts``: failures after which every node's workers are restarted,
-    each time with a fresh c10d store, and every worker sees the same
-    ``TORCHELASTIC_RESTART_COUNT`` (:func:`~lsgd.comm.distributed.agree_on_attempt`).
-    A node whose workers fail once more gives up; the others then stop within
-    seconds. A restart whose rendezvous cannot gather every node fails after
-    ``min(JOIN_TIMEOUT, timeout)``; the :class:`LaunchError` names each node's cause.
+    """Run ``fn(info, *args)`` as ``world_size`` workers on ``groups`` nodes behind links
+    shaped to ``link``: the contract of :func:`lsgd.launch`. A node whose workers fail
+    once more than ``max_restarts`` allows gives up, and the others stop within
+    seconds; a restart whose rendezvous cannot gather every node fails after
+    ``min(JOIN_TIMEOUT, timeout)``. The :class:`LaunchError` names each node's cause.
     """
     check_layout(world_size, groups)
     per_node = world_size // groups
@@ -78,8 +60,7 @@ def launch_on_links(
     job = {
         "fn": fn, "args": tuple(args), "groups": groups, "timeout": timeout, "replica": replica,
         "nodes": groups, "per_node": per_node,
-        # Each agent counts the failures of its own workers only: N restarts are N
-        # failures of any one node (the others restart without counting).
+        # An agent counts its own workers' failures only (the others restart uncounted).
         "max_restarts": max_restarts, "join_timeout": min(JOIN_TIMEOUT, timeout),
         "run_id": f"lsgd-{uuid.uuid4().hex[:8]}",
         "endpoint": f"{node_address(0)}:{RENDEZVOUS_PORT}",
@@ -90,8 +71,7 @@ def launch_on_links(
                PYTHONUNBUFFERED="1", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
     env.pop("MASTER_ADDR", None)
     env.pop("MASTER_PORT", None)
-    # The agents are forked from here where workers could be (their workers are then
-    # forked from them); otherwise each is a fresh interpreter in its namespace.
+    # The agents are forked from here where workers could be, else fresh interpreters.
     forked = start_method(threads) == "fork"
     if forked:
         before_start("fork", fn)
@@ -100,13 +80,10 @@ def launch_on_links(
         work = Path(folder)
         agents: list[tuple[Any, Any]] = []
         began = time.monotonic()
+        start_agent = _fork_agent if forked else _exec_agent
         for node in range(groups):
             log = open(work / f"node-{node}.log", "w")  # noqa: SIM115 - closed below
-            result = str(work / f"node-{node}.pkl")
-            if forked:
-                agents.append((_fork_agent(net, node, job, result, log, env), log))
-            else:
-                agents.append((_exec_agent(net, node, job, result, log, env, work), log))
+            agents.append((start_agent(net, node, job, work, log, env), log))
         try:
             codes, stopped = _wait(agents, deadline=began + timeout + 3600.0,
                                    relays=[_Relay(work / f"node-{node}.log", progress=node == 0)
@@ -159,8 +136,8 @@ def keep_logs(work: Path, groups: int) -> None:
             shutil.copyfile(work / f"node-{node}.log", Path(folder) / f"node-{node}.log")
 
 
-def _exec_agent(net: ShapedNetwork, node: int, job: dict[str, Any], result: str, log: Any,
-                env: dict[str, str], work: Path) -> subprocess.Popen[bytes]:
+def _exec_agent(net: ShapedNetwork, node: int, job: dict[str, Any], work: Path, log: Any,
+                env: dict[str, str]) -> subprocess.Popen[bytes]:
     """Node ``node``'s agent as ``python -m lsgd.launcher.agent`` in its namespace."""
     payload = work / "payload.pkl"
     if not payload.exists():
@@ -170,7 +147,7 @@ def _exec_agent(net: ShapedNetwork, node: int, job: dict[str, Any], result: str,
             # loads that script first, as multiprocessing's spawn does.
             "main_path": getattr(main, "__file__", None), "job": pickle.dumps(job)}))
     command = net.command(node, [sys.executable, "-m", "lsgd.launcher.agent",
-                                 str(payload), str(node), result])
+                                 str(payload), str(node), str(work / f"node-{node}.pkl")])
     return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -200,15 +177,12 @@ class _Forked:
         return self.returncode
 
 
-def _fork_agent(net: ShapedNetwork, node: int, job: dict[str, Any], result: str, log: Any,
+def _fork_agent(net: ShapedNetwork, node: int, job: dict[str, Any], work: Path, log: Any,
                 env: dict[str, str]) -> _Forked:
-    """Node ``node``'s agent, forked from this process into the node's namespace.
-
-    It starts at once, sharing what this process has imported and read (torch,
-    the dataset ``lsgd train`` checked), where a fresh interpreter would take
-    seconds to import torch. The child never returns into the caller's code:
-    whatever happens, it ends with ``os._exit``.
-    """
+    """Node ``node``'s agent, forked from this process into the node's namespace: it
+    starts at once, sharing what this process has imported and read, where a fresh
+    interpreter would take seconds to import torch. The child never returns into the
+    caller's code: whatever happens, it ends with ``os._exit``."""
     from lsgd.launcher.agent import run_node
 
     sys.stdout.flush()
@@ -229,13 +203,11 @@ def _fork_agent(net: ShapedNetwork, node: int, job: dict[str, Any], result: str,
         os.environ.update(env)
         net.enter(node)
         vouch_for_fork()  # a fork of a process fit to fork from, running one thread
-        code = run_node(job, node, result)
+        code = run_node(job, node, str(work / f"node-{node}.pkl"))
     except BaseException:
         traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        exit_now(code)
 
 
 class _Relay:
@@ -264,18 +236,16 @@ class _Relay:
                 print(text, file=sys.stderr, flush=True)
 
 
-def _wait(agents: list[tuple[Any, Any]], deadline: float,
-          relays: list[_Relay] = ()  # type: ignore[assignment]
+def _wait(agents: list[tuple[Any, Any]], deadline: float, relays: list[_Relay]
           ) -> tuple[list[int], dict[int, str]]:
-    """Wait for every agent; after the first failure the rest get ``GRACE_SECONDS``.
-    Returns the exit codes and, for each agent stopped here, why."""
+    """Wait for every agent, relaying their news; after the first failure the rest get
+    ``GRACE_SECONDS``. Returns the exit codes and, for each agent stopped here, why."""
     failed_at: float | None = None
     first = -1
     shown_at = 0.0
     while True:
         codes = [process.poll() for process, _ in agents]
-        if relays and (time.monotonic() - shown_at > 1.0
-                       or all(code is not None for code in codes)):
+        if time.monotonic() - shown_at > 1.0 or all(code is not None for code in codes):
             for relay in relays:
                 relay.poll()
             shown_at = time.monotonic()

@@ -1,64 +1,34 @@
-"""W worker processes on this machine, started by torch's elastic launcher.
-
-The machinery behind ``torchrun --standalone``: one elastic agent (in the
-calling process) hosts a c10d rendezvous on the loopback and starts the
-workers; each joins the default process group from the environment (gloo on
-CPU, NCCL plus gloo with CUDA) and runs ``fn(info, *args)``; the results come
-back by rank.
+"""W worker processes on this machine, as ``torchrun --standalone`` starts them: an
+elastic agent in this process hosts a c10d rendezvous on the loopback; each worker
+joins the default process group from the environment and runs ``fn(info, *args)``.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from lsgd.launcher.worker import (LaunchError, before_start, failure_lines, process_main,
-                                  quiet_elastic_agent, start_method, threads_for)
+from lsgd.launcher.worker import LaunchError, failure_lines, run_workers, threads_for
 
 T = TypeVar("T")
 
 
-def launch_local(
-    fn: Callable[..., T],
-    world_size: int,
-    groups: int,
-    *,
-    args: Sequence[Any] = (),
-    timeout: float = 300.0,
-    threads_per_worker: int | None = None,
-    max_restarts: int = 0,
-    replica: str = "process",
-) -> list[T]:
-    """Run ``fn(info, *args)`` in ``world_size`` local processes; results by rank.
-
-    The contract of :func:`lsgd.launch` without a link; the workers are started
-    as :func:`~lsgd.launcher.worker.start_method` decides.
-    """
+def launch_local(fn: Callable[..., T], world_size: int, groups: int, *,
+                 args: Sequence[Any] = (), timeout: float = 300.0,
+                 threads_per_worker: int | None = None, max_restarts: int = 0,
+                 replica: str = "process") -> list[T]:
+    """Run ``fn(info, *args)`` in ``world_size`` local processes; results by rank (the
+    contract of :func:`lsgd.launch` without a link)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    threads = threads_for(world_size, threads_per_worker)
-    method = start_method(threads, by_agent=True)
-    before_start(method, fn)
-    config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=world_size,
-        run_id=f"lsgd-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d",
-        rdzv_endpoint="127.0.0.1:0",
-        max_restarts=max_restarts,
-        monitor_interval=0.05,
-        start_method=method,
-    )
-    with quiet_elastic_agent(threads):
-        try:
-            results = elastic_launch(config, process_main)(fn, groups, timeout, tuple(args),
-                                                                replica,
-                                                                os.environ.get("LSGD_LOG_DIR"))
-        except ChildFailedError as error:
-            raise LaunchError("worker processes failed:\n"
-                              + "\n".join(failure_lines(error.failures))) from error
+    try:
+        results = run_workers(fn, groups, timeout, args, replica,
+                              threads_for(world_size, threads_per_worker), min_nodes=1,
+                              max_nodes=1, nproc_per_node=world_size,
+                              run_id=f"lsgd-{uuid.uuid4().hex[:8]}",
+                              rdzv_endpoint="127.0.0.1:0", max_restarts=max_restarts)
+    except ChildFailedError as error:
+        raise LaunchError("worker processes failed:\n"
+                          + "\n".join(failure_lines(error.failures))) from error
     return [results[r] for r in range(world_size)]

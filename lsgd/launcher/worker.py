@@ -1,10 +1,6 @@
-"""What every launched worker process runs, and how it is started.
-
-Shared by the local launcher (:mod:`lsgd.launcher.standalone`) and the per-node
-agents of the shaped network (:mod:`lsgd.launcher.agent`): the entry point of
-a worker process (:func:`process_main`), the way its failure is reported
-(:class:`LaunchError`), and the start method of the processes
-(:func:`start_method`).
+"""What every launched worker process runs (:func:`process_main`), how its failure is
+reported (:class:`LaunchError`) and how it is started (:func:`start_method`): shared by
+the local launcher and the shaped network's per-node agents.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 
 class LaunchError(RuntimeError):
@@ -31,15 +27,13 @@ def _run(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[A
     from lsgd.comm import get_communicator, shutdown
     from lsgd.comm.distributed import init_from_env
 
-    # When a worker fails, the agent stops the others with SIGTERM. A worker forked from
-    # the agent has its handler, which raises only once the interpreter runs again: a
-    # worker blocked in a collective or a store call would hold the agent's restart (and
-    # the rendezvous of every node) for its 30 s grace. The default action ends it now;
-    # checkpoints are written atomically, so an end at any moment loses nothing.
+    # When a worker fails, the agent stops the others with SIGTERM. The agent's handler,
+    # inherited by a fork, raises only once the interpreter runs again: a worker blocked
+    # in a collective would hold every node's restart for the agent's 30 s grace. The
+    # default action ends it now (checkpoints are written atomically).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    # What the worker was started with (torch, its modules, a fork server's dataset) stays
-    # for its life: out of the collector's sight, a full collection (shutdown runs two)
-    # scans only what the run made, in milliseconds rather than a few tenths of a second.
+    # What the worker started with (torch, a fork server's dataset) stays for its life:
+    # out of the collector's sight, a full collection scans only what the run made.
     gc.freeze()
 
     os.environ["LSGD_GROUPS"] = str(groups)
@@ -69,17 +63,11 @@ EXIT_GRACE_S = 30.0
 
 
 def watch_exit(grace_s: float) -> None:
-    """End this process if it has not ended ``grace_s`` seconds after its work was done.
-
-    Call it once the worker's function has returned. The agent waits for every
-    worker process to end, and a worker whose work is done can still hang in the
-    interpreter's teardown (a library's thread that is joined at exit and waits on
-    peers that have gone): its node's agent, and so the run, would wait forever.
-    While the worker's main thread is still in the launcher's hand-over (its result
-    queued, waiting for the node's other workers to finish theirs) it is not
-    hung and the watch waits on. Past the grace anywhere else, the watch writes every
-    thread's stack to stderr (and to ``LSGD_LOG_DIR/exit-PID.txt`` if set) and
-    ends the process with code 0: its result is already with its agent.
+    """End this process if it has not ended ``grace_s`` seconds after its work was done
+    (a library's thread joined at exit can hang the teardown, and the run would wait
+    for it forever), unless it is in torch's hand-over (its result queued, the node's
+    other workers awaited). Every thread's stack goes to stderr (and
+    ``LSGD_LOG_DIR/exit-PID.txt``); the exit code is 0, the result being delivered.
     """
     import threading
 
@@ -94,23 +82,19 @@ def watch_exit(grace_s: float) -> None:
         return False
 
     def check() -> None:
-        if handing_over():
-            _arm(check, grace_s)
-            return
-        _dump_and_end(grace_s)
+        if not handing_over():
+            _dump_and_end(grace_s)
+        arm()
 
-    _arm(check, grace_s)
+    def arm() -> None:
+        timer = threading.Timer(grace_s, check)
+        timer.daemon = True
+        timer.start()
 
-
-def _arm(check: Callable[[], None], seconds: float) -> None:
-    import threading
-
-    timer = threading.Timer(seconds, check)
-    timer.daemon = True
-    timer.start()
+    arm()
 
 
-def _dump_and_end(grace_s: float) -> None:
+def _dump_and_end(grace_s: float) -> NoReturn:
     import faulthandler
 
     line = (f"lsgd worker (pid {os.getpid()}): still running {grace_s:.0f} s after its work "
@@ -124,22 +108,16 @@ def _dump_and_end(grace_s: float) -> None:
             out.write(line + "\n")
             out.flush()
             faulthandler.dump_traceback(file=out, all_threads=True)
-    sys.stderr.flush()
-    os._exit(0)
+    exit_now(0)
 
 
 def process_main(fn: Callable[..., Any], groups: int, timeout_s: float,
                  args: Sequence[Any], replica: str = "process",
                  log_dir: str | None = None) -> Any:
-    """One worker process: join the process group (``env://``), run ``fn(info, *args)``
-    (``info`` the process's own; ``replica`` the strategies' default, ``LSGD_REPLICA``;
-    ``log_dir`` the launch's ``LSGD_LOG_DIR``).
-
-    torch's ``record`` writes the worker's exception and traceback where its
-    elastic agent reads them, so the parent's :class:`LaunchError` can name it.
-    ``record`` is applied here, not as a decorator, so that ``import lsgd`` does
-    not load the elastic launcher.
-    """
+    """One worker process: join the process group (``env://``) and run ``fn(info,
+    *args)``, its error recorded where its agent reads it (torch's ``record``, applied
+    here so that ``import lsgd`` does not load the elastic launcher). ``replica``: the
+    strategies' default; ``log_dir``: the launch's ``LSGD_LOG_DIR``."""
     from torch.distributed.elastic.multiprocessing.errors import record
 
     return record(_run)(fn, groups, timeout_s, args, replica, log_dir)
@@ -183,28 +161,14 @@ def _thread_count() -> int | None:
 
 
 def start_method(threads: int, by_agent: bool = False) -> str:
-    """How processes are started: ``"fork"``, ``"forkserver"`` or ``"spawn"``.
-
-    * ``fork`` (the quickest: a process starts in milliseconds, shares what the
-      launcher imported and read, and leaves without tearing the interpreter
-      down), only where it is safe: on Linux, without CUDA (a CUDA context cannot
-      be forked), one intra-op thread per worker (a child of a process that has
-      used GNU OpenMP's pool hangs in its first parallel region), from a process
-      that vouched for itself (:func:`vouch_for_fork`) and has started no thread
-      since, and not ``by_agent``. A thread that holds a lock at the moment of the
-      fork (the C library's resolver lock, the allocator's) leaves the child
-      waiting for it forever. torch's elastic agent, which starts the workers,
-      runs its rendezvous keep-alive and store threads by then: workers it forked
-      hung before they published their address, under load (a restart that failed
-      after the store's timeout, a run that never started). So workers are never
-      forked from the agent; the agents of shaped nodes are forked from the
-      launcher where this allows.
-    * ``forkserver`` elsewhere on Linux: processes are forked from a server
-      process that does nothing but import torch and the workers' modules once
-      (:func:`prepare_forkserver`) and serves every later launch of this process.
-    * ``spawn`` on other systems: a fresh interpreter per process.
-
-    ``LSGD_START_METHOD`` (one of the three) overrides the choice.
+    """How processes are started (``LSGD_START_METHOD`` overrides the choice): ``"fork"``
+    (in milliseconds, sharing what the launcher imported and read) only where it is
+    safe: on Linux, without CUDA, one intra-op thread per worker (a child of a process
+    that used GNU OpenMP's pool hangs in its first parallel region), from a process that
+    vouched for itself (:func:`vouch_for_fork`) and has started no thread since (a
+    thread holding a lock at the fork leaves the child waiting for it forever), and not
+    ``by_agent`` (torch's agent runs its rendezvous threads by then). Elsewhere on Linux
+    ``"forkserver"`` (:func:`prepare_forkserver`), else ``"spawn"``.
     """
     chosen = os.environ.get("LSGD_START_METHOD")
     if chosen is not None:
@@ -230,21 +194,17 @@ START_METHODS = ("fork", "forkserver", "spawn")
 
 
 def before_start(method: str, fn: Callable[..., Any]) -> None:
-    """Ready what the workers are started from.
-
-    Before a fork: import here what every worker would import for itself
-    (torch's optimizers load ``torch._dynamo`` on their first step, about a
-    second). Before the first forkserver start: the server's modules
-    (:func:`prepare_forkserver`).
-    """
+    """Ready what the workers are started from: before a fork, import here what every
+    worker would import for itself (torch's optimizers load ``torch._dynamo`` on their
+    first step, about a second); before a forkserver start, the server
+    (:func:`prepare_forkserver`)."""
     if method == "fork":
         importlib.import_module("torch._dynamo")
     elif method == "forkserver":
         prepare_forkserver(fn)
 
 
-#: The run a fork server reads the dataset of, as ``[dataset, data_dir]`` in JSON: set by
-#: ``lsgd train`` while its server starts (:data:`lsgd.train.build` reads it there).
+#: ``[dataset, data_dir]`` in JSON: the data a fork server of ``lsgd train`` reads first.
 PRELOAD_ENV = "LSGD_PRELOAD_DATA"
 
 
@@ -259,37 +219,31 @@ def prepare_forkserver(fn: Callable[..., Any] | None = None, module: str | None 
     module = module or getattr(fn, "__module__", None)
     if module and module != "__main__":
         modules.append(module)
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(modules)
+    multiprocessing.get_context("forkserver").set_forkserver_preload(modules)
     forkserver.ensure_running()
 
 
 @contextlib.contextmanager
 def quiet_elastic_agent(threads: int) -> Iterator[None]:
     """While launching: the elastic agent's logs kept off the terminal
-    (:class:`LaunchError` says what failed, once), ``OMP_NUM_THREADS=threads`` for
-    the workers, and Python's warning about forking a process with threads
-    silenced (the agent's own threads; the workers do not use them).
-
-    With ``LSGD_LOG_DIR`` set (``lsgd train`` sets its run folder's ``logs/``),
-    the agent's log, every worker it started, stopped and restarted and each
-    exit code or signal, is written to ``agent-PID.log`` there instead.
+    (:class:`LaunchError` says what failed, once) or, with ``LSGD_LOG_DIR`` set, written
+    to ``agent-PID.log`` there; ``OMP_NUM_THREADS=threads`` for the workers; and
+    Python's warning about forking a process with threads silenced (the agent's own
+    threads; the workers do not use them).
     """
     import logging
 
     elastic_log = logging.getLogger("torch.distributed.elastic")
     level, propagate = elastic_log.level, elastic_log.propagate
-    handler: logging.Handler | None = None
+    handler: logging.Handler = logging.NullHandler()
     folder = os.environ.get("LSGD_LOG_DIR")
     if folder:
         os.makedirs(folder, exist_ok=True)
         handler = logging.FileHandler(os.path.join(folder, f"agent-{os.getpid()}.log"))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        elastic_log.addHandler(handler)
-        elastic_log.setLevel(logging.INFO)
         elastic_log.propagate = False
-    else:
-        elastic_log.setLevel(logging.CRITICAL)
+    elastic_log.addHandler(handler)
+    elastic_log.setLevel(logging.INFO if folder else logging.CRITICAL)
     saved = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
@@ -300,10 +254,35 @@ def quiet_elastic_agent(threads: int) -> Iterator[None]:
     finally:
         elastic_log.setLevel(level)
         elastic_log.propagate = propagate
-        if handler is not None:
-            elastic_log.removeHandler(handler)
-            handler.close()
+        elastic_log.removeHandler(handler)
+        handler.close()
         if saved is None:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = saved
+
+
+def run_workers(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[Any],
+                replica: str, threads: int, **config: Any) -> dict[int, Any]:
+    """Start workers that each run :func:`process_main` with ``fn`` by torch's elastic agent
+    in this process (``torchrun``'s machinery: a c10d rendezvous, ``config`` the rest of
+    its ``LaunchConfig``); their results by rank. ``ChildFailedError`` when they failed
+    once more than the agent's restarts allow."""
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    method = start_method(threads, by_agent=True)
+    before_start(method, fn)
+    launch = LaunchConfig(rdzv_backend="c10d", monitor_interval=0.05, start_method=method,
+                          **config)
+    with quiet_elastic_agent(threads):
+        return elastic_launch(launch, process_main)(fn, groups, timeout_s, tuple(args), replica,
+                                                    os.environ.get("LSGD_LOG_DIR"))
+
+
+def exit_now(code: int) -> NoReturn:
+    """End this process at once, its output flushed: its outcome is delivered, and no
+    teardown of torch's interpreter state (a fork server, a store's threads) may keep
+    the launcher waiting for it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,8 +1,5 @@
-"""Links between nodes: how fast workers on different machines reach each other.
-
-``Link`` (a rate and a latency) is parsed from ``"100mbit"`` or
-``"20mbit,5ms"``. The simulator models it on its virtual clock
-(``lsgd.simulate(..., link=...)``, see :mod:`lsgd.comm.wire`).
+"""Links between nodes (:class:`Link`, a rate and a latency): the simulator models them
+on its virtual clock (:mod:`lsgd.comm.wire`), :mod:`lsgd.links.netns` shapes real ones.
 """
 
 from lsgd.links.spec import Link, parse_link

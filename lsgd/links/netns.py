@@ -1,6 +1,5 @@
-"""Shaped links on one machine: one Linux network namespace per node.
-
-``ShapedNetwork(nodes, link)`` builds, as a context manager::
+"""Shaped links on one machine: ``ShapedNetwork(nodes, link)`` builds, as a context
+manager, one Linux network namespace per node::
 
     namespace lsgd-<pid>-n0 (node 0)        namespace lsgd-<pid>-br (the switch)
       lo         workers of node 0 talk here     br0 10.77.0.100/24 -- p0, ..., p{n-1}
@@ -10,18 +9,14 @@
     ...
 
 Each node reaches the others only through its ``eth0``, shaped by the kernel's
-token-bucket filter (``tc qdisc ... tbf``) in both directions, at the link's rate;
-traffic inside a node stays on its loopback. The switch has an address of its own
-(:func:`switch_address`, no node's): a service every node reaches through its own
-link, as a separate machine would be. A latency needs ``netem``. Nothing is
-created outside these namespaces; ``close()`` (also on an error, on Ctrl-C and on
-SIGTERM through the context manager) deletes them, and :func:`remove_leftovers`
-deletes those of a killed run once its pid is gone. :func:`set_node_link` takes a
-node's link down and up again. Needs root and ``ip``/``tc`` from ``iproute2``.
+token-bucket filter in both directions (a latency by ``netem``). Nothing is created
+outside these namespaces; ``close()`` (also on an error, Ctrl-C or SIGTERM) deletes
+them, :func:`remove_leftovers` those of a killed run. Needs root and ``iproute2``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -29,6 +24,7 @@ import signal
 import subprocess
 import types
 from collections.abc import Sequence
+from typing import Any
 
 from lsgd.links.spec import Link, parse_link
 
@@ -48,12 +44,13 @@ class LinkSetupError(RuntimeError):
 def _run(args: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(list(args), capture_output=True, text=True)
     if check and result.returncode != 0:
-        raise LinkSetupError(f"'{' '.join(args)}' failed: {result.stderr.strip() or result.stdout.strip()}")
+        why = result.stderr.strip() or result.stdout.strip()
+        raise LinkSetupError(f"'{' '.join(args)}' failed: {why}")
     return result
 
 
 def shaping_problem() -> str | None:
-    """Why shaped links cannot be built here (:func:`check_tools`' message), None if they can."""
+    """Why shaped links cannot be built here (:func:`check_tools`), None if they can."""
     try:
         check_tools()
     except LinkSetupError as error:
@@ -75,9 +72,8 @@ def check_tools() -> None:
 
 
 def shaped_links_possible(link: str | Link) -> None:
-    """Raise :class:`LinkSetupError` where ``link`` cannot be shaped here: no root,
-    no ``ip``/``tc``, or a latency on a kernel without ``netem`` (tried on the
-    loopback of a namespace made and removed for the purpose)."""
+    """Raise :class:`LinkSetupError` where ``link`` cannot be shaped here: no root, no
+    ``ip``/``tc``, or a latency on a kernel without ``netem`` (tried in a namespace)."""
     check_tools()
     link = parse_link(link)
     if not link.latency:
@@ -85,37 +81,36 @@ def shaped_links_possible(link: str | Link) -> None:
     probe = f"lsgd-{os.getpid()}-probe"
     _run(["ip", "netns", "add", probe])
     try:
-        result = _run(["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "netem",
-                       "delay", "1ms"], check=False)
+        _add_netem(probe, "lo", link, delay=0.001)
     finally:
         _delete_namespace(probe)
+
+
+def _add_netem(namespace: str, device: str, link: Link, delay: float) -> None:
+    """A ``netem`` delay as the root qdisc (handle ``1:``) of ``device``, or a
+    :class:`LinkSetupError` saying what to do where the kernel cannot add one."""
+    result = _run(["tc", "-n", namespace, "qdisc", "add", "dev", device, "root", "handle",
+                   "1:", "netem", "delay", f"{delay * 1e6:.0f}us"], check=False)
     if result.returncode != 0:
-        raise LinkSetupError(_no_latency(link, result.stderr))
-
-
-def _no_latency(link: Link, why: str) -> str:
-    return (f"link {link}: this kernel cannot add a latency to a shaped link (tc netem: "
-            f"{why.strip()}); give the rate alone, such as --link {Link(link.rate)}, or "
-            + MODELED_HINT)
-
-
-def _setns(fd: int) -> None:
-    """``setns(fd, CLONE_NEWNET)``: os.setns where Python has it (3.12), else libc's."""
-    if hasattr(os, "setns"):
-        os.setns(fd, os.CLONE_NEWNET)
-        return
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
-        raise OSError(ctypes.get_errno(), "setns into a network namespace failed")
+        raise LinkSetupError(
+            f"link {link}: this kernel cannot add a latency to a shaped link (tc netem: "
+            f"{result.stderr.strip()}); give the rate alone, such as --link "
+            f"{Link(link.rate)}, or " + MODELED_HINT)
 
 
 def enter_namespace(name: str) -> None:
-    """Move the calling process into the network namespace ``name`` (under /run/netns)."""
+    """Move the calling process into the network namespace ``name`` (under /run/netns):
+    ``setns(fd, CLONE_NEWNET)``, by os.setns where Python has it (3.12), else libc's."""
     fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
     try:
-        _setns(fd)
+        if hasattr(os, "setns"):
+            os.setns(fd, os.CLONE_NEWNET)
+        else:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+                raise OSError(ctypes.get_errno(), "setns into a network namespace failed")
     finally:
         os.close(fd)
 
@@ -138,28 +133,21 @@ def node_namespace(node: int, owner: int | None = None) -> str:
 
 
 def set_node_link(node: int, up: bool, owner: int | None = None) -> None:
-    """Take node ``node``'s link down (``up=False``) or bring it back up: its ``eth0``,
-    the node's end of its veth pair, as when a cable is pulled and plugged in again.
-    While it is down the node reaches no other node (its loopback still works); the
-    link's shaping stays in place. ``owner``: the process that built the network
-    (:func:`node_namespace`). Raises :class:`LinkSetupError` if there is no such node."""
-    _set_eth0(node_namespace(node, owner), up)
+    """Take node ``node``'s link (its ``eth0``) down or bring it back ``up``, as a cable
+    pulled and plugged in again; its shaping stays. ``owner``: the process that built
+    the network (:func:`node_namespace`). :class:`LinkSetupError` if there is no such node."""
+    _run(["ip", "-n", node_namespace(node, owner), "link", "set", "eth0",
+          "up" if up else "down"])
 
 
 def set_node_rate(node: int, link: str | Link, owner: int | None = None) -> None:
-    """Shape node ``node``'s link, both ways, to ``link``'s rate (a slow link, or the
-    network's own rate again); its queue and latency stay. ``owner`` as for
-    :func:`set_node_link`."""
+    """Shape node ``node``'s link, both ways, to ``link``'s rate; its queue and latency
+    stay. ``owner`` as for :func:`set_node_link`."""
     link = parse_link(link)
     owner = os.getpid() if owner is None else owner
     for namespace, device in ((node_namespace(node, owner), "eth0"),
                               (f"lsgd-{owner}-br", f"p{node}")):
-        where = ["parent", "1:", "handle", "2:"] if link.latency else ["root"]
-        _run(["tc", "-n", namespace, "qdisc", "change", "dev", device, *where, *_tbf(link)])
-
-
-def _set_eth0(namespace: str, up: bool) -> None:
-    _run(["ip", "-n", namespace, "link", "set", "eth0", "up" if up else "down"])
+        _run(["tc", "-n", namespace, "qdisc", "change", "dev", device, *_tbf(link)])
 
 
 def alive(pid: int) -> bool:
@@ -185,12 +173,9 @@ def has_namespace(name: str) -> bool:
 
 def _delete_namespace(name: str) -> None:
     """Kill what still runs inside ``name``, then delete it (its interfaces go with it)."""
-    pids = _run(["ip", "netns", "pids", name], check=False).stdout.split()
-    for pid in pids:
-        try:
+    for pid in _run(["ip", "netns", "pids", name], check=False).stdout.split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
     _run(["ip", "netns", "delete", name], check=False)
 
 
@@ -206,16 +191,17 @@ def remove_leftovers() -> list[str]:
 
 
 def burst_bytes(link: Link) -> int:
-    """The token bucket's size: 10 ms of traffic at the link's rate, at least 16 KB
-    (so a full-size segment always fits). A transfer after an idle moment sends
-    this much at once, so it takes at least ``(bytes - burst) / rate``."""
+    """The token bucket's size: 10 ms of traffic at the link's rate, at least 16 KB (a
+    full-size segment); a transfer after an idle moment sends this much at once."""
     return max(16_384, int(link.rate / 8 / 100))
 
 
 def _tbf(link: Link) -> list[str]:
     """``tc`` arguments of a token bucket at the link's rate (:func:`burst_bytes`), with
-    a queue of 100 ms, enough for TCP to keep the link full."""
-    return ["tbf", "rate", f"{int(link.rate)}bit", "burst", str(burst_bytes(link)),
+    a queue of 100 ms, enough for TCP to keep the link full: the root qdisc, or under
+    the latency's ``netem`` (handle ``1:``) where the link has one."""
+    where = ["parent", "1:", "handle", "2:"] if link.latency else ["root"]
+    return [*where, "tbf", "rate", f"{int(link.rate)}bit", "burst", str(burst_bytes(link)),
             "latency", "100ms"]
 
 
@@ -226,14 +212,11 @@ class ShapedNetwork:
         if not 1 <= nodes <= MAX_NODES:
             raise ValueError(f"nodes: a shaped network has 1 to {MAX_NODES} nodes, got {nodes}")
         self.link = parse_link(link)
-        self.nodes = nodes
-        prefix = f"lsgd-{os.getpid()}"
-        self.switch = f"{prefix}-br"
-        self.namespaces = [f"{prefix}-n{i}" for i in range(nodes)]
+        self.switch = f"lsgd-{os.getpid()}-br"
+        self.namespaces = [node_namespace(i) for i in range(nodes)]
         self._made: list[str] = []
-        self._signals: dict[int, object] = {}
+        self._sigterm: Any = None
 
-    # -- building and removing -------------------------------------------
     def open(self) -> ShapedNetwork:
         """Build the namespaces, links and shaping; on any failure remove them again."""
         check_tools()
@@ -271,22 +254,14 @@ class ShapedNetwork:
 
     def _shape(self, namespace: str, device: str) -> None:
         if self.link.latency:
-            result = _run(["tc", "-n", namespace, "qdisc", "add", "dev", device, "root",
-                           "handle", "1:", "netem", "delay",
-                           f"{self.link.latency * 1e6:.0f}us"], check=False)
-            if result.returncode != 0:
-                raise LinkSetupError(_no_latency(self.link, result.stderr))
-            _run(["tc", "-n", namespace, "qdisc", "add", "dev", device, "parent", "1:",
-                  "handle", "2:", *_tbf(self.link)])
-        else:
-            _run(["tc", "-n", namespace, "qdisc", "add", "dev", device, "root", *_tbf(self.link)])
+            _add_netem(namespace, device, self.link, self.link.latency)
+        _run(["tc", "-n", namespace, "qdisc", "add", "dev", device, *_tbf(self.link)])
 
     def close(self) -> None:
         """Delete every namespace this network made (idempotent)."""
         while self._made:
             _delete_namespace(self._made.pop())
 
-    # -- use --------------------------------------------------------------
     def command(self, node: int, args: Sequence[str]) -> list[str]:
         """``args`` run inside node ``node``'s namespace."""
         return ["ip", "netns", "exec", self.namespaces[node], *args]
@@ -301,14 +276,12 @@ class ShapedNetwork:
         def _terminate(signum: int, frame: types.FrameType | None) -> None:
             raise KeyboardInterrupt(f"signal {signum}")
 
-        try:
-            self._signals[signal.SIGTERM] = signal.signal(signal.SIGTERM, _terminate)
-        except ValueError:  # not the main thread: the caller handles signals
-            pass
+        with contextlib.suppress(ValueError):  # not the main thread: the caller handles signals
+            self._sigterm = signal.signal(signal.SIGTERM, _terminate)
         return self.open()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-        for signum, handler in self._signals.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
-        self._signals.clear()
+        if self._sigterm is not None:
+            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm = None

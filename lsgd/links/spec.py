@@ -1,8 +1,6 @@
-"""A link between nodes, as the command line spells it: ``RATE[,LATENCY]``.
-
-Rates in ``bit``, ``kbit``, ``mbit`` or ``gbit`` per second (decimal, as
-``tc`` reads them: ``100mbit`` is 10^8 bit/s); latencies in ``s``, ``ms`` or
-``us``, one way. ``"1gbit"``, ``"100mbit"``, ``"20mbit,5ms"``.
+"""A link between nodes, as the command line spells it: ``RATE[,LATENCY]``, rates in
+``bit``, ``kbit``, ``mbit`` or ``gbit`` per second (decimal, as ``tc`` reads them),
+one-way latencies in ``s``, ``ms`` or ``us``: ``"100mbit"``, ``"20mbit,5ms"``.
 """
 
 from __future__ import annotations
@@ -14,7 +12,9 @@ import re
 RATE_UNITS = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 _NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
-FORM = "RATE[,LATENCY], e.g. 100mbit, 1gbit or 20mbit,5ms (rate in bit/kbit/mbit/gbit, latency in s/ms/us)"
+_LINK = re.compile(_NUMBER + r"\s*(bit|kbit|mbit|gbit)(?:\s*,\s*" + _NUMBER + r"\s*(s|ms|us))?")
+FORM = ("RATE[,LATENCY], e.g. 100mbit, 1gbit or 20mbit,5ms (rate in bit/kbit/mbit/gbit, "
+        "latency in s/ms/us)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,17 +26,16 @@ class Link:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate) and self.rate > 0):
-            raise ValueError(f"link rate must be a positive number of bits per second, got {self.rate!r}")
+            raise ValueError("link rate must be a positive number of bits per second, got "
+                             f"{self.rate!r}")
         if not (math.isfinite(self.latency) and self.latency >= 0):
             raise ValueError(f"link latency must be a number of seconds >= 0, got {self.latency!r}")
 
     def __str__(self) -> str:
-        for unit in ("gbit", "mbit", "kbit"):
-            if self.rate >= RATE_UNITS[unit] and (self.rate / RATE_UNITS[unit]).is_integer():
-                rate = f"{int(self.rate / RATE_UNITS[unit])}{unit}"
-                break
-        else:
-            rate = f"{self.rate:g}bit"
+        whole = [unit for unit in ("gbit", "mbit", "kbit")
+                 if self.rate >= RATE_UNITS[unit] and (self.rate / RATE_UNITS[unit]).is_integer()]
+        rate = (f"{int(self.rate / RATE_UNITS[whole[0]])}{whole[0]}" if whole
+                else f"{self.rate:g}bit")
         if not self.latency:
             return rate
         for unit in ("s", "ms", "us"):
@@ -54,17 +53,11 @@ def parse_link(text: str | Link) -> Link:
     """``"100mbit"`` or ``"20mbit,5ms"`` as a :class:`Link`; ``ValueError`` naming the form."""
     if isinstance(text, Link):
         return text
-    if not isinstance(text, str):
+    match = _LINK.fullmatch(text.strip().lower()) if isinstance(text, str) else None
+    if match is None:
         raise ValueError(f"link: expected {FORM}; got {text!r}")
-    parts = [p.strip().lower() for p in text.split(",")]
-    rate_match = re.fullmatch(_NUMBER + r"\s*(bit|kbit|mbit|gbit)", parts[0])
-    latency_match = (re.fullmatch(_NUMBER + r"\s*(s|ms|us)", parts[1])
-                     if len(parts) == 2 else None)
-    if rate_match is None or len(parts) > 2 or (len(parts) == 2 and latency_match is None):
-        raise ValueError(f"link: expected {FORM}; got {text!r}")
-    rate = float(rate_match.group(1)) * RATE_UNITS[rate_match.group(2)]
-    latency = (float(latency_match.group(1)) * TIME_UNITS[latency_match.group(2)]
-               if latency_match else 0.0)
+    rate = float(match[1]) * RATE_UNITS[match[2]]
+    latency = float(match[3]) * TIME_UNITS[match[4]] if match[3] else 0.0
     if rate <= 0:
         raise ValueError(f"link: the rate must be above zero; got {text!r}")
     return Link(rate, latency)
