@@ -87,13 +87,10 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     "lsgd-multi-hidden": ("lsgd", {}, [
         {"period": 4, "global_period": 16, "overlap": 3, "compress": "int8"},
         {"period": 4, "global_period": 16, "overlap": 1, "fragments": 2}]),
-    # The sparse, error-corrected methods (docs/algorithms.md): SparseLoCo and MuLoCo
-    # every 16 steps, hidden behind 4; DeMo every step, hidden behind the next (overlap 1);
-    # the leader's pull on SparseLoCo. The first learning rate is the language model's
-    # (time-to-loss does not tune; DeMo's sign step: 0.002 reached 2.51 nats/byte in 366
-    # steps where 0.004 stood at 2.70 after 300, seed 0), the second CNN7's scale (SGD
-    # inner steps; Muon's and DeMo's steps take small ones), which time-to-accuracy's
-    # tuning picks between.
+    # The sparse, error-corrected methods (docs/algorithms.md). The first learning rate is
+    # the language model's (time-to-loss does not tune; DeMo's sign step: 0.002 reached 2.51
+    # nats/byte in 366 steps where 0.004 stood at 2.70 after 300), the second CNN7's scale
+    # (SGD inner steps), which time-to-accuracy's tuning picks between.
     **{name: ("sparseloco", fixed, [{"period": 16, "lr": lr} for lr in (0.001, 0.05)])
        for name, fixed in (("sparseloco", {}), ("sparseloco-overlap", {"overlap": 4}),
                            ("sparseloco-leader", {"overlap": 4, "leader": "pull"}))},
@@ -101,12 +98,13 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
        for name, fixed in (("muloco", {}), ("muloco-overlap", {"overlap": 4}))},
     **{name: ("demo", fixed, [{"lr": lr} for lr in (0.002, 0.001)])
        for name, fixed in (("demo", {}), ("demo-overlap", {"overlap": 1}))},
-    # The peer, torchft 0.2.0 (lsgd.bench.peer): its DiLoCo, and its Streaming DiLoCo
-    # with 2 fragments and fragment_sync_delay 2.
+    # The peer, torchft 0.2.0 (lsgd.bench.peer): its DiLoCo and Streaming DiLoCo.
     "torchft-diloco": ("torchft-diloco", {}, [{"period": 16}]),
     "torchft-streaming": ("torchft-streaming", {}, [{"period": 16}]),
 }
-SINGLE_WORKER_NODES = "one worker per node: no local level"
+#: Left out where every node has one worker (multi-leader LSGD's local level).
+ONE_WORKER_NODES = dict.fromkeys(("lsgd-multi", "lsgd-multi-overlap", "lsgd-multi-overlap-int8",
+                                  "lsgd-multi-hidden"), "one worker per node: no local level")
 HOOKS = ("allreduce-bf16", "allreduce-powersgd")  # PyTorch's hooks: worker processes only
 #: The quick mode's methods: the plain ones (MATCHA's rotation has its own quick
 #: benchmark, decentralized), and one hidden and shrunk form of two.
@@ -123,10 +121,7 @@ TEXT_TRAINING = {"schedule": "constant", "lr": 0.001, "warmup_epochs": 0.1, "out
                  "eval_tokens": 16384}
 SETTINGS = {
     # name: (workers, groups, default backend, methods left out and why)
-    "time-to-accuracy": (4, 4, "processes", {
-        "lsgd-multi": SINGLE_WORKER_NODES, "lsgd-multi-overlap": SINGLE_WORKER_NODES,
-        "lsgd-multi-overlap-int8": SINGLE_WORKER_NODES,
-        "lsgd-multi-hidden": SINGLE_WORKER_NODES}),
+    "time-to-accuracy": (4, 4, "processes", ONE_WORKER_NODES),
     "twelve-workers": (12, 3, "threads", {
         "lsgd": "several workers per node make LSGD multi-leader: lsgd-multi",
         "lsgd-overlap": "several workers per node: lsgd-multi-overlap",
@@ -135,10 +130,7 @@ SETTINGS = {
         "lsgd-hidden": "several workers per node: lsgd-multi-hidden",
         "lsgd-momentum": "an option of LSGD, measured at 4 nodes",
         **dict.fromkeys(peer.METHODS, "torchft runs as processes on shaped links")}),
-    "time-to-loss": (4, 4, "processes", {
-        "lsgd-multi": SINGLE_WORKER_NODES, "lsgd-multi-overlap": SINGLE_WORKER_NODES,
-        "lsgd-multi-overlap-int8": SINGLE_WORKER_NODES,
-        "lsgd-multi-hidden": SINGLE_WORKER_NODES}),
+    "time-to-loss": (4, 4, "processes", ONE_WORKER_NODES),
 }
 
 
@@ -172,16 +164,6 @@ def _defaults(quick: bool, setting: str) -> dict[str, Any]:
 PAPER_OUTER = {"diloco": {"outer_lr": 0.7}}
 
 
-def _reached(rows: list[dict[str, float]], target: float, metric: str = "accuracy"
-             ) -> tuple[float | None, float | None]:
-    """(time, steps) of the first evaluation at ``target`` or better."""
-    column = of_metric(metric).column
-    for row in rows:
-        if reaches(metric, row[column], target):
-            return row["time"], row["steps"]
-    return None, None
-
-
 def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
          opts: dict[str, Any], layout: tuple[int, int], where: str) -> dict[str, Any]:
     """One training run and what the table needs of it; prints a line when it ends
@@ -207,7 +189,8 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
                       reuse=opts.get("reuse", False), step_seconds=opts.get("step_seconds"),
                       **(grid | opts.get("task", PAPER_OUTER.get(method, {})) | fixed | knobs))
     rows = summary.pop("rows")
-    time_, steps = _reached(rows, opts["target"], metric)
+    time_, steps = next(((r["time"], r["steps"]) for r in rows  # the first at the target
+                         if reaches(metric, r[column], opts["target"])), (None, None))
     top = best(metric, [r[column] for r in rows])
     reached = (f"{headline.show(opts['target'])} at {time_:.1f} s" if time_ is not None
                else "target missed")
@@ -320,9 +303,9 @@ def _given_knobs(given: dict[str, dict[str, int]], methods: list[str], left_out:
                  layout: tuple[int, int]) -> dict[str, dict[str, int]]:
     """``given`` (method: knobs, from ``--knobs``), checked before any run starts: each
     method runs in this benchmark, each knob is one that the method's grid tunes (or an
-    lsgd method's learning rate), and
-    ``lsgd train`` accepts the settings. The knobs come back in the grid's order, which
-    names the run's folder, so ``--reuse`` finds a run whatever order they were given in."""
+    lsgd method's learning rate), and ``lsgd train`` accepts the settings. The knobs come
+    back in the grid's order, which names the run's folder, so ``--reuse`` finds a run
+    whatever order they were given in."""
     from lsgd.train.config import make_config
 
     ordered: dict[str, dict[str, int]] = {}

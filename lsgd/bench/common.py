@@ -101,7 +101,7 @@ def write(result: Result, out: Path) -> Path:
                "seconds": result.seconds, "machine": machine(),
                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "data": result.data}
     path = out / f"{result.name}.json"
-    path.write_text(json.dumps(payload, indent=2, default=_plain) + "\n")
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     (out / f"{result.name}.txt").write_text(result.text() + "\n")
     return path
 
@@ -125,14 +125,6 @@ def run_and_write(run: Callable[[Path, bool, dict[str, Any]], Result], out: Path
     print(f"({result.seconds:.0f} s) wrote {path}"
           + "".join(f", {figure}" for figure in result.figures) + "\n", flush=True)
     return result
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return str(value)
 
 
 #: What a benchmark keeps of a training run: its record, enough for ``--reuse`` to read
@@ -168,19 +160,12 @@ def train(run: Path, reuse: bool | str = False, **settings: Any) -> dict[str, An
     shutil.rmtree(run, ignore_errors=True)
     summary = runner.train(cfg)
     assert summary is not None
-    keep_record_only(run)
-    return dict(summary) | {"rows": read_csv(run / "metrics.csv"), "run": str(run)}
-
-
-def keep_record_only(run: Path) -> None:
-    """Remove from a run folder everything but its record (:data:`RECORD_FILES`)."""
-    for path in run.iterdir():
-        if path.name in RECORD_FILES:
-            continue
+    for path in run.iterdir():  # all but the record
         if path.is_dir():
             shutil.rmtree(path)
-        else:
+        elif path.name not in RECORD_FILES:
             path.unlink()
+    return dict(summary) | {"rows": read_csv(run / "metrics.csv"), "run": str(run)}
 
 
 def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
@@ -219,10 +204,6 @@ def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
     return done
 
 
-def _use_threads(count: int) -> None:
-    torch.set_num_threads(count)
-
-
 def in_parallel(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], jobs: int
                 ) -> list[Any]:
     """``[fn(*call) for call in calls]``, ``jobs`` calls at a time, each in a process of
@@ -239,7 +220,7 @@ def in_parallel(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], jobs: 
     threads = max(1, torch.get_num_threads() // jobs)
     pool = ProcessPoolExecutor(min(jobs, len(calls)),
                                mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_use_threads, initargs=(threads,))
+                               initializer=torch.set_num_threads, initargs=(threads,))
     try:
         futures = [pool.submit(fn, *call) for call in calls]
         return [future.result() for future in futures]

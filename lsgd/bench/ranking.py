@@ -1,14 +1,6 @@
 """What a time-to-target result shows: its table, its figures and the README's headline.
 
-:func:`table` ranks the methods of :mod:`lsgd.bench.accuracy`'s runs link by
-link: the median time to the target over the seeds and its spread, the median
-steps and their spread, the best value, LSGD's time over each method's, the MB
-each worker sent, the steps per second, and the time that steps to the target
-at that pace predict (from ``--steps-from``, a run of the same benchmark in the
-simulator, or from the runs' own steps). :func:`figures` draws the center's
-test error (a language model's validation loss, also against MB sent) against
-time, one figure per link; :func:`headline` is the README's summary. How the
-runs' headline reads is their task's (:mod:`lsgd.tasks.headline`).
+How the runs' headline reads is their task's (:mod:`lsgd.tasks.headline`).
 """
 
 from __future__ import annotations
@@ -50,6 +42,11 @@ def simulated_steps(path: str | None) -> dict[str, float]:
 
 def table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any],
            simulated: dict[str, float] | None = None) -> tuple[list[list[Any]], dict[str, Any]]:
+    """The methods of :mod:`lsgd.bench.accuracy`'s runs ranked link by link: the median
+    time to the target over the seeds and its spread, the median steps and their spread,
+    the best value, LSGD's time over each method's, the MB each worker sent, the steps per
+    second, and the time that steps to the target at that pace predict (:func:`_predicted`);
+    the rows, and a summary by ``link/method``."""
     rows: list[list[Any]] = []
     summary: dict[str, Any] = {}
     # Ratios are LSGD's time over each method's (its plain form, else its hidden family);
@@ -62,8 +59,7 @@ def table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any],
             mine = [r for r in runs if r["link"] == link and r["method"] == name]
             reached = [r["time"] for r in mine if r["time"] is not None]
             # The median counts runs that missed the target as infinitely slow.
-            all_times = sorted(r["time"] if r["time"] is not None else math.inf for r in mine)
-            mid = median(all_times) if all_times else math.nan
+            mid = median([math.inf if r["time"] is None else r["time"] for r in mine])
             times[name] = mid if math.isfinite(mid) else None
             steps = [r["steps"] for r in mine if r["steps"] is not None]
             spread = f"{min(reached):.0f}-{max(reached):.0f}" if len(reached) > 1 else None
@@ -73,11 +69,11 @@ def table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any],
                                          "runs": len(mine), "best": best, "spread": spread}
             sent = [r["bytes_per_worker"] for r in mine if r.get("bytes_per_worker") is not None]
             pace = [r["steps_done"] / r["seconds"] for r in mine if r.get("seconds")]
+            rate = median(pace) if pace else None
             rows.append([link, name, times[name], spread,
                          median(steps) if len(steps) == len(mine) else None, best, None,
-                         median(sent) / 1e6 if sent else None, median(pace) if pace else None,
-                         step_spread, _predicted(runs, name, link, median(pace) if pace else None,
-                                                 (simulated or {}).get(name))])
+                         median(sent) / 1e6 if sent else None, rate, step_spread,
+                         _predicted(runs, name, link, rate, (simulated or {}).get(name))])
         ref = times[reference] if reference is not None else None
         for row in rows[-len(methods):]:
             theirs = times[row[1]]
@@ -109,6 +105,8 @@ def _predicted(runs: list[dict[str, Any]], name: str, link: str, pace: float | N
 
 def figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str, Any]
              ) -> list[str]:
+    """The center's test error (a language model's validation loss, also against MB sent)
+    against time, one figure per link."""
     plt = pyplot()
     if plt is None:
         return []

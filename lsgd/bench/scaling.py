@@ -54,14 +54,11 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     opts |= {"backend": "threads", "eval": opts["budget"] / 12}
     link = opts["links"][0]
     methods = [m for m in opts.get("methods") or KNOBS if m in KNOBS]
-    seeds = list(range(opts.get("first_seed") or 0, (opts.get("first_seed") or 0)
-                       + opts["seeds"]))
+    seeds = accuracy._seeds(opts)
     calls = [(out / f"{size}-workers", name, link, seed, _knobs(name, size // opts["node"]),
               opts, (size, size // opts["node"]))
              for seed in seeds for size in opts["sizes"] for name in methods]
-    runs = in_parallel(accuracy._one, [(*call, f"run {i} of {len(calls)}")
-                                       for i, call in enumerate(calls, 1)],
-                       opts.get("jobs") or 1)
+    runs = in_parallel(accuracy._one, accuracy._numbered("run", calls), opts.get("jobs") or 1)
     rows, data = [], []
     for size in opts["sizes"]:
         for name in methods:
@@ -94,8 +91,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     return Result("scaling", f"Time to {100 * opts['target']:g}% test accuracy against the "
                   "number of workers (modeled)",
                   ["workers", "nodes", "method", "time s", "steps", "best acc",
-                   "MB/worker"], rows, notes, {"options": _jsonable(opts), "rows": data,
-                                               "runs": runs},
+                   "MB/worker"], rows, notes, {"options": opts, "rows": data, "runs": runs},
                   _figure(out, data, methods, opts))
 
 
@@ -108,10 +104,6 @@ def _sent_until(run: dict[str, Any]) -> float:
         if time_ >= run["time"]:
             return float(sent)
     return float(run["bytes_per_worker"])
-
-
-def _jsonable(opts: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in opts.items() if isinstance(v, (int, float, str, list, type(None)))}
 
 
 def _figure(out: Path, data: list[dict[str, Any]], methods: list[str],
