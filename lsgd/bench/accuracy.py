@@ -1,16 +1,14 @@
 """Time to a target on slow links, every method side by side (the headline).
 
-Each method trains the same model on the same data, with the same learning
-rate, batch size and training-time budget, behind links of a given rate
-between nodes; the center is evaluated every ``eval`` seconds of training time
-(or every ``--eval-steps N`` steps), off the training clock, and a run stops at
-the target. Reported per link and method: the time and steps until the center
-first reaches the target (median over the seeds, with the spread), the best
-value within the budget, the seconds per step, and the time the median steps
-at the median pace predict. Runs go seed by seed, every method of a seed before
-the next. Settings: ``time-to-accuracy``, ``twelve-workers`` and ``time-to-loss``
-(docs/benchmarks.md). Knobs are tuned per method on a seed of their own
-(``TUNING_SEED``) on the first link, unless ``--knobs`` gives them.
+Each method trains the same model on the same data with the same learning rate, batch
+size and time budget, behind links of a given rate between nodes. The center is
+evaluated off the training clock every ``eval`` seconds of training (or every
+``--eval-steps N`` steps, a run then stopping at the target). Per link and method: the
+time and steps until the center first reaches the target (median over the seeds, and
+the spread), the best value, the seconds per step and the time the median steps at the
+median pace predict. Runs go seed by seed, every method of a seed before the next.
+Knobs are tuned per method on a seed of their own (``TUNING_SEED``) on the first link,
+unless ``--knobs`` gives them. Settings: :data:`SETTINGS` (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ NUMBERS: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 def _listed(*names: str) -> str:
+    """``a, b and c``."""
     return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
 
 
@@ -60,6 +61,7 @@ def _for(text: str, flag: str) -> str:
 
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """``lsgd bench NAME ... [flags]``: the benchmarks' command line."""
     parser = subparsers.add_parser(
         "bench", help="measure the methods side by side (time to accuracy on slow links, ...)",
         description="Compare lsgd's methods on this machine and its links: each benchmark "
@@ -70,57 +72,53 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true",
                         help="a seconds-long version of each (small model, modeled links)")
     parser.add_argument("--out", default="bench-results", help="folder for the results")
-    parser.add_argument("--links", default=None,
-                        help="comma-separated links, e.g. 1gbit,100mbit,20mbit: each one for "
-                             f"{_listed(*TIMED, 'volume')}; the first for scaling, chaos "
-                             "and elastic")
-    parser.add_argument("--seeds", type=int, default=None,
-                        help=_for("seeds per method and link", "seeds"))
-    parser.add_argument("--first-seed", type=int, default=None, metavar="K",
+    parser.add_argument("--links", help="comma-separated links, e.g. 1gbit,100mbit,20mbit: "
+                        f"each one for {_listed(*TIMED, 'volume')}; the first for scaling, "
+                        "chaos and elastic")
+    parser.add_argument("--seeds", type=int, help=_for("seeds per method and link", "seeds"))
+    parser.add_argument("--first-seed", type=int, metavar="K",
                         help=_for("the first seed (default 0; chaos: 1): --seeds N runs "
                                   "seeds K to K+N-1, so --first-seed 2 --seeds 1 adds a "
                                   "third seed to a run of two", "first_seed"))
-    parser.add_argument("--sets", default=None,
-                        help="chaos: comma-separated modes and kinds of round, from elastic, "
-                             "restart, blocking, hidden-int8 (default: all)")
-    parser.add_argument("--repeats", type=int, default=None,
+    parser.add_argument("--sets", help="chaos: comma-separated modes and kinds of round, from "
+                        "elastic, restart, blocking, hidden-int8 (default: all)")
+    parser.add_argument("--repeats", type=int,
                         help="startup: times each variant is run (default 5)")
-    parser.add_argument("--budget", type=float, default=None,
+    parser.add_argument("--budget", type=float,
                         help=_for("seconds of training per run", "budget"))
-    parser.add_argument("--batch-size", type=int, default=None, metavar="B",
+    parser.add_argument("--batch-size", type=int, metavar="B",
                         help=_for("images or text windows per worker and step (default: "
                                   "128 images, 16 windows)", "batch_size"))
-    parser.add_argument("--target", type=float, default=None,
+    parser.add_argument("--target", type=float,
                         help="the center's target: a test accuracy, e.g. 0.88 "
                              "(time-to-accuracy, twelve-workers, scaling), or for "
                              "time-to-loss a validation loss in nats per byte, e.g. 2.0")
-    parser.add_argument("--steps-from", default=None, metavar="RESULT.json",
+    parser.add_argument("--steps-from", metavar="RESULT.json",
                         help=_for("predict each time from these steps to the target (the "
                                   "same benchmark run in the simulator, e.g. with more "
                                   "seeds) and the pace measured here", "steps_from"))
-    parser.add_argument("--eval-steps", type=int, default=None, metavar="N",
+    parser.add_argument("--eval-steps", type=int, metavar="N",
                         help=_for("evaluate the center every N steps (a grid in steps, off "
                                   "the training clock) and stop each run at the target, "
                                   "instead of every budget/12 seconds; scaling evaluates "
                                   "every 10 steps unless given", "eval_steps"))
-    parser.add_argument("--methods", default=None,
-                        help=_for("comma-separated subset of the methods", "methods"))
-    parser.add_argument("--backend", choices=("processes", "threads"), default=None,
+    parser.add_argument("--methods", help=_for("comma-separated subset of the methods",
+                                               "methods"))
+    parser.add_argument("--backend", choices=("processes", "threads"),
                         help=_for("shaped links between processes (root) or the simulator's "
                                   "modeled links", "backend"))
-    parser.add_argument("--step-seconds", type=float, default=None,
+    parser.add_argument("--step-seconds", type=float,
                         help="the seconds each local step costs on the modeled clock instead "
                              "of its measured compute, so that the results do not depend on "
                              "this machine's speed or load (twelve-workers, or "
                              "time-to-accuracy and time-to-loss with --backend threads; "
                              "scaling: default 0.05)")
-    parser.add_argument("--jobs", type=int, default=None,
+    parser.add_argument("--jobs", type=int,
                         help="runs at once, each in a process of its own with a share of the "
                              f"cores (scaling; {_listed(*TIMED)} with --step-seconds)")
-    parser.add_argument("--no-tune", action="store_true",
-                        help=_for("skip the tuning runs; use each method's first knobs",
-                                  "no_tune"))
-    parser.add_argument("--knobs", action="append", default=None, metavar="METHOD:KEY=VALUE,...",
+    parser.add_argument("--no-tune", action="store_true", help=_for(
+        "skip the tuning runs; use each method's first knobs", "no_tune"))
+    parser.add_argument("--knobs", action="append", metavar="METHOD:KEY=VALUE,...",
                         help=_for("a method's knobs, e.g. dpsgd:gossip_period=4 or "
                                   "lsgd-multi:period=4,global_period=16 (once per method); "
                                   "that method is not tuned", "knobs"))

@@ -1,21 +1,16 @@
 """A real peer on the same links: torchft's DiLoCo and Streaming DiLoCo as benchmark methods.
 
-``torchft-diloco`` and ``torchft-streaming`` train with torchft (the optional
-extra ``pip install 'lsgd[torchft]'``, torchft 0.2.0) what ``lsgd train`` trains
-for DiLoCo: the same model, initialization, shards, batches, augmentation,
-inner and outer optimizers, period (torchft's ``sync_every``) and time budget, on
-the same nodes behind the same shaped links, started by lsgd's launcher (one
-process per node). The runs leave the records a ``lsgd train`` run leaves, so
-``lsgd bench time-to-accuracy`` ranks them beside lsgd's own methods and
-``--reuse`` reads them back.
+``torchft-diloco`` and ``torchft-streaming`` train with torchft 0.2.0 (``pip install
+'lsgd[torchft]'``) what ``lsgd train`` trains for DiLoCo (the same model, initialization,
+data, inner and outer optimizers, period as ``sync_every`` and time budget) on the same
+nodes behind the same shaped links, one process per node, and leave the records of a
+``lsgd train`` run, which the benchmarks rank and ``--reuse`` reads back.
 
-Each node is a torchft replica group of one process with a TCPStore of its own
-on the node's address; rank 0 also runs torchft's lighthouse. The manager
-advertises the node's address and heals over the process group (``PGTransport``).
-lsgd's communicator is used only to evaluate the center, to agree on the
-training clock and to start and stop together. What could not be made the same
-(no quantized all-reduce on a CPU, fragments as whole layers, a quorum before
-each synchronisation, bytes counted as ring all-reduces) is listed in
+Each node is a torchft replica group of one process with a TCPStore on the node's
+address; rank 0 also runs the lighthouse; heals go over the process group
+(``PGTransport``). lsgd's communicator only evaluates the center, agrees on the clock and
+starts and stops the nodes together. What differs from lsgd's DiLoCo (no quantized
+all-reduce on a CPU, fragments as whole layers, a quorum before each synchronisation):
 docs/studies.md ("Ahead of the peer").
 """
 
@@ -40,9 +35,8 @@ from lsgd.train.outputs import read_csv
 from lsgd.train.loop import WorkerLoop
 
 METHODS = {"torchft-diloco": (1, 0), "torchft-streaming": (2, 2)}  # (fragments, delay)
-#: The settings of ``lsgd train`` a torchft run takes as lsgd's runs do (the task's
-#: sizes, the inner and outer optimizers, the schedule, the target); others (a
-#: backend, a modeled step time) do not apply to it and are left out.
+#: The settings of ``lsgd train`` a torchft run takes as lsgd's runs do; others (a backend,
+#: a modeled step time) do not apply to it.
 HONOURED = ("context", "layers", "width", "heads", "eval_tokens", "data_dir", "optimizer",
             "lr", "momentum", "nesterov", "weight_decay", "schedule", "warmup_epochs",
             "outer_lr", "outer_momentum", "target")

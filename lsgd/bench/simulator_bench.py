@@ -1,15 +1,12 @@
 """The simulator's speed: W simulated workers against W models in a plain loop.
 
-For W = 1, 4, 8 and 16 workers (1 and 4 in quick mode), each training a small
-model (``mlp``, and ``cnn7`` in full mode, batch 32, random batches made
-beforehand) for S steps under ``lsgd.make_strategy("lsgd", model, opt, period=8)``
-inside ``lsgd.simulate(fn, W, 1)``: the total worker steps per second over the wall
-seconds of the whole ``simulate`` call. Against it, the same W models trained one
-after another in a plain loop, timed the same way. The ratio simulated / plain is
-what an exact simulated experiment costs over the bare work; the same ratio in
-process CPU time leaves out the waits for a core. Both run on one intra-op thread
-(restored afterwards), after an untimed warm-up, each pair a few times, taking
-turns to go first, the fastest of each kept.
+W workers (1, 4, 8 and 16; quick: 1 and 4) each train a small model (``mlp``, and
+``cnn7`` in full mode; batch 32 of random batches made beforehand) for S steps under
+LSGD (period 8) inside one ``lsgd.simulate`` call, against the same W models trained one
+after another in a plain loop: steps per second over the wall time of each, and the
+ratio (what an exact simulated experiment costs over the bare work), also in process CPU
+time (which leaves out the waits for a core). Both run on one intra-op thread after an
+untimed warm-up, each pair a few times, taking turns to go first; the fastest is kept.
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """Start-up: what a run costs before and after its work, against ``import lsgd``.
 
-Every row is a fresh process, timed from its start to its end (wall clock), the
-variants taking turns so that a busy machine slows them alike; the median of
-the repeats is reported, and its ratio to the first row's:
+Each row is a fresh process timed from its start to its end (wall clock), the variants
+taking turns so that a busy machine slows them alike; the median of the repeats, and its
+ratio to the first row's:
 
-* ``import lsgd``: ``python -c "from lsgd import LSGD"``, the library with its
-  strategies (torch's import is most of it; ``import lsgd`` alone imports its names
-  on first use);
-* ``1 step, 4 processes``: ``lsgd train --workers 4 --model mlp --steps 1``:
-  the command's imports, the dataset read once, 4 worker processes forked by
-  torch's elastic launcher, the process group, one step, the evaluation, the
-  checkpoint, the summary and the figures, and the way out;
-* the same with the workers spawned (``LSGD_START_METHOD=spawn``: each worker
-  a fresh interpreter that imports torch and reads the dataset itself, as
-  workers with several threads each or CUDA are started);
-* the same with ``--backend threads`` (the simulator: no processes at all);
-* where links can be shaped (root, iproute2), the same with 4 nodes behind
-  20 Mbit/s links (``--groups 4 --link 20mbit``), the node agents forked into
-  their namespaces, and spawned.
+* ``import lsgd``: ``from lsgd import LSGD``, the library with its strategies;
+* ``lsgd train --workers 4 --model mlp --steps 1``: the imports, the dataset, 4 worker
+  processes forked by torch's elastic launcher, the process group, one step, the
+  evaluation, checkpoint, summary and figures; the same with the workers spawned
+  (``LSGD_START_METHOD=spawn``), and with ``--backend threads`` (the simulator);
+* where links can be shaped (root, iproute2), 4 nodes behind 20 Mbit/s links, the node
+  agents forked into their namespaces, and spawned.
 
 The quick mode times each variant once, on the 8x8 digits, without shaped nodes.
 """

@@ -1,15 +1,12 @@
 """Stragglers: synchronous against asynchronous LSGD with one slow worker.
 
-LSGD trains CNN7 on Fashion-MNIST with 4 worker processes for the same
-training time, once synchronously and once asynchronously (``--async``:
-rounds fall due by the total steps of all workers, so the fast ones do not wait
-for the slow one between rounds), the last worker slowed by a factor of 2 and 3
-(it sleeps ``factor - 1`` times its own compute after every step). Reported:
-the throughput (steps per second of all workers together), the ratio
-asynchronous / synchronous, each worker's steps, the seconds each spent
-inside rounds, and the center's test accuracy at the end (at equal time).
-
-The quick mode trains an MLP on the digits for 3 seconds per run, factor 3 only.
+LSGD trains CNN7 on Fashion-MNIST with 4 worker processes for the same training time,
+synchronously and asynchronously (``--async``: rounds fall due by the total steps of all
+workers, so the fast ones do not wait for the slow one), the last worker slowed by a
+factor of 2 and 3 (it sleeps ``factor - 1`` times its compute after every step).
+Reported: the steps per second of all workers, async over sync, each worker's steps and
+seconds in rounds, and the center's accuracy at the end. Quick: an MLP on the digits,
+3 seconds per run, factor 3.
 """
 
 from __future__ import annotations
