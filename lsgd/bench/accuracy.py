@@ -218,20 +218,20 @@ def _score(run: dict[str, Any]) -> tuple[float, float]:
 
 def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to-accuracy"
         ) -> Result:
+    """The benchmark ``setting`` (:data:`SETTINGS`): tune, run every seed, rank."""
     opts = _defaults(quick, setting) | {k: v for k, v in options.items() if v is not None}
     opts.setdefault("eval", opts["budget"] / 12)  # seconds of training between evaluations
     _check_parallel(opts)
     jobs = opts.get("jobs") or 1
     workers, groups, _, left_out = SETTINGS[setting]
-    left_out = dict(left_out)
-    for name in peer.METHODS:
-        if opts["backend"] != "processes":
-            left_out[name] = "torchft runs as processes (--backend processes)"
-        elif not peer.available() and opts.get("reuse") != "only":
-            left_out[name] = "torchft is not installed (pip install 'lsgd[torchft]')"
-    if opts["backend"] != "processes":
-        left_out.update(dict.fromkeys(HOOKS, "PyTorch's DDP hooks run in worker processes "
-                                             "(--backend processes)"))
+    if opts["backend"] != "processes":  # (a copy: SETTINGS stay as they are)
+        left_out = left_out | dict.fromkeys(peer.METHODS, "torchft runs as processes "
+                                            "(--backend processes)")
+        left_out |= dict.fromkeys(HOOKS, "PyTorch's DDP hooks run in worker processes "
+                                         "(--backend processes)")
+    elif not peer.available() and opts.get("reuse") != "only":
+        left_out = left_out | dict.fromkeys(peer.METHODS, "torchft is not installed "
+                                            "(pip install 'lsgd[torchft]')")
     headline = headline_of(opts)
     if not headline.target_ok(opts["target"]):
         raise UsageError(f"--target {opts['target']}: give {headline.target_text}")
@@ -319,9 +319,8 @@ def _given_knobs(given: dict[str, dict[str, int]], methods: list[str], left_out:
         tunable = list(dict.fromkeys([*(key for point in grid for key in point), *shared]))
         unknown = sorted(set(knobs) - set(tunable))
         if unknown:
-            hint = (f"its knobs are {', '.join(tunable)}" if tunable
-                    else "it has no knobs to set")
-            raise UsageError(f"--knobs {name}: unknown {unknown}; {hint}")
+            raise UsageError(f"--knobs {name}: unknown {unknown}; its knobs are "
+                             f"{', '.join(tunable)}")
         try:
             if method not in peer.METHODS:
                 make_config({"method": method, "workers": layout[0], "groups": layout[1],
@@ -361,5 +360,3 @@ def run_twelve(out: Path, quick: bool, options: dict[str, Any]) -> Result:
 def run_text(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     """The language model's time to a target validation loss (4 nodes)."""
     return run(out, quick, options, setting="time-to-loss")
-
-

@@ -182,14 +182,10 @@ def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
     from lsgd.method_options import OPTIONS
     from lsgd.train.config import REMOVED, defaults_of, from_legacy
 
-    summary, saved = run / "summary.json", run / "config.toml"
-    if not (summary.is_file() and saved.is_file() and (run / "metrics.csv").is_file()):
+    if (record := read_record(run)) is None:
         return None
-    try:
-        stored, wanted = tomllib.loads(saved.read_text()), tomllib.loads(wanted_toml)
-        done = json.loads(summary.read_text())
-    except (OSError, ValueError):
-        return None
+    stored, done = record
+    wanted = tomllib.loads(wanted_toml)
     method = str(wanted.get("method"))
     defaults = defaults_of(method if method in OPTIONS else "lsgd")
     stored = from_legacy(stored, method)
@@ -202,6 +198,19 @@ def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
         if stored.get(key, default) != wanted.get(key, default):
             return None
     return done
+
+
+def read_record(run: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The settings (``config.toml``) and summary of the finished run in ``run``; ``None``
+    where it is not there whole."""
+    import tomllib
+
+    try:
+        stored = tomllib.loads((run / "config.toml").read_text())
+        summary = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return (stored, summary) if (run / "metrics.csv").is_file() else None
 
 
 def in_parallel(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], jobs: int

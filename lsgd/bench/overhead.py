@@ -122,19 +122,18 @@ def measure(info: lsgd.WorkerInfo, name: str, batch: int, steps: int, warmup: in
 def summarize(timings: Timings, plain_ms: float, plain_cpu_ms: float) -> dict[str, Any]:
     """One method's row numbers from its timings and the plain step's medians (wall
     and CPU: the CPU time of a local step is what a busy machine disturbs least)."""
-    local = [1e3 * s for s, _, held in timings if not held]
-    rounds = [1e3 * s for s, _, held in timings if held]
-    local_cpu = median([1e3 * c for _, c, held in timings if not held]) if local else None
-    round_cpu = median([1e3 * c for _, c, held in timings if held]) if rounds else None
-    local_ms = median(local) if local else None
-    round_ms = median(rounds) if rounds else None
+    def ms(column: int, held: bool) -> float | None:
+        values = [1e3 * timing[column] for timing in timings if timing[2] == held]
+        return median(values) if values else None
+
+    local_ms, round_ms, local_cpu = ms(0, False), ms(0, True), ms(1, False)
     base = local_ms if local_ms is not None else plain_ms
     cost = round_ms - base if round_ms is not None else None
     return {"local_ms": local_ms, "round_ms": round_ms, "round_cost_ms": cost,
             "overhead_pct": 100 * (local_ms / plain_ms - 1) if local_ms is not None else None,
             "round_cost_steps": cost / plain_ms if cost is not None else None,
-            "round_steps": len(rounds), "steps": len(timings), "local_cpu_ms": local_cpu,
-            "round_cpu_ms": round_cpu,
+            "round_steps": sum(held for _, _, held in timings), "steps": len(timings),
+            "local_cpu_ms": local_cpu, "round_cpu_ms": ms(1, True),
             "cpu_overhead_pct": 100 * (local_cpu / plain_cpu_ms - 1) if local_cpu else None,
             "cost_base": "local" if local_ms is not None else "plain"}
 
@@ -156,9 +155,8 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
         data["skipped"].update(ranks[0]["skipped"])
         data["models"][name] = {
             "batch": batch, "steps": steps, "warmup": warmup, "plain_ms": plain_ms,
-            "plain_cpu_ms": plain_cpu_ms,
-            "threads_per_worker": ranks[0]["threads"], "summary": summary,
-            "knobs": {m: knobs(m) for m in summary},
+            "plain_cpu_ms": plain_cpu_ms, "threads_per_worker": ranks[0]["threads"],
+            "summary": summary, "knobs": {m: knobs(m) for m in summary},
             "raw_seconds": [r["timings"] for r in ranks]}  # by rank, then method
         rows.append([name, PLAIN, plain_ms, 0.0, None, None, None, f"0/{steps}", 0.0])
         for method, s in summary.items():
@@ -198,7 +196,6 @@ def figure(out: Path, rows: list[list[Any]]) -> list[str]:
         ax.bar([x + 0.2 for x in xs], [r[4] or 0 for r in mine], width=0.4, label="round step")
         ax.axhline(mine[0][2], color="gray", linestyle="--", linewidth=1, label="plain step")
         ax.set_xticks(xs, [r[1] for r in mine], rotation=45, ha="right", fontsize=8)
-        ax.set_ylabel("ms per step (median, rank 0)")
-        ax.set_title(name)
+        ax.set(ylabel="ms per step (median, rank 0)", title=name)
         ax.legend(fontsize=8)
     return [str(save(fig, out / f"{NAME}.png"))]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
-import json
 import os
 import time
 from pathlib import Path
@@ -53,9 +52,10 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
           seed: int, period: int = 16, reuse: bool | str = False,
           **others: Any) -> dict[str, Any]:
     """One torchft run into ``run``; its summary with the metrics rows under ``"rows"``
-    (as :func:`lsgd.bench.common.train`). ``reuse`` reads a finished run back.
+    (as :func:`lsgd.bench.common.train`). ``reuse`` reads back a finished run of exactly
+    these settings.
     ``others``: settings of ``lsgd train``, of which those in :data:`HONOURED` apply."""
-    from lsgd.bench.common import MissingRecord
+    from lsgd.bench.common import MissingRecord, read_record
 
     fragments, delay = METHODS[method]
     settings = {"engine": "torchft", "method": method, "workers": workers, "groups": groups,
@@ -63,9 +63,9 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
                 "batch_size": batch_size, "minutes": minutes, "eval_every": eval_every,
                 "seed": seed, "period": period, "fragments": fragments, "delay": delay,
                 **{key: others[key] for key in HONOURED if others.get(key) is not None}}
-    done = _finished(run, settings) if reuse else None
-    if done is not None:
-        return done | {"rows": read_csv(run / "metrics.csv"), "run": str(run), "reused": True}
+    record = read_record(run) if reuse else None
+    if record is not None and record[0] == settings:
+        return record[1] | {"rows": read_csv(run / "metrics.csv"), "run": str(run), "reused": True}
     if reuse == "only":
         raise MissingRecord(f"no finished torchft run with these settings in {run}")
     if not available():
@@ -79,18 +79,6 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
     assert summary is not None, "rank 0 returns the run's summary"
     (run / "config.toml").write_text(tomli_w.dumps(settings))
     return summary | {"rows": read_csv(run / "metrics.csv"), "run": str(run)}
-
-
-def _finished(run: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
-    """The summary of a finished run in ``run`` with exactly ``settings``, else None."""
-    import tomllib
-
-    try:
-        stored = tomllib.loads((run / "config.toml").read_text())
-        summary = json.loads((run / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return summary if stored == settings and (run / "metrics.csv").is_file() else None
 
 
 def _fragments(model: Any, count: int) -> list[Any]:

@@ -114,9 +114,8 @@ def figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str,
     first = min(run["seed"] for run in runs) if runs else 0  # one seed per figure
     headline = headline_of(opts)
     for link in opts["links"]:
-        fig, axes = plt.subplots(1, 2 if headline.by_bytes else 1,
-                                 figsize=(13 if headline.by_bytes else 7, 4.5),
-                                 squeeze=False)
+        fig, axes = plt.subplots(1, 2 if headline.by_bytes else 1, squeeze=False,
+                                 figsize=(13 if headline.by_bytes else 7, 4.5))
         ax = axes[0][0]
         shown = [run for run in runs
                  if run["link"] == link and run["seed"] == first and run["curve"]]
@@ -135,13 +134,12 @@ def figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str,
             panel.set_ylabel(headline.axis)
             panel.legend(fontsize=8)
             panel.grid(alpha=0.3)
-        ax.set_xlabel("training time (s)" + ("" if opts["backend"] == "processes"
-                                             else ", simulated"))
-        ax.set_title(f"{setting}: {opts['model']}, link {link}")
+        ax.set(xlabel="training time (s)" + ("" if opts["backend"] == "processes"
+                                             else ", simulated"),
+               title=f"{setting}: {opts['model']}, link {link}")
         if headline.by_bytes:
-            axes[0][1].set_xscale("log")
-            axes[0][1].set_xlabel("MB sent per worker (log scale)")
-            axes[0][1].set_title("against the bytes sent")
+            axes[0][1].set(xscale="log", xlabel="MB sent per worker (log scale)",
+                           title="against the bytes sent")
         paths.append(str(save(fig, out / f"{setting}-{link}.png")))
     return paths
 

@@ -18,7 +18,6 @@ The quick mode times each variant once, on the 8x8 digits, without shaped nodes.
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lsgd.bench.common import Result
+from lsgd.bench.common import Result, median
 from lsgd.links.netns import shaping_problem
 
 NAME = "startup"
@@ -62,22 +61,24 @@ def _time(argv: list[str], env: dict[str, str], folder: Path) -> float:
 
 
 def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    """Time every variant, ``--repeats`` times each (default 5; quick: once)."""
     repeats = options.get("repeats") or (1 if quick else 5)
     dataset = "digits" if quick else "fashion-mnist"
-    variants = _variants(dataset, shaping_problem() is None and not quick)
+    unshaped = shaping_problem() or ("the quick mode" if quick else None)
+    variants = _variants(dataset, unshaped is None)
     times: dict[str, list[float]] = {label: [] for label, _, _ in variants}
     with tempfile.TemporaryDirectory(prefix="lsgd-startup-") as folder:
         for turn in range(repeats):
             shift = turn % len(variants)  # a different variant goes first every turn
             for label, argv, env in variants[shift:] + variants[:shift]:
                 times[label].append(_time(argv, env, Path(folder)))
-    base = statistics.median(times["import lsgd"])
-    rows = [[label, statistics.median(t), f"{min(t):.2f}-{max(t):.2f}",
-             statistics.median(t) / base] for label, t in times.items()]
+    base = median(times["import lsgd"])
+    rows = [[label, median(t), f"{min(t):.2f}-{max(t):.2f}", median(t) / base]
+            for label, t in times.items()]
     notes = [f"{repeats} repeat(s) of each, taking turns; mlp on {dataset}; wall clock of "
              "the whole process, from its start to its end, on this machine "
              f"({os.cpu_count()} cores)."]
-    if shaping_problem() is not None or quick:
-        notes.append(f"shaped nodes left out: {shaping_problem() or 'the quick mode'}")
+    if unshaped:
+        notes.append(f"shaped nodes left out: {unshaped}")
     return Result(NAME, "Start-up: a 1-step run against import lsgd", COLUMNS, rows, notes,
                   {"seconds": times, "dataset": dataset, "repeats": repeats})
