@@ -14,6 +14,7 @@ against the unfailed run.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import re
@@ -56,10 +57,9 @@ def _setup(quick: bool, link: str | None) -> dict[str, Any]:
 def _settings(setup: dict[str, Any], method: str, mode: str, rounds: str) -> dict[str, Any]:
     """The ``lsgd train`` settings of one run (keys as TrainConfig's fields)."""
     settings: dict[str, Any] = {
-        "method": method, "model": setup["model"], "dataset": setup["dataset"], "workers": 4,
-        "steps": setup["steps"], "period": setup["period"], "batch_size": setup["batch_size"],
-        "eval_every": str(setup["every"]), "seed": 0, "timeout": TIMEOUT,
-        "restarts": RESTARTS, "quiet": True, **ROUNDS[rounds]}
+        "method": method, "workers": 4, "eval_every": str(setup["every"]), "seed": 0,
+        **{key: setup[key] for key in ("model", "dataset", "steps", "period", "batch_size")},
+        "timeout": TIMEOUT, "restarts": RESTARTS, "quiet": True, **ROUNDS[rounds]}
     if setup["link"]:
         settings.update(groups=4, link=setup["link"])
     if mode == "elastic":
@@ -128,12 +128,9 @@ def _newest(run: Path) -> float:
     but the quorum logs: a run whose quorums all fail still writes those."""
     newest = 0.0
     for path in run.rglob("*"):
-        if path.name.startswith("quorums-"):
-            continue
-        try:
-            newest = max(newest, path.stat().st_mtime)
-        except OSError:
-            continue
+        with contextlib.suppress(OSError):  # a file removed meanwhile
+            if not path.name.startswith("quorums-"):
+                newest = max(newest, path.stat().st_mtime)
     return newest
 
 
@@ -142,7 +139,7 @@ _EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
 _SIGNALS = {"kill": -9, "segv": -11, "kill-node": -9, "corrupt-checkpoint": -9}
 
 
-def silent_exits(run: Path, per_node: int = 1) -> tuple[int, list[str]]:
+def silent_exits(run: Path) -> tuple[int, list[str]]:
     """Workers that ended without a reason in the run folder: a signal that no fault sent,
     or an error exit with no error written. From the agents' logs in ``logs/``."""
     from lsgd.train import faults
@@ -150,10 +147,8 @@ def silent_exits(run: Path, per_node: int = 1) -> tuple[int, list[str]]:
     text = "\n".join(p.read_text(errors="replace")
                      for p in sorted((run / "logs").glob("*.log")))
     exits = [int(code) for code, _ in _EXIT.findall(text)]
-    sent: Counter[int] = Counter()
-    for event in faults.read_log(run):
-        if event.get("event") == "fault" and event["kind"] in _SIGNALS:
-            sent[_SIGNALS[event["kind"]]] += per_node if event["kind"] == "kill-node" else 1
+    sent = Counter(_SIGNALS[event["kind"]] for event in faults.read_log(run)
+                   if event.get("event") == "fault" and event["kind"] in _SIGNALS)
     unexplained: list[str] = []
     for code in exits:
         if code < 0 and sent[code] > 0:
