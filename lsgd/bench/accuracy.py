@@ -238,8 +238,7 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     methods = [m for m in opts.get("methods") or METHODS if m not in left_out]
     layout = (workers, groups)
     given = _given_knobs(opts.get("knobs") or {}, methods, left_out, layout)
-    tuned = [m for m in methods
-             if opts["tune"] and len(METHODS[m][2]) > 1 and m not in given]
+    tuned = [m for m in methods if opts["tune"] and len(METHODS[m][2]) > 1 and m not in given]
     tuning = in_parallel(_one, _numbered("tuning run", [
         (out / "tuning", name, opts["links"][0], TUNING_SEED, knobs, opts, layout)
         for name in tuned for knobs in METHODS[name][2]]), jobs)

@@ -144,8 +144,7 @@ def silent_exits(run: Path) -> tuple[int, list[str]]:
     or an error exit with no error written. From the agents' logs in ``logs/``."""
     from lsgd.train import faults
 
-    text = "\n".join(p.read_text(errors="replace")
-                     for p in sorted((run / "logs").glob("*.log")))
+    text = "\n".join(p.read_text(errors="replace") for p in sorted((run / "logs").glob("*.log")))
     exits = [int(code) for code, _ in _EXIT.findall(text)]
     sent = Counter(_SIGNALS[event["kind"]] for event in faults.read_log(run)
                    if event.get("event") == "fault" and event["kind"] in _SIGNALS)

@@ -84,8 +84,7 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "elastic, restart, blocking, hidden-int8 (default: all)")
     parser.add_argument("--repeats", type=int,
                         help="startup: times each variant is run (default 5)")
-    parser.add_argument("--budget", type=float,
-                        help=_for("seconds of training per run", "budget"))
+    parser.add_argument("--budget", type=float, help=_for("seconds of training per run", "budget"))
     parser.add_argument("--batch-size", type=int, metavar="B",
                         help=_for("images or text windows per worker and step (default: "
                                   "128 images, 16 windows)", "batch_size"))
@@ -102,8 +101,7 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                                   "the training clock) and stop each run at the target, "
                                   "instead of every budget/12 seconds; scaling evaluates "
                                   "every 10 steps unless given", "eval_steps"))
-    parser.add_argument("--methods", help=_for("comma-separated subset of the methods",
-                                               "methods"))
+    parser.add_argument("--methods", help=_for("comma-separated subset of the methods", "methods"))
     parser.add_argument("--backend", choices=("processes", "threads"),
                         help=_for("shaped links between processes (root) or the simulator's "
                                   "modeled links", "backend"))
@@ -136,14 +134,12 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    links = None
-    if args.links:
-        links = [part.strip() for part in args.links.split(",") if part.strip()]
-        for link in links:
-            try:
-                parse_link(link)
-            except ValueError as error:
-                raise UsageError(f"--links: {error}") from None
+    links = _split(args.links) or None
+    for link in links or ():
+        try:
+            parse_link(link)
+        except ValueError as error:
+            raise UsageError(f"--links: {error}") from None
     for name, (fits, hint) in NUMBERS.items():
         value = getattr(args, name)
         if value is not None and not fits(value):
@@ -164,11 +160,16 @@ def _names(flag: str, text: str | None, known: Any) -> list[str] | None:
     """A comma-separated list of names, each one of ``known``; None when not given."""
     if not text:
         return None
-    names = [name.strip() for name in text.split(",") if name.strip()]
+    names = _split(text)
     unknown = [name for name in names if name not in known]
     if unknown:
         raise UsageError(f"{flag}: unknown {unknown}; choose from {', '.join(known)}")
     return names
+
+
+def _split(text: str | None) -> list[str]:
+    """The items of a comma-separated list."""
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
 def _value(text: str) -> int | float | str:
@@ -196,7 +197,7 @@ def _knobs(specs: list[str]) -> dict[str, dict[str, Any]]:
             raise UsageError(f"--knobs {name}: given twice; put all its knobs in one "
                              f"--knobs {name}:KEY=VALUE,KEY=VALUE")
         knobs: dict[str, Any] = {}
-        for pair in filter(None, (part.strip() for part in pairs.split(","))):
+        for pair in _split(pairs):
             key, equals, value = pair.partition("=")
             if not equals or not key.strip() or not value.strip():
                 raise UsageError(f"--knobs {spec!r}: {pair!r} is not KEY=VALUE; {example}")

@@ -45,8 +45,7 @@ class Result:
 
     def markdown(self) -> str:
         """The table as Markdown (the cells as printed), as docs/benchmarks.md shows it."""
-        lines = ["| " + " | ".join(self.columns) + " |",
-                 "|" + "---|" * len(self.columns)]
+        lines = ["| " + " | ".join(self.columns) + " |", "|" + "---|" * len(self.columns)]
         percent = ["acc" in column for column in self.columns]
         lines += ["| " + " | ".join(
             f"{100 * v:.2f}%" if share and isinstance(v, float) and not math.isnan(v)
@@ -57,8 +56,7 @@ class Result:
 def read_result(path: Path) -> Result:
     """A benchmark's result as :func:`write` stored it (``NAME.json``)."""
     stored = json.loads(path.read_text())
-    return Result(stored["name"], stored["title"], stored["columns"], stored["rows"],
-                  stored["notes"], stored["data"], stored["figures"], stored["seconds"])
+    return Result(**{field.name: stored[field.name] for field in dataclasses.fields(Result)})
 
 
 def cell(value: Any) -> str:

@@ -150,8 +150,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
         mine = ranks[0]["timings"]
         plain_ms = median([1e3 * s for s, _, _ in mine[PLAIN]])
         plain_cpu_ms = median([1e3 * c for _, c, _ in mine[PLAIN]])
-        summary = {m: summarize(t, plain_ms, plain_cpu_ms) for m, t in mine.items()
-                   if m != PLAIN}
+        summary = {m: summarize(t, plain_ms, plain_cpu_ms) for m, t in mine.items() if m != PLAIN}
         data["skipped"].update(ranks[0]["skipped"])
         data["models"][name] = {
             "batch": batch, "steps": steps, "warmup": warmup, "plain_ms": plain_ms,
@@ -164,8 +163,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                          s["round_cost_ms"], s["round_cost_steps"],
                          f"{s['round_steps']}/{s['steps']}", s["cpu_overhead_pct"]])
     data["load_after"] = os.getloadavg()
-    sizes = ", ".join(f"{n} batch {b}, {s} timed steps after {w}"
-                      for n, (b, s, w) in plan.items())
+    sizes = ", ".join(f"{n} batch {b}, {s} timed steps after {w}" for n, (b, s, w) in plan.items())
     notes = [f"Medians of rank 0 of 2 gloo processes on loopback ({sizes}), period {PERIOD}: "
              "'overhead %' is what a strategy adds to a step without communication, "
              "'round cost' what one round adds on top of that, in ms and in plain steps.",

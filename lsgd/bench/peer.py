@@ -187,12 +187,10 @@ class _Peer(WorkerLoop):
 
         self.settings, self.group = settings, info.group
         comm = lsgd.get_communicator()
-        cfg = make_config({"method": "diloco", "model": settings["model"], "outer_lr": 0.7,
-                           "dataset": settings["dataset"], "batch_size": settings["batch_size"],
-                           "workers": comm.world_size, "seed": settings["seed"],
-                           "backend": "processes", "minutes": settings["minutes"],
-                           "eval_every": settings["eval_every"], "out": run, "quiet": True,
-                           **{key: settings[key] for key in HONOURED if key in settings}})
+        shared = ("model", "dataset", "batch_size", "seed", "minutes", "eval_every", *HONOURED)
+        cfg = make_config({"method": "diloco", "outer_lr": 0.7, "workers": comm.world_size,
+                           "backend": "processes", "out": run, "quiet": True,
+                           **{key: settings[key] for key in shared if key in settings}})
         super().__init__(cfg, comm, torch.device("cpu"), started=started)
 
     def make_strategy(self) -> _TorchftDiLoCo:  # type: ignore[override]

@@ -97,11 +97,10 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
 def _sent_until(run: dict[str, Any]) -> float:
     """MB a worker sent until the run's first evaluation at the target (all it sent
     when it never got there)."""
-    if run["time"] is None or not run["sent_curve"]:
-        return float(run["bytes_per_worker"])
-    for (sent, _), (time_, _) in zip(run["sent_curve"], run["curve"]):
-        if time_ >= run["time"]:
-            return float(sent)
+    if run["time"] is not None:
+        for (sent, _), (time_, _) in zip(run["sent_curve"], run["curve"]):
+            if time_ >= run["time"]:
+                return float(sent)
     return float(run["bytes_per_worker"])
 
 

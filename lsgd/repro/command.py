@@ -79,8 +79,7 @@ def add_toy_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--tol", type=positive_float, default=1e-10,
                    help="stop when no coordinate moves more than this in a step "
                    "(default: 1e-10)")
-    p.add_argument("--lr", type=positive_float, default=defaults.TOY_LR,
-                   help="step (default: 0.1)")
+    p.add_argument("--lr", type=positive_float, default=defaults.TOY_LR, help="step (default: 0.1)")
     p.add_argument("--pull", type=fraction, default=defaults.TOY_PULL,
                    help="LGD's pull lambda (default: 0.1)")
     p.add_argument("--moving-rate", type=fraction, default=defaults.TOY_MOVING_RATE,
@@ -130,20 +129,16 @@ def run_repro(args: argparse.Namespace) -> int:
     """``lsgd repro`` without an experiment: the usage and exit code 2."""
     parser: argparse.ArgumentParser = args.parser
     parser.print_usage(sys.stderr)
-    print(f"{parser.prog}: error: choose an experiment; see {parser.prog} --help",
-          file=sys.stderr)
+    print(f"{parser.prog}: error: choose an experiment; see {parser.prog} --help", file=sys.stderr)
     return 2
 
 
 def run_toy(args: argparse.Namespace) -> int:
     from lsgd.repro import Progress, toy
 
-    progress = Progress(enabled=not args.quiet)
-    try:
+    with Progress(enabled=not args.quiet) as progress:
         summary, runs = toy.run(max_steps=args.max_steps, tol=args.tol, pull=args.pull,
                                 moving_rate=args.moving_rate, lr=args.lr, progress=progress)
-    finally:
-        progress.close()
     _report(args, summary, toy.table(summary), toy.plot(runs, args.out))
     return 0
 
@@ -168,15 +163,11 @@ def run_matrix_completion(args: argparse.Namespace) -> int:
         parser.error(f"--device {args.device!r} is not a torch device (try cpu or cuda)")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device {args.device}: CUDA is not available on this machine")
-    progress = Progress(enabled=not args.quiet)
-    try:
-        result = matrix.run(
-            dim=args.dim, ranks=ranks, trials=args.trials, steps=args.steps, seed=args.seed,
-            workers=args.workers, lr=args.lr, pull=args.pull, device=str(device),
-            dtype=getattr(torch, args.dtype), engine=args.engine, progress=progress,
-        )
-    finally:
-        progress.close()
+    with Progress(enabled=not args.quiet) as progress:
+        result = matrix.run(dim=args.dim, ranks=ranks, trials=args.trials, steps=args.steps,
+                            seed=args.seed, workers=args.workers, lr=args.lr, pull=args.pull,
+                            device=str(device), dtype=getattr(torch, args.dtype),
+                            engine=args.engine, progress=progress)
     summary = matrix.summarize(result, at)
     _report(args, summary, matrix.table(summary), matrix.plot(result, args.out))
     return 0

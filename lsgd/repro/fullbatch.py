@@ -183,6 +183,12 @@ class Progress:
             if force:
                 self._bar.refresh()
 
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """End the current task's bar."""
         if self._bar is not None:

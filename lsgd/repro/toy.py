@@ -127,7 +127,6 @@ def plot(runs: list[FullBatchRun], out: str) -> list[str]:
     plt = pyplot(note=True)
     if plt is None:
         return []
-    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
     grid = torch.linspace(-25, 25, 501, dtype=torch.float64)
     gx, gy = torch.meshgrid(grid, grid, indexing="xy")
     landscape = objective(torch.stack([gx, gy], dim=-1)).numpy()
@@ -145,7 +144,7 @@ def plot(runs: list[FullBatchRun], out: str) -> list[str]:
             assert r.positions is not None
             for i in range(r.positions.shape[1]):
                 path = r.positions[:, i].numpy()
-                c = colors[i % len(colors)]
+                c = f"C{i}"  # matplotlib's own colour cycle
                 a.plot(path[:, 0], path[:, 1], "-", color=c, lw=1.2, label=f"worker {i}")
                 a.plot(*path[0], "o", color=c, mec="black", ms=6)
                 a.plot(*path[-1], "*", color=c, mec="black", ms=13 if a is ax else 10)
@@ -166,8 +165,7 @@ def plot(runs: list[FullBatchRun], out: str) -> list[str]:
     for ax, r in zip(axes[0], runs):
         steps = torch.arange(r.losses.shape[0]) + 1
         for i in range(r.losses.shape[1]):
-            ax.plot(steps.numpy(), r.losses[:, i].numpy(), color=colors[i % len(colors)],
-                    label=f"worker {i}")
+            ax.plot(steps.numpy(), r.losses[:, i].numpy(), color=f"C{i}", label=f"worker {i}")
         ax.set(xscale="log", xlabel="step + 1")
         ax.set_title(r.method.label, fontsize=10)
         ax.grid(alpha=0.3)
