@@ -23,17 +23,13 @@ class Runner(Protocol):
     def __call__(self, out: Path, quick: bool, options: dict[str, Any]) -> Result: ...
 
 
+#: name: (module, function)
 _RUNNERS = {
-    "time-to-accuracy": ("accuracy", "run"),
-    "twelve-workers": ("accuracy", "run_twelve"),
-    "scaling": ("scaling", "run"),
-    "time-to-loss": ("accuracy", "run_text"),
-    "volume": ("volume", "run"),
-    "overhead": ("overhead", "run"),
-    "stragglers": ("stragglers", "run"),
-    "simulator": ("simulator_bench", "run"),
-    "startup": ("startup", "run"),
-    "elastic": ("elastic_bench", "run"),
+    "time-to-accuracy": ("accuracy", "run"), "twelve-workers": ("accuracy", "run_twelve"),
+    "scaling": ("scaling", "run"), "time-to-loss": ("accuracy", "run_text"),
+    "volume": ("volume", "run"), "overhead": ("overhead", "run"),
+    "stragglers": ("stragglers", "run"), "simulator": ("simulator_bench", "run"),
+    "startup": ("startup", "run"), "elastic": ("elastic_bench", "run"),
     "chaos": ("chaos_bench", "run"),
 }
 NAMES = tuple(_RUNNERS)  # in the order ``all`` runs them

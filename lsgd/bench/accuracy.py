@@ -187,6 +187,7 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
                       reuse=opts.get("reuse", False), step_seconds=opts.get("step_seconds"),
                       **(grid | opts.get("task", PAPER_OUTER.get(method, {})) | fixed | knobs))
     rows = summary.pop("rows")
+    evaluated = [r for r in rows if not math.isnan(r[column])]
     time_, steps = next(((r["time"], r["steps"]) for r in rows  # the first at the target
                          if reaches(metric, r[column], opts["target"])), (None, None))
     top = best(metric, [r[column] for r in rows])
@@ -199,11 +200,9 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
           f"{reached}, best {headline.show(round(top, 4))}", file=sys.stderr, flush=True)
     return {"method": name, "link": link, "seed": seed, "knobs": knobs, "time": time_,
             "steps": steps, "best": top, "metric": metric, "run": summary["run"],
-            "curve": [(r["time"], headline.falling(r[column]))
-                      for r in rows if not math.isnan(r[column])],
-            "sent_curve": [(r["bytes_sent_per_worker"], r[column]) for r in rows
-                           if not math.isnan(r[column])
-                           and not math.isnan(r.get("bytes_sent_per_worker", math.nan))],
+            "curve": [(r["time"], headline.falling(r[column])) for r in evaluated],
+            "sent_curve": [(r["bytes_sent_per_worker"], r[column]) for r in evaluated
+                           if not math.isnan(r.get("bytes_sent_per_worker", math.nan))],
             "bytes_per_worker": summary["bytes_sent_per_worker"],
             "comm_seconds": summary.get("comm_seconds_per_worker"),
             "steps_done": summary["steps"], "seconds": summary.get("train_seconds")}

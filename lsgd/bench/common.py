@@ -1,8 +1,7 @@
 """What every benchmark shares: its result, the table, the files, a training run.
 
-A benchmark is a module with ``NAME``, ``TITLE`` and ``run(out, quick, options)
--> Result``. :func:`write` prints nothing; it puts ``NAME.json`` (everything
-measured), ``NAME.txt`` (the table) and the figures under ``out``.
+A benchmark's ``run(out, quick, options)`` returns a :class:`Result`; :func:`write` puts
+its ``NAME.json`` (everything measured) and ``NAME.txt`` (the table) under ``out``.
 """
 
 from __future__ import annotations
@@ -106,9 +105,8 @@ def write(result: Result, out: Path) -> Path:
 
 def run_and_write(run: Callable[[Path, bool, dict[str, Any]], Result], out: Path, quick: bool,
                   options: dict[str, Any]) -> Result:
-    """Run one benchmark (``run(out, quick, options)``), print its table and write its
-    files under ``out`` (:func:`write`); the result, its ``seconds`` measured. A run
-    that ``--reuse-only`` does not find (:class:`MissingRecord`) is a
+    """Run one benchmark, print its table and write its files under ``out`` (:func:`write`);
+    the result, its ``seconds`` measured. A run that ``--reuse-only`` does not find is a
     :class:`~lsgd.train.errors.UsageError` that names it."""
     start = time.perf_counter()
     try:
@@ -135,15 +133,12 @@ class MissingRecord(Exception):
 
 
 def train(run: Path, reuse: bool | str = False, **settings: Any) -> dict[str, Any]:
-    """``lsgd train`` in this process with ``settings`` (quiet, into a fresh ``run``);
-    its summary, with the metrics rows under ``"rows"``. The run folder is then cut
-    down to its record (:data:`RECORD_FILES`). An option of another method is left out
-    (a study gives every method of a table the same settings).
+    """``lsgd train`` in this process with ``settings`` (quiet, into a fresh ``run``, then
+    cut down to its record); its summary, with the metrics rows under ``"rows"``. An option
+    of another method is left out (a study gives every method of a table the same settings).
 
-    With ``reuse``, a finished run already in ``run`` with the same settings
-    (see :func:`finished`) is read back instead of trained again; with
-    ``reuse="only"`` a run that is not there raises :class:`MissingRecord`
-    instead of training.
+    With ``reuse``, a finished run in ``run`` with the same settings (:func:`finished`) is
+    read back instead; with ``reuse="only"`` a missing one raises :class:`MissingRecord`.
     """
     from lsgd.train import runner
     from lsgd.names import METHODS
@@ -167,13 +162,10 @@ def train(run: Path, reuse: bool | str = False, **settings: Any) -> dict[str, An
 
 
 def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
-    """The summary of the finished run in ``run`` if it was trained with the settings
-    of ``wanted_toml`` (a config's TOML); ``None`` otherwise.
-
-    A setting that the stored run's ``config.toml`` does not have (one added to
-    lsgd since) must be at its default, and so must one it has that lsgd no longer
-    takes (:data:`~lsgd.train.config.REMOVED`); ``out``, ``quiet`` and
-    ``device`` (where it ran, not what) do not count.
+    """The summary of the finished run in ``run`` if it was trained with the settings of
+    ``wanted_toml`` (a config's TOML), else ``None``. A setting the stored run lacks (added
+    to lsgd since) must be at its default, and so must one lsgd no longer takes
+    (:data:`~lsgd.train.config.REMOVED`); ``out``, ``quiet`` and ``device`` do not count.
     """
     import tomllib
 
@@ -213,12 +205,9 @@ def read_record(run: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
 
 def in_parallel(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], jobs: int
                 ) -> list[Any]:
-    """``[fn(*call) for call in calls]``, ``jobs`` calls at a time, each in a process of
-    its own (spawned, with an equal share of this process's torch threads); the
-    results in the order of ``calls``. One job runs them here, one after another.
-
-    ``fn`` must be a module-level function and the calls' arguments picklable.
-    """
+    """``[fn(*call) for call in calls]``, ``jobs`` calls at a time, each in a spawned
+    process with an equal share of this process's torch threads (one job: here, in turn);
+    ``fn`` must be a module-level function and the calls' arguments picklable."""
     if jobs <= 1 or len(calls) <= 1:
         return [fn(*call) for call in calls]
     import multiprocessing

@@ -176,12 +176,11 @@ def tuning(result: Result) -> str:
     lines = ["| method | knobs | time s | steps | best | steps/s | chosen |",
              "|---|---|---|---|---|---|---|"]
     for run in result.data["tuning"]:
-        knobs = ", ".join(f"{key} {value}" for key, value in run["knobs"].items())
         pace = run["steps_done"] / run["seconds"] if run.get("seconds") else math.nan
-        best = headline.show(run["best"], 2)
-        lines.append(
-            f"| {run['method']} | {knobs} | "
-            + ("-" if run["time"] is None else f"{run['time']:.1f}")
-            + f" | {'-' if run['steps'] is None else int(run['steps'])} | {best} | {pace:.2f} | "
-            + ("yes" if chosen.get(run["method"]) == run["knobs"] else "") + " |")
+        cells = [run["method"], ", ".join(f"{key} {value}" for key, value in run["knobs"].items()),
+                 "-" if run["time"] is None else f"{run['time']:.1f}",
+                 "-" if run["steps"] is None else str(int(run["steps"])),
+                 headline.show(run["best"], 2), f"{pace:.2f}",
+                 "yes" if chosen.get(run["method"]) == run["knobs"] else ""]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

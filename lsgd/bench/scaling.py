@@ -31,13 +31,12 @@ KNOBS: dict[str, dict[str, Any]] = {
 
 
 def _defaults(quick: bool) -> dict[str, Any]:
+    shared = {"target": 0.8, "model": "mlp", "step_seconds": 0.05, "links": ["20mbit"]}
     if quick:
-        return {"sizes": [2, 4, 8], "node": 2, "seeds": 1, "budget": 20.0, "target": 0.8,
-                "model": "mlp", "dataset": "digits", "batch_size": 16, "eval_steps": 5,
-                "step_seconds": 0.05, "links": ["20mbit"]}
-    return {"sizes": [4, 16, 64], "node": NODE, "seeds": 2, "budget": 120.0, "target": 0.8,
-            "model": "mlp", "dataset": "fashion-mnist", "batch_size": 32, "eval_steps": 10,
-            "step_seconds": 0.05, "links": ["20mbit"]}
+        return shared | {"sizes": [2, 4, 8], "node": 2, "seeds": 1, "budget": 20.0,
+                         "dataset": "digits", "batch_size": 16, "eval_steps": 5}
+    return shared | {"sizes": [4, 16, 64], "node": NODE, "seeds": 2, "budget": 120.0,
+                     "dataset": "fashion-mnist", "batch_size": 32, "eval_steps": 10}
 
 
 def _knobs(name: str, groups: int) -> dict[str, Any]:

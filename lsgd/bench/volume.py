@@ -41,9 +41,9 @@ def _gathered(label: str, model: Any) -> float:
     the format's byte count (docs/algorithms.md, "Gathered messages")."""
     from lsgd.comm.sparse import SparseFormat, density_to_k
 
-    if label == "demo":
-        return lsgd.DeMo.payload_fraction(model) * 4 * sum(p.numel() for p in model.parameters())
     values = sum(p.numel() for p in model.parameters())
+    if label == "demo":
+        return lsgd.DeMo.payload_fraction(model) * 4 * values
     chunk, rows = 4096, -(-values // 4096)
     k, kind = {"sparseloco": (density_to_k(0.1, chunk), "2bit"),
                "local-sgd topk": (density_to_k(0.01, chunk), "float32"),
@@ -61,16 +61,11 @@ def _theory(label: str, period: int, b: float, w: int, model: Any = None) -> flo
     if compress:
         values = int(b // 4)
         return _theory(method, period, b, w) * codec.nbytes(compress, values) / (4 * values)
-    ring = 2 * (w - 1) / w * b
-    if method == "allreduce":
-        return ring
-    if method in ("easgd", "local-sgd"):  # one all-reduce of the state per round
-        return ring / period
-    if method == "lsgd":  # one tree broadcast: (w - 1) B over the workers; scores ignored
-        return (w - 1) / w * b / period
-    if method == "dpsgd":  # a ring: B to each of 2 neighbours every gossip
-        return 2 * b / period
-    return math.nan
+    ring = 2 * (w - 1) / w * b  # one all-reduce (allreduce's period is 1)
+    per_round = {"allreduce": ring, "easgd": ring, "local-sgd": ring,
+                 "lsgd": (w - 1) / w * b,  # a tree broadcast of B; the scores left out
+                 "dpsgd": 2 * b}  # a ring: B to each of 2 neighbours every gossip
+    return per_round.get(method, math.nan) / period
 
 
 def _count(info: lsgd.WorkerInfo, label: str, period: int, steps: int, model: str

@@ -36,13 +36,9 @@ class Point(nn.Module):
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-    """One method of a comparison: a label and the strategy that implements it.
-
-    ``kind`` is one of :data:`KINDS` (``"sgd"``: independent workers);
-    ``options`` are the strategy's keyword arguments
-    (``pull``, ``scope``, ``period``, ``moving_rate``, ...). Every worker
-    keeps its own start (``init="independent"``).
-    """
+    """One method of a comparison: a label and the strategy that implements it, ``kind``
+    (one of :data:`KINDS`; ``"sgd"``: independent workers) with the keyword arguments
+    ``options``. Every worker keeps its own start (``init="independent"``)."""
 
     label: str
     kind: str
@@ -76,12 +72,9 @@ def eagd(moving_rate: float) -> Method:
 
 @dataclasses.dataclass
 class FullBatchRun:
-    """What :func:`run_full_batch` records.
-
-    ``losses[t, i]`` is F at worker ``i``'s point after ``t`` steps (row 0: the
-    starts); ``positions[t, i]`` that point, when recorded; ``leaders[t]`` the
-    leader elected at step ``t + 1`` (LSGD only, else empty).
-    """
+    """What :func:`run_full_batch` records: ``losses[t, i]``, F at worker ``i``'s point after
+    ``t`` steps (row 0: the starts); ``positions[t, i]`` that point, when recorded;
+    ``leaders[t]`` the leader elected at step ``t + 1`` (LSGD only, else empty)."""
 
     method: Method
     losses: torch.Tensor
