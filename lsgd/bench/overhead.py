@@ -18,7 +18,6 @@ from __future__ import annotations
 import gc
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,19 +49,25 @@ def knobs(method: str) -> dict[str, Any]:
     return {"period": PERIOD} if "period" in accepted_knobs(method) else {}
 
 
-Stepper = tuple[nn.Module, torch.optim.Optimizer, Callable[[torch.Tensor], bool]]
+#: A method's model, optimizer and strategy (None: plain PyTorch).
+Stepper = tuple[nn.Module, torch.optim.Optimizer, "lsgd.Strategy | None"]
 
 
 def _step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, bool]:
     """Wall and CPU seconds of one step (forward pass to optimizer step), and whether a
     round was held."""
-    model, opt, step = stepper
+    model, opt, strategy = stepper
+    rounds = strategy.rounds if strategy is not None else 0
     start, cpu = time.perf_counter(), time.process_time()
     loss = F.cross_entropy(model(x), y)
     opt.zero_grad()
     loss.backward()
-    held = step(loss)
-    return time.perf_counter() - start, time.process_time() - cpu, held
+    if strategy is None:
+        opt.step()
+    else:
+        strategy.step(loss)
+    return (time.perf_counter() - start, time.process_time() - cpu,
+            strategy is not None and strategy.rounds != rounds)
 
 
 def measure(info: lsgd.WorkerInfo, name: str, batch: int, steps: int, warmup: int,
@@ -85,13 +90,7 @@ def measure(info: lsgd.WorkerInfo, name: str, batch: int, steps: int, warmup: in
         return model, torch.optim.SGD(model.parameters(), lr=0.01,
                                       momentum=0.0 if method == "demo" else 0.9)
 
-    model, opt = fresh()
-
-    def plain(loss: torch.Tensor, opt: torch.optim.Optimizer = opt) -> bool:
-        opt.step()
-        return False
-
-    steppers: dict[str, Stepper] = {PLAIN: (model, opt, plain)}
+    steppers: dict[str, Stepper] = {PLAIN: (*fresh(), None)}
     skipped: dict[str, str] = {}
     for method in lsgd.strategy_names():
         model, opt = fresh(method)
@@ -100,13 +99,7 @@ def measure(info: lsgd.WorkerInfo, name: str, batch: int, steps: int, warmup: in
         except ValueError as error:  # the same on both workers: both skip it
             skipped[method] = str(error)
             continue
-
-        def step(loss: torch.Tensor, strategy: lsgd.Strategy = strategy) -> bool:
-            before = strategy.rounds
-            strategy.step(loss)
-            return strategy.rounds != before
-
-        steppers[method] = (strategy.model, opt, step)
+        steppers[method] = (strategy.model, opt, strategy)
     methods = list(steppers)
     timings: dict[str, Timings] = {m: [] for m in methods}
     gc.collect()
