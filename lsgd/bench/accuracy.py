@@ -61,10 +61,8 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     "local-sgd-overlap": ("local-sgd", {"overlap": 4}, [{"period": 16}]),
     "local-sgd-overlap-int8": ("local-sgd", {"overlap": 4, "compress": "int8"},
                                [{"period": 16}]),
-    # Each periodic method's hidden forms as one family, tuned over a recorded grid at
-    # 20 Mbit/s (docs/studies.md, "LSGD in front"): period, overlap, fragments, the
-    # wire format, and for LSGD its pull and scope; the first point is the form the
-    # tables used before the sweep.
+    # Each periodic method's hidden forms as one family, tuned over a grid recorded at
+    # 20 Mbit/s (docs/studies.md, "LSGD in front").
     "lsgd-hidden": ("lsgd", {}, [
         {"period": 4, "overlap": 3, "compress": "int8"},
         {"period": 8, "overlap": 6, "compress": "int8"},
@@ -251,7 +249,6 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
                                                for name in methods]), jobs)
     rows, summary = ranking.table(runs, methods, opts,
                                   ranking.simulated_steps(opts.get("steps_from")))
-    figures = ranking.figures(out, setting, runs, opts)
     grid = (f"every {opts['eval_steps']} steps, a run stopping at the target"
             if opts.get("eval_steps") else f"every {opts['eval']:g} s of training")
     notes = [
@@ -266,22 +263,21 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
         f"{headline.what} within the budget (median); MB sent: per worker in the whole "
         "run (median); steps/s: local steps per worker and second of training (median); "
         "predicted s: the median steps at the median steps/s, against the measured time. "
-        "ratio: LSGD's time to the target "
-        "divided by the method's (below 1: LSGD is faster; multi-leader LSGD's in the "
-        "12-worker setting; its hidden family's when plain LSGD is not in the run).",
+        "ratio: LSGD's time to the target divided by the method's (below 1: LSGD is faster; "
+        "multi-leader LSGD's in the 12-worker setting; its hidden family's when plain LSGD "
+        "is not in the run).",
         "knobs: " + "; ".join(f"{m} {chosen[m] or 'defaults'}"
                               + (" (given)" if m in given else "") for m in methods)
         + (f" (tuned on seed {TUNING_SEED}, link {opts['links'][0]})" if tuned else ""),
     ]
     notes += [f"{m}: left out ({why})" for m, why in left_out.items()
               if m in (opts.get("methods") or METHODS)]
-    title = headline.time_to.format(target=headline.show(opts["target"]))
-    return Result(setting, title,
+    return Result(setting, headline.time_to.format(target=headline.show(opts["target"])),
                   ["link", "method", "time s", "spread s", "steps", headline.best_label,
                    "ratio lsgd/method", "MB sent/worker", "steps/s", "steps spread",
-                   "predicted s"],
-                  rows, notes, {"options": opts, "chosen": chosen, "summary": summary,
-                                "runs": runs, "tuning": tuning}, figures)
+                   "predicted s"], rows, notes,
+                  {"options": opts, "chosen": chosen, "summary": summary, "runs": runs,
+                   "tuning": tuning}, ranking.figures(out, setting, runs, opts))
 
 
 def _numbered(what: str, calls: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

@@ -111,7 +111,7 @@ def figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str,
     if plt is None:
         return []
     paths = []
-    first = min(run["seed"] for run in runs) if runs else 0  # one seed per figure
+    first = min((run["seed"] for run in runs), default=0)  # one seed per figure
     headline = headline_of(opts)
     for link in opts["links"]:
         fig, axes = plt.subplots(1, 2 if headline.by_bytes else 1, squeeze=False,

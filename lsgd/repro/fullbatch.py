@@ -152,10 +152,8 @@ def run_full_batch(method: Method, value_and_grad: ValueAndGrad, starts: torch.T
 
 
 class Progress:
-    """Progress of the reproductions' runs: one tqdm bar per task, on stderr.
-
-    Shown only on a terminal and when ``enabled``, so logs stay free of redraws.
-    """
+    """Progress of the reproductions' runs: one tqdm bar per task, on stderr, shown only on
+    a terminal and when ``enabled`` (so that logs stay free of redraws)."""
 
     def __init__(self, enabled: bool = True, stream: IO[str] | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr

@@ -243,12 +243,10 @@ def run(*, dim: int = DIM, ranks: Sequence[int] = RANKS, trials: int = TRIALS,
     if bad:
         raise ValueError(f"every rank must be between 1 and dim={dim}; got {bad}")
     pair = methods(lr, pull, workers)
-    setup = {
-        "dim": dim, "ranks": list(ranks), "trials": trials, "steps": steps, "seed": seed,
-        "workers": workers, "lr": lr, "pull_lambda": pull, "device": str(device),
-        "dtype": str(dtype).removeprefix("torch."), "engine": engine,
-        "methods": {m.label: m.describe() for m in pair},
-    }
+    setup = {"dim": dim, "ranks": list(ranks), "trials": trials, "steps": steps, "seed": seed,
+             "workers": workers, "lr": lr, "pull_lambda": pull, "device": str(device),
+             "dtype": str(dtype).removeprefix("torch."), "engine": engine,
+             "methods": {m.label: m.describe() for m in pair}}
     curves: dict[int, dict[str, torch.Tensor]] = {}
     seconds: dict[int, float] = {}
     for rank in ranks:
