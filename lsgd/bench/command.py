@@ -114,8 +114,8 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int,
                         help="runs at once, each in a process of its own with a share of the "
                              f"cores (scaling; {_listed(*TIMED)} with --step-seconds)")
-    parser.add_argument("--no-tune", action="store_true", help=_for(
-        "skip the tuning runs; use each method's first knobs", "no_tune"))
+    parser.add_argument("--no-tune", action="store_true",
+                        help=_for("skip the tuning runs; use each method's first knobs", "no_tune"))
     parser.add_argument("--knobs", action="append", metavar="METHOD:KEY=VALUE,...",
                         help=_for("a method's knobs, e.g. dpsgd:gossip_period=4 or "
                                   "lsgd-multi:period=4,global_period=16 (once per method); "

@@ -62,6 +62,7 @@ class Factorization:
 
     @classmethod
     def from_factor(cls, u: torch.Tensor) -> Factorization:
+        """The problem of ``M = U U^T``."""
         q, r = torch.linalg.qr(u)
         rrt = r @ r.mT
         return cls(q, rrt, 0.25 * _sq(rrt))
