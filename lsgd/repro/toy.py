@@ -76,8 +76,7 @@ def summarize(run: FullBatchRun) -> dict[str, Any]:
     final = run.losses[-1]
     best = int(torch.argmin(final))
     best_value = float(final[best])
-    best_per_step = run.losses.min(dim=1).values
-    above = (best_per_step > best_value + 1e-6).nonzero()
+    above = (run.losses.min(dim=1).values > best_value + 1e-6).nonzero()  # the best per step
     steps_to_best = int(above[-1]) + 1 if len(above) else 0
     assert run.positions is not None
     where = run.positions[-1, best].tolist()
@@ -110,11 +109,9 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
     lines = [head, "-" * len(head)]
     for label, s in summary.items():
         x, y = s["where"]
-        lines.append(
-            f"{label:<9} {s['best_objective']:>10.5f} {f'({x:.3f}, {y:.3f})':>20} "
-            f"{s['radius']:>7.3f} {s['worker']:>6} {s['steps_to_best']:>13} "
-            f"{s['steps']:>9}{'' if s['stopped'] else '*'} {s['lowest_visited']:>11.5f}"
-        )
+        lines.append(f"{label:<9} {s['best_objective']:>10.5f} {f'({x:.3f}, {y:.3f})':>20} "
+                     f"{s['radius']:>7.3f} {s['worker']:>6} {s['steps_to_best']:>13} "
+                     f"{s['steps']:>9}{'' if s['stopped'] else '*'} {s['lowest_visited']:>11.5f}")
     if not all(s["stopped"] for s in summary.values()):
         lines.append("* still moving at the step limit")
     lines.append("")
