@@ -1,16 +1,14 @@
 """Time to a target on slow links, every method side by side (the headline).
 
-Each method trains the same model on the same data, with the same learning
-rate, batch size and training-time budget, behind links of a given rate
-between nodes; the center is evaluated every ``eval`` seconds of training time
-(or every ``--eval-steps N`` steps), off the training clock, and a run stops at
-the target. Reported per link and method: the time and steps until the center
-first reaches the target (median over the seeds, with the spread), the best
-value within the budget, the seconds per step, and the time the median steps
-at the median pace predict. Runs go seed by seed, every method of a seed before
-the next. Settings: ``time-to-accuracy``, ``twelve-workers`` and ``time-to-loss``
-(docs/benchmarks.md). Knobs are tuned per method on a seed of their own
-(``TUNING_SEED``) on the first link, unless ``--knobs`` gives them.
+Each method trains the same model on the same data with the same learning rate, batch
+size and time budget, behind links of a given rate between nodes. The center is
+evaluated off the training clock every ``eval`` seconds of training (or every
+``--eval-steps N`` steps, a run then stopping at the target). Per link and method: the
+time and steps until the center first reaches the target (median over the seeds, and
+the spread), the best value, the seconds per step and the time the median steps at the
+median pace predict. Runs go seed by seed, every method of a seed before the next.
+Knobs are tuned per method on a seed of their own (``TUNING_SEED``) on the first link,
+unless ``--knobs`` gives them. Settings: :data:`SETTINGS` (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -63,10 +61,8 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     "local-sgd-overlap": ("local-sgd", {"overlap": 4}, [{"period": 16}]),
     "local-sgd-overlap-int8": ("local-sgd", {"overlap": 4, "compress": "int8"},
                                [{"period": 16}]),
-    # Each periodic method's hidden forms as one family, tuned over a recorded grid at
-    # 20 Mbit/s (docs/studies.md, "LSGD in front"): period, overlap, fragments, the
-    # wire format, and for LSGD its pull and scope; the first point is the form the
-    # tables used before the sweep.
+    # Each periodic method's hidden forms as one family, tuned over a grid recorded at
+    # 20 Mbit/s (docs/studies.md, "LSGD in front").
     "lsgd-hidden": ("lsgd", {}, [
         {"period": 4, "overlap": 3, "compress": "int8"},
         {"period": 8, "overlap": 6, "compress": "int8"},
@@ -87,13 +83,10 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     "lsgd-multi-hidden": ("lsgd", {}, [
         {"period": 4, "global_period": 16, "overlap": 3, "compress": "int8"},
         {"period": 4, "global_period": 16, "overlap": 1, "fragments": 2}]),
-    # The sparse, error-corrected methods (docs/algorithms.md): SparseLoCo and MuLoCo
-    # every 16 steps, hidden behind 4; DeMo every step, hidden behind the next (overlap 1);
-    # the leader's pull on SparseLoCo. The first learning rate is the language model's
-    # (time-to-loss does not tune; DeMo's sign step: 0.002 reached 2.51 nats/byte in 366
-    # steps where 0.004 stood at 2.70 after 300, seed 0), the second CNN7's scale (SGD
-    # inner steps; Muon's and DeMo's steps take small ones), which time-to-accuracy's
-    # tuning picks between.
+    # The sparse, error-corrected methods (docs/algorithms.md). The first learning rate is
+    # the language model's (time-to-loss does not tune; DeMo's sign step: 0.002 reached 2.51
+    # nats/byte in 366 steps where 0.004 stood at 2.70 after 300), the second CNN7's scale
+    # (SGD inner steps), which time-to-accuracy's tuning picks between.
     **{name: ("sparseloco", fixed, [{"period": 16, "lr": lr} for lr in (0.001, 0.05)])
        for name, fixed in (("sparseloco", {}), ("sparseloco-overlap", {"overlap": 4}),
                            ("sparseloco-leader", {"overlap": 4, "leader": "pull"}))},
@@ -101,12 +94,13 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
        for name, fixed in (("muloco", {}), ("muloco-overlap", {"overlap": 4}))},
     **{name: ("demo", fixed, [{"lr": lr} for lr in (0.002, 0.001)])
        for name, fixed in (("demo", {}), ("demo-overlap", {"overlap": 1}))},
-    # The peer, torchft 0.2.0 (lsgd.bench.peer): its DiLoCo, and its Streaming DiLoCo
-    # with 2 fragments and fragment_sync_delay 2.
+    # The peer, torchft 0.2.0 (lsgd.bench.peer): its DiLoCo and Streaming DiLoCo.
     "torchft-diloco": ("torchft-diloco", {}, [{"period": 16}]),
     "torchft-streaming": ("torchft-streaming", {}, [{"period": 16}]),
 }
-SINGLE_WORKER_NODES = "one worker per node: no local level"
+#: Left out where every node has one worker (multi-leader LSGD's local level).
+ONE_WORKER_NODES = dict.fromkeys(("lsgd-multi", "lsgd-multi-overlap", "lsgd-multi-overlap-int8",
+                                  "lsgd-multi-hidden"), "one worker per node: no local level")
 HOOKS = ("allreduce-bf16", "allreduce-powersgd")  # PyTorch's hooks: worker processes only
 #: The quick mode's methods: the plain ones (MATCHA's rotation has its own quick
 #: benchmark, decentralized), and one hidden and shrunk form of two.
@@ -123,10 +117,7 @@ TEXT_TRAINING = {"schedule": "constant", "lr": 0.001, "warmup_epochs": 0.1, "out
                  "eval_tokens": 16384}
 SETTINGS = {
     # name: (workers, groups, default backend, methods left out and why)
-    "time-to-accuracy": (4, 4, "processes", {
-        "lsgd-multi": SINGLE_WORKER_NODES, "lsgd-multi-overlap": SINGLE_WORKER_NODES,
-        "lsgd-multi-overlap-int8": SINGLE_WORKER_NODES,
-        "lsgd-multi-hidden": SINGLE_WORKER_NODES}),
+    "time-to-accuracy": (4, 4, "processes", ONE_WORKER_NODES),
     "twelve-workers": (12, 3, "threads", {
         "lsgd": "several workers per node make LSGD multi-leader: lsgd-multi",
         "lsgd-overlap": "several workers per node: lsgd-multi-overlap",
@@ -135,10 +126,7 @@ SETTINGS = {
         "lsgd-hidden": "several workers per node: lsgd-multi-hidden",
         "lsgd-momentum": "an option of LSGD, measured at 4 nodes",
         **dict.fromkeys(peer.METHODS, "torchft runs as processes on shaped links")}),
-    "time-to-loss": (4, 4, "processes", {
-        "lsgd-multi": SINGLE_WORKER_NODES, "lsgd-multi-overlap": SINGLE_WORKER_NODES,
-        "lsgd-multi-overlap-int8": SINGLE_WORKER_NODES,
-        "lsgd-multi-hidden": SINGLE_WORKER_NODES}),
+    "time-to-loss": (4, 4, "processes", ONE_WORKER_NODES),
 }
 
 
@@ -172,16 +160,6 @@ def _defaults(quick: bool, setting: str) -> dict[str, Any]:
 PAPER_OUTER = {"diloco": {"outer_lr": 0.7}}
 
 
-def _reached(rows: list[dict[str, float]], target: float, metric: str = "accuracy"
-             ) -> tuple[float | None, float | None]:
-    """(time, steps) of the first evaluation at ``target`` or better."""
-    column = of_metric(metric).column
-    for row in rows:
-        if reaches(metric, row[column], target):
-            return row["time"], row["steps"]
-    return None, None
-
-
 def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
          opts: dict[str, Any], layout: tuple[int, int], where: str) -> dict[str, Any]:
     """One training run and what the table needs of it; prints a line when it ends
@@ -207,7 +185,9 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
                       reuse=opts.get("reuse", False), step_seconds=opts.get("step_seconds"),
                       **(grid | opts.get("task", PAPER_OUTER.get(method, {})) | fixed | knobs))
     rows = summary.pop("rows")
-    time_, steps = _reached(rows, opts["target"], metric)
+    evaluated = [r for r in rows if not math.isnan(r[column])]
+    time_, steps = next(((r["time"], r["steps"]) for r in rows  # the first at the target
+                         if reaches(metric, r[column], opts["target"])), (None, None))
     top = best(metric, [r[column] for r in rows])
     reached = (f"{headline.show(opts['target'])} at {time_:.1f} s" if time_ is not None
                else "target missed")
@@ -218,11 +198,9 @@ def _one(out: Path, name: str, link: str, seed: int, knobs: dict[str, Any],
           f"{reached}, best {headline.show(round(top, 4))}", file=sys.stderr, flush=True)
     return {"method": name, "link": link, "seed": seed, "knobs": knobs, "time": time_,
             "steps": steps, "best": top, "metric": metric, "run": summary["run"],
-            "curve": [(r["time"], headline.falling(r[column]))
-                      for r in rows if not math.isnan(r[column])],
-            "sent_curve": [(r["bytes_sent_per_worker"], r[column]) for r in rows
-                           if not math.isnan(r[column])
-                           and not math.isnan(r.get("bytes_sent_per_worker", math.nan))],
+            "curve": [(r["time"], headline.falling(r[column])) for r in evaluated],
+            "sent_curve": [(r["bytes_sent_per_worker"], r[column]) for r in evaluated
+                           if not math.isnan(r.get("bytes_sent_per_worker", math.nan))],
             "bytes_per_worker": summary["bytes_sent_per_worker"],
             "comm_seconds": summary.get("comm_seconds_per_worker"),
             "steps_done": summary["steps"], "seconds": summary.get("train_seconds")}
@@ -237,28 +215,27 @@ def _score(run: dict[str, Any]) -> tuple[float, float]:
 
 def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to-accuracy"
         ) -> Result:
+    """The benchmark ``setting`` (:data:`SETTINGS`): tune, run every seed, rank."""
     opts = _defaults(quick, setting) | {k: v for k, v in options.items() if v is not None}
     opts.setdefault("eval", opts["budget"] / 12)  # seconds of training between evaluations
     _check_parallel(opts)
     jobs = opts.get("jobs") or 1
     workers, groups, _, left_out = SETTINGS[setting]
-    left_out = dict(left_out)
-    for name in peer.METHODS:
-        if opts["backend"] != "processes":
-            left_out[name] = "torchft runs as processes (--backend processes)"
-        elif not peer.available() and opts.get("reuse") != "only":
-            left_out[name] = "torchft is not installed (pip install 'lsgd[torchft]')"
-    if opts["backend"] != "processes":
-        left_out.update(dict.fromkeys(HOOKS, "PyTorch's DDP hooks run in worker processes "
-                                             "(--backend processes)"))
+    if opts["backend"] != "processes":  # (a copy: SETTINGS stay as they are)
+        left_out = left_out | dict.fromkeys(peer.METHODS, "torchft runs as processes "
+                                            "(--backend processes)")
+        left_out |= dict.fromkeys(HOOKS, "PyTorch's DDP hooks run in worker processes "
+                                         "(--backend processes)")
+    elif not peer.available() and opts.get("reuse") != "only":
+        left_out = left_out | dict.fromkeys(peer.METHODS, "torchft is not installed "
+                                            "(pip install 'lsgd[torchft]')")
     headline = headline_of(opts)
     if not headline.target_ok(opts["target"]):
         raise UsageError(f"--target {opts['target']}: give {headline.target_text}")
     methods = [m for m in opts.get("methods") or METHODS if m not in left_out]
     layout = (workers, groups)
     given = _given_knobs(opts.get("knobs") or {}, methods, left_out, layout)
-    tuned = [m for m in methods
-             if opts["tune"] and len(METHODS[m][2]) > 1 and m not in given]
+    tuned = [m for m in methods if opts["tune"] and len(METHODS[m][2]) > 1 and m not in given]
     tuning = in_parallel(_one, _numbered("tuning run", [
         (out / "tuning", name, opts["links"][0], TUNING_SEED, knobs, opts, layout)
         for name in tuned for knobs in METHODS[name][2]]), jobs)
@@ -272,7 +249,6 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
                                                for name in methods]), jobs)
     rows, summary = ranking.table(runs, methods, opts,
                                   ranking.simulated_steps(opts.get("steps_from")))
-    figures = ranking.figures(out, setting, runs, opts)
     grid = (f"every {opts['eval_steps']} steps, a run stopping at the target"
             if opts.get("eval_steps") else f"every {opts['eval']:g} s of training")
     notes = [
@@ -287,22 +263,21 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
         f"{headline.what} within the budget (median); MB sent: per worker in the whole "
         "run (median); steps/s: local steps per worker and second of training (median); "
         "predicted s: the median steps at the median steps/s, against the measured time. "
-        "ratio: LSGD's time to the target "
-        "divided by the method's (below 1: LSGD is faster; multi-leader LSGD's in the "
-        "12-worker setting; its hidden family's when plain LSGD is not in the run).",
+        "ratio: LSGD's time to the target divided by the method's (below 1: LSGD is faster; "
+        "multi-leader LSGD's in the 12-worker setting; its hidden family's when plain LSGD "
+        "is not in the run).",
         "knobs: " + "; ".join(f"{m} {chosen[m] or 'defaults'}"
                               + (" (given)" if m in given else "") for m in methods)
         + (f" (tuned on seed {TUNING_SEED}, link {opts['links'][0]})" if tuned else ""),
     ]
     notes += [f"{m}: left out ({why})" for m, why in left_out.items()
               if m in (opts.get("methods") or METHODS)]
-    title = headline.time_to.format(target=headline.show(opts["target"]))
-    return Result(setting, title,
+    return Result(setting, headline.time_to.format(target=headline.show(opts["target"])),
                   ["link", "method", "time s", "spread s", "steps", headline.best_label,
                    "ratio lsgd/method", "MB sent/worker", "steps/s", "steps spread",
-                   "predicted s"],
-                  rows, notes, {"options": opts, "chosen": chosen, "summary": summary,
-                                "runs": runs, "tuning": tuning}, figures)
+                   "predicted s"], rows, notes,
+                  {"options": opts, "chosen": chosen, "summary": summary, "runs": runs,
+                   "tuning": tuning}, ranking.figures(out, setting, runs, opts))
 
 
 def _numbered(what: str, calls: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -320,9 +295,9 @@ def _given_knobs(given: dict[str, dict[str, int]], methods: list[str], left_out:
                  layout: tuple[int, int]) -> dict[str, dict[str, int]]:
     """``given`` (method: knobs, from ``--knobs``), checked before any run starts: each
     method runs in this benchmark, each knob is one that the method's grid tunes (or an
-    lsgd method's learning rate), and
-    ``lsgd train`` accepts the settings. The knobs come back in the grid's order, which
-    names the run's folder, so ``--reuse`` finds a run whatever order they were given in."""
+    lsgd method's learning rate), and ``lsgd train`` accepts the settings. The knobs come
+    back in the grid's order, which names the run's folder, so ``--reuse`` finds a run
+    whatever order they were given in."""
     from lsgd.train.config import make_config
 
     ordered: dict[str, dict[str, int]] = {}
@@ -338,9 +313,8 @@ def _given_knobs(given: dict[str, dict[str, int]], methods: list[str], left_out:
         tunable = list(dict.fromkeys([*(key for point in grid for key in point), *shared]))
         unknown = sorted(set(knobs) - set(tunable))
         if unknown:
-            hint = (f"its knobs are {', '.join(tunable)}" if tunable
-                    else "it has no knobs to set")
-            raise UsageError(f"--knobs {name}: unknown {unknown}; {hint}")
+            raise UsageError(f"--knobs {name}: unknown {unknown}; its knobs are "
+                             f"{', '.join(tunable)}")
         try:
             if method not in peer.METHODS:
                 make_config({"method": method, "workers": layout[0], "groups": layout[1],
@@ -380,5 +354,3 @@ def run_twelve(out: Path, quick: bool, options: dict[str, Any]) -> Result:
 def run_text(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     """The language model's time to a target validation loss (4 nodes)."""
     return run(out, quick, options, setting="time-to-loss")
-
-

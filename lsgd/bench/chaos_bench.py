@@ -1,27 +1,29 @@
 """Chaos: runs under a seeded schedule of faults at random, against the same run unfailed.
 
-Four nodes behind shaped 100 Mbit/s links train CNN7 on Fashion-MNIST for a
-fixed number of steps (quick: an MLP on the digits, on the loopback where links
-cannot be shaped). For each mode (elastic on torchft, or restartable from
-checkpoints), method (LSGD, DiLoCo) and kind of round (blocking, or hidden
-int8), the run is made once without faults, then once per seed under the faults
-drawn by ``--chaos SEED`` (:mod:`lsgd.train.chaos`); docs/reliability.md ("The
-chaos benchmark") gives the setting. Each run is ``lsgd train`` in a process of
-its own. Reported per run: the faults injected and survived, whether it
-finished, **hangs** (the run folder unchanged for ``--timeout`` + join timeout +
-10 s: the run is stopped there), **silent exits** (a worker that ended by a
-signal no fault sent, or with an error code and no error written), the steps
-redone, the wall time lost and the final accuracy against the unfailed run.
+Four nodes behind shaped 100 Mbit/s links train CNN7 on Fashion-MNIST for a fixed
+number of steps (quick: an MLP on the digits, on the loopback). For each mode (elastic
+on torchft, or restartable from checkpoints), method and kind of round, the run is made
+without faults, then once per seed under the faults ``--chaos SEED`` draws
+(:mod:`lsgd.train.chaos`), each ``lsgd train`` in a process of its own (docs/reliability.md,
+"The chaos benchmark"). Per run: the faults injected and survived, whether it finished,
+**hangs** (the run folder unchanged for ``--timeout`` + join timeout + 10 s: the run is
+stopped), **silent exits** (a worker ended by a signal no fault sent, or with an error
+code and no error written), the steps redone, the wall time lost and the final accuracy
+against the unfailed run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,8 @@ FAULTS = 12  #: faults in each run's schedule
 #: take half, so that all fire though a run may train twice as fast as its unfailed one
 HORIZON = {False: 0.9, True: 0.5}
 KINDS = ("kill", "segv", "stop", "kill-node", "nan", "link-down", "slow")
-ROUNDS: dict[str, dict[str, Any]] = {"blocking": {}, "hidden int8": {"overlap": 1, "compress": "int8"}}
+ROUNDS: dict[str, dict[str, Any]] = {"blocking": {},
+                                     "hidden int8": {"overlap": 1, "compress": "int8"}}
 MODES = ("elastic", "restart")  #: on torchft, or restartable from checkpoints
 
 
@@ -54,10 +57,9 @@ def _setup(quick: bool, link: str | None) -> dict[str, Any]:
 def _settings(setup: dict[str, Any], method: str, mode: str, rounds: str) -> dict[str, Any]:
     """The ``lsgd train`` settings of one run (keys as TrainConfig's fields)."""
     settings: dict[str, Any] = {
-        "method": method, "model": setup["model"], "dataset": setup["dataset"], "workers": 4,
-        "steps": setup["steps"], "period": setup["period"], "batch_size": setup["batch_size"],
-        "eval_every": str(setup["every"]), "seed": 0, "timeout": TIMEOUT,
-        "restarts": RESTARTS, "quiet": True, **ROUNDS[rounds]}
+        "method": method, "workers": 4, "eval_every": str(setup["every"]), "seed": 0,
+        **{key: setup[key] for key in ("model", "dataset", "steps", "period", "batch_size")},
+        "timeout": TIMEOUT, "restarts": RESTARTS, "quiet": True, **ROUNDS[rounds]}
     if setup["link"]:
         settings.update(groups=4, link=setup["link"])
     if mode == "elastic":
@@ -126,12 +128,9 @@ def _newest(run: Path) -> float:
     but the quorum logs: a run whose quorums all fail still writes those."""
     newest = 0.0
     for path in run.rglob("*"):
-        if path.name.startswith("quorums-"):
-            continue
-        try:
-            newest = max(newest, path.stat().st_mtime)
-        except OSError:
-            continue
+        with contextlib.suppress(OSError):  # a file removed meanwhile
+            if not path.name.startswith("quorums-"):
+                newest = max(newest, path.stat().st_mtime)
     return newest
 
 
@@ -140,22 +139,18 @@ _EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
 _SIGNALS = {"kill": -9, "segv": -11, "kill-node": -9, "corrupt-checkpoint": -9}
 
 
-def silent_exits(run: Path, per_node: int = 1) -> tuple[int, list[str]]:
+def silent_exits(run: Path) -> tuple[int, list[str]]:
     """Workers that ended without a reason in the run folder: a signal that no fault sent,
     or an error exit with no error written. From the agents' logs in ``logs/``."""
     from lsgd.train import faults
 
-    text = "\n".join(p.read_text(errors="replace")
-                     for p in sorted((run / "logs").glob("*.log")))
+    text = "\n".join(p.read_text(errors="replace") for p in sorted((run / "logs").glob("*.log")))
     exits = [int(code) for code, _ in _EXIT.findall(text)]
-    sent: dict[int, int] = {}
-    for event in faults.read_log(run):
-        if event.get("event") == "fault" and event["kind"] in _SIGNALS:
-            count = per_node if event["kind"] == "kill-node" else 1
-            sent[_SIGNALS[event["kind"]]] = sent.get(_SIGNALS[event["kind"]], 0) + count
+    sent = Counter(_SIGNALS[event["kind"]] for event in faults.read_log(run)
+                   if event.get("event") == "fault" and event["kind"] in _SIGNALS)
     unexplained: list[str] = []
     for code in exits:
-        if code < 0 and sent.get(code, 0) > 0:
+        if code < 0 and sent[code] > 0:
             sent[code] -= 1
         elif code > 0 and ("Traceback" in text or "Error" in text):
             continue
@@ -185,14 +180,12 @@ def _outcome(run: Path, code: int | None, wall: float, hung: bool) -> dict[str, 
 
 
 def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
-    import importlib.util
-
     from lsgd.links.netns import shaping_problem
 
     links = options.get("links") or ([] if quick or shaping_problem() else ["100mbit"])
     setup = _setup(quick, links[0] if links else None)
-    seeds = range(options.get("first_seed") or 1,
-                  (options.get("first_seed") or 1) + (options.get("seeds") or (1 if quick else 3)))
+    first = options.get("first_seed") or 1
+    seeds = range(first, first + (options.get("seeds") or (1 if quick else 3)))
     methods = options.get("methods") or (["diloco"] if quick else ["lsgd", "diloco"])
     sets = options.get("sets") or []
     modes = ["restart"] if quick else _picked(MODES, sets)
@@ -201,31 +194,27 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     rounds_kinds = ["blocking"] if quick else _picked(list(ROUNDS), sets)
     rows: list[list[Any]] = []
     data: dict[str, Any] = {"setup": setup, "runs": {}}
-    folder = out / "chaos-runs"
     done = _done(out / f"{NAME}.json", setup) if options.get("reuse") else {}
-    for method in methods:
-        for mode in modes:
-            for rounds in rounds_kinds:
-                settings = _settings(setup, method, mode, rounds)
-                flags = _flags(settings)
-                key = f"{method}/{mode}/{rounds}"
-                base = done.get(f"{key}/unfailed") or run_one(
-                    folder / key.replace(" ", "-") / "unfailed", flags, [])
-                data["runs"][f"{key}/unfailed"] = base
-                rows.append(_row(method, mode, rounds, "-", base, base))
-                for seed in seeds if base["finished"] else ():
-                    specs = schedule(settings, seed, base["train_seconds"], HORIZON[quick])
-                    got = done.get(f"{key}/{seed}") or run_one(
-                        folder / key.replace(" ", "-") / f"seed-{seed}", flags, specs)
-                    got["schedule"] = specs
-                    data["runs"][f"{key}/{seed}"] = got
-                    rows.append(_row(method, mode, rounds, seed, got, base))
-                    write(Result(NAME, TITLE, COLUMNS, rows, ["(in progress)"], data), out)
-    notes = [f"4 workers, {'4 nodes behind ' + setup['link'] + ' shaped links' if setup['link'] else 'on the loopback'}, "
-             f"{setup['model']} on {setup['dataset']}, {setup['steps']} steps, period "
-             f"{setup['period']}, --timeout {TIMEOUT:.0f}, --restarts {RESTARTS}; faults drawn by "
-             f"--chaos SEED, {FAULTS} at uniform times over {HORIZON[quick]:.0%} of the unfailed run's "
-             "training time. "
+    for method, mode, rounds in product(methods, modes, rounds_kinds):
+        settings = _settings(setup, method, mode, rounds)
+        flags = _flags(settings)
+        key = f"{method}/{mode}/{rounds}"
+        folder = out / "chaos-runs" / key.replace(" ", "-")
+        base = done.get(f"{key}/unfailed") or run_one(folder / "unfailed", flags, [])
+        data["runs"][f"{key}/unfailed"] = base
+        rows.append(_row(method, mode, rounds, "-", base, base))
+        for seed in seeds if base["finished"] else ():
+            specs = schedule(settings, seed, base["train_seconds"], HORIZON[quick])
+            got = done.get(f"{key}/{seed}") or run_one(folder / f"seed-{seed}", flags, specs)
+            got["schedule"] = specs
+            data["runs"][f"{key}/{seed}"] = got
+            rows.append(_row(method, mode, rounds, seed, got, base))
+            write(Result(NAME, TITLE, COLUMNS, rows, ["(in progress)"], data), out)
+    where = f"4 nodes behind {setup['link']} shaped links" if setup["link"] else "on the loopback"
+    notes = [f"4 workers, {where}, {setup['model']} on {setup['dataset']}, {setup['steps']} "
+             f"steps, period {setup['period']}, --timeout {TIMEOUT:.0f}, --restarts {RESTARTS}; "
+             f"faults drawn by --chaos SEED, {FAULTS} at uniform times over "
+             f"{HORIZON[quick]:.0%} of the unfailed run's training time. "
              "Hang: the run folder unchanged for timeout + join timeout + 10 s. Silent exit: a "
              "worker that ended by a signal no fault sent, or with an error code and no error "
              "written (the agents' logs in each run's logs/)."]
@@ -255,4 +244,3 @@ def _row(method: str, mode: str, rounds: str, seed: Any, got: dict[str, Any],
     return [method, mode, rounds, seed, got["faults"], got["survived"],
             "yes" if got["finished"] else "no", int(got["hung"]), got["silent"], got["redone"],
             lost, got["accuracy"], gap]
-

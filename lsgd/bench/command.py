@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +34,34 @@ TAKES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Each number a flag takes: whether a value fits, and what to give instead.
+NUMBERS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "seeds": (lambda seeds: seeds >= 1, "give at least 1"),
+    "budget": (lambda seconds: seconds > 0, "give a positive number of seconds"),
+    "target": (lambda target: 0 < target < math.inf,
+               "give a test accuracy in (0, 1], e.g. 0.88, or a validation loss > 0"),
+    "eval_steps": (lambda steps: 1 <= steps <= 10**9, "give a positive number of steps"),
+    "step_seconds": (lambda seconds: within(seconds, *RANGES["step_seconds"]),
+                     "give a positive number of seconds, e.g. 0.12"),
+    "repeats": (lambda repeats: 1 <= repeats <= 1000, "give 1 to 1000"),
+    "batch_size": (lambda size: size >= 1, "give a whole number of at least 1"),
+    "jobs": (lambda jobs: jobs >= 1, "give at least 1"),
+    "first_seed": (lambda seed: seed >= 0, "give 0 or more"),
+}
+
+
 def _listed(*names: str) -> str:
+    """``a, b and c``."""
     return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
 
 
-def _for(text: str, *names: str) -> str:
-    """A flag's help: what it does, and the benchmarks it is for."""
-    return f"{text} ({', '.join(names)})"
+def _for(text: str, flag: str) -> str:
+    """A flag's help: what it does, and the benchmarks it is for (:data:`TAKES`)."""
+    return f"{text} ({', '.join(TAKES[flag])})"
 
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """``lsgd bench NAME ... [flags]``: the benchmarks' command line."""
     parser = subparsers.add_parser(
         "bench", help="measure the methods side by side (time to accuracy on slow links, ...)",
         description="Compare lsgd's methods on this machine and its links: each benchmark "
@@ -54,68 +72,59 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true",
                         help="a seconds-long version of each (small model, modeled links)")
     parser.add_argument("--out", default="bench-results", help="folder for the results")
-    parser.add_argument("--links", default=None,
-                        help="comma-separated links, e.g. 1gbit,100mbit,20mbit: each one for "
-                             f"{_listed(*TIMED, 'volume')}; the first for scaling, chaos "
-                             "and elastic")
-    parser.add_argument("--seeds", type=int, default=None,
-                        help=_for("seeds per method and link", *TIMED, "scaling", "chaos"))
-    parser.add_argument("--first-seed", type=int, default=None, metavar="K",
+    parser.add_argument("--links", help="comma-separated links, e.g. 1gbit,100mbit,20mbit: "
+                        f"each one for {_listed(*TIMED, 'volume')}; the first for scaling, "
+                        "chaos and elastic")
+    parser.add_argument("--seeds", type=int, help=_for("seeds per method and link", "seeds"))
+    parser.add_argument("--first-seed", type=int, metavar="K",
                         help=_for("the first seed (default 0; chaos: 1): --seeds N runs "
                                   "seeds K to K+N-1, so --first-seed 2 --seeds 1 adds a "
-                                  "third seed to a run of two", *TIMED, "scaling", "chaos"))
-    parser.add_argument("--sets", default=None,
-                        help="chaos: comma-separated modes and kinds of round, from elastic, "
-                             "restart, blocking, hidden-int8 (default: all)")
-    parser.add_argument("--repeats", type=int, default=None,
+                                  "third seed to a run of two", "first_seed"))
+    parser.add_argument("--sets", help="chaos: comma-separated modes and kinds of round, from "
+                        "elastic, restart, blocking, hidden-int8 (default: all)")
+    parser.add_argument("--repeats", type=int,
                         help="startup: times each variant is run (default 5)")
-    parser.add_argument("--budget", type=float, default=None,
-                        help=_for("seconds of training per run", *TIMED, "scaling",
-                                  "stragglers"))
-    parser.add_argument("--batch-size", type=int, default=None, metavar="B",
+    parser.add_argument("--budget", type=float, help=_for("seconds of training per run", "budget"))
+    parser.add_argument("--batch-size", type=int, metavar="B",
                         help=_for("images or text windows per worker and step (default: "
-                                  "128 images, 16 windows)", *TIMED))
-    parser.add_argument("--target", type=float, default=None,
+                                  "128 images, 16 windows)", "batch_size"))
+    parser.add_argument("--target", type=float,
                         help="the center's target: a test accuracy, e.g. 0.88 "
                              "(time-to-accuracy, twelve-workers, scaling), or for "
                              "time-to-loss a validation loss in nats per byte, e.g. 2.0")
-    parser.add_argument("--steps-from", default=None, metavar="RESULT.json",
+    parser.add_argument("--steps-from", metavar="RESULT.json",
                         help=_for("predict each time from these steps to the target (the "
                                   "same benchmark run in the simulator, e.g. with more "
-                                  "seeds) and the pace measured here", *TIMED))
-    parser.add_argument("--eval-steps", type=int, default=None, metavar="N",
+                                  "seeds) and the pace measured here", "steps_from"))
+    parser.add_argument("--eval-steps", type=int, metavar="N",
                         help=_for("evaluate the center every N steps (a grid in steps, off "
                                   "the training clock) and stop each run at the target, "
                                   "instead of every budget/12 seconds; scaling evaluates "
-                                  "every 10 steps unless given", *TIMED, "scaling"))
-    parser.add_argument("--methods", default=None,
-                        help=_for("comma-separated subset of the methods", *TIMED, "scaling",
-                                  "chaos", "elastic"))
-    parser.add_argument("--backend", choices=("processes", "threads"), default=None,
+                                  "every 10 steps unless given", "eval_steps"))
+    parser.add_argument("--methods", help=_for("comma-separated subset of the methods", "methods"))
+    parser.add_argument("--backend", choices=("processes", "threads"),
                         help=_for("shaped links between processes (root) or the simulator's "
-                                  "modeled links", *TIMED, "stragglers"))
-    parser.add_argument("--step-seconds", type=float, default=None,
+                                  "modeled links", "backend"))
+    parser.add_argument("--step-seconds", type=float,
                         help="the seconds each local step costs on the modeled clock instead "
                              "of its measured compute, so that the results do not depend on "
                              "this machine's speed or load (twelve-workers, or "
                              "time-to-accuracy and time-to-loss with --backend threads; "
                              "scaling: default 0.05)")
-    parser.add_argument("--jobs", type=int, default=None,
+    parser.add_argument("--jobs", type=int,
                         help="runs at once, each in a process of its own with a share of the "
                              f"cores (scaling; {_listed(*TIMED)} with --step-seconds)")
     parser.add_argument("--no-tune", action="store_true",
-                        help=_for("skip the tuning runs; use each method's first knobs",
-                                  "time-to-accuracy", "twelve-workers"))
-    parser.add_argument("--knobs", action="append", default=None, metavar="METHOD:KEY=VALUE,...",
+                        help=_for("skip the tuning runs; use each method's first knobs", "no_tune"))
+    parser.add_argument("--knobs", action="append", metavar="METHOD:KEY=VALUE,...",
                         help=_for("a method's knobs, e.g. dpsgd:gossip_period=4 or "
                                   "lsgd-multi:period=4,global_period=16 (once per method); "
-                                  "that method is not tuned", *TIMED))
+                                  "that method is not tuned", "knobs"))
     parser.add_argument("--reuse", action="store_true",
                         help=_for("read back a finished run already under --out with the same "
                                   "settings instead of training it again: continue a "
                                   "benchmark that was stopped, or rerun only the runs whose "
-                                  "folders were removed", *TIMED, "scaling", "stragglers",
-                                  "chaos"))
+                                  "folders were removed", "reuse"))
     parser.add_argument("--reuse-only", action="store_true",
                         help="read every run back from --out (as --reuse) and train none: "
                              "re-derive the tables from stored records in seconds; a run "
@@ -125,59 +134,42 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    links = None
-    if args.links:
-        links = [part.strip() for part in args.links.split(",") if part.strip()]
-        for link in links:
-            try:
-                parse_link(link)
-            except ValueError as error:
-                raise UsageError(f"--links: {error}") from None
-    if args.seeds is not None and args.seeds < 1:
-        raise UsageError(f"--seeds {args.seeds}: give at least 1")
-    if args.budget is not None and not args.budget > 0:
-        raise UsageError(f"--budget {args.budget}: give a positive number of seconds")
-    if args.target is not None and not 0 < args.target < math.inf:
-        raise UsageError(f"--target {args.target}: give a test accuracy in (0, 1], e.g. 0.88, "
-                         "or a validation loss > 0")
-    if args.eval_steps is not None and not 1 <= args.eval_steps <= 10**9:
-        raise UsageError(f"--eval-steps {args.eval_steps}: give a positive number of steps")
-    if args.step_seconds is not None and not within(args.step_seconds,
-                                                    *RANGES["step_seconds"]):
-        raise UsageError(f"--step-seconds {args.step_seconds}: give a positive number of "
-                         "seconds, e.g. 0.12")
-    if args.repeats is not None and not 1 <= args.repeats <= 1000:
-        raise UsageError(f"--repeats {args.repeats}: give 1 to 1000")
-    if args.batch_size is not None and args.batch_size < 1:
-        raise UsageError(f"--batch-size {args.batch_size}: give a whole number of at least 1")
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs {args.jobs}: give at least 1")
-    if args.first_seed is not None and args.first_seed < 0:
-        raise UsageError(f"--first-seed {args.first_seed}: give 0 or more")
+    links = _split(args.links) or None
+    for link in links or ():
+        try:
+            parse_link(link)
+        except ValueError as error:
+            raise UsageError(f"--links: {error}") from None
+    for name, (fits, hint) in NUMBERS.items():
+        value = getattr(args, name)
+        if value is not None and not fits(value):
+            raise UsageError(f"--{name.replace('_', '-')} {value}: {hint}")
     from lsgd.bench.accuracy import METHODS
     from lsgd.bench.chaos_bench import MODES, ROUNDS
 
     sets = _names("--sets", args.sets, [*MODES, *(kind.replace(" ", "-") for kind in ROUNDS)])
     methods = _names("--methods", args.methods, METHODS)
-    return {"links": links, "seeds": args.seeds, "first_seed": args.first_seed,
-            "budget": args.budget, "target": args.target, "eval_steps": args.eval_steps,
-            "steps_from": args.steps_from, "methods": methods, "backend": args.backend,
-            "step_seconds": args.step_seconds, "jobs": args.jobs, "repeats": args.repeats,
-            "sets": sets, "knobs": _knobs(args.knobs or []) or None,
-            "batch_size": args.batch_size,
-            "tune": False if args.no_tune else None,
-            "reuse": "only" if args.reuse_only else (args.reuse or None)}
+    given = {name: getattr(args, name) for name in (*NUMBERS, "steps_from", "backend")}
+    return given | {"links": links, "methods": methods, "sets": sets,
+                    "knobs": _knobs(args.knobs or []) or None,
+                    "tune": False if args.no_tune else None,
+                    "reuse": "only" if args.reuse_only else (args.reuse or None)}
 
 
 def _names(flag: str, text: str | None, known: Any) -> list[str] | None:
     """A comma-separated list of names, each one of ``known``; None when not given."""
     if not text:
         return None
-    names = [name.strip() for name in text.split(",") if name.strip()]
+    names = _split(text)
     unknown = [name for name in names if name not in known]
     if unknown:
         raise UsageError(f"{flag}: unknown {unknown}; choose from {', '.join(known)}")
     return names
+
+
+def _split(text: str | None) -> list[str]:
+    """The items of a comma-separated list."""
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
 def _value(text: str) -> int | float | str:
@@ -205,7 +197,7 @@ def _knobs(specs: list[str]) -> dict[str, dict[str, Any]]:
             raise UsageError(f"--knobs {name}: given twice; put all its knobs in one "
                              f"--knobs {name}:KEY=VALUE,KEY=VALUE")
         knobs: dict[str, Any] = {}
-        for pair in filter(None, (part.strip() for part in pairs.split(","))):
+        for pair in _split(pairs):
             key, equals, value = pair.partition("=")
             if not equals or not key.strip() or not value.strip():
                 raise UsageError(f"--knobs {spec!r}: {pair!r} is not KEY=VALUE; {example}")
@@ -223,14 +215,9 @@ def parse(words: Sequence[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     return args, _options(args)
 
 
-def _flags_given(args: argparse.Namespace) -> list[str]:
-    """The flags of :data:`TAKES` given on the command line."""
-    return [name for name in TAKES if getattr(args, name, None) not in (None, False)]
-
-
 def run_bench(args: argparse.Namespace) -> int:
     names = list(NAMES) if "all" in args.names else list(dict.fromkeys(args.names))
-    for name in _flags_given(args):
+    for name in (flag for flag in TAKES if getattr(args, flag, None) not in (None, False)):
         takers = [n for n in names if n in TAKES[name]]
         spelled = "--" + name.replace("_", "-")
         if not takers:

@@ -1,8 +1,7 @@
 """What every benchmark shares: its result, the table, the files, a training run.
 
-A benchmark is a module with ``NAME``, ``TITLE`` and ``run(out, quick, options)
--> Result``. :func:`write` prints nothing; it puts ``NAME.json`` (everything
-measured), ``NAME.txt`` (the table) and the figures under ``out``.
+A benchmark's ``run(out, quick, options)`` returns a :class:`Result`; :func:`write` puts
+its ``NAME.json`` (everything measured) and ``NAME.txt`` (the table) under ``out``.
 """
 
 from __future__ import annotations
@@ -45,8 +44,7 @@ class Result:
 
     def markdown(self) -> str:
         """The table as Markdown (the cells as printed), as docs/benchmarks.md shows it."""
-        lines = ["| " + " | ".join(self.columns) + " |",
-                 "|" + "---|" * len(self.columns)]
+        lines = ["| " + " | ".join(self.columns) + " |", "|" + "---|" * len(self.columns)]
         percent = ["acc" in column for column in self.columns]
         lines += ["| " + " | ".join(
             f"{100 * v:.2f}%" if share and isinstance(v, float) and not math.isnan(v)
@@ -57,8 +55,7 @@ class Result:
 def read_result(path: Path) -> Result:
     """A benchmark's result as :func:`write` stored it (``NAME.json``)."""
     stored = json.loads(path.read_text())
-    return Result(stored["name"], stored["title"], stored["columns"], stored["rows"],
-                  stored["notes"], stored["data"], stored["figures"], stored["seconds"])
+    return Result(**{field.name: stored[field.name] for field in dataclasses.fields(Result)})
 
 
 def cell(value: Any) -> str:
@@ -101,16 +98,15 @@ def write(result: Result, out: Path) -> Path:
                "seconds": result.seconds, "machine": machine(),
                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "data": result.data}
     path = out / f"{result.name}.json"
-    path.write_text(json.dumps(payload, indent=2, default=_plain) + "\n")
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     (out / f"{result.name}.txt").write_text(result.text() + "\n")
     return path
 
 
 def run_and_write(run: Callable[[Path, bool, dict[str, Any]], Result], out: Path, quick: bool,
                   options: dict[str, Any]) -> Result:
-    """Run one benchmark (``run(out, quick, options)``), print its table and write its
-    files under ``out`` (:func:`write`); the result, its ``seconds`` measured. A run
-    that ``--reuse-only`` does not find (:class:`MissingRecord`) is a
+    """Run one benchmark, print its table and write its files under ``out`` (:func:`write`);
+    the result, its ``seconds`` measured. A run that ``--reuse-only`` does not find is a
     :class:`~lsgd.train.errors.UsageError` that names it."""
     start = time.perf_counter()
     try:
@@ -127,14 +123,6 @@ def run_and_write(run: Callable[[Path, bool, dict[str, Any]], Result], out: Path
     return result
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return str(value)
-
-
 #: What a benchmark keeps of a training run: its record, enough for ``--reuse`` to read
 #: it back and re-derive every table (no checkpoints, no figures).
 RECORD_FILES = ("config.toml", "summary.json", "metrics.csv", "leader_history.csv")
@@ -145,15 +133,12 @@ class MissingRecord(Exception):
 
 
 def train(run: Path, reuse: bool | str = False, **settings: Any) -> dict[str, Any]:
-    """``lsgd train`` in this process with ``settings`` (quiet, into a fresh ``run``);
-    its summary, with the metrics rows under ``"rows"``. The run folder is then cut
-    down to its record (:data:`RECORD_FILES`). An option of another method is left out
-    (a study gives every method of a table the same settings).
+    """``lsgd train`` in this process with ``settings`` (quiet, into a fresh ``run``, then
+    cut down to its record); its summary, with the metrics rows under ``"rows"``. An option
+    of another method is left out (a study gives every method of a table the same settings).
 
-    With ``reuse``, a finished run already in ``run`` with the same settings
-    (see :func:`finished`) is read back instead of trained again; with
-    ``reuse="only"`` a run that is not there raises :class:`MissingRecord`
-    instead of training.
+    With ``reuse``, a finished run in ``run`` with the same settings (:func:`finished`) is
+    read back instead; with ``reuse="only"`` a missing one raises :class:`MissingRecord`.
     """
     from lsgd.train import runner
     from lsgd.names import METHODS
@@ -168,43 +153,29 @@ def train(run: Path, reuse: bool | str = False, **settings: Any) -> dict[str, An
     shutil.rmtree(run, ignore_errors=True)
     summary = runner.train(cfg)
     assert summary is not None
-    keep_record_only(run)
+    for path in run.iterdir():  # all but the record
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.name not in RECORD_FILES:
+            path.unlink()
     return dict(summary) | {"rows": read_csv(run / "metrics.csv"), "run": str(run)}
 
 
-def keep_record_only(run: Path) -> None:
-    """Remove from a run folder everything but its record (:data:`RECORD_FILES`)."""
-    for path in run.iterdir():
-        if path.name in RECORD_FILES:
-            continue
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-
-
 def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
-    """The summary of the finished run in ``run`` if it was trained with the settings
-    of ``wanted_toml`` (a config's TOML); ``None`` otherwise.
-
-    A setting that the stored run's ``config.toml`` does not have (one added to
-    lsgd since) must be at its default, and so must one it has that lsgd no longer
-    takes (:data:`~lsgd.train.config.REMOVED`); ``out``, ``quiet`` and
-    ``device`` (where it ran, not what) do not count.
+    """The summary of the finished run in ``run`` if it was trained with the settings of
+    ``wanted_toml`` (a config's TOML), else ``None``. A setting the stored run lacks (added
+    to lsgd since) must be at its default, and so must one lsgd no longer takes
+    (:data:`~lsgd.train.config.REMOVED`); ``out``, ``quiet`` and ``device`` do not count.
     """
     import tomllib
 
     from lsgd.method_options import OPTIONS
     from lsgd.train.config import REMOVED, defaults_of, from_legacy
 
-    summary, saved = run / "summary.json", run / "config.toml"
-    if not (summary.is_file() and saved.is_file() and (run / "metrics.csv").is_file()):
+    if (record := read_record(run)) is None:
         return None
-    try:
-        stored, wanted = tomllib.loads(saved.read_text()), tomllib.loads(wanted_toml)
-        done = json.loads(summary.read_text())
-    except (OSError, ValueError):
-        return None
+    stored, done = record
+    wanted = tomllib.loads(wanted_toml)
     method = str(wanted.get("method"))
     defaults = defaults_of(method if method in OPTIONS else "lsgd")
     stored = from_legacy(stored, method)
@@ -219,18 +190,24 @@ def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
     return done
 
 
-def _use_threads(count: int) -> None:
-    torch.set_num_threads(count)
+def read_record(run: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The settings (``config.toml``) and summary of the finished run in ``run``; ``None``
+    where it is not there whole."""
+    import tomllib
+
+    try:
+        stored = tomllib.loads((run / "config.toml").read_text())
+        summary = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return (stored, summary) if (run / "metrics.csv").is_file() else None
 
 
 def in_parallel(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], jobs: int
                 ) -> list[Any]:
-    """``[fn(*call) for call in calls]``, ``jobs`` calls at a time, each in a process of
-    its own (spawned, with an equal share of this process's torch threads); the
-    results in the order of ``calls``. One job runs them here, one after another.
-
-    ``fn`` must be a module-level function and the calls' arguments picklable.
-    """
+    """``[fn(*call) for call in calls]``, ``jobs`` calls at a time, each in a spawned
+    process with an equal share of this process's torch threads (one job: here, in turn);
+    ``fn`` must be a module-level function and the calls' arguments picklable."""
     if jobs <= 1 or len(calls) <= 1:
         return [fn(*call) for call in calls]
     import multiprocessing
@@ -239,7 +216,7 @@ def in_parallel(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], jobs: 
     threads = max(1, torch.get_num_threads() // jobs)
     pool = ProcessPoolExecutor(min(jobs, len(calls)),
                                mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_use_threads, initargs=(threads,))
+                               initializer=torch.set_num_threads, initargs=(threads,))
     try:
         futures = [pool.submit(fn, *call) for call in calls]
         return [future.result() for future in futures]

@@ -1,22 +1,21 @@
 """Elastic: a worker killed mid-run, survived on torchft against restarted from a checkpoint.
 
-Four nodes behind shaped 100 Mbit/s links (``--links``; the loopback where
-links cannot be shaped) train CNN7 on Fashion-MNIST for 240 steps (quick: three
-workers on the loopback, an MLP on the digits, no unfailed restartable run);
-worker 2 SIGKILLs itself before step 100 and is started again by its agent.
-Side by side, LSGD and DiLoCo: **elastic** (``lsgd.launcher.elastic_jobs``: the
-survivors go on, the killed worker rejoins healed from a live peer), **restart
-from a checkpoint** (torch's elastic agent: all restart from the latest
-checkpoint), and each without the fault. Reported: the job's wall time (every
-attempt counted), the steps taken twice, the seconds from the kill until the
-killed worker rejoined (elastic), the bytes a heal moved, and the center's test
-accuracy at the end.
+Four nodes behind shaped 100 Mbit/s links (``--links``; the loopback where links cannot
+be shaped) train CNN7 on Fashion-MNIST for 240 steps (quick: three workers on the
+loopback, an MLP on the digits); worker 2 SIGKILLs itself before step 100 and its agent
+starts it again. LSGD and DiLoCo, each **elastic** (:mod:`lsgd.launcher.elastic_jobs`:
+the survivors go on, the killed worker rejoins healed from a live peer) and **restarted
+from a checkpoint** (all restart from the latest one), with and without the fault.
+Reported: the wall time (every attempt), the steps taken twice, the seconds until the
+killed worker rejoined, the bytes and seconds of the heal, and the center's accuracy.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import tempfile
 import time
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -68,13 +67,12 @@ def _elastic(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> d
     start = time.perf_counter()
     summary, records = train_elastic(cfg)
     wall = time.perf_counter() - start
-    kill = setup["kill"]
     survivors = [r for r in records if r["attempt"] == 0]
     redone = sum(_steps_back(r["trace"]) for r in survivors)
     rejoin = float("nan")
     joined = [r for r in records if r["attempt"] > 0 and r["trace"]]  # not after the end
     if joined:
-        killed_at = max(t for r in survivors for t, s in r["trace"] if s == kill - 1)
+        killed_at = max(t for r in survivors for t, s in r["trace"] if s == setup["kill"] - 1)
         rejoin = joined[0]["trace"][0][0] - killed_at
     return {"wall": wall, "redone": redone, "rejoin": rejoin,
             "heal_mb": sum(r["join_bytes"] for r in records) / 1e6,
@@ -91,23 +89,22 @@ def _steps_back(trace: list[tuple[float, int]]) -> int:
 def _restart(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> dict[str, Any]:
     from lsgd.train import runner
 
-    kill, every = setup["kill"], setup["every"]
     cfg = _config(method, setup, fault, folder / f"{method}-restart-{int(fault)}-{setup['link']}",
-                  backend="processes", checkpoint_every=every, restarts=RESTARTS,
+                  backend="processes", checkpoint_every=setup["every"], restarts=RESTARTS,
                   timeout=PATIENCE)
     start = time.perf_counter()
+    no_heal = {"rejoin": float("nan"), "heal_mb": 0.0, "heal_s": 0.0}
     try:
         summary = runner.train(cfg)
     except Exception as error:  # noqa: BLE001 - the row says how it failed
         first = str(error).strip().splitlines()
-        return {"wall": time.perf_counter() - start, "redone": float("nan"),
-                "rejoin": float("nan"), "heal_mb": 0.0, "heal_s": 0.0, "accuracy": float("nan"),
-                "failed": " / ".join(first[1:3] or first[:1])}
-    wall = time.perf_counter() - start
+        return no_heal | {"wall": time.perf_counter() - start, "redone": float("nan"),
+                          "accuracy": float("nan"), "failed": " / ".join(first[1:3] or first[:1])}
     assert summary is not None
-    redone = setup["workers"] * (kill - (kill // every) * every) if fault else 0
-    return {"wall": wall, "redone": redone, "rejoin": float("nan"), "heal_mb": 0.0,
-            "heal_s": 0.0, "accuracy": summary["test_accuracy"]}
+    # every worker goes back to the checkpoint before the kill
+    redone = setup["workers"] * (setup["kill"] % setup["every"]) if fault else 0
+    return no_heal | {"wall": time.perf_counter() - start, "redone": redone,
+                      "accuracy": summary["test_accuracy"]}
 
 
 def _how(kind: str, every: int, link: str | None, asked: str | None) -> str:
@@ -116,8 +113,6 @@ def _how(kind: str, every: int, link: str | None, asked: str | None) -> str:
 
 
 def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
-    import importlib.util
-
     from lsgd.comm.elastic_collectives import EXTRA
     from lsgd.links.netns import shaping_problem
 
@@ -129,34 +124,29 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     rows, data = [], {"setup": setup, "runs": {}}
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="lsgd-elastic-") as folder:
-        for method in methods:
-            for how in ("elastic", "restart"):
-                for fault in (False, True):
-                    if quick and how == "restart" and not fault:
-                        continue  # the quick mode: the elastic run is the unfailed reference
-                    got = (_elastic if how == "elastic" else _restart)(
-                        method, setup, fault, Path(folder))
-                    label = f"kill:2:{setup['kill']}" if fault else "none"
-                    tries = [(how, setup["link"], got)]
-                    if "failed" in got and setup["link"]:  # the same on the loopback
-                        tries.append((how, None, _restart(method, setup | {"link": None},
-                                                          fault, Path(folder))))
-                    for kind, link, result in tries:
-                        name = f"{label} (failed)" if "failed" in result else label
-                        if "failed" in result:
-                            failures.append(f"{method}, {kind}, {name}: {result['failed']}")
-                        data["runs"][f"{method}/{kind}/{label}/{link}"] = result
-                        rows.append([method, _how(kind, setup["every"], link, setup["link"]),
-                                     name, result["wall"], result["redone"], result["rejoin"],
-                                     result["heal_mb"], result["heal_s"], result["accuracy"]])
-                    write(Result(NAME, TITLE, COLUMNS, rows, ["(in progress)"], data), out)
-    where = f"{setup['workers']} nodes behind {setup['link']} shaped links" if setup["link"] \
-        else f"{setup['workers']} workers on the loopback"
-    notes = [f"{where}, {setup['model']} on "
-             f"{setup['dataset']}, {setup['steps']} steps, period {setup['period']}, seed 0; "
-             "worker 2 SIGKILLs itself before the step named and is restarted once by its "
-             "agent. Wall time from the benchmark's clock (every attempt). Heals travel "
-             "over the quorum's process group; "
-             "heal s: the joiner's quorum, the heal's transfer included."]
+        for method, how, fault in product(methods, ("elastic", "restart"), (False, True)):
+            if quick and how == "restart" and not fault:
+                continue  # the quick mode: the elastic run is the unfailed reference
+            got = (_elastic if how == "elastic" else _restart)(method, setup, fault, Path(folder))
+            tries = [(setup["link"], got)]
+            if "failed" in got and setup["link"]:  # the same on the loopback
+                tries.append((None, _restart(method, setup | {"link": None}, fault, Path(folder))))
+            label = f"kill:2:{setup['kill']}" if fault else "none"
+            for link, result in tries:
+                name = f"{label} (failed)" if "failed" in result else label
+                if "failed" in result:
+                    failures.append(f"{method}, {how}, {name}: {result['failed']}")
+                data["runs"][f"{method}/{how}/{label}/{link}"] = result
+                rows.append([method, _how(how, setup["every"], link, setup["link"]), name,
+                             *(result[key] for key in ("wall", "redone", "rejoin", "heal_mb",
+                                                       "heal_s", "accuracy"))])
+            write(Result(NAME, TITLE, COLUMNS, rows, ["(in progress)"], data), out)
+    where = (f"{setup['workers']} nodes behind {setup['link']} shaped links" if setup["link"]
+             else f"{setup['workers']} workers on the loopback")
+    notes = [f"{where}, {setup['model']} on {setup['dataset']}, {setup['steps']} steps, period "
+             f"{setup['period']}, seed 0; worker 2 SIGKILLs itself before the step named and is "
+             "restarted once by its agent. Wall time from the benchmark's clock (every "
+             "attempt). Heals travel over the quorum's process group; heal s: the joiner's "
+             "quorum, the heal's transfer included."]
     notes += [f"failed: {line}" for line in failures]
     return Result(NAME, TITLE, COLUMNS, rows, notes, data)

@@ -1,19 +1,16 @@
 """Overhead: what a strategy adds to a worker's own step, and what one round costs.
 
-Two gloo worker processes on the loopback (one intra-op thread each, so what
-shows is lsgd's own work) train cnn7 (and resnet20 in full mode) on one fixed
-random batch of 128 (16 in quick mode) with SGD (lr 0.01, momentum 0.9; DeMo without
-momentum, MuLoCo with Muon and AdamW): in a
-plain PyTorch loop, and under each strategy of ``lsgd.strategy_names()`` with
-its default knobs and ``period=8`` (one that cannot be built so is skipped).
-The methods take turns step by step in a rotating order, so a busy machine
-slows them alike; every step after a warm-up is timed (wall and process CPU
-time) from the forward pass to the end of ``strategy.step(loss)``. A step in
-which ``strategy.rounds`` grew is a *round step* (all of all-reduce's are).
-Reported for rank 0: the median local step and its overhead over the plain
-step, the median round step, one round's cost (round step minus local or
-plain step) in ms and in plain steps, and the CPU-time overhead; the raw
-timings of both ranks are kept.
+Two gloo worker processes on the loopback (one intra-op thread each, so what shows is
+lsgd's own work) train cnn7 (and resnet20 in full mode) on one fixed random batch with
+SGD (lr 0.01, momentum 0.9; DeMo without momentum, MuLoCo with Muon and AdamW): in a
+plain PyTorch loop, and under each strategy of ``lsgd.strategy_names()`` at its default
+knobs and ``period=8`` (one that cannot be built so is skipped). The methods take turns
+step by step in a rotating order, so that a busy machine slows them alike; every step
+after a warm-up is timed (wall and process CPU time) from the forward pass to the end
+of ``strategy.step(loss)``; a step in which ``strategy.rounds`` grew is a *round step*.
+Reported for rank 0: the median local step and its overhead over the plain step, the
+median round step, one round's cost (round step minus local or plain step) in ms and
+in plain steps, and the CPU-time overhead; the raw timings of both ranks are kept.
 """
 
 from __future__ import annotations
@@ -21,7 +18,6 @@ from __future__ import annotations
 import gc
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,19 +49,25 @@ def knobs(method: str) -> dict[str, Any]:
     return {"period": PERIOD} if "period" in accepted_knobs(method) else {}
 
 
-Stepper = tuple[nn.Module, torch.optim.Optimizer, Callable[[torch.Tensor], bool]]
+#: A method's model, optimizer and strategy (None: plain PyTorch).
+Stepper = tuple[nn.Module, torch.optim.Optimizer, "lsgd.Strategy | None"]
 
 
 def _step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, bool]:
     """Wall and CPU seconds of one step (forward pass to optimizer step), and whether a
     round was held."""
-    model, opt, step = stepper
+    model, opt, strategy = stepper
+    rounds = strategy.rounds if strategy is not None else 0
     start, cpu = time.perf_counter(), time.process_time()
     loss = F.cross_entropy(model(x), y)
     opt.zero_grad()
     loss.backward()
-    held = step(loss)
-    return time.perf_counter() - start, time.process_time() - cpu, held
+    if strategy is None:
+        opt.step()
+    else:
+        strategy.step(loss)
+    return (time.perf_counter() - start, time.process_time() - cpu,
+            strategy is not None and strategy.rounds != rounds)
 
 
 def measure(info: lsgd.WorkerInfo, name: str, batch: int, steps: int, warmup: int,
@@ -88,13 +90,7 @@ def measure(info: lsgd.WorkerInfo, name: str, batch: int, steps: int, warmup: in
         return model, torch.optim.SGD(model.parameters(), lr=0.01,
                                       momentum=0.0 if method == "demo" else 0.9)
 
-    model, opt = fresh()
-
-    def plain(loss: torch.Tensor, opt: torch.optim.Optimizer = opt) -> bool:
-        opt.step()
-        return False
-
-    steppers: dict[str, Stepper] = {PLAIN: (model, opt, plain)}
+    steppers: dict[str, Stepper] = {PLAIN: (*fresh(), None)}
     skipped: dict[str, str] = {}
     for method in lsgd.strategy_names():
         model, opt = fresh(method)
@@ -103,13 +99,7 @@ def measure(info: lsgd.WorkerInfo, name: str, batch: int, steps: int, warmup: in
         except ValueError as error:  # the same on both workers: both skip it
             skipped[method] = str(error)
             continue
-
-        def step(loss: torch.Tensor, strategy: lsgd.Strategy = strategy) -> bool:
-            before = strategy.rounds
-            strategy.step(loss)
-            return strategy.rounds != before
-
-        steppers[method] = (strategy.model, opt, step)
+        steppers[method] = (strategy.model, opt, strategy)
     methods = list(steppers)
     timings: dict[str, Timings] = {m: [] for m in methods}
     gc.collect()
@@ -125,19 +115,18 @@ def measure(info: lsgd.WorkerInfo, name: str, batch: int, steps: int, warmup: in
 def summarize(timings: Timings, plain_ms: float, plain_cpu_ms: float) -> dict[str, Any]:
     """One method's row numbers from its timings and the plain step's medians (wall
     and CPU: the CPU time of a local step is what a busy machine disturbs least)."""
-    local = [1e3 * s for s, _, held in timings if not held]
-    rounds = [1e3 * s for s, _, held in timings if held]
-    local_cpu = median([1e3 * c for _, c, held in timings if not held]) if local else None
-    round_cpu = median([1e3 * c for _, c, held in timings if held]) if rounds else None
-    local_ms = median(local) if local else None
-    round_ms = median(rounds) if rounds else None
+    def ms(column: int, held: bool) -> float | None:
+        values = [1e3 * timing[column] for timing in timings if timing[2] == held]
+        return median(values) if values else None
+
+    local_ms, round_ms, local_cpu = ms(0, False), ms(0, True), ms(1, False)
     base = local_ms if local_ms is not None else plain_ms
     cost = round_ms - base if round_ms is not None else None
     return {"local_ms": local_ms, "round_ms": round_ms, "round_cost_ms": cost,
             "overhead_pct": 100 * (local_ms / plain_ms - 1) if local_ms is not None else None,
             "round_cost_steps": cost / plain_ms if cost is not None else None,
-            "round_steps": len(rounds), "steps": len(timings), "local_cpu_ms": local_cpu,
-            "round_cpu_ms": round_cpu,
+            "round_steps": sum(held for _, _, held in timings), "steps": len(timings),
+            "local_cpu_ms": local_cpu, "round_cpu_ms": ms(1, True),
             "cpu_overhead_pct": 100 * (local_cpu / plain_cpu_ms - 1) if local_cpu else None,
             "cost_base": "local" if local_ms is not None else "plain"}
 
@@ -154,14 +143,12 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
         mine = ranks[0]["timings"]
         plain_ms = median([1e3 * s for s, _, _ in mine[PLAIN]])
         plain_cpu_ms = median([1e3 * c for _, c, _ in mine[PLAIN]])
-        summary = {m: summarize(t, plain_ms, plain_cpu_ms) for m, t in mine.items()
-                   if m != PLAIN}
+        summary = {m: summarize(t, plain_ms, plain_cpu_ms) for m, t in mine.items() if m != PLAIN}
         data["skipped"].update(ranks[0]["skipped"])
         data["models"][name] = {
             "batch": batch, "steps": steps, "warmup": warmup, "plain_ms": plain_ms,
-            "plain_cpu_ms": plain_cpu_ms,
-            "threads_per_worker": ranks[0]["threads"], "summary": summary,
-            "knobs": {m: knobs(m) for m in summary},
+            "plain_cpu_ms": plain_cpu_ms, "threads_per_worker": ranks[0]["threads"],
+            "summary": summary, "knobs": {m: knobs(m) for m in summary},
             "raw_seconds": [r["timings"] for r in ranks]}  # by rank, then method
         rows.append([name, PLAIN, plain_ms, 0.0, None, None, None, f"0/{steps}", 0.0])
         for method, s in summary.items():
@@ -169,8 +156,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                          s["round_cost_ms"], s["round_cost_steps"],
                          f"{s['round_steps']}/{s['steps']}", s["cpu_overhead_pct"]])
     data["load_after"] = os.getloadavg()
-    sizes = ", ".join(f"{n} batch {b}, {s} timed steps after {w}"
-                      for n, (b, s, w) in plan.items())
+    sizes = ", ".join(f"{n} batch {b}, {s} timed steps after {w}" for n, (b, s, w) in plan.items())
     notes = [f"Medians of rank 0 of 2 gloo processes on loopback ({sizes}), period {PERIOD}: "
              "'overhead %' is what a strategy adds to a step without communication, "
              "'round cost' what one round adds on top of that, in ms and in plain steps.",
@@ -201,7 +187,6 @@ def figure(out: Path, rows: list[list[Any]]) -> list[str]:
         ax.bar([x + 0.2 for x in xs], [r[4] or 0 for r in mine], width=0.4, label="round step")
         ax.axhline(mine[0][2], color="gray", linestyle="--", linewidth=1, label="plain step")
         ax.set_xticks(xs, [r[1] for r in mine], rotation=45, ha="right", fontsize=8)
-        ax.set_ylabel("ms per step (median, rank 0)")
-        ax.set_title(name)
+        ax.set(ylabel="ms per step (median, rank 0)", title=name)
         ax.legend(fontsize=8)
     return [str(save(fig, out / f"{NAME}.png"))]

@@ -1,21 +1,16 @@
 """A real peer on the same links: torchft's DiLoCo and Streaming DiLoCo as benchmark methods.
 
-``torchft-diloco`` and ``torchft-streaming`` train with torchft (the optional
-extra ``pip install 'lsgd[torchft]'``, torchft 0.2.0) what ``lsgd train`` trains
-for DiLoCo: the same model, initialization, shards, batches, augmentation,
-inner and outer optimizers, period (torchft's ``sync_every``) and time budget, on
-the same nodes behind the same shaped links, started by lsgd's launcher (one
-process per node). The runs leave the records a ``lsgd train`` run leaves, so
-``lsgd bench time-to-accuracy`` ranks them beside lsgd's own methods and
-``--reuse`` reads them back.
+``torchft-diloco`` and ``torchft-streaming`` train with torchft 0.2.0 (``pip install
+'lsgd[torchft]'``) what ``lsgd train`` trains for DiLoCo (the same model, initialization,
+data, inner and outer optimizers, period as ``sync_every`` and time budget) on the same
+nodes behind the same shaped links, one process per node, and leave the records of a
+``lsgd train`` run, which the benchmarks rank and ``--reuse`` reads back.
 
-Each node is a torchft replica group of one process with a TCPStore of its own
-on the node's address; rank 0 also runs torchft's lighthouse. The manager
-advertises the node's address and heals over the process group (``PGTransport``).
-lsgd's communicator is used only to evaluate the center, to agree on the
-training clock and to start and stop together. What could not be made the same
-(no quantized all-reduce on a CPU, fragments as whole layers, a quorum before
-each synchronisation, bytes counted as ring all-reduces) is listed in
+Each node is a torchft replica group of one process with a TCPStore on the node's
+address; rank 0 also runs the lighthouse; heals go over the process group
+(``PGTransport``). lsgd's communicator only evaluates the center, agrees on the clock and
+starts and stops the nodes together. What differs from lsgd's DiLoCo (no quantized
+all-reduce on a CPU, fragments as whole layers, a quorum before each synchronisation):
 docs/studies.md ("Ahead of the peer").
 """
 
@@ -23,7 +18,6 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
-import json
 import os
 import time
 from pathlib import Path
@@ -40,9 +34,8 @@ from lsgd.train.outputs import read_csv
 from lsgd.train.loop import WorkerLoop
 
 METHODS = {"torchft-diloco": (1, 0), "torchft-streaming": (2, 2)}  # (fragments, delay)
-#: The settings of ``lsgd train`` a torchft run takes as lsgd's runs do (the task's
-#: sizes, the inner and outer optimizers, the schedule, the target); others (a
-#: backend, a modeled step time) do not apply to it and are left out.
+#: The settings of ``lsgd train`` a torchft run takes as lsgd's runs do; others (a backend,
+#: a modeled step time) do not apply to it.
 HONOURED = ("context", "layers", "width", "heads", "eval_tokens", "data_dir", "optimizer",
             "lr", "momentum", "nesterov", "weight_decay", "schedule", "warmup_epochs",
             "outer_lr", "outer_momentum", "target")
@@ -59,9 +52,10 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
           seed: int, period: int = 16, reuse: bool | str = False,
           **others: Any) -> dict[str, Any]:
     """One torchft run into ``run``; its summary with the metrics rows under ``"rows"``
-    (as :func:`lsgd.bench.common.train`). ``reuse`` reads a finished run back.
+    (as :func:`lsgd.bench.common.train`). ``reuse`` reads back a finished run of exactly
+    these settings.
     ``others``: settings of ``lsgd train``, of which those in :data:`HONOURED` apply."""
-    from lsgd.bench.common import MissingRecord
+    from lsgd.bench.common import MissingRecord, read_record
 
     fragments, delay = METHODS[method]
     settings = {"engine": "torchft", "method": method, "workers": workers, "groups": groups,
@@ -69,9 +63,9 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
                 "batch_size": batch_size, "minutes": minutes, "eval_every": eval_every,
                 "seed": seed, "period": period, "fragments": fragments, "delay": delay,
                 **{key: others[key] for key in HONOURED if others.get(key) is not None}}
-    done = _finished(run, settings) if reuse else None
-    if done is not None:
-        return done | {"rows": read_csv(run / "metrics.csv"), "run": str(run), "reused": True}
+    record = read_record(run) if reuse else None
+    if record is not None and record[0] == settings:
+        return record[1] | {"rows": read_csv(run / "metrics.csv"), "run": str(run), "reused": True}
     if reuse == "only":
         raise MissingRecord(f"no finished torchft run with these settings in {run}")
     if not available():
@@ -85,18 +79,6 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
     assert summary is not None, "rank 0 returns the run's summary"
     (run / "config.toml").write_text(tomli_w.dumps(settings))
     return summary | {"rows": read_csv(run / "metrics.csv"), "run": str(run)}
-
-
-def _finished(run: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
-    """The summary of a finished run in ``run`` with exactly ``settings``, else None."""
-    import tomllib
-
-    try:
-        stored = tomllib.loads((run / "config.toml").read_text())
-        summary = json.loads((run / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return summary if stored == settings and (run / "metrics.csv").is_file() else None
 
 
 def _fragments(model: Any, count: int) -> list[Any]:
@@ -205,12 +187,10 @@ class _Peer(WorkerLoop):
 
         self.settings, self.group = settings, info.group
         comm = lsgd.get_communicator()
-        cfg = make_config({"method": "diloco", "model": settings["model"], "outer_lr": 0.7,
-                           "dataset": settings["dataset"], "batch_size": settings["batch_size"],
-                           "workers": comm.world_size, "seed": settings["seed"],
-                           "backend": "processes", "minutes": settings["minutes"],
-                           "eval_every": settings["eval_every"], "out": run, "quiet": True,
-                           **{key: settings[key] for key in HONOURED if key in settings}})
+        shared = ("model", "dataset", "batch_size", "seed", "minutes", "eval_every", *HONOURED)
+        cfg = make_config({"method": "diloco", "outer_lr": 0.7, "workers": comm.world_size,
+                           "backend": "processes", "out": run, "quiet": True,
+                           **{key: settings[key] for key in shared if key in settings}})
         super().__init__(cfg, comm, torch.device("cpu"), started=started)
 
     def make_strategy(self) -> _TorchftDiLoCo:  # type: ignore[override]

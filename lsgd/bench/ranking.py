@@ -1,14 +1,6 @@
 """What a time-to-target result shows: its table, its figures and the README's headline.
 
-:func:`table` ranks the methods of :mod:`lsgd.bench.accuracy`'s runs link by
-link: the median time to the target over the seeds and its spread, the median
-steps and their spread, the best value, LSGD's time over each method's, the MB
-each worker sent, the steps per second, and the time that steps to the target
-at that pace predict (from ``--steps-from``, a run of the same benchmark in the
-simulator, or from the runs' own steps). :func:`figures` draws the center's
-test error (a language model's validation loss, also against MB sent) against
-time, one figure per link; :func:`headline` is the README's summary. How the
-runs' headline reads is their task's (:mod:`lsgd.tasks.headline`).
+How the runs' headline reads is their task's (:mod:`lsgd.tasks.headline`).
 """
 
 from __future__ import annotations
@@ -50,6 +42,11 @@ def simulated_steps(path: str | None) -> dict[str, float]:
 
 def table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any],
            simulated: dict[str, float] | None = None) -> tuple[list[list[Any]], dict[str, Any]]:
+    """The methods of :mod:`lsgd.bench.accuracy`'s runs ranked link by link: the median
+    time to the target over the seeds and its spread, the median steps and their spread,
+    the best value, LSGD's time over each method's, the MB each worker sent, the steps per
+    second, and the time that steps to the target at that pace predict (:func:`_predicted`);
+    the rows, and a summary by ``link/method``."""
     rows: list[list[Any]] = []
     summary: dict[str, Any] = {}
     # Ratios are LSGD's time over each method's (its plain form, else its hidden family);
@@ -62,8 +59,7 @@ def table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any],
             mine = [r for r in runs if r["link"] == link and r["method"] == name]
             reached = [r["time"] for r in mine if r["time"] is not None]
             # The median counts runs that missed the target as infinitely slow.
-            all_times = sorted(r["time"] if r["time"] is not None else math.inf for r in mine)
-            mid = median(all_times) if all_times else math.nan
+            mid = median([math.inf if r["time"] is None else r["time"] for r in mine])
             times[name] = mid if math.isfinite(mid) else None
             steps = [r["steps"] for r in mine if r["steps"] is not None]
             spread = f"{min(reached):.0f}-{max(reached):.0f}" if len(reached) > 1 else None
@@ -73,11 +69,11 @@ def table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any],
                                          "runs": len(mine), "best": best, "spread": spread}
             sent = [r["bytes_per_worker"] for r in mine if r.get("bytes_per_worker") is not None]
             pace = [r["steps_done"] / r["seconds"] for r in mine if r.get("seconds")]
+            rate = median(pace) if pace else None
             rows.append([link, name, times[name], spread,
                          median(steps) if len(steps) == len(mine) else None, best, None,
-                         median(sent) / 1e6 if sent else None, median(pace) if pace else None,
-                         step_spread, _predicted(runs, name, link, median(pace) if pace else None,
-                                                 (simulated or {}).get(name))])
+                         median(sent) / 1e6 if sent else None, rate, step_spread,
+                         _predicted(runs, name, link, rate, (simulated or {}).get(name))])
         ref = times[reference] if reference is not None else None
         for row in rows[-len(methods):]:
             theirs = times[row[1]]
@@ -109,16 +105,17 @@ def _predicted(runs: list[dict[str, Any]], name: str, link: str, pace: float | N
 
 def figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str, Any]
              ) -> list[str]:
+    """The center's test error (a language model's validation loss, also against MB sent)
+    against time, one figure per link."""
     plt = pyplot()
     if plt is None:
         return []
     paths = []
-    first = min(run["seed"] for run in runs) if runs else 0  # one seed per figure
+    first = min((run["seed"] for run in runs), default=0)  # one seed per figure
     headline = headline_of(opts)
     for link in opts["links"]:
-        fig, axes = plt.subplots(1, 2 if headline.by_bytes else 1,
-                                 figsize=(13 if headline.by_bytes else 7, 4.5),
-                                 squeeze=False)
+        fig, axes = plt.subplots(1, 2 if headline.by_bytes else 1, squeeze=False,
+                                 figsize=(13 if headline.by_bytes else 7, 4.5))
         ax = axes[0][0]
         shown = [run for run in runs
                  if run["link"] == link and run["seed"] == first and run["curve"]]
@@ -137,13 +134,12 @@ def figures(out: Path, setting: str, runs: list[dict[str, Any]], opts: dict[str,
             panel.set_ylabel(headline.axis)
             panel.legend(fontsize=8)
             panel.grid(alpha=0.3)
-        ax.set_xlabel("training time (s)" + ("" if opts["backend"] == "processes"
-                                             else ", simulated"))
-        ax.set_title(f"{setting}: {opts['model']}, link {link}")
+        ax.set(xlabel="training time (s)" + ("" if opts["backend"] == "processes"
+                                             else ", simulated"),
+               title=f"{setting}: {opts['model']}, link {link}")
         if headline.by_bytes:
-            axes[0][1].set_xscale("log")
-            axes[0][1].set_xlabel("MB sent per worker (log scale)")
-            axes[0][1].set_title("against the bytes sent")
+            axes[0][1].set(xscale="log", xlabel="MB sent per worker (log scale)",
+                           title="against the bytes sent")
         paths.append(str(save(fig, out / f"{setting}-{link}.png")))
     return paths
 
@@ -180,12 +176,11 @@ def tuning(result: Result) -> str:
     lines = ["| method | knobs | time s | steps | best | steps/s | chosen |",
              "|---|---|---|---|---|---|---|"]
     for run in result.data["tuning"]:
-        knobs = ", ".join(f"{key} {value}" for key, value in run["knobs"].items())
         pace = run["steps_done"] / run["seconds"] if run.get("seconds") else math.nan
-        best = headline.show(run["best"], 2)
-        lines.append(
-            f"| {run['method']} | {knobs} | "
-            + ("-" if run["time"] is None else f"{run['time']:.1f}")
-            + f" | {'-' if run['steps'] is None else int(run['steps'])} | {best} | {pace:.2f} | "
-            + ("yes" if chosen.get(run["method"]) == run["knobs"] else "") + " |")
+        cells = [run["method"], ", ".join(f"{key} {value}" for key, value in run["knobs"].items()),
+                 "-" if run["time"] is None else f"{run['time']:.1f}",
+                 "-" if run["steps"] is None else str(int(run["steps"])),
+                 headline.show(run["best"], 2), f"{pace:.2f}",
+                 "yes" if chosen.get(run["method"]) == run["knobs"] else ""]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

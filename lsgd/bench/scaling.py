@@ -1,14 +1,13 @@
 """``lsgd bench scaling``: time to a target and bytes per worker from one node to sixteen.
 
-4, 16 and 64 workers in nodes of 4 (1, 4 and 16 nodes), 20 Mbit/s between nodes and
-free links inside one, on the simulator's modeled clock with a fixed step time, a
-small model (the MLP on Fashion-MNIST, batch 32 per worker). For each size and
-method: the time until the center first reaches the target (median over the seeds,
-on a grid of evaluations every few steps), the steps it took, and the MB each worker
-sent until then; one figure of both against the number of workers. Methods:
-all-reduce, DiLoCo plain and hidden, multi-leader LSGD plain and hidden, at the knobs
-of the 12-worker setting; on one node multi-leader LSGD is single-leader LSGD at its
-local knobs. docs/benchmarks.md ("Many nodes") shows the results.
+4, 16 and 64 workers in nodes of 4, 20 Mbit/s between nodes and free links inside one,
+on the modeled clock with a fixed step time, the MLP on Fashion-MNIST (batch 32 per
+worker). Per size and method: the time until the center first reaches the target
+(median over the seeds, evaluated every few steps), the steps it took and the MB each
+worker sent until then, and a figure of both. Methods (:data:`KNOBS`): all-reduce,
+DiLoCo and multi-leader LSGD, plain and hidden, at the knobs of the 12-worker setting;
+on one node multi-leader LSGD has its local level only. docs/benchmarks.md ("Many
+nodes") shows the results.
 """
 
 from __future__ import annotations
@@ -32,13 +31,12 @@ KNOBS: dict[str, dict[str, Any]] = {
 
 
 def _defaults(quick: bool) -> dict[str, Any]:
+    shared = {"target": 0.8, "model": "mlp", "step_seconds": 0.05, "links": ["20mbit"]}
     if quick:
-        return {"sizes": [2, 4, 8], "node": 2, "seeds": 1, "budget": 20.0, "target": 0.8,
-                "model": "mlp", "dataset": "digits", "batch_size": 16, "eval_steps": 5,
-                "step_seconds": 0.05, "links": ["20mbit"]}
-    return {"sizes": [4, 16, 64], "node": NODE, "seeds": 2, "budget": 120.0, "target": 0.8,
-            "model": "mlp", "dataset": "fashion-mnist", "batch_size": 32, "eval_steps": 10,
-            "step_seconds": 0.05, "links": ["20mbit"]}
+        return shared | {"sizes": [2, 4, 8], "node": 2, "seeds": 1, "budget": 20.0,
+                         "dataset": "digits", "batch_size": 16, "eval_steps": 5}
+    return shared | {"sizes": [4, 16, 64], "node": NODE, "seeds": 2, "budget": 120.0,
+                     "dataset": "fashion-mnist", "batch_size": 32, "eval_steps": 10}
 
 
 def _knobs(name: str, groups: int) -> dict[str, Any]:
@@ -54,14 +52,11 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     opts |= {"backend": "threads", "eval": opts["budget"] / 12}
     link = opts["links"][0]
     methods = [m for m in opts.get("methods") or KNOBS if m in KNOBS]
-    seeds = list(range(opts.get("first_seed") or 0, (opts.get("first_seed") or 0)
-                       + opts["seeds"]))
+    seeds = accuracy._seeds(opts)
     calls = [(out / f"{size}-workers", name, link, seed, _knobs(name, size // opts["node"]),
               opts, (size, size // opts["node"]))
              for seed in seeds for size in opts["sizes"] for name in methods]
-    runs = in_parallel(accuracy._one, [(*call, f"run {i} of {len(calls)}")
-                                       for i, call in enumerate(calls, 1)],
-                       opts.get("jobs") or 1)
+    runs = in_parallel(accuracy._one, accuracy._numbered("run", calls), opts.get("jobs") or 1)
     rows, data = [], []
     for size in opts["sizes"]:
         for name in methods:
@@ -94,24 +89,18 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     return Result("scaling", f"Time to {100 * opts['target']:g}% test accuracy against the "
                   "number of workers (modeled)",
                   ["workers", "nodes", "method", "time s", "steps", "best acc",
-                   "MB/worker"], rows, notes, {"options": _jsonable(opts), "rows": data,
-                                               "runs": runs},
+                   "MB/worker"], rows, notes, {"options": opts, "rows": data, "runs": runs},
                   _figure(out, data, methods, opts))
 
 
 def _sent_until(run: dict[str, Any]) -> float:
     """MB a worker sent until the run's first evaluation at the target (all it sent
     when it never got there)."""
-    if run["time"] is None or not run["sent_curve"]:
-        return float(run["bytes_per_worker"])
-    for (sent, _), (time_, _) in zip(run["sent_curve"], run["curve"]):
-        if time_ >= run["time"]:
-            return float(sent)
+    if run["time"] is not None:
+        for (sent, _), (time_, _) in zip(run["sent_curve"], run["curve"]):
+            if time_ >= run["time"]:
+                return float(sent)
     return float(run["bytes_per_worker"])
-
-
-def _jsonable(opts: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in opts.items() if isinstance(v, (int, float, str, list, type(None)))}
 
 
 def _figure(out: Path, data: list[dict[str, Any]], methods: list[str],

@@ -1,15 +1,12 @@
 """The simulator's speed: W simulated workers against W models in a plain loop.
 
-For W = 1, 4, 8 and 16 workers (1 and 4 in quick mode), each training a small
-model (``mlp``, and ``cnn7`` in full mode, batch 32, random batches made
-beforehand) for S steps under ``lsgd.make_strategy("lsgd", model, opt, period=8)``
-inside ``lsgd.simulate(fn, W, 1)``: the total worker steps per second over the wall
-seconds of the whole ``simulate`` call. Against it, the same W models trained one
-after another in a plain loop, timed the same way. The ratio simulated / plain is
-what an exact simulated experiment costs over the bare work; the same ratio in
-process CPU time leaves out the waits for a core. Both run on one intra-op thread
-(restored afterwards), after an untimed warm-up, each pair a few times, taking
-turns to go first, the fastest of each kept.
+W workers (1, 4, 8 and 16; quick: 1 and 4) each train a small model (``mlp``, and
+``cnn7`` in full mode; batch 32 of random batches made beforehand) for S steps under
+LSGD (period 8) inside one ``lsgd.simulate`` call, against the same W models trained one
+after another in a plain loop: steps per second over the wall time of each, and the
+ratio (what an exact simulated experiment costs over the bare work), also in process CPU
+time (which leaves out the waits for a core). Both run on one intra-op thread after an
+untimed warm-up, each pair a few times, taking turns to go first; the fastest is kept.
 """
 
 from __future__ import annotations
@@ -75,7 +72,6 @@ def plain(name: str, data: list[Batches], seed: int) -> None:
 def measure(plan: dict[str, tuple[int, int]], counts: list[int], seed: int
             ) -> tuple[list[list[Any]], list[dict[str, Any]]]:
     """The table's rows and the raw timings of every model and number of workers."""
-    rows: list[list[Any]] = []
     runs: list[dict[str, Any]] = []
     for name, (steps, repeats) in plan.items():
         warm = batches(seed, 1, 2)  # untimed: the first steps pay for lazy setup
@@ -97,14 +93,13 @@ def measure(plan: dict[str, tuple[int, int]], counts: list[int], seed: int
             simulated, loop = times["simulated"], times["plain"]
             sim_rate = workers * steps / min(w for w, _ in simulated)
             plain_rate = workers * steps / min(w for w, _ in loop)
-            cpu_ratio = min(c for _, c in loop) / min(c for _, c in simulated)
-            rows.append([name, workers, sim_rate, plain_rate, sim_rate / plain_rate, cpu_ratio])
             runs.append({"model": name, "workers": workers, "steps": steps, "batch": BATCH,
                          "simulated_seconds": simulated, "plain_seconds": loop,
                          "rounds_per_worker": rounds, "simulated_steps_per_s": sim_rate,
                          "plain_steps_per_s": plain_rate, "ratio": sim_rate / plain_rate,
-                         "cpu_ratio": cpu_ratio})
-    return rows, runs
+                         "cpu_ratio": min(c for _, c in loop) / min(c for _, c in simulated)})
+    keys = ("model", "workers", "simulated_steps_per_s", "plain_steps_per_s", "ratio", "cpu_ratio")
+    return [[run[key] for key in keys] for run in runs], runs
 
 
 def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
@@ -127,9 +122,9 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
              f"for a core (load average {load[0]:.1f} on {os.cpu_count()} cores at the "
              "start): where it is well above 'ratio', the gap is the machine's load (every "
              "step hands the turn to another thread), not work the simulator does."]
-    data_out = {"seed": seed, "period": PERIOD, "batch": BATCH, "intra_op_threads": 1,
-                "load_before": load, "load_after": os.getloadavg(), "runs": runs}
-    return Result(NAME, TITLE, COLUMNS, rows, notes, data_out,
+    return Result(NAME, TITLE, COLUMNS, rows, notes,
+                  {"seed": seed, "period": PERIOD, "batch": BATCH, "intra_op_threads": 1,
+                   "load_before": load, "load_after": os.getloadavg(), "runs": runs},
                   figure(out, rows))
 
 

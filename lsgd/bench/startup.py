@@ -1,23 +1,16 @@
 """Start-up: what a run costs before and after its work, against ``import lsgd``.
 
-Every row is a fresh process, timed from its start to its end (wall clock), the
-variants taking turns so that a busy machine slows them alike; the median of
-the repeats is reported, and its ratio to the first row's:
+Each row is a fresh process timed from its start to its end (wall clock), the variants
+taking turns so that a busy machine slows them alike; the median of the repeats, and its
+ratio to the first row's:
 
-* ``import lsgd``: ``python -c "from lsgd import LSGD"``, the library with its
-  strategies (torch's import is most of it; ``import lsgd`` alone imports its names
-  on first use);
-* ``1 step, 4 processes``: ``lsgd train --workers 4 --model mlp --steps 1``:
-  the command's imports, the dataset read once, 4 worker processes forked by
-  torch's elastic launcher, the process group, one step, the evaluation, the
-  checkpoint, the summary and the figures, and the way out;
-* the same with the workers spawned (``LSGD_START_METHOD=spawn``: each worker
-  a fresh interpreter that imports torch and reads the dataset itself, as
-  workers with several threads each or CUDA are started);
-* the same with ``--backend threads`` (the simulator: no processes at all);
-* where links can be shaped (root, iproute2), the same with 4 nodes behind
-  20 Mbit/s links (``--groups 4 --link 20mbit``), the node agents forked into
-  their namespaces, and spawned.
+* ``import lsgd``: ``from lsgd import LSGD``, the library with its strategies;
+* ``lsgd train --workers 4 --model mlp --steps 1``: the imports, the dataset, 4 worker
+  processes forked by torch's elastic launcher, the process group, one step, the
+  evaluation, checkpoint, summary and figures; the same with the workers spawned
+  (``LSGD_START_METHOD=spawn``), and with ``--backend threads`` (the simulator);
+* where links can be shaped (root, iproute2), 4 nodes behind 20 Mbit/s links, the node
+  agents forked into their namespaces, and spawned.
 
 The quick mode times each variant once, on the 8x8 digits, without shaped nodes.
 """
@@ -25,7 +18,6 @@ The quick mode times each variant once, on the 8x8 digits, without shaped nodes.
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lsgd.bench.common import Result
+from lsgd.bench.common import Result, median
 from lsgd.links.netns import shaping_problem
 
 NAME = "startup"
@@ -69,22 +61,24 @@ def _time(argv: list[str], env: dict[str, str], folder: Path) -> float:
 
 
 def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    """Time every variant, ``--repeats`` times each (default 5; quick: once)."""
     repeats = options.get("repeats") or (1 if quick else 5)
     dataset = "digits" if quick else "fashion-mnist"
-    variants = _variants(dataset, shaping_problem() is None and not quick)
+    unshaped = shaping_problem() or ("the quick mode" if quick else None)
+    variants = _variants(dataset, unshaped is None)
     times: dict[str, list[float]] = {label: [] for label, _, _ in variants}
     with tempfile.TemporaryDirectory(prefix="lsgd-startup-") as folder:
         for turn in range(repeats):
             shift = turn % len(variants)  # a different variant goes first every turn
             for label, argv, env in variants[shift:] + variants[:shift]:
                 times[label].append(_time(argv, env, Path(folder)))
-    base = statistics.median(times["import lsgd"])
-    rows = [[label, statistics.median(t), f"{min(t):.2f}-{max(t):.2f}",
-             statistics.median(t) / base] for label, t in times.items()]
+    base = median(times["import lsgd"])
+    rows = [[label, median(t), f"{min(t):.2f}-{max(t):.2f}", median(t) / base]
+            for label, t in times.items()]
     notes = [f"{repeats} repeat(s) of each, taking turns; mlp on {dataset}; wall clock of "
              "the whole process, from its start to its end, on this machine "
              f"({os.cpu_count()} cores)."]
-    if shaping_problem() is not None or quick:
-        notes.append(f"shaped nodes left out: {shaping_problem() or 'the quick mode'}")
+    if unshaped:
+        notes.append(f"shaped nodes left out: {unshaped}")
     return Result(NAME, "Start-up: a 1-step run against import lsgd", COLUMNS, rows, notes,
                   {"seconds": times, "dataset": dataset, "repeats": repeats})

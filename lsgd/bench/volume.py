@@ -1,19 +1,16 @@
 """Communication volume: bytes per worker per step, and the seconds of one round.
 
-Part 1 (counted, in the simulator, which counts exactly what gloo counts):
-each method trains CNN7 on 4 workers (one group) for a whole number of its
-periods; the bytes each worker sent per local step, the value the algorithm
-says it should be (``B`` is the model's parameter bytes, ``W`` the workers,
-``p`` the period; see docs/algorithms.md), and the ratio to all-reduce. LSGD
-and local SGD also with their rounds compressed (``lsgd int8``: bfloat16 or
-int8 blocks with one float scale each), counted as they travel, scales included.
+Counted (in the simulator, which counts what gloo sends): each method trains the model
+on 4 workers of one group for a whole number of its periods; the bytes each worker sent
+per local step, the algorithm's value (``B`` the model's parameter bytes, ``W`` the
+workers, ``p`` the period; docs/algorithms.md) and the ratio to all-reduce; compressed
+rounds (``lsgd int8``: bfloat16 or int8 blocks with a float scale each) counted as they
+travel, scales included.
 
-Part 2 (timed, on links the kernel shapes; needs root): 4 nodes of one worker
-each; the seconds of one broadcast of the model's state (LSGD's round moves
-exactly that, plus an all-gather of one score per worker), as gloo's binomial
-tree and as lsgd's pipelined chain of the nodes, next to the limit ``B / rate``
-(no broadcast from one node can beat the time its link takes to carry ``B``
-once).
+Timed (on links the kernel shapes; needs root): 4 nodes of one worker; one broadcast of
+the state (what LSGD's round moves, besides one score per worker) as gloo's binomial
+tree and as lsgd's pipelined chain, next to the limit ``B / rate`` that no broadcast
+from one node can beat.
 """
 
 from __future__ import annotations
@@ -44,9 +41,9 @@ def _gathered(label: str, model: Any) -> float:
     the format's byte count (docs/algorithms.md, "Gathered messages")."""
     from lsgd.comm.sparse import SparseFormat, density_to_k
 
-    if label == "demo":
-        return lsgd.DeMo.payload_fraction(model) * 4 * sum(p.numel() for p in model.parameters())
     values = sum(p.numel() for p in model.parameters())
+    if label == "demo":
+        return lsgd.DeMo.payload_fraction(model) * 4 * values
     chunk, rows = 4096, -(-values // 4096)
     k, kind = {"sparseloco": (density_to_k(0.1, chunk), "2bit"),
                "local-sgd topk": (density_to_k(0.01, chunk), "float32"),
@@ -64,16 +61,11 @@ def _theory(label: str, period: int, b: float, w: int, model: Any = None) -> flo
     if compress:
         values = int(b // 4)
         return _theory(method, period, b, w) * codec.nbytes(compress, values) / (4 * values)
-    ring = 2 * (w - 1) / w * b
-    if method == "allreduce":
-        return ring
-    if method in ("easgd", "local-sgd"):  # one all-reduce of the state per round
-        return ring / period
-    if method == "lsgd":  # one tree broadcast: (w - 1) B over the workers; scores ignored
-        return (w - 1) / w * b / period
-    if method == "dpsgd":  # a ring: B to each of 2 neighbours every gossip
-        return 2 * b / period
-    return math.nan
+    ring = 2 * (w - 1) / w * b  # one all-reduce (allreduce's period is 1)
+    per_round = {"allreduce": ring, "easgd": ring, "local-sgd": ring,
+                 "lsgd": (w - 1) / w * b,  # a tree broadcast of B; the scores left out
+                 "dpsgd": 2 * b}  # a ring: B to each of 2 neighbours every gossip
+    return per_round.get(method, math.nan) / period
 
 
 def _count(info: lsgd.WorkerInfo, label: str, period: int, steps: int, model: str
@@ -119,12 +111,11 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     model = options.get("model") or ("mlp" if quick else "cnn7")
     periods = (1, 4) if quick else PERIODS
     steps = 8 if quick else 128
-    b = float(sum(p.numel() * p.element_size()
-                  for p in build_model(model, (1, 28, 28), 10).parameters()))
+    net = build_model(model, (1, 28, 28), 10)
+    b = float(sum(p.numel() * p.element_size() for p in net.parameters()))
+    allreduce = _theory("allreduce", 1, b, WORKERS)
     rows: list[list[Any]] = []
     counted: dict[str, Any] = {}
-    reference = {p: _theory("allreduce", 1, b, WORKERS) for p in periods}
-    net = build_model(model, (1, 28, 28), 10)
     for method in METHODS:
         for period in (1,) if method in ("allreduce", "demo") else periods:
             result = lsgd.simulate(_count, WORKERS, 1, args=(method, period, steps, model))
@@ -132,9 +123,9 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
             theory = _theory(method, period, b, WORKERS, net)
             counted[f"{method}/{period}"] = {"measured": measured, "theory": theory}
             rows.append([method, period, measured, theory, measured / b,
-                         reference[periods[0]] / measured if measured else None])
+                         allreduce / measured if measured else None])
     links = options.get("links") or (["200mbit"] if quick else ["1gbit", "100mbit", "20mbit"])
-    timed, timing_note = _timed_rounds(b, links, repeats=2 if quick else 5)
+    timed, timing_notes = _timed_rounds(b, links, repeats=2 if quick else 5)
     notes = [f"{model}: B = {b / 1e6:.3f} MB of parameters, {WORKERS} workers, {steps} steps; "
              "bytes sent per worker per local step, the algorithm's value, B per step, and "
              "how many times less than all-reduce (higher is better); sparseloco: "
@@ -143,19 +134,22 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
              "lsgd's theory leaves out the all-gather of one score per worker at each "
              "round (4 bytes per worker and round) and the extra round LSGD holds after "
              "its first step (to elect a first leader), which short runs feel most.",
-             timing_note]
-    figures = _figure(out, counted, periods, b)
+             *timing_notes]
     return Result("volume", "Communication volume per worker and step, and one round's seconds",
-                  ["method", "period", "bytes/step", "theory", "B per step", "x less than allreduce"],
-                  rows, notes + [_timed_text(timed)], {"B": b, "model": model, "counted": counted,
-                                                      "timed": timed}, figures)
+                  ["method", "period", "bytes/step", "theory", "B per step",
+                   "x less than allreduce"], rows, notes,
+                  {"B": b, "model": model, "counted": counted, "timed": timed},
+                  _figure(out, rows))
 
 
-def _timed_rounds(b: float, links: list[str], repeats: int) -> tuple[list[dict[str, Any]], str]:
+def _timed_rounds(b: float, links: list[str], repeats: int
+                  ) -> tuple[list[dict[str, Any]], list[str]]:
+    """One broadcast of the state timed on each shaped link (tree and chain); the timings
+    and two notes of them."""
     try:
         netns.check_tools()
     except netns.LinkSetupError as error:
-        return [], f"shaped-link timings not measured: {error}"
+        return [], [f"shaped-link timings not measured: {error}", ""]
     timed = []
     for link in links:
         spec = parse_link(link)
@@ -167,18 +161,16 @@ def _timed_rounds(b: float, links: list[str], repeats: int) -> tuple[list[dict[s
         floor = 8 * max(0.0, b - netns.burst_bytes(spec)) / spec.rate
         timed.append({"link": link, "tree": tree, "chain": chain, "limit": 8 * b / spec.rate,
                       "floor": floor})
-    return timed, ("one broadcast of B from one node to the 3 others over links the kernel "
-                   "shapes (median of the repeats, slowest worker), next to the limit B/rate:")
-
-
-def _timed_text(timed: list[dict[str, Any]]) -> str:
     lines = [f"  {t['link']:>8}: tree {t['tree']:.3f} s ({t['tree'] / t['limit']:.2f} x limit), "
              f"chain {t['chain']:.3f} s ({t['chain'] / t['limit']:.2f} x limit), "
              f"limit {t['limit']:.3f} s" for t in timed]
-    return "\n".join(lines)
+    return timed, ["one broadcast of B from one node to the 3 others over links the kernel "
+                   "shapes (median of the repeats, slowest worker), next to the limit B/rate:",
+                   "\n".join(lines)]
 
 
-def _figure(out: Path, counted: dict[str, Any], periods: tuple[int, ...], b: float) -> list[str]:
+def _figure(out: Path, rows: list[list[Any]]) -> list[str]:
+    """Bytes per step over B against the period, one line per method."""
     from lsgd.plots import log_log_axes, pyplot, save
 
     plt = pyplot()
@@ -186,9 +178,8 @@ def _figure(out: Path, counted: dict[str, Any], periods: tuple[int, ...], b: flo
         return []
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for method in METHODS:
-        ps = [p for p in ((1,) if method in ("allreduce", "demo") else periods)
-              if f"{method}/{p}" in counted]
-        ys = [counted[f"{method}/{p}"]["measured"] / b for p in ps]
-        ax.plot(ps, ys, marker="o", label=method)
-    log_log_axes(ax, "period (steps between rounds; gossip period for dpsgd)", "bytes sent per worker per step / B")
+        mine = [row for row in rows if row[0] == method]
+        ax.plot([row[1] for row in mine], [row[4] for row in mine], marker="o", label=method)
+    log_log_axes(ax, "period (steps between rounds; gossip period for dpsgd)",
+                 "bytes sent per worker per step / B")
     return [str(save(fig, out / "volume.png"))]

@@ -47,11 +47,9 @@ def int_list(text: str) -> list[int]:
 def add_repro_parser(subparsers: Any) -> argparse.ArgumentParser:
     """``lsgd repro EXPERIMENT``: rerun the LSGD paper's small experiments."""
     repro = subparsers.add_parser(
-        "repro",
-        help="rerun the LSGD paper's small experiments",
+        "repro", help="rerun the LSGD paper's small experiments",
         description="Rerun the LSGD paper's own small experiments through the library's "
-        "strategies (see docs/reproductions.md).",
-    )
+                    "strategies (see docs/reproductions.md).")
     experiments = repro.add_subparsers(dest="experiment", metavar="EXPERIMENT")
     add_toy_parser(experiments)
     add_matrix_completion_parser(experiments)
@@ -69,22 +67,19 @@ def _add_common(parser: argparse.ArgumentParser, out: str) -> None:
 
 def add_toy_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "toy",
-        help="2-D landscape sin(pi r)/(pi r), 4 workers: LGD vs EAGD",
+        "toy", help="2-D landscape sin(pi r)/(pi r), 4 workers: LGD vs EAGD",
         description="The 2-D landscape L = sin(pi r)/(pi r) with 4 workers from (-6, -4), "
-        "(-15, -18), (20, 11), (17, 8): LGD (pull 0.1) and EAGD (moving rate 0.43) with "
-        "full gradients and learning rate 0.1, plus LSGD with a scope pull and period 4, "
-        "local SGD and independent GD. Each runs until no worker moves more than --tol "
-        "in a step (checked every 10 steps) or --max-steps.",
-    )
+                    "(-15, -18), (20, 11), (17, 8): LGD (pull 0.1) and EAGD (moving rate 0.43) "
+                    "with full gradients and learning rate 0.1, plus LSGD with a scope pull "
+                    "and period 4, local SGD and independent GD. Each runs until no worker "
+                    "moves more than --tol in a step (checked every 10 steps) or --max-steps.")
     _add_common(p, os.path.join("runs", "repro-toy"))
     p.add_argument("--max-steps", type=positive_int, default=20_000,
                    help="step limit per method (default: 20000)")
     p.add_argument("--tol", type=positive_float, default=1e-10,
                    help="stop when no coordinate moves more than this in a step "
                    "(default: 1e-10)")
-    p.add_argument("--lr", type=positive_float, default=defaults.TOY_LR,
-                   help="step (default: 0.1)")
+    p.add_argument("--lr", type=positive_float, default=defaults.TOY_LR, help="step (default: 0.1)")
     p.add_argument("--pull", type=fraction, default=defaults.TOY_PULL,
                    help="LGD's pull lambda (default: 0.1)")
     p.add_argument("--moving-rate", type=fraction, default=defaults.TOY_MOVING_RATE,
@@ -98,10 +93,9 @@ def add_matrix_completion_parser(subparsers: Any) -> argparse.ArgumentParser:
         "matrix-completion",
         help="low-rank factorization 1/4 ||M - X X^T||^2, 8 workers: LGD vs EAGD",
         description="Low-rank factorization F(X) = 1/4 ||M - X X^T||_F^2, M = U U^T, with "
-        "8 workers from N(0, 1) starts: LGD vs EAGD (step 5e-4, pull 1/5, every step), "
-        "for each rank and trial. Prints the best worker's F/F(0) (median and range over "
-        "trials) and writes the paper's Figure 1.",
-    )
+                    "8 workers from N(0, 1) starts: LGD vs EAGD (step 5e-4, pull 1/5, every "
+                    "step), for each rank and trial. Prints the best worker's F/F(0) (median "
+                    "and range over trials) and writes the paper's Figure 1.")
     _add_common(p, os.path.join("runs", "repro-matrix-completion"))
     p.add_argument("--dim", type=positive_int, default=defaults.MATRIX_DIM,
                    help="d (default: 1000)")
@@ -135,23 +129,17 @@ def run_repro(args: argparse.Namespace) -> int:
     """``lsgd repro`` without an experiment: the usage and exit code 2."""
     parser: argparse.ArgumentParser = args.parser
     parser.print_usage(sys.stderr)
-    print(f"{parser.prog}: error: choose an experiment; see {parser.prog} --help",
-          file=sys.stderr)
+    print(f"{parser.prog}: error: choose an experiment; see {parser.prog} --help", file=sys.stderr)
     return 2
 
 
 def run_toy(args: argparse.Namespace) -> int:
     from lsgd.repro import Progress, toy
 
-    progress = Progress(enabled=not args.quiet)
-    try:
+    with Progress(enabled=not args.quiet) as progress:
         summary, runs = toy.run(max_steps=args.max_steps, tol=args.tol, pull=args.pull,
                                 moving_rate=args.moving_rate, lr=args.lr, progress=progress)
-    finally:
-        progress.close()
-    paths = toy.plot(runs, args.out)
-    _write_summary(args.out, summary)
-    _report(args, summary, toy.table(summary), paths)
+    _report(args, summary, toy.table(summary), toy.plot(runs, args.out))
     return 0
 
 
@@ -175,35 +163,23 @@ def run_matrix_completion(args: argparse.Namespace) -> int:
         parser.error(f"--device {args.device!r} is not a torch device (try cpu or cuda)")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device {args.device}: CUDA is not available on this machine")
-    progress = Progress(enabled=not args.quiet)
-    try:
-        result = matrix.run(
-            dim=args.dim, ranks=ranks, trials=args.trials, steps=args.steps, seed=args.seed,
-            workers=args.workers, lr=args.lr, pull=args.pull, device=str(device),
-            dtype=getattr(torch, args.dtype), engine=args.engine, progress=progress,
-        )
-    finally:
-        progress.close()
+    with Progress(enabled=not args.quiet) as progress:
+        result = matrix.run(dim=args.dim, ranks=ranks, trials=args.trials, steps=args.steps,
+                            seed=args.seed, workers=args.workers, lr=args.lr, pull=args.pull,
+                            device=str(device), dtype=getattr(torch, args.dtype),
+                            engine=args.engine, progress=progress)
     summary = matrix.summarize(result, at)
-    paths = matrix.plot(result, args.out)
-    _write_summary(args.out, summary)
-    _report(args, summary, matrix.table(summary), paths)
+    _report(args, summary, matrix.table(summary), matrix.plot(result, args.out))
     return 0
-
-
-def _write_summary(out: str, summary: dict[str, Any]) -> None:
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
 
 
 def _report(args: argparse.Namespace, summary: dict[str, Any], table: str,
             paths: Sequence[str]) -> None:
-    """The table (or JSON) on stdout; with ``--json`` the file notes go to stderr."""
-    notes = sys.stderr if args.json else sys.stdout
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        print(table)
+    """Write ``summary.json`` under ``--out``; print the table (or the JSON) on stdout and
+    the files written (on stderr with ``--json``)."""
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(json.dumps(summary, indent=2) if args.json else table)
     for path in [*paths, os.path.join(args.out, "summary.json")]:
-        print(f"wrote {path}", file=notes)
+        print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)

@@ -1,6 +1,6 @@
 """What the two reproductions share: a one-parameter model, a method as a strategy
 (:func:`lsgd.make_strategy`), the full-batch worker loop on the simulator and the
-progress bars (re-exported by :mod:`lsgd.repro`)."""
+progress bars (re-exported by :mod:`lsgd.repro`, with :mod:`lsgd.plots`' ``pyplot``)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,9 @@ from typing import IO, Any
 
 import torch
 from torch import nn
-
 from tqdm import tqdm
 
 import lsgd
-from lsgd.plots import PLOT_HINT, pyplot
 from lsgd.registry import strategy_class
 from lsgd.strategies.strategy import Strategy
 
@@ -38,23 +36,19 @@ class Point(nn.Module):
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-    """One method of a comparison: a label and the strategy that implements it.
-
-    ``kind`` is one of :data:`KINDS` (``"sgd"``: independent workers);
-    ``options`` are the strategy's keyword arguments
-    (``pull``, ``scope``, ``period``, ``moving_rate``, ...). Every worker
-    keeps its own start (``init="independent"``).
-    """
+    """One method of a comparison: a label and the strategy that implements it, ``kind``
+    (one of :data:`KINDS`; ``"sgd"``: independent workers) with the keyword arguments
+    ``options``. Every worker keeps its own start (``init="independent"``)."""
 
     label: str
     kind: str
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def build(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Strategy:
+        """The strategy of this method for one worker's ``model`` and ``optimizer``."""
         if self.kind not in KINDS:
-            raise ValueError(
-                f"Method {self.label!r}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}"
-            )
+            raise ValueError(f"Method {self.label!r}: kind must be one of {', '.join(KINDS)}, "
+                             f"got {self.kind!r}")
         return lsgd.make_strategy(self.kind, model, optimizer, init="independent", **self.options)
 
     def describe(self) -> str:
@@ -78,12 +72,9 @@ def eagd(moving_rate: float) -> Method:
 
 @dataclasses.dataclass
 class FullBatchRun:
-    """What :func:`run_full_batch` records.
-
-    ``losses[t, i]`` is F at worker ``i``'s point after ``t`` steps (row 0: the
-    starts); ``positions[t, i]`` that point, when recorded; ``leaders[t]`` the
-    leader elected at step ``t + 1`` (LSGD only, else empty).
-    """
+    """What :func:`run_full_batch` records: ``losses[t, i]``, F at worker ``i``'s point after
+    ``t`` steps (row 0: the starts); ``positions[t, i]`` that point, when recorded;
+    ``leaders[t]`` the leader elected at step ``t + 1`` (LSGD only, else empty)."""
 
     method: Method
     losses: torch.Tensor
@@ -94,18 +85,10 @@ class FullBatchRun:
     seconds: float
 
 
-def run_full_batch(
-    method: Method,
-    value_and_grad: ValueAndGrad,
-    starts: torch.Tensor,
-    lr: float,
-    max_steps: int,
-    *,
-    stop_tol: float | None = None,
-    check_every: int = 10,
-    record_positions: bool = True,
-    progress: Progress | None = None,
-) -> FullBatchRun:
+def run_full_batch(method: Method, value_and_grad: ValueAndGrad, starts: torch.Tensor,
+                   lr: float, max_steps: int, *, stop_tol: float | None = None,
+                   check_every: int = 10, record_positions: bool = True,
+                   progress: Progress | None = None) -> FullBatchRun:
     """Full-batch gradient descent with ``method`` on the simulator, one worker per start.
 
     Worker ``i`` starts at ``starts[i]`` and runs plain ``torch.optim.SGD(lr)``
@@ -120,8 +103,6 @@ def run_full_batch(
     is below ``stop_tol``: they have stopped moving. Otherwise, or if they keep
     moving, they stop after ``max_steps``.
     """
-    world = int(starts.shape[0])
-
     def worker(info: lsgd.WorkerInfo) -> tuple[torch.Tensor, torch.Tensor | None, list, bool]:
         model = Point(starts[info.rank])
         optimizer = torch.optim.SGD(model.parameters(), lr=lr)
@@ -146,8 +127,7 @@ def run_full_batch(
                     with comm.category("repro"):
                         largest = comm.all_gather(moved.reshape(1)).max()
                     moved.zero_()
-                    if bool(largest < stop_tol):
-                        stopped = True
+                    stopped = bool(largest < stop_tol)
             if progress is not None and info.rank == 0:
                 progress.update(step)
             if stopped:
@@ -163,26 +143,17 @@ def run_full_batch(
         return torch.stack(losses), stacked, leaders, stopped
 
     start = time.perf_counter()
-    results = lsgd.simulate(worker, world_size=world, seed=0)
+    results = lsgd.simulate(worker, world_size=int(starts.shape[0]), seed=0)
     seconds = time.perf_counter() - start
     losses = torch.stack([r[0] for r in results], dim=1)
     positions = torch.stack([r[1] for r in results], dim=1) if record_positions else None
-    return FullBatchRun(
-        method=method,
-        losses=losses,
-        positions=positions,
-        leaders=results[0][2],
-        steps=losses.shape[0] - 1,
-        stopped=results[0][3],
-        seconds=seconds,
-    )
+    return FullBatchRun(method, losses, positions, leaders=results[0][2],
+                        steps=losses.shape[0] - 1, stopped=results[0][3], seconds=seconds)
 
 
 class Progress:
-    """Progress of the reproductions' runs: one tqdm bar per task, on stderr.
-
-    Shown only on a terminal and when ``enabled``, so logs stay free of redraws.
-    """
+    """Progress of the reproductions' runs: one tqdm bar per task, on stderr, shown only on
+    a terminal and when ``enabled`` (so that logs stay free of redraws)."""
 
     def __init__(self, enabled: bool = True, stream: IO[str] | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
@@ -202,6 +173,12 @@ class Progress:
             self._bar.update(done - self._bar.n)
             if force:
                 self._bar.refresh()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """End the current task's bar."""

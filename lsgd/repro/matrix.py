@@ -27,15 +27,16 @@ a sum of squares and PSD products, accurate to rounding even at
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from lsgd.repro import Method, Progress, eagd, lgd, pyplot, run_full_batch
+from lsgd.plots import pyplot, save
+from lsgd.repro import Method, Progress, eagd, lgd, run_full_batch
 from lsgd.repro.defaults import ENGINES
 from lsgd.repro.defaults import MATRIX_DIM as DIM, MATRIX_LR as LR, MATRIX_PULL as PULL
 from lsgd.repro.defaults import MATRIX_RANKS as RANKS, MATRIX_STEPS as STEPS
@@ -61,6 +62,7 @@ class Factorization:
 
     @classmethod
     def from_factor(cls, u: torch.Tensor) -> Factorization:
+        """The problem of ``M = U U^T``."""
         q, r = torch.linalg.qr(u)
         rrt = r @ r.mT
         return cls(q, rrt, 0.25 * _sq(rrt))
@@ -68,11 +70,8 @@ class Factorization:
     @classmethod
     def stack(cls, problems: Sequence[Factorization]) -> Factorization:
         """Trials ``[T]`` batched against workers: ``q`` becomes ``[T, 1, d, r]``."""
-        return cls(
-            torch.stack([p.q for p in problems]).unsqueeze(1),
-            torch.stack([p.rrt for p in problems]).unsqueeze(1),
-            torch.stack([p.f0 for p in problems]).unsqueeze(1),
-        )
+        return cls(*(torch.stack([getattr(p, name) for p in problems]).unsqueeze(1)
+                     for name in ("q", "rrt", "f0")))
 
     def dense(self) -> torch.Tensor:
         """``M`` itself (``d x d``; for tests)."""
@@ -92,18 +91,13 @@ class Factorization:
         inner = (btb * ptp).sum(dim=(-2, -1))
         return 0.25 * (_sq(self.rrt - b @ b.mT) + 2.0 * inner + _sq(ptp))
 
-    def gradient(self, x: torch.Tensor) -> torch.Tensor:
-        """``grad F(X) = (X X^T - M) X``."""
-        return self.value_and_grad(x)[1]
-
     def value_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``F(X)`` and ``grad F(X) = Q grad_B + grad_P`` (see :meth:`value_and_grad_split`)."""
         value, grad_b, grad_p = self.value_and_grad_split(*self.split(x))
         return value, self.q @ grad_b + grad_p
 
-    def value_and_grad_split(
-        self, b: torch.Tensor, p: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def value_and_grad_split(self, b: torch.Tensor, p: torch.Tensor
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``F`` and the gradient's two parts at ``X = Q B + P``.
 
         With ``S = X^T X = B^T B + P^T P`` and ``M X = Q R R^T B``::
@@ -119,10 +113,9 @@ def _sq(a: torch.Tensor) -> torch.Tensor:
     return (a * a).sum(dim=(-2, -1))
 
 
-def draw_trial(
-    dim: int, rank: int, workers: int, seed: int, trial: int,
-    dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu",
-) -> tuple[Factorization, torch.Tensor]:
+def draw_trial(dim: int, rank: int, workers: int, seed: int, trial: int,
+               dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu"
+               ) -> tuple[Factorization, torch.Tensor]:
     """One trial's problem and the workers' starts ``[W, d, r]``.
 
     ``U`` and then the starts are drawn in float64 on the CPU from a generator
@@ -144,20 +137,16 @@ def methods(lr: float = LR, pull: float = PULL, workers: int = WORKERS) -> list[
 
 
 # -- the two engines ----------------------------------------------------------
-def run_strategy(
-    problem: Factorization, starts: torch.Tensor, method: Method, lr: float, steps: int,
-    progress: Progress | None = None,
-) -> torch.Tensor:
+def run_strategy(problem: Factorization, starts: torch.Tensor, method: Method, lr: float,
+                 steps: int, progress: Progress | None = None) -> torch.Tensor:
     """``F / F(0)`` of every worker, ``[steps + 1, W]``, through the real strategy."""
     run = run_full_batch(method, problem.value_and_grad, starts, lr, steps,
                          record_positions=False, progress=progress)
     return run.losses / problem.f0
 
 
-def run_batched(
-    problem: Factorization, starts: torch.Tensor, method: Method, lr: float, steps: int,
-    progress: Progress | None = None,
-) -> torch.Tensor:
+def run_batched(problem: Factorization, starts: torch.Tensor, method: Method, lr: float,
+                steps: int, progress: Progress | None = None) -> torch.Tensor:
     """``F / F(0)`` of every worker, ``[steps + 1, T, W]``, for starts ``[T, W, d, r]``.
 
     ``problem`` is :meth:`Factorization.stack` of the ``T`` trials. Only LGD
@@ -222,10 +211,8 @@ def _batched_update(method: Method, state: list[torch.Tensor]) -> Update:
                     center.lerp_(mean, beta)
 
         return elastic
-    raise ValueError(
-        f"the batched engine runs LGD and EAGD only (period 1, no scope pull); "
-        f"got {method.describe()}; use engine='strategy'"
-    )
+    raise ValueError(f"the batched engine runs LGD and EAGD only (period 1, no scope pull); "
+                     f"got {method.describe()}; use engine='strategy'")
 
 
 def _rank_order_mean(x: torch.Tensor) -> torch.Tensor:
@@ -238,28 +225,18 @@ def _rank_order_mean(x: torch.Tensor) -> torch.Tensor:
 # -- the experiment -----------------------------------------------------------
 @dataclasses.dataclass
 class Result:
-    """Best worker's ``F / F(0)`` per step and trial, ``curves[rank][label]``: ``[steps + 1, T]``."""
+    """The best worker's ``F / F(0)`` per step and trial: ``curves[rank][label]``,
+    ``[steps + 1, T]``."""
 
     setup: dict[str, Any]
     curves: dict[int, dict[str, torch.Tensor]]
     seconds: dict[int, float]
 
 
-def run(
-    *,
-    dim: int = DIM,
-    ranks: Sequence[int] = RANKS,
-    trials: int = TRIALS,
-    steps: int = STEPS,
-    seed: int = 0,
-    workers: int = WORKERS,
-    lr: float = LR,
-    pull: float = PULL,
-    device: str = "cpu",
-    dtype: torch.dtype = torch.float64,
-    engine: str = "batched",
-    progress: Progress | None = None,
-) -> Result:
+def run(*, dim: int = DIM, ranks: Sequence[int] = RANKS, trials: int = TRIALS,
+        steps: int = STEPS, seed: int = 0, workers: int = WORKERS, lr: float = LR,
+        pull: float = PULL, device: str = "cpu", dtype: torch.dtype = torch.float64,
+        engine: str = "batched", progress: Progress | None = None) -> Result:
     """Every rank and trial, LGD and EAGD from the same starts."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
@@ -267,23 +244,22 @@ def run(
     if bad:
         raise ValueError(f"every rank must be between 1 and dim={dim}; got {bad}")
     pair = methods(lr, pull, workers)
-    setup = {
-        "dim": dim, "ranks": list(ranks), "trials": trials, "steps": steps, "seed": seed,
-        "workers": workers, "lr": lr, "pull_lambda": pull, "device": str(device),
-        "dtype": str(dtype).removeprefix("torch."), "engine": engine,
-        "methods": {m.label: m.describe() for m in pair},
-    }
+    setup = {"dim": dim, "ranks": list(ranks), "trials": trials, "steps": steps, "seed": seed,
+             "workers": workers, "lr": lr, "pull_lambda": pull, "device": str(device),
+             "dtype": str(dtype).removeprefix("torch."), "engine": engine,
+             "methods": {m.label: m.describe() for m in pair}}
     curves: dict[int, dict[str, torch.Tensor]] = {}
     seconds: dict[int, float] = {}
     for rank in ranks:
         start = time.perf_counter()
         drawn = [draw_trial(dim, rank, workers, seed, t, dtype, device) for t in range(trials)]
-        per_trial = max(1, _BATCH_BYTES // (workers * dim * rank * dtype.itemsize))
+        fits = _BATCH_BYTES // (workers * dim * rank * dtype.itemsize)
+        size = max(1, fits) if engine == "batched" else 1  # trials at once
         curves[rank] = {}
         for method in pair:
             best = []
-            for lo in range(0, trials, per_trial if engine == "batched" else 1):
-                chunk = drawn[lo : lo + per_trial] if engine == "batched" else drawn[lo : lo + 1]
+            for lo in range(0, trials, size):
+                chunk = drawn[lo : lo + size]
                 if progress is not None:
                     progress.start(f"rank {rank} {method.label} trials {lo + 1}-"
                                    f"{lo + len(chunk)}/{trials}", steps)
@@ -292,8 +268,7 @@ def run(
                                       torch.stack([s for _, s in chunk]), method, lr, steps,
                                       progress)
                 else:
-                    problem, starts = chunk[0]
-                    rel = run_strategy(problem, starts, method, lr, steps, progress).unsqueeze(1)
+                    rel = run_strategy(*chunk[0], method, lr, steps, progress).unsqueeze(1)
                 best.append(rel.min(dim=2).values.cpu().to(torch.float64))
             curves[rank][method.label] = torch.cat(best, dim=1)
         seconds[rank] = time.perf_counter() - start
@@ -314,37 +289,25 @@ def summarize(result: Result, at: Sequence[int] | None = None) -> dict[str, Any]
         entry: dict[str, Any] = {"seconds": result.seconds[rank]}
         for label, curve in by_method.items():
             values = curve[at]  # [len(at), T]
-            entry[label] = {
-                "median": values.median(dim=1).values.tolist(),
-                "min": values.min(dim=1).values.tolist(),
-                "max": values.max(dim=1).values.tolist(),
-            }
+            entry[label] = {"median": values.median(dim=1).values.tolist(),
+                            "min": values.min(dim=1).values.tolist(),
+                            "max": values.max(dim=1).values.tolist()}
         ranks[str(rank)] = entry
-    return {
-        "setup": result.setup,
-        "steps": at,
-        "ranks": ranks,
-        "seconds": sum(result.seconds.values()),
-    }
+    return {"setup": result.setup, "steps": at, "ranks": ranks,
+            "seconds": sum(result.seconds.values())}
 
 
 def table(summary: dict[str, Any]) -> str:
     """Per rank and method: median [min, max] over trials at each reported step."""
     at = summary["steps"]
     head = f"{'rank':>4} {'method':<6}" + "".join(f" {f'step {s}':>30}" for s in at)
-    lines = [
-        "best worker's F/F(0): median [min, max] over "
-        f"{summary['setup']['trials']} trials",
-        head,
-        "-" * len(head),
-    ]
+    lines = [f"best worker's F/F(0): median [min, max] over {summary['setup']['trials']} trials",
+             head, "-" * len(head)]
     for rank, entry in summary["ranks"].items():
         for label in summary["setup"]["methods"]:
             stats = entry[label]
-            cells = "".join(
-                f" {f'{m:.2e} [{lo:.1e}, {hi:.1e}]':>30}"
-                for m, lo, hi in zip(stats["median"], stats["min"], stats["max"])
-            )
+            cells = "".join(f" {f'{m:.2e} [{lo:.1e}, {hi:.1e}]':>30}"
+                            for m, lo, hi in zip(stats["median"], stats["min"], stats["max"]))
             lines.append(f"{rank:>4} {label:<6}{cells}")
         lines.append(f"{'':>4} ({entry['seconds']:.1f} s)")
     lines.append(f"total {summary['seconds']:.1f} s")
@@ -356,7 +319,6 @@ def plot(result: Result, out: str) -> list[str]:
     plt = pyplot(note=True)
     if plt is None:
         return []
-    os.makedirs(out, exist_ok=True)
     ranks = list(result.curves)
     fig, axes = plt.subplots(1, len(ranks), figsize=(4.2 * len(ranks), 3.8), squeeze=False)
     colors = {"LGD": "tab:red", "EAGD": "tab:blue"}
@@ -367,26 +329,16 @@ def plot(result: Result, out: str) -> list[str]:
             color = colors.get(label)
             ax.plot(steps, np.median(c, axis=1), color=color, label=label, lw=1.5)
             ax.fill_between(steps, c.min(axis=1), c.max(axis=1), color=color, alpha=0.2, lw=0)
-        ax.set_yscale("log")
-        ax.set_ylim(bottom=_PLOT_FLOOR)
+        ax.set(yscale="log", ylim=(_PLOT_FLOOR, None), xlabel="iteration")
         ax.set_title(f"r = {rank}", fontsize=10)
-        ax.set_xlabel("iteration")
         ax.grid(alpha=0.3, which="both")
     axes[0][0].set_ylabel("best worker's F / F(0)")
     axes[0][0].legend()
     s = result.setup
-    fig.suptitle(
-        f"Low-rank factorization, d = {s['dim']}, {s['workers']} workers, "
-        f"{s['trials']} trials (median, min-max shaded)", fontsize=11,
-    )
-    fig.tight_layout()
-    path = os.path.join(out, "figure1.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    fig.suptitle(f"Low-rank factorization, d = {s['dim']}, {s['workers']} workers, "
+                 f"{s['trials']} trials (median, min-max shaded)", fontsize=11)
+    return [str(save(fig, Path(out) / "figure1.png"))]
 
 
-__all__ = [
-    "Factorization", "Result", "draw_trial", "methods", "plot", "report_steps", "run",
-    "run_batched", "run_strategy", "summarize", "table",
-]
+__all__ = ["Factorization", "Result", "draw_trial", "methods", "plot", "report_steps", "run",
+           "run_batched", "run_strategy", "summarize", "table"]

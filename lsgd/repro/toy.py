@@ -14,12 +14,13 @@ gives the setup.
 from __future__ import annotations
 
 import math
-import os
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from lsgd.repro import FullBatchRun, Method, Progress, eagd, lgd, pyplot, run_full_batch
+from lsgd.plots import pyplot, save
+from lsgd.repro import FullBatchRun, Method, Progress, eagd, lgd, run_full_batch
 from lsgd.repro.defaults import TOY_LR as LR, TOY_MOVING_RATE as MOVING_RATE, TOY_PULL as PULL
 
 STARTS: tuple[tuple[float, float], ...] = ((-6.0, -4.0), (-15.0, -18.0), (20.0, 11.0), (17.0, 8.0))
@@ -48,27 +49,20 @@ def gradient(point: torch.Tensor) -> torch.Tensor:
 
 
 def value_and_grad(point: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``L`` and its gradient at ``point``."""
     return objective(point), gradient(point)
 
 
-def methods(
-    pull: float = PULL, moving_rate: float = MOVING_RATE, period: int = 4, scope: float = 0.1
-) -> list[Method]:
+def methods(pull: float = PULL, moving_rate: float = MOVING_RATE, period: int = 4,
+            scope: float = 0.1) -> list[Method]:
     """LGD and EAGD (the paper's pair), then the comparisons."""
-    return [
-        lgd(pull),
-        eagd(moving_rate),
-        Method(
-            "LSGD",
-            "lsgd",
-            {"pull": pull, "scope": scope, "period": period, "leader_window": 1},
-        ),
-        Method("LocalSGD", "local-sgd", {"period": period}),
-        Method("GD", "sgd", {}),
-    ]
+    lsgd = {"pull": pull, "scope": scope, "period": period, "leader_window": 1}
+    return [lgd(pull), eagd(moving_rate), Method("LSGD", "lsgd", lsgd),
+            Method("LocalSGD", "local-sgd", {"period": period}), Method("GD", "sgd", {})]
 
 
 def starts() -> torch.Tensor:
+    """The four workers' starts (:data:`STARTS`)."""
     return torch.tensor(STARTS, dtype=torch.float64)
 
 
@@ -82,51 +76,29 @@ def summarize(run: FullBatchRun) -> dict[str, Any]:
     final = run.losses[-1]
     best = int(torch.argmin(final))
     best_value = float(final[best])
-    best_per_step = run.losses.min(dim=1).values
-    above = (best_per_step > best_value + 1e-6).nonzero()
+    above = (run.losses.min(dim=1).values > best_value + 1e-6).nonzero()  # the best per step
     steps_to_best = int(above[-1]) + 1 if len(above) else 0
     assert run.positions is not None
     where = run.positions[-1, best].tolist()
-    return {
-        "method": run.method.describe(),
-        "best_objective": best_value,
-        "where": where,
-        "radius": math.hypot(*where),
-        "worker": best,
-        "steps_to_best": steps_to_best,
-        "steps": run.steps,
-        "stopped": run.stopped,
-        "lowest_visited": float(run.losses.min()),
-        "final_objectives": final.tolist(),
-        "final_points": run.positions[-1].tolist(),
-        "leader_switches": _switches(run.leaders),
-    }
+    leaders = run.leaders
+    switches = sum(a != b for a, b in zip(leaders, leaders[1:])) if leaders else None
+    return {"method": run.method.describe(), "best_objective": best_value, "where": where,
+            "radius": math.hypot(*where), "worker": best, "steps_to_best": steps_to_best,
+            "steps": run.steps, "stopped": run.stopped,
+            "lowest_visited": float(run.losses.min()), "final_objectives": final.tolist(),
+            "final_points": run.positions[-1].tolist(), "leader_switches": switches}
 
 
-def _switches(leaders: list[int | None]) -> int | None:
-    if not leaders:
-        return None
-    return sum(1 for a, b in zip(leaders, leaders[1:]) if a != b)
-
-
-def run(
-    *,
-    max_steps: int = 20_000,
-    tol: float = 1e-10,
-    pull: float = PULL,
-    moving_rate: float = MOVING_RATE,
-    lr: float = LR,
-    progress: Progress | None = None,
-) -> tuple[dict[str, dict[str, Any]], list[FullBatchRun]]:
+def run(*, max_steps: int = 20_000, tol: float = 1e-10, pull: float = PULL,
+        moving_rate: float = MOVING_RATE, lr: float = LR, progress: Progress | None = None
+        ) -> tuple[dict[str, dict[str, Any]], list[FullBatchRun]]:
     """Run every method from the paper's starts; returns (summary by label, runs)."""
     runs = []
     for method in methods(pull, moving_rate):
         if progress is not None:
             progress.start(f"toy {method.label}", max_steps)
-        runs.append(
-            run_full_batch(method, value_and_grad, starts(), lr, max_steps,
-                           stop_tol=tol, progress=progress)
-        )
+        runs.append(run_full_batch(method, value_and_grad, starts(), lr, max_steps,
+                                   stop_tol=tol, progress=progress))
     return {r.method.label: summarize(r) for r in runs}, runs
 
 
@@ -137,11 +109,9 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
     lines = [head, "-" * len(head)]
     for label, s in summary.items():
         x, y = s["where"]
-        lines.append(
-            f"{label:<9} {s['best_objective']:>10.5f} {f'({x:.3f}, {y:.3f})':>20} "
-            f"{s['radius']:>7.3f} {s['worker']:>6} {s['steps_to_best']:>13} "
-            f"{s['steps']:>9}{'' if s['stopped'] else '*'} {s['lowest_visited']:>11.5f}"
-        )
+        lines.append(f"{label:<9} {s['best_objective']:>10.5f} {f'({x:.3f}, {y:.3f})':>20} "
+                     f"{s['radius']:>7.3f} {s['worker']:>6} {s['steps_to_best']:>13} "
+                     f"{s['steps']:>9}{'' if s['stopped'] else '*'} {s['lowest_visited']:>11.5f}")
     if not all(s["stopped"] for s in summary.values()):
         lines.append("* still moving at the step limit")
     lines.append("")
@@ -154,16 +124,13 @@ def plot(runs: list[FullBatchRun], out: str) -> list[str]:
     plt = pyplot(note=True)
     if plt is None:
         return []
-    os.makedirs(out, exist_ok=True)
-    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
     grid = torch.linspace(-25, 25, 501, dtype=torch.float64)
     gx, gy = torch.meshgrid(grid, grid, indexing="xy")
     landscape = objective(torch.stack([gx, gy], dim=-1)).numpy()
 
     n = len(runs)
-    cols = 3
-    rows = math.ceil((n + 1) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 4.6 * rows), squeeze=False)
+    rows = math.ceil((n + 1) / 3)  # and a panel for the legend
+    fig, axes = plt.subplots(rows, 3, figsize=(3 * 4.6, 4.6 * rows), squeeze=False)
     flat = [ax for row in axes for ax in row]
     for ax, r in zip(flat, runs):
         inset = ax.inset_axes([0.60, 0.02, 0.38, 0.38])
@@ -174,15 +141,12 @@ def plot(runs: list[FullBatchRun], out: str) -> list[str]:
             assert r.positions is not None
             for i in range(r.positions.shape[1]):
                 path = r.positions[:, i].numpy()
-                c = colors[i % len(colors)]
+                c = f"C{i}"  # matplotlib's own colour cycle
                 a.plot(path[:, 0], path[:, 1], "-", color=c, lw=1.2, label=f"worker {i}")
                 a.plot(*path[0], "o", color=c, mec="black", ms=6)
                 a.plot(*path[-1], "*", color=c, mec="black", ms=13 if a is ax else 10)
-            a.set_xlim(-half, half)
-            a.set_ylim(-half, half)
-            a.set_aspect("equal")
-        inset.set_xticks([])
-        inset.set_yticks([])
+            a.set(xlim=(-half, half), ylim=(-half, half), aspect="equal")
+        inset.set(xticks=[], yticks=[])
         ax.indicate_inset_zoom(inset, edgecolor="white")
         best = float(r.losses[-1].min())
         ax.set_title(f"{r.method.label}: best L = {best:.4f} ({r.steps} steps)\n"
@@ -192,29 +156,20 @@ def plot(runs: list[FullBatchRun], out: str) -> list[str]:
         ax.axis("off")
     flat[n].legend(handles, labels, loc="center", title="o start, * end; inset: |x|,|y| <= 8")
     fig.suptitle("L = sin(pi r)/(pi r), 4 workers, full gradients, lr 0.1", fontsize=12)
-    fig.tight_layout()
-    paths = [os.path.join(out, "trajectories.png"), os.path.join(out, "objective.png")]
-    fig.savefig(paths[0], dpi=100)
-    plt.close(fig)
+    paths = [str(save(fig, Path(out) / "trajectories.png"))]
 
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False, sharey=True)
     for ax, r in zip(axes[0], runs):
         steps = torch.arange(r.losses.shape[0]) + 1
         for i in range(r.losses.shape[1]):
-            ax.plot(steps.numpy(), r.losses[:, i].numpy(), color=colors[i % len(colors)],
-                    label=f"worker {i}")
-        ax.set_xscale("log")
-        ax.set_xlabel("step + 1")
+            ax.plot(steps.numpy(), r.losses[:, i].numpy(), color=f"C{i}", label=f"worker {i}")
+        ax.set(xscale="log", xlabel="step + 1")
         ax.set_title(r.method.label, fontsize=10)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("L(x, y)")
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(paths[1], dpi=110)
-    plt.close(fig)
-    return paths
+    return paths + [str(save(fig, Path(out) / "objective.png"))]
 
 
 __all__ = ["STARTS", "gradient", "methods", "objective", "plot", "run", "summarize", "table",
            "value_and_grad"]
-
