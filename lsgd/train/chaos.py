@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from lsgd.train.faults import FATAL, KINDS, config_errors, nodes_of
+from lsgd.train.faults import FATAL, FIELDS, KINDS, config_errors, nodes_of
 
 DEFAULT_MINUTES = 10.0
 
@@ -49,24 +49,22 @@ def errors(cfg: Any) -> list[str]:
         found.append(f"--chaos {cfg.faults.chaos}: give a seed of 0 or more")
     if found:
         return found
-    for kind in kinds:  # each kind's fit to this run, said once
-        problems = config_errors(cfg.but(fault=[_example(kind, cfg)]))
+    for kind in kinds:  # each kind's fit to this run, said once, from one that fits any
+        problems = config_errors(cfg.but(fault=[_spec(kind, cfg, 0, 0, "1.0", "1.0")]))
         found += [f"--chaos-kinds {kind}: " + p.split(": ", 1)[1] for p in problems]
     return found
 
 
-def _example(kind: str, cfg: Any) -> str:
-    return {"kill": "kill:0:1", "nan": "nan:0:1", "segv": "segv:0:1", "stop": "stop:0:1:1",
-            "kill-node": "kill-node:0:1", "corrupt-checkpoint": "corrupt-checkpoint:1",
-            "link-down": "link-down:0:1:1", "slow": f"slow:0:1:{_slow_rate(cfg)}:1"}[kind]
-
-
-def _slow_rate(cfg: Any) -> str:
+def _spec(kind: str, cfg: Any, node: int, rank: int, second: str, lasts: str) -> str:
+    """The ``--fault`` item of ``kind`` at ``second`` of the run (a worker's training
+    clock, a link's wall clock), out for ``lasts`` seconds; a slow link at a tenth of
+    ``--link``."""
     from lsgd.links.spec import parse_link
 
-    if cfg.link is None:
-        return "1mbit"
-    return f"{max(1.0, parse_link(cfg.link).rate / 10):.0f}bit"
+    rate = f"{max(1.0, parse_link(cfg.link).rate / 10):.0f}bit" if cfg.link else "1mbit"
+    values = {"rank": rank, "node": node, "step": f"@{second}", "second": second,
+              "seconds": lasts, "rate": rate}
+    return ":".join([kind, *(str(values[name]) for name in FIELDS[kind])])
 
 
 def draw(cfg: Any, count: int | None = None) -> list[str]:
@@ -106,20 +104,9 @@ def draw(cfg: Any, count: int | None = None) -> list[str]:
                 kind = rng.choice(others)
             else:
                 fatal[key] = fatal.get(key, 0) + 1
-        at = f"{second:.1f}"
-        if kind in ("kill", "nan", "segv"):
-            specs.append(f"{kind}:{rank}:@{at}")
-        elif kind == "stop":
-            specs.append(f"stop:{rank}:@{at}:{rng.uniform(*out_for):.1f}")
-        elif kind == "kill-node":
-            specs.append(f"kill-node:{node}:@{at}")
-        elif kind == "corrupt-checkpoint":
-            specs.append(f"corrupt-checkpoint:@{at}")
-        elif kind == "link-down":
-            specs.append(f"link-down:{node}:{at}:{rng.uniform(*out_for):.1f}")
-        else:
-            specs.append(f"slow:{node}:{at}:{_slow_rate(cfg)}:{rng.uniform(3.0, 10.0):.1f}")
-
+        lasts = (rng.uniform(*out_for) if kind in ("stop", "link-down")
+                 else rng.uniform(3.0, 10.0) if kind == "slow" else 0.0)
+        specs.append(_spec(kind, cfg, node, rank, f"{second:.1f}", f"{lasts:.1f}"))
 
 
 def with_chaos(cfg: Any) -> Any:

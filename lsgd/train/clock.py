@@ -1,17 +1,13 @@
 """When a run evaluates, checkpoints and stops: decisions every worker takes alike.
 
-No worker may be left alone in a collective, so these decisions are taken
-from values every worker has. Synchronously: its step count (equal on all
-workers) and, for time budgets, rank 0's training clock, broadcast about once
-a second of training (``"control"`` traffic: with the clock goes the number of
-steps until the next broadcast, at most ``CLOCK_SYNC_EVERY``, so a run of slow
-steps, all-reduce on a slow link say, stops within about a second of its
-budget instead of up to ``CLOCK_SYNC_EVERY`` steps after it; and at every
-evaluation on a step grid, so that its row has the time of its own step).
-Asynchronously
-(``--async``): the workers' total step count and their latest clock, agreed
-at each sync point (right after a round among all workers), the only place
-where asynchronous workers act together.
+No worker may be left alone in a collective, so these decisions are taken from values
+every worker has. Synchronously: the step count, and for time budgets rank 0's clock,
+broadcast as ``"control"`` traffic about once a second of training (with it the steps
+until the next broadcast, at most ``CLOCK_SYNC_EVERY``, so that slow steps stop within
+about a second of the budget) and at every evaluation on a step grid (so that its row
+has the time of its own step). Asynchronously (``--async``): the workers' total step
+count and latest clock, agreed at each sync point, the only place where asynchronous
+workers act together.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """``lsgd train`` and ``lsgd plot``: their options, and what each prints.
 
-The options of ``lsgd train`` are the fields of
-:class:`~lsgd.train.config.TrainConfig`; the run itself is
-:mod:`lsgd.train.runner`'s, several methods side by side
-:mod:`lsgd.train.compare`'s. Nothing that imports torch is imported before the
-arguments are accepted (the runner imports what a run needs when it starts one): a
-mistake is refused at once.
+The options of ``lsgd train`` are the fields of :class:`~lsgd.train.config.TrainConfig`
+and the methods' options. Nothing that imports torch is imported before the arguments
+are accepted, so that a mistake is refused at once.
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ from lsgd.train.runner import (check_before_start, dry_run, launch_from_this_pro
 
 
 def add_train_parser(subparsers: Any) -> None:
+    """``lsgd train``: a flag per setting, the methods' options grouped by who takes them."""
     parser = subparsers.add_parser(
         "train", help="train a model with any method",
         description="Train a model with LSGD or a baseline on one machine or many. "
@@ -144,6 +142,8 @@ def _headline_rows(summary: dict[str, Any], pct: Any) -> list[tuple[str, str]]:
 
 
 def print_summary(summary: dict[str, Any]) -> None:
+    """The run's summary as a table of what it reached, spent and wrote."""
+
     def pct(value: Any) -> str:
         return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
             else f"{100 * value:.2f}%"
@@ -197,6 +197,7 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 def add_plot_parser(subparsers: Any) -> None:
+    """``lsgd plot RUN...``: several runs overlaid."""
     from lsgd.train.run_plots import METRICS
 
     parser = subparsers.add_parser(
@@ -215,6 +216,7 @@ def add_plot_parser(subparsers: Any) -> None:
 
 
 def run_plot(args: argparse.Namespace) -> int:
+    """``lsgd plot``: the figure of the runs, or a :class:`UsageError` saying why not."""
     from lsgd.train.run_plots import plot_runs
 
     runs = [Path(r) for r in args.runs]

@@ -1,16 +1,9 @@
 """``lsgd train --method A,B,...``: the same run once per method, side by side.
 
-Every method gets the same settings (model, data, seed, workers, link, budget,
-evaluation times) and a run folder of its own, ``--out/METHOD``; they run one
-after another, so none shares the machine with another. Every setting of every
-method is checked before the first one starts. At the end a table compares
-them: the center's final and best test accuracy (a language model's
-validation loss), the time until each method first reached a common value
-(the worst of the methods' best, so every method reached it), the training
-time, the steps, and the bytes and seconds each worker spent communicating;
-``--out/comparison.png`` draws the center's test error (validation loss) of
-every method against training time and steps (and bytes sent), and
-``--out/comparison.txt`` keeps the table.
+Every method gets the same settings and a run folder of its own, ``--out/METHOD``;
+every setting of every method is checked before the first starts, and they run one
+after another, so none shares the machine. At the end a table compares them
+(``--out/comparison.txt``) and ``--out/comparison.png`` draws their curves.
 """
 
 from __future__ import annotations
@@ -19,6 +12,7 @@ import argparse
 import copy
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,14 +63,12 @@ def run_comparison(args: argparse.Namespace) -> int:
     for cfg in runs:
         check_new_run(cfg, cfg.out_dir)
         check_before_start(cfg)
-    summaries: list[dict[str, Any] | None] = []
-    codes = []
+    results = []
     for number, cfg in enumerate(runs, 1):
         print(f"[{number}/{len(runs)}] {cfg.method}: training into {cfg.out_dir}",
               file=sys.stderr, flush=True)
-        code, summary = train_and_report(cfg)
-        codes.append(code)
-        summaries.append(summary)
+        results.append(train_and_report(cfg))
+    codes, summaries = zip(*results)
     base = runs[0].out_dir.parent
     text = comparison_text(runs, summaries)
     print(text)
@@ -87,8 +79,12 @@ def run_comparison(args: argparse.Namespace) -> int:
     return max(codes)
 
 
-def comparison_text(runs: list[TrainConfig], summaries: list[dict[str, Any] | None]) -> str:
-    """The table of the methods side by side, and what it was measured on."""
+def comparison_text(runs: list[TrainConfig],
+                    summaries: Sequence[dict[str, Any] | None]) -> str:
+    """The table of the methods side by side, and what it was measured on: the center's
+    final and best headline, the training time until each first reached a common value
+    (the worst of the methods' best, so that every method reached it), the training
+    time, the steps, and the bytes and seconds each worker spent communicating."""
     curves = {cfg.method: read_csv(cfg.out_dir / "metrics.csv") if summary else []
               for cfg, summary in zip(runs, summaries)}
     headline = of_metric(next((s.get("metric", "accuracy") for s in summaries if s),
@@ -149,8 +145,7 @@ def _values(rows: list[dict[str, Any]], column: str) -> list[float]:
 
 
 def _figure(folders: list[Path], path: Path) -> Path | None:
-    if not folders:
-        return None
+    """The methods' curves overlaid (:func:`~lsgd.train.run_plots.plot_runs`), if any."""
     from lsgd.train.run_plots import plot_runs
 
-    return plot_runs(folders, path)
+    return plot_runs(folders, path) if folders else None

@@ -18,7 +18,7 @@ from typing import Any
 
 import tomli_w
 
-from lsgd.train.conform import conform_to
+from lsgd.train.conform import as_toml, conform_to
 from lsgd.method_options import OPTIONS, declarations
 from lsgd.names import METHODS, REPLICAS
 from lsgd.tasks.headline import is_language
@@ -96,7 +96,6 @@ class TrainConfig:
     # Inner optimizer
     optim: OptimizerSettings = group(OptimizerSettings)
     batch_size: int = _f(128, "batch size per worker: images, or text windows (text: 16)")
-    # Learning-rate schedule
     # The method's own options (lsgd.method_options), by their flags
     options: Any = _f(None, "the method's options: lsgd.method_options.OPTIONS[method], "
                             "given on the command line by their own flags", cli=False)
@@ -172,22 +171,16 @@ class TrainConfig:
 
     def eval_interval(self) -> tuple[str, float]:
         """``("steps", N)``, ``("seconds", S)`` or ``("auto", 0)`` (validated: N, S > 0)."""
-        text = str(self.evaluation.eval_every).strip()
-        if text == "auto":
-            return ("auto", 0.0)
-        match = re.fullmatch(EVAL_EVERY, text)
-        assert match, "validated"
-        if match.group(1) is not None:
-            return ("steps", float(match.group(1)))
-        return ("seconds", float(match.group(2)))
+        match = re.fullmatch(EVAL_EVERY, str(self.evaluation.eval_every).strip())
+        if match is None:
+            return ("auto", 0.0)  # validated: the only other value
+        steps, seconds = match.groups()
+        return ("steps", float(steps)) if steps is not None else ("seconds", float(seconds))
 
     def straggler_factors(self) -> dict[int, float]:
         """``--straggle`` as ``{rank: factor}`` (validated by :meth:`validate`)."""
-        factors = {}
-        for item in self.straggle:
-            rank, _, factor = item.partition(":")
-            factors[int(rank)] = float(factor)
-        return factors
+        pairs = (item.partition(":") for item in self.straggle)
+        return {int(rank): float(factor) for rank, _, factor in pairs}
 
     def step_times(self) -> dict[int, float] | None:
         """The simulator's step time per rank: ``--step-seconds`` (1.0 without it) times
@@ -306,7 +299,7 @@ def without_removed(settings: Mapping[str, Any]) -> dict[str, Any]:
     """``settings`` (keys as field names) without the removed settings at their old
     default (:data:`REMOVED`); ``ValueError`` naming what to write instead of any
     other value of one."""
-    errors = [f"{name} = {tomli_w.dumps({'x': value})[4:].strip()} is no longer a setting; "
+    errors = [f"{name} = {as_toml(value)} is no longer a setting; "
               f"write {REMOVED[name][1]} instead" for name, value in settings.items()
               if name in REMOVED and (type(value), value) != (type(old := REMOVED[name][0]), old)]
     if errors:
@@ -328,14 +321,10 @@ def make_config(settings: dict[str, Any], siblings: tuple[str, ...] = (),
     """
     settings = without_removed(settings)
     method = str(settings.get("method", TrainConfig.method))
-    chosen = tuned.defaults(settings, method)
-    if is_language(str(settings.get("dataset", ""))):
-        settings = TEXT_DEFAULTS | chosen | settings
-    else:
-        settings = chosen | settings
-    run = {name: value for name, value in settings.items() if name in RUN_FIELDS}
+    text = TEXT_DEFAULTS if is_language(str(settings.get("dataset", ""))) else {}
+    settings = text | tuned.defaults(settings, method) | settings
     given = {name: value for name, value in settings.items() if name not in RUN_FIELDS}
-    cfg = TrainConfig.of(**run)
+    cfg = TrainConfig.of(**{name: settings[name] for name in settings.keys() & RUN_FIELDS})
     cfg.options = _options_of(method, given, siblings, lenient)
     cfg.validate()
     return cfg
@@ -349,30 +338,25 @@ def _options_of(method: str, given: dict[str, Any], siblings: tuple[str, ...],
     if method not in OPTIONS:
         return {name: value for name, value in given.items() if name in SETTING_NAMES}
     cls, known = OPTIONS[method], declarations()
-    takes = {f.name for f in dataclasses.fields(cls)}
-    errors = []
+    hints, options, errors = typing.get_type_hints(cls), {}, []
     for name, value in given.items():
         others = [m for m, _ in known.get(name, ())]
         defaults = {f.default for _, f in known.get(name, ()) if not isinstance(f.default, list)}
-        if name in takes or any(m in siblings for m in others) or (
-                name in lenient and _hashable(value) in defaults):
-            continue
-        spelled = _flag_of(known[name][0][1]) if name in known else f"--{flag(name)}"
-        shown = (" ".join(str(v) for v in value) if isinstance(value, list) else
-                 "" if value is True else value)
-        errors.append(f"{spelled} {shown}".strip() + ": "
-                      + (f"an option of --method {' or '.join(others)}, not of {method}"
-                         if others else f"not an option of --method {method}")
-                      + f"; {method} takes "
-                      + ", ".join(sorted(_flag_of(f) for f in dataclasses.fields(cls))))
-    hints = typing.get_type_hints(cls)
-    options = {}
-    for name, value in given.items():
-        try:
-            if name in takes:
+        if name in {f.name for f in dataclasses.fields(cls)}:
+            try:
                 options[name] = conform_to(hints[name], value)
-        except TypeError as expected:
-            errors.append(f"--{flag(name)} {value!r}: expected {expected}")
+            except TypeError as expected:
+                errors.append(f"--{flag(name)} {value!r}: expected {expected}")
+        elif not (any(m in siblings for m in others)
+                  or name in lenient and _hashable(value) in defaults):
+            spelled = _flag_of(known[name][0][1]) if name in known else f"--{flag(name)}"
+            shown = (" ".join(str(v) for v in value) if isinstance(value, list) else
+                     "" if value is True else value)
+            errors.append(f"{spelled} {shown}".strip() + ": "
+                          + (f"an option of --method {' or '.join(others)}, not of {method}"
+                             if others else f"not an option of --method {method}")
+                          + f"; {method} takes "
+                          + ", ".join(sorted(_flag_of(f) for f in dataclasses.fields(cls))))
     if errors:
         raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
     return cls(**options)

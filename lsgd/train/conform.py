@@ -7,6 +7,8 @@ import types
 import typing
 from typing import Any
 
+import tomli_w
+
 from lsgd._validate import is_int, is_number
 
 #: What each scalar type of a field reads as, alone and in a list.
@@ -53,3 +55,8 @@ def conform_to(hint: Any, value: Any) -> Any:
     return value
 
 
+def as_toml(value: Any) -> str:
+    """``value`` as TOML writes it (``true``, ``"a lot"``), as Python does if not one line."""
+    text = tomli_w.dumps({"x": value})
+    one_line = text.startswith("x = ") and text.count("\n") == 1
+    return text[len("x = "):].strip() if one_line else repr(value)

@@ -1,22 +1,19 @@
 """``lsgd train --elastic``: a run that goes on when workers fail (torchft).
 
-Each node (``--groups`` of them, or one per worker) is a torchft replica
-group started by an elastic agent of its own
-(:func:`lsgd.launcher.elastic_jobs.launch_elastic`), every worker with an
-:class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`; the strategy's rounds among
-all workers are the quorum points (:mod:`lsgd.strategies.elastic_rounds`). What the
-workers decide together is decided inside a round, among its members, right
-after the method's rule (``Strategy.on_round``): the clock and the budgets (the
-members' largest training seconds, all-gathered as ``"control"`` traffic), the
-evaluations of the center, and who writes (the member with the lowest slot).
-A joining worker receives the run's own state with the strategy's; no
-checkpoint is written or read (docs/reliability.md, "Survivors keep training").
+Each node (``--groups`` of them, or one per worker) is a torchft replica group started
+by an elastic agent of its own (:func:`lsgd.launcher.elastic_jobs.launch_elastic`),
+every worker on an :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`; the
+strategy's rounds among all workers are the quorum points. What the workers decide
+together is decided inside a round, among its members, right after the method's rule
+(``Strategy.on_round``): the clock (the members' largest training seconds, as
+``"control"`` traffic), the evaluations, and who writes (the lowest member). A joining
+worker receives the run's own state with the strategy's; no checkpoint is written or
+read (docs/reliability.md, "Survivors keep training").
 
-Faults: ``--fault`` (:mod:`lsgd.train.faults`, each once per run), and, for
-benchmarks, on a worker's first attempt only, :func:`elastic_worker`'s
-``extra_faults`` ``("kill" | "hang", rank, step)``
-where ``rank`` may be ``"leader"`` (the leader elected last) and a hang takes
-a fourth item, its seconds (default 10; the worker's heartbeats go on).
+Faults: ``--fault``, and for benchmarks, on a worker's first attempt only,
+``extra_faults`` ``("kill" | "hang", rank, step[, seconds])``, ``rank`` possibly
+``"leader"`` (the leader elected last); a hang lasts ``seconds`` (default 10) while
+the worker's heartbeats go on.
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ import math
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -111,7 +109,7 @@ class ElasticRun(WorkerLoop):
     def run(self) -> dict[str, Any] | None:
         """Train; but a restarted worker that finds the run ended while it was down ends
         at once (else it would train the whole run again alone, the others gone)."""
-        if self.attempt > 0 and self._ended_marker().exists():
+        if self.attempt > 0 and self.ended_marker.exists():
             self.after_end = True
             if self.cfg.faults.fault:
                 faults.answer(self.cfg.out_dir, f"worker {self.rank} came back after the run "
@@ -119,7 +117,8 @@ class ElasticRun(WorkerLoop):
             return self.finish()
         return super().run()
 
-    def _ended_marker(self) -> Any:
+    @property
+    def ended_marker(self) -> Path:
         """``logs/ended``: created by the first round that ends the run."""
         return self.cfg.out_dir / "logs" / "ended"
 
@@ -132,10 +131,9 @@ class ElasticRun(WorkerLoop):
         round (stopped, or cut off) reaches the last step after the others have gone and
         ends the run again alone: its lone round (its own model as the center) must not
         overwrite the run's record. The first round to end it creates ``logs/ended``."""
-        marker = self._ended_marker()
-        marker.parent.mkdir(parents=True, exist_ok=True)
+        self.ended_marker.parent.mkdir(parents=True, exist_ok=True)
         try:
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            self.ended_marker.touch(exist_ok=False)
             return False
         except FileExistsError:
             if self.cfg.faults.fault:
@@ -191,15 +189,11 @@ class ElasticRun(WorkerLoop):
         return result
 
     def summary(self) -> dict[str, Any]:
-        """Write the run's summary: that of every run, with what failures did to it.
-
-        ``restarts``: the worker restarts the agents made, summed over the members of
-        the last round (each in its attempt ``N``, after ``N`` restarts), as a
-        restarted run counts its own. ``steps_redone``: 0, since no worker goes back a
-        step: survivors never stop, and a restarted worker joins with the live state at
-        the run's step, leaving out (not redoing) the steps it missed. With them
-        ``heals`` (state received from a live worker) and ``members_at_end``.
-        """
+        """Write the run's summary, with what failures did to it: ``restarts``, summed
+        over the members of the last round (each in its attempt ``N``, after ``N``
+        restarts); ``steps_redone`` 0, since a restarted worker joins with the live state
+        at the run's step; ``heals`` (state received from a live worker) and
+        ``members_at_end``."""
         last = self.rows[-1]
         return self.write_summary(
             elastic=True, steps_per_second=self.steps / max(self.train_seconds, 1e-12),
@@ -209,10 +203,9 @@ class ElasticRun(WorkerLoop):
 
 def quorum_timeout(cfg: TrainConfig) -> float:
     """How long a worker waits for a quorum: ``--timeout``, but past the longest the
-    lighthouse may hold one (the join timeout, or a silent node counted live for the
-    heartbeat timeout) and 10 s more. A quorum whose wait timed out left torchft's
-    manager failing every later one at once ("Timeout expired"), and the run never
-    stepped again (docs/reliability.md)."""
+    lighthouse may hold one (the join and heartbeat timeouts) and 10 s more, since a
+    quorum whose wait timed out leaves torchft's manager failing every later one
+    (docs/reliability.md)."""
     return max(cfg.timeout, cfg.quorum.join_timeout + cfg.quorum.heartbeat_timeout + 10.0)
 
 

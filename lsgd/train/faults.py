@@ -1,22 +1,20 @@
 """``lsgd train --fault SPEC`` (repeatable): faults injected into a run, and their log.
 
-The kinds and their fields (:data:`FIELDS`; docs/reliability.md, "Faults at
-random", says what each does): ``kill:RANK:STEP``, ``nan:RANK:STEP``,
-``segv:RANK:STEP``, ``stop:RANK:STEP:SECONDS``, ``kill-node:NODE:STEP``,
-``corrupt-checkpoint:STEP``, ``link-down:NODE:SECOND:SECONDS`` and
-``slow:NODE:SECOND:RATE:SECONDS``. STEP is a worker's step, or ``@S`` for its first
-step after S seconds of the run's training clock; SECOND counts wall seconds from
-the run's first training step.
+The kinds and their fields are in :data:`FIELDS` (docs/reliability.md, "Faults at
+random", says what each does). STEP is a worker's step, or ``@S`` for its first step
+after S seconds of the run's training clock; SECOND counts wall seconds from the
+run's first training step.
 
 Every fault fires once per run: the worker (or the link injector,
-:mod:`lsgd.train.injector`) appends it to the run folder's ``faults.jsonl``
-before it strikes, so a restarted worker, which reads the log, does not fire it
-again. The run's answers (restart, fall-back, heal, reset) are appended to the
-same log; :func:`write_table` turns it into ``faults.csv`` at the end.
+:mod:`lsgd.train.injector`) appends it to the run folder's ``faults.jsonl`` before
+it strikes, so a restarted worker, which reads the log, does not fire it again. The
+run's answers (restart, fall-back, heal, reset) go to the same log, which
+:func:`write_table` turns into ``faults.csv`` at the end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -89,16 +87,13 @@ def parse(spec: str) -> Fault:
     try:
         for name, text in zip(names, parts[1:]):
             if name in ("rank", "node"):
-                values[name] = _whole(text, 0)
-            elif name == "step":
-                if text.startswith("@"):
-                    values["at_second"] = _number(text[1:], 0.0)
-                else:
-                    values["step"] = _whole(text, 1)
-            elif name == "second":
-                values["at_second"] = _number(text, 0.0)
+                values[name] = _at_least(int(text), 0)
+            elif name == "step" and not text.startswith("@"):
+                values["step"] = _at_least(int(text), 1)
+            elif name in ("step", "second"):
+                values["at_second"] = _at_least(float(text.removeprefix("@")), 0.0)
             elif name == "seconds":
-                values["seconds"] = _number(text, 1e-3)
+                values["seconds"] = _at_least(float(text), 1e-3)
             else:  # rate
                 from lsgd.links.spec import parse_link
 
@@ -109,17 +104,10 @@ def parse(spec: str) -> Fault:
     return Fault(spec=spec.strip(), kind=kind, **values)
 
 
-def _whole(text: str, least: int) -> int:
-    value = int(text)
-    if value < least:
-        raise ValueError(text)
-    return value
-
-
-def _number(text: str, least: float) -> float:
-    value = float(text)
+def _at_least(value: Any, least: float) -> Any:
+    """``value`` if finite and at least ``least``, else ``ValueError``."""
     if not math.isfinite(value) or value < least:
-        raise ValueError(text)
+        raise ValueError(value)
     return value
 
 
@@ -172,13 +160,10 @@ def node_of(rank: int, cfg: Any) -> int:
 def append(run: Path, **row: Any) -> None:
     """Append one event to ``run``'s fault log (one line, written whole, flushed to disk)."""
     row.setdefault("time", time.time())
-    line = (json.dumps(row) + "\n").encode()
-    fd = os.open(run / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with open(run / LOG, "ab") as log:  # the line in one write, at the end of the file
+        log.write((json.dumps(row) + "\n").encode())
+        log.flush()
+        os.fsync(log.fileno())
 
 
 def read_log(run: Path) -> list[dict[str, Any]]:
@@ -189,10 +174,8 @@ def read_log(run: Path) -> list[dict[str, Any]]:
         return []
     events = []
     for line in lines:
-        try:
+        with contextlib.suppress(ValueError):
             events.append(json.loads(line))
-        except ValueError:
-            continue
     return events
 
 
@@ -287,18 +270,12 @@ class Faults:
         os.kill(pid, signal.SIGKILL)
 
 
-def corrupt_newest(checkpoints: Path | None) -> str | None:
-    """Truncate the worker files of the newest complete checkpoint to half; its name."""
-    if checkpoints is None:
-        return None
-    newest = sorted(p for p in checkpoints.glob("step-*") if (p / "meta.json").exists())
-    if not newest:
-        return None
-    for file in newest[-1].glob("rank-*.pt"):
-        size = file.stat().st_size
-        with open(file, "r+b") as handle:
-            handle.truncate(size // 2)
-    return newest[-1].name
+def corrupt_newest(checkpoints: Path | None) -> None:
+    """Truncate the worker files of the newest complete checkpoint to half."""
+    found = sorted(p for p in (checkpoints.glob("step-*") if checkpoints else ())
+                   if (p / "meta.json").exists())
+    for file in found[-1].glob("rank-*.pt") if found else ():
+        os.truncate(file, file.stat().st_size // 2)
 
 
 # -- the table -----------------------------------------------------------------------------
@@ -333,15 +310,11 @@ def write_table(run: Path, start: float) -> dict[str, int]:
                 if event["what"] not in row["answers"]:
                     row["answers"].append(event["what"])
                 row["recovered"] |= event["what"].startswith(("restart", "heal"))
-    table = list(rows.values())
-    for row in table:
-        answers = row.pop("answers")
-        row.pop("recovered")
-        row["outcome"] = "; ".join(answers) or _RIDDEN[row["kind"]]
-    if table or (run / LOG).exists():
-        write_csv(run / TABLE, table, list(COLUMNS))
-    fatal = sum(row["kind"] in FATAL for row in table)
-    return {"faults": len(table), "fatal_faults": fatal}
+    for row in rows.values():
+        row["outcome"] = "; ".join(row["answers"]) or _RIDDEN[row["kind"]]
+    if rows or (run / LOG).exists():
+        write_csv(run / TABLE, list(rows.values()), COLUMNS)
+    return {"faults": len(rows), "fatal_faults": sum(r["kind"] in FATAL for r in rows.values())}
 
 
 def _answered(waiting: list[dict[str, Any]], what: str,

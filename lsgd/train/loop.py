@@ -1,16 +1,9 @@
 """The one training loop of a worker: ``lsgd train`` (:mod:`lsgd.train.run_worker`), its
 elastic form (:mod:`lsgd.train.elastic_run`) and the torchft peer (:mod:`lsgd.bench.peer`).
 
-:class:`WorkerLoop` builds the task, model, optimizer, schedule and seeds, takes
-each step (the batch of the step count, forward, backward, ``strategy.step``),
-evaluates the center and writes the rows and the summary. What differs enters
-through its hooks: :meth:`~WorkerLoop.make_strategy` (an lsgd
-:class:`~lsgd.Strategy`, or torchft's DiLoCo behind its methods),
-:meth:`~WorkerLoop.before_step`, :meth:`~WorkerLoop.after_step` (by default the
-decisions of :class:`~lsgd.train.clock.Pace`; an elastic run decides inside each
-round), :meth:`~WorkerLoop.evaluation`, :meth:`~WorkerLoop.leader_model`,
-:meth:`~WorkerLoop.record`, :meth:`~WorkerLoop.save_checkpoint`,
-:meth:`~WorkerLoop.writes` and :meth:`~WorkerLoop.finish`.
+:class:`WorkerLoop` builds the task, model, optimizer, schedule and seeds, takes each
+step (the batch of the step count, forward, backward, ``strategy.step``), evaluates the
+center and writes the rows and the summary; what differs enters through its hooks.
 """
 
 from __future__ import annotations
@@ -45,9 +38,8 @@ def seed_worker(cfg: TrainConfig, rank: int, attempt: int = 0) -> torch.Generato
 class WorkerLoop:
     """One worker: its model, optimizer, strategy and schedule, trained by :meth:`run`.
 
-    ``started`` is when the run began (``time.time()``), so that the wall time of
-    a restarted worker covers the whole run. A worker restarted by its elastic agent
-    (torchrun, ``lsgd train --restarts``, ``--elastic``) knows its attempt from it.
+    ``started`` is when the run began (``time.time()``), so that the wall time of a
+    restarted worker covers the whole run; its attempt comes from its elastic agent.
     """
 
     #: Whether a restarted worker draws new random streams (``attempt`` in the seeds).
@@ -187,10 +179,11 @@ class WorkerLoop:
         with self.comm.category("eval"):
             center = self.strategy.center()
             leader = self.leader_model(report.leader_rank)
-        if cfg.evaluation.bn_recalibrate:  # the same fixed batches on every worker
+        batches = min(cfg.evaluation.bn_recalibrate, self.steps_per_epoch)
+        if batches:  # the same fixed batches on every worker
             fixed = torch.Generator().manual_seed(cfg.seed)
-            recalibrate_bn(center, [task.train_batch(0, self.world, 0, i, fixed)[0] for i in
-                                    range(min(cfg.evaluation.bn_recalibrate, self.steps_per_epoch))])
+            recalibrate_bn(center, [task.train_batch(0, self.world, 0, i, fixed)[0]
+                                    for i in range(batches)])
         part, parts = members.index(self.rank), len(members)
         own = task.evaluate(center, part, parts)
         led = task.evaluate(leader, part, parts) if leader is not None else None
@@ -198,12 +191,16 @@ class WorkerLoop:
         self.last_train_loss = float(self.loss_sum) / finite if finite else self.last_train_loss
         self.loss_sum.zero_()
         self.loss_count.zero_()
-        every = {name: column[members] for name, column in gather_named(self.comm, {
+        gathered = gather_named(self.comm, {
             "center_loss": own.loss, "center_correct": own.correct,
             "leader_loss": led.loss if led is not None else math.nan,
             "leader_correct": led.correct if led is not None else math.nan,
-            "count": own.count, "train_loss": self.last_train_loss, "bytes_sent": report.bytes_sent,
-            "link_bytes_sent": report.link_bytes_sent, **values}, self.device).items()}  # the rows of the members (of an elastic run)
+            "count": own.count, "train_loss": self.last_train_loss,
+            "bytes_sent": report.bytes_sent, "link_bytes_sent": report.link_bytes_sent,
+            **values}, self.device)
+        # An elastic run's row is of its round's members only.
+        every = {name: column[members] for name, column in gathered.items()}
+
         def mean(name: str) -> float:  # over the whole evaluation set
             return float(every[name].sum()) / float(every["count"].sum())
 

@@ -1,17 +1,10 @@
-"""A run folder's figures, and several runs overlaid (``lsgd plot``).
+"""A run folder's figures, and several runs overlaid (``lsgd plot``): the center's test
+error or loss against time and steps (the LSGD paper's headline plot and Figures 9-12;
+a language model's validation loss also against bytes sent), and the leaders (Figure 5).
 
-* test error of the center against training time and against steps (the
-  LSGD paper's headline plot), one curve per run, and likewise its test loss
-  (the paper's Figures 9-12), optionally with a zoom on the last part of time;
-  for a language model its validation loss (nats per byte), the headline,
-  against time, steps and bytes sent per worker;
-* the leader's rank over iterations and the elections each worker won (the
-  paper's Figure 5).
-
-Drawn from the files a run writes (``metrics.csv``, ``leader_history.csv``,
-``summary.json``) with the helpers of :mod:`lsgd.plots` (imported when a figure is
-drawn); what the runs' headline is, and the words of its axes, come from their
-summaries through :mod:`lsgd.tasks.headline`.
+Drawn from the files a run writes with :mod:`lsgd.plots` (imported when a figure is
+drawn); the runs' headline and the words of its axes come from their summaries
+(:mod:`lsgd.tasks.headline`).
 """
 
 from __future__ import annotations
@@ -57,12 +50,6 @@ def _headline(runs: Sequence[Path]) -> Headline:
     return shared(_summary(run).get("metric") for run in runs)
 
 
-def headline(runs: Sequence[Path]) -> str:
-    """What ``plot_runs`` draws by default: the test error, or for runs whose headline
-    is a loss (language models) the loss."""
-    return _headline(runs).figure
-
-
 def _curve(run: Path, metric: str, x: str = "steps"
            ) -> tuple[list[float], list[float], list[float]]:
     """(times, ``x`` (steps), values) of one run's ``metric``, rows without a value left
@@ -75,22 +62,16 @@ def _curve(run: Path, metric: str, x: str = "steps"
             [transform(r[column]) for r in rows])
 
 
-def _zoom_window(times: Sequence[float], fraction: float) -> tuple[float, float]:
-    """The last ``fraction`` of the time axis spanned by ``times``: (start, end)."""
-    lo, hi = min(times), max(times)
-    return hi - fraction * (hi - lo), hi
-
-
 def plot_runs(runs: Sequence[Path], out: Path, metric: str | None = None,
               zoom: float | None = None) -> Path | None:
     """Overlay the center's test error (``metric="error"``) or test loss (``"loss"``)
-    of several runs against time and steps (default: :func:`headline`); for a loss,
+    of several runs against time and steps (default: the runs' headline); for a loss,
     also against the bytes each worker sent.
 
     With ``zoom`` (a fraction in (0, 1)) a further panel shows the last ``zoom`` of
     the time axis with its own y range, where the curves of long runs bunch up.
     """
-    metric = metric or headline(runs)
+    metric = metric or _headline(runs).figure
     if metric not in METRICS:
         raise ValueError(f"plot_runs: unknown metric {metric!r}; choose one of "
                          f"{', '.join(METRICS)}")
@@ -126,7 +107,8 @@ def plot_runs(runs: Sequence[Path], out: Path, metric: str | None = None,
         last = axes[-1]
         panels.append((last, "training time (s)"))
         if curves:
-            start, end = _zoom_window([t for times, *_ in curves for t in times], zoom)
+            end = max(t for times, *_ in curves for t in times)
+            start = end - zoom * (end - min(t for times, *_ in curves for t in times))
             shown = [v for times, _, values, _ in curves
                      for t, v in zip(times, values) if t >= start]
             for times, _, values, label in curves:
@@ -148,13 +130,9 @@ def plot_runs(runs: Sequence[Path], out: Path, metric: str | None = None,
 
 def leader_counts(history: Iterable[tuple[Any, Any, Any]], workers: int,
                   level: str = "global") -> dict[int, int]:
-    """How many elections of ``level`` each worker won: {rank: count} for every rank
-    in ``range(workers)`` (0 for those that never led).
-
-    ``history`` holds (step, level, leader) rows as in leader_history.csv; rows of
-    other levels, and elections without a leader (None or NaN), are not counted.
-    A leader outside ``range(workers)`` is counted under its own rank anyway.
-    """
+    """How many elections of ``level`` each worker won, of the (step, level, leader)
+    rows of ``history``: {rank: count} for every rank in ``range(workers)`` and any
+    other that led; elections without a leader (None or NaN) are not counted."""
     counts = dict.fromkeys(range(workers), 0)
     for _, row_level, leader in history:
         if str(row_level) != level or leader is None or (
@@ -169,11 +147,9 @@ def plot_leaders(run: Path, out: Path) -> Path | None:
     """The leader's rank at every election, by level (Figure 5 of the LSGD paper, left),
     and how many elections each worker won (its right half).
 
-    The bars count the *global* elections only: every worker competes in them,
-    whereas leader_history.csv is written by rank 0 and so holds the local
-    elections of rank 0's group alone (with one group LSGD has only the global
-    level anyway). The number of workers comes from summary.json, else from the
-    highest rank that led.
+    The bars count the *global* elections only: leader_history.csv, written by rank 0,
+    holds the local elections of rank 0's group alone. The number of workers comes from
+    summary.json, else from the highest rank that led.
     """
     from lsgd.plots import pyplot, save
 

@@ -1,18 +1,8 @@
-"""One worker of ``lsgd train``: data, model, optimizer, strategy, the loop.
-
-``run_worker(info, cfg)`` is the same function under every backend (threads
-of the simulator, local processes, torchrun on several nodes); it runs the
-shared loop (:class:`lsgd.train.loop.WorkerLoop`), whose decisions
-(evaluate, checkpoint, stop) every worker takes alike
-(:class:`lsgd.train.clock.Pace`), and adds checkpoints, resumes and restarts,
-per-worker columns, a progress bar and the run's summary.
-
-``--straggle RANK:FACTOR`` slows a worker down for experiments: after its
-forward and backward pass it sleeps ``FACTOR - 1`` times as long as they took
-(with ``--backend threads`` its steps take ``FACTOR`` units on the simulator's
-virtual clock instead).
-
-Only rank 0 writes files; every worker writes its own checkpoint file.
+"""One worker of ``lsgd train``, the same under every backend (threads of the simulator,
+local processes, torchrun on several nodes): the shared loop
+(:class:`lsgd.train.loop.WorkerLoop`) with checkpoints, resumes and restarts, per-worker
+columns, a progress bar and the run's summary. Only rank 0 writes files; every worker
+writes its own checkpoint file.
 """
 
 from __future__ import annotations
@@ -27,10 +17,10 @@ from torch import nn
 import lsgd
 from lsgd.functional import finite_each
 from lsgd.plots import draw_graphs
+from lsgd.registry import strategy_class
 from lsgd.strategies import DivergedError
 from lsgd.train import checkpoint, faults, outputs, progress
 from lsgd.train.build import UsageError, graphs_of, make_strategy, pick_device, preflight
-from lsgd.train.checks import DECENTRALIZED
 from lsgd.train.config import TrainConfig
 from lsgd.train.evaluate import gather_named, model_copy
 from lsgd.train.loop import WorkerLoop, worker_figures
@@ -57,8 +47,10 @@ class Worker(WorkerLoop):
             resume = str(self.run_dir)
         if resume:
             self._resume(Path(resume), required=bool(cfg.resume))
-        elif self.attempt > 0:
-            self._restart_from_scratch()
+        elif self.attempt > 0 and self.rank == 0:
+            self._restarted(0, None, "no checkpoint was written before the failure "
+                            "(--checkpoint-every N writes one every N steps); starting again "
+                            "from step 0")
         self.progress_file = checkpoint.Progress(self.run_dir) if self.rank == 0 else None
         self.tensorboard = (outputs.TensorBoard(self.run_dir) if self.rank == 0
                             and cfg.output.tensorboard else None)
@@ -99,13 +91,13 @@ class Worker(WorkerLoop):
         A restart (not ``required``: no ``--resume``) whose checkpoints all fail their
         check sets them aside and starts again from step 0, saying so."""
         chosen, skipped = checkpoint.choose(run, self.rank, self.world, self._agree, required)
+        names = ", ".join(bad.checkpoint.path.name for bad in skipped)
+        aside = checkpoint.folder(run) / "unusable"
         if chosen is None:
-            names = ", ".join(bad.checkpoint.path.name for bad in skipped)
             if self.rank == 0:
                 checkpoint.set_aside(run, [bad.checkpoint for bad in skipped])
-            self._restart_from_scratch(f"no usable checkpoint ({names} set aside in "
-                                       f"{checkpoint.folder(run) / 'unusable'})")
-            if self.rank == 0:
+                self._restarted(0, None, f"no usable checkpoint ({names} set aside in {aside}); "
+                                         "starting again from step 0")
                 faults.answer(self.run_dir, f"fell back to step 0 ({names} unusable)")
             return
         checkpoint.check_identity(run, chosen, self.identity)
@@ -113,47 +105,35 @@ class Worker(WorkerLoop):
             if bad.problem:
                 checkpoint.warn(f"checkpoint {bad.checkpoint.path.name} is not usable: "
                                 f"{bad.problem}")
-        if self.rank == 0 and skipped:
-            for bad in skipped:
-                checkpoint.warn(f"checkpoint {bad.checkpoint.path.name} set aside in "
-                                f"{checkpoint.folder(run) / 'unusable'} (worker(s) "
-                                f"{', '.join(map(str, bad.ranks))}); continuing from "
-                                f"{chosen.path.name}")
+            if self.rank == 0:
+                checkpoint.warn(f"checkpoint {bad.checkpoint.path.name} set aside in {aside} "
+                                f"(worker(s) {', '.join(map(str, bad.ranks))}); continuing "
+                                f"from {chosen.path.name}")
+        if self.rank == 0:
             checkpoint.set_aside(run, [bad.checkpoint for bad in skipped])
         state = checkpoint.read(chosen, self.rank)
         self._restore(state)
         if self.rank == 0:
-            reached = checkpoint.reached(run)
-            redone = max(0, reached - self.steps) if reached is not None else None
             self.restarts = list(state.get("restarts", []))
-            self.restarts.append({
-                "kind": "restart" if self.attempt > 0 else "resume",
-                "attempt": self.attempt, "from_step": self.steps, "reached_step": reached,
-                "steps_redone": redone, "checkpoint": chosen.path.name,
-            })
-            if self.attempt > 0:
-                checkpoint.warn(f"restart {self.attempt}: continuing from {chosen.path.name} "
-                                f"(step {self.steps}; {redone} steps to redo)")
-                faults.answer(self.run_dir, f"restart {self.attempt} from step {self.steps}")
+            self._restarted(self.steps, chosen.path.name,
+                            f"continuing from {chosen.path.name} at step {self.steps}")
             if skipped:
-                faults.answer(self.run_dir, f"fell back to {chosen.path.name} ("
-                              + ", ".join(b.checkpoint.path.name for b in skipped)
-                              + " unusable)")
+                faults.answer(self.run_dir, f"fell back to {chosen.path.name} ({names} unusable)")
 
-    def _restart_from_scratch(self, why: str = "no checkpoint was written before the "
-                              "failure (--checkpoint-every N writes one every N steps)"
-                              ) -> None:
-        """A restart with no checkpoint to continue from (``why``): every step again, said
-        and counted (before this worker's progress mark is written anew)."""
-        if self.rank != 0:
-            return
+    def _restarted(self, from_step: int, chosen: str | None, how: str) -> None:
+        """Rank 0: count a resume or a restart from ``from_step`` (of the checkpoint
+        ``chosen``, None: from scratch); a restart is said (``how``) and logged as the
+        answer to its faults (before this worker's progress mark is written anew)."""
         reached = checkpoint.reached(self.run_dir)
-        self.restarts.append({"kind": "restart", "attempt": self.attempt, "from_step": 0,
-                              "reached_step": reached, "steps_redone": reached,
-                              "checkpoint": None})
-        checkpoint.warn(f"restart {self.attempt}: {why}; starting again from step 0 "
-                        f"({'?' if reached is None else reached} steps to redo)")
-        faults.answer(self.run_dir, f"restart {self.attempt} from step 0")
+        redone = None if reached is None else max(0, reached - from_step)
+        self.restarts.append({"kind": "restart" if self.attempt > 0 else "resume",
+                              "attempt": self.attempt, "from_step": from_step,
+                              "reached_step": reached, "steps_redone": redone,
+                              "checkpoint": chosen})
+        if self.attempt > 0:
+            checkpoint.warn(f"restart {self.attempt}: {how} "
+                            f"({'?' if redone is None else redone} steps to redo)")
+            faults.answer(self.run_dir, f"restart {self.attempt} from step {from_step}")
 
     def _restore(self, state: dict[str, Any]) -> None:
         for key in ("steps", "train_seconds", "data_seconds"):
@@ -171,11 +151,8 @@ class Worker(WorkerLoop):
         self.reached = state.get("reached")
 
     def save_checkpoint(self) -> None:
-        """Collective: every worker writes its file; rank 0 completes the checkpoint.
-
-        The gathered records (each file's SHA-256 and size) are also the barrier:
-        ``meta.json`` is written only once every file is on disk.
-        """
+        """Collective: every worker writes its file; rank 0 completes the checkpoint. The
+        gathered records (each file's SHA-256 and size) are also the barrier."""
         steps = round(self.pace.shared_steps)
         record = checkpoint.write_rank(self.run_dir, steps, self.rank, self._state())
         healthy = finite_each([list(self.model.parameters())])[0]
@@ -295,7 +272,7 @@ class Worker(WorkerLoop):
             restarts=sum(1 for r in self.restarts if r["kind"] == "restart"),
             steps_redone=sum(r["steps_redone"] or 0 for r in self.restarts),
             resumes=self.restarts)
-        if cfg.method in DECENTRALIZED:  # the communication graph(s)
+        if strategy_class(cfg.method).uses_graph:  # the communication graph(s)
             try:
                 summary["plots"].append(str(draw_graphs(graphs_of(cfg),
                                                         self.run_dir / "graphs.png")))

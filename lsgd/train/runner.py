@@ -1,16 +1,8 @@
 """From a configuration to a finished run: the settings resolved, checked, trained.
 
-How the workers run:
-
-* ``--backend processes`` (default): W local processes over torch.distributed
-  (gloo on CPU, NCCL with one GPU per worker), started with torch's own elastic
-  launcher (:func:`lsgd.launch`);
-* the same command under ``torchrun`` joins the job as this process's worker
-  (groups = nodes);
-* ``--backend threads``: the in-process simulator.
-
-Used by ``lsgd train`` (:mod:`lsgd.train.command`), its side-by-side form
-(:mod:`lsgd.train.compare`) and the benchmarks.
+The workers run as W local processes (``--backend processes``, :func:`lsgd.launch`;
+gloo on CPU, NCCL with one GPU each), as this process's worker of a ``torchrun`` job
+(groups = nodes), or in the in-process simulator (``--backend threads``).
 """
 
 from __future__ import annotations
@@ -33,6 +25,7 @@ from lsgd.train.tomlfile import read_toml
 
 
 def under_torchrun() -> bool:
+    """Whether this process is a worker that torchrun started."""
     return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ
 
 
@@ -135,11 +128,10 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
     (:mod:`lsgd.train.injector`); ``faults.csv`` is written at the end, also when
     the run failed."""
     import lsgd
-    from lsgd.train import chaos, faults, injector
+    from lsgd.train import chaos, faults, injector, outputs
     from lsgd.train.run_worker import run_worker
 
     cfg = chaos.with_chaos(cfg)
-
     out = cfg.out_dir
     if under_torchrun() and cfg.elastic:
         return _elastic_node(cfg, out)
@@ -154,8 +146,8 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
                   file=sys.stderr)
         cfg = resolve_replica(dataclasses.replace(cfg, workers=info.world_size,
                                                   groups=info.groups))
-        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-        if info.rank == 0 and not restarted:  # a restart continues the folder it made
+        # A restart continues the folder that the first attempt made.
+        if info.rank == 0 and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0:
             prepare(cfg, out)
             _note_shared_store()
         try:
@@ -189,19 +181,10 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
             helper.kill()
             helper.wait()
         counts = faults.write_table(out, start)
-    return _count_faults(out, summary, counts) if cfg.faults.fault else summary
-
-
-def _count_faults(out: Path, summary: dict[str, Any] | None,
-                  counts: dict[str, int]) -> dict[str, Any] | None:
-    """The run's summary (and its ``summary.json``) with the faults it met counted."""
-    from lsgd.train import outputs
-
-    if summary is None:
-        return None
-    summary.update(counts)
-    saved = {k: v for k, v in summary.items() if k != "plots"}
-    outputs.write_json(out / "summary.json", saved)
+    if cfg.faults.fault and summary is not None:  # the faults it met, counted
+        summary.update(counts)
+        outputs.write_json(out / "summary.json", {k: v for k, v in summary.items()
+                                                  if k != "plots"})
     return summary
 
 
@@ -221,8 +204,9 @@ def _elastic_node(cfg: TrainConfig, out: Path) -> dict[str, Any] | None:
         init_from_env(datetime.timedelta(seconds=cfg.timeout))
     assert cfg.quorum.slot is not None and cfg.quorum.lighthouse is not None, "validated"
     info = lsgd.WorkerInfo(rank=local, world_size=per_node, groups=1)
-    record = elastic_worker(info, cfg.quorum.slot, cfg.workers // per_node, cfg.quorum.lighthouse, cfg,
-                            time.time(), [], address=cfg.quorum.address or socket.gethostname())
+    record = elastic_worker(info, cfg.quorum.slot, cfg.workers // per_node,
+                            cfg.quorum.lighthouse, cfg, time.time(), [],
+                            address=cfg.quorum.address or socket.gethostname())
     return record.get("summary")
 
 
@@ -241,9 +225,8 @@ def _note_shared_store() -> None:
 def check_new_run(cfg: TrainConfig, out: Path) -> None:
     """A run folder that already holds a run is continued with --resume, never overwritten."""
     if not cfg.resume and (out / "metrics.csv").exists():
-        raise UsageError(
-            f"{out} already holds a run; continue it with --resume {out} or choose another --out"
-        )
+        raise UsageError(f"{out} already holds a run; continue it with --resume {out} or "
+                         "choose another --out")
 
 
 def prepare(cfg: TrainConfig, out: Path) -> None:
@@ -272,8 +255,7 @@ def check_before_start(cfg: TrainConfig) -> None:
             from lsgd.comm.quorum import EXTRA
 
             raise UsageError(f"--elastic needs torchft, an optional extra: {EXTRA}")
-    if cfg.resume and not under_torchrun():
-        _check_resumable(cfg)
+    _check_resumable(cfg)
 
 
 def launch_from_this_process(cfg: TrainConfig) -> None:
@@ -330,10 +312,13 @@ def _diverged(error: BaseException | str) -> int:
 
 
 def _check_resumable(cfg: TrainConfig) -> None:
-    """``--resume RUN``: a checkpoint whose files all verify, written by this method and
-    model for this many workers; else a ``UsageError`` naming the files and the fix."""
+    """``--resume RUN`` (not under torchrun): a checkpoint whose files all verify,
+    written by this method and model for this many workers; else a ``UsageError``
+    naming the files and the fix."""
     from lsgd.train import checkpoint
 
+    if not cfg.resume or under_torchrun():
+        return
     run = Path(cfg.resume or "")
     found = checkpoint.complete(run)
     if not found:
@@ -366,8 +351,7 @@ def dry_run(cfg: TrainConfig) -> int:
 
     notes = preflight(cfg, read_data=False)
     check_new_run(cfg, cfg.out_dir)
-    if cfg.resume and not under_torchrun():
-        _check_resumable(cfg)
+    _check_resumable(cfg)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     print(cfg.but(dry_run=False).to_toml(), end="")
