@@ -35,7 +35,6 @@ from lsgd.train.errors import UsageError  # also lsgd.train.build.UsageError, as
 from lsgd.train.lr_schedule import Schedule
 
 
-# -- building blocks --------------------------------------------------------------
 def pick_device(cfg: TrainConfig) -> torch.device:
     """``--device``: CUDA's current device where there is one (``auto``), else the CPU."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
@@ -171,15 +170,11 @@ def graphs_of(cfg: TrainConfig) -> list[Topology]:
 
 
 def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
-    """Check, in the launching process, what would otherwise fail in every worker:
-    the device, the dataset, the augmentation, the model on the dataset's input, the
-    graphs, the links, and the run folder.
-
-    With ``read_data=False`` (``lsgd train --dry-run``) nothing is read or created:
-    the dataset's files are only looked for and an image's shape taken from
-    :data:`lsgd.data.FACTS`, and the run folder is only checked to be creatable.
-    Returns notes on what could not be checked then (an empty list otherwise).
-    """
+    """Check, in the launching process, what would otherwise fail in every worker: the
+    device, the dataset, the augmentation, the model on the dataset's input, the graphs,
+    the links, and the run folder. With ``read_data=False`` (``--dry-run``) nothing is
+    read or created (an image's shape from :data:`lsgd.data.FACTS`); returns notes on
+    what could not be checked then."""
     pick_device(cfg)
     notes: list[str] = []
     task = make_task(cfg, torch.device("cpu"), _read_dataset(cfg)) if read_data else None
@@ -291,12 +286,9 @@ def _read_dataset(cfg: TrainConfig) -> Data:
 
 
 def make_run_folder(out: Path, probe: bool = False, create: bool = True) -> None:
-    """Create the run folder ``out`` (with ``probe``, also write and remove a file in it);
-    a :class:`UsageError` naming the folder and the reason if that fails.
-
-    With ``create=False`` nothing is left behind: a folder is made and removed at
-    once in ``out`` or in its nearest existing parent, where ``out`` would go.
-    """
+    """Create the run folder ``out`` (with ``probe``, also write and remove a file in it),
+    or with ``create=False`` a folder in its nearest existing parent, removed at once; a
+    :class:`UsageError` naming the folder and the reason if that fails."""
     try:
         if not create:
             existing = out

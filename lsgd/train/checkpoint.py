@@ -69,7 +69,6 @@ class Checkpoint:
         return None
 
 
-# -- saving ----------------------------------------------------------------------------
 def write_rank(run: Path, steps: int, rank: int, state: dict[str, Any]) -> bytes:
     """Write worker ``rank``'s state into checkpoint ``steps``; returns the record that
     :func:`commit` needs from every worker: its SHA-256 (32 bytes) and size (8)."""
@@ -124,7 +123,6 @@ def reached(run: Path) -> int | None:
         return None
 
 
-# -- loading ---------------------------------------------------------------------------
 def complete(run: Path) -> list[Checkpoint]:
     """The complete checkpoints of ``run``, newest first (their files not yet verified)."""
     found = []
@@ -172,27 +170,20 @@ def choose(run: Path, rank: int, world_size: int,
     ``ValueError`` naming the files, or (not ``required``) ``None`` and every candidate.
     """
     candidates = [c for c in complete(run) if c.meta["world_size"] == world_size][:SLOTS]
-    problems: dict[int, str] = {}
-    mine = torch.full((SLOTS,), -1, dtype=torch.int64)
-    for slot, candidate in enumerate(candidates):
-        problem = candidate.problem(rank)
-        if problem is None:
-            mine[slot] = candidate.steps
-        else:
-            problems[candidate.steps] = problem
-    verified = [set(row.tolist()) for row in agree(mine)]
+    problems = {c.steps: c.problem(rank) for c in candidates}
+    mine = [steps if problem is None else -1 for steps, problem in problems.items()]
+    verified = [set(row.tolist()) for row in agree(
+        torch.tensor(mine + [-1] * (SLOTS - len(mine)), dtype=torch.int64))]
     skipped = [Skipped(c, [r for r, ok in enumerate(verified) if c.steps not in ok],
-                       problems.get(c.steps)) for c in candidates]
+                       problems[c.steps]) for c in candidates]
     chosen = next((s.checkpoint for s in skipped if not s.ranks), None)
     skipped = [s for s in skipped if s.ranks]
-    if chosen is None and not required:
-        return None, skipped
-    if chosen is None:
+    if chosen is None and required:
         found = "; ".join(s.problem or f"{s.checkpoint.path.name}: the file of worker(s) "
                           f"{', '.join(map(str, s.ranks))} fails its check" for s in skipped)
         raise ValueError(f"--resume {run}: no usable checkpoint "
                          f"({found or f'no complete checkpoint in {folder(run)}'})")
-    return chosen, [s for s in skipped if s.checkpoint.steps > chosen.steps]
+    return chosen, [s for s in skipped if chosen is None or s.checkpoint.steps > chosen.steps]
 
 
 def set_aside(run: Path, unusable: Sequence[Checkpoint]) -> None:

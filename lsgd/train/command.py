@@ -148,6 +148,7 @@ def print_summary(summary: dict[str, Any]) -> None:
         return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
             else f"{100 * value:.2f}%"
 
+    comm = summary.get("worker_comm_seconds")
     rows = [
         ("method", f"{summary['method']}{' (async)' if summary.get('asynchronous') else ''} "
                    f"({summary['workers']} workers, {summary['groups']} group(s)"
@@ -160,6 +161,11 @@ def print_summary(summary: dict[str, Any]) -> None:
         *_headline_rows(summary, pct),
         ("steps / epochs", f"{summary['steps']:g} / {summary['epochs']:.2f}"
                            + (" (mean of the workers)" if summary.get("asynchronous") else "")),
+        # Not in elastic runs, whose workers come and go.
+        *([("steps per worker", " ".join(str(n) for n in summary["worker_steps"])
+            + f" ({summary.get('steps_per_second', 0):.1f} steps/s in all)"),
+           ("time in rounds", " ".join(f"{t:.1f}" for t in summary["worker_wait_seconds"])
+            + _clock_unit(summary))] if "worker_steps" in summary else []),
         ("training time", f"{summary['train_seconds']:.1f} s "
                           f"({summary.get('seconds_per_epoch') or 0:.1f} s/epoch)"),
         ("data loading", "-" if summary.get("data_loading_fraction") is None
@@ -171,26 +177,15 @@ def print_summary(summary: dict[str, Any]) -> None:
                              "inside it")]
           if summary.get("bytes_sent_inside_per_node") is not None and summary["groups"] > 1
           and summary["groups"] < summary["workers"] else []),
-        ("run folder", summary["out"]),
-    ]
-    if "worker_steps" in summary:  # not in elastic runs, whose workers come and go
-        after = next(i for i, (key, _) in enumerate(rows) if key == "steps / epochs") + 1
-        rows[after:after] = [
-            ("steps per worker", " ".join(str(n) for n in summary["worker_steps"])
-                                 + f" ({summary.get('steps_per_second', 0):.1f} steps/s in all)"),
-            ("time in rounds", " ".join(f"{t:.1f}" for t in summary["worker_wait_seconds"])
-                               + _clock_unit(summary))]
-    if summary.get("link"):
-        comm = summary.get("worker_comm_seconds")
-        rows.insert(-1, ("link", f"{summary['link']} ({summary['link_kind']})" + (
+        *([("link", f"{summary['link']} ({summary['link_kind']})" + (
             "; communicating " + " ".join(f"{t:.1f}" for t in comm) + " s per worker"
-            if comm else "")))
-    if summary.get("elastic"):
-        rows.insert(-1, ("elastic", f"{summary['members_at_end']} of {summary['workers']} "
-                                    f"workers at the end; {summary['heals']} heal(s) from a "
-                                    "live worker"))
-    if summary.get("plots"):
-        rows.append(("plots", ", ".join(summary["plots"])))
+            if comm else ""))] if summary.get("link") else []),
+        *([("elastic", f"{summary['members_at_end']} of {summary['workers']} workers at the "
+                       f"end; {summary['heals']} heal(s) from a live worker")]
+          if summary.get("elastic") else []),
+        ("run folder", summary["out"]),
+        *([("plots", ", ".join(summary["plots"]))] if summary.get("plots") else []),
+    ]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")

@@ -159,7 +159,6 @@ class TrainConfig:
             return self.options.get(name, default)
         return getattr(self.options, name, default)
 
-    # -- derived -------------------------------------------------------------
     @property
     def out_dir(self) -> Path:
         return Path(self.out or f"runs/{self.method}-{self.dataset}-{self.workers}w")
@@ -211,7 +210,6 @@ class TrainConfig:
                  if getattr(self, k) is not None}
         return given or {"epochs": 1.0}
 
-    # -- TOML ----------------------------------------------------------------
     def settings(self) -> dict[str, Any]:
         """Every setting by name, the method's options among them (as a TOML file holds them)."""
         values = {f.name: getattr(holder, f.name) for holder, f in _flat_fields(self)}
@@ -273,12 +271,8 @@ _HINTS = {name: typing.get_type_hints(OPTIONS[found[0][0]])[name]
 
 
 def conform(name: str, value: Any) -> Any:
-    """``value`` as the field ``name`` holds it, or ``TypeError`` naming the type expected.
-
-    From the field's type hint: an integer is also a number, a bool is neither; a
-    number stands for its text where a string is expected (``eval-every = 200``,
-    ``mixing-weight = 0.5``); a tuple is also a list.
-    """
+    """``value`` as the field ``name`` holds it (:func:`~lsgd.train.conform.conform_to`
+    of its type hint), or ``TypeError`` naming the type expected."""
     return conform_to(_HINTS[name], value)
 
 

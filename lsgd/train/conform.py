@@ -21,10 +21,10 @@ _KINDS: dict[type, tuple[str, str]] = {
 
 
 def conform_to(hint: Any, value: Any) -> Any:
-    """``value`` as type ``hint`` takes it, or ``TypeError`` saying what was expected.
-
-    Types other than those of :data:`_KINDS`, lists of them and unions of these are
-    taken as given."""
+    """``value`` as type ``hint`` takes it, or ``TypeError`` saying what was expected: an
+    integer is also a number, a bool is neither; a number stands for its text where a
+    string is expected (``eval-every = 200``); a tuple is also a list. Other types than
+    those of :data:`_KINDS`, lists and unions of them are taken as given."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:

@@ -22,6 +22,7 @@ import math
 import os
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +67,8 @@ class ElasticRun(WorkerLoop):
         self.writer = False  # the lowest member of the last round writes the files
         self.after_end = False  # restarted after the run had ended (see run)
         self.restarts = 0  # restarts of the last round's members (the attempts they are in)
-        if self.attempt > 0 and cfg.faults.fault:
-            faults.answer(cfg.out_dir, f"restart {self.attempt} of worker {self.rank}",
-                          rank=self.rank)
+        if self.attempt > 0:
+            self._answer(f"restart {self.attempt} of worker {self.rank}")
 
     def make_strategy(self) -> lsgd.Strategy:
         """The method's strategy on the elastic communicator."""
@@ -81,8 +81,7 @@ class ElasticRun(WorkerLoop):
                 "pace": self.pace.state_dict(), "schedule": self.schedule.state_dict()}
 
     def _take(self, state: dict[str, Any]) -> None:
-        if self.cfg.faults.fault:
-            faults.answer(self.cfg.out_dir, f"heal of worker {self.rank}", rank=self.rank)
+        self._answer(f"heal of worker {self.rank}")
         self.healed_seconds = self.train_seconds = float(state["train_seconds"])
         self.rows = list(state["rows"])
         self.pace.load_state_dict(state["pace"])
@@ -111,11 +110,14 @@ class ElasticRun(WorkerLoop):
         at once (else it would train the whole run again alone, the others gone)."""
         if self.attempt > 0 and self.ended_marker.exists():
             self.after_end = True
-            if self.cfg.faults.fault:
-                faults.answer(self.cfg.out_dir, f"worker {self.rank} came back after the run "
-                              "ended; it ended too", rank=self.rank)
+            self._answer(f"worker {self.rank} came back after the run ended; it ended too")
             return self.finish()
         return super().run()
+
+    def _answer(self, what: str) -> None:
+        """Log what this worker did about a fault, in a run with ``--fault``."""
+        if self.cfg.faults.fault:
+            faults.answer(self.cfg.out_dir, what, rank=self.rank)
 
     @property
     def ended_marker(self) -> Path:
@@ -136,9 +138,8 @@ class ElasticRun(WorkerLoop):
             self.ended_marker.touch(exist_ok=False)
             return False
         except FileExistsError:
-            if self.cfg.faults.fault:
-                faults.answer(self.cfg.out_dir, f"worker {self.rank} ended after the others; "
-                              "its lone last round left out of the record", rank=self.rank)
+            self._answer(f"worker {self.rank} ended after the others; its lone last round "
+                         "left out of the record")
             return True
 
     # -- around each step -------------------------------------------------------
@@ -210,18 +211,16 @@ def quorum_timeout(cfg: TrainConfig) -> float:
 
 
 def elastic_worker(info: Any, slot: int, slots: int, lighthouse: str, cfg: TrainConfig,
-                   t0: float, extra_faults: list[tuple[Any, ...]] = (),  # type: ignore[assignment]
+                   t0: float, extra_faults: Sequence[tuple[Any, ...]] = (),
                    address: str = "127.0.0.1") -> dict[str, Any]:
     """What :func:`~lsgd.launcher.elastic_jobs.launch_elastic` runs in every worker of node
     ``slot`` (``info``: its place in the node; None for a node of one worker)."""
-    local_rank = 0 if info is None else info.rank
-    return ElasticRun(slot, slots, local_rank, lighthouse, cfg, address, t0,
-                      list(extra_faults)).run()
+    return ElasticRun(slot, slots, 0 if info is None else info.rank, lighthouse, cfg, address,
+                      t0, list(extra_faults)).run()
 
 
-def train_elastic(cfg: TrainConfig, extra_faults: list[tuple[Any, ...]] = (),  # type: ignore[assignment]
-                  started: float | None = None
-                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def train_elastic(cfg: TrainConfig, extra_faults: Sequence[tuple[Any, ...]] = (),
+                  started: float | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Run ``cfg`` elastically into its run folder; (the summary, every slot's record).
     ``started``: when training started (``time.time()``, default now)."""
     nodes = cfg.elastic_nodes()

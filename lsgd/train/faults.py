@@ -116,11 +116,9 @@ def config_errors(cfg: Any) -> list[str]:
     errors: list[str] = []
     for spec in cfg.faults.fault:
         try:
-            fault = parse(spec)
+            errors += _fit_errors(parse(spec), cfg)
         except ValueError as error:
             errors.append(str(error))
-            continue
-        errors += _fit_errors(fault, cfg)
     return errors
 
 
@@ -156,7 +154,6 @@ def node_of(rank: int, cfg: Any) -> int:
     return rank // max(1, cfg.workers // max(1, nodes_of(cfg)))
 
 
-# -- the log -------------------------------------------------------------------------
 def append(run: Path, **row: Any) -> None:
     """Append one event to ``run``'s fault log (one line, written whole, flushed to disk)."""
     row.setdefault("time", time.time())
@@ -190,7 +187,6 @@ def answer(run: Path, what: str, **where: Any) -> None:
     append(run, event="answer", what=what, **where)
 
 
-# -- the worker's injector ---------------------------------------------------------------
 def started(run: Path, rank: int | None = None) -> float | None:
     """When worker ``rank`` (default: any) first began training in ``run``, from the log."""
     times = [e["time"] for e in read_log(run)
@@ -278,7 +274,6 @@ def corrupt_newest(checkpoints: Path | None) -> None:
         os.truncate(file, file.stat().st_size // 2)
 
 
-# -- the table -----------------------------------------------------------------------------
 COLUMNS = ("second", "kind", "node", "rank", "step", "spec", "outcome")
 
 
@@ -342,6 +337,5 @@ _CAUSES = {"restart": (*FATAL, "stop", "link-down"), "heal": (*FATAL, "stop", "l
            "fell": ("corrupt-checkpoint",), "reset": ("nan",)}
 
 #: What the run did about a fault that no worker answered: it went on.
-_RIDDEN = {"kill": "none recorded", "segv": "none recorded", "kill-node": "none recorded",
-           "corrupt-checkpoint": "none recorded", "nan": "went on (no reset needed)",
+_RIDDEN = {**dict.fromkeys(FATAL, "none recorded"), "nan": "went on (no reset needed)",
            "stop": "waited", "link-down": "waited", "slow": "rode it out"}

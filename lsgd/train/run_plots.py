@@ -71,7 +71,8 @@ def plot_runs(runs: Sequence[Path], out: Path, metric: str | None = None,
     With ``zoom`` (a fraction in (0, 1)) a further panel shows the last ``zoom`` of
     the time axis with its own y range, where the curves of long runs bunch up.
     """
-    metric = metric or _headline(runs).figure
+    headline = _headline(runs)
+    metric = metric or headline.figure
     if metric not in METRICS:
         raise ValueError(f"plot_runs: unknown metric {metric!r}; choose one of "
                          f"{', '.join(METRICS)}")
@@ -82,50 +83,49 @@ def plot_runs(runs: Sequence[Path], out: Path, metric: str | None = None,
     plt = pyplot()
     if plt is None:
         return None
-    ylabel = _headline(runs).axis_labels[metric]
     by_bytes = METRICS[metric][2]
-    count = 2 + by_bytes + (zoom is not None)
-    fig, axes = plt.subplots(1, count, figsize=(5.5 * count, 4))
-    by_time, by_steps = axes[0], axes[1]
-    curves = []
+    xlabels = ["training time (s)", "local steps per worker",
+               *["MB sent per worker"] * by_bytes, *["training time (s)"] * (zoom is not None)]
+    fig, axes = plt.subplots(1, len(xlabels), figsize=(5.5 * len(xlabels), 4))
+    drawn = []  # (times, values) of every run with a curve
     for run in runs:
         times, steps, values = _curve(run, metric)
         if not values:
             continue
-        label = _label(run)
-        curves.append((times, steps, values, label))
-        by_time.plot(times, values, marker=".", label=label)
-        by_steps.plot(steps, values, marker=".", label=label)
+        drawn.append((times, values))
+        lines = [(times, values), (steps, values)]
         if by_bytes:
-            sent = _curve(run, metric, "bytes_sent_per_worker")
-            axes[2].plot([b / 1e6 for b in sent[1]], sent[2], marker=".", label=label)
-    panels = [(by_time, "training time (s)"), (by_steps, "local steps per worker")]
+            _, sent, values_by_sent = _curve(run, metric, "bytes_sent_per_worker")
+            lines.append(([b / 1e6 for b in sent], values_by_sent))
+        label = _label(run)
+        for ax, (x, y) in zip(axes, lines + [(times, values)]):  # the last: the zoom's
+            ax.plot(x, y, marker=".", label=label)
     if by_bytes:
         axes[2].set_xscale("symlog", linthresh=1.0)
-        panels.append((axes[2], "MB sent per worker"))
     if zoom is not None:
-        last = axes[-1]
-        panels.append((last, "training time (s)"))
-        if curves:
-            end = max(t for times, *_ in curves for t in times)
-            start = end - zoom * (end - min(t for times, *_ in curves for t in times))
-            shown = [v for times, _, values, _ in curves
-                     for t, v in zip(times, values) if t >= start]
-            for times, _, values, label in curves:
-                last.plot(times, values, marker=".", label=label)
-            low, high = min(shown), max(shown)
-            pad = 0.05 * (high - low) or 0.05 * abs(high) or 0.05
-            margin = 0.02 * (end - start) or 0.5
-            last.set_xlim(start - margin, end + margin)
-            last.set_ylim(low - pad, high + pad)
-        last.set_title(f"last {zoom:.0%} of the time axis", fontsize=9)
-    for ax, xlabel in panels:
+        _zoom(axes[-1], drawn, zoom)
+    for ax, xlabel in zip(axes, xlabels):
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel(headline.axis_labels[metric])
         ax.grid(alpha=0.3)
-        if curves:
+        if drawn:
             ax.legend()
     return save(fig, out)
+
+
+def _zoom(ax: Any, drawn: list[tuple[list[float], list[float]]], zoom: float) -> None:
+    """The last ``zoom`` of the time axis of the curves ``drawn``, with its own y range."""
+    if drawn:
+        times = [t for every, _ in drawn for t in every]
+        end = max(times)
+        start = end - zoom * (end - min(times))
+        shown = [v for every, values in drawn for t, v in zip(every, values) if t >= start]
+        low, high = min(shown), max(shown)
+        pad = 0.05 * (high - low) or 0.05 * abs(high) or 0.05
+        margin = 0.02 * (end - start) or 0.5
+        ax.set_xlim(start - margin, end + margin)
+        ax.set_ylim(low - pad, high + pad)
+    ax.set_title(f"last {zoom:.0%} of the time axis", fontsize=9)
 
 
 def leader_counts(history: Iterable[tuple[Any, Any, Any]], workers: int,
@@ -162,27 +162,24 @@ def plot_leaders(run: Path, out: Path) -> Path | None:
         return None
     fig, (ax, bars) = plt.subplots(1, 2, figsize=(11, 3.2),
                                    gridspec_kw={"width_ratios": (2, 1)})
-    levels = sorted({str(r["level"]) for r in rows})
-    for level in levels:
-        pts = [(r["step"], r["leader"]) for r in rows if r["level"] == level]
-        ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=f"{level} leader",
-                alpha=0.8)
+    for level in sorted({str(r["level"]) for r in rows}):
+        mine = [r for r in rows if r["level"] == level]
+        ax.step([r["step"] for r in mine], [r["leader"] for r in mine], where="post",
+                label=f"{level} leader", alpha=0.8)
     from matplotlib.ticker import MaxNLocator
 
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    for axis in (ax.yaxis, bars.xaxis, bars.yaxis):
+        axis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("local steps")
     ax.set_ylabel("leader rank")
     ax.grid(alpha=0.3)
     ax.legend()
-    ranks = [int(r["leader"]) for r in rows
-             if isinstance(r["leader"], float) and math.isfinite(r["leader"])]
     workers = _summary(run).get("workers")
     if not isinstance(workers, int) or workers < 1:
-        workers = max(ranks, default=-1) + 1
+        workers = 1 + max((int(r["leader"]) for r in rows if isinstance(r["leader"], float)
+                           and math.isfinite(r["leader"])), default=-1)
     counts = leader_counts([(r["step"], r["level"], r["leader"]) for r in rows], workers)
     bars.bar(list(counts), list(counts.values()), color="tab:blue")
-    bars.xaxis.set_major_locator(MaxNLocator(integer=True))
-    bars.yaxis.set_major_locator(MaxNLocator(integer=True))
     bars.set_xlabel("worker rank")
     bars.set_ylabel("global elections won")
     bars.grid(alpha=0.3, axis="y")

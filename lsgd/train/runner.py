@@ -122,11 +122,9 @@ def _check_same_run(run: str, saved: dict[str, Any], from_file: dict[str, Any],
 
 
 def train(cfg: TrainConfig) -> dict[str, Any] | None:
-    """Run the workers of ``cfg``; rank 0's summary (None on other torchrun ranks).
-
-    ``--chaos`` is drawn into ``--fault`` first; link faults run in a helper process
-    (:mod:`lsgd.train.injector`); ``faults.csv`` is written at the end, also when
-    the run failed."""
+    """Run the workers of ``cfg``; rank 0's summary (None on other torchrun ranks). Link
+    faults run in a helper process (:mod:`lsgd.train.injector`); ``faults.csv`` is
+    written at the end, also when the run failed."""
     import lsgd
     from lsgd.train import chaos, faults, injector, outputs
     from lsgd.train.run_worker import run_worker
@@ -259,11 +257,9 @@ def check_before_start(cfg: TrainConfig) -> None:
 
 
 def launch_from_this_process(cfg: TrainConfig) -> None:
-    """``lsgd train``'s own process is about to start worker processes: start their fork
-    server first, which imports torch and reads the dataset once for every worker
-    while this process checks the run; keep this one fit to fork from
-    (:func:`lsgd.launcher.worker.start_method`), its torch on one thread (it only reads
-    and checks the dataset) and no thread started."""
+    """Before this process starts worker processes: start their fork server first (it
+    imports torch and reads the dataset once for every worker while this process checks
+    the run), and keep this one fit to fork from, its torch on one thread."""
     if cfg.backend == "processes" and not under_torchrun():
         from lsgd.launcher.worker import (PRELOAD_ENV, prepare_forkserver, start_method,
                                           vouch_for_fork)
@@ -342,11 +338,9 @@ def _check_resumable(cfg: TrainConfig) -> None:
 
 def dry_run(cfg: TrainConfig) -> int:
     """``lsgd train --dry-run``: every check a real run makes before its workers start
-    that reads no data and creates nothing (:func:`~lsgd.train.build.preflight` with
-    ``read_data=False``, a run already in ``--out``, ``--resume``'s checkpoints), then
-    the resolved settings as TOML on stdout, with ``dry_run = false``: the text the
-    run would save as its config.toml, so ``--config`` of it starts the real run.
-    Notes on what was not checked go to stderr."""
+    that reads no data and creates nothing, notes on what was not checked (stderr), then
+    the config.toml the run would save (stdout, ``dry_run = false``: ``--config`` of it
+    starts the real run)."""
     from lsgd.train.build import preflight
 
     notes = preflight(cfg, read_data=False)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from lsgd.train.faults import FIELDS
+
 OPTIMIZERS = ("sgd", "adam", "adamw", "lars", "muon")
 SCHEDULES = ("constant", "step", "minutes", "plateau", "cosine")
 
@@ -98,11 +100,9 @@ class QuorumSettings:
 class FaultSettings:
     """Faults injected on purpose, checkpoints, and restarts after a failure."""
 
-    fault: list[str] = _f((), "inject a fault, once per run (repeatable): kill:RANK:STEP, "
-                              "nan:RANK:STEP, segv:RANK:STEP, stop:RANK:STEP:SECONDS, "
-                              "kill-node:NODE:STEP, corrupt-checkpoint:STEP, "
-                              "link-down:NODE:SECOND:SECONDS, slow:NODE:SECOND:RATE:SECONDS "
-                              "(STEP may be @SECOND); logged in faults.csv")
+    fault: list[str] = _f((), "inject a fault, once per run (repeatable): " + ", ".join(
+        ":".join([kind, *map(str.upper, fields)]) for kind, fields in FIELDS.items())
+        + " (STEP may be @SECOND); logged in faults.csv")
     chaos: int | None = _f(None, "draw a reproducible fault schedule from this seed "
                                  "(--chaos-mtbf, --chaos-kinds), added to --fault")
     chaos_mtbf: float = _f(30.0, "--chaos: mean seconds between faults")

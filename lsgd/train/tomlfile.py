@@ -16,14 +16,9 @@ else:  # pragma: no cover
 
 
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The settings in a TOML file, with keys normalized to field names.
-
-    Raises ``ValueError`` naming the file and what to change: it cannot be read or
-    is not TOML; it has a section (settings go at the top level); a key is unknown
-    (listing the valid ones), or was removed (naming what replaces it; one at the value
-    that meant the default now is dropped); a value is of the wrong type (naming the
-    expected one).
-    """
+    """The settings in a TOML file, with keys normalized to field names; ``ValueError``
+    naming the file and what to change (unreadable, not TOML, a section, a key unknown or
+    removed, a value of the wrong type)."""
     try:
         with open(path, "rb") as f:
             raw = tomllib.load(f)
