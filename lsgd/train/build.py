@@ -74,8 +74,7 @@ def load_data(cfg: TrainConfig) -> Data:
 
 
 def make_task(cfg: TrainConfig, device: torch.device, data: Any = None) -> Task:
-    """The run's task on ``device`` (its dataset read by :func:`load_data` unless given):
-    language modelling for a text dataset, image classification otherwise; a
+    """The run's task on ``device`` (its dataset read by :func:`load_data` unless given); a
     :class:`UsageError` for what does not fit (a batch larger than a worker's shard, a
     text shorter than a window, an unknown augmentation)."""
     try:
@@ -286,21 +285,15 @@ def _read_dataset(cfg: TrainConfig) -> Data:
 
 
 def make_run_folder(out: Path, probe: bool = False, create: bool = True) -> None:
-    """Create the run folder ``out`` (with ``probe``, also write and remove a file in it),
-    or with ``create=False`` a folder in its nearest existing parent, removed at once; a
+    """Create the run folder ``out``; with ``probe``, or ``create=False`` (nothing left
+    behind), also make and remove a folder in it or in its nearest existing parent; a
     :class:`UsageError` naming the folder and the reason if that fails."""
     try:
-        if not create:
-            existing = out
-            while not existing.exists() and existing.parent != existing:
-                existing = existing.parent
-            os.rmdir(tempfile.mkdtemp(prefix=".lsgd-probe-", dir=existing))
-            return
-        out.mkdir(parents=True, exist_ok=True)
-        if probe:
-            test = out / f".lsgd-probe-{os.getpid()}"
-            test.write_bytes(b"")
-            test.unlink()
+        if create:
+            out.mkdir(parents=True, exist_ok=True)
+        if probe or not create:
+            where = next(path for path in (out, *out.parents) if path.exists())
+            os.rmdir(tempfile.mkdtemp(prefix=".lsgd-probe-", dir=where))
     except OSError as error:
         reason = f"{error.strerror}: {error.filename}" if error.filename else str(error)
         raise UsageError(f"--out {out}: cannot create or write this folder ({reason}); "

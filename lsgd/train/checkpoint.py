@@ -164,11 +164,9 @@ class Skipped:
 def choose(run: Path, rank: int, world_size: int,
            agree: Callable[[torch.Tensor], torch.Tensor], required: bool = True
            ) -> tuple[Checkpoint | None, list[Skipped]]:
-    """Collective: the newest checkpoint whose file verifies on every worker, and the
-    newer ones passed over. Each worker checks its own file in the newest ``SLOTS``
-    candidates; ``agree`` all-gathers the steps that verified. When there is none:
-    ``ValueError`` naming the files, or (not ``required``) ``None`` and every candidate.
-    """
+    """Collective: the newest checkpoint whose file verifies on every worker (each checks
+    its own in the newest ``SLOTS``; ``agree`` all-gathers the steps that verified), and the
+    newer ones passed over; if none, ``ValueError`` naming the files, or ``None``."""
     candidates = [c for c in complete(run) if c.meta["world_size"] == world_size][:SLOTS]
     problems = {c.steps: c.problem(rank) for c in candidates}
     mine = [steps if problem is None else -1 for steps, problem in problems.items()]

@@ -130,8 +130,8 @@ def comparison_text(runs: list[TrainConfig],
              if first.link else f"{first.backend}, no link")
     lines += ["", f"{first.model} on {first.dataset}, {first.workers} workers, {where}; "
               f"time to {show(common)}: training time until the center first reached "
-              f"{headline.common_text} (evaluated every {first.evaluation.eval_every}); s comm: seconds "
-              "each worker spent in collectives."]
+              f"{headline.common_text} (evaluated every {first.evaluation.eval_every}); "
+              "s comm: seconds each worker spent in collectives."]
     return "\n".join(lines)
 
 

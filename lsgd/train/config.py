@@ -56,7 +56,6 @@ class TrainConfig:
                                     "text, the UTF-8 file or folder of files")
     augment: str = _f("auto", "augmentation preset (auto: the papers' choice for the dataset "
                               "and model; none to turn off)")
-    # Language models (--dataset kjv or text)
     language: LanguageSettings = group(LanguageSettings)
     # Workers
     workers: int = _f(4, "number of workers W")
@@ -93,13 +92,10 @@ class TrainConfig:
                                     "with --async, the workers' mean)")
     steps: int | None = _f(None, "local steps per worker (with --async, the workers' mean)")
     minutes: float | None = _f(None, "wall-clock minutes")
-    # Inner optimizer
     optim: OptimizerSettings = group(OptimizerSettings)
     batch_size: int = _f(128, "batch size per worker: images, or text windows (text: 16)")
-    # The method's own options (lsgd.method_options), by their flags
     options: Any = _f(None, "the method's options: lsgd.method_options.OPTIONS[method], "
                             "given on the command line by their own flags", cli=False)
-    # Evaluation and output
     evaluation: EvaluationSettings = group(EvaluationSettings)
     faults: FaultSettings = group(FaultSettings)
     elastic: bool = _f(False, "keep training when workers fail (torchft, pip install "
@@ -303,16 +299,12 @@ def without_removed(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def make_config(settings: dict[str, Any], siblings: tuple[str, ...] = (),
                 lenient: Collection[str] = ()) -> TrainConfig:
-    """A validated config from settings by name (TOML file merged with the command line):
-    the run's fields, and the method's options (:data:`lsgd.method_options.OPTIONS`).
-
-    Settings not given take :data:`TEXT_DEFAULTS` for a text dataset, else the
-    fields' defaults; then the method's needs and its tuned point on the run's task
-    (:mod:`lsgd.train.tuned`). An option the method does not take is a mistake, unless
-    a method in ``siblings`` (compared side by side) takes it, or it is in ``lenient`` (read
-    from a TOML file, which may hold every method's options) at the default of a method
-    that takes it.
-    """
+    """A validated config from settings by name (a TOML file merged with the command line):
+    the run's fields and the method's options. Settings not given take the method's needs
+    and tuned point (:mod:`lsgd.train.tuned`), then :data:`TEXT_DEFAULTS` for a text
+    dataset, then the fields' defaults. An option the method does not take is a mistake,
+    unless a method in ``siblings`` (compared side by side) takes it, or it is in
+    ``lenient`` (from a TOML file) at the default of a method that takes it."""
     settings = without_removed(settings)
     method = str(settings.get("method", TrainConfig.method))
     text = TEXT_DEFAULTS if is_language(str(settings.get("dataset", ""))) else {}

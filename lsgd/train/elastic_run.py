@@ -129,10 +129,9 @@ class ElasticRun(WorkerLoop):
         return self.writer
 
     def _ended_before(self) -> bool:
-        """Whether another round already ended the run. A worker left out of the final
-        round (stopped, or cut off) reaches the last step after the others have gone and
-        ends the run again alone: its lone round (its own model as the center) must not
-        overwrite the run's record. The first round to end it creates ``logs/ended``."""
+        """Whether another round already ended the run (made ``logs/ended``): a worker left
+        out of the final round ends the run again alone, and its lone round must not
+        overwrite the run's record."""
         self.ended_marker.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.ended_marker.touch(exist_ok=False)
@@ -190,11 +189,9 @@ class ElasticRun(WorkerLoop):
         return result
 
     def summary(self) -> dict[str, Any]:
-        """Write the run's summary, with what failures did to it: ``restarts``, summed
-        over the members of the last round (each in its attempt ``N``, after ``N``
-        restarts); ``steps_redone`` 0, since a restarted worker joins with the live state
-        at the run's step; ``heals`` (state received from a live worker) and
-        ``members_at_end``."""
+        """Write the run's summary, with ``restarts`` (the attempts of the last round's
+        members), ``heals``, ``members_at_end`` and ``steps_redone`` 0: a restarted worker
+        joins with the live state at the run's step."""
         last = self.rows[-1]
         return self.write_summary(
             elastic=True, steps_per_second=self.steps / max(self.train_seconds, 1e-12),
@@ -203,10 +200,9 @@ class ElasticRun(WorkerLoop):
 
 
 def quorum_timeout(cfg: TrainConfig) -> float:
-    """How long a worker waits for a quorum: ``--timeout``, but past the longest the
-    lighthouse may hold one (the join and heartbeat timeouts) and 10 s more, since a
-    quorum whose wait timed out leaves torchft's manager failing every later one
-    (docs/reliability.md)."""
+    """How long a worker waits for a quorum: ``--timeout``, but 10 s past the longest the
+    lighthouse may hold one (the join and heartbeat timeouts), since a timed-out wait
+    leaves torchft's manager failing every later quorum (docs/reliability.md)."""
     return max(cfg.timeout, cfg.quorum.join_timeout + cfg.quorum.heartbeat_timeout + 10.0)
 
 

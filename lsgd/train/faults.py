@@ -195,16 +195,12 @@ def started(run: Path, rank: int | None = None) -> float | None:
 
 
 class Faults:
-    """The step-triggered faults of worker ``rank`` not yet fired in ``run``.
-
-    The worker's first step in the run is logged as a ``start`` event (the link
-    injector's origin); ``checkpoints``: the folder of the run's checkpoints (``corrupt-checkpoint``).
-    """
+    """The step-triggered faults of worker ``rank`` not yet fired in ``run``; its first step
+    in the run is logged as a ``start`` event (the link injector's origin)."""
 
     def __init__(self, specs: list[str], rank: int, node: int, run: Path | None,
                  checkpoints: Path | None = None) -> None:
-        self.rank, self.node, self.run = rank, node, run
-        self.checkpoints = checkpoints
+        self.rank, self.node, self.run, self.checkpoints = rank, node, run, checkpoints
         self.resets: int | None = None
         done = fired(run) if run is not None else set()
         self.pending = [f for f in map(parse, specs) if f.kind not in LINK_KINDS
@@ -279,9 +275,8 @@ COLUMNS = ("second", "kind", "node", "rank", "step", "spec", "outcome")
 
 def write_table(run: Path, start: float) -> dict[str, int]:
     """Write ``faults.csv`` from ``run``'s log: a row per fault fired, its second from the
-    first training step (``start`` if none was logged), with what the run did about it
-    (the answers logged after it until the run recovered: a restart or heal answers
-    every fault before it); the counts for ``summary.json``."""
+    first training step (else ``start``), with the answers logged after it until the run
+    recovered (a restart or heal answers every fault before it); the counts for the summary."""
     from lsgd.train.outputs import write_csv
 
     events = sorted(read_log(run), key=lambda e: e.get("time", 0.0))

@@ -52,8 +52,17 @@ def _fire(fault: Fault, owner: int, run_dir: Path, link: str) -> None:
     from lsgd.links.spec import parse_link
 
     normal = parse_link(link)
+    slow = dataclasses.replace(normal, rate=parse_link(fault.rate or link).rate)
     node = fault.node or 0
     namespace = netns.node_namespace(node, owner)
+
+    def strike(broken: bool) -> None:
+        """The node's link down (or slow), or back as it was."""
+        if fault.kind == "link-down":
+            netns.set_node_link(node, not broken, owner=owner)
+        else:
+            netns.set_node_rate(node, slow if broken else normal, owner=owner)
+
     origin = _wait_for(lambda: started(run_dir), owner)  # the run's first training step
     if origin is None:
         return
@@ -67,19 +76,12 @@ def _fire(fault: Fault, owner: int, run_dir: Path, link: str) -> None:
     append(run_dir, event="fault", spec=fault.spec, kind=fault.kind, node=fault.node,
            second=round(second, 3))
     try:
-        if fault.kind == "link-down":
-            netns.set_node_link(node, False, owner=owner)
-        else:
-            slow = dataclasses.replace(normal, rate=parse_link(fault.rate or link).rate)
-            netns.set_node_rate(node, slow, owner=owner)
+        strike(True)
         back = time.time() + (fault.seconds or 0.0)
         _wait_for(lambda: time.time() >= back, owner)
     finally:
         if _alive(owner) and netns.has_namespace(namespace):
-            if fault.kind == "link-down":
-                netns.set_node_link(node, True, owner=owner)
-            else:
-                netns.set_node_rate(node, normal, owner=owner)
+            strike(False)
 
 
 def _wait_for(ready: Callable[[], Any], owner: int) -> Any:

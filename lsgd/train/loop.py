@@ -36,11 +36,8 @@ def seed_worker(cfg: TrainConfig, rank: int, attempt: int = 0) -> torch.Generato
 
 
 class WorkerLoop:
-    """One worker: its model, optimizer, strategy and schedule, trained by :meth:`run`.
-
-    ``started`` is when the run began (``time.time()``), so that the wall time of a
-    restarted worker covers the whole run; its attempt comes from its elastic agent.
-    """
+    """One worker: its model, optimizer, strategy and schedule, trained by :meth:`run`;
+    ``started`` is when the run began, so that a restarted worker's wall time covers it."""
 
     #: Whether a restarted worker draws new random streams (``attempt`` in the seeds).
     reseeds = False
@@ -80,7 +77,6 @@ class WorkerLoop:
         self.start = time.perf_counter() - (time.time() - (started or time.time()))
         self.stop = False
 
-    # -- hooks -----------------------------------------------------------------
     def make_strategy(self) -> lsgd.Strategy:
         """What steps ``self.opt`` and runs the rounds (called once, in ``__init__``): a
         strategy, or an object with the strategy methods the loop calls."""
@@ -124,7 +120,6 @@ class WorkerLoop:
         """After the last step: the summary, from the worker that writes it."""
         return self.write_summary() if self.writes() else None
 
-    # -- the loop --------------------------------------------------------------
     def run(self) -> dict[str, Any] | None:
         """Train until the run stops; returns :meth:`finish`'s result."""
         self.model.train()
@@ -164,7 +159,6 @@ class WorkerLoop:
         """Epochs per worker so far, as the workers agree on them."""
         return self.pace.mean_steps(self.steps) / self.steps_per_epoch
 
-    # -- evaluations -----------------------------------------------------------
     def evaluation(self) -> dict[str, Any]:
         """Collective: the row of an evaluation that :meth:`after_step` found due."""
         return self.evaluate()[0]
@@ -231,12 +225,10 @@ class WorkerLoop:
             fields = outputs.METRIC_FIELDS + [k for k in row if k not in outputs.METRIC_FIELDS]
             outputs.write_csv(self.cfg.out_dir / "metrics.csv", self.rows, fields)
 
-    # -- the summary -----------------------------------------------------------
     def write_summary(self, steps: float | None = None, **own: Any) -> dict[str, Any]:
-        """Write ``summary.json`` and the run's plots; returns the summary: the center's
-        and the leader's figures at the last evaluation, the task's headline (its best
-        value), where the center first reached ``--target``, the run's size and time,
-        then ``own``."""
+        """Write ``summary.json`` and the run's plots; returns the summary: the last
+        evaluation's figures, the task's headline, ``--target``'s, the run's size and
+        time, then ``own``."""
         from lsgd.train.run_plots import plot_run
 
         cfg, last = self.cfg, self.rows[-1]
@@ -269,9 +261,8 @@ class WorkerLoop:
 
 def worker_figures(every: dict[str, torch.Tensor], nodes: int) -> dict[str, Any]:
     """The summary's totals, means and per-worker lists of what every worker measured
-    (``every``: one tensor of ``W`` values per name, from
-    :func:`~lsgd.train.evaluate.gather_named``), and what crossed each of the ``nodes``'
-    links."""
+    (``every``: :func:`~lsgd.train.evaluate.gather_named`'s), and what crossed each of the
+    ``nodes``' links."""
     worker_steps = [int(v) for v in every["steps"]]
     return {
         "link_bytes_sent_per_node": float(every["link_bytes_sent"].sum()) / nodes,

@@ -63,7 +63,6 @@ class Worker(WorkerLoop):
         """The run's strategy (:func:`lsgd.train.build.make_strategy`)."""
         return make_strategy(self.cfg, self.model, self.opt, self.method_comm)
 
-    # -- checkpoints ---------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
         rng = {"torch": torch.get_rng_state(), "generator": self.generator.get_state()}
         if self.device.type == "cuda":
@@ -167,7 +166,6 @@ class Worker(WorkerLoop):
             checkpoint.commit(self.run_dir, steps, [bytes(r[:-1].tolist()) for r in records],
                               self.identity)
 
-    # -- evaluation ----------------------------------------------------------------
     def leader_model(self, leader: int | None) -> nn.Module | None:
         """A copy of the leader's model on every worker (one broadcast), with --eval-leader."""
         if leader is None or not self.cfg.evaluation.eval_leader:
@@ -213,7 +211,6 @@ class Worker(WorkerLoop):
         if self.tensorboard is not None:
             self.tensorboard.log(row)
 
-    # -- the loop ------------------------------------------------------------------
     def after_step(self, loss: torch.Tensor) -> None:
         """Mark the progress, say so on divergence, take the run's decisions, move the bar."""
         if self.progress_file is not None:

@@ -37,7 +37,8 @@ def resolve(args: argparse.Namespace, siblings: tuple[str, ...] = ()) -> TrainCo
     """Defaults, then the resumed run's or --config's settings, then the command line;
     ``siblings``: the methods trained side by side with this one (their options given
     are not this one's mistakes)."""
-    given = {k: v for k, v in vars(args).items() if k not in ("handler", "parser", "config", "command")}
+    given = {k: v for k, v in vars(args).items()
+             if k not in ("handler", "parser", "config", "command")}
     config = getattr(args, "config", None)
     from_file: dict[str, Any] = {}
     if config:

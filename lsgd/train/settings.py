@@ -80,7 +80,7 @@ class EvaluationSettings:
 
 @dataclass
 class QuorumSettings:
-    """The settings of ``--elastic``: the quorum, its timeouts, and a node's place under torchrun."""
+    """The settings of ``--elastic``: the quorum, its timeouts, a node's place under torchrun."""
 
     min_workers: int = _f(1, "--elastic: rounds with fewer nodes are not committed")
     join_timeout: float = _f(30.0, "--elastic: seconds a round waits for a live worker that has "
