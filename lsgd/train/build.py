@@ -5,6 +5,7 @@ that run in the launching process before any worker starts (:func:`preflight`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -59,10 +60,8 @@ if PRELOAD_ENV in os.environ:
     from lsgd.plots import pyplot
 
     pyplot()
-    try:
+    with contextlib.suppress(Exception):  # each worker reads it again, and says what is wrong
         _load(*json.loads(os.environ[PRELOAD_ENV]))
-    except Exception:  # noqa: BLE001 - each worker reads it again, and says what is wrong
-        pass
 
 
 def load_data(cfg: TrainConfig) -> Data:

@@ -1,20 +1,18 @@
 """``lsgd train --chaos SEED``: a reproducible schedule of faults at random.
 
-Faults arrive as a Poisson process: the gaps between them are exponential with
-mean ``--chaos-mtbf`` seconds, over the run's ``--minutes`` (ten minutes
-without it; faults due after the run ended never fire). A worker's fault is
-due at a second of the run's training clock (``@S``), a link's at a wall
-second after the first training step. Each picks a
-kind from ``--chaos-kinds`` and a node (and a worker of it) uniformly. Fatal
-faults (kill, segv, kill-node, corrupt-checkpoint) are capped at what
-``--restarts`` allows: per node where each node restarts on its own (elastic
-runs, shaped nodes), in all where a failure restarts every worker; a draw over
-the cap becomes one of the other kinds drawn, or is dropped. A stopped worker
-or a link down is out for 1 to min(10, ``--timeout``/2) seconds, which the run
-rides out; a slow link runs at a tenth of ``--link`` for 3 to 10 seconds.
+Faults arrive as a Poisson process: the gaps between them are exponential with mean
+``--chaos-mtbf`` seconds, over the run's ``--minutes`` (ten minutes without it; faults due
+after the run ended never fire). A worker's fault is due at a second of the run's training
+clock (``@S``), a link's at a wall second after the first training step. Each picks a kind from
+``--chaos-kinds`` and a node (and a worker of it) uniformly. Fatal faults (kill, segv,
+kill-node, corrupt-checkpoint) are capped at what ``--restarts`` allows: per node where each
+node restarts on its own (elastic runs, shaped nodes), in all where a failure restarts every
+worker; a draw over the cap becomes one of the other kinds drawn, or is dropped. A stopped
+worker or a link down is out for 1 to min(10, ``--timeout``/2) seconds, which the run rides
+out; a slow link runs at a tenth of ``--link`` for 3 to 10 seconds.
 
-The schedule is written as ``--fault`` items (worker faults at ``@SECOND``), so
-the run's ``config.toml`` holds it and replays it without ``--chaos``.
+The schedule is written as ``--fault`` items (worker faults at ``@SECOND``), so the run's
+``config.toml`` holds it and replays it without ``--chaos``.
 """
 
 from __future__ import annotations
@@ -56,9 +54,8 @@ def errors(cfg: Any) -> list[str]:
 
 
 def _spec(kind: str, cfg: Any, node: int, rank: int, second: str, lasts: str) -> str:
-    """The ``--fault`` item of ``kind`` at ``second`` of the run (a worker's training
-    clock, a link's wall clock), out for ``lasts`` seconds; a slow link at a tenth of
-    ``--link``."""
+    """The ``--fault`` item of ``kind`` at ``second`` of the run (a worker's training clock, a
+    link's wall clock), out for ``lasts`` seconds; a slow link at a tenth of ``--link``."""
     from lsgd.links.spec import parse_link
 
     rate = f"{max(1.0, parse_link(cfg.link).rate / 10):.0f}bit" if cfg.link else "1mbit"

@@ -1,7 +1,5 @@
-"""The checks of a run's configuration: every bad value named, with what to give instead.
-
-:meth:`lsgd.train.config.TrainConfig.validate` raises one ``ValueError`` listing
-all of them; which methods take which options is written here once.
+"""The checks of a run's configuration: every bad value named, with what to give instead
+(:meth:`lsgd.train.config.TrainConfig.validate` raises one ``ValueError`` listing all).
 """
 
 from __future__ import annotations

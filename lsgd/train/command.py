@@ -1,8 +1,6 @@
-"""``lsgd train`` and ``lsgd plot``: their options, and what each prints.
-
-The options of ``lsgd train`` are the fields of :class:`~lsgd.train.config.TrainConfig`
-and the methods' options. Nothing that imports torch is imported before the arguments
-are accepted, so that a mistake is refused at once.
+"""``lsgd train`` and ``lsgd plot``: their options, and what each prints. Nothing that
+imports torch is imported before the arguments are accepted, so that a mistake is
+refused at once.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from typing import Any
 from lsgd.method_options import OPTIONS, declarations
 from lsgd.train.config import TrainConfig
 from lsgd.train.errors import UsageError
+from lsgd.train.ranges import flag
 from lsgd.train.runner import (check_before_start, dry_run, launch_from_this_process, resolve,
                                train_and_report)
 
@@ -43,29 +42,29 @@ def add_train_parser(subparsers: Any) -> None:
     for title, names in _option_groups().items():
         group = parser.add_argument_group(title)
         for name in names:
-            (method, f), *others = declarations()[name]
-            defaults = {m: g.default for m, g in [(method, f), *others]}
-            shown = {m: d for m, d in defaults.items() if d != f.default}
-            default = f"{f.default}" + "".join(f"; {m}: {d}" for m, d in shown.items())
+            found = declarations()[name]
+            method, f = found[0]
+            default = f"{f.default}" + "".join(f"; {m}: {g.default}" for m, g in found
+                                               if g.default != f.default)
+            # Every choice of any declaration, in order (each method checks its own).
+            choices = tuple(dict.fromkeys(c for _, g in found for c in g.metadata["choices"] or ()))
             _add_flag(group, f, typing.get_type_hints(OPTIONS[method])[name], default,
-                      choices=_union(g.metadata["choices"] for _, g in [(method, f), *others]))
+                      choices=choices or None)
     parser.set_defaults(handler=run_train)
 
 
 def _add_flag(parser: Any, f: dataclasses.Field[Any], kind: Any, default: Any,
               choices: tuple[str, ...] | None = None) -> None:
     """The flag of the setting ``f`` (a run's field or a method's option) of type ``kind``."""
-    flags = ["--" + f.name.replace("_", "-"), *f.metadata.get("flags", ())]
-    args = typing.get_args(kind)
-    base = next((a for a in args if a is not type(None)), kind) if args else kind
-    help_text = f.metadata["help"] + (f" (default: {default})" if default not in (None, (), "None")
-                                      else "")
-    if base is bool:
-        parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
+    flags = ["--" + flag(f.name), *f.metadata.get("flags", ())]
+    base = next((a for a in typing.get_args(kind) if a is not type(None)), kind)  # of X | None
+    shown = f" (default: {default})" if default not in (None, (), "None") else ""
+    help_text = f.metadata["help"] + shown
+    if typing.get_origin(kind) is list:
+        parser.add_argument(*flags, dest=f.name, type=base, nargs="+", action="extend",
                             help=help_text)
-    elif typing.get_origin(kind) is list or base is list or typing.get_origin(base) is list:
-        item = typing.get_args(kind)[0] if typing.get_args(kind) else float
-        parser.add_argument(*flags, dest=f.name, type=item, nargs="+", action="extend",
+    elif base is bool:
+        parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
                             help=help_text)
     else:
         # --method also takes several methods (checked by make_config, each of them).
@@ -74,7 +73,7 @@ def _add_flag(parser: Any, f: dataclasses.Field[Any], kind: Any, default: Any,
             help_text += f"; one of {', '.join(choices)}"
             choices = None
         parser.add_argument(*flags, dest=f.name, type=base if base in (int, float) else str,
-                            choices=choices, help=help_text, metavar=None)
+                            choices=choices, help=help_text)
 
 
 def _option_groups() -> dict[str, list[str]]:
@@ -88,12 +87,6 @@ def _option_groups() -> dict[str, list[str]]:
                  if len(methods) > len(OPTIONS) / 2 else ", ".join(methods))
         groups.setdefault(f"options of {title}", []).append(name)
     return groups
-
-
-def _union(choices: Any) -> tuple[str, ...] | None:
-    """Every choice of any declaration, in order (each method checks its own)."""
-    merged = [c for group in choices if group for c in group]
-    return tuple(dict.fromkeys(merged)) or None
 
 
 def run_train(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from lsgd.train.runner import (check_before_start, check_new_run, dry_run,
                                under_torchrun)
 from lsgd.train.config import TrainConfig
 from lsgd.train.outputs import atomic_write, read_csv
+from lsgd.train.run_plots import plot_runs
 
 
 def methods_of(text: str) -> list[str]:
@@ -73,8 +74,8 @@ def run_comparison(args: argparse.Namespace) -> int:
     text = comparison_text(runs, summaries)
     print(text)
     atomic_write(base / "comparison.txt", text + "\n")
-    figure = _figure([cfg.out_dir for cfg, s in zip(runs, summaries) if s is not None],
-                     base / "comparison.png")
+    folders = [cfg.out_dir for cfg, summary in zip(runs, summaries) if summary is not None]
+    figure = plot_runs(folders, base / "comparison.png") if folders else None
     print(f"figure {figure}" if figure else "figure: none (needs matplotlib)")
     return max(codes)
 
@@ -82,9 +83,8 @@ def run_comparison(args: argparse.Namespace) -> int:
 def comparison_text(runs: list[TrainConfig],
                     summaries: Sequence[dict[str, Any] | None]) -> str:
     """The table of the methods side by side, and what it was measured on: the center's
-    final and best headline, the training time until each first reached a common value
-    (the worst of the methods' best, so that every method reached it), the training
-    time, the steps, and the bytes and seconds each worker spent communicating."""
+    final and best headline, the time until each first reached a common value, the
+    training time, the steps, and the bytes and seconds each worker spent communicating."""
     curves = {cfg.method: read_csv(cfg.out_dir / "metrics.csv") if summary else []
               for cfg, summary in zip(runs, summaries)}
     headline = of_metric(next((s.get("metric", "accuracy") for s in summaries if s),
@@ -143,9 +143,3 @@ def _value(row: dict[str, Any], column: str) -> float:
 def _values(rows: list[dict[str, Any]], column: str) -> list[float]:
     return [v for v in (_value(row, column) for row in rows) if not math.isnan(v)]
 
-
-def _figure(folders: list[Path], path: Path) -> Path | None:
-    """The methods' curves overlaid (:func:`~lsgd.train.run_plots.plot_runs`), if any."""
-    from lsgd.train.run_plots import plot_runs
-
-    return plot_runs(folders, path) if folders else None

@@ -1,9 +1,6 @@
-"""The configuration of one training run, as a typed dataclass.
-
-Every field has a help text (shown by ``lsgd train --help``). A run's config
-comes from, in increasing priority: the defaults here, a TOML file
-(``--config run.toml``, keys as the field names with ``-`` or ``_``), and the
-command line. The resolved config is saved as ``config.toml`` in the run folder.
+"""The configuration of one training run, as a typed dataclass: every field a flag of
+``lsgd train`` with its help. A run's settings come from the defaults, then a TOML file
+(``--config``), then the command line; the resolved ones are saved as ``config.toml``.
 """
 
 from __future__ import annotations
@@ -121,7 +118,6 @@ class TrainConfig:
                 errors.append(f"--{flag(f.name)} {value!r}: expected {expected}")
         if errors:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
-        self.faults.fault = [str(v) for v in self.faults.fault]
         if self.options is None and self.method in OPTIONS:
             self.options = OPTIONS[self.method]()
 
@@ -275,8 +271,7 @@ def conform(name: str, value: Any) -> Any:
 #: The defaults of a language-modelling run (``--dataset kjv`` or ``text``) where they
 #: differ from an image run's: AdamW with warm-up and cosine decay, smaller batches.
 TEXT_DEFAULTS: dict[str, Any] = {"optimizer": "adamw", "lr": 0.001, "weight_decay": 0.1,
-                                 "batch_size": 16, "schedule": "cosine",
-                                 "warmup_epochs": 0.1}
+                                 "batch_size": 16, "schedule": "cosine", "warmup_epochs": 0.1}
 
 
 #: Settings lsgd no longer takes: the value that meant what leaving the setting out
@@ -286,9 +281,8 @@ REMOVED: dict[str, tuple[Any, str]] = {"sync_buffers": (True, 'bn_buffers = "loc
 
 
 def without_removed(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """``settings`` (keys as field names) without the removed settings at their old
-    default (:data:`REMOVED`); ``ValueError`` naming what to write instead of any
-    other value of one."""
+    """``settings`` (keys as field names) without the removed settings at their old default
+    (:data:`REMOVED`); ``ValueError`` naming what to write instead of any other value of one."""
     errors = [f"{name} = {as_toml(value)} is no longer a setting; "
               f"write {REMOVED[name][1]} instead" for name, value in settings.items()
               if name in REMOVED and (type(value), value) != (type(old := REMOVED[name][0]), old)]

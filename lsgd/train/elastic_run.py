@@ -1,19 +1,17 @@
 """``lsgd train --elastic``: a run that goes on when workers fail (torchft).
 
-Each node (``--groups`` of them, or one per worker) is a torchft replica group started
-by an elastic agent of its own (:func:`lsgd.launcher.elastic_jobs.launch_elastic`),
-every worker on an :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`; the
-strategy's rounds among all workers are the quorum points. What the workers decide
-together is decided inside a round, among its members, right after the method's rule
-(``Strategy.on_round``): the clock (the members' largest training seconds, as
-``"control"`` traffic), the evaluations, and who writes (the lowest member). A joining
-worker receives the run's own state with the strategy's; no checkpoint is written or
-read (docs/reliability.md, "Survivors keep training").
+Each node (``--groups`` of them, or one per worker) is a torchft replica group started by an
+elastic agent of its own (:func:`lsgd.launcher.elastic_jobs.launch_elastic`), every worker on
+an :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`; the strategy's rounds among all
+workers are the quorum points. What the workers decide together is decided inside a round,
+among its members, right after the method's rule (``Strategy.on_round``): the clock (the
+members' largest training seconds, as ``"control"`` traffic), the evaluations, and who writes
+(the lowest member). A joining worker receives the run's own state with the strategy's; no
+checkpoint is written or read (docs/reliability.md, "Survivors keep training").
 
-Faults: ``--fault``, and for benchmarks, on a worker's first attempt only,
-``extra_faults`` ``("kill" | "hang", rank, step[, seconds])``, ``rank`` possibly
-``"leader"`` (the leader elected last); a hang lasts ``seconds`` (default 10) while
-the worker's heartbeats go on.
+Faults: ``--fault``, and for benchmarks, on a worker's first attempt only, ``extra_faults``
+``("kill" | "hang", rank, step[, seconds])``, ``rank`` possibly ``"leader"`` (the leader
+elected last); a hang lasts ``seconds`` (default 10) while the worker's heartbeats go on.
 """
 
 from __future__ import annotations
@@ -46,8 +44,7 @@ class ElasticRun(WorkerLoop):
     def __init__(self, slot: int, slots: int, local_rank: int, lighthouse: str,
                  cfg: TrainConfig, address: str, t0: float,
                  extra_faults: list[tuple[Any, ...]]) -> None:
-        self.t0 = t0
-        self.started = time.time() - t0
+        self.t0, self.started = t0, time.time() - t0
         comm = ElasticCommunicator(slot, slots, lighthouse=lighthouse, address=address,
                                    per_node=cfg.workers // slots, local_rank=local_rank,
                                    min_members=cfg.quorum.min_workers, timeout=cfg.timeout,
@@ -75,8 +72,8 @@ class ElasticRun(WorkerLoop):
         return lsgd.make_strategy(self.cfg.method, self.model, self.opt, comm=self.method_comm,
                                   **knobs_from_config(self.cfg, self.method_comm.groups))
 
-    # -- what a joining worker receives ---------------------------------------
     def _send(self) -> dict[str, Any]:
+        """What a joining worker receives besides the strategy's state."""
         return {"train_seconds": self.train_seconds, "rows": self.rows,
                 "pace": self.pace.state_dict(), "schedule": self.schedule.state_dict()}
 
@@ -87,7 +84,6 @@ class ElasticRun(WorkerLoop):
         self.pace.load_state_dict(state["pace"])
         self.schedule.load_state_dict(state["schedule"])
 
-    # -- inside every round ---------------------------------------------------
     def _after_round(self) -> None:
         """Agree on the clock; stop or evaluate when due (collective among the members)."""
         comm = self.comm
@@ -141,7 +137,6 @@ class ElasticRun(WorkerLoop):
                          "left out of the record")
             return True
 
-    # -- around each step -------------------------------------------------------
     def before_step(self) -> None:
         """The faults of ``extra_faults`` due by this step: SIGKILL, or a hang. A fault
         for a rank fires once, at the first step at or past its own (a worker healed

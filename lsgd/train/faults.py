@@ -1,15 +1,13 @@
 """``lsgd train --fault SPEC`` (repeatable): faults injected into a run, and their log.
 
-The kinds and their fields are in :data:`FIELDS` (docs/reliability.md, "Faults at
-random", says what each does). STEP is a worker's step, or ``@S`` for its first step
-after S seconds of the run's training clock; SECOND counts wall seconds from the
-run's first training step.
+The kinds and their fields are in :data:`FIELDS` (docs/reliability.md, "Faults at random", says
+what each does). STEP is a worker's step, or ``@S`` for its first step after S seconds of the
+run's training clock; SECOND counts wall seconds from the run's first training step.
 
-Every fault fires once per run: the worker (or the link injector,
-:mod:`lsgd.train.injector`) appends it to the run folder's ``faults.jsonl`` before
-it strikes, so a restarted worker, which reads the log, does not fire it again. The
-run's answers (restart, fall-back, heal, reset) go to the same log, which
-:func:`write_table` turns into ``faults.csv`` at the end.
+Every fault fires once per run: the worker (or the link injector, :mod:`lsgd.train.injector`)
+appends it to the run folder's ``faults.jsonl`` before it strikes, so a restarted worker, which
+reads the log, does not fire it again. The run's answers (restart, fall-back, heal, reset) go
+to the same log, which :func:`write_table` turns into ``faults.csv`` at the end.
 """
 
 from __future__ import annotations

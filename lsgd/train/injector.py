@@ -1,13 +1,10 @@
 """The link injector: ``link-down`` and ``slow`` faults on a run's shaped network.
 
-``lsgd train --link RATE --fault link-down:NODE:SECOND:SECONDS`` starts this as a
-helper process (:func:`start`) beside the launch, since the shaped network is built
-inside the launch and the launching process starts no thread of its own (it forks
-the workers). The helper waits for the run's first training step (the ``start``
-event in its fault log) and node NODE's namespace, takes the node's link down
-SECOND seconds after that step (or shapes it to RATE for ``slow``), brings it back
-after SECONDS, and logs each fault in the run's ``faults.jsonl``. It ends when its
-faults are done or the run's process is gone, which removes the network as always.
+A helper process (:func:`start`) beside the launch, which builds the network and starts
+no thread of its own (it forks the workers). For each fault the helper waits for the run's
+first training step (the ``start`` event of its fault log) and the node's namespace, takes
+the node's link down SECOND seconds later (or shapes it to RATE), brings it back after
+SECONDS and logs the fault in ``faults.jsonl``; it ends with its faults or the run.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """A run folder's figures, and several runs overlaid (``lsgd plot``): the center's test
 error or loss against time and steps (the LSGD paper's headline plot and Figures 9-12;
-a language model's validation loss also against bytes sent), and the leaders (Figure 5).
-
-Drawn from the files a run writes with :mod:`lsgd.plots` (imported when a figure is
-drawn); the runs' headline and the words of its axes come from their summaries
-(:mod:`lsgd.tasks.headline`).
+a language model's validation loss also against bytes sent), and the leaders (Figure 5),
+drawn from the run's files with :mod:`lsgd.plots` (imported when a figure is drawn).
 """
 
 from __future__ import annotations
@@ -52,8 +49,7 @@ def _headline(runs: Sequence[Path]) -> Headline:
 
 def _curve(run: Path, metric: str, x: str = "steps"
            ) -> tuple[list[float], list[float], list[float]]:
-    """(times, ``x`` (steps), values) of one run's ``metric``, rows without a value left
-    out."""
+    """(times, ``x`` (steps), values) of one run's ``metric``, rows without a value left out."""
     column, transform, _ = METRICS[metric]
     rows = [r for r in read_csv(run / "metrics.csv")
             if isinstance(r.get(column), float) and math.isfinite(r[column])
@@ -64,13 +60,10 @@ def _curve(run: Path, metric: str, x: str = "steps"
 
 def plot_runs(runs: Sequence[Path], out: Path, metric: str | None = None,
               zoom: float | None = None) -> Path | None:
-    """Overlay the center's test error (``metric="error"``) or test loss (``"loss"``)
-    of several runs against time and steps (default: the runs' headline); for a loss,
-    also against the bytes each worker sent.
-
-    With ``zoom`` (a fraction in (0, 1)) a further panel shows the last ``zoom`` of
-    the time axis with its own y range, where the curves of long runs bunch up.
-    """
+    """Overlay the center's test error (``metric="error"``) or test loss (``"loss"``) of
+    several runs against time and steps (default: their headline), a loss also against the
+    bytes each worker sent; with ``zoom`` in (0, 1), a panel of the last ``zoom`` of the time
+    axis with its own y range, where the curves of long runs bunch up."""
     headline = _headline(runs)
     metric = metric or headline.figure
     if metric not in METRICS:
@@ -144,13 +137,9 @@ def leader_counts(history: Iterable[tuple[Any, Any, Any]], workers: int,
 
 
 def plot_leaders(run: Path, out: Path) -> Path | None:
-    """The leader's rank at every election, by level (Figure 5 of the LSGD paper, left),
-    and how many elections each worker won (its right half).
-
-    The bars count the *global* elections only: leader_history.csv, written by rank 0,
-    holds the local elections of rank 0's group alone. The number of workers comes from
-    summary.json, else from the highest rank that led.
-    """
+    """The leader's rank at every election, by level, and how many *global* elections each
+    worker won (Figure 5 of the LSGD paper): leader_history.csv, written by rank 0, holds
+    the local elections of rank 0's group alone."""
     from lsgd.plots import pyplot, save
 
     plt = pyplot()

@@ -1,25 +1,26 @@
-"""One worker of ``lsgd train``, the same under every backend (threads of the simulator,
-local processes, torchrun on several nodes): the shared loop
-(:class:`lsgd.train.loop.WorkerLoop`) with checkpoints, resumes and restarts, per-worker
-columns, a progress bar and the run's summary. Only rank 0 writes files; every worker
-writes its own checkpoint file.
+"""One worker of ``lsgd train``, the same under every backend (threads of the simulator, local
+processes, torchrun on several nodes): the shared loop (:class:`lsgd.train.loop.WorkerLoop`)
+with checkpoints, resumes and restarts, per-worker columns, a progress bar and the run's
+summary. Only rank 0 writes files; every worker writes its own checkpoint file.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
 import lsgd
 from lsgd.functional import finite_each
 from lsgd.plots import draw_graphs
 from lsgd.registry import strategy_class
 from lsgd.strategies import DivergedError
-from lsgd.train import checkpoint, faults, outputs, progress
+from lsgd.train import checkpoint, faults, outputs
 from lsgd.train.build import UsageError, graphs_of, make_strategy, pick_device, preflight
 from lsgd.train.config import TrainConfig
 from lsgd.train.evaluate import gather_named, model_copy
@@ -54,9 +55,15 @@ class Worker(WorkerLoop):
         self.progress_file = checkpoint.Progress(self.run_dir) if self.rank == 0 else None
         self.tensorboard = (outputs.TensorBoard(self.run_dir) if self.rank == 0
                             and cfg.output.tensorboard else None)
-        self.bar = progress.bar(self.pace, disable=self.rank != 0 or cfg.output.quiet
-                                or not sys.stderr.isatty())
-        # Without a terminal (a log file, CI) a line per evaluation says how far it is.
+        # Rank 0 shows the progress (nothing with --quiet): a bar of the steps of a step
+        # budget, else of the seconds of a time budget; without a terminal (a log file, CI)
+        # a line per evaluation.
+        by_steps = self.pace.by_steps
+        self.bar = tqdm(total=self.pace.max_steps if by_steps else self.pace.max_seconds,
+                        unit="step" if by_steps else "s", initial=0, dynamic_ncols=True,
+                        disable=self.rank != 0 or cfg.output.quiet or not sys.stderr.isatty(),
+                        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} {unit} "
+                                   "[{elapsed}<{remaining}{postfix}]")
         self.log_lines = self.rank == 0 and not cfg.output.quiet and self.bar.disable
 
     def make_strategy(self) -> lsgd.Strategy:
@@ -76,8 +83,7 @@ class Worker(WorkerLoop):
             "rng": rng, "reached": self.reached,
         }
         if self.rank == 0:
-            state["rows"] = self.rows
-            state["restarts"] = self.restarts
+            state |= {"rows": self.rows, "restarts": self.restarts}
         return state
 
     def _agree(self, mine: torch.Tensor) -> torch.Tensor:
@@ -138,10 +144,9 @@ class Worker(WorkerLoop):
         for key in ("steps", "train_seconds", "data_seconds"):
             setattr(self, key, state[key])
         self.pace.load_state_dict(state)
-        self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["optimizer"])
-        self.strategy.load_state_dict(state["strategy"])
-        self.schedule.load_state_dict(state["schedule"])
+        for part, key in ((self.model, "model"), (self.opt, "optimizer"),
+                          (self.strategy, "strategy"), (self.schedule, "schedule")):
+            part.load_state_dict(state[key])
         torch.set_rng_state(state["rng"]["torch"])
         self.generator.set_state(state["rng"]["generator"])
         if "cuda" in state["rng"] and self.device.type == "cuda":
@@ -176,11 +181,10 @@ class Worker(WorkerLoop):
         """Collective: the row of the center, the leader (and each worker, with
         --eval-workers), with every worker's own figures in columns of its own."""
         report = self.strategy.report()
-        accuracy = self.task.evaluate(self.model) if self.cfg.evaluation.eval_workers else None
-        nan = float("nan")
+        own = self.task.evaluate(self.model) if self.cfg.evaluation.eval_workers else None
         row, every = self.evaluate(
-            accuracy=accuracy.correct / accuracy.count if accuracy is not None else nan,
-            loss=accuracy.loss / accuracy.count if accuracy is not None else nan,
+            accuracy=own.correct / own.count if own is not None else math.nan,
+            loss=own.loss / own.count if own is not None else math.nan,
             steps=self.steps, rounds=report.rounds, wait_seconds=report.wait_seconds,
             comm_seconds=report.comm_seconds, resets=report.resets)
         spread = self.strategy.spread()  # decentralized: mean distance of the workers to the center
@@ -202,8 +206,13 @@ class Worker(WorkerLoop):
         super().record(row)
         if self.rank != 0:
             return
-        if self.log_lines:
-            print(progress.line(self.task, self.pace, row), file=sys.stderr, flush=True)
+        if self.log_lines:  # where the run is, the center's headline, the bytes sent
+            pace = self.pace
+            where = (f" of {pace.max_steps:g}" if pace.by_steps
+                     else f" ({row['time']:.1f} of {pace.max_seconds:g} s of training)")
+            print(f"step {row['steps']:g}{where}: {self.task.headline.sentence(row)}, "
+                  f"{row['bytes_sent_per_worker'] / 1e6:.1f} MB sent per worker",
+                  file=sys.stderr, flush=True)
         history = self.strategy.report().leader_history
         outputs.write_csv(self.run_dir / "leader_history.csv",
                           [{"step": s, "level": lv, "leader": ld} for s, lv, ld in history],
@@ -219,12 +228,21 @@ class Worker(WorkerLoop):
         super().after_step(loss)
         pace, bar = self.pace, self.bar
         if not bar.disable:
-            if self.evaluated_at == self.steps or self.steps % 10 == 0:
-                bar.set_postfix(progress.fields(self.task, self.strategy.report(), self.rows,
-                                                self.epochs_done(), float(loss.detach())),
-                                refresh=False)
+            if self.evaluated_at == self.steps or self.steps % 10 == 0:  # when it redraws
+                bar.set_postfix(self._shown(float(loss.detach())), refresh=False)
             bar.update((pace.mean_steps(self.steps) if pace.by_steps
                         else pace.shared_seconds) - bar.n)
+
+    def _shown(self, loss: float) -> dict[str, str]:
+        """What the bar shows besides progress."""
+        report = self.strategy.report()
+        shown = {"epoch": f"{self.epochs_done():.2f}", "loss": f"{loss:.3f}"}
+        if self.rows:
+            shown[self.task.headline.label] = f"{self.rows[-1][self.task.column]:.4f}"
+        if report.leader_rank is not None:
+            shown["leader"] = str(report.leader_rank)
+        shown["sent"] = f"{report.bytes_sent / 1e6:.1f} MB"
+        return shown
 
     def _note_divergence(self) -> None:
         """Say so when the strategy reset this worker or skipped a step for NaN or inf."""

@@ -40,26 +40,19 @@ def resolve(args: argparse.Namespace, siblings: tuple[str, ...] = ()) -> TrainCo
     given = {k: v for k, v in vars(args).items()
              if k not in ("handler", "parser", "config", "command")}
     config = getattr(args, "config", None)
-    from_file: dict[str, Any] = {}
-    if config:
-        if not Path(config).exists():
-            raise UsageError(f"--config {config}: no such file")
-        from_file = _read_settings(config)
+    from_file = _read_settings(Path(config), f"--config {config}: no such file") if config else {}
     settings: dict[str, Any] = {}
     if "resume" in given:
         run = given["resume"]
         saved = Path(run) / "config.toml"
-        if not saved.exists():
-            raise UsageError(f"--resume {run}: no run there ({saved} is missing); give a run "
-                             "folder lsgd train wrote, or drop --resume to start a new run")
-        settings.update(_read_settings(saved))
+        settings = _read_settings(saved, f"--resume {run}: no run there ({saved} is missing); "
+                                  "give a run folder lsgd train wrote, or drop --resume to "
+                                  "start a new run")
         settings.pop("dry_run", None)  # a resumed run is a dry run only if this command says so
         _check_same_run(run, settings, from_file, config, given)
         settings["out"] = run
-    settings.update(from_file)
-    settings.update(given)
-    method = str(settings.get("method", TrainConfig.method))
-    settings = from_legacy(settings, method) | given
+    settings |= from_file | given
+    settings = from_legacy(settings, str(settings.get("method", TrainConfig.method))) | given
     try:
         cfg = make_config(settings, siblings, lenient=set(settings) - set(given))
     except (ValueError, TypeError) as error:
@@ -96,8 +89,11 @@ def resolve_backend(cfg: TrainConfig) -> TrainConfig:
     return dataclasses.replace(cfg, backend=backend)
 
 
-def _read_settings(path: str | Path) -> dict[str, Any]:
-    """:func:`read_toml`, its mistakes as a :class:`UsageError`."""
+def _read_settings(path: Path, missing: str) -> dict[str, Any]:
+    """:func:`read_toml`; a :class:`UsageError` saying ``missing`` if there is no such file,
+    else what is wrong with it."""
+    if not path.exists():
+        raise UsageError(missing)
     try:
         return read_toml(path)
     except ValueError as error:

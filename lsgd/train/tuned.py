@@ -1,13 +1,10 @@
 """The defaults of ``lsgd train`` per task and method, where a method's best value of a
-shared setting differs from the task's default.
+shared setting (``--lr``, ``--period``, ``--outer-lr``) differs from the task's default.
 
-``--lr``, ``--period`` and ``--outer-lr`` are shared by every method, but their best values
-are not. For a task in :data:`TUNED` a run takes its method's entries for every setting it
-does not give (the command line and the TOML file win); the task's own defaults (for text,
-:data:`lsgd.train.config.TEXT_DEFAULTS`) come first. Tasks: ``text`` (``--dataset kjv`` or
-``text``) and ``cnn7`` (``--model cnn7``); any other task keeps the fields' defaults. The
-entries and the studies behind them: docs/train.md, "Tuned defaults" (a test checks that
-the studies' pinned points are these).
+A run of a task in :data:`TUNED` (``text``: ``--dataset kjv`` or ``text``; ``cnn7``:
+``--model cnn7``) takes its method's entries for every setting it does not give, over the
+task's own defaults. The entries and the studies behind them: docs/train.md, "Tuned
+defaults" (a test checks that the studies' pinned points are these).
 """
 
 from __future__ import annotations
