@@ -84,13 +84,9 @@ def commit(run: Path, steps: int, records: Sequence[bytes], identity: dict[str, 
     :func:`write_rank` ``records`` and what produced the run, ``identity``), then delete
     all but the ``KEPT`` newest complete checkpoints, and older half-written ones."""
     where = step_folder(run, steps)
-    meta = {
-        "steps": steps,
-        "world_size": len(records),
-        **identity,
-        "sha256": [bytes(r[:32]).hex() for r in records],
-        "sizes": [int.from_bytes(bytes(r[32:40]), "little") for r in records],
-    }
+    meta = {"steps": steps, "world_size": len(records), **identity,
+            "sha256": [bytes(r[:32]).hex() for r in records],
+            "sizes": [int.from_bytes(bytes(r[32:40]), "little") for r in records]}
     atomic_write(where / "meta.json", json.dumps(meta, indent=1) + "\n")
     kept = [c.path for c in complete(run)][:KEPT]
     oldest = min(kept, default=where)

@@ -26,8 +26,7 @@ def add_train_parser(subparsers: Any) -> None:
         "train", help="train a model with any method",
         description="Train a model with LSGD or a baseline on one machine or many. "
                     "Options can also come from --config FILE.toml; the command line wins.",
-        argument_default=argparse.SUPPRESS,
-    )
+        argument_default=argparse.SUPPRESS)
     parser.add_argument("--config", help="TOML file with settings (keys as the long options)")
     for f in dataclasses.fields(TrainConfig):
         if f.metadata.get("group"):
@@ -177,8 +176,7 @@ def print_summary(summary: dict[str, Any]) -> None:
                        f"end; {summary['heals']} heal(s) from a live worker")]
           if summary.get("elastic") else []),
         ("run folder", summary["out"]),
-        *([("plots", ", ".join(summary["plots"]))] if summary.get("plots") else []),
-    ]
+        *([("plots", ", ".join(summary["plots"]))] if summary.get("plots") else [])]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")

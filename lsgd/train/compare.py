@@ -109,17 +109,15 @@ def comparison_text(runs: list[TrainConfig],
             rows.append([cfg.method, "diverged", "-", "-", "-", "-", "-", "-"])
             continue
         points = curves[cfg.method]
-        reached = next((row["time"] for row in points if reaches(metric, _value(row, column),
-                                                                  common)), None)
+        reached = next((row["time"] for row in points
+                        if reaches(metric, _value(row, column), common)), None)
         comm = summary.get("worker_comm_seconds") or []
-        rows.append([
-            cfg.method, show(_value(points[-1], column) if points else math.nan),
-            show(best(metric, _values(points, column))),
-            f"{reached:.1f} s" if reached is not None else "-",
-            f"{summary['train_seconds']:.1f} s", f"{summary['steps']:g}",
-            f"{summary['bytes_sent_per_worker'] / 1e6:.2f}",
-            f"{sum(comm) / len(comm):.1f}" if comm else "-",
-        ])
+        rows.append([cfg.method, show(_value(points[-1], column) if points else math.nan),
+                     show(best(metric, _values(points, column))),
+                     f"{reached:.1f} s" if reached is not None else "-",
+                     f"{summary['train_seconds']:.1f} s", f"{summary['steps']:g}",
+                     f"{summary['bytes_sent_per_worker'] / 1e6:.2f}",
+                     f"{sum(comm) / len(comm):.1f}" if comm else "-"])
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w)
                        for i, (v, w) in enumerate(zip(row, widths))) for row in [header, *rows]]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import types
 import typing
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from typing import Any
 
 import tomli_w
 
-from lsgd.train.conform import as_toml, conform_to
+from lsgd._validate import is_int, is_number
 from lsgd.method_options import OPTIONS, declarations
 from lsgd.names import METHODS, REPLICAS
 from lsgd.tasks.headline import is_language
@@ -263,9 +264,57 @@ _HINTS = {name: typing.get_type_hints(OPTIONS[found[0][0]])[name]
 
 
 def conform(name: str, value: Any) -> Any:
-    """``value`` as the field ``name`` holds it (:func:`~lsgd.train.conform.conform_to`
-    of its type hint), or ``TypeError`` naming the type expected."""
+    """``value`` as the field ``name`` holds it (:func:`conform_to` of its type hint), or
+    ``TypeError`` naming the type expected."""
     return conform_to(_HINTS[name], value)
+
+
+#: What each scalar type of a field reads as, alone and in a list.
+_KINDS: dict[type, tuple[str, str]] = {
+    bool: ("true or false", "true or false values"), int: ("an integer", "integers"),
+    float: ("a number", "numbers"), str: ("a string", "strings")}
+
+
+def conform_to(hint: Any, value: Any) -> Any:
+    """``value`` as type ``hint`` takes it, or ``TypeError`` saying what was expected: an
+    integer is also a number, a bool is neither; a number stands for its text where a
+    string is expected (``eval-every = 200``); a tuple is also a list. Other types than
+    those of :data:`_KINDS`, lists and unions of them are taken as given."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        expected = []
+        for alternative in (a for a in args if a is not type(None)):
+            try:
+                return conform_to(alternative, value)
+            except TypeError as error:
+                expected.append(str(error))
+        raise TypeError(" or ".join(expected))
+    if origin is list:
+        kind = f"a list of {_KINDS.get(args[0], ('', 'values'))[1]}"
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(kind)
+        try:
+            return [conform_to(args[0], item) for item in value]
+        except TypeError:
+            raise TypeError(kind) from None
+    if hint is bool and isinstance(value, bool) or hint is int and is_int(value):
+        return value
+    if hint is float and is_number(value):
+        return float(value)
+    if hint is str and (isinstance(value, str) or is_number(value)):
+        return str(value)
+    if hint in _KINDS:
+        raise TypeError(_KINDS[hint][0])
+    return value
+
+
+def as_toml(value: Any) -> str:
+    """``value`` as TOML writes it (``true``, ``"a lot"``), as Python does if not one line."""
+    text = tomli_w.dumps({"x": value})
+    one_line = text.startswith("x = ") and text.count("\n") == 1
+    return text[len("x = "):].strip() if one_line else repr(value)
 
 
 #: The defaults of a language-modelling run (``--dataset kjv`` or ``text``) where they

@@ -27,6 +27,12 @@ from lsgd.train.checkpoint import folder as checkpoint_folder
 from lsgd.train.faults import Faults, node_of
 
 
+#: What every worker counts of itself, and as what: a column of each evaluation's row and a
+#: list in the summary, one value per worker.
+PER_WORKER = (("steps", int), ("rounds", int), ("wait_seconds", float),
+              ("comm_seconds", float), ("resets", int))
+
+
 def seed_worker(cfg: TrainConfig, rank: int, attempt: int = 0) -> torch.Generator:
     """Seed worker ``rank``'s dropout (torch's global generator) from the run's seed, the
     worker and its ``attempt`` (> 0: restarted afresh); returns its batch generator."""
@@ -212,8 +218,7 @@ class WorkerLoop:
             "bytes_sent_per_worker": float(every["bytes_sent"].mean()),
             # What crossed the links between the nodes (groups), per node.
             "link_bytes_sent_per_node": float(every["link_bytes_sent"].sum()) / self.groups,
-            "rounds": report.rounds,
-        }
+            "rounds": report.rounds}
         return row, every
 
     def record(self, row: dict[str, Any]) -> None:
@@ -263,25 +268,19 @@ def worker_figures(every: dict[str, torch.Tensor], nodes: int) -> dict[str, Any]
     """The summary's totals, means and per-worker lists of what every worker measured
     (``every``: :func:`~lsgd.train.evaluate.gather_named`'s), and what crossed each of the
     ``nodes``' links."""
-    worker_steps = [int(v) for v in every["steps"]]
+    total = sum(int(v) for v in every["steps"])
     return {
         "link_bytes_sent_per_node": float(every["link_bytes_sent"].sum()) / nodes,
         "bytes_sent_inside_per_node": float(
             (every["bytes_sent"] - every["link_bytes_sent"]).sum()) / nodes,
         "data_loading_fraction": float(
             (every["data_seconds"] / every["train_seconds"].clamp_min(1e-12)).mean()),
-        "bytes_sent_per_worker": float(every["bytes_sent"].mean()),
-        "bytes_received_per_worker": float(every["bytes_received"].mean()),
-        "comm_seconds_per_worker": float(every["comm_seconds"].mean()),
-        "total_steps": sum(worker_steps),
-        "steps_per_second": sum(worker_steps) / max(float(every["train_seconds"].mean()), 1e-12),
-        "worker_steps": worker_steps,
-        "worker_rounds": [int(v) for v in every["rounds"]],
-        "worker_wait_seconds": [float(v) for v in every["wait_seconds"]],
-        "worker_comm_seconds": [float(v) for v in every["comm_seconds"]],
-        "worker_resets": [int(v) for v in every["resets"]],
-        "skipped_steps": int(every["skipped_steps"].max()),
-    }
+        **{f"{name}_per_worker": float(every[name].mean())
+           for name in ("bytes_sent", "bytes_received", "comm_seconds")},
+        "total_steps": total,
+        "steps_per_second": total / max(float(every["train_seconds"].mean()), 1e-12),
+        **{f"worker_{name}": [kind(v) for v in every[name]] for name, kind in PER_WORKER},
+        "skipped_steps": int(every["skipped_steps"].max())}
 
 
 def none_if_nan(value: float) -> float | None:

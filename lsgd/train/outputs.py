@@ -16,19 +16,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-METRIC_FIELDS = [
-    "time", "wall_time", "steps", "epoch", "lr",
-    "center_loss", "center_accuracy", "leader_rank", "leader_loss", "leader_accuracy",
-    "train_loss", "bytes_sent_per_worker", "rounds",
-]
+METRIC_FIELDS = ["time", "wall_time", "steps", "epoch", "lr", "center_loss", "center_accuracy",
+                 "leader_rank", "leader_loss", "leader_accuracy", "train_loss",
+                 "bytes_sent_per_worker", "rounds"]
 
 
 def atomic_write(path: Path, data: str | bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with open(tmp, mode) as f:
+    with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -40,8 +37,7 @@ def write_csv(path: Path, rows: Sequence[dict[str, Any]], fields: Sequence[str])
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(fields), extrasaction="ignore")
     writer.writeheader()
-    for row in rows:
-        writer.writerow({k: _cell(row.get(k)) for k in fields})
+    writer.writerows({k: _cell(row.get(k)) for k in fields} for row in rows)
     atomic_write(path, buffer.getvalue())
 
 

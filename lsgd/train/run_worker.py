@@ -24,7 +24,7 @@ from lsgd.train import checkpoint, faults, outputs
 from lsgd.train.build import UsageError, graphs_of, make_strategy, pick_device, preflight
 from lsgd.train.config import TrainConfig
 from lsgd.train.evaluate import gather_named, model_copy
-from lsgd.train.loop import WorkerLoop, worker_figures
+from lsgd.train.loop import PER_WORKER, WorkerLoop, worker_figures
 
 __all__ = ["UsageError", "Worker", "preflight", "run_worker"]
 
@@ -43,11 +43,8 @@ class Worker(WorkerLoop):
         self.restarts: list[dict[str, Any]] = []  # resumes and restarts of this run so far
         # A restarted worker runs the same command again, which continues from the latest
         # good checkpoint.
-        resume = cfg.resume
-        if not resume and self.attempt > 0 and checkpoint.complete(self.run_dir):
-            resume = str(self.run_dir)
-        if resume:
-            self._resume(Path(resume), required=bool(cfg.resume))
+        if cfg.resume or (self.attempt > 0 and checkpoint.complete(self.run_dir)):
+            self._resume(Path(cfg.resume or self.run_dir), required=bool(cfg.resume))
         elif self.attempt > 0 and self.rank == 0:
             self._restarted(0, None, "no checkpoint was written before the failure "
                             "(--checkpoint-every N writes one every N steps); starting again "
@@ -74,14 +71,11 @@ class Worker(WorkerLoop):
         rng = {"torch": torch.get_rng_state(), "generator": self.generator.get_state()}
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        state = {
-            "steps": self.steps, "train_seconds": self.train_seconds,
-            "data_seconds": self.data_seconds,
-            **self.pace.state_dict(),
-            "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
-            "strategy": self.strategy.state_dict(), "schedule": self.schedule.state_dict(),
-            "rng": rng, "reached": self.reached,
-        }
+        state = {"steps": self.steps, "train_seconds": self.train_seconds,
+                 "data_seconds": self.data_seconds, **self.pace.state_dict(),
+                 "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                 "strategy": self.strategy.state_dict(), "schedule": self.schedule.state_dict(),
+                 "rng": rng, "reached": self.reached}
         if self.rank == 0:
             state |= {"rows": self.rows, "restarts": self.restarts}
         return state
@@ -192,10 +186,8 @@ class Worker(WorkerLoop):
             row["spread"] = spread
         world = range(self.world)
         row.update({f"worker{r}_train_loss": float(every["train_loss"][r]) for r in world})
-        # Per worker: own steps, rounds joined, seconds in rounds, resets.
-        row.update({f"worker{r}_{name}": kind(every[name][r]) for r in world for name, kind in (
-            ("steps", int), ("rounds", int), ("wait_seconds", float), ("comm_seconds", float),
-            ("resets", int))})
+        row.update({f"worker{r}_{name}": kind(every[name][r])
+                    for r in world for name, kind in PER_WORKER})
         if self.cfg.evaluation.eval_workers:
             row.update({f"worker{r}_{name}": float(every[name][r])
                         for r in world for name in ("accuracy", "loss")})
@@ -272,8 +264,7 @@ class Worker(WorkerLoop):
             "data_seconds": self.data_seconds, "train_seconds": self.train_seconds,
             "comm_seconds": report.comm_seconds, "steps": self.steps, "rounds": report.rounds,
             "wait_seconds": report.wait_seconds, "resets": report.resets,
-            "skipped_steps": report.details.get("skipped_steps", 0),
-        }, self.device)
+            "skipped_steps": report.details.get("skipped_steps", 0)}, self.device)
         if self.tensorboard is not None:
             self.tensorboard.close()
         if self.rank != 0:

@@ -107,13 +107,10 @@ def _check_same_run(run: str, saved: dict[str, Any], from_file: dict[str, Any],
     asked = {name: (value, f" ({name} in {config})", f"{name} from {config}")
              for name, value in from_file.items()}
     asked.update({name: (value, "", f"--{name}") for name, value in given.items()})
-    conflicts = [
-        f"--resume {run}: the run was trained with --{name} {saved[name]}; this asks for "
-        f"{asked[name][0]}{asked[name][1]}; drop {asked[name][2]} or start a new run "
-        "with another --out"
-        for name in RUN_IDENTITY
-        if name in saved and name in asked and asked[name][0] != saved[name]
-    ]
+    conflicts = [f"--resume {run}: the run was trained with --{name} {saved[name]}; this asks "
+                 f"for {asked[name][0]}{asked[name][1]}; drop {asked[name][2]} or start a new "
+                 "run with another --out" for name in RUN_IDENTITY
+                 if name in saved and name in asked and asked[name][0] != saved[name]]
     if conflicts:
         raise UsageError("\n".join(conflicts))
 

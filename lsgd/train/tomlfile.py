@@ -6,8 +6,7 @@ import os
 import sys
 from typing import Any
 
-from lsgd.train.conform import as_toml
-from lsgd.train.config import ALIASES, SETTING_NAMES, conform, without_removed
+from lsgd.train.config import ALIASES, SETTING_NAMES, as_toml, conform, without_removed
 
 if sys.version_info >= (3, 11):
     import tomllib
