@@ -36,10 +36,9 @@ def errors(cfg: Any) -> list[str]:
         return []
     found = []
     kinds = kinds_of(cfg)
-    unknown = [k for k in kinds if k not in KINDS]
-    if unknown or not kinds:
-        found.append(f"--chaos-kinds {cfg.faults.chaos_kinds!r}: choose among {', '.join(KINDS)}, "
-                     "comma-separated")
+    if not kinds or any(kind not in KINDS for kind in kinds):
+        found.append(f"--chaos-kinds {cfg.faults.chaos_kinds!r}: choose among "
+                     f"{', '.join(KINDS)}, comma-separated")
     if not cfg.faults.chaos_mtbf > 0:
         found.append(f"--chaos-mtbf {cfg.faults.chaos_mtbf}: give the mean seconds between faults, "
                      "above 0 (e.g. 30)")

@@ -1,7 +1,7 @@
 """Checkpoints: every worker's full state, as data, the last two kept and verified.
 
-A run's ``checkpoints/`` folder holds ``step-00000200/rank-0.pt ... rank-{W-1}.pt,
-meta.json`` per checkpoint, and ``progress``, the last step rank 0 finished. Every worker
+A run's ``checkpoints/`` folder holds ``step-00000200/`` (``rank-R.pt`` of each worker R,
+``meta.json``) per checkpoint, and ``progress``, the last step rank 0 finished. Every worker
 writes its own file atomically; their SHA-256 digests are gathered (the barrier) and
 only then does rank 0 write ``meta.json``, which makes the checkpoint complete. Loading
 takes the newest checkpoint whose files match their digests on every worker, read with

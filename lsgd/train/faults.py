@@ -26,15 +26,10 @@ from typing import Any
 
 #: Kind: its fields after the kind, in order.
 FIELDS: dict[str, tuple[str, ...]] = {
-    "kill": ("rank", "step"),
-    "nan": ("rank", "step"),
-    "segv": ("rank", "step"),
-    "stop": ("rank", "step", "seconds"),
-    "kill-node": ("node", "step"),
-    "corrupt-checkpoint": ("step",),
-    "link-down": ("node", "second", "seconds"),
-    "slow": ("node", "second", "rate", "seconds"),
-}
+    **dict.fromkeys(("kill", "nan", "segv"), ("rank", "step")),
+    "stop": ("rank", "step", "seconds"), "kill-node": ("node", "step"),
+    "corrupt-checkpoint": ("step",), "link-down": ("node", "second", "seconds"),
+    "slow": ("node", "second", "rate", "seconds")}
 KINDS = tuple(FIELDS)
 #: Kinds that end a process (its node's agent restarts it).
 FATAL = ("kill", "segv", "kill-node", "corrupt-checkpoint")
@@ -72,18 +67,17 @@ class Fault:
 
 def parse(spec: str) -> Fault:
     """A :class:`Fault` from ``KIND:FIELD:...``; ``ValueError`` saying what to write."""
-    parts = spec.strip().split(":")
-    kind = parts[0]
+    kind, *texts = spec.strip().split(":")
     if kind not in FIELDS:
         raise ValueError(f"--fault {spec!r}: unknown kind {kind!r}; choose one of "
                          f"{', '.join(KINDS)} (e.g. {_EXAMPLES['kill']})")
     names = FIELDS[kind]
-    usage = f"give {':'.join([kind.upper()] + [n.upper() for n in names])}, e.g. {_EXAMPLES[kind]}"
-    if len(parts) != len(names) + 1:
+    usage = f"give {':'.join(map(str.upper, [kind, *names]))}, e.g. {_EXAMPLES[kind]}"
+    if len(texts) != len(names):
         raise ValueError(f"--fault {spec!r}: {usage}")
     values: dict[str, Any] = {}
     try:
-        for name, text in zip(names, parts[1:]):
+        for name, text in zip(names, texts):
             if name in ("rank", "node"):
                 values[name] = _at_least(int(text), 0)
             elif name == "step" and not text.startswith("@"):

@@ -1,6 +1,6 @@
 """The groups of a run's settings (:class:`~lsgd.train.config.TrainConfig`): each a dataclass
-whose fields are flags of ``lsgd train`` and keys of a TOML file, as flat names (``--lr``, ``lr
-= 0.1``), and a field of the run's configuration as a whole (``cfg.optim.lr``)."""
+whose fields are flags of ``lsgd train`` and keys of a TOML file, as flat names (``--lr``,
+``lr = 0.1``), and a field of the run's configuration as a whole (``cfg.optim.lr``)."""
 
 from __future__ import annotations
 
