@@ -1,13 +1,12 @@
-"""The pieces of one worker's run, built from its configuration.
-
-The device, the task (its data, batches, model and evaluation:
-:mod:`lsgd.tasks`), the optimizer and its schedule, and the strategy (through :func:`lsgd.make_strategy`, with the knobs each method takes
-from the configuration in :func:`knobs_from_config`), plus the checks that run in
-the launching process before any worker starts (:func:`preflight`).
+"""The pieces of one worker's run, built from its configuration: the device, the task
+(:mod:`lsgd.tasks`), the optimizer and its schedule, and the strategy; plus the checks
+that run in the launching process before any worker starts (:func:`preflight`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -28,17 +27,17 @@ from lsgd.launcher.worker import PRELOAD_ENV
 from lsgd.links.netns import LinkSetupError, shaped_links_possible
 from lsgd.models import build_model
 from lsgd.models.gpt import build_language_model
+from lsgd.registry import strategy_class
 from lsgd.tasks import ImageClassification, Task, image_steps_per_epoch, make_task as build_task
 from lsgd.tasks.headline import is_language
 from lsgd.topology import Topology, from_spec
-from lsgd.train.checks import DECENTRALIZED
 from lsgd.train.config import TrainConfig
 from lsgd.train.errors import UsageError  # also lsgd.train.build.UsageError, as before
 from lsgd.train.lr_schedule import Schedule
 
 
-# -- building blocks --------------------------------------------------------------
 def pick_device(cfg: TrainConfig) -> torch.device:
+    """``--device``: CUDA's current device where there is one (``auto``), else the CPU."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: CUDA is not available on this machine; use --device cpu")
     if cfg.device == "cpu" or not torch.cuda.is_available():
@@ -46,8 +45,12 @@ def pick_device(cfg: TrainConfig) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
+#: What a dataset reads as.
+Data = datasets.Dataset | datasets.ImageFolder | datasets.TextData
+
+
 @functools.lru_cache(maxsize=2)
-def _load(name: str, data_dir: str | None) -> datasets.Dataset | datasets.ImageFolder | datasets.TextData:
+def _load(name: str, data_dir: str | None) -> Data:
     return datasets.load_dataset(name, data_dir)
 
 
@@ -57,13 +60,11 @@ if PRELOAD_ENV in os.environ:
     from lsgd.plots import pyplot
 
     pyplot()
-    try:
+    with contextlib.suppress(Exception):  # each worker reads it again, and says what is wrong
         _load(*json.loads(os.environ[PRELOAD_ENV]))
-    except Exception:  # noqa: BLE001 - each worker reads it again, and says what is wrong
-        pass
 
 
-def load_data(cfg: TrainConfig) -> datasets.Dataset | datasets.ImageFolder | datasets.TextData:
+def load_data(cfg: TrainConfig) -> Data:
     """The dataset, read once per process (simulated workers share it, read only)."""
     try:
         return _load(cfg.dataset, cfg.data_dir)
@@ -72,17 +73,14 @@ def load_data(cfg: TrainConfig) -> datasets.Dataset | datasets.ImageFolder | dat
 
 
 def make_task(cfg: TrainConfig, device: torch.device, data: Any = None) -> Task:
-    """The run's task on ``device`` (its dataset read by :func:`load_data` unless given):
-    language modelling for a text dataset, image classification otherwise; a
+    """The run's task on ``device`` (its dataset read by :func:`load_data` unless given); a
     :class:`UsageError` for what does not fit (a batch larger than a worker's shard, a
     text shorter than a window, an unknown augmentation)."""
-    data = load_data(cfg) if data is None else data
     try:
-        return build_task(data, dataset=cfg.dataset, model=cfg.model,
-                          batch_size=cfg.batch_size, workers=cfg.workers, seed=cfg.seed,
-                          augment=cfg.augment, context=cfg.language.context, layers=cfg.language.layers,
-                          width=cfg.language.width, heads=cfg.language.heads, eval_tokens=cfg.language.eval_tokens,
-                          device=device)
+        return build_task(load_data(cfg) if data is None else data, dataset=cfg.dataset,
+                          model=cfg.model, batch_size=cfg.batch_size, workers=cfg.workers,
+                          seed=cfg.seed, augment=cfg.augment, device=device,
+                          **dataclasses.asdict(cfg.language))
     except ValueError as error:
         if str(error).startswith("--"):  # it names its option
             raise UsageError(str(error)) from error
@@ -104,38 +102,35 @@ def build_model_of(cfg: TrainConfig, task: Task) -> nn.Module:
 def make_schedule(cfg: TrainConfig, optimizer: torch.optim.Optimizer,
                   steps_per_epoch: int) -> Schedule:
     """The run's learning-rate schedule; ``cosine`` decays over the budget."""
-    budget = cfg.budgets()
+    budget, optim = cfg.budgets(), cfg.optim
     horizon = min(budget.get("epochs", math.inf),
                   budget.get("steps", math.inf) / steps_per_epoch)
-    return Schedule(optimizer, cfg.optim.schedule, cfg.optim.drops, cfg.optim.drop_factor, cfg.optim.patience,
-                    cfg.optim.warmup_epochs, horizon_epochs=horizon,
+    return Schedule(optimizer, optim.schedule, optim.drops, optim.drop_factor, optim.patience,
+                    optim.warmup_epochs, horizon_epochs=horizon,
                     horizon_minutes=budget.get("minutes", math.inf))
 
 
 def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
-    params = model.parameters()
-    if cfg.optim.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.optim.lr, momentum=cfg.optim.momentum,
-                               nesterov=cfg.optim.nesterov and cfg.optim.momentum > 0,
-                               weight_decay=cfg.optim.weight_decay)
-    if cfg.optim.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
-    if cfg.optim.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
-    if cfg.optim.optimizer == "muon":
+    """The inner optimizer ``--optimizer`` of ``model``, with the run's settings."""
+    optim = cfg.optim
+    lr, decay, nesterov = optim.lr, optim.weight_decay, optim.nesterov and optim.momentum > 0
+    if optim.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=lr, momentum=optim.momentum,
+                               nesterov=nesterov, weight_decay=decay)
+    if optim.optimizer in ("adam", "adamw"):
+        adam = torch.optim.Adam if optim.optimizer == "adam" else torch.optim.AdamW
+        return adam(model.parameters(), lr=lr, weight_decay=decay)
+    if optim.optimizer == "muon":
         from lsgd.optim.muon import MuonAdamW
 
-        return MuonAdamW(model, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
-    return lsgd.LARS(lsgd.lars_param_groups(model, cfg.optim.weight_decay), lr=cfg.optim.lr,
-                     momentum=cfg.optim.momentum, nesterov=cfg.optim.nesterov and cfg.optim.momentum > 0,
-                     eta=cfg.optim.trust_coefficient)
+        return MuonAdamW(model, lr=lr, weight_decay=decay)
+    return lsgd.LARS(lsgd.lars_param_groups(model, decay), lr=lr, momentum=optim.momentum,
+                     nesterov=nesterov, eta=optim.trust_coefficient)
 
 
 def knobs_from_config(cfg: TrainConfig, groups: int = 0) -> dict[str, Any]:
-    """The keyword arguments of ``cfg.method``'s strategy: its options
-    (:meth:`lsgd.method_options.MethodOptions.knobs`); with ``groups`` 1, LSGD's one level
-    is set by ``pull``, ``scope`` and ``period`` only (:func:`check_layout`
-    refused a different ``--*-global`` value)."""
+    """The keyword arguments of ``cfg.method``'s strategy on ``groups`` groups: its
+    options (:meth:`lsgd.method_options.MethodOptions.knobs`)."""
     return cfg.options.knobs(cfg.seed, groups)
 
 
@@ -166,26 +161,31 @@ def graphs_of(cfg: TrainConfig) -> list[Topology]:
             graph.check_connected()
     except ValueError as error:
         raise UsageError(f"--topology/--graphs: {error}") from error
+    except TypeError as error:  # an option the graph's kind does not take
+        raise UsageError(f"--topology/--graphs {' '.join(specs)}: {error}; see lsgd train "
+                         "--help for each kind's options") from error
     return graphs
 
 
 def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
-    """Check, in the launching process, what would otherwise fail in every worker:
-    the device, the dataset, the augmentation, the model on the dataset's input, the
-    graphs, the links, and the run folder.
-
-    With ``read_data=False`` (``lsgd train --dry-run``) nothing is read or created:
-    the dataset's files are only looked for and an image's shape taken from
-    :data:`lsgd.data.FACTS`, and the run folder is only checked to be creatable.
-    Returns notes on what could not be checked then (an empty list otherwise).
-    """
+    """Check, in the launching process, what would otherwise fail in every worker: the
+    device, the dataset, the augmentation, the model on the dataset's input, the graphs,
+    the links, and the run folder. With ``read_data=False`` (``--dry-run``) nothing is
+    read or created (an image's shape from :data:`lsgd.data.FACTS`); returns notes on
+    what could not be checked then."""
     pick_device(cfg)
     notes: list[str] = []
+    task = make_task(cfg, torch.device("cpu"), _read_dataset(cfg)) if read_data else None
     if is_language(cfg.dataset):
-        notes = _check_language(cfg, read_data)
-    elif read_data:
-        task = make_task(cfg, torch.device("cpu"), _read_dataset(cfg))
-        assert isinstance(task, ImageClassification)
+        notes = [] if read_data else _text_notes(cfg)
+        sizes = cfg.language
+        try:
+            with torch.device("meta"):
+                build_language_model(cfg.model, 256, sizes.context, sizes.layers, sizes.width,
+                                     sizes.heads)
+        except (ImportError, ValueError) as error:
+            raise UsageError(f"--model {cfg.model}: {error}") from error
+    elif isinstance(task, ImageClassification):
         _check_image_model(cfg, task.input_shape, task.classes)
     else:
         input_shape, classes, n_train, notes = _dataset_facts(cfg)
@@ -195,12 +195,8 @@ def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
             except ValueError as error:
                 raise UsageError(str(error)) from None
         _check_image_model(cfg, input_shape, classes)
-    if cfg.method in DECENTRALIZED:
-        try:
-            graphs_of(cfg)
-        except TypeError as error:  # an option the graph's kind does not take
-            raise UsageError(f"--topology/--graphs {' '.join(cfg.option('graphs') or [cfg.option('topology')])}: "
-                             f"{error}; see lsgd train --help for each kind's options") from error
+    if strategy_class(cfg.method).uses_graph:
+        graphs_of(cfg)
     if cfg.link is not None and cfg.backend != "threads":
         if "TORCHELASTIC_RUN_ID" in os.environ:
             raise UsageError(
@@ -228,28 +224,13 @@ def _check_image_model(cfg: TrainConfig, input_shape: Callable[[], tuple[int, ..
         raise UsageError(f"--model {cfg.model} on --dataset {cfg.dataset}: {error}") from error
 
 
-def _check_language(cfg: TrainConfig, read_data: bool) -> list[str]:
-    """A language-modelling run's text (read, or with ``read_data=False`` only looked
-    for) and model (built on the meta device; its extra installed)."""
-    notes: list[str] = []
-    if read_data:
-        make_task(cfg, torch.device("cpu"), _read_dataset(cfg))
-    else:
-        missing = datasets.locate(cfg.dataset, cfg.data_dir)
-        if missing and cfg.dataset.lower() == "text":
-            raise UsageError(f"--dataset text --data-dir {cfg.data_dir}: {missing}")
-        if missing:
-            notes.append(f"dry run: {missing.split('; ')[0]} (a real run stops there; a dry "
-                         "run reads no data)")
-    try:
-        with torch.device("meta"):
-            build_language_model(cfg.model, 256, cfg.language.context, cfg.language.layers, cfg.language.width,
-                                 cfg.language.heads)
-    except ImportError as error:
-        raise UsageError(f"--model {cfg.model}: {error}") from error
-    except ValueError as error:
-        raise UsageError(f"--model {cfg.model}: {error}") from error
-    return notes
+def _text_notes(cfg: TrainConfig) -> list[str]:
+    """A text dataset looked for without reading it: ``--dataset text`` must be there."""
+    missing = datasets.locate(cfg.dataset, cfg.data_dir)
+    if missing and cfg.dataset.lower() == "text":
+        raise UsageError(f"--dataset text --data-dir {cfg.data_dir}: {missing}")
+    return [f"dry run: {missing.split('; ')[0]} (a real run stops there; a dry run reads "
+            "no data)"] if missing else []
 
 
 def _dataset_facts(
@@ -285,7 +266,7 @@ def _dataset_facts(
     return input_shape, classes, n_train, notes
 
 
-def _read_dataset(cfg: TrainConfig) -> datasets.Dataset | datasets.ImageFolder:
+def _read_dataset(cfg: TrainConfig) -> Data:
     """:func:`load_data`, its mistakes naming ``--dataset`` (and ``--data-dir``), and
     files that cannot be read (truncated, corrupt) a :class:`UsageError` too."""
     where = f"--dataset {cfg.dataset}"
@@ -303,24 +284,15 @@ def _read_dataset(cfg: TrainConfig) -> datasets.Dataset | datasets.ImageFolder:
 
 
 def make_run_folder(out: Path, probe: bool = False, create: bool = True) -> None:
-    """Create the run folder ``out`` (with ``probe``, also write and remove a file in it);
-    a :class:`UsageError` naming the folder and the reason if that fails.
-
-    With ``create=False`` nothing is left behind: a folder is made and removed at
-    once in ``out`` or in its nearest existing parent, where ``out`` would go.
-    """
+    """Create the run folder ``out``; with ``probe``, or ``create=False`` (nothing left
+    behind), also make and remove a folder in it or in its nearest existing parent; a
+    :class:`UsageError` naming the folder and the reason if that fails."""
     try:
-        if not create:
-            existing = out
-            while not existing.exists() and existing.parent != existing:
-                existing = existing.parent
-            os.rmdir(tempfile.mkdtemp(prefix=".lsgd-probe-", dir=existing))
-            return
-        out.mkdir(parents=True, exist_ok=True)
-        if probe:
-            test = out / f".lsgd-probe-{os.getpid()}"
-            test.write_bytes(b"")
-            test.unlink()
+        if create:
+            out.mkdir(parents=True, exist_ok=True)
+        if probe or not create:
+            where = next(path for path in (out, *out.parents) if path.exists())
+            os.rmdir(tempfile.mkdtemp(prefix=".lsgd-probe-", dir=where))
     except OSError as error:
         reason = f"{error.strerror}: {error.filename}" if error.filename else str(error)
         raise UsageError(f"--out {out}: cannot create or write this folder ({reason}); "

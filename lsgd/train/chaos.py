@@ -1,20 +1,18 @@
 """``lsgd train --chaos SEED``: a reproducible schedule of faults at random.
 
-Faults arrive as a Poisson process: the gaps between them are exponential with
-mean ``--chaos-mtbf`` seconds, over the run's ``--minutes`` (ten minutes
-without it; faults due after the run ended never fire). A worker's fault is
-due at a second of the run's training clock (``@S``), a link's at a wall
-second after the first training step. Each picks a
-kind from ``--chaos-kinds`` and a node (and a worker of it) uniformly. Fatal
-faults (kill, segv, kill-node, corrupt-checkpoint) are capped at what
-``--restarts`` allows: per node where each node restarts on its own (elastic
-runs, shaped nodes), in all where a failure restarts every worker; a draw over
-the cap becomes one of the other kinds drawn, or is dropped. A stopped worker
-or a link down is out for 1 to min(10, ``--timeout``/2) seconds, which the run
-rides out; a slow link runs at a tenth of ``--link`` for 3 to 10 seconds.
+Faults arrive as a Poisson process: the gaps between them are exponential with mean
+``--chaos-mtbf`` seconds, over the run's ``--minutes`` (ten minutes without it; faults due
+after the run ended never fire). A worker's fault is due at a second of the run's training
+clock (``@S``), a link's at a wall second after the first training step. Each picks a kind from
+``--chaos-kinds`` and a node (and a worker of it) uniformly. Fatal faults (kill, segv,
+kill-node, corrupt-checkpoint) are capped at what ``--restarts`` allows: per node where each
+node restarts on its own (elastic runs, shaped nodes), in all where a failure restarts every
+worker; a draw over the cap becomes one of the other kinds drawn, or is dropped. A stopped
+worker or a link down is out for 1 to min(10, ``--timeout``/2) seconds, which the run rides
+out; a slow link runs at a tenth of ``--link`` for 3 to 10 seconds.
 
-The schedule is written as ``--fault`` items (worker faults at ``@SECOND``), so
-the run's ``config.toml`` holds it and replays it without ``--chaos``.
+The schedule is written as ``--fault`` items (worker faults at ``@SECOND``), so the run's
+``config.toml`` holds it and replays it without ``--chaos``.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from lsgd.train.faults import FATAL, KINDS, config_errors, nodes_of
+from lsgd.train.faults import FATAL, FIELDS, KINDS, config_errors, nodes_of
 
 DEFAULT_MINUTES = 10.0
 
@@ -38,10 +36,9 @@ def errors(cfg: Any) -> list[str]:
         return []
     found = []
     kinds = kinds_of(cfg)
-    unknown = [k for k in kinds if k not in KINDS]
-    if unknown or not kinds:
-        found.append(f"--chaos-kinds {cfg.faults.chaos_kinds!r}: choose among {', '.join(KINDS)}, "
-                     "comma-separated")
+    if not kinds or any(kind not in KINDS for kind in kinds):
+        found.append(f"--chaos-kinds {cfg.faults.chaos_kinds!r}: choose among "
+                     f"{', '.join(KINDS)}, comma-separated")
     if not cfg.faults.chaos_mtbf > 0:
         found.append(f"--chaos-mtbf {cfg.faults.chaos_mtbf}: give the mean seconds between faults, "
                      "above 0 (e.g. 30)")
@@ -49,24 +46,21 @@ def errors(cfg: Any) -> list[str]:
         found.append(f"--chaos {cfg.faults.chaos}: give a seed of 0 or more")
     if found:
         return found
-    for kind in kinds:  # each kind's fit to this run, said once
-        problems = config_errors(cfg.but(fault=[_example(kind, cfg)]))
+    for kind in kinds:  # each kind's fit to this run, said once, from one that fits any
+        problems = config_errors(cfg.but(fault=[_spec(kind, cfg, 0, 0, "1.0", "1.0")]))
         found += [f"--chaos-kinds {kind}: " + p.split(": ", 1)[1] for p in problems]
     return found
 
 
-def _example(kind: str, cfg: Any) -> str:
-    return {"kill": "kill:0:1", "nan": "nan:0:1", "segv": "segv:0:1", "stop": "stop:0:1:1",
-            "kill-node": "kill-node:0:1", "corrupt-checkpoint": "corrupt-checkpoint:1",
-            "link-down": "link-down:0:1:1", "slow": f"slow:0:1:{_slow_rate(cfg)}:1"}[kind]
-
-
-def _slow_rate(cfg: Any) -> str:
+def _spec(kind: str, cfg: Any, node: int, rank: int, second: str, lasts: str) -> str:
+    """The ``--fault`` item of ``kind`` at ``second`` of the run (a worker's training clock, a
+    link's wall clock), out for ``lasts`` seconds; a slow link at a tenth of ``--link``."""
     from lsgd.links.spec import parse_link
 
-    if cfg.link is None:
-        return "1mbit"
-    return f"{max(1.0, parse_link(cfg.link).rate / 10):.0f}bit"
+    rate = f"{max(1.0, parse_link(cfg.link).rate / 10):.0f}bit" if cfg.link else "1mbit"
+    values = {"rank": rank, "node": node, "step": f"@{second}", "second": second,
+              "seconds": lasts, "rate": rate}
+    return ":".join([kind, *(str(values[name]) for name in FIELDS[kind])])
 
 
 def draw(cfg: Any, count: int | None = None) -> list[str]:
@@ -106,20 +100,9 @@ def draw(cfg: Any, count: int | None = None) -> list[str]:
                 kind = rng.choice(others)
             else:
                 fatal[key] = fatal.get(key, 0) + 1
-        at = f"{second:.1f}"
-        if kind in ("kill", "nan", "segv"):
-            specs.append(f"{kind}:{rank}:@{at}")
-        elif kind == "stop":
-            specs.append(f"stop:{rank}:@{at}:{rng.uniform(*out_for):.1f}")
-        elif kind == "kill-node":
-            specs.append(f"kill-node:{node}:@{at}")
-        elif kind == "corrupt-checkpoint":
-            specs.append(f"corrupt-checkpoint:@{at}")
-        elif kind == "link-down":
-            specs.append(f"link-down:{node}:{at}:{rng.uniform(*out_for):.1f}")
-        else:
-            specs.append(f"slow:{node}:{at}:{_slow_rate(cfg)}:{rng.uniform(3.0, 10.0):.1f}")
-
+        lasts = (rng.uniform(*out_for) if kind in ("stop", "link-down")
+                 else rng.uniform(3.0, 10.0) if kind == "slow" else 0.0)
+        specs.append(_spec(kind, cfg, node, rank, f"{second:.1f}", f"{lasts:.1f}"))
 
 
 def with_chaos(cfg: Any) -> Any:

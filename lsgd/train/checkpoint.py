@@ -1,17 +1,10 @@
 """Checkpoints: every worker's full state, as data, the last two kept and verified.
 
-Layout of a run's ``checkpoints/`` folder::
-
-    step-00000200/rank-0.pt ... rank-{W-1}.pt, meta.json
-    step-00000400/...
-    progress            the last step rank 0 finished (to count steps redone)
-
-Every worker writes its own ``rank-R.pt`` atomically (a temporary file, then a
-rename) and computes its SHA-256; the digests are gathered (one small all-gather,
-which is also the barrier) and only then does rank 0 write ``meta.json``, which
-makes the checkpoint *complete*; rank 0 then deletes all but the two newest.
-Loading takes the newest checkpoint whose files all exist and match their digests
-on every worker (agreed with one all-gather), read with
+A run's ``checkpoints/`` folder holds ``step-00000200/`` (``rank-R.pt`` of each worker R,
+``meta.json``) per checkpoint, and ``progress``, the last step rank 0 finished. Every worker
+writes its own file atomically; their SHA-256 digests are gathered (the barrier) and
+only then does rank 0 write ``meta.json``, which makes the checkpoint complete. Loading
+takes the newest checkpoint whose files match their digests on every worker, read with
 ``torch.load(weights_only=True)`` so that a checkpoint never runs code
 (docs/reliability.md, "Checkpoints are data, kept twice and verified").
 """
@@ -39,10 +32,12 @@ SLOTS = 8  #: checkpoints considered on load (the newest ones)
 
 
 def folder(run: Path) -> Path:
+    """The run's ``checkpoints/`` folder."""
     return run / "checkpoints"
 
 
 def step_folder(run: Path, steps: int) -> Path:
+    """The folder of checkpoint ``steps``."""
     return folder(run) / f"step-{steps:08d}"
 
 
@@ -65,23 +60,18 @@ class Checkpoint:
         path = self.file(rank)
         if not path.exists():
             return f"{path} is missing"
-        digests = self.meta["sha256"]
         data = path.read_bytes()
         if len(data) != self.meta["sizes"][rank]:
             return (f"{path} has {len(data)} bytes, {self.meta['sizes'][rank]} were written "
                     "(truncated?)")
-        if hashlib.sha256(data).hexdigest() != digests[rank]:
+        if hashlib.sha256(data).hexdigest() != self.meta["sha256"][rank]:
             return f"{path} does not match its SHA-256 in meta.json (corrupt)"
         return None
 
 
-# -- saving ----------------------------------------------------------------------------
 def write_rank(run: Path, steps: int, rank: int, state: dict[str, Any]) -> bytes:
-    """Write worker ``rank``'s state into checkpoint ``steps``; its SHA-256 (32 bytes) and size.
-
-    Returns ``digest + size`` packed as 40 bytes, the record that
-    :func:`commit` needs from every worker.
-    """
+    """Write worker ``rank``'s state into checkpoint ``steps``; returns the record that
+    :func:`commit` needs from every worker: its SHA-256 (32 bytes) and size (8)."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
     data = buffer.getvalue()
@@ -90,31 +80,20 @@ def write_rank(run: Path, steps: int, rank: int, state: dict[str, Any]) -> bytes
 
 
 def commit(run: Path, steps: int, records: Sequence[bytes], identity: dict[str, Any]) -> Path:
-    """Rank 0, once every worker wrote its file: ``meta.json``, then prune old checkpoints.
-
-    ``records`` are the workers' :func:`write_rank` results by rank;
-    ``identity`` says what produced the run (method, model, dataset, groups).
-    """
+    """Rank 0, once every worker wrote its file: ``meta.json`` (with the workers'
+    :func:`write_rank` ``records`` and what produced the run, ``identity``), then delete
+    all but the ``KEPT`` newest complete checkpoints, and older half-written ones."""
     where = step_folder(run, steps)
-    meta = {
-        "steps": steps,
-        "world_size": len(records),
-        **identity,
-        "sha256": [bytes(r[:32]).hex() for r in records],
-        "sizes": [int.from_bytes(bytes(r[32:40]), "little") for r in records],
-    }
+    meta = {"steps": steps, "world_size": len(records), **identity,
+            "sha256": [bytes(r[:32]).hex() for r in records],
+            "sizes": [int.from_bytes(bytes(r[32:40]), "little") for r in records]}
     atomic_write(where / "meta.json", json.dumps(meta, indent=1) + "\n")
-    _prune(run, keep_from=where)
-    return where
-
-
-def _prune(run: Path, keep_from: Path) -> None:
-    """Delete all but the ``KEPT`` newest complete checkpoints, and older half-written ones."""
     kept = [c.path for c in complete(run)][:KEPT]
-    oldest = min(kept, default=keep_from)
+    oldest = min(kept, default=where)
     for path in folder(run).glob("step-*"):
         if path not in kept and path.name < oldest.name:
             shutil.rmtree(path, ignore_errors=True)
+    return where
 
 
 class Progress:
@@ -140,7 +119,6 @@ def reached(run: Path) -> int | None:
         return None
 
 
-# -- loading ---------------------------------------------------------------------------
 def complete(run: Path) -> list[Checkpoint]:
     """The complete checkpoints of ``run``, newest first (their files not yet verified)."""
     found = []
@@ -155,11 +133,8 @@ def complete(run: Path) -> list[Checkpoint]:
 
 
 def usable(run: Path, world_size: int) -> tuple[Checkpoint | None, list[str]]:
-    """In the launching process: the newest checkpoint all of whose files verify.
-
-    Also the problems met on the way (one line per skipped checkpoint). Reads
-    every worker's file once, so it needs the run folder that the workers use.
-    """
+    """In the launching process (which reads every worker's file): the newest
+    checkpoint all of whose files verify, and one line per checkpoint skipped."""
     problems = []
     for candidate in complete(run):
         if candidate.meta["world_size"] != world_size:
@@ -185,36 +160,24 @@ class Skipped:
 def choose(run: Path, rank: int, world_size: int,
            agree: Callable[[torch.Tensor], torch.Tensor], required: bool = True
            ) -> tuple[Checkpoint | None, list[Skipped]]:
-    """Collective: the newest checkpoint whose file verifies on every worker.
-
-    Each worker checks its own file in the newest ``SLOTS`` candidates;
-    ``agree`` all-gathers one small tensor (the steps that verified here) so
-    that every worker picks the same checkpoint. Returns it and the newer ones
-    passed over. When there is none: ``ValueError`` naming the files, or (not
-    ``required``) ``None`` and every candidate.
-    """
+    """Collective: the newest checkpoint whose file verifies on every worker (each checks
+    its own in the newest ``SLOTS``; ``agree`` all-gathers the steps that verified), and the
+    newer ones passed over; if none, ``ValueError`` naming the files, or ``None``."""
     candidates = [c for c in complete(run) if c.meta["world_size"] == world_size][:SLOTS]
-    problems: dict[int, str] = {}
-    mine = torch.full((SLOTS,), -1, dtype=torch.int64)
-    for slot, candidate in enumerate(candidates):
-        problem = candidate.problem(rank)
-        if problem is None:
-            mine[slot] = candidate.steps
-        else:
-            problems[candidate.steps] = problem
-    verified = [set(row.tolist()) for row in agree(mine)]
+    problems = {c.steps: c.problem(rank) for c in candidates}
+    mine = [steps if problem is None else -1 for steps, problem in problems.items()]
+    verified = [set(row.tolist()) for row in agree(
+        torch.tensor(mine + [-1] * (SLOTS - len(mine)), dtype=torch.int64))]
     skipped = [Skipped(c, [r for r, ok in enumerate(verified) if c.steps not in ok],
-                       problems.get(c.steps)) for c in candidates]
+                       problems[c.steps]) for c in candidates]
     chosen = next((s.checkpoint for s in skipped if not s.ranks), None)
     skipped = [s for s in skipped if s.ranks]
-    if chosen is None and not required:
-        return None, skipped
-    if chosen is None:
+    if chosen is None and required:
         found = "; ".join(s.problem or f"{s.checkpoint.path.name}: the file of worker(s) "
                           f"{', '.join(map(str, s.ranks))} fails its check" for s in skipped)
         raise ValueError(f"--resume {run}: no usable checkpoint "
                          f"({found or f'no complete checkpoint in {folder(run)}'})")
-    return chosen, [s for s in skipped if s.checkpoint.steps > chosen.steps]
+    return chosen, [s for s in skipped if chosen is None or s.checkpoint.steps > chosen.steps]
 
 
 def set_aside(run: Path, unusable: Sequence[Checkpoint]) -> None:
@@ -251,4 +214,5 @@ def check_identity(run: Path, checkpoint: Checkpoint, identity: dict[str, Any]) 
 
 
 def warn(message: str) -> None:
+    """``warning: message`` on stderr."""
     print(f"warning: {message}", file=sys.stderr, flush=True)

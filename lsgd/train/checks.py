@@ -1,13 +1,10 @@
-"""The checks of a run's configuration: every bad value named, with what to give instead.
-
-:meth:`lsgd.train.config.TrainConfig.validate` raises one ``ValueError`` listing
-all of them; which methods take which options is written here once.
+"""The checks of a run's configuration: every bad value named, with what to give instead
+(:meth:`lsgd.train.config.TrainConfig.validate` raises one ``ValueError`` listing all).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import re
 from typing import Any
@@ -17,48 +14,19 @@ from lsgd.method_options import OPTIONS, AllReduceOptions, CodecOptions, declara
 from lsgd.names import LANGUAGE_MODELS, METHODS, TEXT_DATASETS
 from lsgd.tasks.headline import from_dataset, is_language
 from lsgd.train import chaos, faults
-from lsgd.train.ranges import (NON_NEGATIVE_INTS, POSITIVE_INTS, RANGES, as_float,
-                               count_limit, eval_every_errors, flag, range_text, within)
-
-#: What each method supports is declared on its class (lsgd.strategies.seams.supporting);
-#: the methods with each, by the class attribute that says so, as these names.
-CAPABILITIES = {"DECENTRALIZED": "uses_graph", "ASYNCHRONOUS": "supports_asynchronous",
-                "OVERLAPPED": "supports_hidden_rounds", "ELASTIC": "supports_elastic"}
-
-
-@functools.cache
-def methods_with(capability: str) -> tuple[str, ...]:
-    """The methods whose class has ``capability`` (an attribute of :data:`CAPABILITIES`).
-
-    Read from the classes on first use: they import torch, which a command line
-    refused before it starts a run never needs."""
-    from lsgd.registry import strategy_class
-
-    return tuple(n for n in METHODS if getattr(strategy_class(n), capability))
-
-
-def __getattr__(name: str) -> tuple[str, ...]:
-    """``DECENTRALIZED``, ``ASYNCHRONOUS``, ``OVERLAPPED``, ``ELASTIC``: the methods with
-    each capability (:func:`methods_with`), computed on first use."""
-    if name in CAPABILITIES:
-        return methods_with(CAPABILITIES[name])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+from lsgd.train.ranges import (INTEGERS, RANGES, as_float, eval_every_errors, flag,
+                               range_text, within)
+from lsgd.train.settings import QuorumSettings
 
 
 def config_errors(cfg: Any) -> list[str]:
     """Every bad value of ``cfg`` (a :class:`~lsgd.train.config.TrainConfig`) but the
     choices, each a line naming the option, the value and what to give instead."""
     errors: list[str] = []
-    for name in POSITIVE_INTS:
+    for name, (low, high) in INTEGERS.items():
         value = cfg.setting(name)
-        if value is not None and not 1 <= value <= count_limit(name):
-            errors.append(f"--{flag(name)} must be a positive integer of at most "
-                          f"{count_limit(name)}, got {value}")
-    for name in NON_NEGATIVE_INTS:
-        value = cfg.setting(name)
-        if not 0 <= value <= count_limit(name):
-            errors.append(f"--{flag(name)} must be an integer in [0, {count_limit(name)}], "
-                          f"got {value}")
+        if value is not None and not low <= value <= high:
+            errors.append(f"--{flag(name)} must be {_integers(low, high)}, got {value}")
     if cfg.workers >= 1 and cfg.groups >= 1 and cfg.workers % cfg.groups:
         errors.append(f"--groups {cfg.groups} must divide --workers {cfg.workers}"
                       + (" (a replica is a group's workers, --replica node)"
@@ -99,13 +67,10 @@ def config_errors(cfg: Any) -> list[str]:
         errors.append(f"{' '.join(f'--{flag(n)} {cfg.setting(n)}' for n in wrong)}: "
                       f"{cfg.method} needs {' '.join(f'--{flag(n)} {v}' for n, v in needs.items())}"
                       " (leave them out), or use another --method")
-    errors += _pipeline_errors(cfg)
-    errors += _leader_errors(cfg)
-    errors += _task_errors(cfg)
+    errors += _pipeline_errors(cfg) + _leader_errors(cfg) + _task_errors(cfg)
     if cfg.elastic:
         errors += _elastic_errors(cfg)
-    elif (cfg.quorum.min_workers != 1 or cfg.quorum.join_timeout != 30.0 or cfg.quorum.heartbeat_timeout != 2.0
-          or cfg.quorum.lighthouse or cfg.quorum.slot is not None or cfg.quorum.address):
+    elif cfg.quorum != QuorumSettings():
         errors.append("--min-workers, --join-timeout, --heartbeat-timeout, --lighthouse, --slot "
                       "and --address are settings of --elastic; add it")
     if cfg.link is not None:
@@ -131,8 +96,10 @@ def config_errors(cfg: Any) -> list[str]:
 
 def _elastic_errors(cfg: Any) -> list[str]:
     """What --elastic (lsgd.train.elastic_run) does not take."""
+    from lsgd.registry import strategy_class  # torch: only once a run asks for --elastic
+
     errors: list[str] = []
-    elastic = methods_with("supports_elastic")
+    elastic = [name for name in METHODS if strategy_class(name).supports_elastic]
     if cfg.method not in elastic:
         errors.append(f"--elastic works with --method {', '.join(elastic)}; not {cfg.method}")
     if (cfg.quorum.lighthouse is None) != (cfg.quorum.slot is None):
@@ -169,10 +136,6 @@ def _elastic_errors(cfg: Any) -> list[str]:
     return errors
 
 
-#: The language models' size settings, and their defaults.
-MODEL_SIZES = {"context": 128, "layers": 4, "width": 128, "heads": 4, "eval_tokens": 65536}
-
-
 def _task_errors(cfg: Any) -> list[str]:
     """A model of the other task, a size that does not fit, a target out of range."""
     errors: list[str] = []
@@ -183,15 +146,15 @@ def _task_errors(cfg: Any) -> list[str]:
     elif not text and cfg.model in LANGUAGE_MODELS:
         errors.append(f"--model {cfg.model} is a language model; train it on --dataset "
                       f"{' or '.join(TEXT_DATASETS)} (and --data-dir for text)")
-    if not text:
-        given = [f"--{flag(name)} {cfg.setting(name)}" for name, default in MODEL_SIZES.items()
-                 if cfg.setting(name) != default]
-        if given:
-            errors.append(f"{', '.join(given)}: size a language model (--model gpt or "
-                          f"hf-gpt2 on a text dataset); {cfg.model} has its own shape")
-    elif cfg.language.heads >= 1 and cfg.language.width >= 1 and cfg.language.width % cfg.language.heads:
-        errors.append(f"--heads {cfg.language.heads} must divide --width {cfg.language.width} (each head takes "
-                      "width / heads channels)")
+    sizes = cfg.language
+    given = [f"--{flag(f.name)} {getattr(sizes, f.name)}" for f in dataclasses.fields(sizes)
+             if getattr(sizes, f.name) != f.default]
+    if given and not text:
+        errors.append(f"{', '.join(given)}: size a language model (--model gpt or "
+                      f"hf-gpt2 on a text dataset); {cfg.model} has its own shape")
+    elif text and sizes.heads >= 1 and sizes.width >= 1 and sizes.width % sizes.heads:
+        errors.append(f"--heads {sizes.heads} must divide --width {sizes.width} (each head "
+                      "takes width / heads channels)")
     if text and cfg.augment not in ("auto", "none"):
         errors.append(f"--augment {cfg.augment}: augmentation is for images; drop it for "
                       f"--dataset {cfg.dataset}")
@@ -219,12 +182,14 @@ def option_errors(method: str, options: Any) -> list[str]:
             errors.append(f"--{flag(f.name)} {value!r}: --method {method} takes one of "
                           f"{', '.join(choices)}")
         elif bounds and not isinstance(value, bool) and not within(value, *bounds):
-            low, high = bounds[0], bounds[1]
-            what = (f"a positive integer of at most {high}" if isinstance(value, int) and low == 1
-                    else f"an integer in [{low}, {high}]" if isinstance(value, int)
-                    else range_text(*bounds))
+            what = _integers(*bounds[:2]) if isinstance(value, int) else range_text(*bounds)
             errors.append(f"--{flag(f.name)} must be {what}, got {value}")
     return errors
+
+
+def _integers(low: int, high: int) -> str:
+    """The integers from ``low`` to ``high`` as words."""
+    return f"a positive integer of at most {high}" if low == 1 else f"an integer in [{low}, {high}]"
 
 
 def _pipeline_errors(cfg: Any) -> list[str]:

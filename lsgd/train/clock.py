@@ -1,17 +1,12 @@
 """When a run evaluates, checkpoints and stops: decisions every worker takes alike.
 
-No worker may be left alone in a collective, so these decisions are taken
-from values every worker has. Synchronously: its step count (equal on all
-workers) and, for time budgets, rank 0's training clock, broadcast about once
-a second of training (``"control"`` traffic: with the clock goes the number of
-steps until the next broadcast, at most ``CLOCK_SYNC_EVERY``, so a run of slow
-steps, all-reduce on a slow link say, stops within about a second of its
-budget instead of up to ``CLOCK_SYNC_EVERY`` steps after it; and at every
-evaluation on a step grid, so that its row has the time of its own step).
-Asynchronously
-(``--async``): the workers' total step count and their latest clock, agreed
-at each sync point (right after a round among all workers), the only place
-where asynchronous workers act together.
+No worker may be left alone in a collective, so these decisions are taken from values every
+worker has. Synchronously: the step count, and for time budgets rank 0's clock, broadcast as
+``"control"`` traffic about once a second of training (with it the steps until the next
+broadcast, at most ``CLOCK_SYNC_EVERY``, so that slow steps stop within about a second of the
+budget) and at every evaluation on a step grid (so that its row has the time of its own step).
+Asynchronously (``--async``): the workers' total step count and latest clock, agreed at each
+sync point, the only place where asynchronous workers act together.
 """
 
 from __future__ import annotations
@@ -34,14 +29,11 @@ class Pace:
 
     def __init__(self, cfg: TrainConfig, steps_per_epoch: int, strategy: lsgd.Strategy,
                  device: torch.device) -> None:
-        self.cfg, self.strategy, self.device = cfg, strategy, device
-        self.comm, self.world = strategy.comm, strategy.world_size
-        self.asynchronous = strategy.asynchronous
+        self.cfg, self.strategy, self.device, self.comm = cfg, strategy, device, strategy.comm
+        self.world, self.asynchronous = strategy.world_size, strategy.asynchronous
         budget = cfg.budgets()
-        self.max_steps = min(
-            budget.get("steps", math.inf),
-            math.ceil(budget["epochs"] * steps_per_epoch) if "epochs" in budget else math.inf,
-        )
+        self.max_steps = min(budget.get("steps", math.inf), math.ceil(
+            budget["epochs"] * steps_per_epoch) if "epochs" in budget else math.inf)
         self.max_seconds = budget.get("minutes", math.inf) * 60
         kind, every = cfg.eval_interval()
         if kind == "auto":

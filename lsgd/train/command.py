@@ -1,11 +1,6 @@
-"""``lsgd train`` and ``lsgd plot``: their options, and what each prints.
-
-The options of ``lsgd train`` are the fields of
-:class:`~lsgd.train.config.TrainConfig`; the run itself is
-:mod:`lsgd.train.runner`'s, several methods side by side
-:mod:`lsgd.train.compare`'s. Nothing that imports torch is imported before the
-arguments are accepted (the runner imports what a run needs when it starts one): a
-mistake is refused at once.
+"""``lsgd train`` and ``lsgd plot``: their options, and what each prints. Nothing that
+imports torch is imported before the arguments are accepted, so that a mistake is
+refused at once.
 """
 
 from __future__ import annotations
@@ -20,17 +15,18 @@ from typing import Any
 from lsgd.method_options import OPTIONS, declarations
 from lsgd.train.config import TrainConfig
 from lsgd.train.errors import UsageError
+from lsgd.train.ranges import flag
 from lsgd.train.runner import (check_before_start, dry_run, launch_from_this_process, resolve,
                                train_and_report)
 
 
 def add_train_parser(subparsers: Any) -> None:
+    """``lsgd train``: a flag per setting, the methods' options grouped by who takes them."""
     parser = subparsers.add_parser(
         "train", help="train a model with any method",
         description="Train a model with LSGD or a baseline on one machine or many. "
                     "Options can also come from --config FILE.toml; the command line wins.",
-        argument_default=argparse.SUPPRESS,
-    )
+        argument_default=argparse.SUPPRESS)
     parser.add_argument("--config", help="TOML file with settings (keys as the long options)")
     for f in dataclasses.fields(TrainConfig):
         if f.metadata.get("group"):
@@ -45,29 +41,29 @@ def add_train_parser(subparsers: Any) -> None:
     for title, names in _option_groups().items():
         group = parser.add_argument_group(title)
         for name in names:
-            (method, f), *others = declarations()[name]
-            defaults = {m: g.default for m, g in [(method, f), *others]}
-            shown = {m: d for m, d in defaults.items() if d != f.default}
-            default = f"{f.default}" + "".join(f"; {m}: {d}" for m, d in shown.items())
+            found = declarations()[name]
+            method, f = found[0]
+            default = f"{f.default}" + "".join(f"; {m}: {g.default}" for m, g in found
+                                               if g.default != f.default)
+            # Every choice of any declaration, in order (each method checks its own).
+            choices = tuple(dict.fromkeys(c for _, g in found for c in g.metadata["choices"] or ()))
             _add_flag(group, f, typing.get_type_hints(OPTIONS[method])[name], default,
-                      choices=_union(g.metadata["choices"] for _, g in [(method, f), *others]))
+                      choices=choices or None)
     parser.set_defaults(handler=run_train)
 
 
 def _add_flag(parser: Any, f: dataclasses.Field[Any], kind: Any, default: Any,
               choices: tuple[str, ...] | None = None) -> None:
     """The flag of the setting ``f`` (a run's field or a method's option) of type ``kind``."""
-    flags = ["--" + f.name.replace("_", "-"), *f.metadata.get("flags", ())]
-    args = typing.get_args(kind)
-    base = next((a for a in args if a is not type(None)), kind) if args else kind
-    help_text = f.metadata["help"] + (f" (default: {default})" if default not in (None, (), "None")
-                                      else "")
-    if base is bool:
-        parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
+    flags = ["--" + flag(f.name), *f.metadata.get("flags", ())]
+    base = next((a for a in typing.get_args(kind) if a is not type(None)), kind)  # of X | None
+    shown = f" (default: {default})" if default not in (None, (), "None") else ""
+    help_text = f.metadata["help"] + shown
+    if typing.get_origin(kind) is list:
+        parser.add_argument(*flags, dest=f.name, type=base, nargs="+", action="extend",
                             help=help_text)
-    elif typing.get_origin(kind) is list or base is list or typing.get_origin(base) is list:
-        item = typing.get_args(kind)[0] if typing.get_args(kind) else float
-        parser.add_argument(*flags, dest=f.name, type=item, nargs="+", action="extend",
+    elif base is bool:
+        parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
                             help=help_text)
     else:
         # --method also takes several methods (checked by make_config, each of them).
@@ -76,7 +72,7 @@ def _add_flag(parser: Any, f: dataclasses.Field[Any], kind: Any, default: Any,
             help_text += f"; one of {', '.join(choices)}"
             choices = None
         parser.add_argument(*flags, dest=f.name, type=base if base in (int, float) else str,
-                            choices=choices, help=help_text, metavar=None)
+                            choices=choices, help=help_text)
 
 
 def _option_groups() -> dict[str, list[str]]:
@@ -90,12 +86,6 @@ def _option_groups() -> dict[str, list[str]]:
                  if len(methods) > len(OPTIONS) / 2 else ", ".join(methods))
         groups.setdefault(f"options of {title}", []).append(name)
     return groups
-
-
-def _union(choices: Any) -> tuple[str, ...] | None:
-    """Every choice of any declaration, in order (each method checks its own)."""
-    merged = [c for group in choices if group for c in group]
-    return tuple(dict.fromkeys(merged)) or None
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -144,10 +134,13 @@ def _headline_rows(summary: dict[str, Any], pct: Any) -> list[tuple[str, str]]:
 
 
 def print_summary(summary: dict[str, Any]) -> None:
+    """The run's summary as a table of what it reached, spent and wrote."""
+
     def pct(value: Any) -> str:
         return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
             else f"{100 * value:.2f}%"
 
+    comm = summary.get("worker_comm_seconds")
     rows = [
         ("method", f"{summary['method']}{' (async)' if summary.get('asynchronous') else ''} "
                    f"({summary['workers']} workers, {summary['groups']} group(s)"
@@ -160,6 +153,11 @@ def print_summary(summary: dict[str, Any]) -> None:
         *_headline_rows(summary, pct),
         ("steps / epochs", f"{summary['steps']:g} / {summary['epochs']:.2f}"
                            + (" (mean of the workers)" if summary.get("asynchronous") else "")),
+        # Not in elastic runs, whose workers come and go.
+        *([("steps per worker", " ".join(str(n) for n in summary["worker_steps"])
+            + f" ({summary.get('steps_per_second', 0):.1f} steps/s in all)"),
+           ("time in rounds", " ".join(f"{t:.1f}" for t in summary["worker_wait_seconds"])
+            + _clock_unit(summary))] if "worker_steps" in summary else []),
         ("training time", f"{summary['train_seconds']:.1f} s "
                           f"({summary.get('seconds_per_epoch') or 0:.1f} s/epoch)"),
         ("data loading", "-" if summary.get("data_loading_fraction") is None
@@ -171,32 +169,21 @@ def print_summary(summary: dict[str, Any]) -> None:
                              "inside it")]
           if summary.get("bytes_sent_inside_per_node") is not None and summary["groups"] > 1
           and summary["groups"] < summary["workers"] else []),
-        ("run folder", summary["out"]),
-    ]
-    if "worker_steps" in summary:  # not in elastic runs, whose workers come and go
-        after = next(i for i, (key, _) in enumerate(rows) if key == "steps / epochs") + 1
-        rows[after:after] = [
-            ("steps per worker", " ".join(str(n) for n in summary["worker_steps"])
-                                 + f" ({summary.get('steps_per_second', 0):.1f} steps/s in all)"),
-            ("time in rounds", " ".join(f"{t:.1f}" for t in summary["worker_wait_seconds"])
-                               + _clock_unit(summary))]
-    if summary.get("link"):
-        comm = summary.get("worker_comm_seconds")
-        rows.insert(-1, ("link", f"{summary['link']} ({summary['link_kind']})" + (
+        *([("link", f"{summary['link']} ({summary['link_kind']})" + (
             "; communicating " + " ".join(f"{t:.1f}" for t in comm) + " s per worker"
-            if comm else "")))
-    if summary.get("elastic"):
-        rows.insert(-1, ("elastic", f"{summary['members_at_end']} of {summary['workers']} "
-                                    f"workers at the end; {summary['heals']} heal(s) from a "
-                                    "live worker"))
-    if summary.get("plots"):
-        rows.append(("plots", ", ".join(summary["plots"])))
+            if comm else ""))] if summary.get("link") else []),
+        *([("elastic", f"{summary['members_at_end']} of {summary['workers']} workers at the "
+                       f"end; {summary['heals']} heal(s) from a live worker")]
+          if summary.get("elastic") else []),
+        ("run folder", summary["out"]),
+        *([("plots", ", ".join(summary["plots"]))] if summary.get("plots") else [])]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
 
 
 def add_plot_parser(subparsers: Any) -> None:
+    """``lsgd plot RUN...``: several runs overlaid."""
     from lsgd.train.run_plots import METRICS
 
     parser = subparsers.add_parser(
@@ -215,6 +202,7 @@ def add_plot_parser(subparsers: Any) -> None:
 
 
 def run_plot(args: argparse.Namespace) -> int:
+    """``lsgd plot``: the figure of the runs, or a :class:`UsageError` saying why not."""
     from lsgd.train.run_plots import plot_runs
 
     runs = [Path(r) for r in args.runs]

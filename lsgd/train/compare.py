@@ -1,16 +1,9 @@
 """``lsgd train --method A,B,...``: the same run once per method, side by side.
 
-Every method gets the same settings (model, data, seed, workers, link, budget,
-evaluation times) and a run folder of its own, ``--out/METHOD``; they run one
-after another, so none shares the machine with another. Every setting of every
-method is checked before the first one starts. At the end a table compares
-them: the center's final and best test accuracy (a language model's
-validation loss), the time until each method first reached a common value
-(the worst of the methods' best, so every method reached it), the training
-time, the steps, and the bytes and seconds each worker spent communicating;
-``--out/comparison.png`` draws the center's test error (validation loss) of
-every method against training time and steps (and bytes sent), and
-``--out/comparison.txt`` keeps the table.
+Every method gets the same settings and a run folder of its own, ``--out/METHOD``;
+every setting of every method is checked before the first starts, and they run one
+after another, so none shares the machine. At the end a table compares them
+(``--out/comparison.txt``) and ``--out/comparison.png`` draws their curves.
 """
 
 from __future__ import annotations
@@ -19,6 +12,7 @@ import argparse
 import copy
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +23,7 @@ from lsgd.train.runner import (check_before_start, check_new_run, dry_run,
                                under_torchrun)
 from lsgd.train.config import TrainConfig
 from lsgd.train.outputs import atomic_write, read_csv
+from lsgd.train.run_plots import plot_runs
 
 
 def methods_of(text: str) -> list[str]:
@@ -69,26 +64,27 @@ def run_comparison(args: argparse.Namespace) -> int:
     for cfg in runs:
         check_new_run(cfg, cfg.out_dir)
         check_before_start(cfg)
-    summaries: list[dict[str, Any] | None] = []
-    codes = []
+    results = []
     for number, cfg in enumerate(runs, 1):
         print(f"[{number}/{len(runs)}] {cfg.method}: training into {cfg.out_dir}",
               file=sys.stderr, flush=True)
-        code, summary = train_and_report(cfg)
-        codes.append(code)
-        summaries.append(summary)
+        results.append(train_and_report(cfg))
+    codes, summaries = zip(*results)
     base = runs[0].out_dir.parent
     text = comparison_text(runs, summaries)
     print(text)
     atomic_write(base / "comparison.txt", text + "\n")
-    figure = _figure([cfg.out_dir for cfg, s in zip(runs, summaries) if s is not None],
-                     base / "comparison.png")
+    folders = [cfg.out_dir for cfg, summary in zip(runs, summaries) if summary is not None]
+    figure = plot_runs(folders, base / "comparison.png") if folders else None
     print(f"figure {figure}" if figure else "figure: none (needs matplotlib)")
     return max(codes)
 
 
-def comparison_text(runs: list[TrainConfig], summaries: list[dict[str, Any] | None]) -> str:
-    """The table of the methods side by side, and what it was measured on."""
+def comparison_text(runs: list[TrainConfig],
+                    summaries: Sequence[dict[str, Any] | None]) -> str:
+    """The table of the methods side by side, and what it was measured on: the center's
+    final and best headline, the time until each first reached a common value, the
+    training time, the steps, and the bytes and seconds each worker spent communicating."""
     curves = {cfg.method: read_csv(cfg.out_dir / "metrics.csv") if summary else []
               for cfg, summary in zip(runs, summaries)}
     headline = of_metric(next((s.get("metric", "accuracy") for s in summaries if s),
@@ -113,17 +109,15 @@ def comparison_text(runs: list[TrainConfig], summaries: list[dict[str, Any] | No
             rows.append([cfg.method, "diverged", "-", "-", "-", "-", "-", "-"])
             continue
         points = curves[cfg.method]
-        reached = next((row["time"] for row in points if reaches(metric, _value(row, column),
-                                                                  common)), None)
+        reached = next((row["time"] for row in points
+                        if reaches(metric, _value(row, column), common)), None)
         comm = summary.get("worker_comm_seconds") or []
-        rows.append([
-            cfg.method, show(_value(points[-1], column) if points else math.nan),
-            show(best(metric, _values(points, column))),
-            f"{reached:.1f} s" if reached is not None else "-",
-            f"{summary['train_seconds']:.1f} s", f"{summary['steps']:g}",
-            f"{summary['bytes_sent_per_worker'] / 1e6:.2f}",
-            f"{sum(comm) / len(comm):.1f}" if comm else "-",
-        ])
+        rows.append([cfg.method, show(_value(points[-1], column) if points else math.nan),
+                     show(best(metric, _values(points, column))),
+                     f"{reached:.1f} s" if reached is not None else "-",
+                     f"{summary['train_seconds']:.1f} s", f"{summary['steps']:g}",
+                     f"{summary['bytes_sent_per_worker'] / 1e6:.2f}",
+                     f"{sum(comm) / len(comm):.1f}" if comm else "-"])
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w)
                        for i, (v, w) in enumerate(zip(row, widths))) for row in [header, *rows]]
@@ -134,8 +128,8 @@ def comparison_text(runs: list[TrainConfig], summaries: list[dict[str, Any] | No
              if first.link else f"{first.backend}, no link")
     lines += ["", f"{first.model} on {first.dataset}, {first.workers} workers, {where}; "
               f"time to {show(common)}: training time until the center first reached "
-              f"{headline.common_text} (evaluated every {first.evaluation.eval_every}); s comm: seconds "
-              "each worker spent in collectives."]
+              f"{headline.common_text} (evaluated every {first.evaluation.eval_every}); "
+              "s comm: seconds each worker spent in collectives."]
     return "\n".join(lines)
 
 
@@ -147,10 +141,3 @@ def _value(row: dict[str, Any], column: str) -> float:
 def _values(rows: list[dict[str, Any]], column: str) -> list[float]:
     return [v for v in (_value(row, column) for row in rows) if not math.isnan(v)]
 
-
-def _figure(folders: list[Path], path: Path) -> Path | None:
-    if not folders:
-        return None
-    from lsgd.train.run_plots import plot_runs
-
-    return plot_runs(folders, path)

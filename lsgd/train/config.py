@@ -1,15 +1,13 @@
-"""The configuration of one training run, as a typed dataclass.
-
-Every field has a help text (shown by ``lsgd train --help``). A run's config
-comes from, in increasing priority: the defaults here, a TOML file
-(``--config run.toml``, keys as the field names with ``-`` or ``_``), and the
-command line. The resolved config is saved as ``config.toml`` in the run folder.
+"""The configuration of one training run, as a typed dataclass: every field a flag of
+``lsgd train`` with its help. A run's settings come from the defaults, then a TOML file
+(``--config``), then the command line; the resolved ones are saved as ``config.toml``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import types
 import typing
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +16,7 @@ from typing import Any
 
 import tomli_w
 
-from lsgd.train.conform import conform_to
+from lsgd._validate import is_int, is_number
 from lsgd.method_options import OPTIONS, declarations
 from lsgd.names import METHODS, REPLICAS
 from lsgd.tasks.headline import is_language
@@ -56,7 +54,6 @@ class TrainConfig:
                                     "text, the UTF-8 file or folder of files")
     augment: str = _f("auto", "augmentation preset (auto: the papers' choice for the dataset "
                               "and model; none to turn off)")
-    # Language models (--dataset kjv or text)
     language: LanguageSettings = group(LanguageSettings)
     # Workers
     workers: int = _f(4, "number of workers W")
@@ -93,14 +90,10 @@ class TrainConfig:
                                     "with --async, the workers' mean)")
     steps: int | None = _f(None, "local steps per worker (with --async, the workers' mean)")
     minutes: float | None = _f(None, "wall-clock minutes")
-    # Inner optimizer
     optim: OptimizerSettings = group(OptimizerSettings)
     batch_size: int = _f(128, "batch size per worker: images, or text windows (text: 16)")
-    # Learning-rate schedule
-    # The method's own options (lsgd.method_options), by their flags
     options: Any = _f(None, "the method's options: lsgd.method_options.OPTIONS[method], "
                             "given on the command line by their own flags", cli=False)
-    # Evaluation and output
     evaluation: EvaluationSettings = group(EvaluationSettings)
     faults: FaultSettings = group(FaultSettings)
     elastic: bool = _f(False, "keep training when workers fail (torchft, pip install "
@@ -126,7 +119,6 @@ class TrainConfig:
                 errors.append(f"--{flag(f.name)} {value!r}: expected {expected}")
         if errors:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
-        self.faults.fault = [str(v) for v in self.faults.fault]
         if self.options is None and self.method in OPTIONS:
             self.options = OPTIONS[self.method]()
 
@@ -160,7 +152,6 @@ class TrainConfig:
             return self.options.get(name, default)
         return getattr(self.options, name, default)
 
-    # -- derived -------------------------------------------------------------
     @property
     def out_dir(self) -> Path:
         return Path(self.out or f"runs/{self.method}-{self.dataset}-{self.workers}w")
@@ -172,22 +163,16 @@ class TrainConfig:
 
     def eval_interval(self) -> tuple[str, float]:
         """``("steps", N)``, ``("seconds", S)`` or ``("auto", 0)`` (validated: N, S > 0)."""
-        text = str(self.evaluation.eval_every).strip()
-        if text == "auto":
-            return ("auto", 0.0)
-        match = re.fullmatch(EVAL_EVERY, text)
-        assert match, "validated"
-        if match.group(1) is not None:
-            return ("steps", float(match.group(1)))
-        return ("seconds", float(match.group(2)))
+        match = re.fullmatch(EVAL_EVERY, str(self.evaluation.eval_every).strip())
+        if match is None:
+            return ("auto", 0.0)  # validated: the only other value
+        steps, seconds = match.groups()
+        return ("steps", float(steps)) if steps is not None else ("seconds", float(seconds))
 
     def straggler_factors(self) -> dict[int, float]:
         """``--straggle`` as ``{rank: factor}`` (validated by :meth:`validate`)."""
-        factors = {}
-        for item in self.straggle:
-            rank, _, factor = item.partition(":")
-            factors[int(rank)] = float(factor)
-        return factors
+        pairs = (item.partition(":") for item in self.straggle)
+        return {int(rank): float(factor) for rank, _, factor in pairs}
 
     def step_times(self) -> dict[int, float] | None:
         """The simulator's step time per rank: ``--step-seconds`` (1.0 without it) times
@@ -218,7 +203,6 @@ class TrainConfig:
                  if getattr(self, k) is not None}
         return given or {"epochs": 1.0}
 
-    # -- TOML ----------------------------------------------------------------
     def settings(self) -> dict[str, Any]:
         """Every setting by name, the method's options among them (as a TOML file holds them)."""
         values = {f.name: getattr(holder, f.name) for holder, f in _flat_fields(self)}
@@ -280,20 +264,63 @@ _HINTS = {name: typing.get_type_hints(OPTIONS[found[0][0]])[name]
 
 
 def conform(name: str, value: Any) -> Any:
-    """``value`` as the field ``name`` holds it, or ``TypeError`` naming the type expected.
-
-    From the field's type hint: an integer is also a number, a bool is neither; a
-    number stands for its text where a string is expected (``eval-every = 200``,
-    ``mixing-weight = 0.5``); a tuple is also a list.
-    """
+    """``value`` as the field ``name`` holds it (:func:`conform_to` of its type hint), or
+    ``TypeError`` naming the type expected."""
     return conform_to(_HINTS[name], value)
+
+
+#: What each scalar type of a field reads as, alone and in a list.
+_KINDS: dict[type, tuple[str, str]] = {
+    bool: ("true or false", "true or false values"), int: ("an integer", "integers"),
+    float: ("a number", "numbers"), str: ("a string", "strings")}
+
+
+def conform_to(hint: Any, value: Any) -> Any:
+    """``value`` as type ``hint`` takes it, or ``TypeError`` saying what was expected: an
+    integer is also a number, a bool is neither; a number stands for its text where a
+    string is expected (``eval-every = 200``); a tuple is also a list. Other types than
+    those of :data:`_KINDS`, lists and unions of them are taken as given."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        expected = []
+        for alternative in (a for a in args if a is not type(None)):
+            try:
+                return conform_to(alternative, value)
+            except TypeError as error:
+                expected.append(str(error))
+        raise TypeError(" or ".join(expected))
+    if origin is list:
+        kind = f"a list of {_KINDS.get(args[0], ('', 'values'))[1]}"
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(kind)
+        try:
+            return [conform_to(args[0], item) for item in value]
+        except TypeError:
+            raise TypeError(kind) from None
+    if hint is bool and isinstance(value, bool) or hint is int and is_int(value):
+        return value
+    if hint is float and is_number(value):
+        return float(value)
+    if hint is str and (isinstance(value, str) or is_number(value)):
+        return str(value)
+    if hint in _KINDS:
+        raise TypeError(_KINDS[hint][0])
+    return value
+
+
+def as_toml(value: Any) -> str:
+    """``value`` as TOML writes it (``true``, ``"a lot"``), as Python does if not one line."""
+    text = tomli_w.dumps({"x": value})
+    one_line = text.startswith("x = ") and text.count("\n") == 1
+    return text[len("x = "):].strip() if one_line else repr(value)
 
 
 #: The defaults of a language-modelling run (``--dataset kjv`` or ``text``) where they
 #: differ from an image run's: AdamW with warm-up and cosine decay, smaller batches.
 TEXT_DEFAULTS: dict[str, Any] = {"optimizer": "adamw", "lr": 0.001, "weight_decay": 0.1,
-                                 "batch_size": 16, "schedule": "cosine",
-                                 "warmup_epochs": 0.1}
+                                 "batch_size": 16, "schedule": "cosine", "warmup_epochs": 0.1}
 
 
 #: Settings lsgd no longer takes: the value that meant what leaving the setting out
@@ -303,10 +330,9 @@ REMOVED: dict[str, tuple[Any, str]] = {"sync_buffers": (True, 'bn_buffers = "loc
 
 
 def without_removed(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """``settings`` (keys as field names) without the removed settings at their old
-    default (:data:`REMOVED`); ``ValueError`` naming what to write instead of any
-    other value of one."""
-    errors = [f"{name} = {tomli_w.dumps({'x': value})[4:].strip()} is no longer a setting; "
+    """``settings`` (keys as field names) without the removed settings at their old default
+    (:data:`REMOVED`); ``ValueError`` naming what to write instead of any other value of one."""
+    errors = [f"{name} = {as_toml(value)} is no longer a setting; "
               f"write {REMOVED[name][1]} instead" for name, value in settings.items()
               if name in REMOVED and (type(value), value) != (type(old := REMOVED[name][0]), old)]
     if errors:
@@ -316,26 +342,18 @@ def without_removed(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def make_config(settings: dict[str, Any], siblings: tuple[str, ...] = (),
                 lenient: Collection[str] = ()) -> TrainConfig:
-    """A validated config from settings by name (TOML file merged with the command line):
-    the run's fields, and the method's options (:data:`lsgd.method_options.OPTIONS`).
-
-    Settings not given take :data:`TEXT_DEFAULTS` for a text dataset, else the
-    fields' defaults; then the method's needs and its tuned point on the run's task
-    (:mod:`lsgd.train.tuned`). An option the method does not take is a mistake, unless
-    a method in ``siblings`` (compared side by side) takes it, or it is in ``lenient`` (read
-    from a TOML file, which may hold every method's options) at the default of a method
-    that takes it.
-    """
+    """A validated config from settings by name (a TOML file merged with the command line):
+    the run's fields and the method's options. Settings not given take the method's needs
+    and tuned point (:mod:`lsgd.train.tuned`), then :data:`TEXT_DEFAULTS` for a text
+    dataset, then the fields' defaults. An option the method does not take is a mistake,
+    unless a method in ``siblings`` (compared side by side) takes it, or it is in
+    ``lenient`` (from a TOML file) at the default of a method that takes it."""
     settings = without_removed(settings)
     method = str(settings.get("method", TrainConfig.method))
-    chosen = tuned.defaults(settings, method)
-    if is_language(str(settings.get("dataset", ""))):
-        settings = TEXT_DEFAULTS | chosen | settings
-    else:
-        settings = chosen | settings
-    run = {name: value for name, value in settings.items() if name in RUN_FIELDS}
+    text = TEXT_DEFAULTS if is_language(str(settings.get("dataset", ""))) else {}
+    settings = text | tuned.defaults(settings, method) | settings
     given = {name: value for name, value in settings.items() if name not in RUN_FIELDS}
-    cfg = TrainConfig.of(**run)
+    cfg = TrainConfig.of(**{name: settings[name] for name in settings.keys() & RUN_FIELDS})
     cfg.options = _options_of(method, given, siblings, lenient)
     cfg.validate()
     return cfg
@@ -349,30 +367,25 @@ def _options_of(method: str, given: dict[str, Any], siblings: tuple[str, ...],
     if method not in OPTIONS:
         return {name: value for name, value in given.items() if name in SETTING_NAMES}
     cls, known = OPTIONS[method], declarations()
-    takes = {f.name for f in dataclasses.fields(cls)}
-    errors = []
+    hints, options, errors = typing.get_type_hints(cls), {}, []
     for name, value in given.items():
         others = [m for m, _ in known.get(name, ())]
         defaults = {f.default for _, f in known.get(name, ()) if not isinstance(f.default, list)}
-        if name in takes or any(m in siblings for m in others) or (
-                name in lenient and _hashable(value) in defaults):
-            continue
-        spelled = _flag_of(known[name][0][1]) if name in known else f"--{flag(name)}"
-        shown = (" ".join(str(v) for v in value) if isinstance(value, list) else
-                 "" if value is True else value)
-        errors.append(f"{spelled} {shown}".strip() + ": "
-                      + (f"an option of --method {' or '.join(others)}, not of {method}"
-                         if others else f"not an option of --method {method}")
-                      + f"; {method} takes "
-                      + ", ".join(sorted(_flag_of(f) for f in dataclasses.fields(cls))))
-    hints = typing.get_type_hints(cls)
-    options = {}
-    for name, value in given.items():
-        try:
-            if name in takes:
+        if name in {f.name for f in dataclasses.fields(cls)}:
+            try:
                 options[name] = conform_to(hints[name], value)
-        except TypeError as expected:
-            errors.append(f"--{flag(name)} {value!r}: expected {expected}")
+            except TypeError as expected:
+                errors.append(f"--{flag(name)} {value!r}: expected {expected}")
+        elif not (any(m in siblings for m in others)
+                  or name in lenient and _hashable(value) in defaults):
+            spelled = _flag_of(known[name][0][1]) if name in known else f"--{flag(name)}"
+            shown = (" ".join(str(v) for v in value) if isinstance(value, list) else
+                     "" if value is True else value)
+            errors.append(f"{spelled} {shown}".strip() + ": "
+                          + (f"an option of --method {' or '.join(others)}, not of {method}"
+                             if others else f"not an option of --method {method}")
+                          + f"; {method} takes "
+                          + ", ".join(sorted(_flag_of(f) for f in dataclasses.fields(cls))))
     if errors:
         raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
     return cls(**options)

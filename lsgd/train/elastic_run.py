@@ -1,22 +1,17 @@
 """``lsgd train --elastic``: a run that goes on when workers fail (torchft).
 
-Each node (``--groups`` of them, or one per worker) is a torchft replica
-group started by an elastic agent of its own
-(:func:`lsgd.launcher.elastic_jobs.launch_elastic`), every worker with an
-:class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`; the strategy's rounds among
-all workers are the quorum points (:mod:`lsgd.strategies.elastic_rounds`). What the
-workers decide together is decided inside a round, among its members, right
-after the method's rule (``Strategy.on_round``): the clock and the budgets (the
-members' largest training seconds, all-gathered as ``"control"`` traffic), the
-evaluations of the center, and who writes (the member with the lowest slot).
-A joining worker receives the run's own state with the strategy's; no
+Each node (``--groups`` of them, or one per worker) is a torchft replica group started by an
+elastic agent of its own (:func:`lsgd.launcher.elastic_jobs.launch_elastic`), every worker on
+an :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`; the strategy's rounds among all
+workers are the quorum points. What the workers decide together is decided inside a round,
+among its members, right after the method's rule (``Strategy.on_round``): the clock (the
+members' largest training seconds, as ``"control"`` traffic), the evaluations, and who writes
+(the lowest member). A joining worker receives the run's own state with the strategy's; no
 checkpoint is written or read (docs/reliability.md, "Survivors keep training").
 
-Faults: ``--fault`` (:mod:`lsgd.train.faults`, each once per run), and, for
-benchmarks, on a worker's first attempt only, :func:`elastic_worker`'s
-``extra_faults`` ``("kill" | "hang", rank, step)``
-where ``rank`` may be ``"leader"`` (the leader elected last) and a hang takes
-a fourth item, its seconds (default 10; the worker's heartbeats go on).
+Faults: ``--fault``, and for benchmarks, on a worker's first attempt only, ``extra_faults``
+``("kill" | "hang", rank, step[, seconds])``, ``rank`` possibly ``"leader"`` (the leader
+elected last); a hang lasts ``seconds`` (default 10) while the worker's heartbeats go on.
 """
 
 from __future__ import annotations
@@ -25,6 +20,8 @@ import math
 import os
 import signal
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,8 +44,7 @@ class ElasticRun(WorkerLoop):
     def __init__(self, slot: int, slots: int, local_rank: int, lighthouse: str,
                  cfg: TrainConfig, address: str, t0: float,
                  extra_faults: list[tuple[Any, ...]]) -> None:
-        self.t0 = t0
-        self.started = time.time() - t0
+        self.t0, self.started = t0, time.time() - t0
         comm = ElasticCommunicator(slot, slots, lighthouse=lighthouse, address=address,
                                    per_node=cfg.workers // slots, local_rank=local_rank,
                                    min_members=cfg.quorum.min_workers, timeout=cfg.timeout,
@@ -68,29 +64,26 @@ class ElasticRun(WorkerLoop):
         self.writer = False  # the lowest member of the last round writes the files
         self.after_end = False  # restarted after the run had ended (see run)
         self.restarts = 0  # restarts of the last round's members (the attempts they are in)
-        if self.attempt > 0 and cfg.faults.fault:
-            faults.answer(cfg.out_dir, f"restart {self.attempt} of worker {self.rank}",
-                          rank=self.rank)
+        if self.attempt > 0:
+            self._answer(f"restart {self.attempt} of worker {self.rank}")
 
     def make_strategy(self) -> lsgd.Strategy:
         """The method's strategy on the elastic communicator."""
         return lsgd.make_strategy(self.cfg.method, self.model, self.opt, comm=self.method_comm,
                                   **knobs_from_config(self.cfg, self.method_comm.groups))
 
-    # -- what a joining worker receives ---------------------------------------
     def _send(self) -> dict[str, Any]:
+        """What a joining worker receives besides the strategy's state."""
         return {"train_seconds": self.train_seconds, "rows": self.rows,
                 "pace": self.pace.state_dict(), "schedule": self.schedule.state_dict()}
 
     def _take(self, state: dict[str, Any]) -> None:
-        if self.cfg.faults.fault:
-            faults.answer(self.cfg.out_dir, f"heal of worker {self.rank}", rank=self.rank)
+        self._answer(f"heal of worker {self.rank}")
         self.healed_seconds = self.train_seconds = float(state["train_seconds"])
         self.rows = list(state["rows"])
         self.pace.load_state_dict(state["pace"])
         self.schedule.load_state_dict(state["schedule"])
 
-    # -- inside every round ---------------------------------------------------
     def _after_round(self) -> None:
         """Agree on the clock; stop or evaluate when due (collective among the members)."""
         comm = self.comm
@@ -111,15 +104,19 @@ class ElasticRun(WorkerLoop):
     def run(self) -> dict[str, Any] | None:
         """Train; but a restarted worker that finds the run ended while it was down ends
         at once (else it would train the whole run again alone, the others gone)."""
-        if self.attempt > 0 and self._ended_marker().exists():
+        if self.attempt > 0 and self.ended_marker.exists():
             self.after_end = True
-            if self.cfg.faults.fault:
-                faults.answer(self.cfg.out_dir, f"worker {self.rank} came back after the run "
-                              "ended; it ended too", rank=self.rank)
+            self._answer(f"worker {self.rank} came back after the run ended; it ended too")
             return self.finish()
         return super().run()
 
-    def _ended_marker(self) -> Any:
+    def _answer(self, what: str) -> None:
+        """Log what this worker did about a fault, in a run with ``--fault``."""
+        if self.cfg.faults.fault:
+            faults.answer(self.cfg.out_dir, what, rank=self.rank)
+
+    @property
+    def ended_marker(self) -> Path:
         """``logs/ended``: created by the first round that ends the run."""
         return self.cfg.out_dir / "logs" / "ended"
 
@@ -128,22 +125,18 @@ class ElasticRun(WorkerLoop):
         return self.writer
 
     def _ended_before(self) -> bool:
-        """Whether another round already ended the run. A worker left out of the final
-        round (stopped, or cut off) reaches the last step after the others have gone and
-        ends the run again alone: its lone round (its own model as the center) must not
-        overwrite the run's record. The first round to end it creates ``logs/ended``."""
-        marker = self._ended_marker()
-        marker.parent.mkdir(parents=True, exist_ok=True)
+        """Whether another round already ended the run (made ``logs/ended``): a worker left
+        out of the final round ends the run again alone, and its lone round must not
+        overwrite the run's record."""
+        self.ended_marker.parent.mkdir(parents=True, exist_ok=True)
         try:
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            self.ended_marker.touch(exist_ok=False)
             return False
         except FileExistsError:
-            if self.cfg.faults.fault:
-                faults.answer(self.cfg.out_dir, f"worker {self.rank} ended after the others; "
-                              "its lone last round left out of the record", rank=self.rank)
+            self._answer(f"worker {self.rank} ended after the others; its lone last round "
+                         "left out of the record")
             return True
 
-    # -- around each step -------------------------------------------------------
     def before_step(self) -> None:
         """The faults of ``extra_faults`` due by this step: SIGKILL, or a hang. A fault
         for a rank fires once, at the first step at or past its own (a worker healed
@@ -191,15 +184,9 @@ class ElasticRun(WorkerLoop):
         return result
 
     def summary(self) -> dict[str, Any]:
-        """Write the run's summary: that of every run, with what failures did to it.
-
-        ``restarts``: the worker restarts the agents made, summed over the members of
-        the last round (each in its attempt ``N``, after ``N`` restarts), as a
-        restarted run counts its own. ``steps_redone``: 0, since no worker goes back a
-        step: survivors never stop, and a restarted worker joins with the live state at
-        the run's step, leaving out (not redoing) the steps it missed. With them
-        ``heals`` (state received from a live worker) and ``members_at_end``.
-        """
+        """Write the run's summary, with ``restarts`` (the attempts of the last round's
+        members), ``heals``, ``members_at_end`` and ``steps_redone`` 0: a restarted worker
+        joins with the live state at the run's step."""
         last = self.rows[-1]
         return self.write_summary(
             elastic=True, steps_per_second=self.steps / max(self.train_seconds, 1e-12),
@@ -208,27 +195,23 @@ class ElasticRun(WorkerLoop):
 
 
 def quorum_timeout(cfg: TrainConfig) -> float:
-    """How long a worker waits for a quorum: ``--timeout``, but past the longest the
-    lighthouse may hold one (the join timeout, or a silent node counted live for the
-    heartbeat timeout) and 10 s more. A quorum whose wait timed out left torchft's
-    manager failing every later one at once ("Timeout expired"), and the run never
-    stepped again (docs/reliability.md)."""
+    """How long a worker waits for a quorum: ``--timeout``, but 10 s past the longest the
+    lighthouse may hold one (the join and heartbeat timeouts), since a timed-out wait
+    leaves torchft's manager failing every later quorum (docs/reliability.md)."""
     return max(cfg.timeout, cfg.quorum.join_timeout + cfg.quorum.heartbeat_timeout + 10.0)
 
 
 def elastic_worker(info: Any, slot: int, slots: int, lighthouse: str, cfg: TrainConfig,
-                   t0: float, extra_faults: list[tuple[Any, ...]] = (),  # type: ignore[assignment]
+                   t0: float, extra_faults: Sequence[tuple[Any, ...]] = (),
                    address: str = "127.0.0.1") -> dict[str, Any]:
     """What :func:`~lsgd.launcher.elastic_jobs.launch_elastic` runs in every worker of node
     ``slot`` (``info``: its place in the node; None for a node of one worker)."""
-    local_rank = 0 if info is None else info.rank
-    return ElasticRun(slot, slots, local_rank, lighthouse, cfg, address, t0,
-                      list(extra_faults)).run()
+    return ElasticRun(slot, slots, 0 if info is None else info.rank, lighthouse, cfg, address,
+                      t0, list(extra_faults)).run()
 
 
-def train_elastic(cfg: TrainConfig, extra_faults: list[tuple[Any, ...]] = (),  # type: ignore[assignment]
-                  started: float | None = None
-                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def train_elastic(cfg: TrainConfig, extra_faults: Sequence[tuple[Any, ...]] = (),
+                  started: float | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Run ``cfg`` elastically into its run folder; (the summary, every slot's record).
     ``started``: when training started (``time.time()``, default now)."""
     nodes = cfg.elastic_nodes()

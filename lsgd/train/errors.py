@@ -1,9 +1,5 @@
-"""The error of a person's mistake, in a module that imports nothing else.
-
-The command line catches it (exit code 2, the message, no traceback) before it has
-imported torch, so it cannot live beside the code that raises it most
-(:mod:`lsgd.train.build`, which re-exports it).
-"""
+"""The error of a person's mistake, in a module that imports nothing else: the command line
+catches it (exit code 2, the message, no traceback) before it has imported torch."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Evaluation: the center and the leader on the evaluation set, shared among the workers.
 
-Every worker holds the center (one all-reduce of the states) and a copy of
-the leader (one broadcast of its state), evaluates its own interleaved slice
-of the task's evaluation set (:meth:`lsgd.tasks.Task.evaluate`), and the sums
-are all-gathered; all of it counts as ``"eval"`` traffic. Per-worker values
-travel as named columns (:func:`gather_named`), never by position.
+Every worker holds both models and evaluates its own interleaved slice of the task's
+evaluation set; the sums are all-gathered by name (:func:`gather_named`), never by
+position. All of it counts as ``"eval"`` traffic.
 """
 
 from __future__ import annotations
@@ -48,10 +46,8 @@ def recalibrate_bn(model: nn.Module, batches: list[torch.Tensor]) -> None:
 
 def gather_named(comm: lsgd.Communicator, values: dict[str, float],
                  device: torch.device) -> dict[str, torch.Tensor]:
-    """Every worker's ``values`` (the same names everywhere), by name: one tensor of ``W`` each.
-
-    One all-gather of a float64 vector, counted as ``"eval"`` traffic.
-    """
+    """Every worker's ``values`` (the same names everywhere), by name: one tensor of ``W``
+    each, from one all-gather of a float64 vector (``"eval"`` traffic)."""
     names = list(values)
     mine = torch.tensor([float(values[n]) for n in names], dtype=torch.float64, device=device)
     with comm.category("eval"):

@@ -1,22 +1,18 @@
 """``lsgd train --fault SPEC`` (repeatable): faults injected into a run, and their log.
 
-The kinds and their fields (:data:`FIELDS`; docs/reliability.md, "Faults at
-random", says what each does): ``kill:RANK:STEP``, ``nan:RANK:STEP``,
-``segv:RANK:STEP``, ``stop:RANK:STEP:SECONDS``, ``kill-node:NODE:STEP``,
-``corrupt-checkpoint:STEP``, ``link-down:NODE:SECOND:SECONDS`` and
-``slow:NODE:SECOND:RATE:SECONDS``. STEP is a worker's step, or ``@S`` for its first
-step after S seconds of the run's training clock; SECOND counts wall seconds from
-the run's first training step.
+The kinds and their fields are in :data:`FIELDS` (docs/reliability.md, "Faults at random", says
+what each does). STEP is a worker's step, or ``@S`` for its first step after S seconds of the
+run's training clock; SECOND counts wall seconds from the run's first training step.
 
-Every fault fires once per run: the worker (or the link injector,
-:mod:`lsgd.train.injector`) appends it to the run folder's ``faults.jsonl``
-before it strikes, so a restarted worker, which reads the log, does not fire it
-again. The run's answers (restart, fall-back, heal, reset) are appended to the
-same log; :func:`write_table` turns it into ``faults.csv`` at the end.
+Every fault fires once per run: the worker (or the link injector, :mod:`lsgd.train.injector`)
+appends it to the run folder's ``faults.jsonl`` before it strikes, so a restarted worker, which
+reads the log, does not fire it again. The run's answers (restart, fall-back, heal, reset) go
+to the same log, which :func:`write_table` turns into ``faults.csv`` at the end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -30,15 +26,10 @@ from typing import Any
 
 #: Kind: its fields after the kind, in order.
 FIELDS: dict[str, tuple[str, ...]] = {
-    "kill": ("rank", "step"),
-    "nan": ("rank", "step"),
-    "segv": ("rank", "step"),
-    "stop": ("rank", "step", "seconds"),
-    "kill-node": ("node", "step"),
-    "corrupt-checkpoint": ("step",),
-    "link-down": ("node", "second", "seconds"),
-    "slow": ("node", "second", "rate", "seconds"),
-}
+    **dict.fromkeys(("kill", "nan", "segv"), ("rank", "step")),
+    "stop": ("rank", "step", "seconds"), "kill-node": ("node", "step"),
+    "corrupt-checkpoint": ("step",), "link-down": ("node", "second", "seconds"),
+    "slow": ("node", "second", "rate", "seconds")}
 KINDS = tuple(FIELDS)
 #: Kinds that end a process (its node's agent restarts it).
 FATAL = ("kill", "segv", "kill-node", "corrupt-checkpoint")
@@ -76,29 +67,25 @@ class Fault:
 
 def parse(spec: str) -> Fault:
     """A :class:`Fault` from ``KIND:FIELD:...``; ``ValueError`` saying what to write."""
-    parts = spec.strip().split(":")
-    kind = parts[0]
+    kind, *texts = spec.strip().split(":")
     if kind not in FIELDS:
         raise ValueError(f"--fault {spec!r}: unknown kind {kind!r}; choose one of "
                          f"{', '.join(KINDS)} (e.g. {_EXAMPLES['kill']})")
     names = FIELDS[kind]
-    usage = f"give {':'.join([kind.upper()] + [n.upper() for n in names])}, e.g. {_EXAMPLES[kind]}"
-    if len(parts) != len(names) + 1:
+    usage = f"give {':'.join(map(str.upper, [kind, *names]))}, e.g. {_EXAMPLES[kind]}"
+    if len(texts) != len(names):
         raise ValueError(f"--fault {spec!r}: {usage}")
     values: dict[str, Any] = {}
     try:
-        for name, text in zip(names, parts[1:]):
+        for name, text in zip(names, texts):
             if name in ("rank", "node"):
-                values[name] = _whole(text, 0)
-            elif name == "step":
-                if text.startswith("@"):
-                    values["at_second"] = _number(text[1:], 0.0)
-                else:
-                    values["step"] = _whole(text, 1)
-            elif name == "second":
-                values["at_second"] = _number(text, 0.0)
+                values[name] = _at_least(int(text), 0)
+            elif name == "step" and not text.startswith("@"):
+                values["step"] = _at_least(int(text), 1)
+            elif name in ("step", "second"):
+                values["at_second"] = _at_least(float(text.removeprefix("@")), 0.0)
             elif name == "seconds":
-                values["seconds"] = _number(text, 1e-3)
+                values["seconds"] = _at_least(float(text), 1e-3)
             else:  # rate
                 from lsgd.links.spec import parse_link
 
@@ -109,17 +96,10 @@ def parse(spec: str) -> Fault:
     return Fault(spec=spec.strip(), kind=kind, **values)
 
 
-def _whole(text: str, least: int) -> int:
-    value = int(text)
-    if value < least:
-        raise ValueError(text)
-    return value
-
-
-def _number(text: str, least: float) -> float:
-    value = float(text)
+def _at_least(value: Any, least: float) -> Any:
+    """``value`` if finite and at least ``least``, else ``ValueError``."""
     if not math.isfinite(value) or value < least:
-        raise ValueError(text)
+        raise ValueError(value)
     return value
 
 
@@ -128,11 +108,9 @@ def config_errors(cfg: Any) -> list[str]:
     errors: list[str] = []
     for spec in cfg.faults.fault:
         try:
-            fault = parse(spec)
+            errors += _fit_errors(parse(spec), cfg)
         except ValueError as error:
             errors.append(str(error))
-            continue
-        errors += _fit_errors(fault, cfg)
     return errors
 
 
@@ -168,17 +146,13 @@ def node_of(rank: int, cfg: Any) -> int:
     return rank // max(1, cfg.workers // max(1, nodes_of(cfg)))
 
 
-# -- the log -------------------------------------------------------------------------
 def append(run: Path, **row: Any) -> None:
     """Append one event to ``run``'s fault log (one line, written whole, flushed to disk)."""
     row.setdefault("time", time.time())
-    line = (json.dumps(row) + "\n").encode()
-    fd = os.open(run / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with open(run / LOG, "ab") as log:  # the line in one write, at the end of the file
+        log.write((json.dumps(row) + "\n").encode())
+        log.flush()
+        os.fsync(log.fileno())
 
 
 def read_log(run: Path) -> list[dict[str, Any]]:
@@ -189,10 +163,8 @@ def read_log(run: Path) -> list[dict[str, Any]]:
         return []
     events = []
     for line in lines:
-        try:
+        with contextlib.suppress(ValueError):
             events.append(json.loads(line))
-        except ValueError:
-            continue
     return events
 
 
@@ -207,7 +179,6 @@ def answer(run: Path, what: str, **where: Any) -> None:
     append(run, event="answer", what=what, **where)
 
 
-# -- the worker's injector ---------------------------------------------------------------
 def started(run: Path, rank: int | None = None) -> float | None:
     """When worker ``rank`` (default: any) first began training in ``run``, from the log."""
     times = [e["time"] for e in read_log(run)
@@ -216,16 +187,12 @@ def started(run: Path, rank: int | None = None) -> float | None:
 
 
 class Faults:
-    """The step-triggered faults of worker ``rank`` not yet fired in ``run``.
-
-    The worker's first step in the run is logged as a ``start`` event (the link
-    injector's origin); ``checkpoints``: the folder of the run's checkpoints (``corrupt-checkpoint``).
-    """
+    """The step-triggered faults of worker ``rank`` not yet fired in ``run``; its first step
+    in the run is logged as a ``start`` event (the link injector's origin)."""
 
     def __init__(self, specs: list[str], rank: int, node: int, run: Path | None,
                  checkpoints: Path | None = None) -> None:
-        self.rank, self.node, self.run = rank, node, run
-        self.checkpoints = checkpoints
+        self.rank, self.node, self.run, self.checkpoints = rank, node, run, checkpoints
         self.resets: int | None = None
         done = fired(run) if run is not None else set()
         self.pending = [f for f in map(parse, specs) if f.kind not in LINK_KINDS
@@ -287,29 +254,21 @@ class Faults:
         os.kill(pid, signal.SIGKILL)
 
 
-def corrupt_newest(checkpoints: Path | None) -> str | None:
-    """Truncate the worker files of the newest complete checkpoint to half; its name."""
-    if checkpoints is None:
-        return None
-    newest = sorted(p for p in checkpoints.glob("step-*") if (p / "meta.json").exists())
-    if not newest:
-        return None
-    for file in newest[-1].glob("rank-*.pt"):
-        size = file.stat().st_size
-        with open(file, "r+b") as handle:
-            handle.truncate(size // 2)
-    return newest[-1].name
+def corrupt_newest(checkpoints: Path | None) -> None:
+    """Truncate the worker files of the newest complete checkpoint to half."""
+    found = sorted(p for p in (checkpoints.glob("step-*") if checkpoints else ())
+                   if (p / "meta.json").exists())
+    for file in found[-1].glob("rank-*.pt") if found else ():
+        os.truncate(file, file.stat().st_size // 2)
 
 
-# -- the table -----------------------------------------------------------------------------
 COLUMNS = ("second", "kind", "node", "rank", "step", "spec", "outcome")
 
 
 def write_table(run: Path, start: float) -> dict[str, int]:
     """Write ``faults.csv`` from ``run``'s log: a row per fault fired, its second from the
-    first training step (``start`` if none was logged), with what the run did about it
-    (the answers logged after it until the run recovered: a restart or heal answers
-    every fault before it); the counts for ``summary.json``."""
+    first training step (else ``start``), with the answers logged after it until the run
+    recovered (a restart or heal answers every fault before it); the counts for the summary."""
     from lsgd.train.outputs import write_csv
 
     events = sorted(read_log(run), key=lambda e: e.get("time", 0.0))
@@ -333,15 +292,11 @@ def write_table(run: Path, start: float) -> dict[str, int]:
                 if event["what"] not in row["answers"]:
                     row["answers"].append(event["what"])
                 row["recovered"] |= event["what"].startswith(("restart", "heal"))
-    table = list(rows.values())
-    for row in table:
-        answers = row.pop("answers")
-        row.pop("recovered")
-        row["outcome"] = "; ".join(answers) or _RIDDEN[row["kind"]]
-    if table or (run / LOG).exists():
-        write_csv(run / TABLE, table, list(COLUMNS))
-    fatal = sum(row["kind"] in FATAL for row in table)
-    return {"faults": len(table), "fatal_faults": fatal}
+    for row in rows.values():
+        row["outcome"] = "; ".join(row["answers"]) or _RIDDEN[row["kind"]]
+    if rows or (run / LOG).exists():
+        write_csv(run / TABLE, list(rows.values()), COLUMNS)
+    return {"faults": len(rows), "fatal_faults": sum(r["kind"] in FATAL for r in rows.values())}
 
 
 def _answered(waiting: list[dict[str, Any]], what: str,
@@ -369,6 +324,5 @@ _CAUSES = {"restart": (*FATAL, "stop", "link-down"), "heal": (*FATAL, "stop", "l
            "fell": ("corrupt-checkpoint",), "reset": ("nan",)}
 
 #: What the run did about a fault that no worker answered: it went on.
-_RIDDEN = {"kill": "none recorded", "segv": "none recorded", "kill-node": "none recorded",
-           "corrupt-checkpoint": "none recorded", "nan": "went on (no reset needed)",
+_RIDDEN = {**dict.fromkeys(FATAL, "none recorded"), "nan": "went on (no reset needed)",
            "stop": "waited", "link-down": "waited", "slow": "rode it out"}

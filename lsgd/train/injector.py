@@ -1,14 +1,10 @@
 """The link injector: ``link-down`` and ``slow`` faults on a run's shaped network.
 
-``lsgd train --link RATE --fault link-down:NODE:SECOND:SECONDS`` starts this as a
-helper process (:func:`start`) beside the launch, since the shaped network is
-built inside the launch and the launching process starts no thread of its own
-(it forks the workers). The helper waits for the run's first training step
-(the ``start`` event in its fault log) and node NODE's namespace of the network
-the run's process builds, takes the node's link down SECOND seconds after that step (or shapes it to RATE for ``slow``), brings it back
-after SECONDS, and logs each fault in the run's ``faults.jsonl``
-(:mod:`lsgd.train.faults`). It ends when its faults are done or the run's
-process is gone; the run's process removes the network as always.
+A helper process (:func:`start`) beside the launch, which builds the network and starts
+no thread of its own (it forks the workers). For each fault the helper waits for the run's
+first training step (the ``start`` event of its fault log) and the node's namespace, takes
+the node's link down SECOND seconds later (or shapes it to RATE), brings it back after
+SECONDS and logs the fault in ``faults.jsonl``; it ends with its faults or the run.
 """
 
 from __future__ import annotations
@@ -19,7 +15,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from lsgd.links.netns import alive as _alive
 from lsgd.train.faults import LINK_KINDS, Fault, append, fired, parse, started
@@ -30,8 +28,7 @@ def start(specs: list[str], owner: int, run: Path, link: str) -> subprocess.Pope
     faults = [s for s in specs if parse(s).kind in LINK_KINDS and s not in fired(run)]
     if not faults:
         return None
-    job = json.dumps({"specs": faults, "owner": owner, "run": str(run),
-                      "link": link})
+    job = json.dumps({"specs": faults, "owner": owner, "run": str(run), "link": link})
     return subprocess.Popen([sys.executable, "-m", "lsgd.train.injector", job],
                             stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -39,7 +36,8 @@ def start(specs: list[str], owner: int, run: Path, link: str) -> subprocess.Pope
 def run(specs: list[str], owner: int, run_dir: Path, link: str) -> None:
     """Fire the link faults ``specs`` on process ``owner``'s network, each on a thread of
     its own (they may overlap), and return when all are done or ``owner`` ended."""
-    threads = [threading.Thread(target=_fire, args=(parse(spec), owner, run_dir, link), daemon=True) for spec in specs]
+    threads = [threading.Thread(target=_fire, args=(parse(spec), owner, run_dir, link),
+                                daemon=True) for spec in specs]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -51,64 +49,46 @@ def _fire(fault: Fault, owner: int, run_dir: Path, link: str) -> None:
     from lsgd.links.spec import parse_link
 
     normal = parse_link(link)
+    slow = dataclasses.replace(normal, rate=parse_link(fault.rate or link).rate)
     node = fault.node or 0
-    origin = _origin(run_dir, owner)
-    if origin is None or not _wait_until(origin + (fault.at_second or 0.0), owner):
-        return
-    if not _wait_for(netns.node_namespace(node, owner), owner):
-        return
-    _log(fault, origin, run_dir)
-    try:
+    namespace = netns.node_namespace(node, owner)
+
+    def strike(broken: bool) -> None:
+        """The node's link down (or slow), or back as it was."""
         if fault.kind == "link-down":
-            netns.set_node_link(node, False, owner=owner)
+            netns.set_node_link(node, not broken, owner=owner)
         else:
-            slow = dataclasses.replace(normal, rate=parse_link(fault.rate or link).rate)
-            netns.set_node_rate(node, slow, owner=owner)
-        _wait_until(time.time() + (fault.seconds or 0.0), owner)
-    finally:
-        if _alive(owner) and netns.has_namespace(netns.node_namespace(node, owner)):
-            if fault.kind == "link-down":
-                netns.set_node_link(node, True, owner=owner)
-            else:
-                netns.set_node_rate(node, normal, owner=owner)
+            netns.set_node_rate(node, slow if broken else normal, owner=owner)
 
-
-def _log(fault: Fault, origin: float, run_dir: Path) -> None:
+    origin = _wait_for(lambda: started(run_dir), owner)  # the run's first training step
+    if origin is None:
+        return
+    due = origin + (fault.at_second or 0.0)
+    if not (_wait_for(lambda: time.time() >= due, owner)
+            and _wait_for(lambda: netns.has_namespace(namespace), owner)):
+        return
     second = time.time() - origin
     print(f"fault: {fault.spec} on node {fault.node} ({second:.1f} s into training)",
           file=sys.stderr, flush=True)
     append(run_dir, event="fault", spec=fault.spec, kind=fault.kind, node=fault.node,
            second=round(second, 3))
+    try:
+        strike(True)
+        back = time.time() + (fault.seconds or 0.0)
+        _wait_for(lambda: time.time() >= back, owner)
+    finally:
+        if _alive(owner) and netns.has_namespace(namespace):
+            strike(False)
 
 
-def _origin(run_dir: Path, owner: int) -> float | None:
-    """When the run's first worker began training (its ``start`` event); None if
-    ``owner`` ended before."""
-    while (origin := started(run_dir)) is None:
+def _wait_for(ready: Callable[[], Any], owner: int) -> Any:
+    """Poll ``ready`` until it returns a true value, and return that; None if process
+    ``owner`` ended first."""
+    while not (value := ready()):
         if not _alive(owner):
             return None
         time.sleep(0.1)
-    return origin
-
-
-def _wait_until(when: float, owner: int) -> bool:
-    """Sleep until ``when`` (``time.time()``); False if ``owner`` ended first."""
-    while time.time() < when:
-        if not _alive(owner):
-            return False
-        time.sleep(min(0.2, max(0.0, when - time.time())))
-    return _alive(owner)
-
-
-def _wait_for(namespace: str, owner: int) -> bool:
-    """Wait until the network holds ``namespace``; False if ``owner`` ended first."""
-    from lsgd.links.netns import has_namespace
-
-    while not has_namespace(namespace):
-        if not _alive(owner):
-            return False
-        time.sleep(0.2)
-    return True
+    return value if _alive(owner) else None
 
 
 if __name__ == "__main__":

@@ -1,16 +1,9 @@
 """The one training loop of a worker: ``lsgd train`` (:mod:`lsgd.train.run_worker`), its
 elastic form (:mod:`lsgd.train.elastic_run`) and the torchft peer (:mod:`lsgd.bench.peer`).
 
-:class:`WorkerLoop` builds the task, model, optimizer, schedule and seeds, takes
-each step (the batch of the step count, forward, backward, ``strategy.step``),
-evaluates the center and writes the rows and the summary. What differs enters
-through its hooks: :meth:`~WorkerLoop.make_strategy` (an lsgd
-:class:`~lsgd.Strategy`, or torchft's DiLoCo behind its methods),
-:meth:`~WorkerLoop.before_step`, :meth:`~WorkerLoop.after_step` (by default the
-decisions of :class:`~lsgd.train.clock.Pace`; an elastic run decides inside each
-round), :meth:`~WorkerLoop.evaluation`, :meth:`~WorkerLoop.leader_model`,
-:meth:`~WorkerLoop.record`, :meth:`~WorkerLoop.save_checkpoint`,
-:meth:`~WorkerLoop.writes` and :meth:`~WorkerLoop.finish`.
+:class:`WorkerLoop` builds the task, model, optimizer, schedule and seeds, takes each
+step (the batch of the step count, forward, backward, ``strategy.step``), evaluates the
+center and writes the rows and the summary; what differs enters through its hooks.
 """
 
 from __future__ import annotations
@@ -34,6 +27,12 @@ from lsgd.train.checkpoint import folder as checkpoint_folder
 from lsgd.train.faults import Faults, node_of
 
 
+#: What every worker counts of itself, and as what: a column of each evaluation's row and a
+#: list in the summary, one value per worker.
+PER_WORKER = (("steps", int), ("rounds", int), ("wait_seconds", float),
+              ("comm_seconds", float), ("resets", int))
+
+
 def seed_worker(cfg: TrainConfig, rank: int, attempt: int = 0) -> torch.Generator:
     """Seed worker ``rank``'s dropout (torch's global generator) from the run's seed, the
     worker and its ``attempt`` (> 0: restarted afresh); returns its batch generator."""
@@ -43,12 +42,8 @@ def seed_worker(cfg: TrainConfig, rank: int, attempt: int = 0) -> torch.Generato
 
 
 class WorkerLoop:
-    """One worker: its model, optimizer, strategy and schedule, trained by :meth:`run`.
-
-    ``started`` is when the run began (``time.time()``), so that the wall time of
-    a restarted worker covers the whole run. A worker restarted by its elastic agent
-    (torchrun, ``lsgd train --restarts``, ``--elastic``) knows its attempt from it.
-    """
+    """One worker: its model, optimizer, strategy and schedule, trained by :meth:`run`;
+    ``started`` is when the run began, so that a restarted worker's wall time covers it."""
 
     #: Whether a restarted worker draws new random streams (``attempt`` in the seeds).
     reseeds = False
@@ -88,7 +83,6 @@ class WorkerLoop:
         self.start = time.perf_counter() - (time.time() - (started or time.time()))
         self.stop = False
 
-    # -- hooks -----------------------------------------------------------------
     def make_strategy(self) -> lsgd.Strategy:
         """What steps ``self.opt`` and runs the rounds (called once, in ``__init__``): a
         strategy, or an object with the strategy methods the loop calls."""
@@ -132,7 +126,6 @@ class WorkerLoop:
         """After the last step: the summary, from the worker that writes it."""
         return self.write_summary() if self.writes() else None
 
-    # -- the loop --------------------------------------------------------------
     def run(self) -> dict[str, Any] | None:
         """Train until the run stops; returns :meth:`finish`'s result."""
         self.model.train()
@@ -172,7 +165,6 @@ class WorkerLoop:
         """Epochs per worker so far, as the workers agree on them."""
         return self.pace.mean_steps(self.steps) / self.steps_per_epoch
 
-    # -- evaluations -----------------------------------------------------------
     def evaluation(self) -> dict[str, Any]:
         """Collective: the row of an evaluation that :meth:`after_step` found due."""
         return self.evaluate()[0]
@@ -187,10 +179,11 @@ class WorkerLoop:
         with self.comm.category("eval"):
             center = self.strategy.center()
             leader = self.leader_model(report.leader_rank)
-        if cfg.evaluation.bn_recalibrate:  # the same fixed batches on every worker
+        batches = min(cfg.evaluation.bn_recalibrate, self.steps_per_epoch)
+        if batches:  # the same fixed batches on every worker
             fixed = torch.Generator().manual_seed(cfg.seed)
-            recalibrate_bn(center, [task.train_batch(0, self.world, 0, i, fixed)[0] for i in
-                                    range(min(cfg.evaluation.bn_recalibrate, self.steps_per_epoch))])
+            recalibrate_bn(center, [task.train_batch(0, self.world, 0, i, fixed)[0]
+                                    for i in range(batches)])
         part, parts = members.index(self.rank), len(members)
         own = task.evaluate(center, part, parts)
         led = task.evaluate(leader, part, parts) if leader is not None else None
@@ -198,12 +191,16 @@ class WorkerLoop:
         self.last_train_loss = float(self.loss_sum) / finite if finite else self.last_train_loss
         self.loss_sum.zero_()
         self.loss_count.zero_()
-        every = {name: column[members] for name, column in gather_named(self.comm, {
+        gathered = gather_named(self.comm, {
             "center_loss": own.loss, "center_correct": own.correct,
             "leader_loss": led.loss if led is not None else math.nan,
             "leader_correct": led.correct if led is not None else math.nan,
-            "count": own.count, "train_loss": self.last_train_loss, "bytes_sent": report.bytes_sent,
-            "link_bytes_sent": report.link_bytes_sent, **values}, self.device).items()}  # the rows of the members (of an elastic run)
+            "count": own.count, "train_loss": self.last_train_loss,
+            "bytes_sent": report.bytes_sent, "link_bytes_sent": report.link_bytes_sent,
+            **values}, self.device)
+        # An elastic run's row is of its round's members only.
+        every = {name: column[members] for name, column in gathered.items()}
+
         def mean(name: str) -> float:  # over the whole evaluation set
             return float(every[name].sum()) / float(every["count"].sum())
 
@@ -221,8 +218,7 @@ class WorkerLoop:
             "bytes_sent_per_worker": float(every["bytes_sent"].mean()),
             # What crossed the links between the nodes (groups), per node.
             "link_bytes_sent_per_node": float(every["link_bytes_sent"].sum()) / self.groups,
-            "rounds": report.rounds,
-        }
+            "rounds": report.rounds}
         return row, every
 
     def record(self, row: dict[str, Any]) -> None:
@@ -234,12 +230,10 @@ class WorkerLoop:
             fields = outputs.METRIC_FIELDS + [k for k in row if k not in outputs.METRIC_FIELDS]
             outputs.write_csv(self.cfg.out_dir / "metrics.csv", self.rows, fields)
 
-    # -- the summary -----------------------------------------------------------
     def write_summary(self, steps: float | None = None, **own: Any) -> dict[str, Any]:
-        """Write ``summary.json`` and the run's plots; returns the summary: the center's
-        and the leader's figures at the last evaluation, the task's headline (its best
-        value), where the center first reached ``--target``, the run's size and time,
-        then ``own``."""
+        """Write ``summary.json`` and the run's plots; returns the summary: the last
+        evaluation's figures, the task's headline, ``--target``'s, the run's size and
+        time, then ``own``."""
         from lsgd.train.run_plots import plot_run
 
         cfg, last = self.cfg, self.rows[-1]
@@ -272,28 +266,21 @@ class WorkerLoop:
 
 def worker_figures(every: dict[str, torch.Tensor], nodes: int) -> dict[str, Any]:
     """The summary's totals, means and per-worker lists of what every worker measured
-    (``every``: one tensor of ``W`` values per name, from
-    :func:`~lsgd.train.evaluate.gather_named``), and what crossed each of the ``nodes``'
-    links."""
-    worker_steps = [int(v) for v in every["steps"]]
+    (``every``: :func:`~lsgd.train.evaluate.gather_named`'s), and what crossed each of the
+    ``nodes``' links."""
+    total = sum(int(v) for v in every["steps"])
     return {
         "link_bytes_sent_per_node": float(every["link_bytes_sent"].sum()) / nodes,
         "bytes_sent_inside_per_node": float(
             (every["bytes_sent"] - every["link_bytes_sent"]).sum()) / nodes,
         "data_loading_fraction": float(
             (every["data_seconds"] / every["train_seconds"].clamp_min(1e-12)).mean()),
-        "bytes_sent_per_worker": float(every["bytes_sent"].mean()),
-        "bytes_received_per_worker": float(every["bytes_received"].mean()),
-        "comm_seconds_per_worker": float(every["comm_seconds"].mean()),
-        "total_steps": sum(worker_steps),
-        "steps_per_second": sum(worker_steps) / max(float(every["train_seconds"].mean()), 1e-12),
-        "worker_steps": worker_steps,
-        "worker_rounds": [int(v) for v in every["rounds"]],
-        "worker_wait_seconds": [float(v) for v in every["wait_seconds"]],
-        "worker_comm_seconds": [float(v) for v in every["comm_seconds"]],
-        "worker_resets": [int(v) for v in every["resets"]],
-        "skipped_steps": int(every["skipped_steps"].max()),
-    }
+        **{f"{name}_per_worker": float(every[name].mean())
+           for name in ("bytes_sent", "bytes_received", "comm_seconds")},
+        "total_steps": total,
+        "steps_per_second": total / max(float(every["train_seconds"].mean()), 1e-12),
+        **{f"worker_{name}": [kind(v) for v in every[name]] for name, kind in PER_WORKER},
+        "skipped_steps": int(every["skipped_steps"].max())}
 
 
 def none_if_nan(value: float) -> float | None:

@@ -1,29 +1,15 @@
 """Learning-rate schedules on torch's schedulers, as functions of where the run is.
 
-The learning rate is ``base * warmup * drop_factor ** drops`` where
+The learning rate is ``base * warmup * drop_factor ** drops``: ``warmup`` rises
+linearly from 0 to 1 over the first ``warmup_epochs``; ``drops`` counts the drops
+passed, at epochs (``step``) or minutes (``minutes``) in ``drops``, or decided by
+``ReduceLROnPlateau`` on the center's test loss (``plateau``). ``cosine`` multiplies
+by ``f + (1 - f) (1 + cos(pi p)) / 2`` instead (``f = COSINE_FLOOR``), ``p`` in [0, 1]
+the larger of the run's fractions of its epoch and minute budgets.
 
-* ``warmup`` rises linearly from 0 to 1 over the first ``warmup_epochs``
-  (``LinearLR``'s rule, at fractional epochs);
-* ``drops`` counts the drops passed: epochs in ``drops`` (``step``: the
-  ``MultiStepLR`` rule, at fractional epochs), minutes in ``drops``
-  (``minutes``, this module's own: time budgets are the papers' way on
-  ImageNet), or the drops that ``ReduceLROnPlateau`` decided on the center's
-  test loss (``plateau``: ``patience`` evaluations without improvement).
-
-``cosine`` multiplies by ``f + (1 - f) (1 + cos(pi p)) / 2`` instead, the
-``CosineAnnealingLR`` rule down to ``f = COSINE_FLOOR`` of the base rate,
-where ``p`` in [0, 1] is how far the run is through its budget: the larger of
-``epoch / horizon_epochs`` and ``minutes / horizon_minutes`` (the usual
-schedule of language-model training, warm-up then cosine decay).
-
-``torch.optim.lr_scheduler.LambdaLR`` applies the product to the optimizer,
-because the run's position is a fractional epoch (asynchronously, the
-workers' mean) or a number of minutes, not a count of ``scheduler.step()``
-calls; torch's ``ReduceLROnPlateau`` makes the plateau decisions, on a
-one-parameter optimizer of its own whose learning rate is the plateau
-factor. Every worker computes the same value from the same inputs (epochs
-from the agreed step count, minutes and plateau decisions agreed at
-evaluations), so the workers' learning rates never diverge.
+``LambdaLR`` applies the product, since the run's position is a fractional epoch (the
+workers' mean, asynchronously) or minutes, not a count of ``scheduler.step()`` calls.
+Every worker computes it from the same agreed inputs, so their rates never diverge.
 """
 
 from __future__ import annotations
@@ -37,28 +23,27 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 
-KINDS = ("constant", "step", "minutes", "plateau", "cosine")
+from lsgd.train.settings import SCHEDULES
+
 #: Where ``cosine`` ends, as a multiple of the base learning rate.
 COSINE_FLOOR = 0.1
 
 
 class Schedule:
-    """The learning rate of a run (see the module docstring).
-
-    Call :meth:`at` before every step with the run's position, and
-    :meth:`observe` with the center's test loss at every evaluation.
-    """
+    """The learning rate of a run: :meth:`at` before every step with the run's
+    position, :meth:`observe` with the center's test loss at every evaluation."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, kind: str = "constant",
                  drops: Sequence[float] = (), drop_factor: float = 0.1, patience: int = 3,
                  warmup_epochs: float = 0.0, horizon_epochs: float = math.inf,
                  horizon_minutes: float = math.inf) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"schedule must be one of {', '.join(KINDS)}, got {kind!r}")
+        if kind not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {kind!r}")
         self.kind, self.drops = kind, sorted(drops)
         self.drop_factor, self.warmup_epochs = drop_factor, warmup_epochs
         self.horizon_epochs, self.horizon_minutes = horizon_epochs, horizon_minutes
         self.epoch = self.minutes = 0.0
+        # The plateau factor: the lr of a one-parameter optimizer that ReduceLROnPlateau drops.
         self._plateau_opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
         # torch drops once the bad evaluations exceed its patience; ours once they reach it.
         self.plateau = ReduceLROnPlateau(self._plateau_opt, factor=drop_factor,

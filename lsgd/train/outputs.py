@@ -1,16 +1,8 @@
-"""What a run leaves in its folder, written by rank 0 only.
-
-* ``config.toml``: the resolved configuration;
-* ``metrics.csv``: one row per evaluation (time, steps, epoch, lr, losses and
-  accuracies of the center, the leader and optionally every worker, the
-  leader's rank, the mean training loss, bytes sent per worker, rounds);
-* ``leader_history.csv``: every election (step, level, leader rank);
-* ``summary.json``: the final figures;
-* ``checkpoints/``: one file per worker plus ``meta.json`` (see checkpoint.py);
-* PNG plots (see run_plots.py) and, with ``--tensorboard``, TensorBoard events.
-
-Files are rewritten whole and atomically (temporary file, then rename) so a
-crash never leaves half a file, and a resumed run continues the same rows.
+"""What a run leaves in its folder, written by rank 0 only: ``config.toml``,
+``metrics.csv`` (a row per evaluation), ``leader_history.csv`` (every election),
+``summary.json``, the plots and, with ``--tensorboard``, TensorBoard events (docs/train.md
+lists their contents). Files are rewritten whole and atomically (a temporary file, then
+a rename) so a crash never leaves half a file, and a resumed run continues the same rows.
 """
 
 from __future__ import annotations
@@ -24,19 +16,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-METRIC_FIELDS = [
-    "time", "wall_time", "steps", "epoch", "lr",
-    "center_loss", "center_accuracy", "leader_rank", "leader_loss", "leader_accuracy",
-    "train_loss", "bytes_sent_per_worker", "rounds",
-]
+METRIC_FIELDS = ["time", "wall_time", "steps", "epoch", "lr", "center_loss", "center_accuracy",
+                 "leader_rank", "leader_loss", "leader_accuracy", "train_loss",
+                 "bytes_sent_per_worker", "rounds"]
 
 
 def atomic_write(path: Path, data: str | bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with open(tmp, mode) as f:
+    with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -44,39 +33,35 @@ def atomic_write(path: Path, data: str | bytes) -> None:
 
 
 def write_csv(path: Path, rows: Sequence[dict[str, Any]], fields: Sequence[str]) -> None:
+    """``rows`` as a CSV file of the columns ``fields`` (NaN and None as empty cells)."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(fields), extrasaction="ignore")
     writer.writeheader()
-    for row in rows:
-        writer.writerow({k: _cell(row.get(k)) for k in fields})
+    writer.writerows({k: _cell(row.get(k)) for k in fields} for row in rows)
     atomic_write(path, buffer.getvalue())
 
 
 def _cell(value: Any) -> Any:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
     if isinstance(value, float):
-        return f"{value:.6g}"
-    return value
+        return "" if math.isnan(value) else f"{value:.6g}"
+    return "" if value is None else value
 
 
 def read_csv(path: Path) -> list[dict[str, float | str]]:
     """Rows of a metrics file, numbers as floats (empty cells as NaN)."""
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    out = []
-    for row in rows:
-        parsed: dict[str, float | str] = {}
-        for key, value in row.items():
-            try:
-                parsed[key] = float(value) if value != "" else math.nan
-            except ValueError:
-                parsed[key] = value
-        out.append(parsed)
-    return out
+        return [{key: _number(value) for key, value in row.items()} for row in csv.DictReader(f)]
+
+
+def _number(cell: str) -> float | str:
+    try:
+        return float(cell) if cell != "" else math.nan
+    except ValueError:
+        return cell
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
+    """``data`` as indented JSON, keys sorted (paths as text)."""
     atomic_write(path, json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
 
 
@@ -99,12 +84,10 @@ class TensorBoard:
         self._writer = SummaryWriter(str(folder / "tensorboard"))
 
     def log(self, row: dict[str, Any]) -> None:
-        step = int(row["steps"])
+        """Every number of an evaluation's ``row`` at its step (NaN left out)."""
         for key, value in row.items():
-            if key != "steps" and isinstance(value, (int, float)) and not (
-                isinstance(value, float) and math.isnan(value)
-            ):
-                self._writer.add_scalar(key, value, step)
+            if key != "steps" and isinstance(value, (int, float)) and not math.isnan(value):
+                self._writer.add_scalar(key, value, int(row["steps"]))
         self._writer.flush()
 
     def close(self) -> None:

@@ -21,27 +21,19 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "minutes": (0, 1e8, False, True),
     "step_seconds": (0, 1e6, False, True),
 }
-POSITIVE_INTS = ("workers", "groups", "batch_size", "patience", "steps", "min_workers",
-                 "context", "layers", "width", "heads")
-NON_NEGATIVE_INTS = ("bn_recalibrate", "checkpoint_every", "restarts", "eval_tokens")
 #: The largest count or interval any setting takes: above it a value is a mistake
-#: (a slip of the keyboard), not a plan; workers are started on this one machine.
+#: (a slip of the keyboard), not a plan.
 MAX_COUNT = 10**9
-MAX_WORKERS = 1024
+#: The integer settings: (least, most). Workers are started on this one machine; a
+#: language model's dimension above 65536 is a slip, not a model for this trainer.
+INTEGERS: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(("workers", "groups"), (1, 1024)),
+    **dict.fromkeys(("batch_size", "patience", "steps", "min_workers"), (1, MAX_COUNT)),
+    **dict.fromkeys(("context", "layers", "width", "heads"), (1, 65536)),
+    **dict.fromkeys(("bn_recalibrate", "checkpoint_every", "restarts", "eval_tokens"),
+                    (0, MAX_COUNT))}
 #: ``--eval-every``: whole steps (``200``) or seconds (``30s``, ``2.5s``).
 EVAL_EVERY = r"(\d+)|(\d+(?:\.\d*)?|\.\d+)\s*(?:s|sec|seconds)"
-
-
-#: The largest size of a language model's dimension: a larger one is a slip, not a model
-#: for this trainer.
-MAX_MODEL_SIZE = 65536
-
-
-def count_limit(name: str) -> int:
-    """The largest value the integer setting ``name`` takes."""
-    if name in ("workers", "groups"):
-        return MAX_WORKERS
-    return MAX_MODEL_SIZE if name in ("context", "layers", "width", "heads") else MAX_COUNT
 
 
 def flag(name: str) -> str:

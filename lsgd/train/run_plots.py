@@ -1,17 +1,7 @@
-"""A run folder's figures, and several runs overlaid (``lsgd plot``).
-
-* test error of the center against training time and against steps (the
-  LSGD paper's headline plot), one curve per run, and likewise its test loss
-  (the paper's Figures 9-12), optionally with a zoom on the last part of time;
-  for a language model its validation loss (nats per byte), the headline,
-  against time, steps and bytes sent per worker;
-* the leader's rank over iterations and the elections each worker won (the
-  paper's Figure 5).
-
-Drawn from the files a run writes (``metrics.csv``, ``leader_history.csv``,
-``summary.json``) with the helpers of :mod:`lsgd.plots` (imported when a figure is
-drawn); what the runs' headline is, and the words of its axes, come from their
-summaries through :mod:`lsgd.tasks.headline`.
+"""A run folder's figures, and several runs overlaid (``lsgd plot``): the center's test
+error or loss against time and steps (the LSGD paper's headline plot and Figures 9-12;
+a language model's validation loss also against bytes sent), and the leaders (Figure 5),
+drawn from the run's files with :mod:`lsgd.plots` (imported when a figure is drawn).
 """
 
 from __future__ import annotations
@@ -57,16 +47,9 @@ def _headline(runs: Sequence[Path]) -> Headline:
     return shared(_summary(run).get("metric") for run in runs)
 
 
-def headline(runs: Sequence[Path]) -> str:
-    """What ``plot_runs`` draws by default: the test error, or for runs whose headline
-    is a loss (language models) the loss."""
-    return _headline(runs).figure
-
-
 def _curve(run: Path, metric: str, x: str = "steps"
            ) -> tuple[list[float], list[float], list[float]]:
-    """(times, ``x`` (steps), values) of one run's ``metric``, rows without a value left
-    out."""
+    """(times, ``x`` (steps), values) of one run's ``metric``, rows without a value left out."""
     column, transform, _ = METRICS[metric]
     rows = [r for r in read_csv(run / "metrics.csv")
             if isinstance(r.get(column), float) and math.isfinite(r[column])
@@ -75,22 +58,14 @@ def _curve(run: Path, metric: str, x: str = "steps"
             [transform(r[column]) for r in rows])
 
 
-def _zoom_window(times: Sequence[float], fraction: float) -> tuple[float, float]:
-    """The last ``fraction`` of the time axis spanned by ``times``: (start, end)."""
-    lo, hi = min(times), max(times)
-    return hi - fraction * (hi - lo), hi
-
-
 def plot_runs(runs: Sequence[Path], out: Path, metric: str | None = None,
               zoom: float | None = None) -> Path | None:
-    """Overlay the center's test error (``metric="error"``) or test loss (``"loss"``)
-    of several runs against time and steps (default: :func:`headline`); for a loss,
-    also against the bytes each worker sent.
-
-    With ``zoom`` (a fraction in (0, 1)) a further panel shows the last ``zoom`` of
-    the time axis with its own y range, where the curves of long runs bunch up.
-    """
-    metric = metric or headline(runs)
+    """Overlay the center's test error (``metric="error"``) or test loss (``"loss"``) of
+    several runs against time and steps (default: their headline), a loss also against the
+    bytes each worker sent; with ``zoom`` in (0, 1), a panel of the last ``zoom`` of the time
+    axis with its own y range, where the curves of long runs bunch up."""
+    headline = _headline(runs)
+    metric = metric or headline.figure
     if metric not in METRICS:
         raise ValueError(f"plot_runs: unknown metric {metric!r}; choose one of "
                          f"{', '.join(METRICS)}")
@@ -101,60 +76,56 @@ def plot_runs(runs: Sequence[Path], out: Path, metric: str | None = None,
     plt = pyplot()
     if plt is None:
         return None
-    ylabel = _headline(runs).axis_labels[metric]
     by_bytes = METRICS[metric][2]
-    count = 2 + by_bytes + (zoom is not None)
-    fig, axes = plt.subplots(1, count, figsize=(5.5 * count, 4))
-    by_time, by_steps = axes[0], axes[1]
-    curves = []
+    xlabels = ["training time (s)", "local steps per worker",
+               *["MB sent per worker"] * by_bytes, *["training time (s)"] * (zoom is not None)]
+    fig, axes = plt.subplots(1, len(xlabels), figsize=(5.5 * len(xlabels), 4))
+    drawn = []  # (times, values) of every run with a curve
     for run in runs:
         times, steps, values = _curve(run, metric)
         if not values:
             continue
-        label = _label(run)
-        curves.append((times, steps, values, label))
-        by_time.plot(times, values, marker=".", label=label)
-        by_steps.plot(steps, values, marker=".", label=label)
+        drawn.append((times, values))
+        lines = [(times, values), (steps, values)]
         if by_bytes:
-            sent = _curve(run, metric, "bytes_sent_per_worker")
-            axes[2].plot([b / 1e6 for b in sent[1]], sent[2], marker=".", label=label)
-    panels = [(by_time, "training time (s)"), (by_steps, "local steps per worker")]
+            _, sent, values_by_sent = _curve(run, metric, "bytes_sent_per_worker")
+            lines.append(([b / 1e6 for b in sent], values_by_sent))
+        label = _label(run)
+        for ax, (x, y) in zip(axes, lines + [(times, values)]):  # the last: the zoom's
+            ax.plot(x, y, marker=".", label=label)
     if by_bytes:
         axes[2].set_xscale("symlog", linthresh=1.0)
-        panels.append((axes[2], "MB sent per worker"))
     if zoom is not None:
-        last = axes[-1]
-        panels.append((last, "training time (s)"))
-        if curves:
-            start, end = _zoom_window([t for times, *_ in curves for t in times], zoom)
-            shown = [v for times, _, values, _ in curves
-                     for t, v in zip(times, values) if t >= start]
-            for times, _, values, label in curves:
-                last.plot(times, values, marker=".", label=label)
-            low, high = min(shown), max(shown)
-            pad = 0.05 * (high - low) or 0.05 * abs(high) or 0.05
-            margin = 0.02 * (end - start) or 0.5
-            last.set_xlim(start - margin, end + margin)
-            last.set_ylim(low - pad, high + pad)
-        last.set_title(f"last {zoom:.0%} of the time axis", fontsize=9)
-    for ax, xlabel in panels:
+        _zoom(axes[-1], drawn, zoom)
+    for ax, xlabel in zip(axes, xlabels):
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel(headline.axis_labels[metric])
         ax.grid(alpha=0.3)
-        if curves:
+        if drawn:
             ax.legend()
     return save(fig, out)
 
 
+def _zoom(ax: Any, drawn: list[tuple[list[float], list[float]]], zoom: float) -> None:
+    """The last ``zoom`` of the time axis of the curves ``drawn``, with its own y range."""
+    if drawn:
+        times = [t for every, _ in drawn for t in every]
+        end = max(times)
+        start = end - zoom * (end - min(times))
+        shown = [v for every, values in drawn for t, v in zip(every, values) if t >= start]
+        low, high = min(shown), max(shown)
+        pad = 0.05 * (high - low) or 0.05 * abs(high) or 0.05
+        margin = 0.02 * (end - start) or 0.5
+        ax.set_xlim(start - margin, end + margin)
+        ax.set_ylim(low - pad, high + pad)
+    ax.set_title(f"last {zoom:.0%} of the time axis", fontsize=9)
+
+
 def leader_counts(history: Iterable[tuple[Any, Any, Any]], workers: int,
                   level: str = "global") -> dict[int, int]:
-    """How many elections of ``level`` each worker won: {rank: count} for every rank
-    in ``range(workers)`` (0 for those that never led).
-
-    ``history`` holds (step, level, leader) rows as in leader_history.csv; rows of
-    other levels, and elections without a leader (None or NaN), are not counted.
-    A leader outside ``range(workers)`` is counted under its own rank anyway.
-    """
+    """How many elections of ``level`` each worker won, of the (step, level, leader)
+    rows of ``history``: {rank: count} for every rank in ``range(workers)`` and any
+    other that led; elections without a leader (None or NaN) are not counted."""
     counts = dict.fromkeys(range(workers), 0)
     for _, row_level, leader in history:
         if str(row_level) != level or leader is None or (
@@ -166,15 +137,9 @@ def leader_counts(history: Iterable[tuple[Any, Any, Any]], workers: int,
 
 
 def plot_leaders(run: Path, out: Path) -> Path | None:
-    """The leader's rank at every election, by level (Figure 5 of the LSGD paper, left),
-    and how many elections each worker won (its right half).
-
-    The bars count the *global* elections only: every worker competes in them,
-    whereas leader_history.csv is written by rank 0 and so holds the local
-    elections of rank 0's group alone (with one group LSGD has only the global
-    level anyway). The number of workers comes from summary.json, else from the
-    highest rank that led.
-    """
+    """The leader's rank at every election, by level, and how many *global* elections each
+    worker won (Figure 5 of the LSGD paper): leader_history.csv, written by rank 0, holds
+    the local elections of rank 0's group alone."""
     from lsgd.plots import pyplot, save
 
     plt = pyplot()
@@ -186,27 +151,24 @@ def plot_leaders(run: Path, out: Path) -> Path | None:
         return None
     fig, (ax, bars) = plt.subplots(1, 2, figsize=(11, 3.2),
                                    gridspec_kw={"width_ratios": (2, 1)})
-    levels = sorted({str(r["level"]) for r in rows})
-    for level in levels:
-        pts = [(r["step"], r["leader"]) for r in rows if r["level"] == level]
-        ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=f"{level} leader",
-                alpha=0.8)
+    for level in sorted({str(r["level"]) for r in rows}):
+        mine = [r for r in rows if r["level"] == level]
+        ax.step([r["step"] for r in mine], [r["leader"] for r in mine], where="post",
+                label=f"{level} leader", alpha=0.8)
     from matplotlib.ticker import MaxNLocator
 
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    for axis in (ax.yaxis, bars.xaxis, bars.yaxis):
+        axis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("local steps")
     ax.set_ylabel("leader rank")
     ax.grid(alpha=0.3)
     ax.legend()
-    ranks = [int(r["leader"]) for r in rows
-             if isinstance(r["leader"], float) and math.isfinite(r["leader"])]
     workers = _summary(run).get("workers")
     if not isinstance(workers, int) or workers < 1:
-        workers = max(ranks, default=-1) + 1
+        workers = 1 + max((int(r["leader"]) for r in rows if isinstance(r["leader"], float)
+                           and math.isfinite(r["leader"])), default=-1)
     counts = leader_counts([(r["step"], r["level"], r["leader"]) for r in rows], workers)
     bars.bar(list(counts), list(counts.values()), color="tab:blue")
-    bars.xaxis.set_major_locator(MaxNLocator(integer=True))
-    bars.yaxis.set_major_locator(MaxNLocator(integer=True))
     bars.set_xlabel("worker rank")
     bars.set_ylabel("global elections won")
     bars.grid(alpha=0.3, axis="y")

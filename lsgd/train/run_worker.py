@@ -1,39 +1,30 @@
-"""One worker of ``lsgd train``: data, model, optimizer, strategy, the loop.
-
-``run_worker(info, cfg)`` is the same function under every backend (threads
-of the simulator, local processes, torchrun on several nodes); it runs the
-shared loop (:class:`lsgd.train.loop.WorkerLoop`), whose decisions
-(evaluate, checkpoint, stop) every worker takes alike
-(:class:`lsgd.train.clock.Pace`), and adds checkpoints, resumes and restarts,
-per-worker columns, a progress bar and the run's summary.
-
-``--straggle RANK:FACTOR`` slows a worker down for experiments: after its
-forward and backward pass it sleeps ``FACTOR - 1`` times as long as they took
-(with ``--backend threads`` its steps take ``FACTOR`` units on the simulator's
-virtual clock instead).
-
-Only rank 0 writes files; every worker writes its own checkpoint file.
+"""One worker of ``lsgd train``, the same under every backend (threads of the simulator, local
+processes, torchrun on several nodes): the shared loop (:class:`lsgd.train.loop.WorkerLoop`)
+with checkpoints, resumes and restarts, per-worker columns, a progress bar and the run's
+summary. Only rank 0 writes files; every worker writes its own checkpoint file.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
 import lsgd
 from lsgd.functional import finite_each
 from lsgd.plots import draw_graphs
+from lsgd.registry import strategy_class
 from lsgd.strategies import DivergedError
-from lsgd.train import checkpoint, faults, outputs, progress
+from lsgd.train import checkpoint, faults, outputs
 from lsgd.train.build import UsageError, graphs_of, make_strategy, pick_device, preflight
-from lsgd.train.checks import DECENTRALIZED
 from lsgd.train.config import TrainConfig
 from lsgd.train.evaluate import gather_named, model_copy
-from lsgd.train.loop import WorkerLoop, worker_figures
+from lsgd.train.loop import PER_WORKER, WorkerLoop, worker_figures
 
 __all__ = ["UsageError", "Worker", "preflight", "run_worker"]
 
@@ -52,41 +43,41 @@ class Worker(WorkerLoop):
         self.restarts: list[dict[str, Any]] = []  # resumes and restarts of this run so far
         # A restarted worker runs the same command again, which continues from the latest
         # good checkpoint.
-        resume = cfg.resume
-        if not resume and self.attempt > 0 and checkpoint.complete(self.run_dir):
-            resume = str(self.run_dir)
-        if resume:
-            self._resume(Path(resume), required=bool(cfg.resume))
-        elif self.attempt > 0:
-            self._restart_from_scratch()
+        if cfg.resume or (self.attempt > 0 and checkpoint.complete(self.run_dir)):
+            self._resume(Path(cfg.resume or self.run_dir), required=bool(cfg.resume))
+        elif self.attempt > 0 and self.rank == 0:
+            self._restarted(0, None, "no checkpoint was written before the failure "
+                            "(--checkpoint-every N writes one every N steps); starting again "
+                            "from step 0")
         self.progress_file = checkpoint.Progress(self.run_dir) if self.rank == 0 else None
         self.tensorboard = (outputs.TensorBoard(self.run_dir) if self.rank == 0
                             and cfg.output.tensorboard else None)
-        self.bar = progress.bar(self.pace, disable=self.rank != 0 or cfg.output.quiet
-                                or not sys.stderr.isatty())
-        # Without a terminal (a log file, CI) a line per evaluation says how far it is.
+        # Rank 0 shows the progress (nothing with --quiet): a bar of the steps of a step
+        # budget, else of the seconds of a time budget; without a terminal (a log file, CI)
+        # a line per evaluation.
+        by_steps = self.pace.by_steps
+        self.bar = tqdm(total=self.pace.max_steps if by_steps else self.pace.max_seconds,
+                        unit="step" if by_steps else "s", initial=0, dynamic_ncols=True,
+                        disable=self.rank != 0 or cfg.output.quiet or not sys.stderr.isatty(),
+                        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} {unit} "
+                                   "[{elapsed}<{remaining}{postfix}]")
         self.log_lines = self.rank == 0 and not cfg.output.quiet and self.bar.disable
 
     def make_strategy(self) -> lsgd.Strategy:
         """The run's strategy (:func:`lsgd.train.build.make_strategy`)."""
         return make_strategy(self.cfg, self.model, self.opt, self.method_comm)
 
-    # -- checkpoints ---------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
         rng = {"torch": torch.get_rng_state(), "generator": self.generator.get_state()}
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        state = {
-            "steps": self.steps, "train_seconds": self.train_seconds,
-            "data_seconds": self.data_seconds,
-            **self.pace.state_dict(),
-            "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
-            "strategy": self.strategy.state_dict(), "schedule": self.schedule.state_dict(),
-            "rng": rng, "reached": self.reached,
-        }
+        state = {"steps": self.steps, "train_seconds": self.train_seconds,
+                 "data_seconds": self.data_seconds, **self.pace.state_dict(),
+                 "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                 "strategy": self.strategy.state_dict(), "schedule": self.schedule.state_dict(),
+                 "rng": rng, "reached": self.reached}
         if self.rank == 0:
-            state["rows"] = self.rows
-            state["restarts"] = self.restarts
+            state |= {"rows": self.rows, "restarts": self.restarts}
         return state
 
     def _agree(self, mine: torch.Tensor) -> torch.Tensor:
@@ -99,13 +90,13 @@ class Worker(WorkerLoop):
         A restart (not ``required``: no ``--resume``) whose checkpoints all fail their
         check sets them aside and starts again from step 0, saying so."""
         chosen, skipped = checkpoint.choose(run, self.rank, self.world, self._agree, required)
+        names = ", ".join(bad.checkpoint.path.name for bad in skipped)
+        aside = checkpoint.folder(run) / "unusable"
         if chosen is None:
-            names = ", ".join(bad.checkpoint.path.name for bad in skipped)
             if self.rank == 0:
                 checkpoint.set_aside(run, [bad.checkpoint for bad in skipped])
-            self._restart_from_scratch(f"no usable checkpoint ({names} set aside in "
-                                       f"{checkpoint.folder(run) / 'unusable'})")
-            if self.rank == 0:
+                self._restarted(0, None, f"no usable checkpoint ({names} set aside in {aside}); "
+                                         "starting again from step 0")
                 faults.answer(self.run_dir, f"fell back to step 0 ({names} unusable)")
             return
         checkpoint.check_identity(run, chosen, self.identity)
@@ -113,56 +104,43 @@ class Worker(WorkerLoop):
             if bad.problem:
                 checkpoint.warn(f"checkpoint {bad.checkpoint.path.name} is not usable: "
                                 f"{bad.problem}")
-        if self.rank == 0 and skipped:
-            for bad in skipped:
-                checkpoint.warn(f"checkpoint {bad.checkpoint.path.name} set aside in "
-                                f"{checkpoint.folder(run) / 'unusable'} (worker(s) "
-                                f"{', '.join(map(str, bad.ranks))}); continuing from "
-                                f"{chosen.path.name}")
+            if self.rank == 0:
+                checkpoint.warn(f"checkpoint {bad.checkpoint.path.name} set aside in {aside} "
+                                f"(worker(s) {', '.join(map(str, bad.ranks))}); continuing "
+                                f"from {chosen.path.name}")
+        if self.rank == 0:
             checkpoint.set_aside(run, [bad.checkpoint for bad in skipped])
         state = checkpoint.read(chosen, self.rank)
         self._restore(state)
         if self.rank == 0:
-            reached = checkpoint.reached(run)
-            redone = max(0, reached - self.steps) if reached is not None else None
             self.restarts = list(state.get("restarts", []))
-            self.restarts.append({
-                "kind": "restart" if self.attempt > 0 else "resume",
-                "attempt": self.attempt, "from_step": self.steps, "reached_step": reached,
-                "steps_redone": redone, "checkpoint": chosen.path.name,
-            })
-            if self.attempt > 0:
-                checkpoint.warn(f"restart {self.attempt}: continuing from {chosen.path.name} "
-                                f"(step {self.steps}; {redone} steps to redo)")
-                faults.answer(self.run_dir, f"restart {self.attempt} from step {self.steps}")
+            self._restarted(self.steps, chosen.path.name,
+                            f"continuing from {chosen.path.name} at step {self.steps}")
             if skipped:
-                faults.answer(self.run_dir, f"fell back to {chosen.path.name} ("
-                              + ", ".join(b.checkpoint.path.name for b in skipped)
-                              + " unusable)")
+                faults.answer(self.run_dir, f"fell back to {chosen.path.name} ({names} unusable)")
 
-    def _restart_from_scratch(self, why: str = "no checkpoint was written before the "
-                              "failure (--checkpoint-every N writes one every N steps)"
-                              ) -> None:
-        """A restart with no checkpoint to continue from (``why``): every step again, said
-        and counted (before this worker's progress mark is written anew)."""
-        if self.rank != 0:
-            return
+    def _restarted(self, from_step: int, chosen: str | None, how: str) -> None:
+        """Rank 0: count a resume or a restart from ``from_step`` (of the checkpoint
+        ``chosen``, None: from scratch); a restart is said (``how``) and logged as the
+        answer to its faults (before this worker's progress mark is written anew)."""
         reached = checkpoint.reached(self.run_dir)
-        self.restarts.append({"kind": "restart", "attempt": self.attempt, "from_step": 0,
-                              "reached_step": reached, "steps_redone": reached,
-                              "checkpoint": None})
-        checkpoint.warn(f"restart {self.attempt}: {why}; starting again from step 0 "
-                        f"({'?' if reached is None else reached} steps to redo)")
-        faults.answer(self.run_dir, f"restart {self.attempt} from step 0")
+        redone = None if reached is None else max(0, reached - from_step)
+        self.restarts.append({"kind": "restart" if self.attempt > 0 else "resume",
+                              "attempt": self.attempt, "from_step": from_step,
+                              "reached_step": reached, "steps_redone": redone,
+                              "checkpoint": chosen})
+        if self.attempt > 0:
+            checkpoint.warn(f"restart {self.attempt}: {how} "
+                            f"({'?' if redone is None else redone} steps to redo)")
+            faults.answer(self.run_dir, f"restart {self.attempt} from step {from_step}")
 
     def _restore(self, state: dict[str, Any]) -> None:
         for key in ("steps", "train_seconds", "data_seconds"):
             setattr(self, key, state[key])
         self.pace.load_state_dict(state)
-        self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["optimizer"])
-        self.strategy.load_state_dict(state["strategy"])
-        self.schedule.load_state_dict(state["schedule"])
+        for part, key in ((self.model, "model"), (self.opt, "optimizer"),
+                          (self.strategy, "strategy"), (self.schedule, "schedule")):
+            part.load_state_dict(state[key])
         torch.set_rng_state(state["rng"]["torch"])
         self.generator.set_state(state["rng"]["generator"])
         if "cuda" in state["rng"] and self.device.type == "cuda":
@@ -171,11 +149,8 @@ class Worker(WorkerLoop):
         self.reached = state.get("reached")
 
     def save_checkpoint(self) -> None:
-        """Collective: every worker writes its file; rank 0 completes the checkpoint.
-
-        The gathered records (each file's SHA-256 and size) are also the barrier:
-        ``meta.json`` is written only once every file is on disk.
-        """
+        """Collective: every worker writes its file; rank 0 completes the checkpoint. The
+        gathered records (each file's SHA-256 and size) are also the barrier."""
         steps = round(self.pace.shared_steps)
         record = checkpoint.write_rank(self.run_dir, steps, self.rank, self._state())
         healthy = finite_each([list(self.model.parameters())])[0]
@@ -190,7 +165,6 @@ class Worker(WorkerLoop):
             checkpoint.commit(self.run_dir, steps, [bytes(r[:-1].tolist()) for r in records],
                               self.identity)
 
-    # -- evaluation ----------------------------------------------------------------
     def leader_model(self, leader: int | None) -> nn.Module | None:
         """A copy of the leader's model on every worker (one broadcast), with --eval-leader."""
         if leader is None or not self.cfg.evaluation.eval_leader:
@@ -201,11 +175,10 @@ class Worker(WorkerLoop):
         """Collective: the row of the center, the leader (and each worker, with
         --eval-workers), with every worker's own figures in columns of its own."""
         report = self.strategy.report()
-        accuracy = self.task.evaluate(self.model) if self.cfg.evaluation.eval_workers else None
-        nan = float("nan")
+        own = self.task.evaluate(self.model) if self.cfg.evaluation.eval_workers else None
         row, every = self.evaluate(
-            accuracy=accuracy.correct / accuracy.count if accuracy is not None else nan,
-            loss=accuracy.loss / accuracy.count if accuracy is not None else nan,
+            accuracy=own.correct / own.count if own is not None else math.nan,
+            loss=own.loss / own.count if own is not None else math.nan,
             steps=self.steps, rounds=report.rounds, wait_seconds=report.wait_seconds,
             comm_seconds=report.comm_seconds, resets=report.resets)
         spread = self.strategy.spread()  # decentralized: mean distance of the workers to the center
@@ -213,10 +186,8 @@ class Worker(WorkerLoop):
             row["spread"] = spread
         world = range(self.world)
         row.update({f"worker{r}_train_loss": float(every["train_loss"][r]) for r in world})
-        # Per worker: own steps, rounds joined, seconds in rounds, resets.
-        row.update({f"worker{r}_{name}": kind(every[name][r]) for r in world for name, kind in (
-            ("steps", int), ("rounds", int), ("wait_seconds", float), ("comm_seconds", float),
-            ("resets", int))})
+        row.update({f"worker{r}_{name}": kind(every[name][r])
+                    for r in world for name, kind in PER_WORKER})
         if self.cfg.evaluation.eval_workers:
             row.update({f"worker{r}_{name}": float(every[name][r])
                         for r in world for name in ("accuracy", "loss")})
@@ -227,8 +198,13 @@ class Worker(WorkerLoop):
         super().record(row)
         if self.rank != 0:
             return
-        if self.log_lines:
-            print(progress.line(self.task, self.pace, row), file=sys.stderr, flush=True)
+        if self.log_lines:  # where the run is, the center's headline, the bytes sent
+            pace = self.pace
+            where = (f" of {pace.max_steps:g}" if pace.by_steps
+                     else f" ({row['time']:.1f} of {pace.max_seconds:g} s of training)")
+            print(f"step {row['steps']:g}{where}: {self.task.headline.sentence(row)}, "
+                  f"{row['bytes_sent_per_worker'] / 1e6:.1f} MB sent per worker",
+                  file=sys.stderr, flush=True)
         history = self.strategy.report().leader_history
         outputs.write_csv(self.run_dir / "leader_history.csv",
                           [{"step": s, "level": lv, "leader": ld} for s, lv, ld in history],
@@ -236,7 +212,6 @@ class Worker(WorkerLoop):
         if self.tensorboard is not None:
             self.tensorboard.log(row)
 
-    # -- the loop ------------------------------------------------------------------
     def after_step(self, loss: torch.Tensor) -> None:
         """Mark the progress, say so on divergence, take the run's decisions, move the bar."""
         if self.progress_file is not None:
@@ -245,12 +220,21 @@ class Worker(WorkerLoop):
         super().after_step(loss)
         pace, bar = self.pace, self.bar
         if not bar.disable:
-            if self.evaluated_at == self.steps or self.steps % 10 == 0:
-                bar.set_postfix(progress.fields(self.task, self.strategy.report(), self.rows,
-                                                self.epochs_done(), float(loss.detach())),
-                                refresh=False)
+            if self.evaluated_at == self.steps or self.steps % 10 == 0:  # when it redraws
+                bar.set_postfix(self._shown(float(loss.detach())), refresh=False)
             bar.update((pace.mean_steps(self.steps) if pace.by_steps
                         else pace.shared_seconds) - bar.n)
+
+    def _shown(self, loss: float) -> dict[str, str]:
+        """What the bar shows besides progress."""
+        report = self.strategy.report()
+        shown = {"epoch": f"{self.epochs_done():.2f}", "loss": f"{loss:.3f}"}
+        if self.rows:
+            shown[self.task.headline.label] = f"{self.rows[-1][self.task.column]:.4f}"
+        if report.leader_rank is not None:
+            shown["leader"] = str(report.leader_rank)
+        shown["sent"] = f"{report.bytes_sent / 1e6:.1f} MB"
+        return shown
 
     def _note_divergence(self) -> None:
         """Say so when the strategy reset this worker or skipped a step for NaN or inf."""
@@ -280,8 +264,7 @@ class Worker(WorkerLoop):
             "data_seconds": self.data_seconds, "train_seconds": self.train_seconds,
             "comm_seconds": report.comm_seconds, "steps": self.steps, "rounds": report.rounds,
             "wait_seconds": report.wait_seconds, "resets": report.resets,
-            "skipped_steps": report.details.get("skipped_steps", 0),
-        }, self.device)
+            "skipped_steps": report.details.get("skipped_steps", 0)}, self.device)
         if self.tensorboard is not None:
             self.tensorboard.close()
         if self.rank != 0:
@@ -295,7 +278,7 @@ class Worker(WorkerLoop):
             restarts=sum(1 for r in self.restarts if r["kind"] == "restart"),
             steps_redone=sum(r["steps_redone"] or 0 for r in self.restarts),
             resumes=self.restarts)
-        if cfg.method in DECENTRALIZED:  # the communication graph(s)
+        if strategy_class(cfg.method).uses_graph:  # the communication graph(s)
             try:
                 summary["plots"].append(str(draw_graphs(graphs_of(cfg),
                                                         self.run_dir / "graphs.png")))

@@ -1,16 +1,8 @@
 """From a configuration to a finished run: the settings resolved, checked, trained.
 
-How the workers run:
-
-* ``--backend processes`` (default): W local processes over torch.distributed
-  (gloo on CPU, NCCL with one GPU per worker), started with torch's own elastic
-  launcher (:func:`lsgd.launch`);
-* the same command under ``torchrun`` joins the job as this process's worker
-  (groups = nodes);
-* ``--backend threads``: the in-process simulator.
-
-Used by ``lsgd train`` (:mod:`lsgd.train.command`), its side-by-side form
-(:mod:`lsgd.train.compare`) and the benchmarks.
+The workers run as W local processes (``--backend processes``, :func:`lsgd.launch`;
+gloo on CPU, NCCL with one GPU each), as this process's worker of a ``torchrun`` job
+(groups = nodes), or in the in-process simulator (``--backend threads``).
 """
 
 from __future__ import annotations
@@ -33,6 +25,7 @@ from lsgd.train.tomlfile import read_toml
 
 
 def under_torchrun() -> bool:
+    """Whether this process is a worker that torchrun started."""
     return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ
 
 
@@ -44,28 +37,22 @@ def resolve(args: argparse.Namespace, siblings: tuple[str, ...] = ()) -> TrainCo
     """Defaults, then the resumed run's or --config's settings, then the command line;
     ``siblings``: the methods trained side by side with this one (their options given
     are not this one's mistakes)."""
-    given = {k: v for k, v in vars(args).items() if k not in ("handler", "parser", "config", "command")}
+    given = {k: v for k, v in vars(args).items()
+             if k not in ("handler", "parser", "config", "command")}
     config = getattr(args, "config", None)
-    from_file: dict[str, Any] = {}
-    if config:
-        if not Path(config).exists():
-            raise UsageError(f"--config {config}: no such file")
-        from_file = _read_settings(config)
+    from_file = _read_settings(Path(config), f"--config {config}: no such file") if config else {}
     settings: dict[str, Any] = {}
     if "resume" in given:
         run = given["resume"]
         saved = Path(run) / "config.toml"
-        if not saved.exists():
-            raise UsageError(f"--resume {run}: no run there ({saved} is missing); give a run "
-                             "folder lsgd train wrote, or drop --resume to start a new run")
-        settings.update(_read_settings(saved))
+        settings = _read_settings(saved, f"--resume {run}: no run there ({saved} is missing); "
+                                  "give a run folder lsgd train wrote, or drop --resume to "
+                                  "start a new run")
         settings.pop("dry_run", None)  # a resumed run is a dry run only if this command says so
         _check_same_run(run, settings, from_file, config, given)
         settings["out"] = run
-    settings.update(from_file)
-    settings.update(given)
-    method = str(settings.get("method", TrainConfig.method))
-    settings = from_legacy(settings, method) | given
+    settings |= from_file | given
+    settings = from_legacy(settings, str(settings.get("method", TrainConfig.method))) | given
     try:
         cfg = make_config(settings, siblings, lenient=set(settings) - set(given))
     except (ValueError, TypeError) as error:
@@ -102,8 +89,11 @@ def resolve_backend(cfg: TrainConfig) -> TrainConfig:
     return dataclasses.replace(cfg, backend=backend)
 
 
-def _read_settings(path: str | Path) -> dict[str, Any]:
-    """:func:`read_toml`, its mistakes as a :class:`UsageError`."""
+def _read_settings(path: Path, missing: str) -> dict[str, Any]:
+    """:func:`read_toml`; a :class:`UsageError` saying ``missing`` if there is no such file,
+    else what is wrong with it."""
+    if not path.exists():
+        raise UsageError(missing)
     try:
         return read_toml(path)
     except ValueError as error:
@@ -117,29 +107,23 @@ def _check_same_run(run: str, saved: dict[str, Any], from_file: dict[str, Any],
     asked = {name: (value, f" ({name} in {config})", f"{name} from {config}")
              for name, value in from_file.items()}
     asked.update({name: (value, "", f"--{name}") for name, value in given.items()})
-    conflicts = [
-        f"--resume {run}: the run was trained with --{name} {saved[name]}; this asks for "
-        f"{asked[name][0]}{asked[name][1]}; drop {asked[name][2]} or start a new run "
-        "with another --out"
-        for name in RUN_IDENTITY
-        if name in saved and name in asked and asked[name][0] != saved[name]
-    ]
+    conflicts = [f"--resume {run}: the run was trained with --{name} {saved[name]}; this asks "
+                 f"for {asked[name][0]}{asked[name][1]}; drop {asked[name][2]} or start a new "
+                 "run with another --out" for name in RUN_IDENTITY
+                 if name in saved and name in asked and asked[name][0] != saved[name]]
     if conflicts:
         raise UsageError("\n".join(conflicts))
 
 
 def train(cfg: TrainConfig) -> dict[str, Any] | None:
-    """Run the workers of ``cfg``; rank 0's summary (None on other torchrun ranks).
-
-    ``--chaos`` is drawn into ``--fault`` first; link faults run in a helper process
-    (:mod:`lsgd.train.injector`); ``faults.csv`` is written at the end, also when
-    the run failed."""
+    """Run the workers of ``cfg``; rank 0's summary (None on other torchrun ranks). Link
+    faults run in a helper process (:mod:`lsgd.train.injector`); ``faults.csv`` is
+    written at the end, also when the run failed."""
     import lsgd
-    from lsgd.train import chaos, faults, injector
+    from lsgd.train import chaos, faults, injector, outputs
     from lsgd.train.run_worker import run_worker
 
     cfg = chaos.with_chaos(cfg)
-
     out = cfg.out_dir
     if under_torchrun() and cfg.elastic:
         return _elastic_node(cfg, out)
@@ -154,8 +138,8 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
                   file=sys.stderr)
         cfg = resolve_replica(dataclasses.replace(cfg, workers=info.world_size,
                                                   groups=info.groups))
-        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-        if info.rank == 0 and not restarted:  # a restart continues the folder it made
+        # A restart continues the folder that the first attempt made.
+        if info.rank == 0 and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0:
             prepare(cfg, out)
             _note_shared_store()
         try:
@@ -189,19 +173,10 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
             helper.kill()
             helper.wait()
         counts = faults.write_table(out, start)
-    return _count_faults(out, summary, counts) if cfg.faults.fault else summary
-
-
-def _count_faults(out: Path, summary: dict[str, Any] | None,
-                  counts: dict[str, int]) -> dict[str, Any] | None:
-    """The run's summary (and its ``summary.json``) with the faults it met counted."""
-    from lsgd.train import outputs
-
-    if summary is None:
-        return None
-    summary.update(counts)
-    saved = {k: v for k, v in summary.items() if k != "plots"}
-    outputs.write_json(out / "summary.json", saved)
+    if cfg.faults.fault and summary is not None:  # the faults it met, counted
+        summary.update(counts)
+        outputs.write_json(out / "summary.json", {k: v for k, v in summary.items()
+                                                  if k != "plots"})
     return summary
 
 
@@ -221,8 +196,9 @@ def _elastic_node(cfg: TrainConfig, out: Path) -> dict[str, Any] | None:
         init_from_env(datetime.timedelta(seconds=cfg.timeout))
     assert cfg.quorum.slot is not None and cfg.quorum.lighthouse is not None, "validated"
     info = lsgd.WorkerInfo(rank=local, world_size=per_node, groups=1)
-    record = elastic_worker(info, cfg.quorum.slot, cfg.workers // per_node, cfg.quorum.lighthouse, cfg,
-                            time.time(), [], address=cfg.quorum.address or socket.gethostname())
+    record = elastic_worker(info, cfg.quorum.slot, cfg.workers // per_node,
+                            cfg.quorum.lighthouse, cfg, time.time(), [],
+                            address=cfg.quorum.address or socket.gethostname())
     return record.get("summary")
 
 
@@ -241,9 +217,8 @@ def _note_shared_store() -> None:
 def check_new_run(cfg: TrainConfig, out: Path) -> None:
     """A run folder that already holds a run is continued with --resume, never overwritten."""
     if not cfg.resume and (out / "metrics.csv").exists():
-        raise UsageError(
-            f"{out} already holds a run; continue it with --resume {out} or choose another --out"
-        )
+        raise UsageError(f"{out} already holds a run; continue it with --resume {out} or "
+                         "choose another --out")
 
 
 def prepare(cfg: TrainConfig, out: Path) -> None:
@@ -272,16 +247,13 @@ def check_before_start(cfg: TrainConfig) -> None:
             from lsgd.comm.quorum import EXTRA
 
             raise UsageError(f"--elastic needs torchft, an optional extra: {EXTRA}")
-    if cfg.resume and not under_torchrun():
-        _check_resumable(cfg)
+    _check_resumable(cfg)
 
 
 def launch_from_this_process(cfg: TrainConfig) -> None:
-    """``lsgd train``'s own process is about to start worker processes: start their fork
-    server first, which imports torch and reads the dataset once for every worker
-    while this process checks the run; keep this one fit to fork from
-    (:func:`lsgd.launcher.worker.start_method`), its torch on one thread (it only reads
-    and checks the dataset) and no thread started."""
+    """Before this process starts worker processes: start their fork server first (it
+    imports torch and reads the dataset once for every worker while this process checks
+    the run), and keep this one fit to fork from, its torch on one thread."""
     if cfg.backend == "processes" and not under_torchrun():
         from lsgd.launcher.worker import (PRELOAD_ENV, prepare_forkserver, start_method,
                                           vouch_for_fork)
@@ -330,10 +302,13 @@ def _diverged(error: BaseException | str) -> int:
 
 
 def _check_resumable(cfg: TrainConfig) -> None:
-    """``--resume RUN``: a checkpoint whose files all verify, written by this method and
-    model for this many workers; else a ``UsageError`` naming the files and the fix."""
+    """``--resume RUN`` (not under torchrun): a checkpoint whose files all verify,
+    written by this method and model for this many workers; else a ``UsageError``
+    naming the files and the fix."""
     from lsgd.train import checkpoint
 
+    if not cfg.resume or under_torchrun():
+        return
     run = Path(cfg.resume or "")
     found = checkpoint.complete(run)
     if not found:
@@ -357,17 +332,14 @@ def _check_resumable(cfg: TrainConfig) -> None:
 
 def dry_run(cfg: TrainConfig) -> int:
     """``lsgd train --dry-run``: every check a real run makes before its workers start
-    that reads no data and creates nothing (:func:`~lsgd.train.build.preflight` with
-    ``read_data=False``, a run already in ``--out``, ``--resume``'s checkpoints), then
-    the resolved settings as TOML on stdout, with ``dry_run = false``: the text the
-    run would save as its config.toml, so ``--config`` of it starts the real run.
-    Notes on what was not checked go to stderr."""
+    that reads no data and creates nothing, notes on what was not checked (stderr), then
+    the config.toml the run would save (stdout, ``dry_run = false``: ``--config`` of it
+    starts the real run)."""
     from lsgd.train.build import preflight
 
     notes = preflight(cfg, read_data=False)
     check_new_run(cfg, cfg.out_dir)
-    if cfg.resume and not under_torchrun():
-        _check_resumable(cfg)
+    _check_resumable(cfg)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     print(cfg.but(dry_run=False).to_toml(), end="")

@@ -1,12 +1,13 @@
-"""The groups of a run's settings (:class:`~lsgd.train.config.TrainConfig`): each a
-dataclass whose fields are flags of ``lsgd train`` and keys of a TOML file, as flat
-names (``--lr``, ``lr = 0.1``), and a field of the run's configuration as a whole
-(``cfg.optim.lr``)."""
+"""The groups of a run's settings (:class:`~lsgd.train.config.TrainConfig`): each a dataclass
+whose fields are flags of ``lsgd train`` and keys of a TOML file, as flat names (``--lr``,
+``lr = 0.1``), and a field of the run's configuration as a whole (``cfg.optim.lr``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from lsgd.train.faults import FIELDS
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "lars", "muon")
 SCHEDULES = ("constant", "step", "minutes", "plateau", "cosine")
@@ -78,7 +79,7 @@ class EvaluationSettings:
 
 @dataclass
 class QuorumSettings:
-    """The settings of ``--elastic``: the quorum, its timeouts, and a node's place under torchrun."""
+    """The settings of ``--elastic``: the quorum, its timeouts, a node's place under torchrun."""
 
     min_workers: int = _f(1, "--elastic: rounds with fewer nodes are not committed")
     join_timeout: float = _f(30.0, "--elastic: seconds a round waits for a live worker that has "
@@ -98,11 +99,9 @@ class QuorumSettings:
 class FaultSettings:
     """Faults injected on purpose, checkpoints, and restarts after a failure."""
 
-    fault: list[str] = _f((), "inject a fault, once per run (repeatable): kill:RANK:STEP, "
-                              "nan:RANK:STEP, segv:RANK:STEP, stop:RANK:STEP:SECONDS, "
-                              "kill-node:NODE:STEP, corrupt-checkpoint:STEP, "
-                              "link-down:NODE:SECOND:SECONDS, slow:NODE:SECOND:RATE:SECONDS "
-                              "(STEP may be @SECOND); logged in faults.csv")
+    fault: list[str] = _f((), "inject a fault, once per run (repeatable): " + ", ".join(
+        ":".join([kind, *map(str.upper, fields)]) for kind, fields in FIELDS.items())
+        + " (STEP may be @SECOND); logged in faults.csv")
     chaos: int | None = _f(None, "draw a reproducible fault schedule from this seed "
                                  "(--chaos-mtbf, --chaos-kinds), added to --fault")
     chaos_mtbf: float = _f(30.0, "--chaos: mean seconds between faults")

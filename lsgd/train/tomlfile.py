@@ -6,9 +6,7 @@ import os
 import sys
 from typing import Any
 
-import tomli_w
-
-from lsgd.train.config import ALIASES, SETTING_NAMES, conform, without_removed
+from lsgd.train.config import ALIASES, SETTING_NAMES, as_toml, conform, without_removed
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -16,22 +14,10 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-def _as_toml(value: Any) -> str:
-    """``value`` as TOML writes it (``true``, ``"a lot"``), as Python does if not one line."""
-    text = tomli_w.dumps({"x": value})
-    one_line = text.startswith("x = ") and text.count("\n") == 1
-    return text[len("x = "):].strip() if one_line else repr(value)
-
-
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The settings in a TOML file, with keys normalized to field names.
-
-    Raises ``ValueError`` naming the file and what to change: it cannot be read or
-    is not TOML; it has a section (settings go at the top level); a key is unknown
-    (listing the valid ones), or was removed (naming what replaces it; one at the value
-    that meant the default now is dropped); a value is of the wrong type (naming the
-    expected one).
-    """
+    """The settings in a TOML file, with keys normalized to field names; ``ValueError``
+    naming the file and what to change (unreadable, not TOML, a section, a key unknown or
+    removed, a value of the wrong type)."""
     try:
         with open(path, "rb") as f:
             raw = tomllib.load(f)
@@ -44,25 +30,23 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"{path}: section(s) {', '.join(f'[{key}]' for key in sections)} "
                          "found; settings go at the top level of the file: remove the "
                          "[section] line(s)")
-    names = SETTING_NAMES
     keys = {key: ALIASES.get(key.replace("-", "_"), key.replace("-", "_")) for key in raw}
     try:  # an older run's config.toml holds sync_buffers = true: read as if it did not
         kept = without_removed({name: raw[key] for key, name in keys.items()})
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
     keys = {key: name for key, name in keys.items() if name in kept}
-    unknown = sorted(key for key, name in keys.items() if name not in names)
+    unknown = sorted(key for key, name in keys.items() if name not in SETTING_NAMES)
     if unknown:
-        raise ValueError(
-            f"{path}: unknown setting(s) {', '.join(unknown)}; valid ones: {', '.join(sorted(names))}"
-        )
+        raise ValueError(f"{path}: unknown setting(s) {', '.join(unknown)}; valid ones: "
+                         f"{', '.join(sorted(SETTING_NAMES))}")
     settings: dict[str, Any] = {}
     errors: list[str] = []
     for key, name in keys.items():
         try:
             settings[name] = conform(name, raw[key])
         except TypeError as expected:
-            errors.append(f"{key} = {_as_toml(raw[key])} in {path}: expected {expected}")
+            errors.append(f"{key} = {as_toml(raw[key])} in {path}: expected {expected}")
     if errors:
         raise ValueError("\n  ".join(errors))
     return settings
