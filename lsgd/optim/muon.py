@@ -1,14 +1,11 @@
 """Muon for the matrices, AdamW for the rest, as one optimizer a strategy drives.
 
-``torch.optim.Muon`` takes 2-D parameters only (it orthogonalizes each matrix's
-momentum with Newton-Schulz steps). :class:`MuonAdamW` gives it every 2-D weight
-outside an embedding (the attention and MLP matrices of a transformer's blocks) and
-gives AdamW the embeddings, the biases, the norms and any other tensor, as MuLoCo and
-Muon's authors do. Muon's step is scaled to AdamW's update size
-(``adjust_lr_fn="match_rms_adamw"``), so one learning rate serves both.
-
-The two optimizers' parameter groups are this optimizer's ``param_groups`` (the same
-dictionaries), so a learning-rate scheduler reaches both; ``state_dict`` holds both.
+``torch.optim.Muon`` (momentum orthogonalized by Newton-Schulz steps) takes 2-D parameters
+only: :class:`MuonAdamW` gives it every 2-D weight outside an embedding and AdamW the rest
+(embeddings, biases, norms), as MuLoCo and Muon's authors do. Muon's step is scaled to
+AdamW's update size (``adjust_lr_fn="match_rms_adamw"``), so one learning rate serves both.
+The inner optimizers' groups are this one's ``param_groups`` (the same dictionaries, so a
+learning-rate scheduler reaches both); ``state_dict`` holds both.
 """
 
 from __future__ import annotations

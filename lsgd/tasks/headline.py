@@ -1,11 +1,9 @@
-"""A task's headline figure, as every table, progress line and figure shows it.
-
-A task's headline (:attr:`lsgd.tasks.Task.metric`) is the center's test accuracy
-(image classification; higher is better) or its validation loss in nats per byte
-(language modelling; lower is better). Each is described once, as a :class:`Headline`,
-so that the progress, the comparison, the plots and the benchmarks ask it instead of
-branching on the metric's name. Torch-free, like :mod:`lsgd.names`: the command line
-reads it before it has accepted its arguments.
+"""A task's headline figure, as every table, progress line and figure shows it: the
+center's test accuracy (image classification; higher is better) or validation loss in
+nats per byte (language modelling; lower is better), each described once as a
+:class:`Headline` that callers ask instead of branching on the metric's name.
+Torch-free, like :mod:`lsgd.names`: the command line reads it before it has accepted its
+arguments.
 """
 
 from __future__ import annotations

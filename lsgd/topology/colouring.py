@@ -19,15 +19,12 @@ def edge_colouring(size: int, edges: Sequence[Edge]) -> list[list[Edge]]:
     edges = sorted(edges)
     if not edges:
         return []
+    degree = max(map(len, neighbour_lists(size, edges)))  # no colouring needs fewer colours
     best = _greedy_colouring(size, edges)
-    degree = max(map(len, neighbour_lists(size, edges)))
-    for colouring in (_greedy_colouring, _misra_gries):
-        if len(best) == degree:  # optimal: every colouring needs max_degree colours
-            break
-        candidate = colouring(size, _walk_order(size, edges) if colouring is _greedy_colouring
-                              else edges)
-        if len(candidate) < len(best):
-            best = candidate
+    if len(best) > degree:
+        best = min(best, _greedy_colouring(size, _walk_order(size, edges)), key=len)
+    if len(best) > degree:
+        best = min(best, _misra_gries(size, edges), key=len)
     best = [sorted(m) for m in best]
     for matching in best:  # invariant: a matching touches each worker at most once
         ends = [v for e in matching for v in e]
