@@ -8,10 +8,7 @@ from torch import nn
 
 from lsgd.models.shared import _check_positive, _init_conv_bn, _stages
 
-#: The stems :class:`ResNet50` knows.
 STEMS = ("imagenet", "cifar")
-
-#: :func:`stem_for` picks the CIFAR stem for images no larger than this (each side).
 CIFAR_STEM_MAX_SIZE = 64
 
 

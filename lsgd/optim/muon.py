@@ -60,22 +60,21 @@ class MuonAdamW(torch.optim.Optimizer):
         self.muon = torch.optim.Muon(matrices, lr=lr, weight_decay=weight_decay,
                                      momentum=momentum, adjust_lr_fn="match_rms_adamw")
         self.adamw = torch.optim.AdamW(rest, lr=lr, weight_decay=weight_decay) if rest else None
+        self._inner = [o for o in (self.muon, self.adamw) if o is not None]
         super().__init__(matrices + rest, {"lr": lr})
         self._link()
 
     def _link(self) -> None:
         """Share the inner optimizers' groups and states (again after a load, which
         replaces them)."""
-        inner = [self.muon] + ([self.adamw] if self.adamw else [])
-        self.param_groups = [g for o in inner for g in o.param_groups]
-        self.state = _BothStates(*(o.state for o in inner))
+        self.param_groups = [g for o in self._inner for g in o.param_groups]
+        self.state = _BothStates(*(o.state for o in self._inner))
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
         loss = closure() if closure is not None else None
-        self.muon.step()
-        if self.adamw is not None:
-            self.adamw.step()
+        for optimizer in self._inner:
+            optimizer.step()
         return loss
 
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]

@@ -156,7 +156,5 @@ def reaches(metric: str, value: float, target: float) -> bool:
 
 def best(metric: str, values: list[float]) -> float:
     """The best of ``values`` for the headline ``metric`` (NaN left out; NaN if none)."""
-    finite = [v for v in values if not math.isnan(v)]
-    if not finite:
-        return math.nan
-    return max(finite) if of_metric(metric).higher_is_better else min(finite)
+    pick = max if of_metric(metric).higher_is_better else min
+    return pick((v for v in values if not math.isnan(v)), default=math.nan)
