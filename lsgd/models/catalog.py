@@ -39,21 +39,6 @@ def _build_vgg16(input_shape: InputShape, classes: int) -> nn.Module:
     return VGG16(input_shape[0], classes)
 
 
-def parse_wrn(name: str) -> tuple[int, int] | None:
-    """``(depth, widen)`` of a ``wrn-D-K`` name, or None when ``name`` is not of
-    that form. Raises :class:`ValueError` for a depth that is not 6n + 4 or a
-    widening factor below 1."""
-    match = WRN_PATTERN.fullmatch(name)
-    if match is None:
-        return None
-    depth, widen = int(match.group(1)), int(match.group(2))
-    if depth < 10 or (depth - 4) % 6 != 0:
-        raise ValueError(f"wrn depth must be 6n+4, e.g. 16, 22, 28, 40; got {depth}")
-    if widen < 1:
-        raise ValueError(f"wrn width (widening factor) must be at least 1; got {widen}")
-    return depth, widen
-
-
 def _build_wrn(input_shape: InputShape, classes: int, depth: int, widen: int) -> nn.Module:
     return WideResNet(input_shape[0], classes, depth=depth, widen=widen)
 
@@ -70,11 +55,6 @@ MODELS: dict[str, ModelFactory] = {
 }
 
 
-def model_names() -> list[str]:
-    """The registered model names, sorted."""
-    return sorted(MODELS)
-
-
 def build_model(name: str, input_shape: tuple[int, int, int], classes: int) -> nn.Module:
     """The model ``name`` (one of :data:`MODELS`, or any ``wrn-D-K``: WideResNet-D-K with
     D = 6n + 4 and K >= 1) for inputs of shape ``(C, H, W)`` and ``classes`` outputs.
@@ -85,11 +65,11 @@ def build_model(name: str, input_shape: tuple[int, int, int], classes: int) -> n
     """
     factory = MODELS.get(name)
     if factory is None:
-        wrn = parse_wrn(name)
+        wrn = WRN_PATTERN.fullmatch(name)
         if wrn is None:
             raise ValueError(f"unknown model {name!r}; choose one of "
-                             f"{', '.join(model_names())}, or {WRN_FAMILY}")
-        factory = partial(_build_wrn, depth=wrn[0], widen=wrn[1])
+                             f"{', '.join(sorted(MODELS))}, or {WRN_FAMILY}")
+        factory = partial(_build_wrn, depth=int(wrn[1]), widen=int(wrn[2]))
     shape = tuple(input_shape)
     if len(shape) != 3 or not all(_validate.is_int(v) and v >= 1 for v in shape):
         raise ValueError(

@@ -44,5 +44,4 @@ class CNN7(nn.Module):
         return self.classifier(self.features(x))
 
 
-#: :class:`CNN7` by its catalogue name.
-cnn7 = CNN7
+cnn7 = CNN7  # the catalogue's name

@@ -37,15 +37,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """A decoder-only transformer over a vocabulary of ``vocab`` tokens.
-
-    Token and learned position embeddings, ``layers`` pre-LayerNorm blocks (causal
-    self-attention through ``scaled_dot_product_attention(is_causal=True)``, then a
-    4x-wide GELU MLP, each added to the residual stream), a final LayerNorm, and output
-    logits from the token embedding itself (tied weights: one matrix, one entry in the
-    state). GPT-2's initialization: weights normal with standard deviation 0.02, biases
-    zero, the two projections into the residual stream scaled by ``1 / sqrt(2 * layers)``.
-    No dropout.
+    """A decoder-only transformer over ``vocab`` tokens: token and learned position
+    embeddings, ``layers`` :class:`Block` (causal attention, 4x-wide GELU MLP), a final
+    LayerNorm, and logits from the token embedding itself (tied: one matrix in the state).
+    GPT-2's initialization (weights N(0, 0.02), biases zero, the two projections into the
+    residual stream scaled by ``1 / sqrt(2 * layers)``); no dropout.
 
     ``forward(tokens)``: int64 ``[B, T]`` with ``T <= context`` -> logits
     ``[B, T, vocab]``; the logits at position ``t`` depend on tokens ``0..t`` only."""

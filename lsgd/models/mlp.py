@@ -32,5 +32,4 @@ class MLP(nn.Module):
         return self.net(x)
 
 
-#: :class:`MLP` by its catalogue name.
-mlp = MLP
+mlp = MLP  # the catalogue's name

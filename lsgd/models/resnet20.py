@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lsgd.models.shared import _check_positive, _init_conv_bn
+from lsgd.models.shared import _check_positive, _init_conv_bn, _stages
 
 
 class _ShortcutA(nn.Module):
@@ -16,13 +16,10 @@ class _ShortcutA(nn.Module):
         super().__init__()
         self.stride = stride
         extra = planes - in_planes
-        self.pad_front = extra // 2
-        self.pad_back = extra - extra // 2
+        self.channel_pad = (0, 0, 0, 0, extra // 2, extra - extra // 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.stride != 1:
-            x = x[:, :, :: self.stride, :: self.stride]
-        return F.pad(x, (0, 0, 0, 0, self.pad_front, self.pad_back))
+        return F.pad(x[:, :, :: self.stride, :: self.stride], self.channel_pad)
 
 
 class _BasicBlock(nn.Module):
@@ -54,14 +51,8 @@ class ResNet20(nn.Module):
         _check_positive(in_channels=in_channels, classes=classes)
         self.conv1 = nn.Conv2d(in_channels, 16, 3, stride=1, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(16)
-        layers: list[nn.Module] = []
-        in_planes = 16
-        for stage, planes in enumerate((16, 32, 64)):
-            for i in range(3):
-                stride = 2 if stage > 0 and i == 0 else 1
-                layers.append(_BasicBlock(in_planes, planes, stride))
-                in_planes = planes
-        self.layers = nn.Sequential(*layers)
+        stages = _stages(_BasicBlock, 16, [(16, 3), (32, 3), (64, 3)])
+        self.layers = nn.Sequential(*(block for stage in stages for block in stage))
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(64, classes)
         _init_conv_bn(self, mode="fan_in")
@@ -71,5 +62,4 @@ class ResNet20(nn.Module):
         return self.fc(torch.flatten(self.pool(out), 1))
 
 
-#: :class:`ResNet20` by its catalogue name.
-resnet20 = ResNet20
+resnet20 = ResNet20  # the catalogue's name

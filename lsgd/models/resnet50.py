@@ -6,12 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lsgd.models.shared import _check_positive, _init_conv_bn
+from lsgd.models.shared import _check_positive, _init_conv_bn, _stages
 
-#: The stems :class:`ResNet50` knows.
 STEMS = ("imagenet", "cifar")
-
-#: :func:`stem_for` picks the CIFAR stem for images no larger than this (each side).
 CIFAR_STEM_MAX_SIZE = 64
 
 
@@ -74,18 +71,12 @@ class ResNet50(nn.Module):
                       else nn.Conv2d(in_channels, 64, 3, stride=1, padding=1, bias=False))
         self.maxpool = nn.MaxPool2d(3, stride=2, padding=1) if imagenet else nn.Identity()
         self.bn1 = nn.BatchNorm2d(64)
-        stages: list[nn.Module] = []
-        in_planes = 64
-        for stage, (planes, blocks) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3))):
-            layer: list[nn.Module] = []
-            for i in range(blocks):
-                stride = 2 if stage > 0 and i == 0 else 1
-                layer.append(_Bottleneck(in_planes, planes, stride))
-                in_planes = planes * _Bottleneck.expansion
-            stages.append(nn.Sequential(*layer))
-        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        stages = _stages(_Bottleneck, 64, [(64, 3), (128, 4), (256, 6), (512, 3)],
+                         _Bottleneck.expansion)
+        self.layer1, self.layer2, self.layer3, self.layer4 = (
+            nn.Sequential(*blocks) for blocks in stages)
         self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(in_planes, classes)
+        self.fc = nn.Linear(512 * _Bottleneck.expansion, classes)
         _init_conv_bn(self, mode="fan_out")
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
@@ -97,5 +88,4 @@ class ResNet50(nn.Module):
         return self.fc(torch.flatten(self.pool(self.features(x)), 1))
 
 
-#: :class:`ResNet50` by its catalogue name.
-resnet50 = ResNet50
+resnet50 = ResNet50  # the catalogue's name

@@ -36,10 +36,9 @@ class VGG16(nn.Module):
         layers: list[nn.Module] = []
         channels = in_channels
         for v in VGG16_CONFIG:
-            if v == "M":
+            if isinstance(v, str):  # "M"
                 layers.append(nn.MaxPool2d(2))
             else:
-                assert isinstance(v, int)
                 layers += [nn.Conv2d(channels, v, 3, padding=1), nn.BatchNorm2d(v),
                            nn.ReLU(inplace=True)]
                 channels = v
@@ -58,5 +57,4 @@ class VGG16(nn.Module):
         return self.classifier(torch.flatten(out, 1))
 
 
-#: :class:`VGG16` by its catalogue name.
-vgg16 = VGG16
+vgg16 = VGG16  # the catalogue's name

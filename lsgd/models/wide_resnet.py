@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lsgd.models.shared import _check_positive, _init_conv_bn
+from lsgd import _validate
+from lsgd.models.shared import _check_positive, _init_conv_bn, _stages
 
 
 class _WideBlock(nn.Module):
@@ -43,25 +46,21 @@ class WideResNet(nn.Module):
     def __init__(self, in_channels: int, classes: int, depth: int = 28, widen: int = 10,
                  dropout: float = 0.0) -> None:
         super().__init__()
-        _check_positive(in_channels=in_channels, classes=classes, depth=depth, widen=widen)
-        if (depth - 4) % 6 != 0 or depth < 10:
-            raise ValueError(f"WideResNet depth must be 6n + 4 with n >= 1, got {depth}")
+        _check_positive(in_channels=in_channels, classes=classes)
+        if not _validate.is_int(depth) or depth < 10 or (depth - 4) % 6 != 0:
+            raise ValueError(f"wrn depth must be 6n+4, e.g. 16, 22, 28, 40; got {depth}")
+        if not _validate.is_int(widen) or widen < 1:
+            raise ValueError(f"wrn width (widening factor) must be at least 1; got {widen}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        n = (depth - 4) // 6
-        widths = (16, 16 * widen, 32 * widen, 64 * widen)
-        self.conv1 = nn.Conv2d(in_channels, widths[0], 3, stride=1, padding=1, bias=False)
-        layers: list[nn.Module] = []
-        in_planes = widths[0]
-        for stage, planes in enumerate(widths[1:]):
-            for i in range(n):
-                stride = 2 if stage > 0 and i == 0 else 1
-                layers.append(_WideBlock(in_planes, planes, stride, dropout))
-                in_planes = planes
-        self.layers = nn.Sequential(*layers)
-        self.bn = nn.BatchNorm2d(in_planes)
+        self.conv1 = nn.Conv2d(in_channels, 16, 3, stride=1, padding=1, bias=False)
+        blocks = (depth - 4) // 6
+        stages = _stages(partial(_WideBlock, dropout=dropout), 16,
+                         [(width * widen, blocks) for width in (16, 32, 64)])
+        self.layers = nn.Sequential(*(block for stage in stages for block in stage))
+        self.bn = nn.BatchNorm2d(64 * widen)
         self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(in_planes, classes)
+        self.fc = nn.Linear(64 * widen, classes)
         _init_conv_bn(self, mode="fan_out")
         nn.init.zeros_(self.fc.bias)
 
@@ -70,5 +69,4 @@ class WideResNet(nn.Module):
         return self.fc(torch.flatten(self.pool(out), 1))
 
 
-#: :class:`WideResNet` by its catalogue name.
-wide_resnet = WideResNet
+wide_resnet = WideResNet  # the catalogue's name

@@ -1,14 +1,11 @@
 """Muon for the matrices, AdamW for the rest, as one optimizer a strategy drives.
 
-``torch.optim.Muon`` takes 2-D parameters only (it orthogonalizes each matrix's
-momentum with Newton-Schulz steps). :class:`MuonAdamW` gives it every 2-D weight
-outside an embedding (the attention and MLP matrices of a transformer's blocks) and
-gives AdamW the embeddings, the biases, the norms and any other tensor, as MuLoCo and
-Muon's authors do. Muon's step is scaled to AdamW's update size
-(``adjust_lr_fn="match_rms_adamw"``), so one learning rate serves both.
-
-The two optimizers' parameter groups are this optimizer's ``param_groups`` (the same
-dictionaries), so a learning-rate scheduler reaches both; ``state_dict`` holds both.
+``torch.optim.Muon`` (momentum orthogonalized by Newton-Schulz steps) takes 2-D parameters
+only: :class:`MuonAdamW` gives it every 2-D weight outside an embedding and AdamW the rest
+(embeddings, biases, norms), as MuLoCo and Muon's authors do. Muon's step is scaled to
+AdamW's update size (``adjust_lr_fn="match_rms_adamw"``), so one learning rate serves both.
+The inner optimizers' groups are this one's ``param_groups`` (the same dictionaries, so a
+learning-rate scheduler reaches both); ``state_dict`` holds both.
 """
 
 from __future__ import annotations
@@ -63,22 +60,21 @@ class MuonAdamW(torch.optim.Optimizer):
         self.muon = torch.optim.Muon(matrices, lr=lr, weight_decay=weight_decay,
                                      momentum=momentum, adjust_lr_fn="match_rms_adamw")
         self.adamw = torch.optim.AdamW(rest, lr=lr, weight_decay=weight_decay) if rest else None
+        self._inner = [o for o in (self.muon, self.adamw) if o is not None]
         super().__init__(matrices + rest, {"lr": lr})
         self._link()
 
     def _link(self) -> None:
         """Share the inner optimizers' groups and states (again after a load, which
         replaces them)."""
-        inner = [self.muon] + ([self.adamw] if self.adamw else [])
-        self.param_groups = [g for o in inner for g in o.param_groups]
-        self.state = _BothStates(*(o.state for o in inner))
+        self.param_groups = [g for o in self._inner for g in o.param_groups]
+        self.state = _BothStates(*(o.state for o in self._inner))
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
         loss = closure() if closure is not None else None
-        self.muon.step()
-        if self.adamw is not None:
-            self.adamw.step()
+        for optimizer in self._inner:
+            optimizer.step()
         return loss
 
     def state_dict(self) -> dict[str, Any]:  # type: ignore[override]

@@ -1,12 +1,8 @@
-"""What is trained, between the trainer and the data and models.
-
-A :class:`Task` says what a batch is, the loss, the model, how a model is evaluated,
-and which figure is the headline. Two tasks run through the same training loop, run
-folder and benchmarks: :class:`ImageClassification` (the papers' image models, test
-accuracy) and :class:`LanguageModelling` (byte-level next-token prediction with a
-small GPT or Hugging Face's GPT-2, validation loss in nats per byte); :func:`make_task`
-picks one for a run's data. The names here are imported on first use, so that the
-torch-free :mod:`lsgd.tasks.headline` can be read without the others.
+"""What is trained, between the trainer and the data and models: a :class:`Task`
+(:class:`ImageClassification` or :class:`LanguageModelling`, picked by :func:`make_task`)
+says what a batch is, the loss, the model, its evaluation and the headline figure. The
+names are imported on first use, so the torch-free :mod:`lsgd.tasks.headline` can be
+read without the others.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""A task's headline figure, as every table, progress line and figure shows it.
-
-A task's headline (:attr:`lsgd.tasks.Task.metric`) is the center's test accuracy
-(image classification; higher is better) or its validation loss in nats per byte
-(language modelling; lower is better). Each is described once, as a :class:`Headline`,
-so that the progress, the comparison, the plots and the benchmarks ask it instead of
-branching on the metric's name. Torch-free, like :mod:`lsgd.names`: the command line
-reads it before it has accepted its arguments.
+"""A task's headline figure, as every table, progress line and figure shows it: the
+center's test accuracy (image classification; higher is better) or validation loss in
+nats per byte (language modelling; lower is better), each described once as a
+:class:`Headline` that callers ask instead of branching on the metric's name.
+Torch-free, like :mod:`lsgd.names`: the command line reads it before it has accepted its
+arguments.
 """
 
 from __future__ import annotations
@@ -158,7 +156,5 @@ def reaches(metric: str, value: float, target: float) -> bool:
 
 def best(metric: str, values: list[float]) -> float:
     """The best of ``values`` for the headline ``metric`` (NaN left out; NaN if none)."""
-    finite = [v for v in values if not math.isnan(v)]
-    if not finite:
-        return math.nan
-    return max(finite) if of_metric(metric).higher_is_better else min(finite)
+    pick = max if of_metric(metric).higher_is_better else min
+    return pick((v for v in values if not math.isnan(v)), default=math.nan)

@@ -39,6 +39,7 @@ class ImageClassification(Task):
         self.test_fn = augment.test_transform(self.preset)
         self.batch_size, self.seed = batch_size, seed
         self.n_train, self.n_test = len(data.train_y), len(data.test_y)
+        self.classes: int = data.classes
         self.steps_per_epoch = image_steps_per_epoch(self.n_train, workers, batch_size)
         self._order: tuple[tuple[int, int, int], torch.Tensor] | None = None
 
@@ -47,10 +48,6 @@ class ImageClassification(Task):
         if not self.in_memory:
             return tuple(self.data.input_shape)  # type: ignore[return-value]
         return tuple(self.test_fn(self.data.test_x[:1]).shape[1:])  # type: ignore[return-value]
-
-    @property
-    def classes(self) -> int:
-        return self.data.classes
 
     def build_model(self) -> nn.Module:
         return build_model(self.model_name, self.input_shape(), self.classes)

@@ -1,14 +1,12 @@
 """Language modelling: next-byte prediction on a text, a transformer, validation loss.
 
 Tokens are bytes (:mod:`lsgd.data.text`). Worker ``r`` of ``W`` trains on an exclusive
-contiguous shard of the training bytes; each batch is ``batch_size`` windows of
-``context + 1`` bytes starting at random places in that shard (drawn from the worker's
-generator), the model predicting bytes ``1..context`` of each from the bytes before
-them. An epoch is as many batches as the shard holds windows of ``context`` new bytes.
-Evaluation reads ``eval_tokens`` bytes of the validation text (all of it with 0, or when
-it is shorter) as windows spread evenly over it, the same at every evaluation; workers
-take interleaved slices. Rows carry the validation loss in nats per byte (the headline),
-bits per byte, perplexity and next-byte accuracy.
+contiguous shard of the training bytes, each batch ``batch_size`` windows of ``context + 1``
+bytes at random places in it (drawn from the worker's generator); an epoch is as many
+batches as the shard holds windows of ``context`` new bytes. Evaluation reads about
+``eval_tokens`` bytes of the validation text (all of it with 0) as the same evenly spread
+windows every time, workers taking interleaved slices. Rows carry the validation loss in
+nats per byte (the headline), bits per byte, perplexity and next-byte accuracy.
 """
 
 from __future__ import annotations

@@ -121,6 +121,4 @@ def bits_per_byte(nats: float) -> float:
 
 def perplexity(nats: float) -> float:
     """``exp(loss)``; infinite past what a float holds, NaN for NaN (nothing evaluated)."""
-    if math.isnan(nats):
-        return nats
-    return math.exp(nats) if nats < 700 else math.inf
+    return math.inf if nats >= 700 else math.exp(nats)

@@ -1,14 +1,11 @@
 """Communication graphs for decentralized training, and the math on them.
 
-A :class:`Topology` is an undirected simple graph on the workers ``0 .. W-1``, built
-with :func:`ring`, :func:`torus`, :func:`complete`, :func:`erdos_renyi` (seeded),
-:func:`from_edges` or by name (:func:`make`, :func:`from_spec`). The decentralized
-strategies use its **matchings** (rounds of pairwise exchange, at most ``D + 1`` for
-maximum degree ``D``), its **Laplacian** and D-PSGD's mixing weight
-(:meth:`Topology.mixing_weight`; Lian et al., arXiv:1705.09056), its connectivity
-check, and MATCHA's convex programs (:mod:`lsgd.topology.matcha_programs`). Nothing
-here communicates: every worker builds the same graph and matchings from the same
-arguments.
+A :class:`Topology` is an undirected simple graph on the workers ``0 .. W-1`` (built by
+:mod:`~lsgd.topology.generators`) with its matchings (rounds of pairwise exchange, at
+most ``D + 1`` for maximum degree ``D``), Laplacian, connectivity check and D-PSGD's
+mixing weight (Lian et al., arXiv:1705.09056); MATCHA's convex programs are in
+:mod:`lsgd.topology.matcha_programs`.
+Nothing here communicates: every worker builds the same graph from the same arguments.
 """
 
 from lsgd.topology.colouring import Edge, _misra_gries, edge_colouring

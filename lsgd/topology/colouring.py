@@ -19,15 +19,12 @@ def edge_colouring(size: int, edges: Sequence[Edge]) -> list[list[Edge]]:
     edges = sorted(edges)
     if not edges:
         return []
+    degree = max(map(len, neighbour_lists(size, edges)))  # no colouring needs fewer colours
     best = _greedy_colouring(size, edges)
-    degree = max(map(len, neighbour_lists(size, edges)))
-    for colouring in (_greedy_colouring, _misra_gries):
-        if len(best) == degree:  # optimal: every colouring needs max_degree colours
-            break
-        candidate = colouring(size, _walk_order(size, edges) if colouring is _greedy_colouring
-                              else edges)
-        if len(candidate) < len(best):
-            best = candidate
+    if len(best) > degree:
+        best = min(best, _greedy_colouring(size, _walk_order(size, edges)), key=len)
+    if len(best) > degree:
+        best = min(best, _misra_gries(size, edges), key=len)
     best = [sorted(m) for m in best]
     for matching in best:  # invariant: a matching touches each worker at most once
         ends = [v for e in matching for v in e]
@@ -113,25 +110,19 @@ def _misra_gries(size: int, edges: Sequence[Edge]) -> list[list[Edge]]:
     def free(v: int) -> int:
         return next(c for c in palette if c not in at[v])
 
+    def follows(u: int, w: int, prev: int) -> bool:
+        """Whether ``w`` may follow ``prev`` in a fan of ``u``: ``(u, w)``'s colour is
+        free at ``prev``."""
+        c = get(u, w)
+        return c is not None and c not in at[prev]
+
     def is_fan(u: int, fan: list[int]) -> bool:
-        for prev, w in zip(fan, fan[1:]):
-            c = get(u, w)
-            if c is None or c in at[prev]:
-                return False
-        return True
+        return all(follows(u, w, prev) for prev, w in zip(fan, fan[1:]))
 
     for u, v in edges:
-        fan, members = [v], {v}
-        grown = True
-        while grown:  # maximal fan of u starting at v
-            grown = False
-            for w in adj[u]:
-                c = get(u, w)
-                if w not in members and c is not None and c not in at[fan[-1]]:
-                    fan.append(w)
-                    members.add(w)
-                    grown = True
-                    break
+        fan = [v]  # grown to a maximal fan of u starting at v
+        while more := [w for w in adj[u] if w not in fan and follows(u, w, fan[-1])]:
+            fan.append(more[0])
         c, d = free(u), free(fan[-1])
         path, x, col = [], u, d  # the cd-path from u, starting with colour d
         while col in at[x]:

@@ -1,10 +1,6 @@
-"""MATCHA's two convex programs (Wang et al., arXiv:1905.09435), solved with cvxpy.
-
-:func:`activation_probabilities` chooses how often each matching is used under
-a communication budget; :func:`matcha_mixing_weight` the mixing weight that
-minimizes the expected contraction (:func:`expected_contraction`). cvxpy is
-the optional extra ``lsgd[matcha]``.
-"""
+"""MATCHA's two convex programs (Wang et al., arXiv:1905.09435), solved with cvxpy (the
+optional extra ``lsgd[matcha]``): how often each matching is used under a communication
+budget, and the mixing weight that minimizes the expected contraction."""
 
 from __future__ import annotations
 
