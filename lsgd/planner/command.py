@@ -43,9 +43,9 @@ def run_plan(args: argparse.Namespace) -> int:
     knobs = {key: getattr(args, key) for key in KNOBS if getattr(args, key) is not None}
     methods = [m.strip() for m in (args.methods or ",".join(METHODS)).split(",")]
     try:
-        result = plan(args.model or parse_size(args.params), workers=args.workers,
-                      step_time=None if args.measure else args.step_time, groups=args.groups,
-                      link=args.link, methods=methods, knobs=knobs, device=args.device)
+        result = plan(args.model or parse_size(args.params), step_time=args.step_time,
+                      workers=args.workers, groups=args.groups, link=args.link,
+                      methods=methods, knobs=knobs, device=args.device)
     except ValueError as error:
         raise UsageError(str(error)) from None
     print(result.table())
