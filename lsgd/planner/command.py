@@ -10,12 +10,12 @@ from lsgd.names import ROUND_CODECS, SPARSE_VALUES
 from lsgd.train.errors import UsageError
 
 #: The method options that shape traffic, each for the methods that take it.
-KNOBS = {"period": int, "global-period": int, "fragments": int, "overlap": int,
+KNOBS = {"period": int, "global_period": int, "fragments": int, "overlap": int,
          "compress": ROUND_CODECS, "density": float, "chunk": int, "values": SPARSE_VALUES,
          "topk": int, "powersgd": int}
 
 
-def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_plan_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser("plan", help="each method's cost on a link, before training",
                                    description="Seconds per step, utilization, bytes and the "
                                    "link rates each method needs (docs/plan.md).")
@@ -31,23 +31,21 @@ def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
     add("--link", default="20mbit", help="RATE[,LATENCY] (20mbit)")
     add("--methods", help="a subset of allreduce,diloco,sparseloco,demo,muloco,lsgd")
     for name, kind in KNOBS.items():
-        add(f"--{name}", type=kind if callable(kind) else str,
+        add(f"--{name.replace('_', '-')}", type=kind if callable(kind) else str,
             choices=None if callable(kind) else kind, help="as lsgd train takes it")
     add("--out", metavar="DIR", help="write plan.csv, plan.json and plan.png there")
-    parser.set_defaults(handler=run_plan, parser=parser)
-    return parser
+    parser.set_defaults(handler=run_plan)
 
 
 def run_plan(args: argparse.Namespace) -> int:
     from lsgd.planner.planning import METHODS, parse_size, plan
 
-    knobs = {key: value for key in (n.replace("-", "_") for n in KNOBS)
-             if (value := getattr(args, key)) is not None}
+    knobs = {key: getattr(args, key) for key in KNOBS if getattr(args, key) is not None}
     methods = [m.strip() for m in (args.methods or ",".join(METHODS)).split(",")]
     try:
-        result = plan(args.model or parse_size(args.params), workers=args.workers,
-                      step_time=None if args.measure else args.step_time, groups=args.groups,
-                      link=args.link, methods=methods, knobs=knobs, device=args.device)
+        result = plan(args.model or parse_size(args.params), step_time=args.step_time,
+                      workers=args.workers, groups=args.groups, link=args.link,
+                      methods=methods, knobs=knobs, device=args.device)
     except ValueError as error:
         raise UsageError(str(error)) from None
     print(result.table())

@@ -1,6 +1,7 @@
-"""``lsgd.plan(...)``: what each form sends in its cycle of steps, as the simulator's clock
-charges it; the seconds per step, bytes and link rates that leaves (the model:
-:mod:`lsgd.planner`); a model's shapes counted on the meta device, or its step timed."""
+"""``lsgd.plan(...)``: each form of a method as the collectives it starts in its cycle of
+steps (:func:`forms`), priced by the simulator's link model (a link per node, free inside
+one) and replayed on one worker's clock (:func:`step_seconds`); the seconds per step, bytes
+per node and link rates that leaves. What is not planned: docs/plan.md, "Left out"."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from lsgd.comm.sparse import SparseFormat
 from lsgd.comm.wire import (LinkModel, broadcast_pattern, compressed_all_reduce_traffic,
                             ring_allreduce_bytes, ring_traffic)
 from lsgd.dct import block_shape
-from lsgd.links.spec import parse_link
+from lsgd.links.spec import RATE_UNITS, parse_link
 from lsgd.method_options import OPTIONS
+from lsgd.models.gpt import count_parameters
 from lsgd.names import GATHERED_CODECS, LANGUAGE_MODELS
 from lsgd.strategies.pipeline import check_options
 from lsgd.strategies.stages.options import RoundPlan
@@ -36,16 +38,16 @@ SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([kmgb]?)", re.IGNORECASE)
 
 @dataclasses.dataclass(frozen=True)
 class Send:
-    """A collective started after step ``at`` of the cycle, waited for ``lands`` steps later
-    (0: blocking; ``early``: before that step's landings); ``nbytes`` cross a node's link."""
+    """A collective started after step ``at`` of the cycle and waited for ``lands`` steps
+    later (0: blocking), taking ``stages * latency + bits / rate`` seconds; ``nbytes``
+    cross a node's link. ``control``: on the control lane, before that step's landings."""
 
     at: int
     stages: float
     bits: float
     nbytes: float
     lands: int = 0
-    lane: str = "bulk"
-    early: bool = False
+    control: bool = False
 
     def seconds(self, rate: float, latency: float) -> float:
         return self.stages * latency + self.bits / rate
@@ -63,12 +65,12 @@ class Form:
 
 
 class Net:
-    """Collectives among ``workers`` in ``groups`` nodes as :class:`Send` s: seconds
-    ``stages * latency + bits / rate`` from LinkModel, bytes from lsgd.comm.wire."""
+    """Collectives among ``workers`` in ``groups`` nodes as :class:`Send` s: their stages
+    and bits from LinkModel, their bytes from lsgd.comm.wire."""
 
     def __init__(self, workers: int, groups: int) -> None:
         size = workers // groups
-        self.groups, self.m, self.first = groups, list(range(workers)), list(range(size))
+        self.groups, self.m, self.first = groups, list(range(workers)), range(size)
         self.node: Callable[[int], int] = lambda rank: rank // size
         # Communicator._chained: a broadcast across nodes goes along the nodes' heads
         self.heads = chain_heads(0, groups, size) if groups > 1 and workers > 2 else None
@@ -105,40 +107,12 @@ class Net:
                           else link.broadcast(nbytes, heads, 0, "chain", chunk_count(nbytes)),
                           moved, **when)
 
-
-def parts(numel: int, count: int) -> list[int]:
-    """The values of each of ``count`` fragments of a flat buffer (stages/parts.py)."""
-    return [numel * (f + 1) // count - numel * f // count for f in range(count)]
-
-
-def averaging(net: Net, numel: int, period: int, plan: RoundPlan, lands: int) -> list[Send]:
-    """DiLoCo's rounds: each fragment every ``period`` steps at its offset, all-reduced in
-    its codec, or its payload (top-k, 2-bit) all-gathered."""
-    sends = []
-    for f, values in enumerate(parts(numel, plan.fragments)):
-        at = (f + 1) * period // plan.fragments % period
-        sends.append(net.all_reduce(values, plan.compress, at=at, lands=lands)
-                     if plan.fmt is None else net.all_gather(
-                         plan.fmt.nbytes(-(-values // plan.chunk), plan.chunk), at=at,
-                         lands=lands))
-    return sends
-
-
-def leader(net: Net, numel: int, period: int, fragments: int, overlap: int, codec: str
-           ) -> list[Send]:
-    """LSGD's global round: the scores (float64) gathered at the round, or a step early on
-    the control lane, then each fragment of the leader's state broadcast."""
-    early = bool(overlap) or fragments > 1
-    return [net.all_gather(8, at=(period - 1) % period, lands=1, lane="control", early=True)
-            if early else net.all_gather(8, at=0)] + [
-        net.broadcast(codecs.nbytes(codec, values), at=f * period // fragments, lands=overlap)
-        for f, values in enumerate(parts(numel, fragments))]
-
-
-def demo_payload(shapes: Sequence[tuple[int, ...]], topk: int, chunk: int, values: str) -> int:
-    """Bytes of a worker's DeMo message: the top ``topk`` of each parameter's DCT blocks."""
-    sizes = [(math.prod(s), math.prod(block_shape(s, chunk))) for s in shapes]
-    return sum(SparseFormat(min(topk, b), values).nbytes(n // b, b) for n, b in sizes)
+    def message(self, numel: int, plan: RoundPlan, **when: Any) -> Send:
+        """A round's message of ``numel`` values: all-reduced in its codec, or its payload
+        (top-k, 2-bit) all-gathered."""
+        if plan.fmt is None:
+            return self.all_reduce(numel, plan.compress, **when)
+        return self.all_gather(plan.fmt.nbytes(math.ceil(numel / plan.chunk), plan.chunk), **when)
 
 
 def powersgd_values(shapes: Sequence[tuple[int, ...]], rank: int) -> list[int]:
@@ -148,11 +122,10 @@ def powersgd_values(shapes: Sequence[tuple[int, ...]], rank: int) -> list[int]:
 
     whole = ps = qs = 0
     for shape in shapes:
-        n = shape[0] if shape else 1
-        m = math.prod(shape) // max(n, 1)
-        r = min(n, m, rank)
-        if _should_compress(n, m, r, 2)[0]:
-            ps, qs = ps + n * r, qs + m * r
+        n, m = (shape[0], math.prod(shape[1:])) if shape else (1, 1)
+        kept = min(n, m, rank)
+        if _should_compress(n, m, kept, 2)[0]:
+            ps, qs = ps + n * kept, qs + m * kept
         else:
             whole += n * m
     return [whole, ps, qs]
@@ -161,21 +134,22 @@ def powersgd_values(shapes: Sequence[tuple[int, ...]], rank: int) -> list[int]:
 def step_seconds(form: Form, compute: float, rate: float, latency: float,
                  cycles: int = 40) -> float:
     """Seconds per step once what is in flight at a cycle's end repeats (at most
-    ``cycles``), or the busiest lane's per cycle if more: a worker's clock as
-    :mod:`lsgd.comm.world` moves it (see :mod:`lsgd.planner`)."""
+    ``cycles``), or the busiest lane's per cycle if more. The clock moves as
+    :mod:`lsgd.comm.world` moves a worker's: the compute, the control lane's sends, the
+    transfers due land (waiting for what is left of them), then the other sends start
+    (blocking, or behind the earlier ones of their lane)."""
     clock, lanes, pending, ends, state = 0.0, {}, [], [0.0], None
     for step in range(1, cycles * form.cycle + 1):
         clock += compute
         at = step % form.cycle
-        for early in (True, False):
-            for send in (s for s in form.sends if s.at == at and s.early == early):
-                seconds = send.seconds(rate, latency)
+        for control in (True, False):
+            for send in (s for s in form.sends if s.at == at and s.control == control):
                 if send.lands == 0:
-                    clock += seconds
+                    clock += send.seconds(rate, latency)
                     continue
-                lanes[send.lane] = max(clock, lanes.get(send.lane, 0.0)) + seconds
-                pending.append((step + send.lands, lanes[send.lane]))
-            if early:
+                lanes[control] = max(clock, lanes.get(control, 0.0)) + send.seconds(rate, latency)
+                pending.append((step + send.lands, lanes[control]))
+            if control:
                 clock = max([clock] + [end for due, end in pending if due <= step])
                 pending = [(due, end) for due, end in pending if due > step]
         if at == 0:
@@ -186,7 +160,7 @@ def step_seconds(form: Form, compute: float, rate: float, latency: float,
                 break
             state = now
     busiest = max([sum(s.seconds(rate, latency) for s in form.sends
-                       if s.lands and s.lane == lane) for lane in lanes] + [0.0])
+                       if s.lands and s.control == lane) for lane in lanes] + [0.0])
     return max(ends[-1] - ends[-2], busiest) / form.cycle
 
 
@@ -208,8 +182,9 @@ def rate_for(form: Form, compute: float, latency: float, utilization: float) -> 
 @dataclasses.dataclass
 class Plan:
     """The inputs, and a row per form: seconds per step (``step_seconds``; of them the
-    transfer that ``waits``), the transfer that ``hides``, ``utilization`` (compute /
-    total), ``bytes_per_node`` per step, ``rate_90/95/99`` (bit/s; None: none to 1 Tbit/s)."""
+    transfer that ``waits`` for what is left of it when it lands), the transfer that
+    ``hides`` behind compute, ``utilization`` (compute / total), ``bytes_per_node`` per
+    step, ``rate_90/95/99`` (bit/s; None: none to 1 Tbit/s)."""
 
     params: int
     workers: int
@@ -239,10 +214,11 @@ class Plan:
         from lsgd.train.outputs import write_csv, write_json
 
         out, spec, plt = Path(out), parse_link(self.link), pyplot(note=True)
-        write_csv(out / "plan.csv", self.rows, list(self.rows[0]))
-        write_json(out / "plan.json", {k: v for k, v in vars(self).items() if k != "forms"})
+        paths = [out / "plan.csv", out / "plan.json"]
+        write_csv(paths[0], self.rows, list(self.rows[0]))
+        write_json(paths[1], {k: v for k, v in vars(self).items() if k != "forms"})
         if plt is None:
-            return [out / "plan.csv", out / "plan.json"]
+            return paths
         fig, ax = plt.subplots(figsize=(7.5, 4.5))
         rates = [10 ** (5 + i / 8) for i in range(49)]  # 100 kbit/s to 100 Gbit/s
         for i, form in enumerate(self.forms):
@@ -252,15 +228,14 @@ class Plan:
         ax.set(xscale="log", xlabel="link rate (bit/s)", ylabel="compute utilization")
         ax.set_title(self.table().splitlines()[0], fontsize=8)
         ax.legend(fontsize=7, ncol=2)
-        return [out / "plan.csv", out / "plan.json", save(fig, out / "plan.png")]
+        return paths + [save(fig, out / "plan.png")]
 
 
 def _rate(bits: float | None) -> str:
     if bits is None:
         return "-"
-    scale, unit = next((s, u) for s, u in ((1e9, "g"), (1e6, "m"), (1e3, "k"), (1.0, ""))
-                       if bits >= s or s == 1.0)
-    return f"{bits / scale:.3g}{unit}bit"
+    unit = next((u for u in ("gbit", "mbit", "kbit") if bits >= RATE_UNITS[u]), "bit")
+    return f"{bits / RATE_UNITS[unit]:.3g}{unit}"
 
 
 def parse_size(text: str) -> int:
@@ -334,7 +309,13 @@ def _knobs(h: int, f: int = 1, k: int = 0, codec: str = "none", eager: bool = Fa
 
 def forms(shapes: list[tuple[int, ...]] | None, numel: int, net: Net,
           knobs: dict[str, Any], methods: Sequence[str]) -> list[Form]:
-    """Every form of ``methods`` (``shapes``: the parameters', None when unknown)."""
+    """Every form of ``methods`` (``shapes``: the parameters', None when unknown).
+    ``allreduce`` all-reduces the gradients every step (``-bf16``: in bfloat16;
+    ``-powersgd``: torch's three all-reduces); ``diloco``, ``sparseloco`` and ``muloco``
+    send the state every ``H`` steps, or one of ``F`` fragments every ``H/F``
+    (``-streaming``), blocking or behind ``K`` steps (``-hidden``) or the next period
+    (``-eager``); ``demo`` gathers its payload every step; ``lsgd``'s global round
+    blocks, or hides behind ``K`` steps (``-hidden``)."""
     out: list[Form] = []
     for method in methods:
         o = _options(method, knobs)
@@ -343,13 +324,15 @@ def forms(shapes: list[tuple[int, ...]] | None, numel: int, net: Net,
                     Form("allreduce-bf16", method, "bf16 hook", 1,
                          (net.all_reduce(numel, width=2, at=0),))]
             if shapes is not None:
-                values = powersgd_values(shapes, o.powersgd or 4)
-                out.append(Form("allreduce-powersgd", method, f"rank {o.powersgd or 4}", 1,
-                                tuple(net.all_reduce(v, at=0) for v in values if v)))
-        elif method == "demo":  # --params: matrices of whole blocks
-            side = o.chunk ** 2
-            payload = demo_payload(shapes or [(o.chunk, o.chunk)] * (numel // side)
-                                   + [(numel % side,)], o.topk, o.chunk, o.values)
+                rank = o.powersgd or 4
+                out.append(Form("allreduce-powersgd", method, f"rank {rank}", 1, tuple(
+                    net.all_reduce(v, at=0) for v in powersgd_values(shapes, rank) if v)))
+        elif method == "demo":  # the top-k of each parameter's DCT blocks
+            side = o.chunk ** 2  # --params: matrices of whole blocks
+            shaped = shapes or [(o.chunk, o.chunk)] * (numel // side) + [(numel % side,)]
+            blocks = [(math.prod(s), math.prod(block_shape(s, o.chunk))) for s in shaped]
+            payload = sum(SparseFormat(min(o.topk, b), o.values).nbytes(n // b, b)
+                          for n, b in blocks)
             out.append(Form("demo", method, f"top {o.topk}/{o.chunk}" + " K=1" * o.overlap, 1,
                             (net.all_gather(payload, at=0, lands=o.overlap),)))
         elif method == "lsgd":
@@ -358,10 +341,17 @@ def forms(shapes: list[tuple[int, ...]] | None, numel: int, net: Net,
             if top % h or top % f:
                 raise ValueError(f"--global-period {top}: a multiple of --period {h} that "
                                  f"--fragments {f} divides")
+            check_options("lsgd", h, o.overlap, f, o.compress, False)
             for name, k in (("lsgd", o.overlap), ("lsgd-hidden", o.overlap or h - 1)):
-                check_options("lsgd", h, k, f, o.compress, False)
+                # the scores (float64) gathered at the round, or a step early on the
+                # control lane; then each fragment of the leader's state broadcast
+                scores = (net.all_gather(8, at=top - 1, lands=1, control=True) if k or f > 1
+                          else net.all_gather(8, at=0))
+                states = [net.broadcast(codecs.nbytes(o.compress, high - low),
+                                        at=part * top // f, lands=k)
+                          for part, (low, high) in enumerate(codecs.split(numel, f))]
                 out.append(Form(name, method, _knobs(top, f, k, o.compress), top,
-                                tuple(leader(net, numel, top, f, k, o.compress))))
+                                (scores, *states)))
         else:  # DiLoCo's round: diloco, sparseloco, muloco
             h, f, k = o.period, o.fragments, o.overlap
             codec = "topk" if method == "sparseloco" else o.compress
@@ -373,8 +363,10 @@ def forms(shapes: list[tuple[int, ...]] | None, numel: int, net: Net,
             for name, (count, overlap, lands) in variants.items():
                 rp = round_plan(method, h, {"compress": codec, "fragments": count,
                                             "overlap": overlap, **given}, merge="keep")
+                sends = [net.message(high - low, rp, at=(part + 1) * h // count % h, lands=lands)
+                         for part, (low, high) in enumerate(codecs.split(numel, count))]
                 out.append(Form(name, method, _knobs(h, count, overlap, codec, lands > overlap),
-                                h, tuple(averaging(net, numel, h, rp, lands))))
+                                h, tuple(sends)))
     return out
 
 
@@ -389,8 +381,7 @@ def plan(size: int | str | nn.Module, *, step_time: float | None = None, workers
     ValueError names a bad value."""
     named = isinstance(size, str) and not SIZE.fullmatch(size)
     model = size if isinstance(size, nn.Module) else build(str(size)) if named else None
-    shapes = None if model is None else [tuple(p.shape) for p in model.parameters()]
-    numel = parse_size(str(size)) if shapes is None else sum(math.prod(s) for s in shapes)
+    numel = parse_size(str(size)) if model is None else count_parameters(model)
     groups = workers if groups is None else groups
     if bad := [f"{flag} {v}" for flag, v in (("--workers", workers), ("--groups", groups))
                if not isinstance(v, int) or v < 1]:
@@ -404,8 +395,9 @@ def plan(size: int | str | nn.Module, *, step_time: float | None = None, workers
     step_time = measure(str(size), device) if step_time is None else step_time
     if not (isinstance(step_time, (int, float)) and 0 < step_time < math.inf):
         raise ValueError(f"--step-time {step_time}: give a positive number of seconds")
-    spec, net = parse_link(link), Net(workers, groups)
-    planned, rows = forms(shapes, numel, net, dict(knobs or {}), methods), []
+    spec = parse_link(link)
+    shapes = None if model is None else [tuple(p.shape) for p in model.parameters()]
+    planned, rows = forms(shapes, numel, Net(workers, groups), dict(knobs or {}), methods), []
     for form in planned:
         seconds = step_seconds(form, step_time, spec.rate, spec.latency)
         transfer = sum(s.seconds(spec.rate, spec.latency) for s in form.sends) / form.cycle
@@ -416,10 +408,11 @@ def plan(size: int | str | nn.Module, *, step_time: float | None = None, workers
                      "bytes_per_node": sum(s.nbytes for s in form.sends) / form.cycle}
                     | {f"rate_{t}": rate_for(form, step_time, spec.latency, t / 100)
                        for t in TARGETS})
-    notes = ["allreduce-bf16 and -powersgd are PyTorch's DDP hooks (worker processes only): "
-             "not checked against the simulator; their buckets counted as one message"]
-    if shapes is None:
-        notes.append("--params: no PowerSGD (give --model); DeMo's state as --chunk blocks")
-    if workers > groups:
-        notes.append("every process a replica; --replica node is not planned (docs/plan.md)")
+    notes = [note for due, note in (
+        ("allreduce" in methods, "allreduce-bf16 and -powersgd are PyTorch's DDP hooks (worker "
+         "processes only): not checked against the simulator; their buckets counted as one "
+         "message"),
+        (model is None, "--params: no PowerSGD (give --model); DeMo's state as --chunk blocks"),
+        (workers > groups, "every process a replica; --replica node is not planned "
+         "(docs/plan.md)")) if due]
     return Plan(numel, workers, groups, str(spec), float(step_time), rows, planned, notes)
