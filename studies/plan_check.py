@@ -108,13 +108,13 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                 measured = [_per_step(summary) for _, summary in runs]
                 rate, used, waited = (statistics.median(m[i] for m in measured)
                                       for i in range(3))
-                planned_rate = 1 / row["step_seconds"]
+                planned_rate, planned_waits = 1 / row["step_seconds"], round(row["waits"], 9)
                 error = planned_rate / rate - 1
                 misses = "-" if abs(error) <= TOLERANCE else (
-                    "compute" if abs(used - compute) > abs(waited - row["waits"])
+                    "compute" if abs(used - compute) > abs(waited - planned_waits)
                     else "waits")
                 rows.append([batch, runs[0][0]["link"], name, rate, planned_rate,
-                             100 * error, used, compute, waited, row["waits"], misses])
+                             100 * error, used, compute, waited, planned_waits, misses])
                 data.append({"batch": batch, "run": name, "seeds": len(runs), "plan": row})
     within = sum(abs(r[5]) <= 100 * TOLERANCE for r in rows)
     notes = [f"{within} of {len(rows)} runs planned within {TOLERANCE:.0%} of their measured "
