@@ -5,28 +5,16 @@ writes ``{"results": {rank: value}, "failures": [...]}`` to ``RESULT``.
 
 from __future__ import annotations
 
+import multiprocessing.spawn
 import os
 import pickle
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any
 
 from lsgd.launcher.worker import exit_now, failure_lines, run_workers
 from lsgd.links.netns import node_address
-
-
-def _load_main(path: str | None) -> None:
-    """Make the caller's script ``__main__`` (as ``__mp_main__``), so that its
-    functions unpickle here and in the spawned workers, as multiprocessing does."""
-    if not path or not Path(path).is_file() or Path(path).resolve() == Path(__file__).resolve():
-        return
-    module = types.ModuleType("__mp_main__")
-    module.__file__ = path
-    sys.modules["__mp_main__"] = sys.modules["__main__"] = module
-    code = compile(Path(path).read_text(), path, "exec")
-    exec(code, module.__dict__)  # the script's guarded main block does not run here
 
 
 def run_node(job: dict[str, Any], node: int, result_path: str) -> int:
@@ -90,5 +78,7 @@ def explain(error: Exception, node: int, job: dict[str, Any], seconds: float) ->
 
 if __name__ == "__main__":  # python -m lsgd.launcher.agent PAYLOAD NODE RESULT
     payload = pickle.loads(Path(sys.argv[1]).read_bytes())
-    _load_main(payload["main_path"])
+    if payload["main_path"] and Path(payload["main_path"]).is_file():
+        # The caller's script as spawn loads it (its guarded main block does not run).
+        multiprocessing.spawn.import_main_path(payload["main_path"])
     exit_now(run_node(pickle.loads(payload["job"]), int(sys.argv[2]), sys.argv[3]))

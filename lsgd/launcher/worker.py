@@ -11,6 +11,7 @@ import gc
 import importlib
 import os
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
@@ -81,17 +82,13 @@ def watch_exit(grace_s: float) -> None:
             frame = frame.f_back
         return False
 
-    def check() -> None:
-        if not handing_over():
-            _dump_and_end(grace_s)
-        arm()
+    def watch() -> None:
+        while True:
+            time.sleep(grace_s)
+            if not handing_over():
+                _dump_and_end(grace_s)
 
-    def arm() -> None:
-        timer = threading.Timer(grace_s, check)
-        timer.daemon = True
-        timer.start()
-
-    arm()
+    threading.Thread(target=watch, name="lsgd-exit-watch", daemon=True).start()
 
 
 def _dump_and_end(grace_s: float) -> NoReturn:

@@ -217,17 +217,6 @@ class ShapedNetwork:
         self._made: list[str] = []
         self._sigterm: Any = None
 
-    def open(self) -> ShapedNetwork:
-        """Build the namespaces, links and shaping; on any failure remove them again."""
-        check_tools()
-        remove_leftovers()
-        try:
-            self._build()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
     def _make_namespace(self, name: str) -> None:
         if name in _namespaces():  # this very pid's earlier network, never closed
             _delete_namespace(name)
@@ -272,13 +261,21 @@ class ShapedNetwork:
         enter_namespace(self.namespaces[node])
 
     def __enter__(self) -> ShapedNetwork:
-        # SIGTERM becomes an exception here, so that ``__exit__`` still cleans up.
+        """Build the namespaces, links and shaping; on any failure remove them again.
+        Meanwhile SIGTERM becomes an exception, so that ``__exit__`` still cleans up."""
         def _terminate(signum: int, frame: types.FrameType | None) -> None:
             raise KeyboardInterrupt(f"signal {signum}")
 
         with contextlib.suppress(ValueError):  # not the main thread: the caller handles signals
             self._sigterm = signal.signal(signal.SIGTERM, _terminate)
-        return self.open()
+        try:
+            check_tools()
+            remove_leftovers()
+            self._build()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
