@@ -204,11 +204,7 @@ def test_transform(name: str) -> Transform:
 
 def output_shape(name: str, input_shape: Sequence[int]) -> tuple[int, ...]:
     """The ``[C, H, W]`` a model sees after preset ``name`` (the same in training and test)."""
-    c, h, w = input_shape
-    if name == "cifar-28":
-        return (c, 28, 28)
-    _preset(_TRAIN, name)
-    return (c, h, w)
+    return tuple(test_transform(name)(torch.zeros(1, *input_shape)).shape[1:])
 
 
 def paper_preset(dataset: str, model: str | None = None) -> str:

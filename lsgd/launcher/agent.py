@@ -55,25 +55,22 @@ WAITED = ("RendezvousTimeoutError", "RendezvousClosedError")
 
 def explain(error: Exception, node: int, job: dict[str, Any], seconds: float) -> str:
     """``node N: ErrorName: what ran out, and what it means`` for an agent's error."""
-    from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError,
-                                                          RendezvousConnectionError,
-                                                          RendezvousTimeoutError)
-
-    head = f"node {node}: {type(error).__name__} after {seconds:.0f} s: "
-    if isinstance(error, RendezvousTimeoutError):
-        return head + (
+    name = type(error).__name__
+    meanings = {
+        "RendezvousTimeoutError": (
             f"the rendezvous did not gather all {job['nodes']} nodes within its join_timeout "
             f"of {job['join_timeout']:.0f} s: a node did not come back (its link is down, "
-            "its agent was stopped, or it gave up; see its line)")
-    if isinstance(error, RendezvousClosedError):
-        return head + ("the rendezvous was closed before this node could start its workers "
-                       "again: another node's agent stopped (its restarts spent, or its "
-                       "rendezvous timed out; see its line)")
-    if isinstance(error, RendezvousConnectionError):
-        return head + (f"the rendezvous store at {job['endpoint']} (node 0's agent) did not "
-                       f"answer: this node's or node 0's link is down, or node 0's agent is "
-                       f"gone ({error or 'no answer'})")
-    return head + str(error)
+            "its agent was stopped, or it gave up; see its line)"),
+        "RendezvousClosedError": (
+            "the rendezvous was closed before this node could start its workers again: "
+            "another node's agent stopped (its restarts spent, or its rendezvous timed out; "
+            "see its line)"),
+        "RendezvousConnectionError": (
+            f"the rendezvous store at {job['endpoint']} (node 0's agent) did not answer: this "
+            f"node's or node 0's link is down, or node 0's agent is gone "
+            f"({error or 'no answer'})"),
+    }
+    return f"node {node}: {name} after {seconds:.0f} s: {meanings.get(name, error)}"
 
 
 if __name__ == "__main__":  # python -m lsgd.launcher.agent PAYLOAD NODE RESULT

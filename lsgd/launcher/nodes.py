@@ -174,10 +174,9 @@ class _Forked:
 
 def _fork_agent(net: ShapedNetwork, node: int, job: dict[str, Any], work: Path, log: Any,
                 env: dict[str, str]) -> _Forked:
-    """Node ``node``'s agent, forked from this process into the node's namespace: it
-    starts at once, sharing what this process has imported and read, where a fresh
-    interpreter would take seconds to import torch. The child never returns into the
-    caller's code: whatever happens, it ends with ``os._exit``."""
+    """Node ``node``'s agent, forked from this process into the node's namespace: it starts
+    at once, sharing what this process imported and read (a fresh interpreter takes
+    seconds to import torch). The child never returns: it ends with ``os._exit``."""
     from lsgd.launcher.agent import run_node
 
     sys.stdout.flush()

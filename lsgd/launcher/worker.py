@@ -64,12 +64,10 @@ EXIT_GRACE_S = 30.0
 
 
 def watch_exit(grace_s: float) -> None:
-    """End this process if it has not ended ``grace_s`` seconds after its work was done
-    (a library's thread joined at exit can hang the teardown, and the run would wait
-    for it forever), unless it is in torch's hand-over (its result queued, the node's
-    other workers awaited). Every thread's stack goes to stderr (and
-    ``LSGD_LOG_DIR/exit-PID.txt``); the exit code is 0, the result being delivered.
-    """
+    """End this process if it still runs ``grace_s`` seconds after its work was done (a
+    library's thread joined at exit can hang the teardown forever), unless it is in
+    torch's hand-over. Every thread's stack goes to stderr (and
+    ``LSGD_LOG_DIR/exit-PID.txt``); the exit code is 0: the result was delivered."""
     import threading
 
     main = threading.main_thread()
@@ -192,9 +190,8 @@ START_METHODS = ("fork", "forkserver", "spawn")
 
 def before_start(method: str, fn: Callable[..., Any]) -> None:
     """Ready what the workers are started from: before a fork, import here what every
-    worker would import for itself (torch's optimizers load ``torch._dynamo`` on their
-    first step, about a second); before a forkserver start, the server
-    (:func:`prepare_forkserver`)."""
+    worker would import (torch's optimizers load ``torch._dynamo`` on their first step,
+    about a second); before a forkserver start, the server (:func:`prepare_forkserver`)."""
     if method == "fork":
         importlib.import_module("torch._dynamo")
     elif method == "forkserver":
@@ -222,12 +219,10 @@ def prepare_forkserver(fn: Callable[..., Any] | None = None, module: str | None 
 
 @contextlib.contextmanager
 def quiet_elastic_agent(threads: int) -> Iterator[None]:
-    """While launching: the elastic agent's logs kept off the terminal
-    (:class:`LaunchError` says what failed, once) or, with ``LSGD_LOG_DIR`` set, written
-    to ``agent-PID.log`` there; ``OMP_NUM_THREADS=threads`` for the workers; and
-    Python's warning about forking a process with threads silenced (the agent's own
-    threads; the workers do not use them).
-    """
+    """While launching: the elastic agent's logs kept off the terminal (:class:`LaunchError`
+    says what failed, once) or written to ``LSGD_LOG_DIR/agent-PID.log``;
+    ``OMP_NUM_THREADS=threads`` for the workers; Python's warning about forking a process
+    with threads (the agent's own, which the workers do not use) silenced."""
     import logging
 
     elastic_log = logging.getLogger("torch.distributed.elastic")
