@@ -37,14 +37,9 @@ def _run(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[A
     # out of the collector's sight, a full collection scans only what the run made.
     gc.freeze()
 
-    os.environ["LSGD_GROUPS"] = str(groups)
-    os.environ["LSGD_REPLICA"] = replica
     # A worker forked from a fork server has the server's environment, from its start:
-    # the launch's log folder comes as an argument.
-    if log_dir:
-        os.environ["LSGD_LOG_DIR"] = log_dir
-    else:
-        os.environ.pop("LSGD_LOG_DIR", None)
+    # the launch's log folder comes as an argument ("" for none).
+    os.environ.update(LSGD_GROUPS=str(groups), LSGD_REPLICA=replica, LSGD_LOG_DIR=log_dir or "")
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads:  # a forked worker has the launcher's torch, already initialized
         import torch
