@@ -65,8 +65,9 @@ def _unpickle(path: Path) -> dict[str, Any]:
     return {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
 
 
-def _cifar_images(batches: Sequence[dict[str, Any]], label_key: str,
+def _cifar_images(folder: Path, files: Sequence[str], label_key: str,
                   classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    batches = [_unpickle(folder / name) for name in files]
     data = np.concatenate([np.asarray(b["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
                            for b in batches])
     labels = np.concatenate([np.asarray(b[label_key], dtype=np.int64) for b in batches])
@@ -80,9 +81,6 @@ def cifar(root: str | os.PathLike[str] | None = None, classes: int = 10) -> Data
     folder = cifar_dir(root, classes)
     _, _, train_files, test_file, meta_file, label_key, names_key = _CIFAR[classes]
     meta = _unpickle(folder / meta_file)
-    num_classes = len(meta[names_key]) if names_key in meta else classes
-    train_x, train_y = _cifar_images([_unpickle(folder / f) for f in train_files], label_key,
-                                     classes)
-    test_x, test_y = _cifar_images([_unpickle(folder / test_file)], label_key, classes)
-    return Dataset(f"cifar{classes}", train_x, train_y, test_x, test_y,
-                   augment="cifar-28", num_classes=num_classes)
+    return Dataset(f"cifar{classes}", *_cifar_images(folder, train_files, label_key, classes),
+                   *_cifar_images(folder, (test_file,), label_key, classes), augment="cifar-28",
+                   num_classes=len(meta[names_key]) if names_key in meta else classes)
