@@ -18,8 +18,7 @@ from lsgd.links.netns import node_address
 
 
 def run_node(job: dict[str, Any], node: int, result_path: str) -> int:
-    """Node ``node``'s elastic agent for ``job``, in the node's namespace; its outcome
-    written to ``result_path``."""
+    """Node ``node``'s elastic agent for ``job``; its outcome written to ``result_path``."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     outcome: dict[str, Any] = {"results": {}, "failures": []}
