@@ -61,9 +61,8 @@ def _coin(n: int, p: float, generator: torch.Generator | None,
 
 def pad(x: torch.Tensor, padding: int | Sequence[int],
         fill: float | Sequence[float] = 0.0) -> torch.Tensor:
-    """Pad the last two dimensions of a batch by ``padding`` (one int or ``(vertical,
-    horizontal)``) with ``fill`` (a constant or one value per channel), as a
-    :func:`crop` of the whole padded image."""
+    """Pad a batch's images by ``padding`` (an int or ``(vertical, horizontal)``) with
+    ``fill`` (a constant or one value per channel): a :func:`crop` of the whole padded image."""
     _check(x)
     ph, pw = _pair(padding)
     if ph < 0 or pw < 0:

@@ -67,9 +67,8 @@ def to_blocks(tensor: torch.Tensor, target: int = DEFAULT_TARGET) -> torch.Tenso
     dtype, device = tensor.dtype, tensor.device
     if len(view) == 1:
         (c,) = block
-        chunks = tensor.reshape(view[0] // c, c)
         # Row by row, X = D x is x^T D^T.
-        return chunks @ dct_matrix(c, dtype, device).T
+        return tensor.reshape(-1, c) @ dct_matrix(c, dtype, device).T
     (n1, n2), (c1, c2) = view, block
     blocks = tensor.reshape(n1 // c1, c1, n2 // c2, c2).permute(0, 2, 1, 3)  # [B1, B2, c1, c2]
     d1, d2 = dct_matrix(c1, dtype, device), dct_matrix(c2, dtype, device)

@@ -129,10 +129,8 @@ class ImageFolder:
                 if u[-1] < 0.5:
                     img = img.transpose(mirror)
             else:
-                if width <= height:
-                    new = (self.resize, int(self.resize * height / width))
-                else:
-                    new = (int(self.resize * width / height), self.resize)
+                new = ((self.resize, int(self.resize * height / width)) if width <= height
+                       else (int(self.resize * width / height), self.resize))
                 img = img.resize(new, bilinear)
                 top = int(round((new[1] - self.size) / 2.0))
                 left = int(round((new[0] - self.size) / 2.0))
@@ -169,9 +167,8 @@ def random_resized_crop_params(height: int, width: int, u: Sequence[float],
 
 
 def imagenet_dir(root: str | os.PathLike[str] | None = None) -> Path:
-    """The folder holding ImageNet's ``train/`` and ``val/``: ``root`` (default
-    ``$LSGD_DATA``) or its ``imagenet/``; ``FileNotFoundError`` saying what is missing
-    (nothing is read)."""
+    """The folder holding ImageNet's ``train/`` and ``val/``, found without reading it:
+    ``root`` (default ``$LSGD_DATA``) or its ``imagenet/``; else ``FileNotFoundError``."""
     given = root if root is not None else os.environ.get("LSGD_DATA")
     if given is None:
         raise FileNotFoundError(

@@ -198,9 +198,8 @@ PRELOAD_ENV = "LSGD_PRELOAD_DATA"
 
 
 def prepare_forkserver(fn: Callable[..., Any] | None = None, module: str | None = None) -> None:
-    """Start this process's fork server if it does not run yet, importing torch,
-    ``torch._dynamo`` and ``fn``'s module (or ``module``) there once, for every worker
-    it forks."""
+    """Start this process's fork server if it does not run yet, with torch, ``torch._dynamo``
+    and ``fn``'s module (or ``module``) imported there once for every worker it forks."""
     import multiprocessing
     from multiprocessing import forkserver
 
