@@ -45,6 +45,17 @@ def _check(x: torch.Tensor) -> None:
         raise ValueError(f"expected a [B, C, H, W] batch, got shape {tuple(x.shape)}")
 
 
+def _window(x: torch.Tensor, size: int | Sequence[int],
+            padding: int | Sequence[int]) -> tuple[int, int, int, int]:
+    """``(h, w, ph, pw)`` of a ``size`` window in the images padded by ``padding``, if it fits."""
+    _check(x)
+    (h, w), (ph, pw) = _pair(size), _pair(padding)
+    height, width = x.shape[2] + 2 * ph, x.shape[3] + 2 * pw
+    if h > height or w > width:
+        raise ValueError(f"crop {h}x{w} larger than the (padded) images ({height}x{width})")
+    return h, w, ph, pw
+
+
 def _randint(high: int, n: int, generator: torch.Generator | None,
              device: torch.device) -> torch.Tensor:
     """``n`` integers in ``[0, high)`` from ``generator`` (on its own device), on ``device``."""
@@ -79,13 +90,8 @@ def crop(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, size: int | Seq
     mirrored left-right where ``flip[i]``. With ``padding``, ``top``/``left`` are
     coordinates in the padded image, which is never built: one gather for the whole
     batch, the pixels that fall in the border then set to ``fill``."""
-    _check(x)
-    h, w = _pair(size)
-    ph, pw = _pair(padding)
+    h, w, ph, pw = _window(x, size, padding)
     b, c, height, width = x.shape
-    if h > height + 2 * ph or w > width + 2 * pw:
-        raise ValueError(f"crop {h}x{w} larger than the (padded) images "
-                         f"({height + 2 * ph}x{width + 2 * pw})")
     device = x.device
     j = torch.arange(w, device=device).view(1, 1, w)
     if flip is not None:
@@ -111,15 +117,10 @@ def random_crop(x: torch.Tensor, size: int | Sequence[int], padding: int | Seque
     uniform over all windows (the rows drawn first). ``flip`` > 0 also mirrors each
     window with that probability in the same gather, drawing exactly what a following
     :func:`random_flip` would."""
-    _check(x)
-    h, w = _pair(size)
-    ph, pw = _pair(padding)
+    h, w, ph, pw = _window(x, size, padding)
     b, _, height, width = x.shape
-    height, width = height + 2 * ph, width + 2 * pw
-    if h > height or w > width:
-        raise ValueError(f"crop {h}x{w} larger than the (padded) images ({height}x{width})")
-    top = _randint(height - h + 1, b, generator, x.device)
-    left = _randint(width - w + 1, b, generator, x.device)
+    top = _randint(height + 2 * ph - h + 1, b, generator, x.device)
+    left = _randint(width + 2 * pw - w + 1, b, generator, x.device)
     mirror = _coin(b, flip, generator, x.device) if flip > 0 else None
     return crop(x, top, left, (h, w), mirror, (ph, pw), fill)
 

@@ -226,16 +226,14 @@ class ShapedNetwork:
 
     def _build(self) -> None:
         self._make_namespace(self.switch)
-        _run(["ip", "-n", self.switch, "link", "add", "br0", "type", "bridge"])
-        _run(["ip", "-n", self.switch, "link", "set", "br0", "up"])
+        _run(["ip", "-n", self.switch, "link", "add", "br0", "up", "type", "bridge"])
         _run(["ip", "-n", self.switch, "addr", "add", f"{switch_address()}/24", "dev", "br0"])
         for i, name in enumerate(self.namespaces):
             self._make_namespace(name)
             port = f"p{i}"
             _run(["ip", "link", "add", "eth0", "netns", name, "type", "veth",
                   "peer", "name", port, "netns", self.switch])
-            _run(["ip", "-n", self.switch, "link", "set", port, "master", "br0"])
-            _run(["ip", "-n", self.switch, "link", "set", port, "up"])
+            _run(["ip", "-n", self.switch, "link", "set", port, "master", "br0", "up"])
             _run(["ip", "-n", name, "addr", "add", f"{node_address(i)}/24", "dev", "eth0"])
             _run(["ip", "-n", name, "link", "set", "eth0", "up"])
             self._shape(name, "eth0")  # upload
