@@ -17,8 +17,7 @@ from torch.nn import functional as F
 from lsgd import _validate
 
 #: Where a score comes from: the window of training losses, or one held-out batch.
-TRAIN, EVAL = "train", "eval"
-METRICS = (TRAIN, EVAL)
+METRICS = ("train", "eval")
 
 
 class LossWindow:
@@ -65,7 +64,7 @@ class Scorer:
     @property
     def scores_on_eval(self) -> bool:
         """Whether the score is the loss on the held-out batch, not the training losses."""
-        return self.metric == EVAL
+        return self.metric == "eval"
 
     def record(self, loss: torch.Tensor | None, owner: str) -> None:
         if self.scores_on_eval:

@@ -174,10 +174,8 @@ def start_method(threads: int, by_agent: bool = False) -> str:
 
     import torch
 
-    if _thread_count() == _vouched and threading.active_count() == 1 and \
-            not torch.cuda.is_available():
-        return "fork"
-    return "forkserver"
+    fit = _thread_count() == _vouched and threading.active_count() == 1
+    return "fork" if fit and not torch.cuda.is_available() else "forkserver"
 
 
 START_METHODS = ("fork", "forkserver", "spawn")
