@@ -112,8 +112,7 @@ def draw_graphs(graphs: Topology | Sequence[Topology], path: str | Path, *,
     FigureCanvasAgg(fig)
     palette = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
                "tab:pink", "tab:olive", "tab:cyan", "tab:gray"]
-    for k, graph in enumerate(graphs):
-        ax = fig.add_subplot(1, len(graphs), k + 1)
+    for ax, graph in zip(fig.subplots(1, len(graphs), squeeze=False)[0], graphs):
         pos = _layout(graph)
         grid = graph.name.startswith("torus(")
         for c, matching in enumerate(graph.matchings):

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from lsgd.launcher.worker import (LaunchError, before_start, exit_now, start_method,
                                   threads_for, vouch_for_fork)
-from lsgd.links.netns import ShapedNetwork, node_address
+from lsgd.links.netns import ShapedNetwork, enter_namespace, node_address
 from lsgd.links.spec import Link
 
 T = TypeVar("T")
@@ -195,7 +195,7 @@ def _fork_agent(net: ShapedNetwork, node: int, job: dict[str, Any], work: Path, 
         os.dup2(log.fileno(), 2)
         os.environ.clear()
         os.environ.update(env)
-        net.enter(node)
+        enter_namespace(net.namespaces[node])  # its sockets see only the node's link
         vouch_for_fork()  # a fork of a process fit to fork from, running one thread
         code = run_node(job, node, str(work / f"node-{node}.pkl"))
     except BaseException:

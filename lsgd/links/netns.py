@@ -253,11 +253,6 @@ class ShapedNetwork:
         """``args`` run inside node ``node``'s namespace."""
         return ["ip", "netns", "exec", self.namespaces[node], *args]
 
-    def enter(self, node: int) -> None:
-        """Move the calling process into node ``node``'s network namespace (for a
-        process forked to run there: its sockets then see only that node's links)."""
-        enter_namespace(self.namespaces[node])
-
     def __enter__(self) -> ShapedNetwork:
         """Build the namespaces, links and shaping; on any failure remove them again.
         Meanwhile SIGTERM becomes an exception, so that ``__exit__`` still cleans up."""
