@@ -79,8 +79,7 @@ def draw_curves(panels: Sequence[tuple[str, Sequence[Curve]]], path: str | Path,
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (title, curves) in zip(axes, panels):
-        own = [curve for curve in curves if not curve[2]]
-        for i, (label, points, _) in enumerate(own):
+        for i, (label, points, _) in enumerate(curve for curve in curves if not curve[2]):
             ax.plot(*zip(*points), label=label, color=f"C{i % 10}",
                     linestyle="-" if i < 10 else "--", marker=".", markersize=3, linewidth=1.2)
         for label, points, _ in (curve for curve in curves if curve[2]):
