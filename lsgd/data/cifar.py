@@ -21,10 +21,7 @@ CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
 CIFAR100_STD = (0.2673, 0.2564, 0.2762)
 
 #: Classes -> the (mean, std) that :func:`cifar` normalizes with.
-CIFAR_NORMALIZATION: dict[int, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
-    10: (CIFAR_MEAN, CIFAR_STD),
-    100: (CIFAR100_MEAN, CIFAR100_STD),
-}
+CIFAR_NORMALIZATION = {10: (CIFAR_MEAN, CIFAR_STD), 100: (CIFAR100_MEAN, CIFAR100_STD)}
 
 # folder name, archive name, training files, test file, meta file, label key, class-names key
 _CIFAR = {
