@@ -50,25 +50,21 @@ def _run(args: Sequence[str], check: bool = True) -> subprocess.CompletedProcess
 
 
 def shaping_problem() -> str | None:
-    """Why shaped links cannot be built here (:func:`check_tools`), None if they can."""
-    try:
-        check_tools()
-    except LinkSetupError as error:
-        return str(error)
+    """Why shaped links cannot be built here (not root, or no ``ip``/``tc``), None if they can."""
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        return (f"shaped links need {' and '.join(missing)} (Debian package iproute2: "
+                f"apt-get install iproute2); {MODELED_HINT}")
+    if os.geteuid() != 0:
+        return "shaped links need root (network namespaces and tc); run as root, or " + MODELED_HINT
     return None
 
 
 def check_tools() -> None:
     """Raise :class:`LinkSetupError` unless this process is root with ``ip`` and ``tc``."""
-    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
-    if missing:
-        raise LinkSetupError(
-            f"shaped links need {' and '.join(missing)} (Debian package iproute2: "
-            f"apt-get install iproute2); {MODELED_HINT}")
-    if os.geteuid() != 0:
-        raise LinkSetupError(
-            "shaped links need root (network namespaces and tc); run as root, or "
-            + MODELED_HINT)
+    problem = shaping_problem()
+    if problem:
+        raise LinkSetupError(problem)
 
 
 def shaped_links_possible(link: str | Link) -> None:
