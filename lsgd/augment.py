@@ -52,7 +52,8 @@ def _window(x: torch.Tensor, size: int | Sequence[int],
     (h, w), (ph, pw) = _pair(size), _pair(padding)
     height, width = x.shape[2] + 2 * ph, x.shape[3] + 2 * pw
     if h > height or w > width:
-        raise ValueError(f"crop {h}x{w} larger than the (padded) images ({height}x{width})")
+        images = "padded images" if ph or pw else "images"
+        raise ValueError(f"crop {h}x{w} larger than the {images} ({height}x{width})")
     return h, w, ph, pw
 
 
@@ -127,11 +128,8 @@ def random_crop(x: torch.Tensor, size: int | Sequence[int], padding: int | Seque
 
 def center_crop(x: torch.Tensor, size: int | Sequence[int]) -> torch.Tensor:
     """The central ``size`` window of every image (offsets rounded as torchvision does)."""
-    _check(x)
-    h, w = _pair(size)
+    h, w, _, _ = _window(x, size, 0)
     height, width = x.shape[-2:]
-    if h > height or w > width:
-        raise ValueError(f"crop {h}x{w} larger than the images ({height}x{width})")
     top = int(round((height - h) / 2.0))
     left = int(round((width - w) / 2.0))
     return x[:, :, top : top + h, left : left + w]
