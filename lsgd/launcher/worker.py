@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
@@ -67,13 +68,10 @@ def watch_exit(grace_s: float) -> None:
 
     main = threading.main_thread()
 
-    def handing_over() -> bool:
+    def handing_over() -> bool:  # torch's: the result queued, the node's others awaited
         frame = sys._current_frames().get(main.ident or -1)
-        while frame is not None:
-            if frame.f_code.co_name == "_wrap" and "elastic" in frame.f_code.co_filename:
-                return True  # torch's hand-over: the result queued, the node's others awaited
-            frame = frame.f_back
-        return False
+        codes = [caller.f_code for caller, _ in traceback.walk_stack(frame)] if frame else []
+        return any(code.co_name == "_wrap" and "elastic" in code.co_filename for code in codes)
 
     def watch() -> None:
         while True:
