@@ -196,14 +196,13 @@ PRELOAD_ENV = "LSGD_PRELOAD_DATA"
 def prepare_forkserver(fn: Callable[..., Any] | None = None, module: str | None = None) -> None:
     """Start this process's fork server if it does not run yet, with torch, ``torch._dynamo``
     and ``fn``'s module (or ``module``) imported there once for every worker it forks."""
-    import multiprocessing
     from multiprocessing import forkserver
 
     modules = ["torch", "torch._dynamo", "lsgd.launcher.worker"]
     module = module or getattr(fn, "__module__", None)
     if module and module != "__main__":
         modules.append(module)
-    multiprocessing.get_context("forkserver").set_forkserver_preload(modules)
+    forkserver.set_forkserver_preload(modules)
     forkserver.ensure_running()
 
 
