@@ -24,7 +24,6 @@ class LossWindow:
     """The last ``size`` training losses, kept as device tensors (no per-step sync)."""
 
     def __init__(self, size: int) -> None:
-        self.size = size
         self._losses: deque[torch.Tensor] = deque(maxlen=size)
 
     def __len__(self) -> int:
@@ -43,8 +42,8 @@ class LossWindow:
         return [float(t) for t in self._losses]
 
     def load(self, values: Sequence[float]) -> None:
-        self._losses = deque((torch.tensor(v, dtype=torch.float64) for v in values),
-                             maxlen=self.size)
+        self._losses.clear()
+        self._losses.extend(torch.tensor(v, dtype=torch.float64) for v in values)
 
 
 class Scorer:

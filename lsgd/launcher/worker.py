@@ -93,8 +93,7 @@ def _dump_and_end(grace_s: float) -> NoReturn:
     if folder:
         with contextlib.suppress(OSError), open(
                 os.path.join(folder, f"exit-{os.getpid()}.txt"), "w") as out:
-            out.write(line + "\n")
-            out.flush()
+            print(line, file=out, flush=True)
             faulthandler.dump_traceback(file=out, all_threads=True)
     exit_now(0)
 
