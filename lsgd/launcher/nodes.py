@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import shutil
 import signal
 import subprocess
 import sys
@@ -74,22 +73,24 @@ def launch_on_links(
         before_start("fork", fn)
     with contextlib.ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lsgd-links-")))
+        # Each node's log (its agent's and workers' output), kept in LSGD_LOG_DIR if set.
+        folder = Path(os.environ.get("LSGD_LOG_DIR") or work)
+        folder.mkdir(parents=True, exist_ok=True)
+        logs = [folder / f"node-{node}.log" for node in range(groups)]
         net = stack.enter_context(ShapedNetwork(groups, link))
         began = time.monotonic()
         start_agent = _fork_agent if forked else _exec_agent
-        agents = [start_agent(net, node, job, work,
-                              stack.enter_context(open(work / f"node-{node}.log", "w")), env)
+        agents = [start_agent(net, node, job, work, stack.enter_context(open(logs[node], "w")), env)
                   for node in range(groups)]
         try:
             codes, stopped = _wait(agents, deadline=began + timeout + 3600.0,
-                                   relays=[_Relay(work / f"node-{node}.log", progress=node == 0)
-                                           for node in range(groups)])
+                                   relays=[_Relay(log, progress=node == 0)
+                                           for node, log in enumerate(logs)])
         finally:
             for process in agents:
                 if process.poll() is None:
                     process.kill()
                     process.wait()
-            keep_logs(work, groups)
         results: dict[int, Any] = {}
         failures: list[str] = []
         waited: dict[int, str] = {}  # nodes whose agents were in the rendezvous: its error
@@ -105,7 +106,7 @@ def launch_on_links(
                 failures.append(f"node {node}: its agent was still running {stopped[node]}; "
                                 "stopped by the launcher")
             elif code != 0:
-                tail = (work / f"node-{node}.log").read_text(errors="replace")[-2000:]
+                tail = logs[node].read_text(errors="replace")[-2000:]
                 failures.append(f"node {node}: agent exited with {code}:\n{tail}")
         if failures or len(results) != world_size:
             missing = sorted(set(range(world_size)) - set(results))
@@ -118,17 +119,6 @@ def launch_on_links(
                 f"{time.monotonic() - began:.0f} s:\n"
                 + "\n".join(failures or [f"no result from ranks {missing}"]))
     return [results[r] for r in range(world_size)]
-
-
-def keep_logs(work: Path, groups: int) -> None:
-    """Copy each node's log (its agent's and workers' output) to ``LSGD_LOG_DIR`` if set."""
-    folder = os.environ.get("LSGD_LOG_DIR")
-    if not folder:
-        return
-    os.makedirs(folder, exist_ok=True)
-    for node in range(groups):
-        with contextlib.suppress(OSError):
-            shutil.copyfile(work / f"node-{node}.log", Path(folder) / f"node-{node}.log")
 
 
 def _exec_agent(net: ShapedNetwork, node: int, job: dict[str, Any], work: Path, log: Any,
