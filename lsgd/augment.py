@@ -45,6 +45,18 @@ def _check(x: torch.Tensor) -> None:
         raise ValueError(f"expected a [B, C, H, W] batch, got shape {tuple(x.shape)}")
 
 
+def _window(x: torch.Tensor, size: int | Sequence[int],
+            padding: int | Sequence[int]) -> tuple[int, int, int, int]:
+    """``(h, w, ph, pw)`` of a ``size`` window in the images padded by ``padding``, if it fits."""
+    _check(x)
+    (h, w), (ph, pw) = _pair(size), _pair(padding)
+    height, width = x.shape[2] + 2 * ph, x.shape[3] + 2 * pw
+    if h > height or w > width:
+        images = "padded images" if ph or pw else "images"
+        raise ValueError(f"crop {h}x{w} larger than the {images} ({height}x{width})")
+    return h, w, ph, pw
+
+
 def _randint(high: int, n: int, generator: torch.Generator | None,
              device: torch.device) -> torch.Tensor:
     """``n`` integers in ``[0, high)`` from ``generator`` (on its own device), on ``device``."""
@@ -61,9 +73,8 @@ def _coin(n: int, p: float, generator: torch.Generator | None,
 
 def pad(x: torch.Tensor, padding: int | Sequence[int],
         fill: float | Sequence[float] = 0.0) -> torch.Tensor:
-    """Pad the last two dimensions of a batch by ``padding`` (one int or ``(vertical,
-    horizontal)``) with ``fill`` (a constant or one value per channel), as a
-    :func:`crop` of the whole padded image."""
+    """Pad a batch's images by ``padding`` (an int or ``(vertical, horizontal)``) with
+    ``fill`` (a constant or one value per channel): a :func:`crop` of the whole padded image."""
     _check(x)
     ph, pw = _pair(padding)
     if ph < 0 or pw < 0:
@@ -80,13 +91,8 @@ def crop(x: torch.Tensor, top: torch.Tensor, left: torch.Tensor, size: int | Seq
     mirrored left-right where ``flip[i]``. With ``padding``, ``top``/``left`` are
     coordinates in the padded image, which is never built: one gather for the whole
     batch, the pixels that fall in the border then set to ``fill``."""
-    _check(x)
-    h, w = _pair(size)
-    ph, pw = _pair(padding)
+    h, w, ph, pw = _window(x, size, padding)
     b, c, height, width = x.shape
-    if h > height + 2 * ph or w > width + 2 * pw:
-        raise ValueError(f"crop {h}x{w} larger than the (padded) images "
-                         f"({height + 2 * ph}x{width + 2 * pw})")
     device = x.device
     j = torch.arange(w, device=device).view(1, 1, w)
     if flip is not None:
@@ -112,26 +118,18 @@ def random_crop(x: torch.Tensor, size: int | Sequence[int], padding: int | Seque
     uniform over all windows (the rows drawn first). ``flip`` > 0 also mirrors each
     window with that probability in the same gather, drawing exactly what a following
     :func:`random_flip` would."""
-    _check(x)
-    h, w = _pair(size)
-    ph, pw = _pair(padding)
+    h, w, ph, pw = _window(x, size, padding)
     b, _, height, width = x.shape
-    height, width = height + 2 * ph, width + 2 * pw
-    if h > height or w > width:
-        raise ValueError(f"crop {h}x{w} larger than the (padded) images ({height}x{width})")
-    top = _randint(height - h + 1, b, generator, x.device)
-    left = _randint(width - w + 1, b, generator, x.device)
+    top = _randint(height + 2 * ph - h + 1, b, generator, x.device)
+    left = _randint(width + 2 * pw - w + 1, b, generator, x.device)
     mirror = _coin(b, flip, generator, x.device) if flip > 0 else None
     return crop(x, top, left, (h, w), mirror, (ph, pw), fill)
 
 
 def center_crop(x: torch.Tensor, size: int | Sequence[int]) -> torch.Tensor:
     """The central ``size`` window of every image (offsets rounded as torchvision does)."""
-    _check(x)
-    h, w = _pair(size)
+    h, w, _, _ = _window(x, size, 0)
     height, width = x.shape[-2:]
-    if h > height or w > width:
-        raise ValueError(f"crop {h}x{w} larger than the images ({height}x{width})")
     top = int(round((height - h) / 2.0))
     left = int(round((width - w) / 2.0))
     return x[:, :, top : top + h, left : left + w]
@@ -204,11 +202,7 @@ def test_transform(name: str) -> Transform:
 
 def output_shape(name: str, input_shape: Sequence[int]) -> tuple[int, ...]:
     """The ``[C, H, W]`` a model sees after preset ``name`` (the same in training and test)."""
-    c, h, w = input_shape
-    if name == "cifar-28":
-        return (c, 28, 28)
-    _preset(_TRAIN, name)
-    return (c, h, w)
+    return tuple(test_transform(name)(torch.zeros(1, *input_shape)).shape[1:])
 
 
 def paper_preset(dataset: str, model: str | None = None) -> str:

@@ -65,11 +65,8 @@ def to_blocks(tensor: torch.Tensor, target: int = DEFAULT_TARGET) -> torch.Tenso
     view = _as_2d(tensor.shape)
     block = block_shape(tensor.shape, target)
     dtype, device = tensor.dtype, tensor.device
-    if len(view) == 1:
-        (c,) = block
-        chunks = tensor.reshape(view[0] // c, c)
-        # Row by row, X = D x is x^T D^T.
-        return chunks @ dct_matrix(c, dtype, device).T
+    if len(view) == 1:  # row by row, X = D x is x^T D^T
+        return tensor.reshape(-1, block[0]) @ dct_matrix(block[0], dtype, device).T
     (n1, n2), (c1, c2) = view, block
     blocks = tensor.reshape(n1 // c1, c1, n2 // c2, c2).permute(0, 2, 1, 3)  # [B1, B2, c1, c2]
     d1, d2 = dct_matrix(c1, dtype, device), dct_matrix(c2, dtype, device)
@@ -88,9 +85,8 @@ def from_blocks(rows: torch.Tensor, shape: torch.Size, target: int = DEFAULT_TAR
         raise ValueError(f"rows for shape {tuple(shape)} (target {target}) must be "
                          f"{list(expected)}, got {list(rows.shape)}")
     dtype, device = rows.dtype, rows.device
-    if len(view) == 1:
-        (c,) = block
-        return (rows @ dct_matrix(c, dtype, device)).reshape(shape)  # x^T = X^T D
+    if len(view) == 1:  # x^T = X^T D
+        return (rows @ dct_matrix(block[0], dtype, device)).reshape(shape)
     (n1, n2), (c1, c2) = view, block
     coefficients = rows.reshape(n1 // c1, n2 // c2, c1, c2)
     d1, d2 = dct_matrix(c1, dtype, device), dct_matrix(c2, dtype, device)

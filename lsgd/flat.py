@@ -18,20 +18,14 @@ class FlatBuffer:
         for i, t in enumerate(like):
             order.setdefault((t.dtype, t.device), []).append(i)
         self.buffers: list[torch.Tensor] = []
-        views: list[torch.Tensor | None] = [None] * len(like)
         self._layout: list[tuple[int, int, torch.Size]] = [(0, 0, torch.Size())] * len(like)
         for (dtype, device), indices in order.items():
-            total = sum(like[i].numel() for i in indices)
-            buffer = torch.zeros(total, dtype=dtype, device=device)
             offset = 0
             for i in indices:
-                n = like[i].numel()
-                views[i] = buffer[offset : offset + n].view_as(like[i])
                 self._layout[i] = (len(self.buffers), offset, like[i].shape)
-                offset += n
-            self.buffers.append(buffer)
-        self.views: list[torch.Tensor] = [v for v in views if v is not None]
-        assert len(self.views) == len(like)
+                offset += like[i].numel()
+            self.buffers.append(torch.zeros(offset, dtype=dtype, device=device))
+        self.views: list[torch.Tensor] = self.views_of(self.buffers)
 
     @property
     def nbytes(self) -> int:

@@ -79,11 +79,8 @@ def elect(scores: torch.Tensor) -> int | None:
     """Index of the lowest finite score, ties to the lowest index; ``None`` when no
     score is finite (then nobody leads and no pull should happen)."""
     values = scores.detach().to("cpu", torch.float64).reshape(-1).tolist()
-    best: int | None = None
-    for i, value in enumerate(values):
-        if math.isfinite(value) and (best is None or value < values[best]):
-            best = i
-    return best
+    finite = [(value, i) for i, value in enumerate(values) if math.isfinite(value)]
+    return min(finite)[1] if finite else None
 
 
 def finite_flag(tensors: Tensors) -> torch.Tensor:

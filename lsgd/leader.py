@@ -17,15 +17,13 @@ from torch.nn import functional as F
 from lsgd import _validate
 
 #: Where a score comes from: the window of training losses, or one held-out batch.
-TRAIN, EVAL = "train", "eval"
-METRICS = (TRAIN, EVAL)
+METRICS = ("train", "eval")
 
 
 class LossWindow:
     """The last ``size`` training losses, kept as device tensors (no per-step sync)."""
 
     def __init__(self, size: int) -> None:
-        self.size = size
         self._losses: deque[torch.Tensor] = deque(maxlen=size)
 
     def __len__(self) -> int:
@@ -44,8 +42,8 @@ class LossWindow:
         return [float(t) for t in self._losses]
 
     def load(self, values: Sequence[float]) -> None:
-        self._losses = deque((torch.tensor(v, dtype=torch.float64) for v in values),
-                             maxlen=self.size)
+        self._losses.clear()
+        self._losses.extend(torch.tensor(v, dtype=torch.float64) for v in values)
 
 
 class Scorer:
@@ -65,7 +63,7 @@ class Scorer:
     @property
     def scores_on_eval(self) -> bool:
         """Whether the score is the loss on the held-out batch, not the training losses."""
-        return self.metric == EVAL
+        return self.metric == "eval"
 
     def record(self, loss: torch.Tensor | None, owner: str) -> None:
         if self.scores_on_eval:

@@ -125,8 +125,7 @@ class CodecOptions(RoundOptions):
 
 @dataclass
 class LeaderOptions(MethodOptions):
-    """The force of the round's leader (the worker of the lowest recent loss) on an
-    averaging method."""
+    """The force of the round's leader (the lowest recent loss) on an averaging method."""
 
     leader: str = option("none", "none; weights (the round's mean counts the leader 1 + "
                          "--leader-weight times); pull (after the round the global state "

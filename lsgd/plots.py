@@ -47,9 +47,16 @@ def save(fig: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    _write(fig, path, dpi=110)
     plt.close(fig)
+    return path
+
+
+def _write(fig: Any, path: str | Path, dpi: int) -> Path:
+    """Write ``fig`` to ``path`` as a PNG, its folder made."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
     return path
 
 
@@ -72,14 +79,11 @@ def draw_curves(panels: Sequence[tuple[str, Sequence[Curve]]], path: str | Path,
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (title, curves) in zip(axes, panels):
-        own = [curve for curve in curves if not curve[2]]
-        for i, (label, points, _) in enumerate(own):
-            xs, ys = zip(*points)
-            ax.plot(xs, ys, label=label, color=f"C{i % 10}", linestyle="-" if i < 10 else "--",
-                    marker=".", markersize=3, linewidth=1.2)
+        for i, (label, points, _) in enumerate(curve for curve in curves if not curve[2]):
+            ax.plot(*zip(*points), label=label, color=f"C{i % 10}",
+                    linestyle="-" if i < 10 else "--", marker=".", markersize=3, linewidth=1.2)
         for label, points, _ in (curve for curve in curves if curve[2]):
-            xs, ys = zip(*points)
-            ax.plot(xs, ys, label=label, color="black", linestyle="-.", linewidth=1.2)
+            ax.plot(*zip(*points), label=label, color="black", linestyle="-.", linewidth=1.2)
         if target is not None:
             ax.axhline(target, color="grey", linestyle=":", linewidth=1)
         ax.set_title(title, fontsize=9)
@@ -88,10 +92,7 @@ def draw_curves(panels: Sequence[tuple[str, Sequence[Curve]]], path: str | Path,
         ax.legend(fontsize=7, ncol=2 if len(curves) > 6 else 1)
     axes[0].set_ylabel(ylabel, fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    return path
+    return _write(fig, path, dpi=100)
 
 
 def draw_graphs(graphs: Topology | Sequence[Topology], path: str | Path, *,
@@ -110,8 +111,7 @@ def draw_graphs(graphs: Topology | Sequence[Topology], path: str | Path, *,
     FigureCanvasAgg(fig)
     palette = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
                "tab:pink", "tab:olive", "tab:cyan", "tab:gray"]
-    for k, graph in enumerate(graphs):
-        ax = fig.add_subplot(1, len(graphs), k + 1)
+    for ax, graph in zip(fig.subplots(1, len(graphs), squeeze=False)[0], graphs):
         pos = _layout(graph)
         grid = graph.name.startswith("torus(")
         for c, matching in enumerate(graph.matchings):
@@ -123,8 +123,7 @@ def draw_graphs(graphs: Topology | Sequence[Topology], path: str | Path, *,
                         arrowstyle="-", color=colour, lw=2, connectionstyle="arc3,rad=0.3"))
                 else:
                     ax.plot([xi, xj], [yi, yj], color=colour, lw=2, zorder=1)
-        xs, ys = zip(*pos)
-        ax.scatter(xs, ys, s=260, c="white", edgecolors="black", zorder=2)
+        ax.scatter(*zip(*pos), s=260, c="white", edgecolors="black", zorder=2)
         for r, (x, y) in enumerate(pos):
             ax.annotate(str(r), (x, y), ha="center", va="center", fontsize=8, zorder=3)
         ax.set_title(f"{graph.name}\nlambda_2={graph.algebraic_connectivity:.3f}, "
@@ -135,10 +134,7 @@ def draw_graphs(graphs: Topology | Sequence[Topology], path: str | Path, *,
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.94) if title else (0, 0, 1, 1))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+    return _write(fig, path, dpi=110)
 
 
 def _layout(graph: Topology) -> list[tuple[float, float]]:

@@ -31,12 +31,7 @@ __all__ = [
 ]
 
 
-#: The dataset names :func:`load_dataset` knows: images, then text.
-DATASETS = ("fashion-mnist", "cifar10", "cifar100", "imagenet", "digits", "synthetic",
-            *TEXT_DATASETS)
-
-
-#: Each dataset without reading it: an image's shape before augmentation, the classes
+#: Each image dataset without reading it: an image's shape before augmentation, the classes
 #: (ImageNet's from its folder: 1000 stands in) and the training examples (or None).
 FACTS: dict[str, tuple[tuple[int, int, int], int, int | None]] = {
     "fashion-mnist": ((1, 28, 28), 10, 60_000),
@@ -46,6 +41,9 @@ FACTS: dict[str, tuple[tuple[int, int, int], int, int | None]] = {
     "digits": ((1, 8, 8), 10, 1347),
     "synthetic": ((1, 28, 28), 10, 2048),
 }
+
+#: The dataset names :func:`load_dataset` knows: images, then text.
+DATASETS = (*FACTS, *TEXT_DATASETS)
 
 
 def locate(name: str, data_dir: str | os.PathLike[str] | None = None) -> str | None:

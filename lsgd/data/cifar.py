@@ -21,10 +21,7 @@ CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
 CIFAR100_STD = (0.2673, 0.2564, 0.2762)
 
 #: Classes -> the (mean, std) that :func:`cifar` normalizes with.
-CIFAR_NORMALIZATION: dict[int, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
-    10: (CIFAR_MEAN, CIFAR_STD),
-    100: (CIFAR100_MEAN, CIFAR100_STD),
-}
+CIFAR_NORMALIZATION = {10: (CIFAR_MEAN, CIFAR_STD), 100: (CIFAR100_MEAN, CIFAR100_STD)}
 
 # folder name, archive name, training files, test file, meta file, label key, class-names key
 _CIFAR = {
@@ -65,8 +62,9 @@ def _unpickle(path: Path) -> dict[str, Any]:
     return {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
 
 
-def _cifar_images(batches: Sequence[dict[str, Any]], label_key: str,
+def _cifar_images(folder: Path, files: Sequence[str], label_key: str,
                   classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    batches = [_unpickle(folder / name) for name in files]
     data = np.concatenate([np.asarray(b["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
                            for b in batches])
     labels = np.concatenate([np.asarray(b[label_key], dtype=np.int64) for b in batches])
@@ -80,9 +78,6 @@ def cifar(root: str | os.PathLike[str] | None = None, classes: int = 10) -> Data
     folder = cifar_dir(root, classes)
     _, _, train_files, test_file, meta_file, label_key, names_key = _CIFAR[classes]
     meta = _unpickle(folder / meta_file)
-    num_classes = len(meta[names_key]) if names_key in meta else classes
-    train_x, train_y = _cifar_images([_unpickle(folder / f) for f in train_files], label_key,
-                                     classes)
-    test_x, test_y = _cifar_images([_unpickle(folder / test_file)], label_key, classes)
-    return Dataset(f"cifar{classes}", train_x, train_y, test_x, test_y,
-                   augment="cifar-28", num_classes=num_classes)
+    return Dataset(f"cifar{classes}", *_cifar_images(folder, train_files, label_key, classes),
+                   *_cifar_images(folder, (test_file,), label_key, classes), augment="cifar-28",
+                   num_classes=len(meta[names_key]) if names_key in meta else classes)

@@ -11,9 +11,8 @@ import torch
 
 @dataclass
 class Dataset:
-    """A train/test split held in memory; ``augment`` names the :mod:`lsgd.augment`
-    preset the papers use for it, ``num_classes`` (else the largest training label + 1)
-    its classes."""
+    """A train/test split held in memory; ``augment``: the papers' :mod:`lsgd.augment`
+    preset for it; ``num_classes``: its classes (else the largest training label + 1)."""
 
     name: str
     train_x: torch.Tensor

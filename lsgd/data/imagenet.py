@@ -33,12 +33,9 @@ def _pil() -> Any:
 
 def _list_split(folder: Path) -> tuple[list[str], list[tuple[Path, int]]]:
     names = sorted(d.name for d in folder.iterdir() if d.is_dir())
-    samples = [
-        (path, label)
-        for label, name in enumerate(names)
-        for path in sorted((folder / name).iterdir())
-        if path.suffix.lower() in IMAGE_EXTENSIONS and path.is_file()
-    ]
+    samples = [(path, label) for label, name in enumerate(names)
+               for path in sorted((folder / name).iterdir())
+               if path.suffix.lower() in IMAGE_EXTENSIONS and path.is_file()]
     return names, samples
 
 
@@ -62,7 +59,7 @@ class ImageFolder:
     def __init__(self, root: str | os.PathLike[str], size: int = 224, resize: int = 256,
                  threads: int = 0, name: str = "imagenet") -> None:
         _pil()
-        self.root = base = image_folder_dir(root)
+        self.root = base = imagenet_dir(root)
         self.name = name
         self.size = int(size)
         self.resize = int(resize)
@@ -132,10 +129,8 @@ class ImageFolder:
                 if u[-1] < 0.5:
                     img = img.transpose(mirror)
             else:
-                if width <= height:
-                    new = (self.resize, int(self.resize * height / width))
-                else:
-                    new = (int(self.resize * width / height), self.resize)
+                new = ((self.resize, int(self.resize * height / width)) if width <= height
+                       else (int(self.resize * width / height), self.resize))
                 img = img.resize(new, bilinear)
                 top = int(round((new[1] - self.size) / 2.0))
                 left = int(round((new[0] - self.size) / 2.0))
@@ -171,10 +166,16 @@ def random_resized_crop_params(height: int, width: int, u: Sequence[float],
     return (height - h) // 2, (width - w) // 2, h, w
 
 
-def image_folder_dir(root: str | os.PathLike[str]) -> Path:
-    """The folder holding ``train/`` and ``val/``: ``root`` or its ``imagenet/``;
-    ``FileNotFoundError`` saying what is missing (nothing is read)."""
-    base = Path(root)
+def imagenet_dir(root: str | os.PathLike[str] | None = None) -> Path:
+    """The folder holding ImageNet's ``train/`` and ``val/``, found without reading it:
+    ``root`` (default ``$LSGD_DATA``) or its ``imagenet/``; else ``FileNotFoundError``."""
+    given = root if root is not None else os.environ.get("LSGD_DATA")
+    if given is None:
+        raise FileNotFoundError(
+            "ImageNet needs a folder holding train/<class>/*.JPEG and val/<class>/*.JPEG: "
+            "lsgd cannot download it; pass --data-dir (or set $LSGD_DATA)."
+        )
+    base = Path(given)
     if not (base / "train").is_dir() and (base / "imagenet" / "train").is_dir():
         base = base / "imagenet"
     missing = [s for s in ("train", "val") if not (base / s).is_dir()]
@@ -186,17 +187,6 @@ def image_folder_dir(root: str | os.PathLike[str]) -> Path:
             "folders, and pass --data-dir pointing at the folder holding train/ and val/."
         )
     return base
-
-
-def imagenet_dir(root: str | os.PathLike[str] | None = None) -> Path:
-    """ImageNet's folder (``root``, default ``$LSGD_DATA``), found without reading it."""
-    base = root if root is not None else os.environ.get("LSGD_DATA")
-    if base is None:
-        raise FileNotFoundError(
-            "ImageNet needs a folder holding train/<class>/*.JPEG and val/<class>/*.JPEG: "
-            "lsgd cannot download it; pass --data-dir (or set $LSGD_DATA)."
-        )
-    return image_folder_dir(base)
 
 
 def imagenet(root: str | os.PathLike[str] | None = None, **kwargs: Any) -> ImageFolder:

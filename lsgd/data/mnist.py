@@ -12,12 +12,9 @@ import numpy as np
 from lsgd.data.dataset import Dataset, _normalized
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-FASHION_FILES = {
-    "train_images": "train-images-idx3-ubyte",
-    "train_labels": "train-labels-idx1-ubyte",
-    "test_images": "t10k-images-idx3-ubyte",
-    "test_labels": "t10k-labels-idx1-ubyte",
-}
+#: The IDX files: the training images and labels, then the test images and labels.
+FASHION_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte")
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -42,9 +39,9 @@ def fashion_mnist_dir(root: str | os.PathLike[str] | None = None) -> Path:
     else:
         candidates = [DEBIAN_FASHION_MNIST]
     for folder in candidates:
-        if all(_find(folder, stem) for stem in FASHION_FILES.values()):
+        if all(_find(folder, stem) for stem in FASHION_FILES):
             return folder
-    expected = ", ".join(f"{stem}[.gz]" for stem in FASHION_FILES.values())
+    expected = ", ".join(f"{stem}[.gz]" for stem in FASHION_FILES)
     looked = ", ".join(str(c) for c in candidates)
     raise FileNotFoundError(
         f"Fashion-MNIST not found in {looked}: expected the files {expected}. "
@@ -61,10 +58,9 @@ def _find(folder: Path, stem: str) -> Path | None:
 def fashion_mnist(root: str | os.PathLike[str] | None = None) -> Dataset:
     """Fashion-MNIST: 60,000 training and 10,000 test images of 28x28, 10 classes."""
     folder = fashion_mnist_dir(root)
-    arrays = {key: read_idx(_find(folder, stem))  # type: ignore[arg-type]
-              for key, stem in FASHION_FILES.items()}
-    return _normalized("fashion-mnist", arrays["train_images"][:, None], arrays["train_labels"],
-                       arrays["test_images"][:, None], arrays["test_labels"],
+    train_x, train_y, test_x, test_y = (read_idx(_find(folder, stem))  # type: ignore[arg-type]
+                                        for stem in FASHION_FILES)
+    return _normalized("fashion-mnist", train_x[:, None], train_y, test_x[:, None], test_y,
                        augment="fashion", num_classes=10)
 
 

@@ -36,12 +36,7 @@ def synthetic(n_train: int = 2048, n_test: int = 512, shape: Sequence[int] = (1,
     protos = (flat * (separation / math.sqrt(2 * numel))).reshape(classes, *shape)
 
     def split(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        y = torch.arange(n) % classes
-        y = y[torch.randperm(n, generator=g)]
-        x = protos[y] + torch.randn(n, *shape, generator=g)
-        return x, y
+        y = (torch.arange(n) % classes)[torch.randperm(n, generator=g)]
+        return protos[y] + torch.randn(n, *shape, generator=g), y
 
-    train_x, train_y = split(n_train)
-    test_x, test_y = split(n_test)
-    return Dataset("synthetic", train_x, train_y, test_x, test_y, augment="none",
-                   num_classes=classes)
+    return Dataset("synthetic", *split(n_train), *split(n_test), num_classes=classes)

@@ -42,13 +42,11 @@ def cache_dir() -> Path:
     else ``~/.cache/lsgd``."""
     if os.environ.get("LSGD_CACHE"):
         return Path(os.environ["LSGD_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "lsgd"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "lsgd")
 
 
 def bible_program() -> str:
-    """The path of Debian's ``bible`` program, or ``FileNotFoundError`` with the install
-    command."""
+    """Debian's ``bible`` program's path, or ``FileNotFoundError`` with the install command."""
     found = shutil.which("bible")
     if found is None:
         raise FileNotFoundError(
@@ -64,26 +62,6 @@ def kjv_cached(cache: Path | None = None) -> bool:
     return path.is_file() and path.stat().st_size > 0
 
 
-def kjv_text(cache: Path | None = None) -> str:
-    """The whole King James Bible as ``bible`` prints it, extracted once into ``cache``
-    (default :func:`cache_dir`)."""
-    path = (cache or cache_dir()) / "kjv.txt"
-    if kjv_cached(cache):
-        return path.read_text(encoding="utf-8")
-    program = bible_program()
-    done = subprocess.run([program, KJV_RANGE], capture_output=True, check=False, timeout=120)
-    text = done.stdout.decode("utf-8", errors="replace")
-    if done.returncode != 0 or len(_CHAPTER.findall(text)) < VALIDATION_EVERY:
-        raise ValueError(f"'{program} {KJV_RANGE}' did not print the Bible (exit "
-                         f"{done.returncode}: {done.stderr.decode(errors='replace')[:200]}); "
-                         f"reinstall it: {KJV_INSTALL}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)  # workers extracting at once each write a whole file
-    return text
-
-
 def split_chapters(text: str, every: int = VALIDATION_EVERY) -> tuple[str, str]:
     """(training, validation) text: every ``every``-th chapter is held out."""
     starts = [m.start() for m in _CHAPTER.finditer(text)]
@@ -95,8 +73,23 @@ def split_chapters(text: str, every: int = VALIDATION_EVERY) -> tuple[str, str]:
 
 
 def kjv(cache: Path | None = None) -> TextData:
-    """The King James Bible as byte tokens, every 20th chapter held out."""
-    train, valid = split_chapters(kjv_text(cache))
+    """The King James Bible as byte tokens, every 20th chapter held out: the text as
+    ``bible`` prints it, extracted once into ``cache`` (default :func:`cache_dir`)."""
+    path = (cache or cache_dir()) / "kjv.txt"
+    if not kjv_cached(cache):
+        program = bible_program()
+        done = subprocess.run([program, KJV_RANGE], capture_output=True, check=False,
+                              timeout=120)
+        text = done.stdout.decode("utf-8", errors="replace")
+        if done.returncode != 0 or len(_CHAPTER.findall(text)) < VALIDATION_EVERY:
+            raise ValueError(f"'{program} {KJV_RANGE}' did not print the Bible (exit "
+                             f"{done.returncode}: {done.stderr.decode(errors='replace')[:200]}"
+                             f"); reinstall it: {KJV_INSTALL}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)  # workers extracting at once each write a whole file
+    train, valid = split_chapters(path.read_text(encoding="utf-8"))
     return TextData("kjv", _bytes(train), _bytes(valid),
                     f"every {VALIDATION_EVERY}th chapter held out for validation",
                     f"Debian's bible-kjv ('bible {KJV_RANGE}')")

@@ -48,14 +48,13 @@ def launch(
 
     check_layout(world_size, groups)
     check_replica(replica)
+    options: dict[str, Any] = {"args": args, "timeout": timeout, "replica": replica,
+                               "threads_per_worker": threads_per_worker,
+                               "max_restarts": max_restarts}
     if link is not None:
         from lsgd.launcher.nodes import launch_on_links
 
-        return launch_on_links(fn, world_size, groups, link, args=args, timeout=timeout,
-                               threads_per_worker=threads_per_worker, max_restarts=max_restarts,
-                               replica=replica)
+        return launch_on_links(fn, world_size, groups, link, **options)
     from lsgd.launcher.standalone import launch_local
 
-    return launch_local(fn, world_size, groups, args=args, timeout=timeout,
-                        threads_per_worker=threads_per_worker, max_restarts=max_restarts,
-                        replica=replica)
+    return launch_local(fn, world_size, groups, **options)

@@ -5,11 +5,11 @@ writes ``{"results": {rank: value}, "failures": [...]}`` to ``RESULT``.
 
 from __future__ import annotations
 
+import multiprocessing.spawn
 import os
 import pickle
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +17,8 @@ from lsgd.launcher.worker import exit_now, failure_lines, run_workers
 from lsgd.links.netns import node_address
 
 
-def _load_main(path: str | None) -> None:
-    """Make the caller's script ``__main__`` (as ``__mp_main__``), so that its
-    functions unpickle here and in the spawned workers, as multiprocessing does."""
-    if not path or not Path(path).is_file() or Path(path).resolve() == Path(__file__).resolve():
-        return
-    module = types.ModuleType("__mp_main__")
-    module.__file__ = path
-    sys.modules["__mp_main__"] = sys.modules["__main__"] = module
-    code = compile(Path(path).read_text(), path, "exec")
-    exec(code, module.__dict__)  # the script's guarded main block does not run here
-
-
 def run_node(job: dict[str, Any], node: int, result_path: str) -> int:
-    """Node ``node``'s elastic agent for ``job``, in the node's namespace; its outcome
-    written to ``result_path``."""
+    """Node ``node``'s elastic agent for ``job``; its outcome written to ``result_path``."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     outcome: dict[str, Any] = {"results": {}, "failures": []}
@@ -67,28 +54,27 @@ WAITED = ("RendezvousTimeoutError", "RendezvousClosedError")
 
 def explain(error: Exception, node: int, job: dict[str, Any], seconds: float) -> str:
     """``node N: ErrorName: what ran out, and what it means`` for an agent's error."""
-    from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError,
-                                                          RendezvousConnectionError,
-                                                          RendezvousTimeoutError)
-
-    head = f"node {node}: {type(error).__name__} after {seconds:.0f} s: "
-    if isinstance(error, RendezvousTimeoutError):
-        return head + (
+    name = type(error).__name__
+    meanings = {
+        "RendezvousTimeoutError": (
             f"the rendezvous did not gather all {job['nodes']} nodes within its join_timeout "
             f"of {job['join_timeout']:.0f} s: a node did not come back (its link is down, "
-            "its agent was stopped, or it gave up; see its line)")
-    if isinstance(error, RendezvousClosedError):
-        return head + ("the rendezvous was closed before this node could start its workers "
-                       "again: another node's agent stopped (its restarts spent, or its "
-                       "rendezvous timed out; see its line)")
-    if isinstance(error, RendezvousConnectionError):
-        return head + (f"the rendezvous store at {job['endpoint']} (node 0's agent) did not "
-                       f"answer: this node's or node 0's link is down, or node 0's agent is "
-                       f"gone ({error or 'no answer'})")
-    return head + str(error)
+            "its agent was stopped, or it gave up; see its line)"),
+        "RendezvousClosedError": (
+            "the rendezvous was closed before this node could start its workers again: "
+            "another node's agent stopped (its restarts spent, or its rendezvous timed out; "
+            "see its line)"),
+        "RendezvousConnectionError": (
+            f"the rendezvous store at {job['endpoint']} (node 0's agent) did not answer: this "
+            f"node's or node 0's link is down, or node 0's agent is gone "
+            f"({error or 'no answer'})"),
+    }
+    return f"node {node}: {name} after {seconds:.0f} s: {meanings.get(name, error)}"
 
 
 if __name__ == "__main__":  # python -m lsgd.launcher.agent PAYLOAD NODE RESULT
     payload = pickle.loads(Path(sys.argv[1]).read_bytes())
-    _load_main(payload["main_path"])
+    if payload["main_path"] and Path(payload["main_path"]).is_file():
+        # The caller's script as spawn loads it (its guarded main block does not run).
+        multiprocessing.spawn.import_main_path(payload["main_path"])
     exit_now(run_node(pickle.loads(payload["job"]), int(sys.argv[2]), sys.argv[3]))

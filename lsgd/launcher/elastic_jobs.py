@@ -13,7 +13,6 @@ import contextlib
 import multiprocessing
 import os
 import pickle
-import socket
 import sys
 import tempfile
 import time
@@ -63,13 +62,12 @@ def launch_elastic(
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lsgd-elastic-")))
         context = multiprocessing.get_context("spawn")
         if link is None:
-            port = _free_port()
-            lighthouse = start_lighthouse(port, 1, host="127.0.0.1",
-                                          join_timeout=join_timeout,
+            lighthouse = start_lighthouse(0, 1, host="127.0.0.1", join_timeout=join_timeout,
                                           heartbeat_timeout=heartbeat_timeout)
             stack.callback(lighthouse.shutdown)
             where = [(None, "127.0.0.1")] * slots
-            address = f"http://127.0.0.1:{port}"
+            # the port the system chose; address() names the host, not the loopback
+            address = "http://127.0.0.1:" + lighthouse.address().rsplit(":", 1)[1]
             gate_store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
             gate = f"127.0.0.1:{gate_store.port}:{join_timeout}"
         else:
@@ -169,8 +167,3 @@ def _read(path: Path) -> dict[str, Any]:
     except (OSError, pickle.UnpicklingError, EOFError):
         return {"results": None, "failures": [f"{path.stem}: its agent left no outcome"]}
 
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

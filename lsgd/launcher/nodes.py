@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,10 +22,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lsgd.comm.info import check_layout
 from lsgd.launcher.worker import (LaunchError, before_start, exit_now, start_method,
                                   threads_for, vouch_for_fork)
-from lsgd.links.netns import ShapedNetwork, node_address
+from lsgd.links.netns import ShapedNetwork, enter_namespace, node_address
 from lsgd.links.spec import Link
 
 T = TypeVar("T")
@@ -54,12 +52,10 @@ def launch_on_links(
     seconds; a restart whose rendezvous cannot gather every node fails after
     ``min(JOIN_TIMEOUT, timeout)``. The :class:`LaunchError` names each node's cause.
     """
-    check_layout(world_size, groups)
-    per_node = world_size // groups
     threads = threads_for(world_size, threads_per_worker)
     job = {
         "fn": fn, "args": tuple(args), "groups": groups, "timeout": timeout, "replica": replica,
-        "nodes": groups, "per_node": per_node,
+        "nodes": groups, "per_node": world_size // groups,
         # An agent counts its own workers' failures only (the others restart uncounted).
         "max_restarts": max_restarts, "join_timeout": min(JOIN_TIMEOUT, timeout),
         "run_id": f"lsgd-{uuid.uuid4().hex[:8]}",
@@ -75,26 +71,26 @@ def launch_on_links(
     forked = start_method(threads) == "fork"
     if forked:
         before_start("fork", fn)
-    with tempfile.TemporaryDirectory(prefix="lsgd-links-") as folder, \
-            ShapedNetwork(groups, link) as net:
-        work = Path(folder)
-        agents: list[tuple[Any, Any]] = []
+    with contextlib.ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lsgd-links-")))
+        # Each node's log (its agent's and workers' output), kept in LSGD_LOG_DIR if set.
+        folder = Path(os.environ.get("LSGD_LOG_DIR") or work)
+        folder.mkdir(parents=True, exist_ok=True)
+        logs = [folder / f"node-{node}.log" for node in range(groups)]
+        net = stack.enter_context(ShapedNetwork(groups, link))
         began = time.monotonic()
         start_agent = _fork_agent if forked else _exec_agent
-        for node in range(groups):
-            log = open(work / f"node-{node}.log", "w")  # noqa: SIM115 - closed below
-            agents.append((start_agent(net, node, job, work, log, env), log))
+        agents = [start_agent(net, node, job, work, stack.enter_context(open(logs[node], "w")), env)
+                  for node in range(groups)]
         try:
             codes, stopped = _wait(agents, deadline=began + timeout + 3600.0,
-                                   relays=[_Relay(work / f"node-{node}.log", progress=node == 0)
-                                           for node in range(groups)])
+                                   relays=[_Relay(log, progress=node == 0)
+                                           for node, log in enumerate(logs)])
         finally:
-            for process, log in agents:
+            for process in agents:
                 if process.poll() is None:
                     process.kill()
                     process.wait()
-                log.close()
-            keep_logs(work, groups)
         results: dict[int, Any] = {}
         failures: list[str] = []
         waited: dict[int, str] = {}  # nodes whose agents were in the rendezvous: its error
@@ -110,7 +106,7 @@ def launch_on_links(
                 failures.append(f"node {node}: its agent was still running {stopped[node]}; "
                                 "stopped by the launcher")
             elif code != 0:
-                tail = (work / f"node-{node}.log").read_text(errors="replace")[-2000:]
+                tail = logs[node].read_text(errors="replace")[-2000:]
                 failures.append(f"node {node}: agent exited with {code}:\n{tail}")
         if failures or len(results) != world_size:
             missing = sorted(set(range(world_size)) - set(results))
@@ -123,17 +119,6 @@ def launch_on_links(
                 f"{time.monotonic() - began:.0f} s:\n"
                 + "\n".join(failures or [f"no result from ranks {missing}"]))
     return [results[r] for r in range(world_size)]
-
-
-def keep_logs(work: Path, groups: int) -> None:
-    """Copy each node's log (its agent's and workers' output) to ``LSGD_LOG_DIR`` if set."""
-    folder = os.environ.get("LSGD_LOG_DIR")
-    if not folder:
-        return
-    os.makedirs(folder, exist_ok=True)
-    for node in range(groups):
-        with contextlib.suppress(OSError):
-            shutil.copyfile(work / f"node-{node}.log", Path(folder) / f"node-{node}.log")
 
 
 def _exec_agent(net: ShapedNetwork, node: int, job: dict[str, Any], work: Path, log: Any,
@@ -179,10 +164,9 @@ class _Forked:
 
 def _fork_agent(net: ShapedNetwork, node: int, job: dict[str, Any], work: Path, log: Any,
                 env: dict[str, str]) -> _Forked:
-    """Node ``node``'s agent, forked from this process into the node's namespace: it
-    starts at once, sharing what this process has imported and read, where a fresh
-    interpreter would take seconds to import torch. The child never returns into the
-    caller's code: whatever happens, it ends with ``os._exit``."""
+    """Node ``node``'s agent, forked from this process into the node's namespace: it starts
+    at once, sharing what this process imported and read (a fresh interpreter takes
+    seconds to import torch). The child never returns: it ends with ``os._exit``."""
     from lsgd.launcher.agent import run_node
 
     sys.stdout.flush()
@@ -201,7 +185,7 @@ def _fork_agent(net: ShapedNetwork, node: int, job: dict[str, Any], work: Path, 
         os.dup2(log.fileno(), 2)
         os.environ.clear()
         os.environ.update(env)
-        net.enter(node)
+        enter_namespace(net.namespaces[node])  # its sockets see only the node's link
         vouch_for_fork()  # a fork of a process fit to fork from, running one thread
         code = run_node(job, node, str(work / f"node-{node}.pkl"))
     except BaseException:
@@ -236,7 +220,7 @@ class _Relay:
                 print(text, file=sys.stderr, flush=True)
 
 
-def _wait(agents: list[tuple[Any, Any]], deadline: float, relays: list[_Relay]
+def _wait(agents: list[Any], deadline: float, relays: list[_Relay]
           ) -> tuple[list[int], dict[int, str]]:
     """Wait for every agent, relaying their news; after the first failure the rest get
     ``GRACE_SECONDS``. Returns the exit codes and, for each agent stopped here, why."""
@@ -244,24 +228,25 @@ def _wait(agents: list[tuple[Any, Any]], deadline: float, relays: list[_Relay]
     first = -1
     shown_at = 0.0
     while True:
-        codes = [process.poll() for process, _ in agents]
-        if time.monotonic() - shown_at > 1.0 or all(code is not None for code in codes):
+        codes = [process.poll() for process in agents]
+        done = None not in codes
+        if done or time.monotonic() - shown_at > 1.0:
             for relay in relays:
                 relay.poll()
             shown_at = time.monotonic()
-        if all(code is not None for code in codes):
+        if done:
             return [int(code) for code in codes if code is not None], {}
         now = time.monotonic()
-        if failed_at is None and any(code not in (None, 0) for code in codes):
-            failed_at = now
-            first = next(n for n, code in enumerate(codes) if code not in (None, 0))
+        failed = [node for node, code in enumerate(codes) if code not in (None, 0)]
+        if failed_at is None and failed:
+            failed_at, first = now, failed[0]
         if now > deadline or (failed_at is not None and now - failed_at > GRACE_SECONDS):
             why = (f"{GRACE_SECONDS:.0f} s after node {first}'s agent failed"
                    if failed_at is not None else "at the job's deadline")
             stopped: dict[int, str] = {}
-            for node, (process, _) in enumerate(agents):
+            for node, process in enumerate(agents):
                 if process.poll() is None:
                     process.kill()
                     stopped[node] = why
-            return [process.wait() for process, _ in agents], stopped
+            return [process.wait() for process in agents], stopped
         time.sleep(0.05)

@@ -1,6 +1,5 @@
 """W worker processes on this machine, as ``torchrun --standalone`` starts them: an
-elastic agent in this process hosts a c10d rendezvous on the loopback; each worker
-joins the default process group from the environment and runs ``fn(info, *args)``.
+elastic agent in this process hosts a c10d rendezvous on the loopback.
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ def launch_local(fn: Callable[..., T], world_size: int, groups: int, *,
                  args: Sequence[Any] = (), timeout: float = 300.0,
                  threads_per_worker: int | None = None, max_restarts: int = 0,
                  replica: str = "process") -> list[T]:
-    """Run ``fn(info, *args)`` in ``world_size`` local processes; results by rank (the
-    contract of :func:`lsgd.launch` without a link)."""
+    """Run ``fn(info, *args)`` in ``world_size`` local processes: :func:`lsgd.launch`."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     try:

@@ -11,6 +11,8 @@ import gc
 import importlib
 import os
 import sys
+import time
+import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
@@ -36,14 +38,9 @@ def _run(fn: Callable[..., Any], groups: int, timeout_s: float, args: Sequence[A
     # out of the collector's sight, a full collection scans only what the run made.
     gc.freeze()
 
-    os.environ["LSGD_GROUPS"] = str(groups)
-    os.environ["LSGD_REPLICA"] = replica
     # A worker forked from a fork server has the server's environment, from its start:
-    # the launch's log folder comes as an argument.
-    if log_dir:
-        os.environ["LSGD_LOG_DIR"] = log_dir
-    else:
-        os.environ.pop("LSGD_LOG_DIR", None)
+    # the launch's log folder comes as an argument ("" for none).
+    os.environ.update(LSGD_GROUPS=str(groups), LSGD_REPLICA=replica, LSGD_LOG_DIR=log_dir or "")
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads:  # a forked worker has the launcher's torch, already initialized
         import torch
@@ -63,35 +60,26 @@ EXIT_GRACE_S = 30.0
 
 
 def watch_exit(grace_s: float) -> None:
-    """End this process if it has not ended ``grace_s`` seconds after its work was done
-    (a library's thread joined at exit can hang the teardown, and the run would wait
-    for it forever), unless it is in torch's hand-over (its result queued, the node's
-    other workers awaited). Every thread's stack goes to stderr (and
-    ``LSGD_LOG_DIR/exit-PID.txt``); the exit code is 0, the result being delivered.
-    """
+    """End this process if it still runs ``grace_s`` seconds after its work was done (a
+    library's thread joined at exit can hang the teardown forever), unless it is in
+    torch's hand-over. Every thread's stack goes to stderr (and
+    ``LSGD_LOG_DIR/exit-PID.txt``); the exit code is 0: the result was delivered."""
     import threading
 
     main = threading.main_thread()
 
-    def handing_over() -> bool:
+    def handing_over() -> bool:  # torch's: the result queued, the node's others awaited
         frame = sys._current_frames().get(main.ident or -1)
-        while frame is not None:
-            if frame.f_code.co_name == "_wrap" and "elastic" in frame.f_code.co_filename:
-                return True  # torch's hand-over: the result queued, the node's others awaited
-            frame = frame.f_back
-        return False
+        codes = [caller.f_code for caller, _ in traceback.walk_stack(frame)] if frame else []
+        return any(code.co_name == "_wrap" and "elastic" in code.co_filename for code in codes)
 
-    def check() -> None:
-        if not handing_over():
-            _dump_and_end(grace_s)
-        arm()
+    def watch() -> None:
+        while True:
+            time.sleep(grace_s)
+            if not handing_over():
+                _dump_and_end(grace_s)
 
-    def arm() -> None:
-        timer = threading.Timer(grace_s, check)
-        timer.daemon = True
-        timer.start()
-
-    arm()
+    threading.Thread(target=watch, name="lsgd-exit-watch", daemon=True).start()
 
 
 def _dump_and_end(grace_s: float) -> NoReturn:
@@ -105,8 +93,7 @@ def _dump_and_end(grace_s: float) -> NoReturn:
     if folder:
         with contextlib.suppress(OSError), open(
                 os.path.join(folder, f"exit-{os.getpid()}.txt"), "w") as out:
-            out.write(line + "\n")
-            out.flush()
+            print(line, file=out, flush=True)
             faulthandler.dump_traceback(file=out, all_threads=True)
     exit_now(0)
 
@@ -184,10 +171,8 @@ def start_method(threads: int, by_agent: bool = False) -> str:
 
     import torch
 
-    if _thread_count() == _vouched and threading.active_count() == 1 and \
-            not torch.cuda.is_available():
-        return "fork"
-    return "forkserver"
+    fit = _thread_count() == _vouched and threading.active_count() == 1
+    return "fork" if fit and not torch.cuda.is_available() else "forkserver"
 
 
 START_METHODS = ("fork", "forkserver", "spawn")
@@ -195,9 +180,8 @@ START_METHODS = ("fork", "forkserver", "spawn")
 
 def before_start(method: str, fn: Callable[..., Any]) -> None:
     """Ready what the workers are started from: before a fork, import here what every
-    worker would import for itself (torch's optimizers load ``torch._dynamo`` on their
-    first step, about a second); before a forkserver start, the server
-    (:func:`prepare_forkserver`)."""
+    worker would import (torch's optimizers load ``torch._dynamo`` on their first step,
+    about a second); before a forkserver start, the server (:func:`prepare_forkserver`)."""
     if method == "fork":
         importlib.import_module("torch._dynamo")
     elif method == "forkserver":
@@ -209,28 +193,24 @@ PRELOAD_ENV = "LSGD_PRELOAD_DATA"
 
 
 def prepare_forkserver(fn: Callable[..., Any] | None = None, module: str | None = None) -> None:
-    """Start this process's fork server if it does not run yet, importing torch,
-    ``torch._dynamo`` and ``fn``'s module (or ``module``) there once, for every worker
-    it forks."""
-    import multiprocessing
+    """Start this process's fork server if it does not run yet, with torch, ``torch._dynamo``
+    and ``fn``'s module (or ``module``) imported there once for every worker it forks."""
     from multiprocessing import forkserver
 
     modules = ["torch", "torch._dynamo", "lsgd.launcher.worker"]
     module = module or getattr(fn, "__module__", None)
     if module and module != "__main__":
         modules.append(module)
-    multiprocessing.get_context("forkserver").set_forkserver_preload(modules)
+    forkserver.set_forkserver_preload(modules)
     forkserver.ensure_running()
 
 
 @contextlib.contextmanager
 def quiet_elastic_agent(threads: int) -> Iterator[None]:
-    """While launching: the elastic agent's logs kept off the terminal
-    (:class:`LaunchError` says what failed, once) or, with ``LSGD_LOG_DIR`` set, written
-    to ``agent-PID.log`` there; ``OMP_NUM_THREADS=threads`` for the workers; and
-    Python's warning about forking a process with threads silenced (the agent's own
-    threads; the workers do not use them).
-    """
+    """While launching: the elastic agent's logs kept off the terminal (:class:`LaunchError`
+    says what failed, once) or written to ``LSGD_LOG_DIR/agent-PID.log``;
+    ``OMP_NUM_THREADS=threads`` for the workers; Python's warning about forking a process
+    with threads (the agent's own, which the workers do not use) silenced."""
     import logging
 
     elastic_log = logging.getLogger("torch.distributed.elastic")

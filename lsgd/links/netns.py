@@ -50,25 +50,21 @@ def _run(args: Sequence[str], check: bool = True) -> subprocess.CompletedProcess
 
 
 def shaping_problem() -> str | None:
-    """Why shaped links cannot be built here (:func:`check_tools`), None if they can."""
-    try:
-        check_tools()
-    except LinkSetupError as error:
-        return str(error)
+    """Why shaped links cannot be built here (not root, or no ``ip``/``tc``), None if they can."""
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        return (f"shaped links need {' and '.join(missing)} (Debian package iproute2: "
+                f"apt-get install iproute2); {MODELED_HINT}")
+    if os.geteuid() != 0:
+        return "shaped links need root (network namespaces and tc); run as root, or " + MODELED_HINT
     return None
 
 
 def check_tools() -> None:
     """Raise :class:`LinkSetupError` unless this process is root with ``ip`` and ``tc``."""
-    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
-    if missing:
-        raise LinkSetupError(
-            f"shaped links need {' and '.join(missing)} (Debian package iproute2: "
-            f"apt-get install iproute2); {MODELED_HINT}")
-    if os.geteuid() != 0:
-        raise LinkSetupError(
-            "shaped links need root (network namespaces and tc); run as root, or "
-            + MODELED_HINT)
+    problem = shaping_problem()
+    if problem:
+        raise LinkSetupError(problem)
 
 
 def shaped_links_possible(link: str | Link) -> None:
@@ -217,17 +213,6 @@ class ShapedNetwork:
         self._made: list[str] = []
         self._sigterm: Any = None
 
-    def open(self) -> ShapedNetwork:
-        """Build the namespaces, links and shaping; on any failure remove them again."""
-        check_tools()
-        remove_leftovers()
-        try:
-            self._build()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
     def _make_namespace(self, name: str) -> None:
         if name in _namespaces():  # this very pid's earlier network, never closed
             _delete_namespace(name)
@@ -237,16 +222,14 @@ class ShapedNetwork:
 
     def _build(self) -> None:
         self._make_namespace(self.switch)
-        _run(["ip", "-n", self.switch, "link", "add", "br0", "type", "bridge"])
-        _run(["ip", "-n", self.switch, "link", "set", "br0", "up"])
+        _run(["ip", "-n", self.switch, "link", "add", "br0", "up", "type", "bridge"])
         _run(["ip", "-n", self.switch, "addr", "add", f"{switch_address()}/24", "dev", "br0"])
         for i, name in enumerate(self.namespaces):
             self._make_namespace(name)
             port = f"p{i}"
             _run(["ip", "link", "add", "eth0", "netns", name, "type", "veth",
                   "peer", "name", port, "netns", self.switch])
-            _run(["ip", "-n", self.switch, "link", "set", port, "master", "br0"])
-            _run(["ip", "-n", self.switch, "link", "set", port, "up"])
+            _run(["ip", "-n", self.switch, "link", "set", port, "master", "br0", "up"])
             _run(["ip", "-n", name, "addr", "add", f"{node_address(i)}/24", "dev", "eth0"])
             _run(["ip", "-n", name, "link", "set", "eth0", "up"])
             self._shape(name, "eth0")  # upload
@@ -266,19 +249,22 @@ class ShapedNetwork:
         """``args`` run inside node ``node``'s namespace."""
         return ["ip", "netns", "exec", self.namespaces[node], *args]
 
-    def enter(self, node: int) -> None:
-        """Move the calling process into node ``node``'s network namespace (for a
-        process forked to run there: its sockets then see only that node's links)."""
-        enter_namespace(self.namespaces[node])
-
     def __enter__(self) -> ShapedNetwork:
-        # SIGTERM becomes an exception here, so that ``__exit__`` still cleans up.
+        """Build the namespaces, links and shaping; on any failure remove them again.
+        Meanwhile SIGTERM becomes an exception, so that ``__exit__`` still cleans up."""
         def _terminate(signum: int, frame: types.FrameType | None) -> None:
             raise KeyboardInterrupt(f"signal {signum}")
 
         with contextlib.suppress(ValueError):  # not the main thread: the caller handles signals
             self._sigterm = signal.signal(signal.SIGTERM, _terminate)
-        return self.open()
+        try:
+            check_tools()
+            remove_leftovers()
+            self._build()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
