@@ -93,11 +93,10 @@ class Communicator(Shares, ABC):
         finally:
             self._category = previous
 
-    def count(self, traffic: Traffic, seconds: float) -> None:
-        """Count one collective's :class:`~lsgd.comm.wire.Traffic` in the current category."""
-        self._record_in(self._category, traffic, seconds)
-
-    def _record_in(self, category: str, traffic: Traffic, seconds: float) -> None:
+    def count(self, traffic: Traffic, seconds: float, category: str | None = None) -> None:
+        """Count one collective's :class:`~lsgd.comm.wire.Traffic` in ``category`` (by
+        default the current one)."""
+        category = category or self._category
         call = CommStats(traffic.sent, traffic.received, seconds, 1, traffic.link_sent,
                          traffic.link_received)
         self._stats[category] = self._stats.get(category, CommStats()).plus(call)
@@ -137,7 +136,7 @@ class Communicator(Shares, ABC):
             chained = self._chained(among)
             seconds = (self._chain_broadcast(tensor, src) if chained
                        else self._broadcast(tensor, src, among))
-            self.count(self.broadcast_traffic(_nbytes(tensor), src, among, chained), seconds)
+            self.count(self.broadcast_traffic(tensor.nbytes, src, among, chained), seconds)
         return tensor
 
     def _chained(self, among: Among) -> bool:
@@ -152,7 +151,7 @@ class Communicator(Shares, ABC):
         if n == 1:
             return tensor.detach().clone().unsqueeze(0)
         out, seconds = self._all_gather(tensor.contiguous(), among)
-        self.count(self.ring((n - 1) * _nbytes(tensor), among), seconds)
+        self.count(self.ring((n - 1) * tensor.nbytes, among), seconds)
         return out
 
     def barrier(self) -> None:
@@ -211,14 +210,14 @@ class Communicator(Shares, ABC):
         transfer = Transfer("all_gather", tensor.contiguous(), among, lane=lane)
         if n == 1:
             return done_handle(tensor.detach().clone().unsqueeze(0))
-        return self._started(transfer, self.ring((n - 1) * _nbytes(tensor), among))
+        return self._started(transfer, self.ring((n - 1) * tensor.nbytes, among))
 
     def _started(self, transfer: Transfer, traffic: Traffic) -> Handle:
         if self.among_size(transfer.among) == 1:  # nothing travels, nothing changes
             return done_handle()
         category = self._category
         return Handle(self._start(transfer),
-                      lambda seconds: self._record_in(category, traffic, seconds))
+                      lambda seconds: self.count(traffic, seconds, category))
 
     def _codec(self, tensor: torch.Tensor, codec: str) -> str:
         codecs.check(codec)
@@ -231,7 +230,7 @@ class Communicator(Shares, ABC):
         all-to-all of the encoded parts, then a ring all-gather)."""
         members = self.among_members(among)
         if codec == "none":
-            return self.ring(ring_allreduce_bytes(_nbytes(tensor), len(members)), among)
+            return self.ring(ring_allreduce_bytes(tensor.nbytes, len(members)), among)
         sizes = codecs.part_sizes(codec, tensor.numel(), len(members))
         return compressed_all_reduce_traffic(sizes, members, self.rank, self.node_of)
 
@@ -291,31 +290,34 @@ class Communicator(Shares, ABC):
         if not peers:
             return []
         received, seconds = self._exchange(tensor, peers)
-        nbytes = float(_nbytes(tensor))
+        nbytes = float(tensor.nbytes)
         moves = [(self.rank, p, nbytes) for p in peers] + [(p, self.rank, nbytes) for p in peers]
         self.count(pattern_traffic(moves, self.rank, self.node_of), seconds)
         return received
 
-    # -- primitives -----------------------------------------------------
-    @abstractmethod
-    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float: ...
+    # -- primitives: among more than one worker (a single worker never reaches them) --
+    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
+        """Sum or average ``tensor`` in place across ``among``; seconds."""
+        raise NotImplementedError(f"{type(self).__name__} has no all-reduce")
 
-    @abstractmethod
-    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float: ...
+    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
+        """Overwrite ``tensor`` with global rank ``src``'s; seconds."""
+        raise NotImplementedError(f"{type(self).__name__} has no broadcast")
 
     def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
         """The pipelined chain broadcast of :mod:`lsgd.comm.chain`; seconds."""
         raise NotImplementedError(f"{type(self).__name__} has no pipelined broadcast")
 
-    @abstractmethod
-    def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]: ...
+    def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
+        """Every member's ``tensor`` stacked, and the seconds."""
+        raise NotImplementedError(f"{type(self).__name__} has no all-gather")
 
-    @abstractmethod
-    def _barrier(self) -> None: ...
+    def _barrier(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no barrier")
 
     def _start(self, transfer: Transfer) -> Callable[[], tuple[Any, float]]:
-        """Start ``transfer`` (among more than one worker); return the call that waits
-        for it and gives (result, its seconds)."""
+        """Start ``transfer``; return the call that waits for it and gives (result, its
+        seconds)."""
         raise NotImplementedError(f"{type(self).__name__} has no non-blocking collectives")
 
     def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int],
@@ -343,7 +345,3 @@ class Communicator(Shares, ABC):
         if src is not None and src not in (members := self.among_members(among)):
             raise ValueError(f"{name}: src={src} is not a member of this {among} "
                              f"(ranks {members})")
-
-
-def _nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()

@@ -44,7 +44,7 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
         # on the backend's threads: with two buckets, two such chains race, and gloo
         # matched the collectives of different buckets across workers ("Received data
         # size doesn't match expected size", 4 workers). One bucket keeps one chain.
-        grads = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+        grads = sum(p.nbytes for p in module.parameters() if p.requires_grad)
         kwargs["bucket_cap_mb"] = grads // 2**20 + 1
     kwargs.update(options or {})
     ddp = nn.parallel.DistributedDataParallel(module, process_group=process_group, **kwargs)
@@ -84,8 +84,7 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
         return future.then(done)
 
     ddp.register_comm_hook(process_group, counting_allreduce)
-    buffer_bytes = (sum(b.numel() * b.element_size() for b in module.buffers())
-                    if sync_buffers else 0)
+    buffer_bytes = sum(b.nbytes for b in module.buffers()) if sync_buffers else 0
     buffers = comm.broadcast_traffic(buffer_bytes, 0)
 
     def count_buffer_broadcast() -> None:

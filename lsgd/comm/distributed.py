@@ -329,7 +329,7 @@ class DistCommunicator(Communicator):
             if self.rank in heads:
                 chain = [self._global[h] for h in heads]
                 position = heads.index(self.rank)
-                pieces = tensor.view(-1).chunk(chunk_count(tensor.numel() * tensor.element_size()))
+                pieces = tensor.view(-1).chunk(chunk_count(tensor.nbytes))
                 # Every receive is posted at once, so that chunks stream in while
                 # earlier ones are passed on (gloo keeps the order between a pair).
                 receives = ([dist.irecv(piece, src=chain[position - 1], group=world)

@@ -119,7 +119,7 @@ def cloned(value: Any) -> Any:
 def payload_bytes(value: Any) -> int:
     """Bytes of the tensors in ``value`` (what a heal moved, framing aside)."""
     if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
+        return value.nbytes
     if isinstance(value, dict):
         return sum(payload_bytes(v) for v in value.values())
     if isinstance(value, (list, tuple)):

@@ -139,9 +139,6 @@ class QuorumCollectives(Communicator):
             torch._C._distributed_c10d.AllToAllOptions()), work)
         return list(received.split(sizes))
 
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
-        raise AssertionError("unreachable: elastic broadcasts are never chained")
-
     def _barrier(self) -> None:
         self._all_reduce(torch.zeros(1), "sum", "world")
 

@@ -250,12 +250,3 @@ class ReplicaCommunicator(Communicator):
         gathered = self.node.all_gather(padded)
         for r, (begin, end) in enumerate(bounds):
             out[:, begin:end].copy_(gathered[r, :, :end - begin])
-
-    # -- primitives: never reached, every collective above goes by parts --------------
-    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
-        raise AssertionError("unreachable: replicas communicate by parts")
-
-    _broadcast = _all_gather = _all_reduce  # type: ignore[assignment]
-
-    def _barrier(self) -> None:
-        raise AssertionError("unreachable: replicas communicate by parts")

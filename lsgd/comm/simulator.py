@@ -179,8 +179,7 @@ class SimCommunicator(Communicator):
                 _check_same([low, high], payload, "exchange")
                 return {low: payload[high].clone(), high: payload[low].clone()}
 
-            transfer = (link.exchange(tensor.numel() * tensor.element_size(), [(low, high)])
-                        if link is not None else 0.0)
+            transfer = link.exchange(tensor.nbytes, [(low, high)]) if link is not None else 0.0
             received[peer], duration = self._world.collective(
                 self._me, self._numbered(("pair", self._scope, low, high)), "exchange",
                 [low, high], tensor, swap, transfer)

@@ -45,7 +45,7 @@ class Transfer:
     def payload_bytes(self) -> int:
         """Bytes of one member's tensor on the wire (encoded, when compressed)."""
         if self.codec == "none":
-            return self.tensor.numel() * self.tensor.element_size()
+            return self.tensor.nbytes
         return codecs.nbytes(self.codec, self.tensor.numel())
 
 
