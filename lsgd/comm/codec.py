@@ -65,18 +65,22 @@ def quantize_int8(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def decode(codec: str, data: torch.Tensor, numel: int) -> torch.Tensor:
     """The float32 values that ``data`` (from :func:`encode`) stands for (a new tensor)."""
-    # Copies, so that a part cut from a larger receive buffer at any offset can be
-    # viewed as wider values (a view needs an offset aligned to their size).
     if codec == "bf16":
-        return data[:2 * numel].clone().view(torch.bfloat16).to(torch.float32)
+        return as_values(data[:2 * numel], torch.bfloat16).to(torch.float32)
     assert codec == "int8", codec
     blocks = math.ceil(numel / BLOCK)
     quantized = data[:numel].view(torch.int8).to(torch.float32)
-    scale = data[numel:numel + 4 * blocks].clone().view(torch.float32)
+    scale = as_values(data[numel:numel + 4 * blocks])
     padded = torch.zeros(blocks * BLOCK, dtype=torch.float32, device=data.device)
     padded[:numel].copy_(quantized)
     # 0 * inf and 0 * NaN are NaN: a non-finite block stays non-finite throughout.
     return (padded.view(blocks, BLOCK) * scale[:, None]).view(-1)[:numel]
+
+
+def as_values(data: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Bytes as values of ``dtype``. Copies, so that a part cut from a larger buffer at any
+    offset can be viewed as wider values (a view needs an offset aligned to their size)."""
+    return data.clone().view(dtype)
 
 
 def roundtrip(codec: str, values: torch.Tensor) -> torch.Tensor:

@@ -35,7 +35,7 @@ from lsgd.comm.data_parallel import DataParallel, GradientCompression, collectiv
 from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_layout
 from lsgd.comm.shares import Shares
 from lsgd.comm.chain import chain_heads
-from lsgd.comm.transfers import LANES, Handle, Transfer, done_handle
+from lsgd.comm.transfers import LANES, Handle, Transfer, done_handle, run as run_transfer
 from lsgd.comm.wire import (Traffic, broadcast_pattern, compressed_all_reduce_traffic,
                             pattern_traffic, ring_allreduce_bytes, ring_traffic)
 
@@ -73,7 +73,7 @@ class Communicator(Shares, ABC):
         return self.info.groups
 
     def among_size(self, among: Among) -> int:
-        return self.info.world_size if among == "world" else self.info.group_size
+        return len(self.among_members(among))
 
     def among_members(self, among: Among) -> list[int]:
         """Global ranks taking part in a collective of ``among`` from this worker."""
@@ -120,7 +120,7 @@ class Communicator(Shares, ABC):
             return tensor
         self._check(tensor, among, op, name="all_reduce_")
         if self.among_size(among) > 1:
-            seconds = self._all_reduce(tensor, op, among)
+            _, seconds = self._collective(Transfer("all_reduce", tensor, among, op=op))
             self.count(self._reduce_traffic(tensor, among, "none"), seconds)
         return tensor
 
@@ -134,8 +134,8 @@ class Communicator(Shares, ABC):
         self._check(tensor, among, src=src, name="broadcast_")
         if self.among_size(among) > 1:
             chained = self._chained(among)
-            seconds = (self._chain_broadcast(tensor, src) if chained
-                       else self._broadcast(tensor, src, among))
+            _, seconds = self._collective(Transfer("broadcast", tensor, among, src=src,
+                                                   chained=chained))
             self.count(self.broadcast_traffic(tensor.nbytes, src, among, chained), seconds)
         return tensor
 
@@ -150,7 +150,7 @@ class Communicator(Shares, ABC):
         n = self.among_size(among)
         if n == 1:
             return tensor.detach().clone().unsqueeze(0)
-        out, seconds = self._all_gather(tensor.contiguous(), among)
+        out, seconds = self._collective(Transfer("all_gather", tensor.contiguous(), among))
         self.count(self.ring((n - 1) * tensor.nbytes, among), seconds)
         return out
 
@@ -296,6 +296,11 @@ class Communicator(Shares, ABC):
         return received
 
     # -- primitives: among more than one worker (a single worker never reaches them) --
+    def _collective(self, transfer: Transfer) -> tuple[Any, float]:
+        """Carry out ``transfer`` now: (result, seconds); by default with the primitives
+        below (:func:`~lsgd.comm.transfers.run`)."""
+        return run_transfer(self, transfer)
+
     def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
         """Sum or average ``tensor`` in place across ``among``; seconds."""
         raise NotImplementedError(f"{type(self).__name__} has no all-reduce")

@@ -69,11 +69,8 @@ class ReplicaCommunicator(Communicator):
             return getattr(self.__dict__["peers"], name)
         raise AttributeError(name)
 
-    def among_size(self, among: Among) -> int:
-        return self.peers.among_size("world")  # one group: "group" is every replica
-
     def among_members(self, among: Among) -> list[int]:
-        return self.peers.among_members("world")
+        return self.peers.among_members("world")  # one group: "group" is every replica
 
     def node_of(self, rank: int) -> int:
         return rank  # a replica is a node
@@ -137,7 +134,7 @@ class ReplicaCommunicator(Communicator):
 
     def broadcast_(self, tensor: torch.Tensor, src: int, among: Among = "world",
                    codec: str = "none") -> torch.Tensor:
-        self._check_source(tensor, src, among)
+        self._check(tensor, among, src=src, name="broadcast_")
         self._by_parts(tensor, lambda piece: done_handle(
             self.peers.broadcast_(piece, src, "world", codec))).wait()
         return tensor
@@ -156,7 +153,7 @@ class ReplicaCommunicator(Communicator):
 
     def start_broadcast(self, tensor: torch.Tensor, src: int, among: Among = "world",
                         codec: str = "none") -> Handle:
-        self._check_source(tensor, src, among)
+        self._check(tensor, among, src=src, name="start_broadcast")
         return self._by_parts(tensor, lambda piece: self.peers.start_broadcast(
             piece, src, "world", codec))
 
@@ -215,12 +212,6 @@ class ReplicaCommunicator(Communicator):
         return int(value)
 
     # -- the parts ----------------------------------------------------------------
-    def _check_source(self, tensor: torch.Tensor, src: int, among: Among) -> None:
-        self._check(tensor, among)
-        if not isinstance(src, int) or not 0 <= src < self.world_size:
-            raise ValueError(f"broadcast: src={src!r} is not a replica (ranks 0 to "
-                             f"{self.world_size - 1})")
-
     def _by_parts(self, tensor: torch.Tensor, start: Callable[[torch.Tensor], Handle]
                   ) -> Handle:
         """``start`` the collective on this process's part of ``tensor``; waiting for it

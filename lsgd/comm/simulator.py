@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from lsgd.comm.communicator import Among, Communicator, ReduceOp
+from lsgd.comm.communicator import Among, Communicator
 from lsgd.comm.info import WorkerInfo, check_layout, check_replica
 from lsgd.comm import codec as codecs
 from lsgd.comm.chain import chain_heads, chunk_count
@@ -128,32 +128,14 @@ class SimCommunicator(Communicator):
             seconds = link.all_to_all(sizes, members) + link.all_gather(max(sizes), members)
         return dataclasses.replace(transfer, src=source), members, seconds
 
-    def _run(self, op: str, among: Among, payload: Any,
-             compute: Callable[[dict[int, Any]], dict[int, Any]], seconds: float = 0.0
-             ) -> tuple[Any, float]:
-        """A blocking collective: (this worker's result, its seconds)."""
-        members = self._globals(self.among_members(among))
-        return self._world.collective(self._me, self._key(among), op, members, payload,
-                                      compute, seconds)
-
     def _collective(self, transfer: Transfer) -> tuple[Any, float]:
-        transfer, _, seconds = self._prepared(transfer)
-        return self._run(transfer.kind, transfer.among, transfer, _results, seconds)
-
-    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
-        return self._collective(Transfer("all_reduce", tensor, among, op=op))[1]
-
-    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
-        return self._collective(Transfer("broadcast", tensor, among, src=src))[1]
-
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
-        return self._collective(Transfer("broadcast", tensor, "world", src=src, chained=True))[1]
-
-    def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
-        return self._collective(Transfer("all_gather", tensor, among))
+        transfer, members, seconds = self._prepared(transfer)
+        return self._world.collective(self._me, self._key(transfer.among), transfer.kind,
+                                      members, transfer, _results, seconds)
 
     def _barrier(self) -> None:
-        self._run("barrier", "world", None, dict.fromkeys)
+        self._world.collective(self._me, self._key("world"), "barrier", self._global, None,
+                               dict.fromkeys)
 
     def _start(self, transfer: Transfer) -> Callable[[], tuple[Any, float]]:
         transfer, members, seconds = self._prepared(transfer)

@@ -34,7 +34,7 @@ import math
 
 import torch
 
-from lsgd.comm.codec import quantize_int8
+from lsgd.comm.codec import as_values, quantize_int8
 from lsgd.names import SPARSE_VALUES
 
 VALUES = SPARSE_VALUES  # the value formats, in the order the command line offers them
@@ -84,12 +84,6 @@ def unpack_bits(data: torch.Tensor, count: int, bits: int) -> torch.Tensor:
     stream = ((data.reshape(-1)[:size, None] >> shifts8) & 1).view(-1)[:count * bits]
     shifts = torch.arange(bits, dtype=torch.int64, device=device)
     return (stream.view(count, bits).to(torch.int64) << shifts).sum(dim=1)
-
-
-def _floats(data: torch.Tensor) -> torch.Tensor:
-    """Bytes as float32 values. Copies, so that a part cut at any offset can be viewed
-    as wider values (a view needs an offset aligned to their size)."""
-    return data.clone().view(torch.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,10 +160,10 @@ class SparseFormat:
         value_bytes = payload[index_size:index_size + value_size]
         scale_bytes = payload[index_size + value_size:]
         if self.values == "float32":
-            kept = _floats(value_bytes).view(rows, k)
+            kept = as_values(value_bytes).view(rows, k)
         elif self.values == "int8":  # a non-finite scale spreads over its row (0 * inf is NaN)
             kept = (value_bytes.view(torch.int8).to(torch.float32).view(rows, k)
-                    * _floats(scale_bytes)[:, None])
+                    * as_values(scale_bytes)[:, None])
         else:
             kept = _decode_2bit(value_bytes, scale_bytes, rows, k)
         if k == s:
@@ -205,7 +199,7 @@ def _decode_2bit(value_bytes: torch.Tensor, level_bytes: torch.Tensor, rows: int
                  ) -> torch.Tensor:
     """The ``[rows, k]`` float32 values of :func:`_encode_2bit`'s bytes."""
     codes = unpack_bits(value_bytes, rows * k, 2).view(rows, k)
-    levels = _floats(level_bytes).view(rows, 2)
+    levels = as_values(level_bytes).view(rows, 2)
     magnitude = levels.gather(1, codes >> 1)
     return torch.where((codes & 1).bool(), -magnitude, magnitude)
 

@@ -78,8 +78,8 @@ def done_handle(result: Any = None) -> Handle:
 
 
 def run(comm: Any, transfer: Transfer) -> tuple[Any, float]:
-    """Carry out ``transfer`` with ``comm``'s blocking primitives (on a background lane):
-    (result, seconds). The simulator computes the same results with :func:`compute`."""
+    """Carry out ``transfer`` with ``comm``'s blocking primitives: (result, seconds). The
+    simulator computes the same results with :func:`compute`."""
     t = transfer
     if t.kind == "all_gather":
         return comm._all_gather(t.tensor, t.among)
