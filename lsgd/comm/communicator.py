@@ -12,9 +12,7 @@ group is a node). Every collective takes ``among="world"`` or ``among="group"``;
 :mod:`lsgd.comm.chain`), ``all_gather`` and the pairwise ``exchange``. Each worker
 counts the bytes it sends and receives as the algorithm moves them
 (:mod:`lsgd.comm.wire`), per traffic *category* (``"train"`` by default; ``"eval"``
-keeps evaluation out of a method's cost). Asynchronous methods also get a counter
-shared by all workers (:meth:`Communicator.add_count`) and a clock (:meth:`now`,
-advanced by :meth:`local_step` in the simulator).
+keeps evaluation out of a method's cost).
 """
 
 from __future__ import annotations
@@ -31,13 +29,14 @@ from torch import nn
 
 from lsgd import _validate
 from lsgd.comm import codec as codecs
-from lsgd.comm.data_parallel import DataParallel, GradientCompression, collective_data_parallel
+from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_layout
 from lsgd.comm.shares import Shares
 from lsgd.comm.chain import chain_heads
 from lsgd.comm.transfers import LANES, Handle, Transfer, done_handle, run as run_transfer
 from lsgd.comm.wire import (Traffic, broadcast_pattern, compressed_all_reduce_traffic,
                             pattern_traffic, ring_allreduce_bytes, ring_traffic)
+from lsgd.flat import FlatBuffer
 
 
 class Communicator(Shares, ABC):
@@ -350,3 +349,34 @@ class Communicator(Shares, ABC):
         if src is not None and src not in (members := self.among_members(among)):
             raise ValueError(f"{name}: src={src} is not a member of this {among} "
                              f"(ranks {members})")
+
+
+def collective_data_parallel(comm: Communicator, module: nn.Module,
+                             sync_buffers: bool = True) -> DataParallel:
+    """Data parallelism from ``comm``'s own collectives (the simulator's): after the
+    backward pass one all-reduce (mean) of the flattened gradients, and before each
+    forward a broadcast of rank 0's buffers (with ``sync_buffers``)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    buffers = list(module.buffers()) if sync_buffers else []
+    grads: list[FlatBuffer] = []
+
+    def average() -> None:
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        tensors = [p.grad for p in params]
+        if not grads:
+            grads.append(FlatBuffer(tensors))
+        flat = grads[0].copy_from(tensors)
+        with torch.no_grad():
+            for buffer in flat.buffers:
+                comm.all_reduce_(buffer, op="mean")
+        flat.copy_to(tensors)
+
+    def broadcast_buffers() -> None:
+        with torch.no_grad():
+            for buffer in buffers:
+                comm.broadcast_(buffer, src=0)
+
+    return DataParallel(module, average=average,
+                        before_forward=broadcast_buffers if buffers else None)

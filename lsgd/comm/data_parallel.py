@@ -5,7 +5,7 @@ forward pass. Every step it averages the gradients of all workers (one ring all-
 and keeps the buffers equal to rank 0's (one broadcast before each forward): under
 torch.distributed by ``DistributedDataParallel`` during the backward pass
 (:mod:`lsgd.comm.ddp`), elsewhere at :meth:`DataParallel.synchronize`
-(:func:`collective_data_parallel`). A step whose forward pass did not go through this
+(:func:`~lsgd.comm.communicator.collective_data_parallel`). A step whose forward pass did not go through this
 module raises instead of silently skipping the average.
 """
 
@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
-
-from lsgd.flat import FlatBuffer
 
 #: The gradient compressions of all-reduce: PyTorch's DDP communication hooks.
 GRADIENT_COMPRESSIONS = ("none", "bf16", "powersgd")
@@ -100,44 +98,3 @@ class DataParallel(nn.Module):
         self._forwarded = False
         if self._average is not None:
             self._average()
-
-
-class Collectives(Protocol):
-    """What :func:`collective_data_parallel` needs of a communicator."""
-
-    def all_reduce_(self, tensor: torch.Tensor, op: Any = ..., among: Any = ...,
-                    codec: str = ...) -> torch.Tensor: ...
-
-    def broadcast_(self, tensor: torch.Tensor, src: int, among: Any = ...,
-                   codec: str = ...) -> torch.Tensor: ...
-
-
-def collective_data_parallel(comm: Collectives, module: nn.Module,
-                             sync_buffers: bool = True) -> DataParallel:
-    """Data parallelism from ``comm``'s own collectives (the simulator's): after the
-    backward pass one all-reduce (mean) of the flattened gradients, and before each
-    forward a broadcast of rank 0's buffers (with ``sync_buffers``)."""
-    params = [p for p in module.parameters() if p.requires_grad]
-    buffers = list(module.buffers()) if sync_buffers else []
-    grads: list[FlatBuffer] = []
-
-    def average() -> None:
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        tensors = [p.grad for p in params]
-        if not grads:
-            grads.append(FlatBuffer(tensors))
-        flat = grads[0].copy_from(tensors)
-        with torch.no_grad():
-            for buffer in flat.buffers:
-                comm.all_reduce_(buffer, op="mean")
-        flat.copy_to(tensors)
-
-    def broadcast_buffers() -> None:
-        with torch.no_grad():
-            for buffer in buffers:
-                comm.broadcast_(buffer, src=0)
-
-    return DataParallel(module, average=average,
-                        before_forward=broadcast_buffers if buffers else None)

@@ -153,12 +153,11 @@ class DistCommunicator(Communicator):
         self._store_wait = self._timeout  # the store's own timeout, once the store is opened
         self._store_calls: _StoreCalls | None = None
         self._calls: dict[str, int] = {}  # collectives per scope, for the roll call
-        # What bounds each kind of operation, resolved once (reported in errors).
-        self._waits = {"world": _group_timeout(self._pg) or self._timeout}
         self._subgroup = self._node_subgroup(self._pg)
-        if self._subgroup is not None:
-            self._waits["group"] = (self._waits["world"] if self._subgroup is self._pg
-                                    else self._timeout)
+        # What bounds each kind of operation, resolved once (reported in errors).
+        world_wait = _group_timeout(self._pg) or self._timeout
+        self._waits = {"world": world_wait,
+                       "group": world_wait if self._subgroup is self._pg else self._timeout}
         self._lanes: dict[str, BackgroundLane] = {}  # started transfers, by lane, once any
         self._label = label
         # A communicator of some processes only has its lanes' groups made for it, by all

@@ -25,7 +25,6 @@ from lsgd.comm.info import WorkerInfo, check_layout, check_replica
 from lsgd.comm import codec as codecs
 from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.transfers import Transfer, compute as compute_transfer
-from lsgd.comm.wire import LinkModel
 from lsgd.comm.world import RandomState, WorkerAborted, World, step_times
 from lsgd.links.spec import Link, parse_link
 
@@ -226,16 +225,12 @@ def simulate(fn: Callable[..., T], world_size: int, groups: int = 1, *,
     """
     check_layout(world_size, groups)
     check_replica(replica)
-    model = None
-    if link is not None:
-        parsed = parse_link(link)
-        group_size = world_size // groups
-        model = LinkModel(parsed.rate, parsed.latency, lambda rank: rank // group_size)
-    times = None if model is not None and step_time is None else step_times(step_time, world_size)
+    parsed = None if link is None else parse_link(link)
+    times = None if parsed is not None and step_time is None else step_times(step_time, world_size)
     if seed is None:  # one draw from the caller's generator: successive runs differ
         seed = int(torch.randint(0, 2**62, (1,)).item())
     saved = RandomState.capture()
-    world = World(world_size, groups, [seed + r for r in range(world_size)], times, model,
+    world = World(world_size, groups, [seed + r for r in range(world_size)], times, parsed,
                   replica)
     results: list[Any] = [None] * world_size
 

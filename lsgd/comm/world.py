@@ -24,6 +24,7 @@ import torch
 
 from lsgd import _validate
 from lsgd.comm.wire import LinkModel
+from lsgd.links.spec import Link
 
 
 class WorkerAborted(BaseException):
@@ -85,16 +86,16 @@ class World:
     """Shared state of one simulation: the turn, pending collectives, failures."""
 
     def __init__(self, world_size: int, groups: int, seeds: Sequence[int],
-                 step_time: Sequence[float] | None, link: LinkModel | None = None,
+                 step_time: Sequence[float] | None, link: Link | None = None,
                  replica: str = "process") -> None:
         self.world_size = world_size
+        self.groups = groups
         self.replica = replica
         self.step_time = None if step_time is None else list(step_time)  # None: measured
-        self.link = link
+        self.link = None if link is None else LinkModel(link.rate, link.latency, self.node_of)
         self.resumed = [time.perf_counter()] * world_size
         self.clock = [0.0] * world_size
         self.counts: dict[str, int] = {}
-        self.groups = groups
         self.cv = threading.Condition()
         self.turn = 0
         self.ready = [True] * world_size
