@@ -169,7 +169,7 @@ class Communicator(Shares, ABC):
             raise ValueError(f"data_parallel: options {sorted(options)} are "
                              "DistributedDataParallel's and apply under torch.distributed "
                              f"only, not to {type(self).__name__}")
-        if compression is not None and compression.active and self.world_size > 1:
+        if compression is not None and compression.kind != "none" and self.world_size > 1:
             raise ValueError(f"data_parallel: {compression.kind} gradients are PyTorch's DDP "
                              "communication hook, which runs inside DistributedDataParallel in "
                              f"worker processes; {type(self).__name__} has no DDP: use worker "

@@ -43,10 +43,6 @@ class GradientCompression:
                              f"{self.warmup} at least 2 steps (its error feedback and warm "
                              "start need two plain steps first)")
 
-    @property
-    def active(self) -> bool:
-        return self.kind != "none"
-
 
 class DataParallel(nn.Module):
     """The forward-pass module of data-parallel training.

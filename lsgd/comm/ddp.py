@@ -65,13 +65,12 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
     # annotations would turn into strings: leave bucket and return unannotated.
     def counting_allreduce(pg: Any, bucket):  # type: ignore[no-untyped-def]
         buffer = bucket.buffer()
-        values = buffer.numel()
         width = 2 if compression.kind == "bf16" else buffer.element_size()
         before = getattr(state, "total_numel_after_compression", 0)
         start = time.perf_counter()
         future = reduce(state, bucket)
         compressed = getattr(state, "total_numel_after_compression", 0) - before
-        volume = ring_allreduce_bytes((compressed or values) * width, world)
+        volume = ring_allreduce_bytes((compressed or buffer.numel()) * width, world)
 
         def done(fut: torch.futures.Future) -> torch.Tensor:
             now = time.perf_counter()

@@ -78,14 +78,14 @@ def start_gate(rank: int, world: int) -> float | None:
     return time.monotonic() - start
 
 
-def answers(url: str, seconds: float = 2.0) -> bool:
-    """Whether something accepts connections at ``url`` (``http://host:port``)."""
+def answers(url: str) -> bool:
+    """Whether something accepts connections at ``url`` (``http://host:port``) within 2 s."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     try:
         with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80),
-                                      timeout=seconds):
+                                      timeout=2.0):
             return True
     except OSError:
         return False

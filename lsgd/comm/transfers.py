@@ -78,8 +78,8 @@ def done_handle(result: Any = None) -> Handle:
 
 
 def run(comm: Any, transfer: Transfer) -> tuple[Any, float]:
-    """Carry out ``transfer`` with ``comm``'s blocking primitives: (result, seconds). The
-    simulator computes the same results with :func:`compute`."""
+    """Carry out ``transfer`` (among several workers) with ``comm``'s blocking primitives:
+    (result, seconds). The simulator computes the same results with :func:`compute`."""
     t = transfer
     if t.kind == "all_gather":
         return comm._all_gather(t.tensor, t.among)
@@ -89,13 +89,12 @@ def run(comm: Any, transfer: Transfer) -> tuple[Any, float]:
         return None, _compressed_all_reduce(comm, t)
     # broadcast
     start = time.perf_counter()
-    members = comm.among_members(t.among)
     wire = (t.tensor.reshape(-1) if t.codec == "none" else
             codecs.encode(t.codec, t.tensor) if comm.rank == t.src else
             torch.empty(t.payload_bytes(), dtype=torch.uint8, device=t.tensor.device))
     if t.chained:
         comm._chain_broadcast(wire, t.src)
-    elif len(members) > 1:
+    else:
         comm._broadcast(wire, t.src, t.among)
     if t.codec != "none":
         t.tensor.view(-1).copy_(codecs.decode(t.codec, wire, t.tensor.numel()))

@@ -115,17 +115,13 @@ class World:
     def _pass_turn(self) -> None:
         """Give the turn to the ready worker with the earliest clock (ties: the lowest rank)."""
         ready = [r for r in range(self.world_size) if self.ready[r] and not self.done[r]]
-        if ready:
-            self.turn = min(ready, key=lambda r: (self.clock[r], r))
-            self.cv.notify_all()
-            return
-        if not all(self.done) and self.failure is None:
+        if not ready and not all(self.done) and self.failure is None:
             stuck = "; ".join(f"rank {r} waits in {self.waiting_for[r]}"
                               for r in range(self.world_size) if not self.done[r])
             finished = [r for r in range(self.world_size) if self.done[r]]
             self.failure = (None, None, f"simulated workers deadlocked: {stuck}"
                             + (f"; ranks {finished} already returned" if finished else ""))
-        self.turn = -1
+        self.turn = min(ready, key=lambda r: (self.clock[r], r)) if ready else -1
         self.cv.notify_all()
 
     def _wait_turn(self, rank: int) -> None:
