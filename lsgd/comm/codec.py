@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from lsgd.names import CODECS
 
@@ -46,8 +47,7 @@ def encode(codec: str, values: torch.Tensor) -> torch.Tensor:
     assert codec == "int8", codec
     n = values.numel()
     blocks = math.ceil(n / BLOCK)
-    padded = torch.zeros(blocks * BLOCK, dtype=torch.float32, device=values.device)
-    padded[:n].copy_(values)
+    padded = F.pad(values.to(torch.float32), (0, blocks * BLOCK - n))
     steps, scale = quantize_int8(padded.view(blocks, BLOCK))
     return torch.cat([steps.view(-1)[:n].view(torch.uint8), scale.view(torch.uint8)])
 
@@ -71,8 +71,7 @@ def decode(codec: str, data: torch.Tensor, numel: int) -> torch.Tensor:
     blocks = math.ceil(numel / BLOCK)
     quantized = data[:numel].view(torch.int8).to(torch.float32)
     scale = as_values(data[numel:numel + 4 * blocks])
-    padded = torch.zeros(blocks * BLOCK, dtype=torch.float32, device=data.device)
-    padded[:numel].copy_(quantized)
+    padded = F.pad(quantized, (0, blocks * BLOCK - numel))
     # 0 * inf and 0 * NaN are NaN: a non-finite block stays non-finite throughout.
     return (padded.view(blocks, BLOCK) * scale[:, None]).view(-1)[:numel]
 

@@ -30,7 +30,7 @@ from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.failures import communication_errors, seconds_text
 from lsgd.comm.lanes import BackgroundLane, current_lane
-from lsgd.comm.transfers import LANES, Transfer, run as run_transfer
+from lsgd.comm.transfers import LANES, Transfer
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
 _ZERO = datetime.timedelta(0)
@@ -293,7 +293,7 @@ class DistCommunicator(Communicator):
             lane = BackgroundLane(transfer.lane, (world, self._node_subgroup(world)),
                                   transfer.tensor.device)
             self._lanes[transfer.lane] = lane
-        return lane.submit(functools.partial(run_transfer, self, transfer)).result
+        return lane.submit(functools.partial(self._collective, transfer)).result
 
     def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int],
                     among: Among) -> list[torch.Tensor]:

@@ -14,11 +14,8 @@ import torch.distributed as dist
 
 from lsgd.comm.communicator import Communicator
 from lsgd.comm.lanes import BackgroundLane, current_lane
-from lsgd.comm.transfers import run as run_transfer
 from lsgd.comm.info import Among, ReduceOp, WorkerInfo
 from lsgd.comm.quorum import options
-
-__all__ = ["ElasticPeers", "QuorumCollectives"]
 
 
 class QuorumCollectives(Communicator):
@@ -152,7 +149,7 @@ class QuorumCollectives(Communicator):
                                       "per node (its node's own collectives keep the main thread)")
         if self._lane is None:
             self._lane = BackgroundLane(self._lane_name)
-        return self._lane.submit(functools.partial(run_transfer, self, transfer)).result
+        return self._lane.submit(functools.partial(self._collective, transfer)).result
 
 
 class ElasticPeers(QuorumCollectives):

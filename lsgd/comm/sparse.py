@@ -33,6 +33,7 @@ import dataclasses
 import math
 
 import torch
+import torch.nn.functional as F
 
 from lsgd.comm.codec import as_values, quantize_int8
 from lsgd.names import SPARSE_VALUES
@@ -210,11 +211,8 @@ def as_rows(flat: torch.Tensor, s: int) -> torch.Tensor:
     if s < 1:
         raise ValueError(f"s must be at least 1, got {s}")
     flat = flat.reshape(-1)
-    n = flat.numel()
-    count = math.ceil(n / s)
-    rows = torch.zeros(count * s, dtype=torch.float32, device=flat.device)
-    rows[:n].copy_(flat)
-    return rows.view(count, s)
+    count = math.ceil(flat.numel() / s)
+    return F.pad(flat.to(torch.float32), (0, count * s - flat.numel())).view(count, s)
 
 
 def from_rows(rows: torch.Tensor, numel: int) -> torch.Tensor:
