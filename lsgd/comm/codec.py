@@ -104,10 +104,9 @@ def split(numel: int, n: int, unit: int = 1) -> list[tuple[int, int]]:
 
 def reduce_encoded(codec: str, parts: Sequence[torch.Tensor], numel: int, mean: bool
                    ) -> torch.Tensor:
-    """The owner's step of a compressed all-reduce: decode every member's encoded part
-    (in rank order), add them in float32, divide by their number for a mean, and
-    encode the result for the all-gather. Never sums in the low-precision format,
-    so nothing overflows or loses the small contributions."""
+    """The owner's step of a compressed all-reduce: decode every member's encoded part (in
+    rank order), add them in float32 (never in the low-precision format: nothing overflows
+    or loses the small contributions), divide by their number for a mean, encode."""
     total = decode(codec, parts[0], numel).clone()
     for part in parts[1:]:
         total.add_(decode(codec, part, numel))

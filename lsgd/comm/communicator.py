@@ -5,14 +5,12 @@ Implementations: :class:`~lsgd.comm.distributed.DistCommunicator` (torch.distrib
 :class:`~lsgd.comm.local.LocalCommunicator` (one worker); a
 :class:`~lsgd.comm.replica.ReplicaCommunicator` makes a node's processes one worker.
 
-Workers ``0 .. W-1`` form ``groups`` groups of ``group_size`` consecutive ranks (a
-group is a node). Every collective takes ``among="world"`` or ``among="group"``;
-``src`` is always a global rank. What is communicated: ``all_reduce`` (ring),
-``broadcast`` (gloo's tree, NCCL's chain, or across nodes lsgd's pipelined chain,
-:mod:`lsgd.comm.chain`), ``all_gather`` and the pairwise ``exchange``. Each worker
-counts the bytes it sends and receives as the algorithm moves them
-(:mod:`lsgd.comm.wire`), per traffic *category* (``"train"`` by default; ``"eval"``
-keeps evaluation out of a method's cost).
+Workers ``0 .. W-1`` form ``groups`` groups of ``group_size`` consecutive ranks (a group is a node).
+Every collective takes ``among="world"`` or ``among="group"``; ``src`` is always a global rank. What
+is communicated: ``all_reduce`` (ring), ``broadcast`` (gloo's tree, NCCL's chain, or across nodes
+lsgd's pipelined chain, :mod:`lsgd.comm.chain`), ``all_gather`` and the pairwise ``exchange``. Each
+worker counts the bytes it sends and receives as the algorithm moves them (:mod:`lsgd.comm.wire`),
+per traffic *category* (``"train"`` by default; ``"eval"`` keeps evaluation out of a method's cost).
 """
 
 from __future__ import annotations
@@ -320,8 +318,7 @@ class Communicator(Shares, ABC):
         raise NotImplementedError(f"{type(self).__name__} has no barrier")
 
     def _start(self, transfer: Transfer) -> Callable[[], tuple[Any, float]]:
-        """Start ``transfer``; return the call that waits for it and gives (result, its
-        seconds)."""
+        """Start ``transfer``; return the call that waits for it: (result, seconds)."""
         raise NotImplementedError(f"{type(self).__name__} has no non-blocking collectives")
 
     def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int],

@@ -1,12 +1,11 @@
 """Data parallelism owned by the communicator: the module to call, and the gradient average.
 
-``comm.data_parallel(model)`` returns a :class:`DataParallel`, the module to call in the
-forward pass. Every step it averages the gradients of all workers (one ring all-reduce)
-and keeps the buffers equal to rank 0's (one broadcast before each forward): under
-torch.distributed by ``DistributedDataParallel`` during the backward pass
-(:mod:`lsgd.comm.ddp`), elsewhere at :meth:`DataParallel.synchronize`
-(:func:`~lsgd.comm.communicator.collective_data_parallel`). A step whose forward pass did not go through this
-module raises instead of silently skipping the average.
+``comm.data_parallel(model)`` returns a :class:`DataParallel`, the module to call in the forward
+pass. Every step it averages the gradients of all workers (one ring all-reduce) and keeps the
+buffers equal to rank 0's (one broadcast before each forward): under torch.distributed by
+``DistributedDataParallel`` during the backward pass (:mod:`lsgd.comm.ddp`), elsewhere at
+:meth:`DataParallel.synchronize` (:func:`~lsgd.comm.communicator.collective_data_parallel`). A step
+whose forward pass did not go through this module raises instead of silently skipping the average.
 """
 
 from __future__ import annotations
@@ -26,9 +25,8 @@ GRADIENT_COMPRESSIONS = ("none", "bf16", "powersgd")
 class GradientCompression:
     """Which of PyTorch's DDP communication hooks averages the gradients (torch.distributed
     only): ``"none"`` (DDP's all-reduce), ``"bf16"`` (the bucket cast to bfloat16,
-    all-reduced, cast back) or ``"powersgd"`` (Vogels et al., arXiv:1905.13727: each
-    gradient matrix sent as two rank-``rank`` factors, with error feedback and warm start;
-    plain all-reduce for the first ``warmup`` steps)."""
+    all-reduced, cast back) or ``"powersgd"`` (arXiv:1905.13727: each gradient matrix as
+    two rank-``rank`` factors, error feedback, warm start; all-reduce for ``warmup`` steps)."""
 
     kind: str = "none"
     rank: int = 1

@@ -1,12 +1,11 @@
 """The torch.distributed communicator (gloo on CPU, NCCL on GPU).
 
-Works under ``torchrun`` (``env://``) and with a process group the caller
-initialized. Groups are nodes (``WORLD_SIZE / LOCAL_WORLD_SIZE`` unless given or set
-by ``LSGD_GROUPS``), one subgroup per node. The shared step counter of asynchronous
-methods is one ``add`` on the c10d store, under a prefix holding torchrun's restart
-count. Every collective, exchange and store call is bounded by the process group's
-timeout; a failure raises :class:`~lsgd.comm.failures.CommunicationError` naming this
-rank, the operation and how long it waited.
+Works under ``torchrun`` (``env://``) and with a process group the caller initialized. Groups are
+nodes (``WORLD_SIZE / LOCAL_WORLD_SIZE`` unless given or set by ``LSGD_GROUPS``), one subgroup per
+node. The shared step counter of asynchronous methods is one ``add`` on the c10d store, under a
+prefix holding torchrun's restart count. Every collective, exchange and store call is bounded by the
+process group's timeout; a failure raises :class:`~lsgd.comm.failures.CommunicationError` naming
+this rank, the operation and how long it waited.
 """
 
 from __future__ import annotations
@@ -85,13 +84,12 @@ def init_from_env(timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> None:
     """Initialize the default process group from torchrun's environment, once (with
     CUDA, on the device ``LOCAL_RANK``).
 
-    The store is torch's ``env://`` rendezvous. torchrun's agent store outlives an
-    elastic restart and still holds the failed attempt's keys (addresses of processes
-    now gone), so it is used under a prefix holding ``TORCHELASTIC_RESTART_COUNT``.
-    Agents on different nodes may count differently, so restarts across nodes need
-    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every agent (rank 0 then serves a fresh
-    store per rendezvous round); the workers then agree on the count
-    (:func:`agree_on_attempt`).
+    The store is torch's ``env://`` rendezvous. torchrun's agent store outlives an elastic restart
+    and still holds the failed attempt's keys (addresses of processes now gone), so it is used under
+    a prefix holding ``TORCHELASTIC_RESTART_COUNT``. Agents on different nodes may count
+    differently, so restarts across nodes need ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every
+    agent (rank 0 then serves a fresh store per rendezvous round); the workers then agree on the
+    count (:func:`agree_on_attempt`).
     """
     if dist.is_initialized():
         return
@@ -165,9 +163,8 @@ class DistCommunicator(Communicator):
         self._lane_groups = lane_groups
 
     def _node_subgroup(self, world: dist.ProcessGroup) -> dist.ProcessGroup | None:
-        """The process group of this worker's node within ``world`` (collective): a
-        subgroup per node, ``world`` itself for one node, None for nodes of one worker
-        (group collectives are then no-ops)."""
+        """The process group of this worker's node within ``world`` (collective): a subgroup
+        per node, ``world`` itself for one node, None for nodes of one worker (no-ops)."""
         world_size, groups = self.info.world_size, self.info.groups
         if 1 < groups < world_size:
             subgroup, _ = dist.new_subgroups(group_size=world_size // groups, group=world,
@@ -251,9 +248,8 @@ class DistCommunicator(Communicator):
 
     def _roll_call(self, call: str, members: list[int]) -> list[int] | None:
         """After a collective timed out: the members that never reached it (None when the
-        store is gone as well). Every member that gave up on collective number ``call`` of
-        its scope marks itself present in the c10d store and waits a little for the
-        others; whoever is not marked never arrived."""
+        store is gone too). Every member that gave up on collective number ``call`` of its
+        scope marks itself present in the c10d store and waits a little for the others."""
         wait = datetime.timedelta(seconds=max(2.0, min(10.0, 0.05 * self._timeout.total_seconds())))
         prefix = f"roll-call/{call}/"
         try:

@@ -265,9 +265,8 @@ class ElasticCommunicator(QuorumCollectives):
     def _across(self, start: Callable[[], Any] | None, node_group: Any = None) -> None:
         """Run one collective across nodes (torchft's process group; ``None``: this worker
         takes no part in it). Every worker of the node then learns whether any of them saw
-        it fail (one node-local all-reduce of a flag, over ``node_group``: by default the
-        node's own process group), and all raise :class:`RoundFailed` together, so that
-        the node's own collectives stay in step."""
+        it fail (a node-local all-reduce of a flag over ``node_group``, by default the
+        node's group), and all raise :class:`RoundFailed` together: they stay in step."""
         error: Any = None
         if start is not None:
             try:

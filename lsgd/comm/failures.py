@@ -1,6 +1,5 @@
-"""The error every communication failure becomes (``lsgd.CommunicationError``), and the
-block that makes it: its message names the rank, the operation, how long it waited and
-the timeout."""
+"""The error every communication failure becomes (``lsgd.CommunicationError``), and the block that
+makes it: its message names the rank, the operation, how long it waited and the timeout."""
 
 from __future__ import annotations
 

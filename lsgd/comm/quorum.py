@@ -60,9 +60,8 @@ def start_lighthouse(port: int = 29510, min_members: int = 1, *, host: str = "12
 def start_gate(rank: int, world: int) -> float | None:
     """Worker ``rank`` of ``world`` is up: mark it in the job's start gate (``GATE_ENV``)
     and wait there, up to the gate's seconds (the lighthouse's join timeout), for every
-    worker of the job. The seconds it waited; None when not every worker came in time (a
-    node slow to start, or lost: the lighthouse's join timeout and heals take over), or
-    the job has no gate."""
+    worker of the job. The seconds it waited; None when the job has no gate or not every
+    worker came in time (slow to start, or lost: the join timeout and heals take over)."""
     where = os.environ.get(GATE_ENV)
     if not where:
         return None

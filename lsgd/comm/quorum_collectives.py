@@ -153,11 +153,10 @@ class QuorumCollectives(Communicator):
 
 
 class ElasticPeers(QuorumCollectives):
-    """The nodes of an elastic job as this process's local rank sees them (the peers of
-    an elastic replica, ``replica="node"``): rank = the node, world = the nodes the job
-    is made for, members = the nodes of the current quorum. Rounds, quorums, heals and
-    commits stay the elastic communicator's; a collective that fails on one process
-    fails on all of the node's."""
+    """The nodes of an elastic job as this process's local rank sees them (the peers of an
+    elastic replica, ``replica="node"``): rank = the node, world = the nodes the job is
+    made for, members = the nodes of the current quorum. Rounds, quorums, heals and commits
+    stay the elastic communicator's; a collective failing on one process fails on all."""
 
     _lane_name = "elastic-peers"
 

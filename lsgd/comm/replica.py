@@ -1,13 +1,12 @@
 """Replicas of several processes: a node's processes step as one worker of the method.
 
-With ``replica="node"`` the ``P`` processes of each node train one replica (their
-gradients averaged every step by DDP over the node's process group), and the method
-sees the ``R`` nodes as its workers: a :class:`ReplicaCommunicator` has rank = the
-node, world size = the nodes, one group. Across replicas the work is split in HSDP's
-layout (docs/algorithms.md, "Across replicas, by parts"): local rank ``r`` runs each
-collective on the ``r``-th of ``P`` parts of the flat tensor among its *peers* (local
-rank ``r`` of every node), and the node's processes put the parts back together with
-one all-gather inside the node. ``all_gather`` gathers each replica's *mean* of its
+With ``replica="node"`` the ``P`` processes of each node train one replica (their gradients averaged
+every step by DDP over the node's process group), and the method sees the ``R`` nodes as its
+workers: a :class:`ReplicaCommunicator` has rank = the node, world size = the nodes, one group.
+Across replicas the work is split in HSDP's layout (docs/algorithms.md, "Across replicas, by
+parts"): local rank ``r`` runs each collective on the ``r``-th of ``P`` parts of the flat tensor
+among its *peers* (local rank ``r`` of every node), and the node's processes put the parts back
+together with one all-gather inside the node. ``all_gather`` gathers each replica's *mean* of its
 processes' tensors. ``stats`` adds the peers' and the node's counts.
 """
 
@@ -95,9 +94,8 @@ class ReplicaCommunicator(Communicator):
 
     def part(self, numel: int, r: int | None = None) -> tuple[int, int]:
         """``(begin, end)`` of part ``r`` (default: this process's) of ``numel`` values: as
-        equal as whole units of ``256 R`` values allow (an int8 block for each replica),
-        so that a compressed collective of the parts moves exactly the bytes of one of
-        the whole tensor."""
+        equal as whole units of ``256 R`` values allow (an int8 block per replica), so a
+        compressed collective of the parts moves exactly the bytes of the whole tensor's."""
         parts = codecs.split(numel, self.share[1], codecs.BLOCK * self.world_size)
         return parts[self.share[0] if r is None else r]
 

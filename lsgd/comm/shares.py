@@ -18,8 +18,7 @@ class Shares:
 
     @property
     def processes(self) -> Any:
-        """The communicator of every process: this one, or a replica's processes'
-        (:mod:`lsgd.comm.replica`)."""
+        """The communicator of every process: this one, or a replica's processes'."""
         return self
 
     #: (this process's part, parts) of a replica's work across nodes.

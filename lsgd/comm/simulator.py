@@ -1,14 +1,13 @@
 """In-process simulator: W workers as threads of one process.
 
-``simulate(fn, world_size=W, groups=n)`` runs ``fn(info)`` once per worker and returns
-the results by rank; workers talk through :class:`SimCommunicator`, so strategy code
-runs unchanged. One worker runs at a time (the turn goes to the ready worker with the
-earliest virtual clock, ties to the lowest rank, and passes at a collective, a local
-step's end or a return), and collectives reduce in rank order, so a run is bit-for-bit
-repeatable; each worker has its own virtual clock (:mod:`lsgd.comm.world`) and random
-state. An exception in any worker unwinds the others and ``simulate`` raises
-:class:`SimulationError` naming the rank; a collective that can never complete is a
-deadlock, reported with what each worker waited for.
+``simulate(fn, world_size=W, groups=n)`` runs ``fn(info)`` once per worker and returns the results
+by rank; workers talk through :class:`SimCommunicator`, so strategy code runs unchanged. One worker
+runs at a time (the turn goes to the ready worker with the earliest virtual clock, ties to the
+lowest rank, and passes at a collective, a local step's end or a return), and collectives reduce in
+rank order, so a run is bit-for-bit repeatable; each worker has its own virtual clock
+(:mod:`lsgd.comm.world`) and random state. An exception in any worker unwinds the others and
+``simulate`` raises :class:`SimulationError` naming the rank; a collective that can never complete
+is a deadlock, reported with what each worker waited for.
 """
 
 from __future__ import annotations
@@ -220,8 +219,7 @@ def simulate(fn: Callable[..., T], world_size: int, groups: int = 1, *,
     ``step_time`` a step then costs the compute time it measured.
 
     ``replica="node"`` makes the workers of each group one replica for the strategies
-    (:mod:`lsgd.comm.replica`); ``info`` stays the worker's own (its rank shards the
-    data).
+    (:mod:`lsgd.comm.replica`); ``info`` stays the worker's own (its rank shards the data).
     """
     check_layout(world_size, groups)
     check_replica(replica)

@@ -1,11 +1,10 @@
 """A sparse, quantized wire format: the top ``k`` entries of every chunk of ``s`` values.
 
 A message is a float32 tensor seen as ``C`` rows (chunks) of ``s`` values, ``[C, s]``
-(:func:`as_rows` pads with zeros). A :class:`SparseFormat` keeps the ``k``
-largest-magnitude entries of each row, quantizes them and codes their positions. The
-payload is one ``uint8`` tensor whose size depends only on ``C``, ``s`` and the format,
-so the workers' payloads can be all-gathered; each is decoded on its own and the dense
-results summed.
+(:func:`as_rows` pads with zeros). A :class:`SparseFormat` keeps the ``k`` largest-magnitude entries
+of each row, quantizes them and codes their positions. The payload is one ``uint8`` tensor whose
+size depends only on ``C``, ``s`` and the format, so the workers' payloads can be all-gathered; each
+is decoded on its own and the dense results summed.
 
 * Selection: ``torch.topk(rows.abs(), k, dim=1)``; with ``k == s`` every entry is kept
   in its order and no index is sent.
@@ -74,8 +73,7 @@ def pack_bits(codes: torch.Tensor, bits: int) -> torch.Tensor:
 
 def unpack_bits(data: torch.Tensor, count: int, bits: int) -> torch.Tensor:
     """The ``count`` codes of ``bits`` bits each that :func:`pack_bits` wrote at the start
-    of ``data`` (``uint8``), as a new ``int64`` tensor. Bytes after
-    ``ceil(count bits / 8)`` are ignored."""
+    of ``data`` (``uint8``), as a new ``int64`` tensor; later bytes are ignored."""
     _check_bits(bits)
     size = (count * bits + 7) // 8
     if data.numel() < size:
@@ -90,8 +88,7 @@ def unpack_bits(data: torch.Tensor, count: int, bits: int) -> torch.Tensor:
 @dataclasses.dataclass(frozen=True)
 class SparseFormat:
     """The top ``k`` entries of each row of ``s`` (``1 <= k <= s``, checked wherever ``s``
-    is known), their values as ``values`` (one of :data:`VALUES`); see the module's
-    docstring for the bytes."""
+    is known), their values as ``values`` (:data:`VALUES`); the bytes: module docstring."""
 
     k: int
     values: str

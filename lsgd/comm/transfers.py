@@ -1,14 +1,13 @@
 """Non-blocking collectives: what a started transfer is, and the handle that finishes it.
 
-``comm.start_all_reduce(...)``, ``start_broadcast(...)`` and ``start_all_gather(...)``
-return a :class:`Handle` at once; the transfer runs while the worker computes, and
-``handle.wait()`` blocks until it has arrived (docs/algorithms.md, "Overlapped rounds").
-The tensors belong to the transfer until then. Started transfers run in order within a
-*lane* (:data:`LANES`, :mod:`lsgd.comm.lanes`). Bytes and seconds are counted at
-``wait``, under the category current at the start. Compressed (``"bf16"`` or
-``"int8"``), an all-reduce is an all-to-all of encoded parts, each owner's sum encoded
-again, then an all-gather, so every member ends with the same values; a broadcast sends
-the source's encoding, which every member (the source included) decodes.
+``comm.start_all_reduce(...)``, ``start_broadcast(...)`` and ``start_all_gather(...)`` return a
+:class:`Handle` at once; the transfer runs while the worker computes, and ``handle.wait()`` blocks
+until it has arrived (docs/algorithms.md, "Overlapped rounds"). The tensors belong to the transfer
+until then. Started transfers run in order within a *lane* (:data:`LANES`, :mod:`lsgd.comm.lanes`).
+Bytes and seconds are counted at ``wait``, under the category current at the start. Compressed
+(``"bf16"`` or ``"int8"``), an all-reduce is an all-to-all of encoded parts, each owner's sum
+encoded again, then an all-gather, so every member ends with the same values; a broadcast sends the
+source's encoding, which every member (the source included) decodes.
 """
 
 from __future__ import annotations
@@ -50,8 +49,7 @@ class Transfer:
 
 
 class Handle:
-    """A started transfer; :meth:`wait` finishes it (once) and counts its seconds (with
-    ``count``, if given)."""
+    """A started transfer; :meth:`wait` finishes it (once) and hands its seconds to ``count``."""
 
     def __init__(self, finish: Callable[[], tuple[Any, float]],
                  count: Callable[[float], None] | None = None) -> None:

@@ -144,9 +144,8 @@ def compressed_all_reduce_traffic(sizes: Sequence[int], members: Sequence[int], 
 class LinkModel:
     """Nodes joined by links of ``rate`` bits/s and ``latency`` s; free inside a node.
 
-    ``node_of(rank)`` gives a worker's node. Every method returns the seconds
-    a collective among ``members`` (global ranks, in their collective order)
-    takes under the model.
+    ``node_of(rank)`` gives a worker's node. Every method returns the seconds a collective among
+    ``members`` (global ranks, in their collective order) takes under the model.
     """
 
     rate: float

@@ -231,11 +231,10 @@ class World:
                          transfer: float = 0.0, lane: str = "bulk") -> Pending:
         """Start a transfer without giving up the turn; :meth:`wait_collective` finishes it.
 
-        The last member to start it computes the results at once (the payloads are the
-        members' send buffers, untouched until they wait). It begins at the latest start
-        among its members, or at the end of a member's previous started transfer of the
-        same ``lane`` if that is later (a lane runs its transfers one after another), and
-        takes ``transfer`` seconds.
+        The last member to start it computes the results at once (the payloads are the members' send
+        buffers, untouched until they wait). It begins at the latest start among its members, or at
+        the end of a member's previous started transfer of the same ``lane`` if that is later (a
+        lane runs its transfers one after another), and takes ``transfer`` seconds.
         """
         with self.cv:
             pending, complete = self._arrive(rank, key, op, members, payload, compute, True)
