@@ -235,8 +235,7 @@ class Communicator(Shares, ABC):
                           chained: bool = False) -> Traffic:
         """This worker's traffic in a broadcast of ``nbytes`` from ``src`` (``chained``:
         lsgd's pipelined chain of the nodes)."""
-        info = self.info
-        heads = chain_heads(src, info.groups, info.group_size) if chained else None
+        heads = chain_heads(src, self.groups, self.info.group_size) if chained else None
         moves = broadcast_pattern(nbytes, self.among_members(among), src,
                                   self.broadcast_algorithm, heads)
         return pattern_traffic(moves, self.rank, self.node_of)

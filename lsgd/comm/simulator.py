@@ -67,9 +67,8 @@ class SimCommunicator(Communicator):
     def _key(self, among: Among, lane: str = "") -> tuple:
         """The next collective of ``among`` (started transfers, ``lane="started ..."``,
         are numbered on their own)."""
-        among_key = ("world",) if among == "world" else ("group", self.info.group)
-        among_key = (self._scope, *among_key) if self._scope else among_key
-        return self._numbered((lane, *among_key) if lane else among_key)
+        where = ("world",) if among == "world" else ("group", self.info.group)
+        return self._numbered((lane, self._scope, *where))
 
     def _numbered(self, key: tuple) -> tuple:
         """``key`` and its next number on this worker (every member counts the same)."""
@@ -212,11 +211,10 @@ def simulate(fn: Callable[..., T], world_size: int, groups: int = 1, *,
     rank, or ``{rank: time}`` for some ranks (the others take 1.0; ``{3: 3.0}`` makes
     worker 3 a straggler three times slower).
 
-    ``link`` (``"100mbit"``, ``"20mbit,5ms"`` or a :class:`~lsgd.links.Link`) puts each
-    group on a node of its own, the nodes joined by links of that rate and latency, and
-    makes every collective cost its modeled transfer time on the virtual clock
-    (:class:`~lsgd.comm.wire.LinkModel`); inside a node traffic is free. Without
-    ``step_time`` a step then costs the compute time it measured.
+    ``link`` (``"100mbit"``, ``"20mbit,5ms"`` or a :class:`~lsgd.links.Link`) puts each group on a
+    node of its own, the nodes joined by links of that rate and latency, and makes every collective
+    cost its modeled transfer time on the virtual clock (:class:`~lsgd.comm.wire.LinkModel`); inside
+    a node traffic is free. Without ``step_time`` a step then costs the compute time it measured.
 
     ``replica="node"`` makes the workers of each group one replica for the strategies
     (:mod:`lsgd.comm.replica`); ``info`` stays the worker's own (its rank shards the data).
