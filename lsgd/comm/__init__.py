@@ -89,6 +89,5 @@ _kept: list[object] = []
 
 
 def worker_info() -> WorkerInfo:
-    """Rank, world size and groups of the calling process (its rank shards the data,
-    also when several processes are one replica)."""
+    """The calling process's rank (it shards the data), world size and groups, replica or not."""
     return get_communicator().processes.info

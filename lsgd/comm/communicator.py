@@ -91,8 +91,7 @@ class Communicator(Shares, ABC):
             self._category = previous
 
     def count(self, traffic: Traffic, seconds: float, category: str | None = None) -> None:
-        """Count one collective's :class:`~lsgd.comm.wire.Traffic` in ``category`` (by
-        default the current one)."""
+        """Count one call's :class:`~lsgd.comm.wire.Traffic` in ``category`` (default: current)."""
         category = category or self._category
         call = CommStats(traffic.sent, traffic.received, seconds, 1, traffic.link_sent,
                          traffic.link_received)
@@ -233,8 +232,7 @@ class Communicator(Shares, ABC):
 
     def broadcast_traffic(self, nbytes: int, src: int, among: Among = "world",
                           chained: bool = False) -> Traffic:
-        """This worker's traffic in a broadcast of ``nbytes`` from ``src`` (``chained``:
-        lsgd's pipelined chain of the nodes)."""
+        """This worker's traffic in a broadcast of ``nbytes`` from ``src`` (``chained``: lsgd's)."""
         heads = chain_heads(src, self.groups, self.info.group_size) if chained else None
         moves = broadcast_pattern(nbytes, self.among_members(among), src,
                                   self.broadcast_algorithm, heads)
@@ -273,9 +271,8 @@ class Communicator(Shares, ABC):
         return self.exchange_many(tensor, [peer])[0]
 
     def exchange_many(self, tensor: torch.Tensor, peers: Sequence[int]) -> list[torch.Tensor]:
-        """Send ``tensor`` to each of ``peers`` and receive one tensor from each (in the
-        order of ``peers``), in one batch: ``len(peers) * B`` bytes each way. Every peer
-        lists this worker in its own call."""
+        """Send ``tensor`` to each of ``peers`` and receive one tensor from each (in their
+        order), in one batch: ``len(peers) * B`` bytes each way; each peer lists this worker."""
         peers = list(peers)
         bad = [p for p in peers
                if not _validate.is_int(p) or not 0 <= p < self.world_size or p == self.rank]
@@ -293,8 +290,7 @@ class Communicator(Shares, ABC):
 
     # -- primitives: among more than one worker (a single worker never reaches them) --
     def _collective(self, transfer: Transfer) -> tuple[Any, float]:
-        """Carry out ``transfer`` now: (result, seconds); by default with the primitives
-        below (:func:`~lsgd.comm.transfers.run`)."""
+        """Carry out ``transfer`` now (by default with :func:`~lsgd.comm.transfers.run`)."""
         return run_transfer(self, transfer)
 
     def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:

@@ -267,8 +267,7 @@ class DistCommunicator(Communicator):
             return None
 
     def _groups(self) -> tuple[dist.ProcessGroup, dist.ProcessGroup | None]:
-        """(world, node subgroup) of the calling thread: a background lane's on its
-        thread, the communicator's own elsewhere."""
+        """(world, node subgroup) of the calling thread: its lane's on a lane, else our own."""
         lane = current_lane()
         return lane.groups if lane is not None else (self._pg, self._subgroup)
 

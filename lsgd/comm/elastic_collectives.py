@@ -281,8 +281,7 @@ class ElasticCommunicator(QuorumCollectives):
             raise RoundFailed(f"worker {self.rank}: a collective failed: {error}")
 
     def _node_agrees(self, error: Any, group: Any = None) -> Any:
-        """``error``, or one if another worker of this node saw one (a node-local
-        all-reduce of a flag; nothing with one worker per node)."""
+        """``error``, or one if another worker of this node saw one (a node-local all-reduce)."""
         if self.per_node == 1:
             return error
         seen = torch.tensor([0.0 if error is None else 1.0])

@@ -28,9 +28,8 @@ def current_lane() -> BackgroundLane | None:
 
 
 class BackgroundLane:
-    """One daemon thread that runs submitted calls in order; ``groups`` are its process
-    groups (world, node subgroup or None), used by the communicator's primitives when
-    they run on this thread, on ``device``."""
+    """One daemon thread that runs submitted calls in order, on ``device``; ``groups`` (world,
+    node subgroup or None) are what the communicator's primitives use on this thread."""
 
     def __init__(self, name: str, groups: tuple[Any, Any] = (None, None),
                  device: torch.device = torch.device("cpu")) -> None:

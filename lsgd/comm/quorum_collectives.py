@@ -161,8 +161,7 @@ class ElasticPeers(QuorumCollectives):
     _lane_name = "elastic-peers"
 
     def __init__(self, elastic: Any) -> None:
-        """``elastic``: this process's :class:`ElasticCommunicator`, which builds its
-        peers (``_replica_parts``)."""
+        """``elastic``: this process's :class:`ElasticCommunicator`, which makes its peers."""
         super().__init__(WorkerInfo(rank=elastic.node, world_size=elastic.world_size //
                                     elastic.per_node, groups=1))
         self.source = elastic

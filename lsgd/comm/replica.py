@@ -212,8 +212,7 @@ class ReplicaCommunicator(Communicator):
     # -- the parts ----------------------------------------------------------------
     def _by_parts(self, tensor: torch.Tensor, start: Callable[[torch.Tensor], Handle]
                   ) -> Handle:
-        """``start`` the collective on this process's part of ``tensor``; waiting for it
-        puts the parts back together in the node."""
+        """``start`` the collective on this process's part of ``tensor``; waiting reassembles it."""
         if self.world_size == 1:  # one replica: its processes hold the result already
             return done_handle()
         flat = tensor.view(-1)

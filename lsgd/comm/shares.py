@@ -26,8 +26,7 @@ class Shares:
 
     @property
     def across(self) -> Any:
-        """The communicator of a collective among the replicas on this process's part of a
-        tensor (:meth:`part`)."""
+        """The communicator of a collective among the replicas on this process's :meth:`part`."""
         return self
 
     def part(self, numel: int, r: int | None = None) -> tuple[int, int]:
@@ -38,8 +37,7 @@ class Shares:
         """Every process of the replica's part of the 1-D ``flat`` into it."""
 
     def replica_mean_(self, tensor: torch.Tensor) -> torch.Tensor:
-        """A per-process value (a loss, a score) as the replica's: the mean of its
-        processes' (in place, returned)."""
+        """A per-process value (a loss, a score) as the replica's: its processes' mean, in place."""
         return tensor
 
     def all_agree(self, flag: bool) -> bool:

@@ -65,8 +65,7 @@ class SimCommunicator(Communicator):
         self.replica = world.replica
 
     def _key(self, among: Among, lane: str = "") -> tuple:
-        """The next collective of ``among`` (started transfers, ``lane="started ..."``,
-        are numbered on their own)."""
+        """The next collective of ``among``; started transfers (``lane``) are numbered apart."""
         where = ("world",) if among == "world" else ("group", self.info.group)
         return self._numbered((lane, self._scope, *where))
 
@@ -83,8 +82,7 @@ class SimCommunicator(Communicator):
         return self._world.node_of(self._global[rank])
 
     def _replica_parts(self) -> tuple[SimCommunicator, SimCommunicator]:
-        """(the node's communicator, the peers' communicator) of this worker's replica,
-        each with collectives of its own."""
+        """(node's, peers' communicator) of this worker's replica, each with its own collectives."""
         info, world = self.info, self._world
         peers = [g * info.group_size + info.group_rank for g in range(info.groups)]
         return (SimCommunicator(world, self._me, self._globals(info.group_members()), 1,

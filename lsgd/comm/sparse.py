@@ -203,8 +203,7 @@ def _decode_2bit(value_bytes: torch.Tensor, level_bytes: torch.Tensor, rows: int
 
 
 def as_rows(flat: torch.Tensor, s: int) -> torch.Tensor:
-    """``flat`` (its ``n`` values, read flat) as float32 rows ``[ceil(n / s), s]``, the
-    last one padded with zeros (a new tensor)."""
+    """``flat``'s ``n`` values as new float32 rows ``[ceil(n / s), s]``, the last zero-padded."""
     if s < 1:
         raise ValueError(f"s must be at least 1, got {s}")
     flat = flat.reshape(-1)

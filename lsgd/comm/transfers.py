@@ -59,8 +59,7 @@ class Handle:
         self.done = False
 
     def wait(self) -> Any:
-        """Block until the transfer has arrived; its result (the all-gathered tensor,
-        else None: the tensor given holds the result)."""
+        """Block until the transfer has arrived; the all-gathered tensor, else None (in place)."""
         if not self.done:
             self._result, seconds = self._finish()
             self.done = True
@@ -70,8 +69,7 @@ class Handle:
 
 
 def done_handle(result: Any = None) -> Handle:
-    """A handle whose transfer needs nothing more (one worker, or restored from a
-    checkpoint after it had arrived)."""
+    """A finished handle (one worker, or restored from a checkpoint after it had arrived)."""
     return Handle(lambda: (result, 0.0))
 
 

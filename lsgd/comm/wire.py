@@ -133,9 +133,8 @@ def _check_broadcast(algorithm: str) -> None:
 
 def compressed_all_reduce_traffic(sizes: Sequence[int], members: Sequence[int], me: int,
                                   node_of: Callable[[int], int]) -> Traffic:
-    """A compressed all-reduce whose member ``j`` owns an encoded part of ``sizes[j]``
-    bytes: an all-to-all of the parts (each member keeps its own), then a ring
-    all-gather of the reduced parts, each padded to the longest."""
+    """A compressed all-reduce whose member ``j`` owns an encoded part of ``sizes[j]`` bytes: an
+    all-to-all of the parts, then a ring all-gather of the reduced parts padded to the longest."""
     return (pattern_traffic(_all_to_all(sizes, members), me, node_of)
             + ring_traffic((len(members) - 1) * max(sizes), members, me, node_of))
 

@@ -211,9 +211,8 @@ class World:
     def collective(self, rank: int, key: tuple, op: str, members: list[int], payload: Any,
                    compute: Callable[[dict[int, Any]], dict[int, Any]], transfer: float = 0.0
                    ) -> tuple[Any, float]:
-        """Enter a collective; block (yielding the turn) until all members have. Returns
-        (this member's result, the duration: ``transfer``, the modeled time on the
-        links, with a link model, else the time ``compute`` took)."""
+        """Enter a collective; block (yielding the turn) until all members have. (this member's
+        result, its duration: ``transfer`` with a link model, else the time ``compute`` took)."""
         with self.cv:
             pending, complete = self._arrive(rank, key, op, members, payload, compute, False)
             self.ready[rank] = False
