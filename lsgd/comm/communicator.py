@@ -232,7 +232,8 @@ class Communicator(Shares, ABC):
 
     def broadcast_traffic(self, nbytes: int, src: int, among: Among = "world",
                           chained: bool = False) -> Traffic:
-        """This worker's traffic in a broadcast of ``nbytes`` from ``src`` (``chained``: lsgd's)."""
+        """This worker's traffic in a broadcast of ``nbytes`` from ``src`` (``chained``:
+        lsgd's pipelined chain of the nodes)."""
         heads = chain_heads(src, self.groups, self.info.group_size) if chained else None
         moves = broadcast_pattern(nbytes, self.among_members(among), src,
                                   self.broadcast_algorithm, heads)

@@ -258,9 +258,6 @@ class ElasticCommunicator(QuorumCollectives):
                                                 options("gather")))
         return [int(t) for t in out]
 
-    def _elastic(self) -> ElasticCommunicator:
-        return self
-
     # -- collectives across the member nodes, on torchft's process group --------
     def _across(self, start: Callable[[], Any] | None, node_group: Any = None) -> None:
         """Run one collective across nodes (torchft's process group; ``None``: this worker

@@ -37,8 +37,8 @@ class QuorumCollectives(Communicator):
     _lane: BackgroundLane | None = None
 
     def _elastic(self) -> Any:
-        """The communicator of this process's rounds, quorums and torchft process group."""
-        raise NotImplementedError
+        """The communicator of the rounds, quorums and torchft process group: by default, this."""
+        return self
 
     def _agreement(self) -> Any:
         """The node's group its processes agree on an outcome over (None: the default)."""

@@ -50,10 +50,6 @@ class Traffic:
     link_sent: int = 0
     link_received: int = 0
 
-    def __add__(self, other: Traffic) -> Traffic:
-        return Traffic(*(a + b for a, b in zip(dataclasses.astuple(self),
-                                               dataclasses.astuple(other))))
-
 
 def pattern_traffic(transfers: Sequence[Move], me: int, node_of: Callable[[int], int]
                     ) -> Traffic:
@@ -135,8 +131,8 @@ def compressed_all_reduce_traffic(sizes: Sequence[int], members: Sequence[int], 
                                   node_of: Callable[[int], int]) -> Traffic:
     """A compressed all-reduce whose member ``j`` owns an encoded part of ``sizes[j]`` bytes: an
     all-to-all of the parts, then a ring all-gather of the reduced parts padded to the longest."""
-    return (pattern_traffic(_all_to_all(sizes, members), me, node_of)
-            + ring_traffic((len(members) - 1) * max(sizes), members, me, node_of))
+    ring = _ring(members, (len(members) - 1) * max(sizes))
+    return pattern_traffic(_all_to_all(sizes, members) + ring, me, node_of)
 
 
 @dataclasses.dataclass(frozen=True)
