@@ -88,9 +88,8 @@ def roundtrip(codec: str, values: torch.Tensor) -> torch.Tensor:
 
 
 def chunks(codec: str, numel: int, n: int) -> list[tuple[int, int]]:
-    """``n`` contiguous ``(start, end)`` parts of ``numel`` values, one per member of an
-    all-reduce, as equal as whole int8 blocks allow (so no block straddles two parts,
-    and encoding the parts one by one equals encoding the whole)."""
+    """One contiguous ``(start, end)`` part of ``numel`` values per member of an all-reduce, as
+    equal as whole int8 blocks allow: encoding the parts one by one equals encoding the whole."""
     return split(numel, n, BLOCK if codec == "int8" else 1)
 
 

@@ -116,7 +116,7 @@ class Communicator(Shares, ABC):
             return tensor
         self._check(tensor, among, op, name="all_reduce_")
         if self.among_size(among) > 1:
-            _, seconds = self._collective(Transfer("all_reduce", tensor, among, op=op))
+            seconds = self._collective(Transfer("all_reduce", tensor, among, op=op))[1]
             self.count(self._reduce_traffic(tensor, among, "none"), seconds)
         return tensor
 
@@ -129,10 +129,9 @@ class Communicator(Shares, ABC):
             return tensor
         self._check(tensor, among, src=src, name="broadcast_")
         if self.among_size(among) > 1:
-            chained = self._chained(among)
-            _, seconds = self._collective(Transfer("broadcast", tensor, among, src=src,
-                                                   chained=chained))
-            self.count(self.broadcast_traffic(tensor.nbytes, src, among, chained), seconds)
+            transfer = Transfer("broadcast", tensor, among, src=src, chained=self._chained(among))
+            seconds = self._collective(transfer)[1]
+            self.count(self.broadcast_traffic(tensor.nbytes, src, among, transfer.chained), seconds)
         return tensor
 
     def _chained(self, among: Among) -> bool:
@@ -298,12 +297,13 @@ class Communicator(Shares, ABC):
         """Sum or average ``tensor`` in place across ``among``; seconds."""
         raise NotImplementedError(f"{type(self).__name__} has no all-reduce")
 
-    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
-        """Overwrite ``tensor`` with global rank ``src``'s; seconds."""
+    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> None:
+        """Overwrite ``tensor`` with global rank ``src``'s (:func:`~lsgd.comm.transfers.run`
+        times a broadcast as a whole, its coding included)."""
         raise NotImplementedError(f"{type(self).__name__} has no broadcast")
 
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
-        """The pipelined chain broadcast of :mod:`lsgd.comm.chain`; seconds."""
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> None:
+        """The pipelined chain broadcast of :mod:`lsgd.comm.chain`."""
         raise NotImplementedError(f"{type(self).__name__} has no pipelined broadcast")
 
     def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:

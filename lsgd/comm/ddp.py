@@ -28,9 +28,8 @@ if TYPE_CHECKING:
 def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, module: nn.Module,
                       sync_buffers: bool = True, options: dict[str, Any] | None = None,
                       compression: GradientCompression = GradientCompression()) -> DataParallel:
-    """``module`` under DDP on ``process_group`` (CUDA: ``device_ids`` of its device),
-    its gradients averaged by DDP's all-reduce or the hook ``compression`` names; the
-    traffic is counted in ``comm`` (the communicator of that group)."""
+    """``module`` under DDP on ``process_group`` (CUDA: ``device_ids`` of its device), its gradients
+    averaged by DDP's all-reduce or ``compression``'s hook; the traffic counted in ``comm``."""
     device = next(module.parameters()).device
     # Newer torch renamed broadcast_buffers (deprecated) to forward_sync_buffers.
     ddp_args = inspect.signature(nn.parallel.DistributedDataParallel).parameters

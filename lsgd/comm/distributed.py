@@ -306,16 +306,13 @@ class DistCommunicator(Communicator):
             tensor.div_(self.among_size(among))
         return time.perf_counter() - start
 
-    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
-        start = time.perf_counter()
+    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> None:
         with self._failures(f"broadcast from rank {src}", among):
             dist.broadcast(tensor, src=self._global[src], group=self._group(among))
-        return time.perf_counter() - start
 
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> None:
         # Along the heads, each chunk passed on (isend) as soon as it has arrived, while
         # the next ones arrive; then inside the node.
-        start = time.perf_counter()
         world, node = self._groups()
         info = self.info
         heads = chain_heads(src, info.groups, info.group_size)
@@ -339,7 +336,6 @@ class DistCommunicator(Communicator):
             if node is not None and info.group_size > 1:
                 head = next(h for h in heads if h // info.group_size == info.group)
                 dist.broadcast(tensor, src=self._global[head], group=node)
-        return time.perf_counter() - start
 
     def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
         start = time.perf_counter()

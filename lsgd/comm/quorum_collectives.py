@@ -96,8 +96,7 @@ class QuorumCollectives(Communicator):
         tensor.copy_(work)
         return time.perf_counter() - t0
 
-    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
-        t0 = time.perf_counter()
+    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> None:
         work = tensor.detach().clone()
         node, local = divmod(src, self.per_node)
         if among == "world":  # the source's local rank on every member node
@@ -107,7 +106,6 @@ class QuorumCollectives(Communicator):
         if self.per_node > 1:
             dist.broadcast(work, src=local)
         tensor.copy_(work)
-        return time.perf_counter() - t0
 
     def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
         t0 = time.perf_counter()

@@ -123,14 +123,20 @@ class SimCommunicator(Communicator):
             seconds = link.all_to_all(sizes, members) + link.all_gather(max(sizes), members)
         return dataclasses.replace(transfer, src=source), members, seconds
 
+    def _run(self, op: str, among: Among, payload: Any,
+             compute: Callable[[dict[int, Any]], dict[int, Any]], seconds: float = 0.0
+             ) -> tuple[Any, float]:
+        """A blocking collective: (this worker's result, its seconds)."""
+        members = self._globals(self.among_members(among))
+        return self._world.collective(self._me, self._key(among), op, members, payload,
+                                      compute, seconds)
+
     def _collective(self, transfer: Transfer) -> tuple[Any, float]:
-        transfer, members, seconds = self._prepared(transfer)
-        return self._world.collective(self._me, self._key(transfer.among), transfer.kind,
-                                      members, transfer, _results, seconds)
+        transfer, _, seconds = self._prepared(transfer)
+        return self._run(transfer.kind, transfer.among, transfer, _results, seconds)
 
     def _barrier(self) -> None:
-        self._world.collective(self._me, self._key("world"), "barrier", self._global, None,
-                               dict.fromkeys)
+        self._run("barrier", "world", None, dict.fromkeys)
 
     def _start(self, transfer: Transfer) -> Callable[[], tuple[Any, float]]:
         transfer, members, seconds = self._prepared(transfer)
