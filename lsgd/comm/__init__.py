@@ -25,10 +25,9 @@ def get_communicator(groups: int | None = None, replica: str | None = None) -> C
     initialized) a :class:`~lsgd.comm.distributed.DistCommunicator` on the world group in
     ``groups`` groups (default: the nodes), created once; otherwise a single worker.
 
-    ``replica``: what a strategy sees as one worker, ``"process"`` or ``"node"`` (every
-    process of a group steps as one replica, :mod:`lsgd.comm.replica`); by default the
-    simulation's, else ``LSGD_REPLICA``, else ``"process"``. Its ``.processes`` is every
-    process's.
+    ``replica``: what a strategy sees as one worker, ``"process"`` or ``"node"`` (every process of a
+    group steps as one replica, :mod:`lsgd.comm.replica`); by default the simulation's, else
+    ``LSGD_REPLICA``, else ``"process"``. Its ``.processes`` is every process's.
     """
     simulated = current_simulated()
     if simulated is not None:
@@ -90,6 +89,5 @@ _kept: list[object] = []
 
 
 def worker_info() -> WorkerInfo:
-    """Rank, world size and groups of the calling process (its rank shards the data,
-    also when several processes are one replica)."""
+    """The calling process's rank (it shards the data), world size and groups, replica or not."""
     return get_communicator().processes.info

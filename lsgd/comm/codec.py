@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from lsgd.names import CODECS
 
@@ -46,8 +47,7 @@ def encode(codec: str, values: torch.Tensor) -> torch.Tensor:
     assert codec == "int8", codec
     n = values.numel()
     blocks = math.ceil(n / BLOCK)
-    padded = torch.zeros(blocks * BLOCK, dtype=torch.float32, device=values.device)
-    padded[:n].copy_(values)
+    padded = F.pad(values.to(torch.float32), (0, blocks * BLOCK - n))
     steps, scale = quantize_int8(padded.view(blocks, BLOCK))
     return torch.cat([steps.view(-1)[:n].view(torch.uint8), scale.view(torch.uint8)])
 
@@ -65,18 +65,21 @@ def quantize_int8(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def decode(codec: str, data: torch.Tensor, numel: int) -> torch.Tensor:
     """The float32 values that ``data`` (from :func:`encode`) stands for (a new tensor)."""
-    # Copies, so that a part cut from a larger receive buffer at any offset can be
-    # viewed as wider values (a view needs an offset aligned to their size).
     if codec == "bf16":
-        return data[:2 * numel].clone().view(torch.bfloat16).to(torch.float32)
+        return as_values(data[:2 * numel], torch.bfloat16).to(torch.float32)
     assert codec == "int8", codec
     blocks = math.ceil(numel / BLOCK)
     quantized = data[:numel].view(torch.int8).to(torch.float32)
-    scale = data[numel:numel + 4 * blocks].clone().view(torch.float32)
-    padded = torch.zeros(blocks * BLOCK, dtype=torch.float32, device=data.device)
-    padded[:numel].copy_(quantized)
+    scale = as_values(data[numel:numel + 4 * blocks])
+    padded = F.pad(quantized, (0, blocks * BLOCK - numel))
     # 0 * inf and 0 * NaN are NaN: a non-finite block stays non-finite throughout.
     return (padded.view(blocks, BLOCK) * scale[:, None]).view(-1)[:numel]
+
+
+def as_values(data: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Bytes as values of ``dtype``. Copies, so that a part cut from a larger buffer at any
+    offset can be viewed as wider values (a view needs an offset aligned to their size)."""
+    return data.clone().view(dtype)
 
 
 def roundtrip(codec: str, values: torch.Tensor) -> torch.Tensor:
@@ -85,9 +88,8 @@ def roundtrip(codec: str, values: torch.Tensor) -> torch.Tensor:
 
 
 def chunks(codec: str, numel: int, n: int) -> list[tuple[int, int]]:
-    """``n`` contiguous ``(start, end)`` parts of ``numel`` values, one per member of an
-    all-reduce, as equal as whole int8 blocks allow (so no block straddles two parts,
-    and encoding the parts one by one equals encoding the whole)."""
+    """One contiguous ``(start, end)`` part of ``numel`` values per member of an all-reduce, as
+    equal as whole int8 blocks allow: encoding the parts one by one equals encoding the whole."""
     return split(numel, n, BLOCK if codec == "int8" else 1)
 
 
@@ -101,10 +103,9 @@ def split(numel: int, n: int, unit: int = 1) -> list[tuple[int, int]]:
 
 def reduce_encoded(codec: str, parts: Sequence[torch.Tensor], numel: int, mean: bool
                    ) -> torch.Tensor:
-    """The owner's step of a compressed all-reduce: decode every member's encoded part
-    (in rank order), add them in float32, divide by their number for a mean, and
-    encode the result for the all-gather. Never sums in the low-precision format,
-    so nothing overflows or loses the small contributions."""
+    """The owner's step of a compressed all-reduce: decode every member's encoded part (in
+    rank order), add them in float32 (never in the low-precision format: nothing overflows
+    or loses the small contributions), divide by their number for a mean, encode."""
     total = decode(codec, parts[0], numel).clone()
     for part in parts[1:]:
         total.add_(decode(codec, part, numel))

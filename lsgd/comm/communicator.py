@@ -5,16 +5,12 @@ Implementations: :class:`~lsgd.comm.distributed.DistCommunicator` (torch.distrib
 :class:`~lsgd.comm.local.LocalCommunicator` (one worker); a
 :class:`~lsgd.comm.replica.ReplicaCommunicator` makes a node's processes one worker.
 
-Workers ``0 .. W-1`` form ``groups`` groups of ``group_size`` consecutive ranks (a
-group is a node). Every collective takes ``among="world"`` or ``among="group"``;
-``src`` is always a global rank. What is communicated: ``all_reduce`` (ring),
-``broadcast`` (gloo's tree, NCCL's chain, or across nodes lsgd's pipelined chain,
-:mod:`lsgd.comm.chain`), ``all_gather`` and the pairwise ``exchange``. Each worker
-counts the bytes it sends and receives as the algorithm moves them
-(:mod:`lsgd.comm.wire`), per traffic *category* (``"train"`` by default; ``"eval"``
-keeps evaluation out of a method's cost). Asynchronous methods also get a counter
-shared by all workers (:meth:`Communicator.add_count`) and a clock (:meth:`now`,
-advanced by :meth:`local_step` in the simulator).
+Workers ``0 .. W-1`` form ``groups`` groups of ``group_size`` consecutive ranks (a group is a node).
+Every collective takes ``among="world"`` or ``among="group"``; ``src`` is always a global rank. What
+is communicated: ``all_reduce`` (ring), ``broadcast`` (gloo's tree, NCCL's chain, or across nodes
+lsgd's pipelined chain, :mod:`lsgd.comm.chain`), ``all_gather`` and the pairwise ``exchange``. Each
+worker counts the bytes it sends and receives as the algorithm moves them (:mod:`lsgd.comm.wire`),
+per traffic *category* (``"train"`` by default; ``"eval"`` keeps evaluation out of a method's cost).
 """
 
 from __future__ import annotations
@@ -31,13 +27,14 @@ from torch import nn
 
 from lsgd import _validate
 from lsgd.comm import codec as codecs
-from lsgd.comm.data_parallel import DataParallel, GradientCompression, collective_data_parallel
+from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.info import Among, CommStats, ReduceOp, WorkerInfo, check_layout
 from lsgd.comm.shares import Shares
 from lsgd.comm.chain import chain_heads
-from lsgd.comm.transfers import LANES, Handle, Transfer, done_handle
+from lsgd.comm.transfers import LANES, Handle, Transfer, done_handle, run as run_transfer
 from lsgd.comm.wire import (Traffic, broadcast_pattern, compressed_all_reduce_traffic,
                             pattern_traffic, ring_allreduce_bytes, ring_traffic)
+from lsgd.flat import FlatBuffer
 
 
 class Communicator(Shares, ABC):
@@ -73,7 +70,7 @@ class Communicator(Shares, ABC):
         return self.info.groups
 
     def among_size(self, among: Among) -> int:
-        return self.info.world_size if among == "world" else self.info.group_size
+        return len(self.among_members(among))
 
     def among_members(self, among: Among) -> list[int]:
         """Global ranks taking part in a collective of ``among`` from this worker."""
@@ -93,11 +90,9 @@ class Communicator(Shares, ABC):
         finally:
             self._category = previous
 
-    def count(self, traffic: Traffic, seconds: float) -> None:
-        """Count one collective's :class:`~lsgd.comm.wire.Traffic` in the current category."""
-        self._record_in(self._category, traffic, seconds)
-
-    def _record_in(self, category: str, traffic: Traffic, seconds: float) -> None:
+    def count(self, traffic: Traffic, seconds: float, category: str | None = None) -> None:
+        """Count one call's :class:`~lsgd.comm.wire.Traffic` in ``category`` (default: current)."""
+        category = category or self._category
         call = CommStats(traffic.sent, traffic.received, seconds, 1, traffic.link_sent,
                          traffic.link_received)
         self._stats[category] = self._stats.get(category, CommStats()).plus(call)
@@ -121,7 +116,7 @@ class Communicator(Shares, ABC):
             return tensor
         self._check(tensor, among, op, name="all_reduce_")
         if self.among_size(among) > 1:
-            seconds = self._all_reduce(tensor, op, among)
+            seconds = self._collective(Transfer("all_reduce", tensor, among, op=op))[1]
             self.count(self._reduce_traffic(tensor, among, "none"), seconds)
         return tensor
 
@@ -134,10 +129,9 @@ class Communicator(Shares, ABC):
             return tensor
         self._check(tensor, among, src=src, name="broadcast_")
         if self.among_size(among) > 1:
-            chained = self._chained(among)
-            seconds = (self._chain_broadcast(tensor, src) if chained
-                       else self._broadcast(tensor, src, among))
-            self.count(self.broadcast_traffic(_nbytes(tensor), src, among, chained), seconds)
+            transfer = Transfer("broadcast", tensor, among, src=src, chained=self._chained(among))
+            seconds = self._collective(transfer)[1]
+            self.count(self.broadcast_traffic(tensor.nbytes, src, among, transfer.chained), seconds)
         return tensor
 
     def _chained(self, among: Among) -> bool:
@@ -151,8 +145,8 @@ class Communicator(Shares, ABC):
         n = self.among_size(among)
         if n == 1:
             return tensor.detach().clone().unsqueeze(0)
-        out, seconds = self._all_gather(tensor.contiguous(), among)
-        self.count(self.ring((n - 1) * _nbytes(tensor), among), seconds)
+        out, seconds = self._collective(Transfer("all_gather", tensor.contiguous(), among))
+        self.count(self.ring((n - 1) * tensor.nbytes, among), seconds)
         return out
 
     def barrier(self) -> None:
@@ -171,7 +165,7 @@ class Communicator(Shares, ABC):
             raise ValueError(f"data_parallel: options {sorted(options)} are "
                              "DistributedDataParallel's and apply under torch.distributed "
                              f"only, not to {type(self).__name__}")
-        if compression is not None and compression.active and self.world_size > 1:
+        if compression is not None and compression.kind != "none" and self.world_size > 1:
             raise ValueError(f"data_parallel: {compression.kind} gradients are PyTorch's DDP "
                              "communication hook, which runs inside DistributedDataParallel in "
                              f"worker processes; {type(self).__name__} has no DDP: use worker "
@@ -211,14 +205,14 @@ class Communicator(Shares, ABC):
         transfer = Transfer("all_gather", tensor.contiguous(), among, lane=lane)
         if n == 1:
             return done_handle(tensor.detach().clone().unsqueeze(0))
-        return self._started(transfer, self.ring((n - 1) * _nbytes(tensor), among))
+        return self._started(transfer, self.ring((n - 1) * tensor.nbytes, among))
 
     def _started(self, transfer: Transfer, traffic: Traffic) -> Handle:
         if self.among_size(transfer.among) == 1:  # nothing travels, nothing changes
             return done_handle()
         category = self._category
         return Handle(self._start(transfer),
-                      lambda seconds: self._record_in(category, traffic, seconds))
+                      lambda seconds: self.count(traffic, seconds, category))
 
     def _codec(self, tensor: torch.Tensor, codec: str) -> str:
         codecs.check(codec)
@@ -231,7 +225,7 @@ class Communicator(Shares, ABC):
         all-to-all of the encoded parts, then a ring all-gather)."""
         members = self.among_members(among)
         if codec == "none":
-            return self.ring(ring_allreduce_bytes(_nbytes(tensor), len(members)), among)
+            return self.ring(ring_allreduce_bytes(tensor.nbytes, len(members)), among)
         sizes = codecs.part_sizes(codec, tensor.numel(), len(members))
         return compressed_all_reduce_traffic(sizes, members, self.rank, self.node_of)
 
@@ -239,8 +233,7 @@ class Communicator(Shares, ABC):
                           chained: bool = False) -> Traffic:
         """This worker's traffic in a broadcast of ``nbytes`` from ``src`` (``chained``:
         lsgd's pipelined chain of the nodes)."""
-        info = self.info
-        heads = chain_heads(src, info.groups, info.group_size) if chained else None
+        heads = chain_heads(src, self.groups, self.info.group_size) if chained else None
         moves = broadcast_pattern(nbytes, self.among_members(among), src,
                                   self.broadcast_algorithm, heads)
         return pattern_traffic(moves, self.rank, self.node_of)
@@ -278,9 +271,8 @@ class Communicator(Shares, ABC):
         return self.exchange_many(tensor, [peer])[0]
 
     def exchange_many(self, tensor: torch.Tensor, peers: Sequence[int]) -> list[torch.Tensor]:
-        """Send ``tensor`` to each of ``peers`` and receive one tensor from each (in the
-        order of ``peers``), in one batch: ``len(peers) * B`` bytes each way. Every peer
-        lists this worker in its own call."""
+        """Send ``tensor`` to each of ``peers`` and receive one tensor from each (in their
+        order), in one batch: ``len(peers) * B`` bytes each way; each peer lists this worker."""
         peers = list(peers)
         bad = [p for p in peers
                if not _validate.is_int(p) or not 0 <= p < self.world_size or p == self.rank]
@@ -291,31 +283,38 @@ class Communicator(Shares, ABC):
         if not peers:
             return []
         received, seconds = self._exchange(tensor, peers)
-        nbytes = float(_nbytes(tensor))
+        nbytes = float(tensor.nbytes)
         moves = [(self.rank, p, nbytes) for p in peers] + [(p, self.rank, nbytes) for p in peers]
         self.count(pattern_traffic(moves, self.rank, self.node_of), seconds)
         return received
 
-    # -- primitives -----------------------------------------------------
-    @abstractmethod
-    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float: ...
+    # -- primitives: among more than one worker (a single worker never reaches them) --
+    def _collective(self, transfer: Transfer) -> tuple[Any, float]:
+        """Carry out ``transfer`` now (by default with :func:`~lsgd.comm.transfers.run`)."""
+        return run_transfer(self, transfer)
 
-    @abstractmethod
-    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float: ...
+    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
+        """Sum or average ``tensor`` in place across ``among``; seconds."""
+        raise NotImplementedError(f"{type(self).__name__} has no all-reduce")
 
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
-        """The pipelined chain broadcast of :mod:`lsgd.comm.chain`; seconds."""
+    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> None:
+        """Overwrite ``tensor`` with global rank ``src``'s (:func:`~lsgd.comm.transfers.run`
+        times a broadcast as a whole, its coding included)."""
+        raise NotImplementedError(f"{type(self).__name__} has no broadcast")
+
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> None:
+        """The pipelined chain broadcast of :mod:`lsgd.comm.chain`."""
         raise NotImplementedError(f"{type(self).__name__} has no pipelined broadcast")
 
-    @abstractmethod
-    def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]: ...
+    def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
+        """Every member's ``tensor`` stacked, and the seconds."""
+        raise NotImplementedError(f"{type(self).__name__} has no all-gather")
 
-    @abstractmethod
-    def _barrier(self) -> None: ...
+    def _barrier(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no barrier")
 
     def _start(self, transfer: Transfer) -> Callable[[], tuple[Any, float]]:
-        """Start ``transfer`` (among more than one worker); return the call that waits
-        for it and gives (result, its seconds)."""
+        """Start ``transfer``; return the call that waits for it: (result, seconds)."""
         raise NotImplementedError(f"{type(self).__name__} has no non-blocking collectives")
 
     def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int],
@@ -345,5 +344,32 @@ class Communicator(Shares, ABC):
                              f"(ranks {members})")
 
 
-def _nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
+def collective_data_parallel(comm: Communicator, module: nn.Module,
+                             sync_buffers: bool = True) -> DataParallel:
+    """Data parallelism from ``comm``'s own collectives (the simulator's): after the
+    backward pass one all-reduce (mean) of the flattened gradients, and before each
+    forward a broadcast of rank 0's buffers (with ``sync_buffers``)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    buffers = list(module.buffers()) if sync_buffers else []
+    grads: list[FlatBuffer] = []
+
+    def average() -> None:
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        tensors = [p.grad for p in params]
+        if not grads:
+            grads.append(FlatBuffer(tensors))
+        flat = grads[0].copy_from(tensors)
+        with torch.no_grad():
+            for buffer in flat.buffers:
+                comm.all_reduce_(buffer, op="mean")
+        flat.copy_to(tensors)
+
+    def broadcast_buffers() -> None:
+        with torch.no_grad():
+            for buffer in buffers:
+                comm.broadcast_(buffer, src=0)
+
+    return DataParallel(module, average=average,
+                        before_forward=broadcast_buffers if buffers else None)

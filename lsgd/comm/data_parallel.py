@@ -1,24 +1,21 @@
 """Data parallelism owned by the communicator: the module to call, and the gradient average.
 
-``comm.data_parallel(model)`` returns a :class:`DataParallel`, the module to call in the
-forward pass. Every step it averages the gradients of all workers (one ring all-reduce)
-and keeps the buffers equal to rank 0's (one broadcast before each forward): under
-torch.distributed by ``DistributedDataParallel`` during the backward pass
-(:mod:`lsgd.comm.ddp`), elsewhere at :meth:`DataParallel.synchronize`
-(:func:`collective_data_parallel`). A step whose forward pass did not go through this
-module raises instead of silently skipping the average.
+``comm.data_parallel(model)`` returns a :class:`DataParallel`, the module to call in the forward
+pass. Every step it averages the gradients of all workers (one ring all-reduce) and keeps the
+buffers equal to rank 0's (one broadcast before each forward): under torch.distributed by
+``DistributedDataParallel`` during the backward pass (:mod:`lsgd.comm.ddp`), elsewhere at
+:meth:`DataParallel.synchronize` (:func:`~lsgd.comm.communicator.collective_data_parallel`). A step
+whose forward pass did not go through this module raises instead of silently skipping the average.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
-
-from lsgd.flat import FlatBuffer
 
 #: The gradient compressions of all-reduce: PyTorch's DDP communication hooks.
 GRADIENT_COMPRESSIONS = ("none", "bf16", "powersgd")
@@ -28,9 +25,8 @@ GRADIENT_COMPRESSIONS = ("none", "bf16", "powersgd")
 class GradientCompression:
     """Which of PyTorch's DDP communication hooks averages the gradients (torch.distributed
     only): ``"none"`` (DDP's all-reduce), ``"bf16"`` (the bucket cast to bfloat16,
-    all-reduced, cast back) or ``"powersgd"`` (Vogels et al., arXiv:1905.13727: each
-    gradient matrix sent as two rank-``rank`` factors, with error feedback and warm start;
-    plain all-reduce for the first ``warmup`` steps)."""
+    all-reduced, cast back) or ``"powersgd"`` (arXiv:1905.13727: each gradient matrix as
+    two rank-``rank`` factors, error feedback, warm start; all-reduce for ``warmup`` steps)."""
 
     kind: str = "none"
     rank: int = 1
@@ -44,10 +40,6 @@ class GradientCompression:
             raise ValueError(f"PowerSGD: rank {self.rank} must be at least 1 and warmup "
                              f"{self.warmup} at least 2 steps (its error feedback and warm "
                              "start need two plain steps first)")
-
-    @property
-    def active(self) -> bool:
-        return self.kind != "none"
 
 
 class DataParallel(nn.Module):
@@ -100,44 +92,3 @@ class DataParallel(nn.Module):
         self._forwarded = False
         if self._average is not None:
             self._average()
-
-
-class Collectives(Protocol):
-    """What :func:`collective_data_parallel` needs of a communicator."""
-
-    def all_reduce_(self, tensor: torch.Tensor, op: Any = ..., among: Any = ...,
-                    codec: str = ...) -> torch.Tensor: ...
-
-    def broadcast_(self, tensor: torch.Tensor, src: int, among: Any = ...,
-                   codec: str = ...) -> torch.Tensor: ...
-
-
-def collective_data_parallel(comm: Collectives, module: nn.Module,
-                             sync_buffers: bool = True) -> DataParallel:
-    """Data parallelism from ``comm``'s own collectives (the simulator's): after the
-    backward pass one all-reduce (mean) of the flattened gradients, and before each
-    forward a broadcast of rank 0's buffers (with ``sync_buffers``)."""
-    params = [p for p in module.parameters() if p.requires_grad]
-    buffers = list(module.buffers()) if sync_buffers else []
-    grads: list[FlatBuffer] = []
-
-    def average() -> None:
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        tensors = [p.grad for p in params]
-        if not grads:
-            grads.append(FlatBuffer(tensors))
-        flat = grads[0].copy_from(tensors)
-        with torch.no_grad():
-            for buffer in flat.buffers:
-                comm.all_reduce_(buffer, op="mean")
-        flat.copy_to(tensors)
-
-    def broadcast_buffers() -> None:
-        with torch.no_grad():
-            for buffer in buffers:
-                comm.broadcast_(buffer, src=0)
-
-    return DataParallel(module, average=average,
-                        before_forward=broadcast_buffers if buffers else None)

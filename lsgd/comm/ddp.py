@@ -28,9 +28,8 @@ if TYPE_CHECKING:
 def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, module: nn.Module,
                       sync_buffers: bool = True, options: dict[str, Any] | None = None,
                       compression: GradientCompression = GradientCompression()) -> DataParallel:
-    """``module`` under DDP on ``process_group`` (CUDA: ``device_ids`` of its device),
-    its gradients averaged by DDP's all-reduce or the hook ``compression`` names; the
-    traffic is counted in ``comm`` (the communicator of that group)."""
+    """``module`` under DDP on ``process_group`` (CUDA: ``device_ids`` of its device), its gradients
+    averaged by DDP's all-reduce or ``compression``'s hook; the traffic counted in ``comm``."""
     device = next(module.parameters()).device
     # Newer torch renamed broadcast_buffers (deprecated) to forward_sync_buffers.
     ddp_args = inspect.signature(nn.parallel.DistributedDataParallel).parameters
@@ -44,7 +43,7 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
         # on the backend's threads: with two buckets, two such chains race, and gloo
         # matched the collectives of different buckets across workers ("Received data
         # size doesn't match expected size", 4 workers). One bucket keeps one chain.
-        grads = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+        grads = sum(p.nbytes for p in module.parameters() if p.requires_grad)
         kwargs["bucket_cap_mb"] = grads // 2**20 + 1
     kwargs.update(options or {})
     ddp = nn.parallel.DistributedDataParallel(module, process_group=process_group, **kwargs)
@@ -65,13 +64,12 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
     # annotations would turn into strings: leave bucket and return unannotated.
     def counting_allreduce(pg: Any, bucket):  # type: ignore[no-untyped-def]
         buffer = bucket.buffer()
-        values = buffer.numel()
         width = 2 if compression.kind == "bf16" else buffer.element_size()
         before = getattr(state, "total_numel_after_compression", 0)
         start = time.perf_counter()
         future = reduce(state, bucket)
         compressed = getattr(state, "total_numel_after_compression", 0) - before
-        volume = ring_allreduce_bytes((compressed or values) * width, world)
+        volume = ring_allreduce_bytes((compressed or buffer.numel()) * width, world)
 
         def done(fut: torch.futures.Future) -> torch.Tensor:
             now = time.perf_counter()
@@ -84,8 +82,7 @@ def ddp_data_parallel(comm: Communicator, process_group: dist.ProcessGroup, modu
         return future.then(done)
 
     ddp.register_comm_hook(process_group, counting_allreduce)
-    buffer_bytes = (sum(b.numel() * b.element_size() for b in module.buffers())
-                    if sync_buffers else 0)
+    buffer_bytes = sum(b.nbytes for b in module.buffers()) if sync_buffers else 0
     buffers = comm.broadcast_traffic(buffer_bytes, 0)
 
     def count_buffer_broadcast() -> None:

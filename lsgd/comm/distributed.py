@@ -1,12 +1,11 @@
 """The torch.distributed communicator (gloo on CPU, NCCL on GPU).
 
-Works under ``torchrun`` (``env://``) and with a process group the caller
-initialized. Groups are nodes (``WORLD_SIZE / LOCAL_WORLD_SIZE`` unless given or set
-by ``LSGD_GROUPS``), one subgroup per node. The shared step counter of asynchronous
-methods is one ``add`` on the c10d store, under a prefix holding torchrun's restart
-count. Every collective, exchange and store call is bounded by the process group's
-timeout; a failure raises :class:`~lsgd.comm.failures.CommunicationError` naming this
-rank, the operation and how long it waited.
+Works under ``torchrun`` (``env://``) and with a process group the caller initialized. Groups are
+nodes (``WORLD_SIZE / LOCAL_WORLD_SIZE`` unless given or set by ``LSGD_GROUPS``), one subgroup per
+node. The shared step counter of asynchronous methods is one ``add`` on the c10d store, under a
+prefix holding torchrun's restart count. Every collective, exchange and store call is bounded by the
+process group's timeout; a failure raises :class:`~lsgd.comm.failures.CommunicationError` naming
+this rank, the operation and how long it waited.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.data_parallel import DataParallel, GradientCompression
 from lsgd.comm.failures import communication_errors, seconds_text
 from lsgd.comm.lanes import BackgroundLane, current_lane
-from lsgd.comm.transfers import LANES, Transfer, run as run_transfer
+from lsgd.comm.transfers import LANES, Transfer
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
 _ZERO = datetime.timedelta(0)
@@ -85,13 +84,12 @@ def init_from_env(timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> None:
     """Initialize the default process group from torchrun's environment, once (with
     CUDA, on the device ``LOCAL_RANK``).
 
-    The store is torch's ``env://`` rendezvous. torchrun's agent store outlives an
-    elastic restart and still holds the failed attempt's keys (addresses of processes
-    now gone), so it is used under a prefix holding ``TORCHELASTIC_RESTART_COUNT``.
-    Agents on different nodes may count differently, so restarts across nodes need
-    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every agent (rank 0 then serves a fresh
-    store per rendezvous round); the workers then agree on the count
-    (:func:`agree_on_attempt`).
+    The store is torch's ``env://`` rendezvous. torchrun's agent store outlives an elastic restart
+    and still holds the failed attempt's keys (addresses of processes now gone), so it is used under
+    a prefix holding ``TORCHELASTIC_RESTART_COUNT``. Agents on different nodes may count
+    differently, so restarts across nodes need ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every
+    agent (rank 0 then serves a fresh store per rendezvous round); the workers then agree on the
+    count (:func:`agree_on_attempt`).
     """
     if dist.is_initialized():
         return
@@ -153,12 +151,11 @@ class DistCommunicator(Communicator):
         self._store_wait = self._timeout  # the store's own timeout, once the store is opened
         self._store_calls: _StoreCalls | None = None
         self._calls: dict[str, int] = {}  # collectives per scope, for the roll call
-        # What bounds each kind of operation, resolved once (reported in errors).
-        self._waits = {"world": _group_timeout(self._pg) or self._timeout}
         self._subgroup = self._node_subgroup(self._pg)
-        if self._subgroup is not None:
-            self._waits["group"] = (self._waits["world"] if self._subgroup is self._pg
-                                    else self._timeout)
+        # What bounds each kind of operation, resolved once (reported in errors).
+        world_wait = _group_timeout(self._pg) or self._timeout
+        self._waits = {"world": world_wait,
+                       "group": world_wait if self._subgroup is self._pg else self._timeout}
         self._lanes: dict[str, BackgroundLane] = {}  # started transfers, by lane, once any
         self._label = label
         # A communicator of some processes only has its lanes' groups made for it, by all
@@ -166,9 +163,8 @@ class DistCommunicator(Communicator):
         self._lane_groups = lane_groups
 
     def _node_subgroup(self, world: dist.ProcessGroup) -> dist.ProcessGroup | None:
-        """The process group of this worker's node within ``world`` (collective): a
-        subgroup per node, ``world`` itself for one node, None for nodes of one worker
-        (group collectives are then no-ops)."""
+        """The process group of this worker's node within ``world`` (collective): a subgroup
+        per node, ``world`` itself for one node, None for nodes of one worker (no-ops)."""
         world_size, groups = self.info.world_size, self.info.groups
         if 1 < groups < world_size:
             subgroup, _ = dist.new_subgroups(group_size=world_size // groups, group=world,
@@ -252,9 +248,8 @@ class DistCommunicator(Communicator):
 
     def _roll_call(self, call: str, members: list[int]) -> list[int] | None:
         """After a collective timed out: the members that never reached it (None when the
-        store is gone as well). Every member that gave up on collective number ``call`` of
-        its scope marks itself present in the c10d store and waits a little for the
-        others; whoever is not marked never arrived."""
+        store is gone too). Every member that gave up on collective number ``call`` of its
+        scope marks itself present in the c10d store and waits a little for the others."""
         wait = datetime.timedelta(seconds=max(2.0, min(10.0, 0.05 * self._timeout.total_seconds())))
         prefix = f"roll-call/{call}/"
         try:
@@ -272,8 +267,7 @@ class DistCommunicator(Communicator):
             return None
 
     def _groups(self) -> tuple[dist.ProcessGroup, dist.ProcessGroup | None]:
-        """(world, node subgroup) of the calling thread: a background lane's on its
-        thread, the communicator's own elsewhere."""
+        """(world, node subgroup) of the calling thread: its lane's on a lane, else our own."""
         lane = current_lane()
         return lane.groups if lane is not None else (self._pg, self._subgroup)
 
@@ -294,7 +288,7 @@ class DistCommunicator(Communicator):
             lane = BackgroundLane(transfer.lane, (world, self._node_subgroup(world)),
                                   transfer.tensor.device)
             self._lanes[transfer.lane] = lane
-        return lane.submit(functools.partial(run_transfer, self, transfer)).result
+        return lane.submit(functools.partial(self._collective, transfer)).result
 
     def _all_to_all(self, parts: list[torch.Tensor], sizes: list[int],
                     among: Among) -> list[torch.Tensor]:
@@ -312,16 +306,13 @@ class DistCommunicator(Communicator):
             tensor.div_(self.among_size(among))
         return time.perf_counter() - start
 
-    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
-        start = time.perf_counter()
+    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> None:
         with self._failures(f"broadcast from rank {src}", among):
             dist.broadcast(tensor, src=self._global[src], group=self._group(among))
-        return time.perf_counter() - start
 
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
+    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> None:
         # Along the heads, each chunk passed on (isend) as soon as it has arrived, while
         # the next ones arrive; then inside the node.
-        start = time.perf_counter()
         world, node = self._groups()
         info = self.info
         heads = chain_heads(src, info.groups, info.group_size)
@@ -329,7 +320,7 @@ class DistCommunicator(Communicator):
             if self.rank in heads:
                 chain = [self._global[h] for h in heads]
                 position = heads.index(self.rank)
-                pieces = tensor.view(-1).chunk(chunk_count(tensor.numel() * tensor.element_size()))
+                pieces = tensor.view(-1).chunk(chunk_count(tensor.nbytes))
                 # Every receive is posted at once, so that chunks stream in while
                 # earlier ones are passed on (gloo keeps the order between a pair).
                 receives = ([dist.irecv(piece, src=chain[position - 1], group=world)
@@ -345,7 +336,6 @@ class DistCommunicator(Communicator):
             if node is not None and info.group_size > 1:
                 head = next(h for h in heads if h // info.group_size == info.group)
                 dist.broadcast(tensor, src=self._global[head], group=node)
-        return time.perf_counter() - start
 
     def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
         start = time.perf_counter()

@@ -1,26 +1,21 @@
 """Elastic membership on torchft: collectives among the nodes of the current quorum.
 
 :class:`ElasticCommunicator` lets a periodic method go on when workers die and take
-them back when they return, with torchft (``pip install 'lsgd[torchft]'``) as the
-engine: each *node* is a torchft replica group (one process, or ``per_node``
-processes started together by one elastic agent) with a ``Manager`` in every
-process; a lighthouse forms a *quorum* of the live nodes at each round. Node ``n``
-keeps its number across restarts; its workers are the global ranks
-``n * per_node + k``. A round among all workers is a quorum point::
+them back when they return (``pip install 'lsgd[torchft]'``): each *node* is a torchft
+replica group (one process, or ``per_node`` processes started by one elastic agent)
+with a ``Manager`` in every process; a lighthouse forms a *quorum* of the live nodes
+at each round. Node ``n`` keeps its number across restarts; its workers are the
+global ranks ``n * per_node + k``. A round among all workers is a quorum point::
 
     comm.begin_round()     # the quorum: which nodes take part (members()); a node
                            # behind the others is healed here from a live one
-    ...collectives...      # among the members' workers only
+    ...collectives...      # among the members' workers only (QuorumCollectives)
     comm.end_round()       # torchft's commit: False if anything failed
 
-The collectives (:class:`~lsgd.comm.quorum_collectives.QuorumCollectives`) run inside
-a node over its own process group, across nodes over torchft's; a collective across
-nodes that fails raises :class:`~lsgd.comm.quorum.RoundFailed`, and the round is not
-committed. Healing (torchft's ``PGTransport``) sends what :meth:`add_state`
-registered, counted under ``"join"``. docs/reliability.md ("Survivors keep
-training") says the rest; not available here: pairwise exchange, the shared counter
-of asynchronous methods, and NCCL. With ``replica="node"`` a method's workers are the
-nodes (:class:`~lsgd.comm.quorum_collectives.ElasticPeers`).
+A collective across nodes that fails raises :class:`RoundFailed`: the round is not
+committed. Healing (torchft's ``PGTransport``) sends what :meth:`add_state` registered,
+counted under ``"join"``. Not available: pairwise exchange, the shared counter of
+asynchronous methods, and NCCL (docs/reliability.md, "Survivors keep training").
 """
 
 from __future__ import annotations
@@ -41,14 +36,11 @@ from lsgd import _validate
 from lsgd.comm.communicator import Communicator
 from lsgd.comm.wire import Traffic
 from lsgd.comm.info import WorkerInfo
-from lsgd.comm.quorum import (EXTRA, LighthouseLost, RoundFailed, answers, cloned,
-                              options, payload_bytes, require_torchft, start_gate,
-                              start_lighthouse)
-
+from lsgd.comm.quorum import (EXTRA, LighthouseLost, RoundFailed, answers, cloned, options,
+                              payload_bytes, require_torchft, start_gate)
 from lsgd.comm.quorum_collectives import ElasticPeers, QuorumCollectives
 
-__all__ = ["EXTRA", "ElasticCommunicator", "ElasticPeers", "LighthouseLost", "QuorumCollectives",
-           "RoundFailed", "start_lighthouse"]
+__all__ = ["EXTRA", "ElasticCommunicator", "LighthouseLost", "RoundFailed"]
 
 
 class ElasticCommunicator(QuorumCollectives):
@@ -156,7 +148,7 @@ class ElasticCommunicator(QuorumCollectives):
 
     def _on_heal(self, state: dict[str, Any]) -> None:
         healed = payload_bytes(state)
-        self._record_in("join", Traffic(0, healed, 0, healed), 0.0)
+        self.count(Traffic(0, healed, 0, healed), 0.0, "join")
         for name, (_, load) in self._parts.items():
             load(state[name])
         self.healed = True
@@ -266,16 +258,12 @@ class ElasticCommunicator(QuorumCollectives):
                                                 options("gather")))
         return [int(t) for t in out]
 
-    def _elastic(self) -> ElasticCommunicator:
-        return self
-
     # -- collectives across the member nodes, on torchft's process group --------
     def _across(self, start: Callable[[], Any] | None, node_group: Any = None) -> None:
         """Run one collective across nodes (torchft's process group; ``None``: this worker
         takes no part in it). Every worker of the node then learns whether any of them saw
-        it fail (one node-local all-reduce of a flag, over ``node_group``: by default the
-        node's own process group), and all raise :class:`RoundFailed` together, so that
-        the node's own collectives stay in step."""
+        it fail (a node-local all-reduce of a flag over ``node_group``, by default the
+        node's group), and all raise :class:`RoundFailed` together: they stay in step."""
         error: Any = None
         if start is not None:
             try:
@@ -290,8 +278,7 @@ class ElasticCommunicator(QuorumCollectives):
             raise RoundFailed(f"worker {self.rank}: a collective failed: {error}")
 
     def _node_agrees(self, error: Any, group: Any = None) -> Any:
-        """``error``, or one if another worker of this node saw one (a node-local
-        all-reduce of a flag; nothing with one worker per node)."""
+        """``error``, or one if another worker of this node saw one (a node-local all-reduce)."""
         if self.per_node == 1:
             return error
         seen = torch.tensor([0.0 if error is None else 1.0])

@@ -1,6 +1,5 @@
-"""The error every communication failure becomes (``lsgd.CommunicationError``), and the
-block that makes it: its message names the rank, the operation, how long it waited and
-the timeout."""
+"""The error every communication failure becomes (``lsgd.CommunicationError``), and the block that
+makes it: its message names the rank, the operation, how long it waited and the timeout."""
 
 from __future__ import annotations
 
@@ -15,9 +14,8 @@ class CommunicationError(RuntimeError):
     (the error torch.distributed raised is chained: ``__cause__``)."""
 
 
-def seconds_text(value: datetime.timedelta | float) -> str:
-    seconds = value.total_seconds() if isinstance(value, datetime.timedelta) else float(value)
-    return f"{seconds:g} s"
+def seconds_text(value: datetime.timedelta) -> str:
+    return f"{value.total_seconds():g} s"
 
 
 def _last_words(error: BaseException) -> str:

@@ -1,12 +1,11 @@
 """The background lanes of a torch.distributed worker: started transfers, in order.
 
-A started transfer (:meth:`~lsgd.comm.communicator.Communicator.start_all_reduce` and
-its kin) runs on its lane's background thread, in start order, over process groups of
-the lane's own (created collectively at the lane's first transfer). Each group then
-sees its collectives in the same order on every worker, so training, a round in flight,
-a score exchange and an evaluation proceed at once without mismatching. A thread,
-rather than ``async_op=True``, lets one transfer be any sequence of blocking calls (a
-compressed all-reduce, the chain broadcast). On a GPU the thread uses the worker's
+A started transfer (:meth:`~lsgd.comm.communicator.Communicator.start_all_reduce` and its kin) runs
+on its lane's background thread, in start order, over process groups of the lane's own (created
+collectively at the lane's first transfer). Each group then sees its collectives in the same order
+on every worker, so training, a round in flight, a score exchange and an evaluation proceed at once
+without mismatching. A thread, rather than ``async_op=True``, lets one transfer be any sequence of
+blocking calls (a compressed all-reduce, the chain broadcast). On a GPU the thread uses the worker's
 device and default stream; this path has not been run on a GPU.
 """
 
@@ -29,9 +28,8 @@ def current_lane() -> BackgroundLane | None:
 
 
 class BackgroundLane:
-    """One daemon thread that runs submitted calls in order; ``groups`` are its process
-    groups (world, node subgroup or None), used by the communicator's primitives when
-    they run on this thread, on ``device``."""
+    """One daemon thread that runs submitted calls in order, on ``device``; ``groups`` (world,
+    node subgroup or None) are what the communicator's primitives use on this thread."""
 
     def __init__(self, name: str, groups: tuple[Any, Any] = (None, None),
                  device: torch.device = torch.device("cpu")) -> None:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import torch
-
 from lsgd.comm.communicator import Communicator
-from lsgd.comm.info import Among, ReduceOp, WorkerInfo
+from lsgd.comm.info import WorkerInfo
 
 
 class LocalCommunicator(Communicator):
@@ -14,14 +12,6 @@ class LocalCommunicator(Communicator):
     def __init__(self) -> None:
         super().__init__(WorkerInfo(rank=0, world_size=1, groups=1))
         self._counts: dict[str, int] = {}
-
-    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
-        raise AssertionError("unreachable: a single worker never communicates")
-
-    _broadcast = _all_gather = _all_reduce  # type: ignore[assignment]
-
-    def _barrier(self) -> None:
-        pass
 
     def _add_count(self, key: str, amount: int) -> int:
         self._counts[key] = self._counts.get(key, 0) + amount

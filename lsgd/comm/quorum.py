@@ -60,9 +60,8 @@ def start_lighthouse(port: int = 29510, min_members: int = 1, *, host: str = "12
 def start_gate(rank: int, world: int) -> float | None:
     """Worker ``rank`` of ``world`` is up: mark it in the job's start gate (``GATE_ENV``)
     and wait there, up to the gate's seconds (the lighthouse's join timeout), for every
-    worker of the job. The seconds it waited; None when not every worker came in time (a
-    node slow to start, or lost: the lighthouse's join timeout and heals take over), or
-    the job has no gate."""
+    worker of the job. The seconds it waited; None when the job has no gate or not every
+    worker came in time (slow to start, or lost: the join timeout and heals take over)."""
     where = os.environ.get(GATE_ENV)
     if not where:
         return None
@@ -78,14 +77,14 @@ def start_gate(rank: int, world: int) -> float | None:
     return time.monotonic() - start
 
 
-def answers(url: str, seconds: float = 2.0) -> bool:
-    """Whether something accepts connections at ``url`` (``http://host:port``)."""
+def answers(url: str) -> bool:
+    """Whether something accepts connections at ``url`` (``http://host:port``) within 2 s."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     try:
         with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80),
-                                      timeout=seconds):
+                                      timeout=2.0):
             return True
     except OSError:
         return False
@@ -119,7 +118,7 @@ def cloned(value: Any) -> Any:
 def payload_bytes(value: Any) -> int:
     """Bytes of the tensors in ``value`` (what a heal moved, framing aside)."""
     if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
+        return value.nbytes
     if isinstance(value, dict):
         return sum(payload_bytes(v) for v in value.values())
     if isinstance(value, (list, tuple)):

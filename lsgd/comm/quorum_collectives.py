@@ -14,11 +14,8 @@ import torch.distributed as dist
 
 from lsgd.comm.communicator import Communicator
 from lsgd.comm.lanes import BackgroundLane, current_lane
-from lsgd.comm.transfers import run as run_transfer
 from lsgd.comm.info import Among, ReduceOp, WorkerInfo
 from lsgd.comm.quorum import options
-
-__all__ = ["ElasticPeers", "QuorumCollectives"]
 
 
 class QuorumCollectives(Communicator):
@@ -40,8 +37,8 @@ class QuorumCollectives(Communicator):
     _lane: BackgroundLane | None = None
 
     def _elastic(self) -> Any:
-        """The communicator of this process's rounds, quorums and torchft process group."""
-        raise NotImplementedError
+        """The communicator of the rounds, quorums and torchft process group: by default, this."""
+        return self
 
     def _agreement(self) -> Any:
         """The node's group its processes agree on an outcome over (None: the default)."""
@@ -99,8 +96,7 @@ class QuorumCollectives(Communicator):
         tensor.copy_(work)
         return time.perf_counter() - t0
 
-    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
-        t0 = time.perf_counter()
+    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> None:
         work = tensor.detach().clone()
         node, local = divmod(src, self.per_node)
         if among == "world":  # the source's local rank on every member node
@@ -110,7 +106,6 @@ class QuorumCollectives(Communicator):
         if self.per_node > 1:
             dist.broadcast(work, src=local)
         tensor.copy_(work)
-        return time.perf_counter() - t0
 
     def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
         t0 = time.perf_counter()
@@ -139,9 +134,6 @@ class QuorumCollectives(Communicator):
             torch._C._distributed_c10d.AllToAllOptions()), work)
         return list(received.split(sizes))
 
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
-        raise AssertionError("unreachable: elastic broadcasts are never chained")
-
     def _barrier(self) -> None:
         self._all_reduce(torch.zeros(1), "sum", "world")
 
@@ -155,21 +147,19 @@ class QuorumCollectives(Communicator):
                                       "per node (its node's own collectives keep the main thread)")
         if self._lane is None:
             self._lane = BackgroundLane(self._lane_name)
-        return self._lane.submit(functools.partial(run_transfer, self, transfer)).result
+        return self._lane.submit(functools.partial(self._collective, transfer)).result
 
 
 class ElasticPeers(QuorumCollectives):
-    """The nodes of an elastic job as this process's local rank sees them (the peers of
-    an elastic replica, ``replica="node"``): rank = the node, world = the nodes the job
-    is made for, members = the nodes of the current quorum. Rounds, quorums, heals and
-    commits stay the elastic communicator's; a collective that fails on one process
-    fails on all of the node's."""
+    """The nodes of an elastic job as this process's local rank sees them (the peers of an
+    elastic replica, ``replica="node"``): rank = the node, world = the nodes the job is
+    made for, members = the nodes of the current quorum. Rounds, quorums, heals and commits
+    stay the elastic communicator's; a collective failing on one process fails on all."""
 
     _lane_name = "elastic-peers"
 
     def __init__(self, elastic: Any) -> None:
-        """``elastic``: this process's :class:`ElasticCommunicator`, which builds its
-        peers (``_replica_parts``)."""
+        """``elastic``: this process's :class:`ElasticCommunicator`, which makes its peers."""
         super().__init__(WorkerInfo(rank=elastic.node, world_size=elastic.world_size //
                                     elastic.per_node, groups=1))
         self.source = elastic

@@ -1,13 +1,12 @@
 """Replicas of several processes: a node's processes step as one worker of the method.
 
-With ``replica="node"`` the ``P`` processes of each node train one replica (their
-gradients averaged every step by DDP over the node's process group), and the method
-sees the ``R`` nodes as its workers: a :class:`ReplicaCommunicator` has rank = the
-node, world size = the nodes, one group. Across replicas the work is split in HSDP's
-layout (docs/algorithms.md, "Across replicas, by parts"): local rank ``r`` runs each
-collective on the ``r``-th of ``P`` parts of the flat tensor among its *peers* (local
-rank ``r`` of every node), and the node's processes put the parts back together with
-one all-gather inside the node. ``all_gather`` gathers each replica's *mean* of its
+With ``replica="node"`` the ``P`` processes of each node train one replica (their gradients averaged
+every step by DDP over the node's process group), and the method sees the ``R`` nodes as its
+workers: a :class:`ReplicaCommunicator` has rank = the node, world size = the nodes, one group.
+Across replicas the work is split in HSDP's layout (docs/algorithms.md, "Across replicas, by
+parts"): local rank ``r`` runs each collective on the ``r``-th of ``P`` parts of the flat tensor
+among its *peers* (local rank ``r`` of every node), and the node's processes put the parts back
+together with one all-gather inside the node. ``all_gather`` gathers each replica's *mean* of its
 processes' tensors. ``stats`` adds the peers' and the node's counts.
 """
 
@@ -69,11 +68,8 @@ class ReplicaCommunicator(Communicator):
             return getattr(self.__dict__["peers"], name)
         raise AttributeError(name)
 
-    def among_size(self, among: Among) -> int:
-        return self.peers.among_size("world")  # one group: "group" is every replica
-
     def among_members(self, among: Among) -> list[int]:
-        return self.peers.among_members("world")
+        return self.peers.among_members("world")  # one group: "group" is every replica
 
     def node_of(self, rank: int) -> int:
         return rank  # a replica is a node
@@ -98,9 +94,8 @@ class ReplicaCommunicator(Communicator):
 
     def part(self, numel: int, r: int | None = None) -> tuple[int, int]:
         """``(begin, end)`` of part ``r`` (default: this process's) of ``numel`` values: as
-        equal as whole units of ``256 R`` values allow (an int8 block for each replica),
-        so that a compressed collective of the parts moves exactly the bytes of one of
-        the whole tensor."""
+        equal as whole units of ``256 R`` values allow (an int8 block per replica), so a
+        compressed collective of the parts moves exactly the bytes of the whole tensor's."""
         parts = codecs.split(numel, self.share[1], codecs.BLOCK * self.world_size)
         return parts[self.share[0] if r is None else r]
 
@@ -137,7 +132,7 @@ class ReplicaCommunicator(Communicator):
 
     def broadcast_(self, tensor: torch.Tensor, src: int, among: Among = "world",
                    codec: str = "none") -> torch.Tensor:
-        self._check_source(tensor, src, among)
+        self._check(tensor, among, src=src, name="broadcast_")
         self._by_parts(tensor, lambda piece: done_handle(
             self.peers.broadcast_(piece, src, "world", codec))).wait()
         return tensor
@@ -156,7 +151,7 @@ class ReplicaCommunicator(Communicator):
 
     def start_broadcast(self, tensor: torch.Tensor, src: int, among: Among = "world",
                         codec: str = "none") -> Handle:
-        self._check_source(tensor, src, among)
+        self._check(tensor, among, src=src, name="start_broadcast")
         return self._by_parts(tensor, lambda piece: self.peers.start_broadcast(
             piece, src, "world", codec))
 
@@ -215,16 +210,9 @@ class ReplicaCommunicator(Communicator):
         return int(value)
 
     # -- the parts ----------------------------------------------------------------
-    def _check_source(self, tensor: torch.Tensor, src: int, among: Among) -> None:
-        self._check(tensor, among)
-        if not isinstance(src, int) or not 0 <= src < self.world_size:
-            raise ValueError(f"broadcast: src={src!r} is not a replica (ranks 0 to "
-                             f"{self.world_size - 1})")
-
     def _by_parts(self, tensor: torch.Tensor, start: Callable[[torch.Tensor], Handle]
                   ) -> Handle:
-        """``start`` the collective on this process's part of ``tensor``; waiting for it
-        puts the parts back together in the node."""
+        """``start`` the collective on this process's part of ``tensor``; waiting reassembles it."""
         if self.world_size == 1:  # one replica: its processes hold the result already
             return done_handle()
         flat = tensor.view(-1)
@@ -250,12 +238,3 @@ class ReplicaCommunicator(Communicator):
         gathered = self.node.all_gather(padded)
         for r, (begin, end) in enumerate(bounds):
             out[:, begin:end].copy_(gathered[r, :, :end - begin])
-
-    # -- primitives: never reached, every collective above goes by parts --------------
-    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
-        raise AssertionError("unreachable: replicas communicate by parts")
-
-    _broadcast = _all_gather = _all_reduce  # type: ignore[assignment]
-
-    def _barrier(self) -> None:
-        raise AssertionError("unreachable: replicas communicate by parts")

@@ -18,8 +18,7 @@ class Shares:
 
     @property
     def processes(self) -> Any:
-        """The communicator of every process: this one, or a replica's processes'
-        (:mod:`lsgd.comm.replica`)."""
+        """The communicator of every process: this one, or a replica's processes'."""
         return self
 
     #: (this process's part, parts) of a replica's work across nodes.
@@ -27,8 +26,7 @@ class Shares:
 
     @property
     def across(self) -> Any:
-        """The communicator of a collective among the replicas on this process's part of a
-        tensor (:meth:`part`)."""
+        """The communicator of a collective among the replicas on this process's :meth:`part`."""
         return self
 
     def part(self, numel: int, r: int | None = None) -> tuple[int, int]:
@@ -39,8 +37,7 @@ class Shares:
         """Every process of the replica's part of the 1-D ``flat`` into it."""
 
     def replica_mean_(self, tensor: torch.Tensor) -> torch.Tensor:
-        """A per-process value (a loss, a score) as the replica's: the mean of its
-        processes' (in place, returned)."""
+        """A per-process value (a loss, a score) as the replica's: its processes' mean, in place."""
         return tensor
 
     def all_agree(self, flag: bool) -> bool:

@@ -1,14 +1,13 @@
 """In-process simulator: W workers as threads of one process.
 
-``simulate(fn, world_size=W, groups=n)`` runs ``fn(info)`` once per worker and returns
-the results by rank; workers talk through :class:`SimCommunicator`, so strategy code
-runs unchanged. One worker runs at a time (the turn goes to the ready worker with the
-earliest virtual clock, ties to the lowest rank, and passes at a collective, a local
-step's end or a return), and collectives reduce in rank order, so a run is bit-for-bit
-repeatable; each worker has its own virtual clock (:mod:`lsgd.comm.world`) and random
-state. An exception in any worker unwinds the others and ``simulate`` raises
-:class:`SimulationError` naming the rank; a collective that can never complete is a
-deadlock, reported with what each worker waited for.
+``simulate(fn, world_size=W, groups=n)`` runs ``fn(info)`` once per worker and returns the results
+by rank; workers talk through :class:`SimCommunicator`, so strategy code runs unchanged. One worker
+runs at a time (the turn goes to the ready worker with the earliest virtual clock, ties to the
+lowest rank, and passes at a collective, a local step's end or a return), and collectives reduce in
+rank order, so a run is bit-for-bit repeatable; each worker has its own virtual clock
+(:mod:`lsgd.comm.world`) and random state. An exception in any worker unwinds the others and
+``simulate`` raises :class:`SimulationError` naming the rank; a collective that can never complete
+is a deadlock, reported with what each worker waited for.
 """
 
 from __future__ import annotations
@@ -20,12 +19,11 @@ from typing import Any, TypeVar
 
 import torch
 
-from lsgd.comm.communicator import Among, Communicator, ReduceOp
+from lsgd.comm.communicator import Among, Communicator
 from lsgd.comm.info import WorkerInfo, check_layout, check_replica
 from lsgd.comm import codec as codecs
 from lsgd.comm.chain import chain_heads, chunk_count
 from lsgd.comm.transfers import Transfer, compute as compute_transfer
-from lsgd.comm.wire import LinkModel
 from lsgd.comm.world import RandomState, WorkerAborted, World, step_times
 from lsgd.links.spec import Link, parse_link
 
@@ -67,11 +65,9 @@ class SimCommunicator(Communicator):
         self.replica = world.replica
 
     def _key(self, among: Among, lane: str = "") -> tuple:
-        """The next collective of ``among`` (started transfers, ``lane="started ..."``,
-        are numbered on their own)."""
-        among_key = ("world",) if among == "world" else ("group", self.info.group)
-        among_key = (self._scope, *among_key) if self._scope else among_key
-        return self._numbered((lane, *among_key) if lane else among_key)
+        """The next collective of ``among``; started transfers (``lane``) are numbered apart."""
+        where = ("world",) if among == "world" else ("group", self.info.group)
+        return self._numbered((lane, self._scope, *where))
 
     def _numbered(self, key: tuple) -> tuple:
         """``key`` and its next number on this worker (every member counts the same)."""
@@ -86,8 +82,7 @@ class SimCommunicator(Communicator):
         return self._world.node_of(self._global[rank])
 
     def _replica_parts(self) -> tuple[SimCommunicator, SimCommunicator]:
-        """(the node's communicator, the peers' communicator) of this worker's replica,
-        each with collectives of its own."""
+        """(node's, peers' communicator) of this worker's replica, each with its own collectives."""
         info, world = self.info, self._world
         peers = [g * info.group_size + info.group_rank for g in range(info.groups)]
         return (SimCommunicator(world, self._me, self._globals(info.group_members()), 1,
@@ -140,18 +135,6 @@ class SimCommunicator(Communicator):
         transfer, _, seconds = self._prepared(transfer)
         return self._run(transfer.kind, transfer.among, transfer, _results, seconds)
 
-    def _all_reduce(self, tensor: torch.Tensor, op: ReduceOp, among: Among) -> float:
-        return self._collective(Transfer("all_reduce", tensor, among, op=op))[1]
-
-    def _broadcast(self, tensor: torch.Tensor, src: int, among: Among) -> float:
-        return self._collective(Transfer("broadcast", tensor, among, src=src))[1]
-
-    def _chain_broadcast(self, tensor: torch.Tensor, src: int) -> float:
-        return self._collective(Transfer("broadcast", tensor, "world", src=src, chained=True))[1]
-
-    def _all_gather(self, tensor: torch.Tensor, among: Among) -> tuple[torch.Tensor, float]:
-        return self._collective(Transfer("all_gather", tensor, among))
-
     def _barrier(self) -> None:
         self._run("barrier", "world", None, dict.fromkeys)
 
@@ -179,8 +162,7 @@ class SimCommunicator(Communicator):
                 _check_same([low, high], payload, "exchange")
                 return {low: payload[high].clone(), high: payload[low].clone()}
 
-            transfer = (link.exchange(tensor.numel() * tensor.element_size(), [(low, high)])
-                        if link is not None else 0.0)
+            transfer = link.exchange(tensor.nbytes, [(low, high)]) if link is not None else 0.0
             received[peer], duration = self._world.collective(
                 self._me, self._numbered(("pair", self._scope, low, high)), "exchange",
                 [low, high], tensor, swap, transfer)
@@ -233,28 +215,22 @@ def simulate(fn: Callable[..., T], world_size: int, groups: int = 1, *,
     rank, or ``{rank: time}`` for some ranks (the others take 1.0; ``{3: 3.0}`` makes
     worker 3 a straggler three times slower).
 
-    ``link`` (``"100mbit"``, ``"20mbit,5ms"`` or a :class:`~lsgd.links.Link`) puts each
-    group on a node of its own, the nodes joined by links of that rate and latency, and
-    makes every collective cost its modeled transfer time on the virtual clock
-    (:class:`~lsgd.comm.wire.LinkModel`); inside a node traffic is free. Without
-    ``step_time`` a step then costs the compute time it measured.
+    ``link`` (``"100mbit"``, ``"20mbit,5ms"`` or a :class:`~lsgd.links.Link`) puts each group on a
+    node of its own, the nodes joined by links of that rate and latency, and makes every collective
+    cost its modeled transfer time on the virtual clock (:class:`~lsgd.comm.wire.LinkModel`); inside
+    a node traffic is free. Without ``step_time`` a step then costs the compute time it measured.
 
     ``replica="node"`` makes the workers of each group one replica for the strategies
-    (:mod:`lsgd.comm.replica`); ``info`` stays the worker's own (its rank shards the
-    data).
+    (:mod:`lsgd.comm.replica`); ``info`` stays the worker's own (its rank shards the data).
     """
     check_layout(world_size, groups)
     check_replica(replica)
-    model = None
-    if link is not None:
-        parsed = parse_link(link)
-        group_size = world_size // groups
-        model = LinkModel(parsed.rate, parsed.latency, lambda rank: rank // group_size)
-    times = None if model is not None and step_time is None else step_times(step_time, world_size)
+    parsed = None if link is None else parse_link(link)
+    times = None if parsed is not None and step_time is None else step_times(step_time, world_size)
     if seed is None:  # one draw from the caller's generator: successive runs differ
         seed = int(torch.randint(0, 2**62, (1,)).item())
     saved = RandomState.capture()
-    world = World(world_size, groups, [seed + r for r in range(world_size)], times, model,
+    world = World(world_size, groups, [seed + r for r in range(world_size)], times, parsed,
                   replica)
     results: list[Any] = [None] * world_size
 

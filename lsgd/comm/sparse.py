@@ -1,11 +1,10 @@
 """A sparse, quantized wire format: the top ``k`` entries of every chunk of ``s`` values.
 
 A message is a float32 tensor seen as ``C`` rows (chunks) of ``s`` values, ``[C, s]``
-(:func:`as_rows` pads with zeros). A :class:`SparseFormat` keeps the ``k``
-largest-magnitude entries of each row, quantizes them and codes their positions. The
-payload is one ``uint8`` tensor whose size depends only on ``C``, ``s`` and the format,
-so the workers' payloads can be all-gathered; each is decoded on its own and the dense
-results summed.
+(:func:`as_rows` pads with zeros). A :class:`SparseFormat` keeps the ``k`` largest-magnitude entries
+of each row, quantizes them and codes their positions. The payload is one ``uint8`` tensor whose
+size depends only on ``C``, ``s`` and the format, so the workers' payloads can be all-gathered; each
+is decoded on its own and the dense results summed.
 
 * Selection: ``torch.topk(rows.abs(), k, dim=1)``; with ``k == s`` every entry is kept
   in its order and no index is sent.
@@ -33,8 +32,9 @@ import dataclasses
 import math
 
 import torch
+import torch.nn.functional as F
 
-from lsgd.comm.codec import quantize_int8
+from lsgd.comm.codec import as_values, quantize_int8
 from lsgd.names import SPARSE_VALUES
 
 VALUES = SPARSE_VALUES  # the value formats, in the order the command line offers them
@@ -73,8 +73,7 @@ def pack_bits(codes: torch.Tensor, bits: int) -> torch.Tensor:
 
 def unpack_bits(data: torch.Tensor, count: int, bits: int) -> torch.Tensor:
     """The ``count`` codes of ``bits`` bits each that :func:`pack_bits` wrote at the start
-    of ``data`` (``uint8``), as a new ``int64`` tensor. Bytes after
-    ``ceil(count bits / 8)`` are ignored."""
+    of ``data`` (``uint8``), as a new ``int64`` tensor; later bytes are ignored."""
     _check_bits(bits)
     size = (count * bits + 7) // 8
     if data.numel() < size:
@@ -86,17 +85,10 @@ def unpack_bits(data: torch.Tensor, count: int, bits: int) -> torch.Tensor:
     return (stream.view(count, bits).to(torch.int64) << shifts).sum(dim=1)
 
 
-def _floats(data: torch.Tensor) -> torch.Tensor:
-    """Bytes as float32 values. Copies, so that a part cut at any offset can be viewed
-    as wider values (a view needs an offset aligned to their size)."""
-    return data.clone().view(torch.float32)
-
-
 @dataclasses.dataclass(frozen=True)
 class SparseFormat:
     """The top ``k`` entries of each row of ``s`` (``1 <= k <= s``, checked wherever ``s``
-    is known), their values as ``values`` (one of :data:`VALUES`); see the module's
-    docstring for the bytes."""
+    is known), their values as ``values`` (:data:`VALUES`); the bytes: module docstring."""
 
     k: int
     values: str
@@ -166,10 +158,10 @@ class SparseFormat:
         value_bytes = payload[index_size:index_size + value_size]
         scale_bytes = payload[index_size + value_size:]
         if self.values == "float32":
-            kept = _floats(value_bytes).view(rows, k)
+            kept = as_values(value_bytes).view(rows, k)
         elif self.values == "int8":  # a non-finite scale spreads over its row (0 * inf is NaN)
             kept = (value_bytes.view(torch.int8).to(torch.float32).view(rows, k)
-                    * _floats(scale_bytes)[:, None])
+                    * as_values(scale_bytes)[:, None])
         else:
             kept = _decode_2bit(value_bytes, scale_bytes, rows, k)
         if k == s:
@@ -205,22 +197,18 @@ def _decode_2bit(value_bytes: torch.Tensor, level_bytes: torch.Tensor, rows: int
                  ) -> torch.Tensor:
     """The ``[rows, k]`` float32 values of :func:`_encode_2bit`'s bytes."""
     codes = unpack_bits(value_bytes, rows * k, 2).view(rows, k)
-    levels = _floats(level_bytes).view(rows, 2)
+    levels = as_values(level_bytes).view(rows, 2)
     magnitude = levels.gather(1, codes >> 1)
     return torch.where((codes & 1).bool(), -magnitude, magnitude)
 
 
 def as_rows(flat: torch.Tensor, s: int) -> torch.Tensor:
-    """``flat`` (its ``n`` values, read flat) as float32 rows ``[ceil(n / s), s]``, the
-    last one padded with zeros (a new tensor)."""
+    """``flat``'s ``n`` values as new float32 rows ``[ceil(n / s), s]``, the last zero-padded."""
     if s < 1:
         raise ValueError(f"s must be at least 1, got {s}")
     flat = flat.reshape(-1)
-    n = flat.numel()
-    count = math.ceil(n / s)
-    rows = torch.zeros(count * s, dtype=torch.float32, device=flat.device)
-    rows[:n].copy_(flat)
-    return rows.view(count, s)
+    count = math.ceil(flat.numel() / s)
+    return F.pad(flat.to(torch.float32), (0, count * s - flat.numel())).view(count, s)
 
 
 def from_rows(rows: torch.Tensor, numel: int) -> torch.Tensor:

@@ -1,14 +1,13 @@
 """Non-blocking collectives: what a started transfer is, and the handle that finishes it.
 
-``comm.start_all_reduce(...)``, ``start_broadcast(...)`` and ``start_all_gather(...)``
-return a :class:`Handle` at once; the transfer runs while the worker computes, and
-``handle.wait()`` blocks until it has arrived (docs/algorithms.md, "Overlapped rounds").
-The tensors belong to the transfer until then. Started transfers run in order within a
-*lane* (:data:`LANES`, :mod:`lsgd.comm.lanes`). Bytes and seconds are counted at
-``wait``, under the category current at the start. Compressed (``"bf16"`` or
-``"int8"``), an all-reduce is an all-to-all of encoded parts, each owner's sum encoded
-again, then an all-gather, so every member ends with the same values; a broadcast sends
-the source's encoding, which every member (the source included) decodes.
+``comm.start_all_reduce(...)``, ``start_broadcast(...)`` and ``start_all_gather(...)`` return a
+:class:`Handle` at once; the transfer runs while the worker computes, and ``handle.wait()`` blocks
+until it has arrived (docs/algorithms.md, "Overlapped rounds"). The tensors belong to the transfer
+until then. Started transfers run in order within a *lane* (:data:`LANES`, :mod:`lsgd.comm.lanes`).
+Bytes and seconds are counted at ``wait``, under the category current at the start. Compressed
+(``"bf16"`` or ``"int8"``), an all-reduce is an all-to-all of encoded parts, each owner's sum
+encoded again, then an all-gather, so every member ends with the same values; a broadcast sends the
+source's encoding, which every member (the source included) decodes.
 """
 
 from __future__ import annotations
@@ -45,13 +44,12 @@ class Transfer:
     def payload_bytes(self) -> int:
         """Bytes of one member's tensor on the wire (encoded, when compressed)."""
         if self.codec == "none":
-            return self.tensor.numel() * self.tensor.element_size()
+            return self.tensor.nbytes
         return codecs.nbytes(self.codec, self.tensor.numel())
 
 
 class Handle:
-    """A started transfer; :meth:`wait` finishes it (once) and counts its seconds (with
-    ``count``, if given)."""
+    """A started transfer; :meth:`wait` finishes it (once) and hands its seconds to ``count``."""
 
     def __init__(self, finish: Callable[[], tuple[Any, float]],
                  count: Callable[[float], None] | None = None) -> None:
@@ -61,8 +59,7 @@ class Handle:
         self.done = False
 
     def wait(self) -> Any:
-        """Block until the transfer has arrived; its result (the all-gathered tensor,
-        else None: the tensor given holds the result)."""
+        """Block until the transfer has arrived; the all-gathered tensor, else None (in place)."""
         if not self.done:
             self._result, seconds = self._finish()
             self.done = True
@@ -72,13 +69,12 @@ class Handle:
 
 
 def done_handle(result: Any = None) -> Handle:
-    """A handle whose transfer needs nothing more (one worker, or restored from a
-    checkpoint after it had arrived)."""
+    """A finished handle (one worker, or restored from a checkpoint after it had arrived)."""
     return Handle(lambda: (result, 0.0))
 
 
 def run(comm: Any, transfer: Transfer) -> tuple[Any, float]:
-    """Carry out ``transfer`` with ``comm``'s blocking primitives (on a background lane):
+    """Carry out ``transfer`` (among several workers) with ``comm``'s blocking primitives:
     (result, seconds). The simulator computes the same results with :func:`compute`."""
     t = transfer
     if t.kind == "all_gather":
@@ -89,13 +85,12 @@ def run(comm: Any, transfer: Transfer) -> tuple[Any, float]:
         return None, _compressed_all_reduce(comm, t)
     # broadcast
     start = time.perf_counter()
-    members = comm.among_members(t.among)
     wire = (t.tensor.reshape(-1) if t.codec == "none" else
             codecs.encode(t.codec, t.tensor) if comm.rank == t.src else
             torch.empty(t.payload_bytes(), dtype=torch.uint8, device=t.tensor.device))
     if t.chained:
         comm._chain_broadcast(wire, t.src)
-    elif len(members) > 1:
+    else:
         comm._broadcast(wire, t.src, t.among)
     if t.codec != "none":
         t.tensor.view(-1).copy_(codecs.decode(t.codec, wire, t.tensor.numel()))

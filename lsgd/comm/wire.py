@@ -50,10 +50,6 @@ class Traffic:
     link_sent: int = 0
     link_received: int = 0
 
-    def __add__(self, other: Traffic) -> Traffic:
-        return Traffic(*(a + b for a, b in zip(dataclasses.astuple(self),
-                                               dataclasses.astuple(other))))
-
 
 def pattern_traffic(transfers: Sequence[Move], me: int, node_of: Callable[[int], int]
                     ) -> Traffic:
@@ -133,20 +129,18 @@ def _check_broadcast(algorithm: str) -> None:
 
 def compressed_all_reduce_traffic(sizes: Sequence[int], members: Sequence[int], me: int,
                                   node_of: Callable[[int], int]) -> Traffic:
-    """A compressed all-reduce whose member ``j`` owns an encoded part of ``sizes[j]``
-    bytes: an all-to-all of the parts (each member keeps its own), then a ring
-    all-gather of the reduced parts, each padded to the longest."""
-    return (pattern_traffic(_all_to_all(sizes, members), me, node_of)
-            + ring_traffic((len(members) - 1) * max(sizes), members, me, node_of))
+    """A compressed all-reduce whose member ``j`` owns an encoded part of ``sizes[j]`` bytes: an
+    all-to-all of the parts, then a ring all-gather of the reduced parts padded to the longest."""
+    ring = _ring(members, (len(members) - 1) * max(sizes))
+    return pattern_traffic(_all_to_all(sizes, members) + ring, me, node_of)
 
 
 @dataclasses.dataclass(frozen=True)
 class LinkModel:
     """Nodes joined by links of ``rate`` bits/s and ``latency`` s; free inside a node.
 
-    ``node_of(rank)`` gives a worker's node. Every method returns the seconds
-    a collective among ``members`` (global ranks, in their collective order)
-    takes under the model.
+    ``node_of(rank)`` gives a worker's node. Every method returns the seconds a collective among
+    ``members`` (global ranks, in their collective order) takes under the model.
     """
 
     rate: float

@@ -24,6 +24,7 @@ import torch
 
 from lsgd import _validate
 from lsgd.comm.wire import LinkModel
+from lsgd.links.spec import Link
 
 
 class WorkerAborted(BaseException):
@@ -85,16 +86,16 @@ class World:
     """Shared state of one simulation: the turn, pending collectives, failures."""
 
     def __init__(self, world_size: int, groups: int, seeds: Sequence[int],
-                 step_time: Sequence[float] | None, link: LinkModel | None = None,
+                 step_time: Sequence[float] | None, link: Link | None = None,
                  replica: str = "process") -> None:
         self.world_size = world_size
+        self.groups = groups
         self.replica = replica
         self.step_time = None if step_time is None else list(step_time)  # None: measured
-        self.link = link
+        self.link = None if link is None else LinkModel(link.rate, link.latency, self.node_of)
         self.resumed = [time.perf_counter()] * world_size
         self.clock = [0.0] * world_size
         self.counts: dict[str, int] = {}
-        self.groups = groups
         self.cv = threading.Condition()
         self.turn = 0
         self.ready = [True] * world_size
@@ -114,17 +115,13 @@ class World:
     def _pass_turn(self) -> None:
         """Give the turn to the ready worker with the earliest clock (ties: the lowest rank)."""
         ready = [r for r in range(self.world_size) if self.ready[r] and not self.done[r]]
-        if ready:
-            self.turn = min(ready, key=lambda r: (self.clock[r], r))
-            self.cv.notify_all()
-            return
-        if not all(self.done) and self.failure is None:
+        if not ready and not all(self.done) and self.failure is None:
             stuck = "; ".join(f"rank {r} waits in {self.waiting_for[r]}"
                               for r in range(self.world_size) if not self.done[r])
             finished = [r for r in range(self.world_size) if self.done[r]]
             self.failure = (None, None, f"simulated workers deadlocked: {stuck}"
                             + (f"; ranks {finished} already returned" if finished else ""))
-        self.turn = -1
+        self.turn = min(ready, key=lambda r: (self.clock[r], r)) if ready else -1
         self.cv.notify_all()
 
     def _wait_turn(self, rank: int) -> None:
@@ -214,9 +211,8 @@ class World:
     def collective(self, rank: int, key: tuple, op: str, members: list[int], payload: Any,
                    compute: Callable[[dict[int, Any]], dict[int, Any]], transfer: float = 0.0
                    ) -> tuple[Any, float]:
-        """Enter a collective; block (yielding the turn) until all members have. Returns
-        (this member's result, the duration: ``transfer``, the modeled time on the
-        links, with a link model, else the time ``compute`` took)."""
+        """Enter a collective; block (yielding the turn) until all members have. (this member's
+        result, its duration: ``transfer`` with a link model, else the time ``compute`` took)."""
         with self.cv:
             pending, complete = self._arrive(rank, key, op, members, payload, compute, False)
             self.ready[rank] = False
@@ -234,11 +230,10 @@ class World:
                          transfer: float = 0.0, lane: str = "bulk") -> Pending:
         """Start a transfer without giving up the turn; :meth:`wait_collective` finishes it.
 
-        The last member to start it computes the results at once (the payloads are the
-        members' send buffers, untouched until they wait). It begins at the latest start
-        among its members, or at the end of a member's previous started transfer of the
-        same ``lane`` if that is later (a lane runs its transfers one after another), and
-        takes ``transfer`` seconds.
+        The last member to start it computes the results at once (the payloads are the members' send
+        buffers, untouched until they wait). It begins at the latest start among its members, or at
+        the end of a member's previous started transfer of the same ``lane`` if that is later (a
+        lane runs its transfers one after another), and takes ``transfer`` seconds.
         """
         with self.cv:
             pending, complete = self._arrive(rank, key, op, members, payload, compute, True)
