@@ -24,6 +24,7 @@ from lsgd.strategies.health import sum_healthy_
 from lsgd.strategies.strategy import Options, Strategy, as_loss_tensor
 from lsgd.strategies.cadence import Cadence
 from lsgd.strategies.pipeline import InFlight
+from lsgd.strategies.stages.leader_force import check_rounds
 from lsgd.strategies.stages.options import RoundOptions, option_names, plan
 from lsgd.strategies.stages.parts import part_of
 from lsgd.strategies.stages.round import Round
@@ -71,7 +72,7 @@ class Averaging(Strategy):
         self._own_round = self._round_kind(owner)
         # A hidden, compressed or self-stepping round carries the parameters only; a
         # blocking one of a method that averages the whole state carries the buffers too.
-        self.rounds_average_state = (self.rounds_average_state and not self.plan.hidden
+        self.rounds_average_state = (self.rounds_average_state and not self.hides_rounds
                                      and not self._own_round)
         super().__init__(model, optimizer, **options)
 
@@ -91,8 +92,8 @@ class Averaging(Strategy):
         self._reference = reference
         self._round.shared = [] if reference is None else [reference]
         self._use_cadences(cadences or self._round.parts.fragments.cadences(self.period))
-        self._round.check(self.asynchronous, getattr(self, "hierarchical", False),
-                          self._elastic)
+        check_rounds(self._round.leader, self.asynchronous, getattr(self, "hierarchical", False),
+                     self._elastic)
 
     def _shared_copy(self) -> FlatBuffer:
         """A copy of the state every worker holds alike (``init="independent"``: the mean)."""

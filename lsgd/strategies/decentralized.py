@@ -191,12 +191,9 @@ class Decentralized(Strategy):
         if self.world_size > 1:
             with self.comm.category("init"):
                 self.comm.broadcast_(numbers, src=0)
-        plans, at = [], 0
-        for g, m in zip(self.graphs, sizes):
-            chunk = numbers[at : at + m + 1].tolist()
-            at += m + 1
-            plans.append(GraphPlan(g, g.partners(self.rank), chunk[:m], chunk[m]))
-        return plans
+        pieces = numbers.split([m + 1 for m in sizes])  # each graph's probabilities, weight
+        return [GraphPlan(g, g.partners(self.rank), p[:-1].tolist(), float(p[-1]))
+                for g, p in zip(self.graphs, pieces)]
 
     # -- one communication ---------------------------------------------------
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
@@ -215,8 +212,7 @@ class Decentralized(Strategy):
         self.communications += 1
         self.last_active = active = self._activate(plan)
         self.rounds += bool(active)
-        peers = [p for p in (plan.partners[j] for j in active) if p is not None]
-        self.last_peers = peers
+        self.last_peers = peers = [p for p in (plan.partners[j] for j in active) if p is not None]
         if not peers:  # no active neighbour: nothing to do this time
             return
         self._send.copy_from(self._state)
@@ -256,8 +252,7 @@ class Decentralized(Strategy):
         torch._foreach_copy_(mean, first)
         for state in others:
             torch._foreach_add_(mean, state)
-        if others:
-            torch._foreach_div_(mean, float(len(healthy)))
+        torch._foreach_div_(mean, float(len(healthy)))
         self._reset_to(self._send.views)
 
     def _combine(self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]],

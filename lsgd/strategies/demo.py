@@ -91,7 +91,7 @@ class DeMo(Strategy):
 
     name = "demo"
     bn_modes = ("local",)
-    counters = ("skipped",)
+    counters = ("skipped_steps",)
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
                  decay: float = 0.999, topk: int = 32, chunk: int = 64, values: str = "float32",
@@ -127,7 +127,7 @@ class DeMo(Strategy):
         self._move = Gather(self.comm, Blocks(self._parts.work, self.chunk, self.topk, values),
                             blocking=self.overlap == 0)
         self._message = FlatBuffer(self._parts.tensors)  # η g
-        self.skipped = 0  # steps that applied no update (overlap: the first)
+        self.skipped_steps = 0  # steps that applied no update (overlap: the first)
 
     def _before_optimizer_step(self) -> bool:
         """Send this step's message; the due update's sign becomes the gradients."""
@@ -137,7 +137,7 @@ class DeMo(Strategy):
             due = self._pipeline.due(self.steps + 1)
             self._pipeline.add(item)
             if not due:
-                self.skipped += 1
+                self.skipped_steps += 1
                 return False
             item = due[0]
         item.wait()
@@ -172,9 +172,6 @@ class DeMo(Strategy):
                 torch._foreach_add_(total, rows)
         torch._foreach_div_(total, float(sum(healthy)))
         return self._move.layout.join(total, item.tensors["mean"])
-
-    def _report_fields(self) -> dict[str, Any]:
-        return {"details": {"skipped_steps": self.skipped}}
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

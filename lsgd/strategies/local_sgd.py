@@ -49,7 +49,7 @@ class LocalSGD(Averaging):
         super().__init__(model, optimizer, period=period, **options)
         global_period = 4 * self.period if global_period is None else global_period
         self.global_period = _validate.positive_int("LocalSGD", "global_period", global_period)
-        if self.plan.hidden and hierarchical:
+        if self.hides_rounds and hierarchical:
             raise ValueError("LocalSGD: overlap, fragments and compress work with one level "
                              "of averaging; drop hierarchical=True or them")
         self.hierarchical = bool(hierarchical) and 1 < self.comm.groups

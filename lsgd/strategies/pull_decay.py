@@ -50,10 +50,12 @@ def round_pull_(x: list[torch.Tensor], leader: list[torch.Tensor], pull: float, 
     Plain (no ``velocity``): ``x <- x - λ_r (x - x̃)``. With leader momentum ``mu``:
     first ``x <- x - share (x - x̃)``, then with ``d = x - x̃`` the Nesterov step
     ``v <- mu v + d``, ``x <- x - λ (d + mu v)`` (``lag`` is scratch space). A hidden
-    round's ``start`` (used up): its copied share is :func:`copy_since_`, then the pull.
+    round's copied share is ``x <- x - share (start - x̃)``, the steps since ``start`` (the
+    state at the round, used up) kept; then the pull.
     """
     if start is not None and share:
-        copy_since_(x, start, leader, share)
+        torch._foreach_sub_(start, leader)
+        torch._foreach_add_(x, start, alpha=-share)
         share = 0.0
     if velocity is None or lag is None:
         pull_(x, leader, pull + (1.0 - pull) * share)
@@ -61,10 +63,3 @@ def round_pull_(x: list[torch.Tensor], leader: list[torch.Tensor], pull: float, 
         pull_(x, leader, share)
         nesterov_pull_(x, leader, pull, velocity, lag, mu)
 
-
-def copy_since_(x: list[torch.Tensor], start: list[torch.Tensor],
-                leader: list[torch.Tensor], share: float) -> None:
-    """A hidden round's copied share: ``x <- x - share (start - leader)``, the worker's
-    steps since ``start`` (its state at the round) kept; ``start`` is used up."""
-    torch._foreach_sub_(start, leader)
-    torch._foreach_add_(x, start, alpha=-share)

@@ -85,11 +85,6 @@ class RoundPlan:
     leader_pull: float | None = None
 
     @property
-    def hidden(self) -> bool:
-        """Whether rounds hide or shrink (then they carry the parameters only)."""
-        return bool(self.overlap or self.fragments > 1 or self.compress != "none")
-
-    @property
     def gathers(self) -> bool:
         """Whether the message is all-gathered (each worker's kept entries its own)."""
         return self.fmt is not None

@@ -59,10 +59,6 @@ class Round:
         self.landing = Landing(self.parts, self.overlap, merge or plan.merge)
         self.shared: list[FlatBuffer] = []  # copies every worker holds, by shares
 
-    def check(self, asynchronous: bool, hierarchical: bool, elastic: bool) -> None:
-        """Refuse what the stages cannot take of the method's rounds."""
-        leaders.check_rounds(self.leader, asynchronous, hierarchical, elastic)
-
     @property
     def encoded(self) -> bool:
         """Whether the mean is of ``r - x`` (compressed, or ``difference``)."""
