@@ -121,7 +121,7 @@ class Averaging(Strategy):
         healthy, mean = self._round.arrive(item, self._reference)
         if healthy:
             if mean is not None:
-                self._rule(part, mean, self._round.encoded, item.tensors.get("start"))
+                self._rule(part, mean, self._round.message.difference, item.tensors.get("start"))
                 self._round.done(part)
             return
         healthy, count, reset = self._round.heal(part, among, self._heal, self._diverged_error)
@@ -137,21 +137,23 @@ class Averaging(Strategy):
         count = sum_healthy_(self.comm, self._mean.buffers, healthy, among, self._device())
         if count == 0 and among == "world":
             raise self._diverged_error()
-        return healthy, count, self._recover(part, healthy, count, among)
+        return healthy, count, self._recover(part, healthy, count)
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
-        self._round.record(None if loss is None else as_loss_tensor(loss, self.name))
+        loss = None if loss is None else as_loss_tensor(loss, self.name)
+        if self._round.leader is not None:  # the step's loss, for the leader's score
+            self._round.leader.record(loss)
 
     def _after_reset(self) -> None:
-        self._round.forget()
+        if self._round.leader is not None:  # the score forgets the diverged losses
+            self._round.leader.scorer.window.load([])
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
         """Apply the round's mean of ``part`` (``encoded``: the mean of ``reference - x``)."""
         raise NotImplementedError
 
-    def _recover(self, part: int, healthy: bool, count: int, among: Among
-                 ) -> list[torch.Tensor] | None:
+    def _recover(self, part: int, healthy: bool, count: int) -> list[torch.Tensor] | None:
         """Apply ``self._mean``, the sum of ``count`` healthy members' states; returns what
         a diverged worker is reset to."""
         raise NotImplementedError
@@ -167,5 +169,4 @@ class Averaging(Strategy):
         super().load_state_dict(state)
         self._round.load(state, self.name)
         if self._reference is not None:
-            for buffer, value in zip(self._reference.buffers, state[self.reference_key]):
-                buffer.copy_(value)
+            torch._foreach_copy_(self._reference.buffers, list(state[self.reference_key]))

@@ -24,7 +24,6 @@ import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.comm.communicator import Among
 from lsgd.functional import elastic_step_, pull_
 from lsgd.strategies.averaging import Averaging, AveragingOptions
 from lsgd.strategies.state import state_tensors
@@ -73,8 +72,7 @@ class EASGD(Averaging):
         self._round.land(part, center, weight=self.alpha)  # x <- x - α (x - c)
         pull_(center, mean, self.moving_rate)  # c <- c + β (x̄ - c)
 
-    def _recover(self, part: int, healthy: bool, count: int, among: Among
-                 ) -> list[torch.Tensor]:
+    def _recover(self, part: int, healthy: bool, count: int) -> list[torch.Tensor]:
         """The round with ``x̄'``; a diverged worker is reset to the new center."""
         mean, center = self._mean.buffers, self.center_state.buffers
         torch._foreach_add_(mean, center, alpha=float(self.world_size - count))

@@ -41,8 +41,7 @@ class Level:
     def load(self, saved: dict[str, Any]) -> None:
         self.leader, self.rounds = saved["leader"], saved["rounds"]
         self.switches = saved["switches"]
-        for buffer, value in zip(self.snapshot.buffers, saved["snapshot"]):
-            buffer.copy_(value)
+        torch._foreach_copy_(self.snapshot.buffers, list(saved["snapshot"]))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -134,8 +134,7 @@ class EagerRound(Round):
     def load(self, state: Mapping[str, Any], owner: str) -> None:
         super().load(state, owner)
         for key, flat in (("own", self.own), ("mean", self.mean)):
-            for buffer, value in zip(flat.buffers, state["eager"][key]):
-                buffer.copy_(value)
+            torch._foreach_copy_(flat.buffers, list(state["eager"][key]))
 
 
 def outer_round(owner: str, outer: str, period: int, plan: RoundPlan) -> dict[str, Any]:

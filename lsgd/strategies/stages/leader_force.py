@@ -78,12 +78,12 @@ class LeaderForce:
     # -- the leader's state (pull) ----------------------------------------------
     def send(self, comm: Communicator, parts: StateParts, move: Any,
              reference: FlatBuffer | None, item: InFlight, part: int, among: Among) -> None:
-        """Broadcast the leader's part of the state with the round ``item`` (``"pull"``;
-        compressed: ``x_L - r``); a gathering move already carries it."""
-        if self.mode != "pull" or self.leader is None:
+        """Note the round's leader on ``item``; with ``"pull"`` broadcast its part of the
+        state (compressed: ``x_L - r``) unless a gathering move already carries it."""
+        if self.leader is None:
             return
         item.info["leader"] = self.leader
-        if move.gathers:
+        if self.mode != "pull" or move.gathers:
             return
         buffers = [t.clone() for t in parts.current(part)]
         compress = move.codec

@@ -85,9 +85,8 @@ class StateParts:
                            list[tuple[int, int]]]:
         """Where this process's share of ``flat`` (one part) holds the state's first
         ``count`` tensors (the parameters, ahead of the buffers): one ``(values, grads)``
-        pair of views, and the share's region (per flat buffer) of the other tensors."""
-        if self.comm.share[1] == 1:
-            return [(flat.views[:count], grads.views[:count])], []
+        pair of views (the tensors' own for a whole share), and the share's region (per
+        flat buffer) of the other tensors."""
         ends = [0] * len(flat.buffers)  # where each flat buffer's leading tensors end
         for index, offset, shape in flat._layout[:count]:
             ends[index] = max(ends[index], offset + shape.numel())
@@ -98,4 +97,6 @@ class StateParts:
                 values.append(theta[lo:min(hi, end)])
                 slopes.append(delta[lo:min(hi, end)])
             regions.append((max(lo, end) - lo, hi - lo))
+        if self.comm.share[1] == 1:
+            values, slopes = flat.views[:count], grads.views[:count]
         return [(values, slopes)], regions

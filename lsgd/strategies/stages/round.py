@@ -59,11 +59,6 @@ class Round:
         self.landing = Landing(self.parts, self.overlap, merge or plan.merge)
         self.shared: list[FlatBuffer] = []  # copies every worker holds, by shares
 
-    @property
-    def encoded(self) -> bool:
-        """Whether the mean is of ``r - x`` (compressed, or ``difference``)."""
-        return self.message.difference
-
     # -- the sending half ----------------------------------------------------------
     def start(self, part: int, steps: int, reference: FlatBuffer | None,
               among: Among = "world") -> InFlight:
@@ -71,8 +66,7 @@ class Round:
         message, now = self.message.build(part, reference)
         leader, weight = self.leader, None
         if leader is not None:
-            weight = leader.elect(self.comm, self.module, self.parts.tensors, self.device,
-                                  among)
+            weight = leader.elect(self.comm, self.module, self.parts.tensors, self.device, among)
             if weight is not None and not self.move.gathers:  # the sum of weighted messages
                 torch._foreach_mul_(message, weight)
         if self.feedback is not None:
@@ -84,8 +78,6 @@ class Round:
         item = InFlight(steps, steps + self.overlap, f"fragment{part}", handles, tensors,
                         {"fragment": part, "among": among})
         if leader is not None:
-            if self.move.gathers and leader.leader is not None:
-                item.info["leader"] = leader.leader
             leader.send(self.comm, self.parts, self.move, reference, item, part, among)
         return item
 
@@ -156,13 +148,3 @@ class Round:
                 raise ValueError(f"{owner}.load_state_dict: the state was saved without a "
                                  "leader force; resume with leader='none'")
             self.leader.load(state["leader_force"])
-
-    def record(self, loss: torch.Tensor | None) -> None:
-        """The step's training loss, for the leader's score."""
-        if self.leader is not None:
-            self.leader.record(loss)
-
-    def forget(self) -> None:
-        """After a reset: the leader's score forgets the diverged losses."""
-        if self.leader is not None:
-            self.leader.scorer.window.load([])
