@@ -60,18 +60,15 @@ class LeaderForce:
         """Elect the round's leader; this worker's weight of the sum (None: a plain mean)."""
         scores = self.election.gather(comm, module, state, device, among)
         self.leader = elect(scores)
-        if self.mode != "weights":
-            return None
-        count = len(scores)
-        if self.leader is None:
-            return 1.0 / count
-        mine = 1.0 + self.weight if comm.rank == self.leader else 1.0
-        return mine / (count + self.weight)
+        weights = self.weights(len(scores), self.leader)
+        return None if weights is None else weights[comm.rank]
 
-    def weights(self, count: int, leader: int) -> list[float] | None:
-        """Every member's weight of a gathered round's sum (None: a plain mean)."""
+    def weights(self, count: int, leader: int | None) -> list[float] | None:
+        """Every member's weight of the round's sum (None: a plain mean)."""
         if self.mode != "weights":
             return None
+        if leader is None:  # no finite score: the plain mean, as weights
+            return [1.0 / count] * count
         return [(1.0 + self.weight if m == leader else 1.0) / (count + self.weight)
                 for m in range(count)]
 
