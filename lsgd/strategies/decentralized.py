@@ -229,9 +229,7 @@ class Decentralized(Strategy):
                 self._recover(healthy, plan, active)
                 return
             received = healthy
-        result = self._combine(mine, received, plan.weight)
-        if result is not mine:
-            torch._foreach_copy_(mine, result)
+        self._combine(mine, received, plan.weight)
         self._send.copy_to(self._state)
 
     def _share(self, peers: list[int]) -> None:
@@ -256,10 +254,9 @@ class Decentralized(Strategy):
         self._reset_to(self._send.views)
 
     def _combine(self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]],
-                 weight: float) -> list[torch.Tensor]:
-        """The new state from ``mine`` (finite, reusable) and the finite states ``received``."""
+                 weight: float) -> None:
+        """The new state, into ``mine`` (finite), from it and the finite states ``received``."""
         mix_(mine, list(received.values()), weight)
-        return mine
 
     # -- evaluation ------------------------------------------------------------
     def spread(self) -> float | None:

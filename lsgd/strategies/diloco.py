@@ -98,8 +98,7 @@ class DiLoCo(Averaging):
         """The outer step on the part of θ_g, then the worker's part moves to it."""
         self._round.land(part, self._outer_step(part, mean, encoded), start)
 
-    def _outer_step(self, part: int, mean: list[torch.Tensor], encoded: bool
-                    ) -> list[torch.Tensor]:
+    def _outer_step(self, part: int, mean: list[torch.Tensor], encoded: bool) -> list[torch.Tensor]:
         """``Δ = θ_g - θ̄`` on ``part`` (``encoded``: the mean received), the outer step;
         the buffers of θ_g take the mean. Returns the part of θ_g."""
         parts = self._round.parts

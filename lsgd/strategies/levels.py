@@ -71,8 +71,7 @@ def check_knobs(owner: str, pull: float | None, scope: float | None, period: int
                                                                   global_period))
 
 
-def build_levels(owner: str, k: Knobs, info: WorkerInfo, state: list[torch.Tensor]
-                 ) -> list[Level]:
+def build_levels(owner: str, k: Knobs, info: WorkerInfo, state: list[torch.Tensor]) -> list[Level]:
     """The levels, local before global. One group: the global level only, set by either
     spelling. Several: a local level when groups have several workers, and a global one
     (``pull_global``/``scope_global`` default to the local knobs, ``global_period`` to

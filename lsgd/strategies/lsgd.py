@@ -79,8 +79,7 @@ class LSGD(Strategy):
                  compress: str = "none", election: str | None = None,
                  **options: Unpack[Options]) -> None:
         owner = "LSGD"
-        knobs = check_knobs(owner, pull, scope, period, pull_global, scope_global,
-                            global_period)
+        knobs = check_knobs(owner, pull, scope, period, pull_global, scope_global, global_period)
         self.scope_pull = _validate.choice(owner, "scope_pull", scope_pull, SCOPE_PULLS)
         self.leader_momentum = _validate.momentum(owner, "leader_momentum", leader_momentum)
         self.pull_decay_rounds = check_decay_rounds(owner, pull_decay_rounds)
@@ -162,8 +161,7 @@ class LSGD(Strategy):
             due = [lv for lv in self.levels if (self.steps + 1) % lv.period == 0]
             if due:
                 among = "world" if any(lv.among == "world" for lv in due) else "group"
-                self.election.start_early(self.comm, self._module, self._state, self.device,
-                                          among)
+                self.election.start_early(self.comm, self._module, self._state, self.device, among)
 
     def _run_rounds(self, names: list[str]) -> None:
         """Elect each due level's leader, send its state (later parts: the period's leader)."""

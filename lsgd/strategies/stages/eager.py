@@ -67,8 +67,7 @@ class EagerRound(Round):
         self.global_state: FlatBuffer | None = None
         self.outer_parts: list[torch.optim.Optimizer] = []
 
-    def attach(self, global_state: FlatBuffer, outer_parts: list[torch.optim.Optimizer]
-               ) -> None:
+    def attach(self, global_state: FlatBuffer, outer_parts: list[torch.optim.Optimizer]) -> None:
         self.global_state, self.outer_parts = global_state, outer_parts
 
     def begin(self, part: int, steps: int, reference: FlatBuffer | None, among: Among

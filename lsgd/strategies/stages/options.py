@@ -120,11 +120,9 @@ def plan(owner: str, period: int, options: dict[str, Any], *, merge: str,
                      leader_pull=given.get("leader_pull"))
 
 
-def _gathered(owner: str, compress: str, given: dict[str, Any]
-              ) -> tuple[SparseFormat | None, int]:
+def _gathered(owner: str, compress: str, given: dict[str, Any]) -> tuple[SparseFormat | None, int]:
     """The format of a gathered message (None: all-reduced) and its chunk."""
-    for key, codecs in (("density", ("topk",)), ("values", ("topk",)),
-                        ("chunk", GATHERED_CODECS)):
+    for key, codecs in (("density", ("topk",)), ("values", ("topk",)), ("chunk", GATHERED_CODECS)):
         if given.get(key) is not None and compress not in codecs:
             raise ValueError(f"{owner}: {key}={given[key]!r} shapes a "
                              f"{' or '.join(repr(c) for c in codecs)} message; give "

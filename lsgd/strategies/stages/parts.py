@@ -53,8 +53,7 @@ def part_of(cadence: str) -> int:
 class StateParts:
     """The state as a round sees it: ``work``, a flat copy, and ``fragments``."""
 
-    def __init__(self, comm: Communicator, state: Sequence[torch.Tensor], fragments: int
-                 ) -> None:
+    def __init__(self, comm: Communicator, state: Sequence[torch.Tensor], fragments: int) -> None:
         self.comm = comm
         self.tensors = list(state)
         self.work = FlatBuffer(self.tensors)

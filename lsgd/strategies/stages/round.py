@@ -81,8 +81,7 @@ class Round:
             leader.send(self.comm, self.parts, self.move, reference, item, part, among)
         return item
 
-    def attach(self, global_state: FlatBuffer, outer_parts: list[torch.optim.Optimizer]
-               ) -> None:
+    def attach(self, global_state: FlatBuffer, outer_parts: list[torch.optim.Optimizer]) -> None:
         """The global copy and its outer optimizers, for DiLoCo's eager round."""
 
     def begin(self, part: int, steps: int, reference: FlatBuffer | None, among: Among
@@ -91,8 +90,7 @@ class Round:
         return self.start(part, steps, reference, among), None
 
     # -- the receiving half ----------------------------------------------------------
-    def arrive(self, item: InFlight, reference: FlatBuffer | None
-               ) -> tuple[bool, Tensors | None]:
+    def arrive(self, item: InFlight, reference: FlatBuffer | None) -> tuple[bool, Tensors | None]:
         """(whether the landed mean is finite on every share, the mean for the rule)."""
         part = int(item.info["fragment"])
         leader, weights, keep = self.leader, None, None
