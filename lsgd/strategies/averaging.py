@@ -88,9 +88,7 @@ class Averaging(Strategy):
         options = dict(self._own_round)
         kind = options.pop("kind", Round)
         self._round = kind(self.name, self.comm, self._state, self.plan, self.module,
-                           self._device(), **options)
-        self._reference = reference
-        self._round.shared = [] if reference is None else [reference]
+                           self._device(), reference=reference, **options)
         self._use_cadences(cadences or self._round.parts.fragments.cadences(self.period))
         check_rounds(self._round.leader, self.asynchronous, getattr(self, "hierarchical", False),
                      self._elastic)
@@ -108,7 +106,7 @@ class Averaging(Strategy):
         # Hierarchical local SGD: when both fall due the global average subsumes the local.
         among: Among = "group" if names == ["local"] else "world"
         part = part_of(names[-1])
-        item, now = self._round.begin(part, self.steps, self._reference, among)
+        item, now = self._round.begin(part, self.steps, among)
         self._launch(item)
         self.rounds += 1
         if now is not None:  # a round whose rule steps at once, on a direction of its own
@@ -118,7 +116,7 @@ class Averaging(Strategy):
     def _apply(self, item: InFlight) -> None:
         """The mean of a part has landed: the method's rule, or the healthy mean's."""
         part, among = int(item.info["fragment"]), item.info.get("among", "world")
-        healthy, mean = self._round.arrive(item, self._reference)
+        healthy, mean = self._round.arrive(item)
         if healthy:
             if mean is not None:
                 self._rule(part, mean, self._round.message.difference, item.tensors.get("start"))
@@ -142,7 +140,7 @@ class Averaging(Strategy):
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
         loss = None if loss is None else as_loss_tensor(loss, self.name)
         if self._round.leader is not None:  # the step's loss, for the leader's score
-            self._round.leader.record(loss)
+            self._round.leader.scorer.record(loss, self.name)
 
     def _after_reset(self) -> None:
         if self._round.leader is not None:  # the score forgets the diverged losses
@@ -161,12 +159,12 @@ class Averaging(Strategy):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state.update(self._round.state())
-        if self._reference is not None:
-            state[self.reference_key] = [b.clone() for b in self._reference.buffers]
+        if self._round.reference is not None:
+            state[self.reference_key] = [b.clone() for b in self._round.reference.buffers]
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self._round.load(state, self.name)
-        if self._reference is not None:
-            torch._foreach_copy_(self._reference.buffers, list(state[self.reference_key]))
+        if self._round.reference is not None:
+            torch._foreach_copy_(self._round.reference.buffers, list(state[self.reference_key]))

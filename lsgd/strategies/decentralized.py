@@ -261,14 +261,13 @@ class Decentralized(Strategy):
     # -- evaluation ------------------------------------------------------------
     def spread(self) -> float | None:
         """Mean over workers of ``||x_i - x_bar||`` (collective: two ``"eval"`` all-reduces)."""
-        flat = FlatBuffer(self._state).copy_from(self._state)
-        mine = [b.clone() for b in flat.buffers]
+        center = FlatBuffer(self._state).copy_from(self._state)
         with torch.no_grad(), self.comm.category("eval"):
-            for buffer in flat.buffers:
+            for buffer in center.buffers:
                 self.comm.all_reduce_(buffer, op="mean")
-            squared = torch.zeros((), dtype=torch.float64, device=mine[0].device if mine else None)
-            for m, c in zip(mine, flat.buffers):
-                squared += (m.double() - c.double()).pow(2).sum()
+            squared = torch.zeros((), dtype=torch.float64, device=self._device())
+            for x, c in zip(self._state, center.views):
+                squared += (x.double() - c.double()).pow(2).sum()
             distance = squared.sqrt().reshape(1)
             self.comm.all_reduce_(distance, op="mean")
         return float(distance)

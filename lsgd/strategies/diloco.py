@@ -88,7 +88,7 @@ class DiLoCo(Averaging):
             self.outer_optimizers.append(torch.optim.SGD(
                 params, lr=self.outer_lr, momentum=self.outer_momentum,
                 nesterov=self.outer_momentum > 0))
-        self._round.attach(self.global_state, self.outer_optimizers)
+        self._round.attach(self.outer_optimizers)
 
     def _round_kind(self, owner: str) -> dict[str, Any]:
         return outer_round(owner, self.outer, self.period, self.plan)

@@ -51,10 +51,6 @@ class LeaderForce:
         self._landed: list[torch.Tensor] | None = None  # x_L of the round being applied
 
     # -- scores and the election -----------------------------------------------
-    def record(self, loss: torch.Tensor | None) -> None:
-        """Keep the step's training loss for the score (it is required)."""
-        self.scorer.record(loss, self.owner)
-
     def elect(self, comm: Communicator, module: nn.Module, state: Sequence[torch.Tensor],
               device: torch.device, among: Among) -> float | None:
         """Elect the round's leader; this worker's weight of the sum (None: a plain mean)."""

@@ -32,10 +32,6 @@ class Fragments:
         """This process's share of part ``f`` of ``flat`` (laid out like the state)."""
         return [b[lo:hi] for b, (lo, hi) in zip(flat.buffers, self.bounds[f])]
 
-    def whole_of(self, flat: FlatBuffer, f: int) -> list[torch.Tensor]:
-        """All of part ``f`` of ``flat``, as views."""
-        return [b[lo:hi] for b, (lo, hi) in zip(flat.buffers, self.whole[f])]
-
     def cadences(self, period: int) -> list[Cadence]:
         """One kind of round per part, every ``period`` steps at its offset."""
         if self.count == 1:
@@ -76,8 +72,8 @@ class StateParts:
     def put_together(self, flat: FlatBuffer, part: int) -> None:
         """Part ``part`` of ``flat`` whole again from the replica's processes' shares."""
         if self.comm.share[1] > 1:
-            for whole in self.fragments.whole_of(flat, part):
-                self.comm.put_together_(whole)
+            for buffer, (lo, hi) in zip(flat.buffers, self.fragments.whole[part]):
+                self.comm.put_together_(buffer[lo:hi])
 
     def leading(self, flat: FlatBuffer, grads: FlatBuffer, count: int
                 ) -> tuple[list[tuple[list[torch.Tensor], list[torch.Tensor]]],

@@ -38,14 +38,16 @@ Healing = tuple[bool, int, Tensors | None]
 
 class Round:
     """The stages of one method's rounds, from the checked options ``plan``;
-    ``difference``: send ``r - x`` even uncompressed; ``overlap`` and ``merge`` override
-    the plan's. ``module`` and ``device`` serve the leader's election."""
+    ``reference``: ``r``, the copy every worker holds alike; ``difference``: send
+    ``r - x`` even uncompressed; ``overlap`` and ``merge`` override the plan's. ``module``
+    and ``device`` serve the leader's election."""
 
     def __init__(self, owner: str, comm: Communicator, state: Sequence[torch.Tensor],
                  plan: RoundPlan, module: nn.Module, device: torch.device, *,
-                 difference: bool = False, overlap: int | None = None,
-                 merge: str | None = None) -> None:
+                 reference: FlatBuffer | None = None, difference: bool = False,
+                 overlap: int | None = None, merge: str | None = None) -> None:
         self.comm, self.plan, self.module, self.device = comm, plan, module, device
+        self.reference = reference
         self.overlap = plan.overlap if overlap is None else overlap
         self.parts = StateParts(comm, state, plan.fragments)
         self.message = Message(self.parts, difference or plan.compress != "none")
@@ -57,13 +59,11 @@ class Round:
                          if plan.error_feedback else None)
         self.leader = leaders.make(owner, plan.leader, plan.leader_weight, plan.leader_pull)
         self.landing = Landing(self.parts, self.overlap, merge or plan.merge)
-        self.shared: list[FlatBuffer] = []  # copies every worker holds, by shares
 
     # -- the sending half ----------------------------------------------------------
-    def start(self, part: int, steps: int, reference: FlatBuffer | None,
-              among: Among = "world") -> InFlight:
+    def start(self, part: int, steps: int, among: Among = "world") -> InFlight:
         """Build ``part``'s message, transform it and start its move."""
-        message, now = self.message.build(part, reference)
+        message, now = self.message.build(part, self.reference)
         leader, weight = self.leader, None
         if leader is not None:
             weight = leader.elect(self.comm, self.module, self.parts.tensors, self.device, among)
@@ -78,19 +78,18 @@ class Round:
         item = InFlight(steps, steps + self.overlap, f"fragment{part}", handles, tensors,
                         {"fragment": part, "among": among})
         if leader is not None:
-            leader.send(self.comm, self.parts, self.move, reference, item, part, among)
+            leader.send(self.comm, self.parts, self.move, self.reference, item, part, among)
         return item
 
-    def attach(self, global_state: FlatBuffer, outer_parts: list[torch.optim.Optimizer]) -> None:
-        """The global copy and its outer optimizers, for DiLoCo's eager round."""
+    def attach(self, outer_parts: list[torch.optim.Optimizer]) -> None:
+        """The outer optimizers of the reference, for DiLoCo's eager round."""
 
-    def begin(self, part: int, steps: int, reference: FlatBuffer | None, among: Among
-              ) -> tuple[InFlight, Tensors | None]:
+    def begin(self, part: int, steps: int, among: Among) -> tuple[InFlight, Tensors | None]:
         """:meth:`start`, and a direction the rule applies at once (here none)."""
-        return self.start(part, steps, reference, among), None
+        return self.start(part, steps, among), None
 
     # -- the receiving half ----------------------------------------------------------
-    def arrive(self, item: InFlight, reference: FlatBuffer | None) -> tuple[bool, Tensors | None]:
+    def arrive(self, item: InFlight) -> tuple[bool, Tensors | None]:
         """(whether the landed mean is finite on every share, the mean for the rule)."""
         part = int(item.info["fragment"])
         leader, weights, keep = self.leader, None, None
@@ -102,8 +101,8 @@ class Round:
         if not self.comm.all_agree(all_finite(mean)):  # every share of the replica's
             return False, None
         if leader is not None:
-            encoded = self.plan.compress != "none" and reference is not None
-            leader.arrive(item, self.parts.of(reference, part) if encoded else None, kept)
+            encoded = self.plan.compress != "none" and self.reference is not None
+            leader.arrive(item, self.parts.of(self.reference, part) if encoded else None, kept)
         return True, mean
 
     def land(self, part: int, target: Sequence[torch.Tensor],
@@ -114,11 +113,11 @@ class Round:
         self.landing.land(part, target, start, weight)
 
     def done(self, part: int) -> None:
-        """After the rule: the shared copies whole again, the round's leader let go."""
+        """After the rule: the reference whole again, the round's leader let go."""
         if self.leader is not None:
             self.leader.done()
-        for flat in self.shared:
-            self.parts.put_together(flat, part)
+        if self.reference is not None:
+            self.parts.put_together(self.reference, part)
 
     def heal(self, part: int, among: Among, plain: Callable[[int, Among], Healing],
              diverged: Callable[[], Exception]) -> Healing:
