@@ -142,9 +142,8 @@ class ALDSGD(Decentralized):
 
     def _combine(self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]],
                  weight: float) -> None:
-        candidates = [self.rank, *received]  # the dropped neighbours are not candidates
-        scores = {r: self._scores[r] for r in candidates}
-        degrees = {r: self._degrees[r] for r in candidates}
+        scores = {r: self._scores[r] for r in (self.rank, *received)}  # not the dropped ones
+        degrees = {r: self._degrees[r] for r in scores}
         original = self._original.buffers
         torch._foreach_copy_(original, mine)
         chosen = aldsgd_update_(mine, self.rank, received, scores, degrees, weight,

@@ -1,11 +1,8 @@
 """The averaging methods (DiLoCo, local SGD, EASGD): their round is the stages'
-(:mod:`lsgd.strategies.stages`), their file holds their rule.
-
-A round sends each worker's message of a part of the state, moves it (all-reduced, or
-all-gathered when compressed to top-k or 2-bit) and hands the mean to the method's rule
-(:meth:`Averaging._rule`), which lands the part where it goes (docs/algorithms.md,
-"Hiding and shrinking communication"). A mean that is not finite is redone over the
-healthy members (:meth:`Averaging._recover`).
+(:mod:`lsgd.strategies.stages`; docs/algorithms.md, "Hiding and shrinking
+communication"), their file holds the rule applied to the round's mean
+(:meth:`Averaging._rule`), or to the healthy members' when it is not finite
+(:meth:`Averaging._recover`).
 """
 
 from __future__ import annotations

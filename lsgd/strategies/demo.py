@@ -148,11 +148,10 @@ class DeMo(Strategy):
 
     def _send(self) -> InFlight:
         """``η g`` plus ``β m`` sent, ``m`` what the codec left of it."""
-        message = self._message
         lrs = [group["lr"] for group in self.optimizer.param_groups for _ in group["params"]]
-        for view, p, lr in zip(message.views, self._params, lrs):
+        for view, p, lr in zip(self._message.views, self._params, lrs):
             view.zero_() if p.grad is None else torch.mul(p.grad, lr, out=view)
-        sent = [b.clone() for b in message.buffers]
+        sent = [b.clone() for b in self._message.buffers]
         self._momentum.send(sent, 0, self._move)
         handles, tensors = self._move.start(sent, "world", False)
         return InFlight(self.steps, self.steps + 1 + self.overlap, "step", handles, tensors)

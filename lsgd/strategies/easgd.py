@@ -38,8 +38,6 @@ class EASGD(Averaging):
         period: tau, local steps between rounds.
         options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions` but
             ``merge``; compressed, the workers send ``c - x``) and the strategy's.
-
-    ``center()`` returns the center variable ``c`` (no communication).
     """
 
     name = "easgd"
@@ -85,7 +83,7 @@ class EASGD(Averaging):
         return self.center_state.views
 
     def center(self) -> nn.Module:
-        """A copy of the model holding the center variable ``c``."""
+        """A copy of the model holding the center variable ``c`` (no communication)."""
         model = copy.deepcopy(self._module)
         self.center_state.copy_to(state_tensors(model, self._buffers_in_state))
         return model

@@ -29,9 +29,7 @@ from lsgd.strategies.seams import supporting
 class ElasticRounds(Rounds):
     """:class:`~lsgd.strategies.rounds.Rounds`, its rounds among all as quorum points."""
 
-    def __init__(self, strategy: Strategy) -> None:
-        super().__init__(strategy)
-        self.joined = False
+    joined = False  # whether this worker's first quorum is behind it
 
     def start(self) -> None:
         """Elastic workers exchange nothing outside rounds: only the method is checked."""

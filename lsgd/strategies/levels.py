@@ -72,10 +72,9 @@ def check_knobs(owner: str, pull: float | None, scope: float | None, period: int
 
 
 def build_levels(owner: str, k: Knobs, info: WorkerInfo, state: list[torch.Tensor]) -> list[Level]:
-    """The levels, local before global. One group: the global level only, set by either
-    spelling. Several: a local level when groups have several workers, and a global one
-    (``pull_global``/``scope_global`` default to the local knobs, ``global_period`` to
-    ``4 * period``, or ``period`` when every group is one worker)."""
+    """The levels, local before global: with one group the global level only, set by either
+    spelling; with several a local level (groups of several workers) and a global one,
+    its knobs defaulting as :class:`~lsgd.strategies.lsgd.LSGD` says."""
     levels = []
     if info.groups == 1:
         given = [f"{name}={value!r}" for name, value in (

@@ -30,7 +30,7 @@ from lsgd.strategies.strategy import Options, Strategy, as_loss_tensor
 from lsgd.strategies.election import ELECTIONS, Election
 from lsgd.strategies.levels import Level, build_levels, check_knobs
 from lsgd.strategies.pipeline import InFlight, check_options
-from lsgd.strategies.pull_decay import check_decay_rounds, copied_share, round_pull_
+from lsgd.strategies.pull_decay import copied_share, round_pull_
 from lsgd.strategies.cadence import Cadence
 from lsgd.names import SCOPE_PULLS
 
@@ -82,7 +82,12 @@ class LSGD(Strategy):
         knobs = check_knobs(owner, pull, scope, period, pull_global, scope_global, global_period)
         self.scope_pull = _validate.choice(owner, "scope_pull", scope_pull, SCOPE_PULLS)
         self.leader_momentum = _validate.momentum(owner, "leader_momentum", leader_momentum)
-        self.pull_decay_rounds = check_decay_rounds(owner, pull_decay_rounds)
+        if not _validate.is_int(pull_decay_rounds) or pull_decay_rounds < 0:
+            raise ValueError(f"{owner}: pull_decay_rounds must be a whole number of rounds >= 0 "
+                             "(R: the round pull decays from 1 to pull over the first R "
+                             "rounds of each level; 0 keeps it constant), got "
+                             f"{pull_decay_rounds!r}")
+        self.pull_decay_rounds = int(pull_decay_rounds)
         self.overlap, self.fragments, self.compress = check_options(
             owner, knobs.period, overlap, fragments, compress, options.get("asynchronous", False))
         hidden = bool(self.overlap) or self.fragments > 1

@@ -17,21 +17,9 @@ Each non-leader keeps ``x_s`` while such a round is in flight (the first ``R`` r
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from lsgd import _validate
 from lsgd.functional import nesterov_pull_, pull_
-
-
-def check_decay_rounds(owner: str, value: Any) -> int:
-    """``pull_decay_rounds`` as a whole number of rounds >= 0 (``ValueError`` naming it)."""
-    if not _validate.is_int(value) or value < 0:
-        raise ValueError(f"{owner}: pull_decay_rounds must be a whole number of rounds >= 0 "
-                         f"(R: the round pull decays from 1 to pull over the first R rounds "
-                         f"of each level; 0 keeps it constant), got {value!r}")
-    return int(value)
 
 
 def copied_share(round_index: int | None, decay_rounds: int) -> float:
