@@ -161,10 +161,8 @@ class ALDSGD(Decentralized):
         return fields
 
     def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["scorer"] = self.scorer.state()
-        state["best_rank"], state["degree_rank"] = self.best_rank, self.degree_rank
-        return state
+        return super().state_dict() | {"scorer": self.scorer.state(), "best_rank": self.best_rank,
+                                       "degree_rank": self.degree_rank}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)

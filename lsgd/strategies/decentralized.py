@@ -279,9 +279,7 @@ class Decentralized(Strategy):
         return fields
 
     def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["sampler"] = self._generator.get_state()
-        return state
+        return super().state_dict() | {"sampler": self._generator.get_state()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)

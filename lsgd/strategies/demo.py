@@ -173,9 +173,7 @@ class DeMo(Strategy):
         return self._move.layout.join(total, item.tensors["mean"])
 
     def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["momentum"] = self._momentum.state()["residual"]
-        return state
+        return super().state_dict() | {"momentum": self._momentum.state()["residual"]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)

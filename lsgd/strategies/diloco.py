@@ -125,10 +125,8 @@ class DiLoCo(Averaging):
         return self.global_state.views
 
     def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["outer_parts"] = [copy.deepcopy(o.state_dict()["state"])
-                                for o in self.outer_optimizers]
-        return state
+        return super().state_dict() | {"outer_parts": [copy.deepcopy(o.state_dict()["state"])
+                                                       for o in self.outer_optimizers]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``θ_g`` and the outer momentum (``outer_lr`` stays this strategy's)."""

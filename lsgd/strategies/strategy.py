@@ -262,9 +262,8 @@ class Strategy(Seams):
                              "the learning rate up) and restart from the last checkpoint")
 
     def _reset_to(self, source: Sequence[torch.Tensor]) -> None:
-        """Reset this diverged worker: ``x <- source`` exactly (shaped like the state), its
-        optimizer's per-parameter state dropped (likely NaN too); counted in
-        :attr:`resets`. No communication."""
+        """Reset this diverged worker to ``source`` exactly (shaped like the state), its
+        optimizer's per-parameter state dropped (likely NaN too); no communication."""
         if self._state:
             torch._foreach_copy_(self._state, list(source))
         for group in self.optimizer.param_groups:

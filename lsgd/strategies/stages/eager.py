@@ -94,8 +94,7 @@ class EagerRound(Round):
              diverged: Callable[[], Exception]) -> Healing:
         """The rare path of a mean that is not finite: ``Δ̄`` of ``part`` from the healthy
         workers' ``Δ_{t-1}``; a diverged worker takes their mean ``θ_g``, ``Δ_{t-1}`` and
-        outer momentum (every part), then ``θ_g``. Returns (this worker healthy, healthy
-        count, what a diverged worker is reset to); raises when none is healthy."""
+        outer momentum (every part), and is reset to ``θ_g``; none healthy raises."""
         assert self.reference is not None
         fragments = self.parts.fragments
         thetas = [t for f in range(fragments.count) for t in fragments.of(self.reference, f)]
@@ -111,9 +110,8 @@ class EagerRound(Round):
             raise diverged()
         torch._foreach_div_(sums, float(count))
         width = len(self.own.buffers)
-        own_sums = sums[len(thetas):len(thetas) + len(owns)]
-        torch._foreach_copy_(fragments.of(self.mean, part),
-                             own_sums[part * width:(part + 1) * width])
+        first = len(thetas) + part * width  # the part's Δ_{t-1} sums, after the θ_g ones
+        torch._foreach_copy_(fragments.of(self.mean, part), sums[first:first + width])
         if not healthy:
             torch._foreach_copy_(held, sums)
             for f in range(fragments.count):

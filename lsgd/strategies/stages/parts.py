@@ -78,10 +78,9 @@ class StateParts:
     def leading(self, flat: FlatBuffer, grads: FlatBuffer, count: int
                 ) -> tuple[list[tuple[list[torch.Tensor], list[torch.Tensor]]],
                            list[tuple[int, int]]]:
-        """Where this process's share of ``flat`` (one part) holds the state's first
-        ``count`` tensors (the parameters, ahead of the buffers): one ``(values, grads)``
-        pair of views (the tensors' own for a whole share), and the share's region (per
-        flat buffer) of the other tensors."""
+        """Where this process's share of ``flat`` (one part) holds the state's first ``count``
+        tensors (the parameters, ahead of the buffers): one ``(values, grads)`` pair of views
+        (the tensors' own for a whole share), and the share's region of the rest per buffer."""
         ends = [0] * len(flat.buffers)  # where each flat buffer's leading tensors end
         for index, offset, shape in flat._layout[:count]:
             ends[index] = max(ends[index], offset + shape.numel())
