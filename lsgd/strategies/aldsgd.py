@@ -114,7 +114,7 @@ class ALDSGD(Decentralized):
         self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
         super().__init__(model, optimizer, **options)
         self.device = self._device()
-        self._mixed = FlatBuffer(self._state)
+        self._original = FlatBuffer(self._state)  # this worker's state before the update
         self.best_rank: int | None = None
         self.degree_rank: int | None = None
         self._scores: dict[int, float] = {}  # this communication's, from _share
@@ -141,18 +141,15 @@ class ALDSGD(Decentralized):
             self._scores[peer], self._degrees[peer] = s, int(d)
 
     def _combine(self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]],
-                 weight: float) -> list[torch.Tensor]:
-        candidates = [self.rank, *received]  # the dropped neighbours are not candidates
-        scores = {r: self._scores[r] for r in candidates}
-        degrees = {r: self._degrees[r] for r in candidates}
-        mixed = self._mixed.buffers
-        torch._foreach_copy_(mixed, mine)
-        chosen = aldsgd_update_(mixed, self.rank, received, scores, degrees, weight,
-                                self.c_B, self.c_D, self.p_B, self.p_D, original=mine)
-        best, degree = chosen or (self.rank, self.rank)
-        self.best_rank, self.degree_rank = best, degree
-        self.led += best != self.rank
-        return mixed
+                 weight: float) -> None:
+        scores = {r: self._scores[r] for r in (self.rank, *received)}  # not the dropped ones
+        degrees = {r: self._degrees[r] for r in scores}
+        original = self._original.buffers
+        torch._foreach_copy_(original, mine)
+        chosen = aldsgd_update_(mine, self.rank, received, scores, degrees, weight,
+                                self.c_B, self.c_D, self.p_B, self.p_D, original=original)
+        self.best_rank, self.degree_rank = chosen or (self.rank, self.rank)
+        self.led += self.best_rank != self.rank
 
     def _after_reset(self) -> None:
         """Forget the losses of the diverged past: the window refills from the next step."""
@@ -164,10 +161,8 @@ class ALDSGD(Decentralized):
         return fields
 
     def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["scorer"] = self.scorer.state()
-        state["best_rank"], state["degree_rank"] = self.best_rank, self.degree_rank
-        return state
+        return super().state_dict() | {"scorer": self.scorer.state(), "best_rank": self.best_rank,
+                                       "degree_rank": self.degree_rank}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)

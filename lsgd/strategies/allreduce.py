@@ -108,8 +108,7 @@ class AllReduce(Strategy):
             hook.process_group = group
 
 
-def gradient_compression(compress: str, powersgd: int, powersgd_warmup: int
-                         ) -> GradientCompression:
+def gradient_compression(compress: str, powersgd: int, powersgd_warmup: int) -> GradientCompression:
     """All-reduce's ``compress`` and ``powersgd`` knobs as one of torch's hooks."""
     if compress not in ("none", "bf16"):
         raise ValueError(f"allreduce: compress={compress!r}: PyTorch's DDP communication "

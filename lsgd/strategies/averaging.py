@@ -1,11 +1,8 @@
 """The averaging methods (DiLoCo, local SGD, EASGD): their round is the stages'
-(:mod:`lsgd.strategies.stages`), their file holds their rule.
-
-A round sends each worker's message of a part of the state, moves it (all-reduced, or
-all-gathered when compressed to top-k or 2-bit) and hands the mean to the method's rule
-(:meth:`Averaging._rule`), which lands the part where it goes (docs/algorithms.md,
-"Hiding and shrinking communication"). A mean that is not finite is redone over the
-healthy members (:meth:`Averaging._recover`).
+(:mod:`lsgd.strategies.stages`; docs/algorithms.md, "Hiding and shrinking
+communication"), their file holds the rule applied to the round's mean
+(:meth:`Averaging._rule`), or to the healthy members' when it is not finite
+(:meth:`Averaging._recover`).
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ from lsgd.strategies.health import sum_healthy_
 from lsgd.strategies.strategy import Options, Strategy, as_loss_tensor
 from lsgd.strategies.cadence import Cadence
 from lsgd.strategies.pipeline import InFlight
+from lsgd.strategies.stages.leader_force import check_rounds
 from lsgd.strategies.stages.options import RoundOptions, option_names, plan
 from lsgd.strategies.stages.parts import part_of
 from lsgd.strategies.stages.round import Round
@@ -71,7 +69,7 @@ class Averaging(Strategy):
         self._own_round = self._round_kind(owner)
         # A hidden, compressed or self-stepping round carries the parameters only; a
         # blocking one of a method that averages the whole state carries the buffers too.
-        self.rounds_average_state = (self.rounds_average_state and not self.plan.hidden
+        self.rounds_average_state = (self.rounds_average_state and not self.hides_rounds
                                      and not self._own_round)
         super().__init__(model, optimizer, **options)
 
@@ -87,12 +85,10 @@ class Averaging(Strategy):
         options = dict(self._own_round)
         kind = options.pop("kind", Round)
         self._round = kind(self.name, self.comm, self._state, self.plan, self.module,
-                           self._device(), **options)
-        self._reference = reference
-        self._round.shared = [] if reference is None else [reference]
+                           self._device(), reference=reference, **options)
         self._use_cadences(cadences or self._round.parts.fragments.cadences(self.period))
-        self._round.check(self.asynchronous, getattr(self, "hierarchical", False),
-                          self._elastic)
+        check_rounds(self._round.leader, self.asynchronous, getattr(self, "hierarchical", False),
+                     self._elastic)
 
     def _shared_copy(self) -> FlatBuffer:
         """A copy of the state every worker holds alike (``init="independent"``: the mean)."""
@@ -107,7 +103,7 @@ class Averaging(Strategy):
         # Hierarchical local SGD: when both fall due the global average subsumes the local.
         among: Among = "group" if names == ["local"] else "world"
         part = part_of(names[-1])
-        item, now = self._round.begin(part, self.steps, self._reference, among)
+        item, now = self._round.begin(part, self.steps, among)
         self._launch(item)
         self.rounds += 1
         if now is not None:  # a round whose rule steps at once, on a direction of its own
@@ -117,10 +113,10 @@ class Averaging(Strategy):
     def _apply(self, item: InFlight) -> None:
         """The mean of a part has landed: the method's rule, or the healthy mean's."""
         part, among = int(item.info["fragment"]), item.info.get("among", "world")
-        healthy, mean = self._round.arrive(item, self._reference)
+        healthy, mean = self._round.arrive(item)
         if healthy:
             if mean is not None:
-                self._rule(part, mean, self._round.encoded, item.tensors.get("start"))
+                self._rule(part, mean, self._round.message.difference, item.tensors.get("start"))
                 self._round.done(part)
             return
         healthy, count, reset = self._round.heal(part, among, self._heal, self._diverged_error)
@@ -136,21 +132,23 @@ class Averaging(Strategy):
         count = sum_healthy_(self.comm, self._mean.buffers, healthy, among, self._device())
         if count == 0 and among == "world":
             raise self._diverged_error()
-        return healthy, count, self._recover(part, healthy, count, among)
+        return healthy, count, self._recover(part, healthy, count)
 
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
-        self._round.record(None if loss is None else as_loss_tensor(loss, self.name))
+        loss = None if loss is None else as_loss_tensor(loss, self.name)
+        if self._round.leader is not None:  # the step's loss, for the leader's score
+            self._round.leader.scorer.record(loss, self.name)
 
     def _after_reset(self) -> None:
-        self._round.forget()
+        if self._round.leader is not None:  # the score forgets the diverged losses
+            self._round.leader.scorer.window.load([])
 
     def _rule(self, part: int, mean: list[torch.Tensor], encoded: bool,
               start: list[torch.Tensor] | None) -> None:
         """Apply the round's mean of ``part`` (``encoded``: the mean of ``reference - x``)."""
         raise NotImplementedError
 
-    def _recover(self, part: int, healthy: bool, count: int, among: Among
-                 ) -> list[torch.Tensor] | None:
+    def _recover(self, part: int, healthy: bool, count: int) -> list[torch.Tensor] | None:
         """Apply ``self._mean``, the sum of ``count`` healthy members' states; returns what
         a diverged worker is reset to."""
         raise NotImplementedError
@@ -158,13 +156,12 @@ class Averaging(Strategy):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state.update(self._round.state())
-        if self._reference is not None:
-            state[self.reference_key] = [b.clone() for b in self._reference.buffers]
+        if self._round.reference is not None:
+            state[self.reference_key] = [b.clone() for b in self._round.reference.buffers]
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self._round.load(state, self.name)
-        if self._reference is not None:
-            for buffer, value in zip(self._reference.buffers, state[self.reference_key]):
-                buffer.copy_(value)
+        if self._round.reference is not None:
+            torch._foreach_copy_(self._round.reference.buffers, list(state[self.reference_key]))

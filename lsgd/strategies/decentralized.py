@@ -191,12 +191,9 @@ class Decentralized(Strategy):
         if self.world_size > 1:
             with self.comm.category("init"):
                 self.comm.broadcast_(numbers, src=0)
-        plans, at = [], 0
-        for g, m in zip(self.graphs, sizes):
-            chunk = numbers[at : at + m + 1].tolist()
-            at += m + 1
-            plans.append(GraphPlan(g, g.partners(self.rank), chunk[:m], chunk[m]))
-        return plans
+        pieces = numbers.split([m + 1 for m in sizes])  # each graph's probabilities, weight
+        return [GraphPlan(g, g.partners(self.rank), p[:-1].tolist(), float(p[-1]))
+                for g, p in zip(self.graphs, pieces)]
 
     # -- one communication ---------------------------------------------------
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
@@ -215,8 +212,7 @@ class Decentralized(Strategy):
         self.communications += 1
         self.last_active = active = self._activate(plan)
         self.rounds += bool(active)
-        peers = [p for p in (plan.partners[j] for j in active) if p is not None]
-        self.last_peers = peers
+        self.last_peers = peers = [p for p in (plan.partners[j] for j in active) if p is not None]
         if not peers:  # no active neighbour: nothing to do this time
             return
         self._send.copy_from(self._state)
@@ -233,9 +229,7 @@ class Decentralized(Strategy):
                 self._recover(healthy, plan, active)
                 return
             received = healthy
-        result = self._combine(mine, received, plan.weight)
-        if result is not mine:
-            torch._foreach_copy_(mine, result)
+        self._combine(mine, received, plan.weight)
         self._send.copy_to(self._state)
 
     def _share(self, peers: list[int]) -> None:
@@ -256,27 +250,24 @@ class Decentralized(Strategy):
         torch._foreach_copy_(mean, first)
         for state in others:
             torch._foreach_add_(mean, state)
-        if others:
-            torch._foreach_div_(mean, float(len(healthy)))
+        torch._foreach_div_(mean, float(len(healthy)))
         self._reset_to(self._send.views)
 
     def _combine(self, mine: list[torch.Tensor], received: dict[int, list[torch.Tensor]],
-                 weight: float) -> list[torch.Tensor]:
-        """The new state from ``mine`` (finite, reusable) and the finite states ``received``."""
+                 weight: float) -> None:
+        """The new state, into ``mine`` (finite), from it and the finite states ``received``."""
         mix_(mine, list(received.values()), weight)
-        return mine
 
     # -- evaluation ------------------------------------------------------------
     def spread(self) -> float | None:
         """Mean over workers of ``||x_i - x_bar||`` (collective: two ``"eval"`` all-reduces)."""
-        flat = FlatBuffer(self._state).copy_from(self._state)
-        mine = [b.clone() for b in flat.buffers]
+        center = FlatBuffer(self._state).copy_from(self._state)
         with torch.no_grad(), self.comm.category("eval"):
-            for buffer in flat.buffers:
+            for buffer in center.buffers:
                 self.comm.all_reduce_(buffer, op="mean")
-            squared = torch.zeros((), dtype=torch.float64, device=mine[0].device if mine else None)
-            for m, c in zip(mine, flat.buffers):
-                squared += (m.double() - c.double()).pow(2).sum()
+            squared = torch.zeros((), dtype=torch.float64, device=self._device())
+            for x, c in zip(self._state, center.views):
+                squared += (x.double() - c.double()).pow(2).sum()
             distance = squared.sqrt().reshape(1)
             self.comm.all_reduce_(distance, op="mean")
         return float(distance)
@@ -288,9 +279,7 @@ class Decentralized(Strategy):
         return fields
 
     def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["sampler"] = self._generator.get_state()
-        return state
+        return super().state_dict() | {"sampler": self._generator.get_state()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)

@@ -91,7 +91,7 @@ class DeMo(Strategy):
 
     name = "demo"
     bn_modes = ("local",)
-    counters = ("skipped",)
+    counters = ("skipped_steps",)
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
                  decay: float = 0.999, topk: int = 32, chunk: int = 64, values: str = "float32",
@@ -127,7 +127,7 @@ class DeMo(Strategy):
         self._move = Gather(self.comm, Blocks(self._parts.work, self.chunk, self.topk, values),
                             blocking=self.overlap == 0)
         self._message = FlatBuffer(self._parts.tensors)  # η g
-        self.skipped = 0  # steps that applied no update (overlap: the first)
+        self.skipped_steps = 0  # steps that applied no update (overlap: the first)
 
     def _before_optimizer_step(self) -> bool:
         """Send this step's message; the due update's sign becomes the gradients."""
@@ -137,7 +137,7 @@ class DeMo(Strategy):
             due = self._pipeline.due(self.steps + 1)
             self._pipeline.add(item)
             if not due:
-                self.skipped += 1
+                self.skipped_steps += 1
                 return False
             item = due[0]
         item.wait()
@@ -148,11 +148,10 @@ class DeMo(Strategy):
 
     def _send(self) -> InFlight:
         """``η g`` plus ``β m`` sent, ``m`` what the codec left of it."""
-        message = self._message
         lrs = [group["lr"] for group in self.optimizer.param_groups for _ in group["params"]]
-        for view, p, lr in zip(message.views, self._params, lrs):
+        for view, p, lr in zip(self._message.views, self._params, lrs):
             view.zero_() if p.grad is None else torch.mul(p.grad, lr, out=view)
-        sent = [b.clone() for b in message.buffers]
+        sent = [b.clone() for b in self._message.buffers]
         self._momentum.send(sent, 0, self._move)
         handles, tensors = self._move.start(sent, "world", False)
         return InFlight(self.steps, self.steps + 1 + self.overlap, "step", handles, tensors)
@@ -173,13 +172,8 @@ class DeMo(Strategy):
         torch._foreach_div_(total, float(sum(healthy)))
         return self._move.layout.join(total, item.tensors["mean"])
 
-    def _report_fields(self) -> dict[str, Any]:
-        return {"details": {"skipped_steps": self.skipped}}
-
     def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["momentum"] = self._momentum.state()["residual"]
-        return state
+        return super().state_dict() | {"momentum": self._momentum.state()["residual"]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)

@@ -27,7 +27,6 @@ import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.comm.communicator import Among
 from lsgd.flat import FlatBuffer
 from lsgd.strategies.averaging import Averaging, AveragingOptions
 from lsgd.strategies.stages.eager import check_outer, outer_round
@@ -72,14 +71,13 @@ class DiLoCo(Averaging):
         self.global_state = self._shared_copy()
         self._delta = FlatBuffer(self._state)  # Δ, the outer optimizer's .grad
         self._setup_round(reference=self.global_state)
-        self._parameters = len(list(model.parameters()))
         parts = self._round.parts
         # One outer optimizer per part, over its slice of θ_g (Δ's slice its .grad); with
         # the buffers in the state (one part), over the parameters only.
         self._buffer_regions: list[tuple[int, int]] = []  # the buffers' region of a slice
         if self._buffers_in_state:
             pieces, self._buffer_regions = parts.leading(self.global_state, self._delta,
-                                                         self._parameters)
+                                                         len(list(model.parameters())))
         else:
             pieces = [(parts.of(self.global_state, f), parts.of(self._delta, f))
                       for f in range(parts.fragments.count)]
@@ -90,7 +88,7 @@ class DiLoCo(Averaging):
             self.outer_optimizers.append(torch.optim.SGD(
                 params, lr=self.outer_lr, momentum=self.outer_momentum,
                 nesterov=self.outer_momentum > 0))
-        self._round.attach(self.global_state, self.outer_optimizers)
+        self._round.attach(self.outer_optimizers)
 
     def _round_kind(self, owner: str) -> dict[str, Any]:
         return outer_round(owner, self.outer, self.period, self.plan)
@@ -100,8 +98,7 @@ class DiLoCo(Averaging):
         """The outer step on the part of θ_g, then the worker's part moves to it."""
         self._round.land(part, self._outer_step(part, mean, encoded), start)
 
-    def _outer_step(self, part: int, mean: list[torch.Tensor], encoded: bool
-                    ) -> list[torch.Tensor]:
+    def _outer_step(self, part: int, mean: list[torch.Tensor], encoded: bool) -> list[torch.Tensor]:
         """``Δ = θ_g - θ̄`` on ``part`` (``encoded``: the mean received), the outer step;
         the buffers of θ_g take the mean. Returns the part of θ_g."""
         parts = self._round.parts
@@ -112,17 +109,11 @@ class DiLoCo(Averaging):
             torch._foreach_copy_(delta, theta)
             torch._foreach_sub_(delta, mean)
         self.outer_optimizers[part].step()
-        n = self._parameters
-        if self._buffer_regions:  # a slice's buffers take the mean
-            for t, m, (lo, hi) in zip(theta, mean, self._buffer_regions):
-                t[lo:hi].copy_(m[lo:hi])
-        elif self._buffers_in_state and len(self._state) > n:  # averaged, no outer step
-            torch._foreach_copy_(self.global_state.views[n:],
-                                 self.global_state.views_of(mean)[n:])
+        for t, m, (lo, hi) in zip(theta, mean, self._buffer_regions):
+            t[lo:hi].copy_(m[lo:hi])  # the buffers: averaged, no outer step
         return theta
 
-    def _recover(self, part: int, healthy: bool, count: int, among: Among
-                 ) -> list[torch.Tensor]:
+    def _recover(self, part: int, healthy: bool, count: int) -> list[torch.Tensor]:
         """The outer step on the healthy workers' mean; a diverged worker is reset to θ_g."""
         torch._foreach_div_(self._mean.buffers, float(count))
         theta = self._outer_step(part, self._round.parts.of(self._mean, part), False)
@@ -134,10 +125,8 @@ class DiLoCo(Averaging):
         return self.global_state.views
 
     def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["outer_parts"] = [copy.deepcopy(o.state_dict()["state"])
-                                for o in self.outer_optimizers]
-        return state
+        return super().state_dict() | {"outer_parts": [copy.deepcopy(o.state_dict()["state"])
+                                                       for o in self.outer_optimizers]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``θ_g`` and the outer momentum (``outer_lr`` stays this strategy's)."""

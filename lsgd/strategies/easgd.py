@@ -24,7 +24,6 @@ import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.comm.communicator import Among
 from lsgd.functional import elastic_step_, pull_
 from lsgd.strategies.averaging import Averaging, AveragingOptions
 from lsgd.strategies.state import state_tensors
@@ -39,8 +38,6 @@ class EASGD(Averaging):
         period: tau, local steps between rounds.
         options: the round's (:class:`~lsgd.strategies.stages.options.RoundOptions` but
             ``merge``; compressed, the workers send ``c - x``) and the strategy's.
-
-    ``center()`` returns the center variable ``c`` (no communication).
     """
 
     name = "easgd"
@@ -73,8 +70,7 @@ class EASGD(Averaging):
         self._round.land(part, center, weight=self.alpha)  # x <- x - α (x - c)
         pull_(center, mean, self.moving_rate)  # c <- c + β (x̄ - c)
 
-    def _recover(self, part: int, healthy: bool, count: int, among: Among
-                 ) -> list[torch.Tensor]:
+    def _recover(self, part: int, healthy: bool, count: int) -> list[torch.Tensor]:
         """The round with ``x̄'``; a diverged worker is reset to the new center."""
         mean, center = self._mean.buffers, self.center_state.buffers
         torch._foreach_add_(mean, center, alpha=float(self.world_size - count))
@@ -87,7 +83,7 @@ class EASGD(Averaging):
         return self.center_state.views
 
     def center(self) -> nn.Module:
-        """A copy of the model holding the center variable ``c``."""
+        """A copy of the model holding the center variable ``c`` (no communication)."""
         model = copy.deepcopy(self._module)
         self.center_state.copy_to(state_tensors(model, self._buffers_in_state))
         return model

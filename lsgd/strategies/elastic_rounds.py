@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -30,9 +29,7 @@ from lsgd.strategies.seams import supporting
 class ElasticRounds(Rounds):
     """:class:`~lsgd.strategies.rounds.Rounds`, its rounds among all as quorum points."""
 
-    def __init__(self, strategy: Strategy) -> None:
-        super().__init__(strategy)
-        self.joined = False
+    joined = False  # whether this worker's first quorum is behind it
 
     def start(self) -> None:
         """Elastic workers exchange nothing outside rounds: only the method is checked."""
@@ -64,7 +61,7 @@ class ElasticRounds(Rounds):
         strategy.comm.add_state(  # type: ignore[attr-defined]
             "strategy", lambda: {"model": strategy.module.state_dict(),
                                  "strategy": strategy.state_dict()},
-            lambda state: _take(strategy, state))
+            strategy.take)
 
     def join(self) -> bool:
         """A worker's first quorum, at its first step. If it was healed (the job was
@@ -101,14 +98,6 @@ class ElasticRounds(Rounds):
             started[-1].info["bn_among"] = among
         else:
             super().average_buffers(among)
-
-
-def _take(strategy: Strategy, state: dict[str, Any]) -> None:
-    """Take a peer's state (torchft's heal), keeping this worker's own counts."""
-    own = strategy.own_counts()
-    strategy.module.load_state_dict(state["model"])
-    strategy.load_state_dict(state["strategy"])
-    strategy.restore_own_counts(own)
 
 
 def run_round(strategy: Strategy, body: Callable[[], None],

@@ -35,8 +35,7 @@ class Election:
         #: diverged at its election (None: no leader), for the later fragments
         self.elected: dict[str, tuple[int, bool] | None] = {}
 
-    def _score(self, module: Any, state: list[torch.Tensor], device: torch.device
-               ) -> torch.Tensor:
+    def _score(self, module: Any, state: list[torch.Tensor], device: torch.device) -> torch.Tensor:
         score = self.scorer.score(module, device)
         finite = finite_flag(state).to(score.device)
         return torch.where(finite, score, torch.full_like(score, math.inf)).reshape(1)
@@ -70,7 +69,6 @@ class Election:
 
     def load(self, state: dict[str, Any]) -> None:
         early = state.get("early")
-        self._early = None if early is None else (early["among"],
-                                                  done_handle(early["scores"]))
+        self._early = None if early is None else (early["among"], done_handle(early["scores"]))
         self.elected = {name: None if e is None else (int(e[0]), bool(e[1]))
                         for name, e in state.get("elected", {}).items()}

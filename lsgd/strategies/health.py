@@ -35,8 +35,7 @@ def check_same_model(comm: Communicator, state: Sequence[torch.Tensor], owner: s
     if comm.world_size == 1:
         return
     layout = repr([(tuple(t.shape), str(t.dtype)) for t in state])
-    mine = torch.tensor([zlib.crc32(layout.encode()), len(state),
-                         sum(t.numel() for t in state)],
+    mine = torch.tensor([zlib.crc32(layout.encode()), len(state), sum(t.numel() for t in state)],
                         dtype=torch.int64, device=device)
     with comm.category("init"):
         table = comm.all_gather(mine).cpu().tolist()

@@ -41,8 +41,7 @@ class Level:
     def load(self, saved: dict[str, Any]) -> None:
         self.leader, self.rounds = saved["leader"], saved["rounds"]
         self.switches = saved["switches"]
-        for buffer, value in zip(self.snapshot.buffers, saved["snapshot"]):
-            buffer.copy_(value)
+        torch._foreach_copy_(self.snapshot.buffers, list(saved["snapshot"]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,12 +71,10 @@ def check_knobs(owner: str, pull: float | None, scope: float | None, period: int
                                                                   global_period))
 
 
-def build_levels(owner: str, k: Knobs, info: WorkerInfo, state: list[torch.Tensor]
-                 ) -> list[Level]:
-    """The levels, local before global. One group: the global level only, set by either
-    spelling. Several: a local level when groups have several workers, and a global one
-    (``pull_global``/``scope_global`` default to the local knobs, ``global_period`` to
-    ``4 * period``, or ``period`` when every group is one worker)."""
+def build_levels(owner: str, k: Knobs, info: WorkerInfo, state: list[torch.Tensor]) -> list[Level]:
+    """The levels, local before global: with one group the global level only, set by either
+    spelling; with several a local level (groups of several workers) and a global one,
+    its knobs defaulting as :class:`~lsgd.strategies.lsgd.LSGD` says."""
     levels = []
     if info.groups == 1:
         given = [f"{name}={value!r}" for name, value in (

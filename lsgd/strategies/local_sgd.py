@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from lsgd import _validate
-from lsgd.comm.communicator import Among
 from lsgd.strategies.averaging import Averaging, AveragingOptions
 from lsgd.strategies.cadence import Cadence
 
@@ -49,7 +48,7 @@ class LocalSGD(Averaging):
         super().__init__(model, optimizer, period=period, **options)
         global_period = 4 * self.period if global_period is None else global_period
         self.global_period = _validate.positive_int("LocalSGD", "global_period", global_period)
-        if self.plan.hidden and hierarchical:
+        if self.hides_rounds and hierarchical:
             raise ValueError("LocalSGD: overlap, fragments and compress work with one level "
                              "of averaging; drop hierarchical=True or them")
         self.hierarchical = bool(hierarchical) and 1 < self.comm.groups
@@ -76,19 +75,16 @@ class LocalSGD(Averaging):
             mean = average
         self._round.land(part, mean, start)
 
-    def _recover(self, part: int, healthy: bool, count: int, among: Among
-                 ) -> list[torch.Tensor] | None:
+    def _recover(self, part: int, healthy: bool, count: int) -> list[torch.Tensor] | None:
         """Every healthy member takes the healthy mean, a diverged one is reset to it."""
         if count == 0:
             self.skipped_rounds += 1
             return None
         torch._foreach_div_(self._mean.buffers, float(count))
+        if self.reference is not None:  # the new reference: the healthy mean
+            self.reference.copy_from(self._mean.views)
         if healthy:
             self._mean.copy_to(self._state)
-            if self.reference is not None:
-                self.reference.copy_from(self._state)
             return None
-        if self.reference is not None:  # the healthy mean, which this worker then takes
-            self.reference.copy_from(self._mean.views)
         return self._mean.views
 

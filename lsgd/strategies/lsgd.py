@@ -30,7 +30,7 @@ from lsgd.strategies.strategy import Options, Strategy, as_loss_tensor
 from lsgd.strategies.election import ELECTIONS, Election
 from lsgd.strategies.levels import Level, build_levels, check_knobs
 from lsgd.strategies.pipeline import InFlight, check_options
-from lsgd.strategies.pull_decay import check_decay_rounds, copied_share, round_pull_
+from lsgd.strategies.pull_decay import copied_share, round_pull_
 from lsgd.strategies.cadence import Cadence
 from lsgd.names import SCOPE_PULLS
 
@@ -79,14 +79,17 @@ class LSGD(Strategy):
                  compress: str = "none", election: str | None = None,
                  **options: Unpack[Options]) -> None:
         owner = "LSGD"
-        knobs = check_knobs(owner, pull, scope, period, pull_global, scope_global,
-                            global_period)
-        period = knobs.period
+        knobs = check_knobs(owner, pull, scope, period, pull_global, scope_global, global_period)
         self.scope_pull = _validate.choice(owner, "scope_pull", scope_pull, SCOPE_PULLS)
         self.leader_momentum = _validate.momentum(owner, "leader_momentum", leader_momentum)
-        self.pull_decay_rounds = check_decay_rounds(owner, pull_decay_rounds)
+        if not _validate.is_int(pull_decay_rounds) or pull_decay_rounds < 0:
+            raise ValueError(f"{owner}: pull_decay_rounds must be a whole number of rounds >= 0 "
+                             "(R: the round pull decays from 1 to pull over the first R "
+                             "rounds of each level; 0 keeps it constant), got "
+                             f"{pull_decay_rounds!r}")
+        self.pull_decay_rounds = int(pull_decay_rounds)
         self.overlap, self.fragments, self.compress = check_options(
-            owner, period, overlap, fragments, compress, options.get("asynchronous", False))
+            owner, knobs.period, overlap, fragments, compress, options.get("asynchronous", False))
         hidden = bool(self.overlap) or self.fragments > 1
         elastic = bool(getattr(options.get("comm"), "elastic", False))  # elect at the round
         election = _validate.choice(owner, "election", "early" if hidden and not elastic and
@@ -98,8 +101,7 @@ class LSGD(Strategy):
         self.scorer = Scorer(owner, leader_window, leader_metric, eval_batch, eval_loss)
         self.election = Election(election, self.scorer)
         super().__init__(model, optimizer, **options)
-        info = self.comm.info
-        self.levels = build_levels(owner, knobs, info, self._state)
+        self.levels = build_levels(owner, knobs, self.comm.info, self._state)
         self.device = self._device()
         self.leader_history: list[tuple[int, str, int | None]] = []
         # algorithm-1: the pre-step pull, subtracted after the optimizer step
@@ -109,12 +111,8 @@ class LSGD(Strategy):
         self._velocity = {lv.name: FlatBuffer(self._state) for lv in self.levels
                           if self.leader_momentum > 0}
         self._lag = FlatBuffer(self._state) if self._velocity else None
-        for level in self.levels:
-            if level.period % self.fragments:
-                raise ValueError(f"{owner}: fragments={self.fragments} must divide every "
-                                 f"level's period; the {level.name} one is {level.period}")
-        self._parts = Fragments(FlatBuffer(self._state), self.fragments)
         self._work = FlatBuffer(self._state)
+        self._parts = Fragments(self._work, self.fragments)
         self._frozen = False  # diverged, copying a leader's fragments: no optimizer step
         if self.compress != "none" and self.init == "broadcast":
             for level in self.levels:  # the first reference: the state all start from
@@ -137,17 +135,11 @@ class LSGD(Strategy):
         return self.levels[0].leader
 
     def _report_fields(self) -> dict[str, Any]:
-        details: dict[str, Any] = {}
-        for level in self.levels:
-            details[f"{level.name}_rounds"] = level.rounds
-            details[f"{level.name}_leader_switches"] = level.switches
-        return {
-            "leader_rank": self.leader_rank,
-            "local_leader_rank": self.local_leader_rank,
-            "leader_switches": self.levels[-1].switches,
-            "leader_history": tuple(self.leader_history),
-            "details": details,
-        }
+        details = {f"{lv.name}_{key}": value for lv in self.levels
+                   for key, value in (("rounds", lv.rounds), ("leader_switches", lv.switches))}
+        return {"leader_rank": self.leader_rank, "local_leader_rank": self.local_leader_rank,
+                "leader_switches": self.levels[-1].switches,
+                "leader_history": tuple(self.leader_history), "details": details}
 
     # -- the rule ----------------------------------------------------------
     def _before_optimizer_step(self) -> bool:
@@ -167,23 +159,18 @@ class LSGD(Strategy):
         self.scorer.record(None if loss is None else as_loss_tensor(loss, "LSGD"), "LSGD")
         early = self.election.rule == "early"
         if self.steps == 1 and not self._elastic and not early:  # elastic: only rounds
-            initial = [lv for lv in self.levels if lv.scope > 0 and lv.period > 1]
-            for level, leader, diverged in self._elect(initial, pull=False):
-                self._launch(self._send(level, leader, diverged, pull=False))
+            self._elect([lv for lv in self.levels if lv.scope > 0 and lv.period > 1], pull=False)
         if not self._frozen:
             self._scope_pull()
         if early:
             due = [lv for lv in self.levels if (self.steps + 1) % lv.period == 0]
             if due:
                 among = "world" if any(lv.among == "world" for lv in due) else "group"
-                self.election.start_early(self.comm, self._module, self._state, self.device,
-                                          among)
+                self.election.start_early(self.comm, self._module, self._state, self.device, among)
 
     def _run_rounds(self, names: list[str]) -> None:
         """Elect each due level's leader, send its state (later parts: the period's leader)."""
-        for level, leader, diverged in self._elect(
-                [lv for lv in self.levels if lv.name in names], pull=True):
-            self._launch(self._send(level, leader, diverged, pull=True))
+        self._elect([lv for lv in self.levels if lv.name in names], pull=True)
         for f in range(1, self.fragments):
             for level in self.levels:
                 elected = self.election.elected.get(level.name)
@@ -197,10 +184,8 @@ class LSGD(Strategy):
                 torch._foreach_sub_(self._state, self._scope_delta.views)
                 self._scope_pending = False
             return
-        active = [
-            lv for lv in self.levels
-            if lv.scope > 0 and lv.leader is not None and lv.leader != self.rank
-        ]
+        active = [lv for lv in self.levels
+                  if lv.scope > 0 and lv.leader is not None and lv.leader != self.rank]
         if len(active) == 1:
             pull_(self._state, active[0].snapshot.views, active[0].scope_weight)
         elif len(active) == 2:
@@ -208,13 +193,13 @@ class LSGD(Strategy):
             pull_two_(self._state, a.snapshot.views, a.scope_weight, b.snapshot.views,
                       b.scope_weight)
 
-    def _elect(self, levels: list[Level], pull: bool) -> list[tuple[Level, int, bool]]:
-        """Each level's leader from one gathered set of scores: ``(level, leader, this
-        worker diverged)``, local level first. A worker whose gathered score is not finite
-        is diverged: it copies the leader's state at the first level that elects one. One
-        whose window a reset just emptied scores NaN but is not diverged."""
+    def _elect(self, levels: list[Level], pull: bool) -> None:
+        """Elect each level's leader from one gathered set of scores, local level first, and
+        send its state. A worker whose gathered score is not finite is diverged: it copies
+        the leader's state at the first level that elects one. One whose window a reset just
+        emptied scores NaN but is not diverged."""
         if not levels:
-            return []
+            return
         world = any(lv.among == "world" for lv in levels)
         scores = self.election.gather(self.comm, self._module, self._state, self.device,
                                       "world" if world else "group")
@@ -223,7 +208,6 @@ class LSGD(Strategy):
         own = float(scores[self.rank if world else self.comm.info.group_rank])
         diverged = not math.isfinite(own) and (
             self.scorer.scores_on_eval or len(self.scorer.window) > 0)
-        elected = []
         for level in levels:
             members = level.members
             winner = elect(scores[members[0]: members[-1] + 1] if world and
@@ -238,9 +222,8 @@ class LSGD(Strategy):
                 self.rounds += 1
                 self.election.elected[level.name] = (leader, diverged)
                 self._frozen = self._frozen or (diverged and self.fragments > 1)
-            elected.append((level, leader, diverged))
+            self._launch(self._send(level, leader, diverged, pull))
             diverged = False
-        return elected
 
     def _send(self, level: Level, leader: int, diverged: bool, pull: bool,
               part: int = 0) -> InFlight:
@@ -282,12 +265,9 @@ class LSGD(Strategy):
         return self._parts.of(self._work, part)
 
     def _apply(self, item: InFlight) -> None:
-        """The leader's state or part (as it was when its broadcast started) has landed:
-        it becomes the level's snapshot (part). A diverged worker copies it, and after the
-        last part is reset to the whole snapshot; with ``pull``, the others pull that part
-        toward it (:func:`~lsgd.strategies.pull_decay.round_pull_`), and the leader's own
-        velocity restarts. The first part notes the leader. With fragments, the part is
-        worked on in the work buffer and copied back."""
+        """The leader's state (part), as its broadcast started, has landed in the level's
+        snapshot: a diverged worker copies it (reset after the last part); with ``pull`` the
+        others pull toward it (:func:`~lsgd.strategies.pull_decay.round_pull_`)."""
         info = item.info
         level = next(lv for lv in self.levels if lv.name == info.get("level", item.name))
         part = int(info.get("part", 0))

@@ -27,8 +27,3 @@ class MATCHA(Decentralized):
     name = "matcha"
     default_budget = 0.5
 
-    @property
-    def probabilities(self) -> list[list[float]]:
-        """Activation probability of each matching, per graph."""
-        return [list(plan.probabilities) for plan in self.plans]
-

@@ -17,21 +17,9 @@ Each non-leader keeps ``x_s`` while such a round is in flight (the first ``R`` r
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from lsgd import _validate
 from lsgd.functional import nesterov_pull_, pull_
-
-
-def check_decay_rounds(owner: str, value: Any) -> int:
-    """``pull_decay_rounds`` as a whole number of rounds >= 0 (``ValueError`` naming it)."""
-    if not _validate.is_int(value) or value < 0:
-        raise ValueError(f"{owner}: pull_decay_rounds must be a whole number of rounds >= 0 "
-                         f"(R: the round pull decays from 1 to pull over the first R rounds "
-                         f"of each level; 0 keeps it constant), got {value!r}")
-    return int(value)
 
 
 def copied_share(round_index: int | None, decay_rounds: int) -> float:
@@ -50,10 +38,12 @@ def round_pull_(x: list[torch.Tensor], leader: list[torch.Tensor], pull: float, 
     Plain (no ``velocity``): ``x <- x - λ_r (x - x̃)``. With leader momentum ``mu``:
     first ``x <- x - share (x - x̃)``, then with ``d = x - x̃`` the Nesterov step
     ``v <- mu v + d``, ``x <- x - λ (d + mu v)`` (``lag`` is scratch space). A hidden
-    round's ``start`` (used up): its copied share is :func:`copy_since_`, then the pull.
+    round's copied share is ``x <- x - share (start - x̃)``, the steps since ``start`` (the
+    state at the round, used up) kept; then the pull.
     """
     if start is not None and share:
-        copy_since_(x, start, leader, share)
+        torch._foreach_sub_(start, leader)
+        torch._foreach_add_(x, start, alpha=-share)
         share = 0.0
     if velocity is None or lag is None:
         pull_(x, leader, pull + (1.0 - pull) * share)
@@ -61,10 +51,3 @@ def round_pull_(x: list[torch.Tensor], leader: list[torch.Tensor], pull: float, 
         pull_(x, leader, share)
         nesterov_pull_(x, leader, pull, velocity, lag, mu)
 
-
-def copy_since_(x: list[torch.Tensor], start: list[torch.Tensor],
-                leader: list[torch.Tensor], share: float) -> None:
-    """A hidden round's copied share: ``x <- x - share (start - leader)``, the worker's
-    steps since ``start`` (its state at the round) kept; ``start`` is used up."""
-    torch._foreach_sub_(start, leader)
-    torch._foreach_add_(x, start, alpha=-share)

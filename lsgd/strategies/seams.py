@@ -106,10 +106,10 @@ class Seams:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         raise NotImplementedError
 
-    def own_counts(self) -> tuple[dict[str, CommStats], int, float]:
-        """The traffic baseline, resets and seconds in rounds: this worker's own."""
-        return dict(self._baseline), self.resets, self.wait_seconds
-
-    def restore_own_counts(self, own: tuple[dict[str, CommStats], int, float]) -> None:
-        """Put back what :meth:`own_counts` returned."""
-        self._baseline, self.resets, self.wait_seconds = dict(own[0]), own[1], own[2]
+    def take(self, state: Mapping[str, Any]) -> None:
+        """Take a peer's model and strategy (torchft's heal), keeping this worker's own
+        traffic baseline, resets and seconds in rounds."""
+        own = dict(self._baseline), self.resets, self.wait_seconds
+        self.module.load_state_dict(state["model"])
+        self.load_state_dict(state["strategy"])
+        self._baseline, self.resets, self.wait_seconds = own

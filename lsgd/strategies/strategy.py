@@ -38,6 +38,7 @@ from lsgd.strategies.state import float_buffers, on_state_, state_tensors
 
 INITS = ("broadcast", "independent")
 TRAFFIC = ("train", "eval")
+COUNTS = ("steps", "rounds", "resets")  # checkpointed with the method's own counters
 
 
 class Options(TypedDict, total=False):
@@ -261,9 +262,8 @@ class Strategy(Seams):
                              "the learning rate up) and restart from the last checkpoint")
 
     def _reset_to(self, source: Sequence[torch.Tensor]) -> None:
-        """Reset this diverged worker: ``x <- source`` exactly (shaped like the state), its
-        optimizer's per-parameter state dropped (likely NaN too); counted in
-        :attr:`resets`. No communication."""
+        """Reset this diverged worker to ``source`` exactly (shaped like the state), its
+        optimizer's per-parameter state dropped (likely NaN too); no communication."""
         if self._state:
             torch._foreach_copy_(self._state, list(source))
         for group in self.optimizer.param_groups:
@@ -347,16 +347,13 @@ class Strategy(Seams):
         self._pipeline.settle()  # first: a transfer's bytes count once it has arrived
         return {
             "name": self.name,
-            "steps": self.steps,
-            "rounds": self.rounds,
-            "resets": self.resets,
             "bn_buffers": self.bn_buffers,
             "wait_seconds": self.wait_seconds,
             "schedule": self._schedule.state(),
             "traffic": {c: dataclasses.asdict(self.traffic(c)) for c in TRAFFIC},
             # After the transfers in flight arrived (they are waited for here):
             "in_flight": self._pipeline.state(),
-            **{name: getattr(self, name) for name in self.counters},
+            **{name: getattr(self, name) for name in (*COUNTS, *self.counters)},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -373,9 +370,8 @@ class Strategy(Seams):
             raise ValueError(
                 f"{self.name}.load_state_dict: the state was saved with bn_buffers={saved!r}, "
                 f"this strategy has {self.bn_buffers!r}; resume with the same mode")
-        self.steps = int(state["steps"])
-        self.rounds = int(state["rounds"])
-        self.resets = int(state.get("resets", 0))
+        for name in (*COUNTS, *self.counters):
+            setattr(self, name, int(state.get(name, 0)))
         self.wait_seconds = float(state.get("wait_seconds", 0.0))
         if "schedule" in state:
             self._schedule.load(state["schedule"])
@@ -383,5 +379,3 @@ class Strategy(Seams):
             saved = CommStats(**state["traffic"][c])
             self._baseline[c] = self.comm.stats(c).minus(saved)
         self._pipeline.load(state.get("in_flight", []), self._device())
-        for name in self.counters:
-            setattr(self, name, int(state.get(name, 0)))

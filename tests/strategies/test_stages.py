@@ -101,7 +101,7 @@ def _feedback(info: lsgd.WorkerInfo, method: str, knobs: dict[str, Any]) -> dict
     strategy = lsgd.make_strategy(method, model, opt, period=2, **knobs)
     checks, residual = [], torch.zeros(8)
     for step in range(1, 7):
-        theta = strategy._reference.buffers[0].clone() if step % 2 == 0 else None
+        theta = strategy._round.reference.buffers[0].clone() if step % 2 == 0 else None
         model.weight.grad = torch.tensor([GRADS[info.rank]]) / 3.0
         before = model.weight.detach().reshape(-1).add(model.weight.grad.reshape(-1), alpha=-LR)
         strategy.step(torch.tensor(float(info.rank)))

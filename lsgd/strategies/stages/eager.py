@@ -52,8 +52,8 @@ def check_outer(owner: str, outer: Any, overlap: Any, merge: str | None) -> str:
 class EagerRound(Round):
     """One worker's eager rounds: its last pseudo-gradient ``Δ_{t-1}^m`` (:attr:`own`)
     and the last mean that landed, ``Δ̄_{t-1}`` (:attr:`mean`). Its rounds send
-    ``θ_g^m - x`` and land a period later; :meth:`attach` gives it ``θ_g^m`` and the
-    outer optimizers, one per part.
+    ``θ_g^m - x`` (``θ_g^m``: the reference) and land a period later; :meth:`attach`
+    gives it the outer optimizers, one per part.
     """
 
     def __init__(self, owner: str, *args: Any, **kwargs: Any) -> None:
@@ -64,20 +64,17 @@ class EagerRound(Round):
                              "starts: use outer='standard' for elastic training")
         self.own = FlatBuffer(self.parts.tensors)  # Δ_{t-1}^m, 0 before the first round
         self.mean = FlatBuffer(self.parts.tensors)  # Δ̄_{t-1}, 0 before the first round
-        self.global_state: FlatBuffer | None = None
         self.outer_parts: list[torch.optim.Optimizer] = []
 
-    def attach(self, global_state: FlatBuffer, outer_parts: list[torch.optim.Optimizer]
-               ) -> None:
-        self.global_state, self.outer_parts = global_state, outer_parts
+    def attach(self, outer_parts: list[torch.optim.Optimizer]) -> None:
+        self.outer_parts = outer_parts
 
-    def begin(self, part: int, steps: int, reference: FlatBuffer | None, among: Among
-              ) -> tuple[InFlight, list[torch.Tensor]]:
+    def begin(self, part: int, steps: int, among: Among) -> tuple[InFlight, list[torch.Tensor]]:
         """Start the all-reduce of ``Δ_t^m = θ_g^m - x^m``; returns it and ``Δ̂``."""
-        assert self.global_state is not None
+        assert self.reference is not None
         parts = self.parts
-        fresh = torch._foreach_sub(parts.of(self.global_state, part), parts.current(part))
-        item = self.start(part, steps, self.global_state, among)
+        fresh = torch._foreach_sub(parts.of(self.reference, part), parts.current(part))
+        item = self.start(part, steps, among)
         own = parts.of(self.own, part)
         direction = torch._foreach_sub(fresh, own)
         torch._foreach_div_(direction, float(self.comm.world_size))
@@ -85,8 +82,7 @@ class EagerRound(Round):
         torch._foreach_copy_(own, fresh)
         return item, direction
 
-    def arrive(self, item: InFlight, reference: FlatBuffer | None
-               ) -> tuple[bool, list[torch.Tensor] | None]:
+    def arrive(self, item: InFlight) -> tuple[bool, list[torch.Tensor] | None]:
         """The landed mean becomes ``Δ̄`` of its part (nothing for the rule now)."""
         mean, _ = self.move.finish(item.tensors, None, None)
         if not self.comm.all_agree(all_finite(mean)):
@@ -98,11 +94,10 @@ class EagerRound(Round):
              diverged: Callable[[], Exception]) -> Healing:
         """The rare path of a mean that is not finite: ``Δ̄`` of ``part`` from the healthy
         workers' ``Δ_{t-1}``; a diverged worker takes their mean ``θ_g``, ``Δ_{t-1}`` and
-        outer momentum (every part), then ``θ_g``. Returns (this worker healthy, healthy
-        count, what a diverged worker is reset to); raises when none is healthy."""
-        assert self.global_state is not None
+        outer momentum (every part), and is reset to ``θ_g``; none healthy raises."""
+        assert self.reference is not None
         fragments = self.parts.fragments
-        thetas = [t for f in range(fragments.count) for t in fragments.of(self.global_state, f)]
+        thetas = [t for f in range(fragments.count) for t in fragments.of(self.reference, f)]
         owns = [t for f in range(fragments.count) for t in fragments.of(self.own, f)]
         momenta = [o.state[p]["momentum_buffer"] for o in self.outer_parts
                    for group in o.param_groups for p in group["params"]
@@ -115,14 +110,13 @@ class EagerRound(Round):
             raise diverged()
         torch._foreach_div_(sums, float(count))
         width = len(self.own.buffers)
-        own_sums = sums[len(thetas):len(thetas) + len(owns)]
-        torch._foreach_copy_(fragments.of(self.mean, part),
-                             own_sums[part * width:(part + 1) * width])
+        first = len(thetas) + part * width  # the part's Δ_{t-1} sums, after the θ_g ones
+        torch._foreach_copy_(fragments.of(self.mean, part), sums[first:first + width])
         if not healthy:
             torch._foreach_copy_(held, sums)
             for f in range(fragments.count):
-                self.parts.put_together(self.global_state, f)
-        return healthy, count, self.global_state.views
+                self.parts.put_together(self.reference, f)
+        return healthy, count, self.reference.views
 
     def state(self) -> dict[str, Any]:
         """``Δ_{t-1}^m`` and ``Δ̄_{t-1}`` (the transfers in flight are the strategy's)."""
@@ -134,8 +128,7 @@ class EagerRound(Round):
     def load(self, state: Mapping[str, Any], owner: str) -> None:
         super().load(state, owner)
         for key, flat in (("own", self.own), ("mean", self.mean)):
-            for buffer, value in zip(flat.buffers, state["eager"][key]):
-                buffer.copy_(value)
+            torch._foreach_copy_(flat.buffers, list(state["eager"][key]))
 
 
 def outer_round(owner: str, outer: str, period: int, plan: RoundPlan) -> dict[str, Any]:

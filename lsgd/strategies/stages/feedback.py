@@ -47,5 +47,4 @@ class ErrorFeedback:
         return {"residual": [b.clone() for b in self.residual.buffers]}
 
     def load(self, state: Mapping[str, Any]) -> None:
-        for buffer, value in zip(self.residual.buffers, state["residual"]):
-            buffer.copy_(value)
+        torch._foreach_copy_(self.residual.buffers, list(state["residual"]))

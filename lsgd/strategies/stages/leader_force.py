@@ -51,39 +51,32 @@ class LeaderForce:
         self._landed: list[torch.Tensor] | None = None  # x_L of the round being applied
 
     # -- scores and the election -----------------------------------------------
-    def record(self, loss: torch.Tensor | None) -> None:
-        """Keep the step's training loss for the score (it is required)."""
-        self.scorer.record(loss, self.owner)
-
     def elect(self, comm: Communicator, module: nn.Module, state: Sequence[torch.Tensor],
               device: torch.device, among: Among) -> float | None:
         """Elect the round's leader; this worker's weight of the sum (None: a plain mean)."""
         scores = self.election.gather(comm, module, state, device, among)
         self.leader = elect(scores)
-        if self.mode != "weights":
-            return None
-        count = len(scores)
-        if self.leader is None:
-            return 1.0 / count
-        mine = 1.0 + self.weight if comm.rank == self.leader else 1.0
-        return mine / (count + self.weight)
+        weights = self.weights(len(scores), self.leader)
+        return None if weights is None else weights[comm.rank]
 
-    def weights(self, count: int, leader: int) -> list[float] | None:
-        """Every member's weight of a gathered round's sum (None: a plain mean)."""
+    def weights(self, count: int, leader: int | None) -> list[float] | None:
+        """Every member's weight of the round's sum (None: a plain mean)."""
         if self.mode != "weights":
             return None
+        if leader is None:  # no finite score: the plain mean, as weights
+            return [1.0 / count] * count
         return [(1.0 + self.weight if m == leader else 1.0) / (count + self.weight)
                 for m in range(count)]
 
     # -- the leader's state (pull) ----------------------------------------------
     def send(self, comm: Communicator, parts: StateParts, move: Any,
              reference: FlatBuffer | None, item: InFlight, part: int, among: Among) -> None:
-        """Broadcast the leader's part of the state with the round ``item`` (``"pull"``;
-        compressed: ``x_L - r``); a gathering move already carries it."""
-        if self.mode != "pull" or self.leader is None:
+        """Note the round's leader on ``item``; with ``"pull"`` broadcast its part of the
+        state (compressed: ``x_L - r``) unless a gathering move already carries it."""
+        if self.leader is None:
             return
         item.info["leader"] = self.leader
-        if move.gathers:
+        if self.mode != "pull" or move.gathers:
             return
         buffers = [t.clone() for t in parts.current(part)]
         compress = move.codec

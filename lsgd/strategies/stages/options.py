@@ -20,28 +20,22 @@ CHUNK = 4096  # values per chunk of a gathered message (top-k, and 2-bit levels)
 
 
 class RoundOptions(TypedDict, total=False):
-    """The keywords of an averaging round.
+    """The keywords of an averaging round (each stage's module says more).
 
     overlap: K in ``[0, period)``, steps between a round's start and its landing.
     fragments: F, parts of the state sent in turn, one every ``period / F`` steps.
-    compress: the message's wire format: ``"none"``, ``"bf16"``, ``"int8"`` (all-reduced),
-        ``"2bit"`` (dense, sign and one magnitude bit) or ``"topk"`` (the top ``density``
-        of every chunk), both all-gathered (:mod:`lsgd.comm.sparse`); compressed, a
+    compress: ``"none"``, ``"bf16"``, ``"int8"`` (all-reduced), ``"2bit"`` (sign and one
+        magnitude bit) or ``"topk"`` (all-gathered, :mod:`lsgd.comm.sparse`); compressed, a
         worker sends its difference from a reference every worker holds.
-    merge: with overlap, how a landing meets the steps taken meanwhile: ``"keep"``,
-        ``"replace"`` or ``"mix"`` (:mod:`lsgd.strategies.stages.land`).
-    error_feedback: with compression, add what the codec dropped to the next message
-        (:mod:`lsgd.strategies.stages.feedback`).
-    feedback_decay: β in [0, 1] of the error feedback's accumulator (default 1).
-    density: ``compress="topk"``: the share of each chunk's entries kept, in (0, 1]
-        (default 0.01).
-    chunk: ``compress="topk"`` or ``"2bit"``: values per chunk (default 4096).
-    values: ``compress="topk"``: the kept values' format, ``"float32"`` (default),
-        ``"int8"`` or ``"2bit"``.
-    leader: ``"none"``, ``"weights"`` or ``"pull"``: the leader's force
-        (:mod:`lsgd.strategies.stages.leader_force`); ``step(loss)`` then needs the loss.
-    leader_weight: c >= 0 of ``"weights"`` (default 1.0).
-    leader_pull: λ in [0, 1] of ``"pull"`` (default 0.5).
+    merge: with overlap, ``"keep"``, ``"replace"`` or ``"mix"`` (:mod:`.land`).
+    error_feedback, feedback_decay: with compression, what the codec dropped goes with the
+        next message, the accumulator decayed by β in [0, 1] (default 1; :mod:`.feedback`).
+    density, chunk, values: ``"topk"``'s share of each chunk kept, in (0, 1] (default
+        0.01), and kept values' format (``"float32"``, ``"int8"``, ``"2bit"``); the values
+        per chunk of ``"topk"`` or ``"2bit"`` (default 4096).
+    leader, leader_weight, leader_pull: ``"none"``, ``"weights"`` (with c >= 0, default 1)
+        or ``"pull"`` (with λ in [0, 1], default 0.5), :mod:`.leader_force`; ``step(loss)``
+        then needs the loss.
     """
 
     overlap: int
@@ -85,11 +79,6 @@ class RoundPlan:
     leader_pull: float | None = None
 
     @property
-    def hidden(self) -> bool:
-        """Whether rounds hide or shrink (then they carry the parameters only)."""
-        return bool(self.overlap or self.fragments > 1 or self.compress != "none")
-
-    @property
     def gathers(self) -> bool:
         """Whether the message is all-gathered (each worker's kept entries its own)."""
         return self.fmt is not None
@@ -131,11 +120,9 @@ def plan(owner: str, period: int, options: dict[str, Any], *, merge: str,
                      leader_pull=given.get("leader_pull"))
 
 
-def _gathered(owner: str, compress: str, given: dict[str, Any]
-              ) -> tuple[SparseFormat | None, int]:
+def _gathered(owner: str, compress: str, given: dict[str, Any]) -> tuple[SparseFormat | None, int]:
     """The format of a gathered message (None: all-reduced) and its chunk."""
-    for key, codecs in (("density", ("topk",)), ("values", ("topk",)),
-                        ("chunk", GATHERED_CODECS)):
+    for key, codecs in (("density", ("topk",)), ("values", ("topk",)), ("chunk", GATHERED_CODECS)):
         if given.get(key) is not None and compress not in codecs:
             raise ValueError(f"{owner}: {key}={given[key]!r} shapes a "
                              f"{' or '.join(repr(c) for c in codecs)} message; give "

@@ -32,10 +32,6 @@ class Fragments:
         """This process's share of part ``f`` of ``flat`` (laid out like the state)."""
         return [b[lo:hi] for b, (lo, hi) in zip(flat.buffers, self.bounds[f])]
 
-    def whole_of(self, flat: FlatBuffer, f: int) -> list[torch.Tensor]:
-        """All of part ``f`` of ``flat``, as views."""
-        return [b[lo:hi] for b, (lo, hi) in zip(flat.buffers, self.whole[f])]
-
     def cadences(self, period: int) -> list[Cadence]:
         """One kind of round per part, every ``period`` steps at its offset."""
         if self.count == 1:
@@ -53,8 +49,7 @@ def part_of(cadence: str) -> int:
 class StateParts:
     """The state as a round sees it: ``work``, a flat copy, and ``fragments``."""
 
-    def __init__(self, comm: Communicator, state: Sequence[torch.Tensor], fragments: int
-                 ) -> None:
+    def __init__(self, comm: Communicator, state: Sequence[torch.Tensor], fragments: int) -> None:
         self.comm = comm
         self.tensors = list(state)
         self.work = FlatBuffer(self.tensors)
@@ -77,17 +72,15 @@ class StateParts:
     def put_together(self, flat: FlatBuffer, part: int) -> None:
         """Part ``part`` of ``flat`` whole again from the replica's processes' shares."""
         if self.comm.share[1] > 1:
-            for whole in self.fragments.whole_of(flat, part):
-                self.comm.put_together_(whole)
+            for buffer, (lo, hi) in zip(flat.buffers, self.fragments.whole[part]):
+                self.comm.put_together_(buffer[lo:hi])
 
     def leading(self, flat: FlatBuffer, grads: FlatBuffer, count: int
                 ) -> tuple[list[tuple[list[torch.Tensor], list[torch.Tensor]]],
                            list[tuple[int, int]]]:
-        """Where this process's share of ``flat`` (one part) holds the state's first
-        ``count`` tensors (the parameters, ahead of the buffers): one ``(values, grads)``
-        pair of views, and the share's region (per flat buffer) of the other tensors."""
-        if self.comm.share[1] == 1:
-            return [(flat.views[:count], grads.views[:count])], []
+        """Where this process's share of ``flat`` (one part) holds the state's first ``count``
+        tensors (the parameters, ahead of the buffers): one ``(values, grads)`` pair of views
+        (the tensors' own for a whole share), and the share's region of the rest per buffer."""
         ends = [0] * len(flat.buffers)  # where each flat buffer's leading tensors end
         for index, offset, shape in flat._layout[:count]:
             ends[index] = max(ends[index], offset + shape.numel())
@@ -98,4 +91,6 @@ class StateParts:
                 values.append(theta[lo:min(hi, end)])
                 slopes.append(delta[lo:min(hi, end)])
             regions.append((max(lo, end) - lo, hi - lo))
+        if self.comm.share[1] == 1:
+            values, slopes = flat.views[:count], grads.views[:count]
         return [(values, slopes)], regions

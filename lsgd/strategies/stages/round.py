@@ -38,14 +38,16 @@ Healing = tuple[bool, int, Tensors | None]
 
 class Round:
     """The stages of one method's rounds, from the checked options ``plan``;
-    ``difference``: send ``r - x`` even uncompressed; ``overlap`` and ``merge`` override
-    the plan's. ``module`` and ``device`` serve the leader's election."""
+    ``reference``: ``r``, the copy every worker holds alike; ``difference``: send
+    ``r - x`` even uncompressed; ``overlap`` and ``merge`` override the plan's. ``module``
+    and ``device`` serve the leader's election."""
 
     def __init__(self, owner: str, comm: Communicator, state: Sequence[torch.Tensor],
                  plan: RoundPlan, module: nn.Module, device: torch.device, *,
-                 difference: bool = False, overlap: int | None = None,
-                 merge: str | None = None) -> None:
+                 reference: FlatBuffer | None = None, difference: bool = False,
+                 overlap: int | None = None, merge: str | None = None) -> None:
         self.comm, self.plan, self.module, self.device = comm, plan, module, device
+        self.reference = reference
         self.overlap = plan.overlap if overlap is None else overlap
         self.parts = StateParts(comm, state, plan.fragments)
         self.message = Message(self.parts, difference or plan.compress != "none")
@@ -57,26 +59,14 @@ class Round:
                          if plan.error_feedback else None)
         self.leader = leaders.make(owner, plan.leader, plan.leader_weight, plan.leader_pull)
         self.landing = Landing(self.parts, self.overlap, merge or plan.merge)
-        self.shared: list[FlatBuffer] = []  # copies every worker holds, by shares
-
-    def check(self, asynchronous: bool, hierarchical: bool, elastic: bool) -> None:
-        """Refuse what the stages cannot take of the method's rounds."""
-        leaders.check_rounds(self.leader, asynchronous, hierarchical, elastic)
-
-    @property
-    def encoded(self) -> bool:
-        """Whether the mean is of ``r - x`` (compressed, or ``difference``)."""
-        return self.message.difference
 
     # -- the sending half ----------------------------------------------------------
-    def start(self, part: int, steps: int, reference: FlatBuffer | None,
-              among: Among = "world") -> InFlight:
+    def start(self, part: int, steps: int, among: Among = "world") -> InFlight:
         """Build ``part``'s message, transform it and start its move."""
-        message, now = self.message.build(part, reference)
+        message, now = self.message.build(part, self.reference)
         leader, weight = self.leader, None
         if leader is not None:
-            weight = leader.elect(self.comm, self.module, self.parts.tensors, self.device,
-                                  among)
+            weight = leader.elect(self.comm, self.module, self.parts.tensors, self.device, among)
             if weight is not None and not self.move.gathers:  # the sum of weighted messages
                 torch._foreach_mul_(message, weight)
         if self.feedback is not None:
@@ -88,23 +78,18 @@ class Round:
         item = InFlight(steps, steps + self.overlap, f"fragment{part}", handles, tensors,
                         {"fragment": part, "among": among})
         if leader is not None:
-            if self.move.gathers and leader.leader is not None:
-                item.info["leader"] = leader.leader
-            leader.send(self.comm, self.parts, self.move, reference, item, part, among)
+            leader.send(self.comm, self.parts, self.move, self.reference, item, part, among)
         return item
 
-    def attach(self, global_state: FlatBuffer, outer_parts: list[torch.optim.Optimizer]
-               ) -> None:
-        """The global copy and its outer optimizers, for DiLoCo's eager round."""
+    def attach(self, outer_parts: list[torch.optim.Optimizer]) -> None:
+        """The outer optimizers of the reference, for DiLoCo's eager round."""
 
-    def begin(self, part: int, steps: int, reference: FlatBuffer | None, among: Among
-              ) -> tuple[InFlight, Tensors | None]:
+    def begin(self, part: int, steps: int, among: Among) -> tuple[InFlight, Tensors | None]:
         """:meth:`start`, and a direction the rule applies at once (here none)."""
-        return self.start(part, steps, reference, among), None
+        return self.start(part, steps, among), None
 
     # -- the receiving half ----------------------------------------------------------
-    def arrive(self, item: InFlight, reference: FlatBuffer | None
-               ) -> tuple[bool, Tensors | None]:
+    def arrive(self, item: InFlight) -> tuple[bool, Tensors | None]:
         """(whether the landed mean is finite on every share, the mean for the rule)."""
         part = int(item.info["fragment"])
         leader, weights, keep = self.leader, None, None
@@ -116,8 +101,8 @@ class Round:
         if not self.comm.all_agree(all_finite(mean)):  # every share of the replica's
             return False, None
         if leader is not None:
-            encoded = self.plan.compress != "none" and reference is not None
-            leader.arrive(item, self.parts.of(reference, part) if encoded else None, kept)
+            encoded = self.plan.compress != "none" and self.reference is not None
+            leader.arrive(item, self.parts.of(self.reference, part) if encoded else None, kept)
         return True, mean
 
     def land(self, part: int, target: Sequence[torch.Tensor],
@@ -128,11 +113,11 @@ class Round:
         self.landing.land(part, target, start, weight)
 
     def done(self, part: int) -> None:
-        """After the rule: the shared copies whole again, the round's leader let go."""
+        """After the rule: the reference whole again, the round's leader let go."""
         if self.leader is not None:
             self.leader.done()
-        for flat in self.shared:
-            self.parts.put_together(flat, part)
+        if self.reference is not None:
+            self.parts.put_together(self.reference, part)
 
     def heal(self, part: int, among: Among, plain: Callable[[int, Among], Healing],
              diverged: Callable[[], Exception]) -> Healing:
@@ -160,13 +145,3 @@ class Round:
                 raise ValueError(f"{owner}.load_state_dict: the state was saved without a "
                                  "leader force; resume with leader='none'")
             self.leader.load(state["leader_force"])
-
-    def record(self, loss: torch.Tensor | None) -> None:
-        """The step's training loss, for the leader's score."""
-        if self.leader is not None:
-            self.leader.record(loss)
-
-    def forget(self) -> None:
-        """After a reset: the leader's score forgets the diverged losses."""
-        if self.leader is not None:
-            self.leader.scorer.window.load([])
