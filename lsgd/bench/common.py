@@ -15,11 +15,16 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
+from torch.nn import functional as F
 
 from lsgd.train.errors import UsageError
+
+if TYPE_CHECKING:
+    from lsgd.strategies.strategy import Strategy
 
 
 @dataclasses.dataclass
@@ -222,6 +227,19 @@ def in_parallel(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], jobs: 
         return [future.result() for future in futures]
     finally:  # on an error or Ctrl-C, start no further call
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+               strategy: Strategy | None = None) -> None:
+    """One classification step on the batch ``(x, y)``: the cross-entropy's gradients, then
+    ``strategy.step(loss)`` (without a strategy, the optimizer's own step)."""
+    loss = F.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    if strategy is None:
+        opt.step()
+    else:
+        strategy.step(loss)
 
 
 def median(values: Sequence[float]) -> float:

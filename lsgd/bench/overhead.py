@@ -23,10 +23,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 import lsgd
-from lsgd.bench.common import Result, median
+from lsgd.bench.common import Result, median, train_step
 from lsgd.models import build_model
 from lsgd.registry import accepted_knobs
 
@@ -59,30 +58,23 @@ def _step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor) -> tuple[float, fl
     model, opt, strategy = stepper
     rounds = strategy.rounds if strategy is not None else 0
     start, cpu = time.perf_counter(), time.process_time()
-    loss = F.cross_entropy(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    if strategy is None:
-        opt.step()
-    else:
-        strategy.step(loss)
+    train_step(model, opt, x, y, strategy)
     return (time.perf_counter() - start, time.process_time() - cpu,
             strategy is not None and strategy.rounds != rounds)
 
 
 def measure(info: lsgd.WorkerInfo, name: str, batch: int, steps: int, warmup: int,
             seed: int) -> dict[str, Any]:
-    """One worker process: the plain loop and every strategy, each on a model of its
-    own, taking turns step by step (a busy machine slows them all alike); timings by
-    method and, under ``"skipped"``, why a strategy could not be built."""
+    """One worker process: the plain loop and every strategy, each on a model of its own,
+    taking turns step by step; timings by method and, under ``"skipped"``, why a strategy
+    could not be built."""
     shape = SHAPES[name]
     g = torch.Generator().manual_seed(seed + 1000 * (1 + info.rank))
     x = torch.randn(batch, *shape, generator=g)
     y = torch.randint(0, 10, (batch,), generator=g)
 
     def fresh(method: str = "") -> tuple[nn.Module, torch.optim.Optimizer]:
-        """A model and its optimizer: SGD with momentum, but a momentum-free one for
-        DeMo (its momentum is its own) and Muon with AdamW for MuLoCo."""
+        """A model and its optimizer (DeMo's SGD has no momentum: DeMo's is its own)."""
         torch.manual_seed(seed)
         model = build_model(name, shape, 10)
         if method == "muloco":

@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn import functional as F
 
 import lsgd
-from lsgd.bench.common import Result, median
+from lsgd.bench.common import Result, median, train_step
 from lsgd.comm import codec
 from lsgd.links import netns, parse_link
 from lsgd.models import build_model
@@ -83,10 +82,7 @@ def _count(info: lsgd.WorkerInfo, label: str, period: int, steps: int, model: st
     for _ in range(steps):
         x = torch.randn(2, 1, 28, 28, generator=g)
         y = torch.randint(0, 10, (2,), generator=g)
-        loss = F.cross_entropy(strategy.model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        strategy.step(loss)
+        train_step(strategy.model, opt, x, y, strategy)
     return {"bytes": (strategy.report().bytes_sent - start) / steps}
 
 
