@@ -33,26 +33,24 @@ COLUMNS = ["method", "how", "fault", "wall s", "steps redone", "rejoin s", "heal
 
 
 def _setup(quick: bool, link: str | None) -> dict[str, Any]:
-    common = {"seed": 0, "quiet": True, "restarts": 1, "link": link,
-              "groups": None if link is None else 0}
     if quick:  # the restart is waited for (10 s heartbeats): loaded, it beats again past 2 s
-        return common | {"workers": 3, "model": "mlp", "dataset": "digits", "steps": 96,
-                         "kill": 40, "period": 8, "every": 16, "batch_size": 32,
-                         "heartbeat_timeout": 10.0}
-    return common | {"workers": 4, "model": "cnn7", "dataset": "fashion-mnist", "steps": 240,
-                     "kill": 100, "period": 16, "every": 40, "batch_size": 64}
+        return {"workers": 3, "model": "mlp", "dataset": "digits", "steps": 96, "kill": 40,
+                "period": 8, "every": 16, "batch_size": 32, "heartbeat_timeout": 10.0,
+                "link": link}
+    return {"workers": 4, "model": "cnn7", "dataset": "fashion-mnist", "steps": 240,
+            "kill": 100, "period": 16, "every": 40, "batch_size": 64, "heartbeat_timeout": 2.0,
+            "link": link}
 
 
-def _config(method: str, setup: dict[str, Any], fault: bool, run: Path,
-            **extra: Any) -> Any:
+def _config(method: str, setup: dict[str, Any], fault: bool, run: Path, **extra: Any) -> Any:
     from lsgd.train.config import make_config
 
     settings = {key: setup[key] for key in ("workers", "model", "dataset", "steps", "period",
-                                             "batch_size", "seed", "quiet", "restarts", "link")}
+                                             "batch_size", "link")}
     if setup["link"] is not None:
         settings["groups"] = setup["workers"]
-    return make_config(settings | {"method": method, "out": str(run),
-                                   "eval_every": str(setup["steps"]),
+    return make_config(settings | {"method": method, "out": str(run), "seed": 0, "quiet": True,
+                                   "restarts": RESTARTS, "eval_every": str(setup["steps"]),
                                    "fault": [f"kill:2:{setup['kill']}"] if fault else []}
                        | extra)
 
@@ -62,7 +60,7 @@ def _elastic(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> d
     from lsgd.train.runner import prepare
 
     cfg = _config(method, setup, fault, folder / f"{method}-elastic-{int(fault)}", elastic=True,
-                  heartbeat_timeout=setup.get("heartbeat_timeout", 2.0))
+                  heartbeat_timeout=setup["heartbeat_timeout"])
     prepare(cfg, cfg.out_dir)
     start = time.perf_counter()
     summary, records = train_elastic(cfg)
@@ -90,8 +88,7 @@ def _restart(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> d
     from lsgd.train import runner
 
     cfg = _config(method, setup, fault, folder / f"{method}-restart-{int(fault)}-{setup['link']}",
-                  backend="processes", checkpoint_every=setup["every"], restarts=RESTARTS,
-                  timeout=PATIENCE)
+                  backend="processes", checkpoint_every=setup["every"], timeout=PATIENCE)
     start = time.perf_counter()
     no_heal = {"rejoin": float("nan"), "heal_mb": 0.0, "heal_s": 0.0}
     try:

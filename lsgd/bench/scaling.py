@@ -1,13 +1,11 @@
 """``lsgd bench scaling``: time to a target and bytes per worker from one node to sixteen.
 
 4, 16 and 64 workers in nodes of 4, 20 Mbit/s between nodes and free links inside one,
-on the modeled clock with a fixed step time, the MLP on Fashion-MNIST (batch 32 per
-worker). Per size and method: the time until the center first reaches the target
-(median over the seeds, evaluated every few steps), the steps it took and the MB each
-worker sent until then, and a figure of both. Methods (:data:`KNOBS`): all-reduce,
-DiLoCo and multi-leader LSGD, plain and hidden, at the knobs of the 12-worker setting;
-on one node multi-leader LSGD has its local level only. docs/benchmarks.md ("Many
-nodes") shows the results.
+on the modeled clock with a fixed step time (:func:`_defaults`). Per size and method:
+the time until the center first reaches the target (median over the seeds, evaluated
+every few steps), the steps it took and the MB each worker sent until then. Methods
+(:data:`KNOBS`): all-reduce, DiLoCo and multi-leader LSGD, plain and hidden, at the
+knobs of the 12-worker setting. docs/benchmarks.md ("Many nodes") shows the results.
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@ synchronously and asynchronously (``--async``: rounds fall due by the total step
 workers, so the fast ones do not wait for the slow one), the last worker slowed by a
 factor of 2 and 3 (it sleeps ``factor - 1`` times its compute after every step).
 Reported: the steps per second of all workers, async over sync, each worker's steps and
-seconds in rounds, and the center's accuracy at the end. Quick: an MLP on the digits,
-3 seconds per run, factor 3.
+seconds in rounds, and the center's accuracy at the end.
 """
 
 from __future__ import annotations

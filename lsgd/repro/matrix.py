@@ -1,18 +1,12 @@
-"""The LSGD paper's low-rank matrix factorization: EAGD slows down near the
-minimizers, LGD does not (the paper's Figure 1).
+"""The LSGD paper's low-rank matrix factorization: EAGD slows down near the minimizers,
+LGD does not (the paper's Figure 1).
 
-``F(X) = 1/4 ||M - X X^T||_F^2`` with ``M = U U^T``, 8 workers from the same
-N(0, 1) starts for both methods, a round every step; reported: the best worker's
-``F / F(0)`` against steps. docs/algorithms.md ("The papers' own small
-experiments") gives the setup and how the paper's simultaneous update maps onto
-the strategies: LGD = ``LSGD(pull = eta lambda, scope = 0, period = 1)``, EAGD =
-``EASGD(moving_rate = W eta lambda, period = 1)``.
-
-Two engines compute the same thing (the tests check them to 1e-9):
-``"strategy"``, each worker a :class:`~lsgd.repro.Point` under the real strategy
-on the simulator (:func:`~lsgd.repro.run_full_batch`), and ``"batched"`` (the
-default), all workers of all trials as one ``[T, W, d, r]`` tensor in the
-strategies' order of operations.
+``F(X) = 1/4 ||M - X X^T||_F^2`` with ``M = U U^T``, 8 workers from the same N(0, 1)
+starts for both methods (:func:`methods`), a round every step; reported: the best
+worker's ``F / F(0)`` against steps. docs/algorithms.md ("The papers' own small
+experiments") gives the setup. Two engines compute the same thing (the tests check them
+to 1e-9): :func:`run_strategy`, the real strategies on the simulator, and
+:func:`run_batched` (the default), all workers of all trials as one tensor.
 
 ``F`` and its gradient cost ``O(d r^2)``, never forming ``d x d``: with ``U = Q R``
 (thin QR) and ``X = Q B + P`` (``B = Q^T X``, ``Q^T P = 0``)::
@@ -20,8 +14,8 @@ strategies' order of operations.
     4 F = ||R R^T - B B^T||^2 + 2 <B^T B, P^T P> + ||P^T P||^2
     grad F = X (B^T B + P^T P) - Q (R R^T B)
 
-a sum of squares and PSD products, accurate to rounding even at
-``F / F(0) ~ 1e-30``, where expanding ``||M - X X^T||^2`` would cancel at 1e-16.
+a sum of squares and PSD products, accurate to rounding even at ``F / F(0) ~ 1e-30``,
+where expanding ``||M - X X^T||^2`` would cancel at 1e-16.
 """
 
 from __future__ import annotations
@@ -84,12 +78,7 @@ class Factorization:
 
     def objective(self, x: torch.Tensor) -> torch.Tensor:
         """``F(X)`` for ``X`` of shape ``[..., d, r]`` (differentiable)."""
-        b, p = self.split(x)
-        return self._value(b, b.mT @ b, p.mT @ p)
-
-    def _value(self, b: torch.Tensor, btb: torch.Tensor, ptp: torch.Tensor) -> torch.Tensor:
-        inner = (btb * ptp).sum(dim=(-2, -1))
-        return 0.25 * (_sq(self.rrt - b @ b.mT) + 2.0 * inner + _sq(ptp))
+        return self.value_and_grad_split(*self.split(x))[0]
 
     def value_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``F(X)`` and ``grad F(X) = Q grad_B + grad_P`` (see :meth:`value_and_grad_split`)."""
@@ -106,7 +95,8 @@ class Factorization:
         """
         btb, ptp = b.mT @ b, p.mT @ p
         s = btb + ptp
-        return self._value(b, btb, ptp), b @ s - self.rrt @ b, p @ s
+        value = 0.25 * (_sq(self.rrt - b @ b.mT) + 2.0 * (btb * ptp).sum(dim=(-2, -1)) + _sq(ptp))
+        return value, b @ s - self.rrt @ b, p @ s
 
 
 def _sq(a: torch.Tensor) -> torch.Tensor:
@@ -132,7 +122,8 @@ def draw_trial(dim: int, rank: int, workers: int, seed: int, trial: int,
 
 
 def methods(lr: float = LR, pull: float = PULL, workers: int = WORKERS) -> list[Method]:
-    """LGD and EAGD with the paper's ``lambda`` mapped onto the strategies' knobs."""
+    """LGD and EAGD with the paper's simultaneous update mapped onto the strategies:
+    ``LSGD(pull = eta lambda)`` and ``EASGD(moving_rate = W eta lambda)``."""
     return [lgd(lr * pull), eagd(min(1.0, workers * lr * pull))]
 
 
@@ -289,9 +280,8 @@ def summarize(result: Result, at: Sequence[int] | None = None) -> dict[str, Any]
         entry: dict[str, Any] = {"seconds": result.seconds[rank]}
         for label, curve in by_method.items():
             values = curve[at]  # [len(at), T]
-            entry[label] = {"median": values.median(dim=1).values.tolist(),
-                            "min": values.min(dim=1).values.tolist(),
-                            "max": values.max(dim=1).values.tolist()}
+            entry[label] = {stat: getattr(values, stat)(dim=1).values.tolist()
+                            for stat in ("median", "min", "max")}
         ranks[str(rank)] = entry
     return {"setup": result.setup, "steps": at, "ranks": ranks,
             "seconds": sum(result.seconds.values())}

@@ -1,14 +1,12 @@
 """The LSGD paper's 2-D toy landscape: LGD reaches a better optimum than EAGD.
 
-``L(x, y) = sin(pi r) / (pi r)``, ``r = sqrt(x^2 + y^2)``: a radial "sinc" whose
-minima are rings, each shallower than the one inside it (the deepest at r ~ 1.430,
-L ~ -0.2172). Four workers take full gradient steps, communicating every step,
-under LGD (LSGD with ``scope = 0``, ``period = 1``) and EAGD (EASGD with
-``moving_rate = beta``, ``period = 1``), and for comparison LSGD with a scope pull
-and period above 1, local SGD and independent gradient descent. A run stops when
-no worker moved a coordinate more than ``tol`` in a step (checked every 10 steps),
-or after ``max_steps``. docs/algorithms.md ("The papers' own small experiments")
-gives the setup.
+``L(x, y) = sin(pi r) / (pi r)``, ``r = sqrt(x^2 + y^2)``: a radial "sinc" whose minima
+are rings, each shallower than the one inside it (the deepest at r ~ 1.430, L ~ -0.2172).
+Four workers take full gradient steps under LGD and EAGD, communicating every step
+(:func:`~lsgd.repro.lgd`, :func:`~lsgd.repro.eagd`), and for comparison LSGD with a scope
+pull and period above 1, local SGD and independent gradient descent, until no worker
+moves more than ``tol`` (:func:`~lsgd.repro.run_full_batch`) or ``max_steps``.
+docs/algorithms.md ("The papers' own small experiments") gives the setup.
 """
 
 from __future__ import annotations
