@@ -5,11 +5,10 @@ number of steps (quick: an MLP on the digits, on the loopback). For each mode (e
 on torchft, or restartable from checkpoints), method and kind of round, the run is made
 without faults, then once per seed under the faults ``--chaos SEED`` draws
 (:mod:`lsgd.train.chaos`), each ``lsgd train`` in a process of its own (docs/reliability.md,
-"The chaos benchmark"). Per run: the faults injected and survived, whether it finished,
-**hangs** (the run folder unchanged for ``--timeout`` + join timeout + 10 s: the run is
-stopped), **silent exits** (a worker ended by a signal no fault sent, or with an error
-code and no error written), the steps redone, the wall time lost and the final accuracy
-against the unfailed run.
+"The chaos benchmark"). Per run the table's :data:`COLUMNS`, where a **hang** is the run
+folder unchanged for ``--timeout`` + join timeout + 10 s (the run is then stopped), and a
+**silent exit** a worker ended by a signal no fault sent, or with an error code and no
+error written.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.bench.common import Result, write
+from lsgd.train.ranges import flag
 
 NAME = "chaos"
 TITLE = "Chaos: faults at random, nothing lost"
@@ -72,13 +72,11 @@ def _settings(setup: dict[str, Any], method: str, mode: str, rounds: str) -> dic
 def _flags(settings: dict[str, Any]) -> list[str]:
     flags: list[str] = []
     for key, value in settings.items():
-        flag = "--" + key.replace("_", "-")
-        flags += [flag] if value is True else [flag, str(value)]
+        flags += [f"--{flag(key)}"] if value is True else [f"--{flag(key)}", str(value)]
     return flags
 
 
-def schedule(settings: dict[str, Any], seed: int, seconds: float,
-             share: float = HORIZON[False]) -> list[str]:
+def schedule(settings: dict[str, Any], seed: int, seconds: float, share: float) -> list[str]:
     """The ``--fault`` items of ``--chaos seed`` for the run of ``settings`` whose unfailed
     run trained for ``seconds``: :data:`FAULTS` faults over the first ``share`` of them."""
     from lsgd.train import chaos

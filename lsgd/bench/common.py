@@ -98,10 +98,8 @@ def machine() -> dict[str, Any]:
 def write(result: Result, out: Path) -> Path:
     """``out/NAME.json`` and ``out/NAME.txt``; returns the JSON's path."""
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"name": result.name, "title": result.title, "columns": result.columns,
-               "rows": result.rows, "notes": result.notes, "figures": result.figures,
-               "seconds": result.seconds, "machine": machine(),
-               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "data": result.data}
+    payload = dataclasses.asdict(result) | {"machine": machine(),
+                                            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     path = out / f"{result.name}.json"
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     (out / f"{result.name}.txt").write_text(result.text() + "\n")

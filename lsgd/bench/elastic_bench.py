@@ -1,13 +1,11 @@
 """Elastic: a worker killed mid-run, survived on torchft against restarted from a checkpoint.
 
 Four nodes behind shaped 100 Mbit/s links (``--links``; the loopback where links cannot
-be shaped) train CNN7 on Fashion-MNIST for 240 steps (quick: three workers on the
-loopback, an MLP on the digits); worker 2 SIGKILLs itself before step 100 and its agent
-starts it again. LSGD and DiLoCo, each **elastic** (:mod:`lsgd.launcher.elastic_jobs`:
-the survivors go on, the killed worker rejoins healed from a live peer) and **restarted
-from a checkpoint** (all restart from the latest one), with and without the fault.
-Reported: the wall time (every attempt), the steps taken twice, the seconds until the
-killed worker rejoined, the bytes and seconds of the heal, and the center's accuracy.
+be shaped) train CNN7 on Fashion-MNIST for 240 steps (quick: :func:`_setup`); worker 2
+SIGKILLs itself before step 100 and its agent starts it again. LSGD and DiLoCo, each
+**elastic** (:mod:`lsgd.launcher.elastic_jobs`: the survivors go on, the killed worker
+rejoins healed from a live peer) and **restarted from a checkpoint** (all restart from
+the latest one), with and without the fault; the table's :data:`COLUMNS` for each.
 """
 
 from __future__ import annotations
