@@ -100,7 +100,6 @@ def run_one(run: Path, flags: list[str], faults: list[str]) -> dict[str, Any]:
     command = [sys.executable, "-m", "lsgd", "train", *flags, "--out", str(run)]
     for spec in faults:
         command += ["--fault", spec]
-    bound = TIMEOUT + JOIN + 10.0
     start = time.monotonic()
     hung = False
     with open(run / "bench.log", "w") as log:
@@ -108,7 +107,7 @@ def run_one(run: Path, flags: list[str], faults: list[str]) -> dict[str, Any]:
                                    stdin=subprocess.DEVNULL)
         while process.poll() is None:
             time.sleep(1.0)
-            if time.time() - _newest(run) > bound:
+            if time.time() - _newest(run) > TIMEOUT + JOIN + 10.0:
                 hung = True
                 process.terminate()
                 try:

@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
-from torch.nn import functional as F
 
 from lsgd.train.errors import UsageError
 
@@ -227,11 +225,11 @@ def in_parallel(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], jobs: 
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
                strategy: Strategy | None = None) -> None:
     """One classification step on the batch ``(x, y)``: the cross-entropy's gradients, then
     ``strategy.step(loss)`` (without a strategy, the optimizer's own step)."""
-    loss = F.cross_entropy(model(x), y)
+    loss = torch.nn.functional.cross_entropy(model(x), y)
     opt.zero_grad()
     loss.backward()
     if strategy is None:

@@ -133,8 +133,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     for name, (batch, steps, warmup) in plan.items():
         ranks = lsgd.launch(measure, 2, 1, args=(name, batch, steps, warmup, seed), timeout=300)
         mine = ranks[0]["timings"]
-        plain_ms = median([1e3 * s for s, _, _ in mine[PLAIN]])
-        plain_cpu_ms = median([1e3 * c for _, c, _ in mine[PLAIN]])
+        plain_ms, plain_cpu_ms = (median([1e3 * t[i] for t in mine[PLAIN]]) for i in (0, 1))
         summary = {m: summarize(t, plain_ms, plain_cpu_ms) for m, t in mine.items() if m != PLAIN}
         data["skipped"].update(ranks[0]["skipped"])
         data["models"][name] = {

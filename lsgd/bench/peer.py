@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 import lsgd
+from lsgd.bench.common import MissingRecord, read_record
 from lsgd.links.netns import node_address
 from lsgd.train.evaluate import model_copy
 from lsgd.train.outputs import read_csv
@@ -55,8 +56,6 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
     (as :func:`lsgd.bench.common.train`). ``reuse`` reads back a finished run of exactly
     these settings.
     ``others``: settings of ``lsgd train``, of which those in :data:`HONOURED` apply."""
-    from lsgd.bench.common import MissingRecord, read_record
-
     fragments, delay = METHODS[method]
     settings = {"engine": "torchft", "method": method, "workers": workers, "groups": groups,
                 "link": link or "", "model": model, "dataset": dataset,
@@ -73,9 +72,8 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
     if workers != groups:
         raise ValueError(f"{method}: one worker per node (a replica group of one process)")
     run.mkdir(parents=True, exist_ok=True)
-    results = lsgd.launch(_worker, workers, groups, args=(settings, str(run), time.time()),
-                          timeout=300.0, link=link or None)
-    summary = results[0]
+    summary = lsgd.launch(_worker, workers, groups, args=(settings, str(run), time.time()),
+                          timeout=300.0, link=link or None)[0]
     assert summary is not None, "rank 0 returns the run's summary"
     (run / "config.toml").write_text(tomli_w.dumps(settings))
     return summary | {"rows": read_csv(run / "metrics.csv"), "run": str(run)}

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lsgd.bench.common import Result, median
+from lsgd.bench.common import Result, median, read_result
 from lsgd.plots import pyplot, save
 from lsgd.tasks.headline import Headline, from_dataset
 from lsgd.train.errors import UsageError
@@ -27,8 +27,6 @@ def simulated_steps(path: str | None) -> dict[str, float]:
     target, over the runs that reached it."""
     if not path:
         return {}
-    from lsgd.bench.common import read_result
-
     try:
         stored = read_result(Path(path))
     except (OSError, ValueError, KeyError) as error:
@@ -76,8 +74,7 @@ def table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any],
                          _predicted(runs, name, link, rate, (simulated or {}).get(name))])
         ref = times[reference] if reference is not None else None
         for row in rows[-len(methods):]:
-            theirs = times[row[1]]
-            row[6] = ref / theirs if theirs and ref else None
+            row[6] = ref / times[row[1]] if times[row[1]] and ref else None
             summary[f"{link}/{row[1]}"]["ratio"] = row[6]
     return rows, summary
 

@@ -33,8 +33,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     runs: list[dict[str, Any]] = []
     for factor in opts["factors"]:
         sync_rate = None
-        for asynchronous in (False, True):
-            mode = "async" if asynchronous else "sync"
+        for mode, asynchronous in (("sync", False), ("async", True)):
             summary = train(out / "runs" / f"{mode}-x{factor:g}", method="lsgd",
                             workers=workers, model=opts["model"], dataset=opts["dataset"],
                             backend=opts["backend"], period=opts["period"],

@@ -151,11 +151,10 @@ def _timed_rounds(b: float, links: list[str], repeats: int
         spec = parse_link(link)
         results = lsgd.launch(_broadcasts, WORKERS, WORKERS, args=(int(b // 4), repeats),
                               link=link, timeout=300)
-        tree = max(r["tree"] for r in results)
-        chain = max(r["chain"] for r in results)
         # The least any transfer can take: what the token bucket does not let through at once.
         floor = 8 * max(0.0, b - netns.burst_bytes(spec)) / spec.rate
-        timed.append({"link": link, "tree": tree, "chain": chain, "limit": 8 * b / spec.rate,
+        timed.append({"link": link, "tree": max(r["tree"] for r in results),
+                      "chain": max(r["chain"] for r in results), "limit": 8 * b / spec.rate,
                       "floor": floor})
     lines = [f"  {t['link']:>8}: tree {t['tree']:.3f} s ({t['tree'] / t['limit']:.2f} x limit), "
              f"chain {t['chain']:.3f} s ({t['chain'] / t['limit']:.2f} x limit), "

@@ -43,12 +43,9 @@ _PLOT_FLOOR = 1e-34
 
 @dataclasses.dataclass(frozen=True)
 class Factorization:
-    """``F(X) = 1/4 ||M - X X^T||_F^2`` with ``M = Q (R R^T) Q^T`` (``U = Q R``).
-
-    ``q`` is ``[..., d, r]``, ``rrt`` ``[..., r, r]`` and ``f0 = F(0)`` has the
-    leading shape; leading dimensions broadcast against those of ``X`` (the
-    batched engine keeps ``q`` as ``[T, 1, d, r]`` for ``X`` of ``[T, W, d, r]``).
-    """
+    """``F(X) = 1/4 ||M - X X^T||_F^2`` with ``M = Q (R R^T) Q^T`` (``U = Q R``): ``q`` is
+    ``[..., d, r]``, ``rrt`` ``[..., r, r]`` and ``f0 = F(0)`` has the leading shape, which
+    broadcasts against that of ``X`` (:meth:`stack`)."""
 
     q: torch.Tensor
     rrt: torch.Tensor
@@ -106,12 +103,9 @@ def _sq(a: torch.Tensor) -> torch.Tensor:
 def draw_trial(dim: int, rank: int, workers: int, seed: int, trial: int,
                dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu"
                ) -> tuple[Factorization, torch.Tensor]:
-    """One trial's problem and the workers' starts ``[W, d, r]``.
-
-    ``U`` and then the starts are drawn in float64 on the CPU from a generator
-    seeded by ``(seed, rank, trial)``: a trial is the same on every device and
-    dtype, and both methods start from the same points.
-    """
+    """One trial's problem and the workers' starts ``[W, d, r]``, drawn in float64 on the
+    CPU from a generator seeded by ``(seed, rank, trial)``: a trial is the same on every
+    device and dtype, and both methods start from the same points."""
     state = np.random.SeedSequence([seed, rank, trial]).generate_state(2, dtype=np.uint32)
     generator = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
     u = torch.randn(dim, rank, generator=generator, dtype=torch.float64)
@@ -138,18 +132,15 @@ def run_strategy(problem: Factorization, starts: torch.Tensor, method: Method, l
 
 def run_batched(problem: Factorization, starts: torch.Tensor, method: Method, lr: float,
                 steps: int, progress: Progress | None = None) -> torch.Tensor:
-    """``F / F(0)`` of every worker, ``[steps + 1, T, W]``, for starts ``[T, W, d, r]``.
+    """``F / F(0)`` of every worker, ``[steps + 1, T, W]``, for starts ``[T, W, d, r]`` and
+    ``problem`` the :meth:`Factorization.stack` of the ``T`` trials.
 
-    ``problem`` is :meth:`Factorization.stack` of the ``T`` trials. Only LGD
-    (``LSGD`` with ``scope=0``, ``period=1``, ``leader_window=1``) and EAGD
-    (``EASGD`` with ``period=1``) are supported: each step is ``SGD``'s
-    ``X <- X - lr grad F(X)`` followed by exactly the strategy's pull.
-
-    The state is held as ``X = Q B + P`` (:meth:`Factorization.split`), once
-    for all: every operation of a step (the gradient step, the lerp toward the
-    leader, EASGD's means and center) is linear in ``X``, so it acts on ``B``
-    and ``P`` separately, and ``grad F`` splits the same way. A step then costs
-    two ``d x r x r`` products per worker (``P^T P`` and ``P S``) instead of five.
+    Only LGD and EAGD (:func:`methods`) are supported: each step is ``SGD``'s
+    ``X <- X - lr grad F(X)`` followed by exactly the strategy's pull. The state is held as
+    ``X = Q B + P`` (:meth:`Factorization.split`) once for all: every operation of a step
+    (the gradient step, the lerp toward the leader, EASGD's means and center) is linear in
+    ``X``, so it acts on ``B`` and ``P`` apart, and ``grad F`` splits the same way. A step
+    then costs two ``d x r x r`` products per worker (``P^T P`` and ``P S``) instead of five.
     """
     b, p = problem.split(starts)
     state = [b, p]

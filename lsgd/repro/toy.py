@@ -65,12 +65,9 @@ def starts() -> torch.Tensor:
 
 
 def summarize(run: FullBatchRun) -> dict[str, Any]:
-    """Best objective at the end, where, which worker, after how many steps.
-
-    ``steps_to_best``: the first step at which some worker was within 1e-6 of
-    the final best value (and stayed no worse by more than that);
-    ``lowest_visited``: the lowest L any worker passed through on the way.
-    """
+    """Best objective at the end, where, which worker, after how many steps
+    (``steps_to_best``: the first from which the best worker of each step stayed within
+    1e-6 of it); ``lowest_visited``: the lowest L any worker passed through on the way."""
     final = run.losses[-1]
     best = int(torch.argmin(final))
     best_value = float(final[best])
@@ -78,8 +75,7 @@ def summarize(run: FullBatchRun) -> dict[str, Any]:
     steps_to_best = int(above[-1]) + 1 if len(above) else 0
     assert run.positions is not None
     where = run.positions[-1, best].tolist()
-    leaders = run.leaders
-    switches = sum(a != b for a, b in zip(leaders, leaders[1:])) if leaders else None
+    switches = sum(a != b for a, b in zip(run.leaders, run.leaders[1:])) if run.leaders else None
     return {"method": run.method.describe(), "best_objective": best_value, "where": where,
             "radius": math.hypot(*where), "worker": best, "steps_to_best": steps_to_best,
             "steps": run.steps, "stopped": run.stopped,
