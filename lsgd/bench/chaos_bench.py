@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.bench.common import Result, write
+from lsgd.train import chaos, faults
+from lsgd.train.config import make_config
 from lsgd.train.ranges import flag
 
 NAME = "chaos"
@@ -79,9 +81,6 @@ def _flags(settings: dict[str, Any]) -> list[str]:
 def schedule(settings: dict[str, Any], seed: int, seconds: float, share: float) -> list[str]:
     """The ``--fault`` items of ``--chaos seed`` for the run of ``settings`` whose unfailed
     run trained for ``seconds``: :data:`FAULTS` faults over the first ``share`` of them."""
-    from lsgd.train import chaos
-    from lsgd.train.config import make_config
-
     kinds = [k for k in KINDS if settings.get("link") or k not in ("link-down", "slow")]
     if not settings.get("elastic"):
         kinds.append("corrupt-checkpoint")
@@ -92,13 +91,13 @@ def schedule(settings: dict[str, Any], seed: int, seconds: float, share: float) 
     return chaos.draw(cfg, count=FAULTS)
 
 
-def run_one(run: Path, flags: list[str], faults: list[str]) -> dict[str, Any]:
-    """``lsgd train flags --fault ...`` into ``run`` in a process of its own, watched for a
-    hang; what the table reports of it."""
+def run_one(run: Path, flags: list[str], specs: list[str]) -> dict[str, Any]:
+    """``lsgd train flags --fault SPEC ...`` into ``run`` in a process of its own, watched
+    for a hang; what the table reports of it."""
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     command = [sys.executable, "-m", "lsgd", "train", *flags, "--out", str(run)]
-    for spec in faults:
+    for spec in specs:
         command += ["--fault", spec]
     start = time.monotonic()
     hung = False
@@ -139,8 +138,6 @@ _SIGNALS = {"kill": -9, "segv": -11, "kill-node": -9, "corrupt-checkpoint": -9}
 def silent_exits(run: Path) -> tuple[int, list[str]]:
     """Workers that ended without a reason in the run folder: a signal that no fault sent,
     or an error exit with no error written. From the agents' logs in ``logs/``."""
-    from lsgd.train import faults
-
     text = "\n".join(p.read_text(errors="replace") for p in sorted((run / "logs").glob("*.log")))
     exits = [int(code) for code, _ in _EXIT.findall(text)]
     sent = Counter(_SIGNALS[event["kind"]] for event in faults.read_log(run)
@@ -157,8 +154,6 @@ def silent_exits(run: Path) -> tuple[int, list[str]]:
 
 
 def _outcome(run: Path, code: int | None, wall: float, hung: bool) -> dict[str, Any]:
-    from lsgd.train import faults
-
     try:
         summary = json.loads((run / "summary.json").read_text())
     except (OSError, ValueError):

@@ -4,13 +4,12 @@ Two gloo worker processes on the loopback (one intra-op thread each, so what sho
 lsgd's own work) train cnn7 (and resnet20 in full mode) on one fixed random batch with
 SGD (lr 0.01, momentum 0.9; DeMo without momentum, MuLoCo with Muon and AdamW): in a
 plain PyTorch loop, and under each strategy of ``lsgd.strategy_names()`` at its default
-knobs and ``period=8`` (one that cannot be built so is skipped). The methods take turns
-step by step in a rotating order, so that a busy machine slows them alike; every step
-after a warm-up is timed (wall and process CPU time) from the forward pass to the end
-of ``strategy.step(loss)``; a step in which ``strategy.rounds`` grew is a *round step*.
-Reported for rank 0: the median local step and its overhead over the plain step, the
-median round step, one round's cost (round step minus local or plain step) in ms and
-in plain steps, and the CPU-time overhead; the raw timings of both ranks are kept.
+knobs and ``period=8`` (one that cannot be built so is skipped), taking turns step by
+step in a rotating order so that a busy machine slows them alike. Every step after a
+warm-up is timed (wall and process CPU time); one in which ``strategy.rounds`` grew is a
+*round step*, and one round costs the median round step minus the median local step
+(the plain step's for all-reduce). Reported for rank 0 (:data:`COLUMNS`); the raw
+timings of both ranks are kept.
 """
 
 from __future__ import annotations
