@@ -1,7 +1,5 @@
-"""``lsgd bench``: run the benchmarks, print their tables, write their files.
-
-The benchmarks (and torch) are imported once the arguments are accepted.
-"""
+"""``lsgd bench``: run the benchmarks, print their tables, write their files (the
+benchmarks, and torch, are imported once the flags' values are checked)."""
 
 from __future__ import annotations
 

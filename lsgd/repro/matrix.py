@@ -143,37 +143,34 @@ def run_batched(problem: Factorization, starts: torch.Tensor, method: Method, lr
     then costs two ``d x r x r`` products per worker (``P^T P`` and ``P S``) instead of five.
     """
     b, p = problem.split(starts)
-    state = [b, p]
-    update = _batched_update(method, state)
+    update = _batched_update(method, [b, p])
     losses = torch.empty(steps + 1, *starts.shape[:2], dtype=starts.dtype, device=starts.device)
     for step in range(steps):
         loss, grad_b, grad_p = problem.value_and_grad_split(b, p)
         losses[step] = loss
         b.add_(grad_b, alpha=-lr)  # torch.optim.SGD without momentum
         p.add_(grad_p, alpha=-lr)
-        update(state, loss)
+        update(loss)
         if progress is not None:
             progress.update(step + 1)
     losses[steps] = problem.value_and_grad_split(b, p)[0]
     return losses / problem.f0
 
 
-Update = Callable[[list[torch.Tensor], torch.Tensor], None]
-
-
-def _batched_update(method: Method, state: list[torch.Tensor]) -> Update:
-    """The strategy's rule after the gradient step, on tensors ``[T, W, ...]``."""
+def _batched_update(method: Method, state: list[torch.Tensor]
+                    ) -> Callable[[torch.Tensor], None]:
+    """The strategy's rule after the gradient step, on ``state``'s tensors ``[T, W, ...]``."""
     options = dict(method.options)
     if method.kind == "lsgd" and options.get("scope") == 0 and options.get("period") == 1 \
             and options.get("leader_window") == 1:
         pull = float(options["pull"])
 
-        def leader_pull(xs: list[torch.Tensor], loss: torch.Tensor) -> None:
+        def leader_pull(loss: torch.Tensor) -> None:
             # lsgd.functional.elect: lowest finite score, ties to the lowest rank.
             scores = torch.where(torch.isfinite(loss), loss, torch.inf)
             leaders = torch.argmin(scores, dim=1)
             trials = torch.arange(loss.shape[0], device=loss.device)
-            for x in xs:
+            for x in state:
                 target = x[trials, leaders].unsqueeze(1)  # a copy: advanced indexing
                 if pull != 0.0:  # the leader's own row: lerp(x, x) = x exactly
                     x.lerp_(target, pull)
@@ -184,8 +181,8 @@ def _batched_update(method: Method, state: list[torch.Tensor]) -> Update:
         alpha = beta / state[0].shape[1]
         centers = [_rank_order_mean(x) for x in state]
 
-        def elastic(xs: list[torch.Tensor], loss: torch.Tensor) -> None:
-            for x, center in zip(xs, centers):
+        def elastic(loss: torch.Tensor) -> None:
+            for x, center in zip(state, centers):
                 mean = _rank_order_mean(x)  # the simulator's all-reduce, rank by rank
                 if alpha != 0.0:
                     x.lerp_(center.unsqueeze(1), alpha)  # the center before its update

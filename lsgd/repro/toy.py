@@ -142,9 +142,8 @@ def plot(runs: list[FullBatchRun], out: str) -> list[str]:
             a.set(xlim=(-half, half), ylim=(-half, half), aspect="equal")
         inset.set(xticks=[], yticks=[])
         ax.indicate_inset_zoom(inset, edgecolor="white")
-        best = float(r.losses[-1].min())
-        ax.set_title(f"{r.method.label}: best L = {best:.4f} ({r.steps} steps)\n"
-                     f"{r.method.describe()}", fontsize=9)
+        ax.set_title(f"{r.method.label}: best L = {float(r.losses[-1].min()):.4f} "
+                     f"({r.steps} steps)\n{r.method.describe()}", fontsize=9)
     handles, labels = flat[0].get_legend_handles_labels()
     for ax in flat[n:]:
         ax.axis("off")
