@@ -54,8 +54,7 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
           **others: Any) -> dict[str, Any]:
     """One torchft run into ``run``; its summary with the metrics rows under ``"rows"``
     (as :func:`lsgd.bench.common.train`). ``reuse`` reads back a finished run of exactly
-    these settings.
-    ``others``: settings of ``lsgd train``, of which those in :data:`HONOURED` apply."""
+    these settings; of ``others`` (settings of ``lsgd train``) those in :data:`HONOURED` apply."""
     fragments, delay = METHODS[method]
     settings = {"engine": "torchft", "method": method, "workers": workers, "groups": groups,
                 "link": link or "", "model": model, "dataset": dataset,

@@ -40,11 +40,9 @@ def simulated_steps(path: str | None) -> dict[str, float]:
 
 def table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any],
            simulated: dict[str, float] | None = None) -> tuple[list[list[Any]], dict[str, Any]]:
-    """The methods of :mod:`lsgd.bench.accuracy`'s runs ranked link by link: the median
-    time to the target over the seeds and its spread, the median steps and their spread,
-    the best value, LSGD's time over each method's, the MB each worker sent, the steps per
-    second, and the time that steps to the target at that pace predict (:func:`_predicted`);
-    the rows, and a summary by ``link/method``."""
+    """The rows of :mod:`lsgd.bench.accuracy`'s table (its columns: medians over the seeds
+    and their spread, LSGD's time over each method's, :func:`_predicted`), link by link,
+    and a summary by ``link/method``."""
     rows: list[list[Any]] = []
     summary: dict[str, Any] = {}
     # Ratios are LSGD's time over each method's (its plain form, else its hidden family);
@@ -150,18 +148,20 @@ def headline(result: Result) -> str:
     methods = list(dict.fromkeys(row[1] for row in result.rows))
     lines = ["| method | " + " | ".join(links) + " |", "|---|" + "---|" * len(links)]
     for name in methods:
-        cells = []
-        for link in links:
-            entry = summary[f"{link}/{name}"]
-            spread = f" [{entry['spread']}]" if entry.get("spread") and entry["runs"] > 2 else ""
-            if entry["time"] is not None:
-                cells.append(f"{entry['time']:.0f} s{spread}")
-            elif entry["reached"]:
-                cells.append(f"{entry['reached']} of {entry['runs']} seeds")
-            else:
-                cells.append(f"never (best {headline.show(entry['best'], 1)})")
+        cells = [_reached(summary[f"{link}/{name}"], headline) for link in links]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _reached(entry: dict[str, Any], headline: Headline) -> str:
+    """A method's cell of :func:`headline`: its time (and spread), or how many seeds reached
+    the target, or its best value."""
+    if entry["time"] is not None:
+        spread = f" [{entry['spread']}]" if entry.get("spread") and entry["runs"] > 2 else ""
+        return f"{entry['time']:.0f} s{spread}"
+    if entry["reached"]:
+        return f"{entry['reached']} of {entry['runs']} seeds"
+    return f"never (best {headline.show(entry['best'], 1)})"
 
 
 def tuning(result: Result) -> str:

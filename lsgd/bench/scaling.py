@@ -39,10 +39,8 @@ def _defaults(quick: bool) -> dict[str, Any]:
 
 def _knobs(name: str, groups: int) -> dict[str, Any]:
     """The method's knobs; on one node, multi-leader LSGD's local level only."""
-    knobs = dict(KNOBS[name])
-    if groups == 1:
-        knobs.pop("global_period", None)
-    return knobs
+    return {key: value for key, value in KNOBS[name].items()
+            if groups > 1 or key != "global_period"}
 
 
 def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
