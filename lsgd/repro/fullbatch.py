@@ -98,8 +98,7 @@ def run_full_batch(method: Method, value_and_grad: ValueAndGrad, starts: torch.T
     """
     def worker(info: lsgd.WorkerInfo) -> tuple[torch.Tensor, torch.Tensor | None, list, bool]:
         model = Point(starts[info.rank])
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-        strategy = method.build(model, optimizer)
+        strategy = method.build(model, torch.optim.SGD(model.parameters(), lr=lr))
         comm = lsgd.get_communicator()
         x = model.x
         losses: list[torch.Tensor] = []
@@ -118,9 +117,8 @@ def run_full_batch(method: Method, value_and_grad: ValueAndGrad, starts: torch.T
                 moved = torch.maximum(moved, (x.detach() - before).abs().max().to(torch.float64))
                 if step % check_every == 0:
                     with comm.category("repro"):
-                        largest = comm.all_gather(moved.reshape(1)).max()
+                        stopped = bool(comm.all_gather(moved.reshape(1)).max() < stop_tol)
                     moved.zero_()
-                    stopped = bool(largest < stop_tol)
             if progress is not None and info.rank == 0:
                 progress.update(step)
             if stopped:
