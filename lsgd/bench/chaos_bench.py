@@ -231,8 +231,7 @@ def _done(path: Path, setup: dict[str, Any]) -> dict[str, Any]:
 
 def _row(method: str, mode: str, rounds: str, seed: Any, got: dict[str, Any],
          base: dict[str, Any]) -> list[Any]:
-    lost = got["wall"] - base["wall"]
-    gap = round(100 * (got["accuracy"] - base["accuracy"]), 2)
     return [method, mode, rounds, seed, got["faults"], got["survived"],
             "yes" if got["finished"] else "no", int(got["hung"]), got["silent"], got["redone"],
-            lost, got["accuracy"], gap]
+            got["wall"] - base["wall"], got["accuracy"],
+            round(100 * (got["accuracy"] - base["accuracy"]), 2)]

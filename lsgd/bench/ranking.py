@@ -79,12 +79,10 @@ def table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any],
 
 def _predicted(runs: list[dict[str, Any]], name: str, link: str, pace: float | None,
                simulated: float | None = None) -> float | str | None:
-    """Steps to the target over steps per second: the time the method's step count and
-    its pace on ``link`` predict. The steps are the simulator's (``simulated``, from
-    ``--steps-from``) where given, else the runs' own. A run's steps to the target do
-    not depend on the link (the same seed takes the same steps), so where every run on
-    ``link`` missed the target within the budget, the steps come from the same method
-    on another link (the value then ends in ``*``)."""
+    """The time the method's steps to the target and its pace on ``link`` predict. The steps
+    are the simulator's (``simulated``, from ``--steps-from``) where given, else the runs'
+    own; where every run on ``link`` missed the target, those of the method on another link
+    (the same seed takes the same steps whatever the link), the value then ending in ``*``."""
     if not pace:
         return None
     if simulated is not None:

@@ -80,9 +80,8 @@ def _count(info: lsgd.WorkerInfo, label: str, period: int, steps: int, model: st
     start = strategy.report().bytes_sent  # the initial broadcast is not a step's traffic
     g = torch.Generator().manual_seed(info.rank)
     for _ in range(steps):
-        x = torch.randn(2, 1, 28, 28, generator=g)
-        y = torch.randint(0, 10, (2,), generator=g)
-        train_step(strategy.model, opt, x, y, strategy)
+        train_step(strategy.model, opt, torch.randn(2, 1, 28, 28, generator=g),
+                   torch.randint(0, 10, (2,), generator=g), strategy)
     return {"bytes": (strategy.report().bytes_sent - start) / steps}
 
 

@@ -31,10 +31,10 @@ import torch
 
 from lsgd.plots import pyplot, save
 from lsgd.repro import Method, Progress, eagd, lgd, run_full_batch
-from lsgd.repro.defaults import ENGINES
-from lsgd.repro.defaults import MATRIX_DIM as DIM, MATRIX_LR as LR, MATRIX_PULL as PULL
-from lsgd.repro.defaults import MATRIX_RANKS as RANKS, MATRIX_STEPS as STEPS
-from lsgd.repro.defaults import MATRIX_TRIALS as TRIALS, MATRIX_WORKERS as WORKERS
+from lsgd.repro.defaults import (ENGINES, MATRIX_DIM as DIM, MATRIX_LR as LR, MATRIX_PULL as PULL,
+                                 MATRIX_RANKS as RANKS, MATRIX_STEPS as STEPS,
+                                 MATRIX_TRIALS as TRIALS, MATRIX_WORKERS as WORKERS)
+
 _BATCH_BYTES = 256 * 2**20  # the [T, W, d, r] state of one chunk of trials
 # F / F(0) below ~eps^2 is rounding-level in X coordinates; the batched engine
 # (which keeps the part of X outside span(U) apart) can go lower at r = 1.
