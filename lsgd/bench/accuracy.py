@@ -153,8 +153,7 @@ def _defaults(quick: bool, setting: str) -> dict[str, Any]:
             "backend": backend, "batch_size": 128, "tune": True}
 
 
-#: lsgd's DiLoCo on images at the paper's outer lr, as these records were made (lsgd
-#: train's default for CNN7 is 0.35 since lsgd 0.9).
+#: lsgd's DiLoCo on images at the paper's outer lr, as the records were made (train's: 0.35).
 PAPER_OUTER = {"diloco": {"outer_lr": 0.7}}
 
 

@@ -1,14 +1,12 @@
 """Chaos: runs under a seeded schedule of faults at random, against the same run unfailed.
 
-Four nodes behind shaped 100 Mbit/s links train CNN7 on Fashion-MNIST for a fixed
-number of steps (quick: an MLP on the digits, on the loopback). For each mode (elastic
-on torchft, or restartable from checkpoints), method and kind of round, the run is made
-without faults, then once per seed under the faults ``--chaos SEED`` draws
+Four nodes behind shaped 100 Mbit/s links (quick: the loopback) train for a fixed number
+of steps (:func:`_setup`). For each mode (:data:`MODES`), method and kind of round, the
+run is made without faults, then once per seed under the faults ``--chaos SEED`` draws
 (:mod:`lsgd.train.chaos`), each ``lsgd train`` in a process of its own (docs/reliability.md,
-"The chaos benchmark"). Per run the table's :data:`COLUMNS`, where a **hang** is the run
-folder unchanged for ``--timeout`` + join timeout + 10 s (the run is then stopped), and a
-**silent exit** a worker ended by a signal no fault sent, or with an error code and no
-error written.
+"The chaos benchmark"). Per run the table's :data:`COLUMNS`: a **hang** is the run folder
+unchanged for ``--timeout`` + join timeout + 10 s (the run is then stopped), a **silent
+exit** a worker ended by a signal no fault sent, or with an error code and no error written.
 """
 
 from __future__ import annotations

@@ -108,10 +108,9 @@ def _figure(out: Path, data: list[dict[str, Any]], methods: list[str],
     for i, name in enumerate(methods):
         mine = [d for d in data if d["method"] == name]
         style = {"marker": "o", "label": name, "color": f"C{i}"}
-        shown = [d for d in mine if d["time"] is not None]
-        left.plot([d["workers"] for d in shown], [d["time"] for d in shown], **style)
-        sent = [d for d in mine if d["mb_per_worker"] is not None]
-        right.plot([d["workers"] for d in sent], [d["mb_per_worker"] for d in sent], **style)
+        for ax, key in ((left, "time"), (right, "mb_per_worker")):
+            shown = [d for d in mine if d[key] is not None]
+            ax.plot([d["workers"] for d in shown], [d[key] for d in shown], **style)
     for ax, label in ((left, f"time to {100 * opts['target']:g}% (s, modeled)"),
                       (right, "MB sent per worker until then")):
         ax.set_xscale("log", base=2)

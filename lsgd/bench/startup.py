@@ -21,9 +21,6 @@ from typing import Any
 from lsgd.bench.common import Result, median
 from lsgd.links.netns import shaping_problem
 
-NAME = "startup"
-COLUMNS = ["what", "median s", "min-max s", "ratio to import"]
-
 
 def _variants(dataset: str, shaped: bool) -> list[tuple[str, list[str], dict[str, str]]]:
     """(label, command after the interpreter, extra environment) of each row; ``shaped``:
@@ -73,5 +70,6 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
              f"({os.cpu_count()} cores)."]
     if unshaped:
         notes.append(f"shaped nodes left out: {unshaped}")
-    return Result(NAME, "Start-up: a 1-step run against import lsgd", COLUMNS, rows, notes,
+    return Result("startup", "Start-up: a 1-step run against import lsgd",
+                  ["what", "median s", "min-max s", "ratio to import"], rows, notes,
                   {"seconds": times, "dataset": dataset, "repeats": repeats})

@@ -4,13 +4,11 @@ Counted (in the simulator, which counts what gloo sends): each method trains the
 on 4 workers of one group for a whole number of its periods; the bytes each worker sent
 per local step, the algorithm's value (``B`` the model's parameter bytes, ``W`` the
 workers, ``p`` the period; docs/algorithms.md) and the ratio to all-reduce; compressed
-rounds (``lsgd int8``: bfloat16 or int8 blocks with a float scale each) counted as they
-travel, scales included.
+rounds counted as they travel, their blocks' scales included.
 
-Timed (on links the kernel shapes; needs root): 4 nodes of one worker; one broadcast of
-the state (what LSGD's round moves, besides one score per worker) as gloo's binomial
-tree and as lsgd's pipelined chain, next to the limit ``B / rate`` that no broadcast
-from one node can beat.
+Timed (on links the kernel shapes; needs root): one broadcast of the state among 4 nodes
+(what LSGD's round moves, besides one score per worker) as gloo's binomial tree and as
+lsgd's pipelined chain, next to the limit ``B / rate`` that no broadcast can beat.
 """
 
 from __future__ import annotations
