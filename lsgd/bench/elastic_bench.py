@@ -18,6 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.bench.common import Result, write
+from lsgd.comm.elastic_collectives import EXTRA
+from lsgd.links.netns import shaping_problem
+from lsgd.train import runner
+from lsgd.train.config import make_config
+from lsgd.train.elastic_run import train_elastic
 
 NAME = "elastic"
 TITLE = "Elastic: survive a killed worker, or restart from a checkpoint"
@@ -41,8 +46,6 @@ def _setup(quick: bool, link: str | None) -> dict[str, Any]:
 
 
 def _config(method: str, setup: dict[str, Any], fault: bool, run: Path, **extra: Any) -> Any:
-    from lsgd.train.config import make_config
-
     settings = {key: setup[key] for key in ("workers", "model", "dataset", "steps", "period",
                                              "batch_size", "link")}
     if setup["link"] is not None:
@@ -54,12 +57,9 @@ def _config(method: str, setup: dict[str, Any], fault: bool, run: Path, **extra:
 
 
 def _elastic(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> dict[str, Any]:
-    from lsgd.train.elastic_run import train_elastic
-    from lsgd.train.runner import prepare
-
     cfg = _config(method, setup, fault, folder / f"{method}-elastic-{int(fault)}", elastic=True,
                   heartbeat_timeout=setup["heartbeat_timeout"])
-    prepare(cfg, cfg.out_dir)
+    runner.prepare(cfg, cfg.out_dir)
     start = time.perf_counter()
     summary, records = train_elastic(cfg)
     wall = time.perf_counter() - start
@@ -83,8 +83,6 @@ def _steps_back(trace: list[tuple[float, int]]) -> int:
 
 
 def _restart(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> dict[str, Any]:
-    from lsgd.train import runner
-
     cfg = _config(method, setup, fault, folder / f"{method}-restart-{int(fault)}-{setup['link']}",
                   backend="processes", checkpoint_every=setup["every"], timeout=PATIENCE)
     start = time.perf_counter()
@@ -108,9 +106,6 @@ def _how(kind: str, every: int, link: str | None, asked: str | None) -> str:
 
 
 def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
-    from lsgd.comm.elastic_collectives import EXTRA
-    from lsgd.links.netns import shaping_problem
-
     if importlib.util.find_spec("torchft") is None:
         return Result(NAME, TITLE, COLUMNS, [], [f"left out: it needs torchft ({EXTRA})"])
     links = options.get("links") or ([] if quick or shaping_problem() else ["100mbit"])

@@ -81,18 +81,16 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
 def _fragments(model: Any, count: int) -> list[Any]:
     """``model``'s layers with parameters, in order, in ``count`` groups of about equal
     size (torchft synchronises whole modules)."""
-    from torch import nn
-
     layers = [m for m in model.modules()
               if not list(m.children()) and any(True for _ in m.parameters())]
     sizes = [sum(p.numel() for p in m.parameters()) for m in layers]
-    groups: list[list[nn.Module]] = [[] for _ in range(count)]
+    groups: list[list[torch.nn.Module]] = [[] for _ in range(count)]
     total, done = sum(sizes), 0
     for layer, size in zip(layers, sizes):
         index = min(count - 1, int(count * done / total))
         groups[index].append(layer)
         done += size
-    return [nn.ModuleList(group) for group in groups if group]
+    return [torch.nn.ModuleList(group) for group in groups if group]
 
 
 class _TorchftDiLoCo:

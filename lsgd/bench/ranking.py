@@ -1,7 +1,5 @@
-"""What a time-to-target result shows: its table, its figures and the README's headline.
-
-How the runs' headline reads is their task's (:mod:`lsgd.tasks.headline`).
-"""
+"""What a time-to-target result shows: its table, its figures and the README's headline,
+read as the runs' task reads it (:mod:`lsgd.tasks.headline`)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,6 @@ from lsgd.bench import accuracy
 from lsgd.bench.common import Result, in_parallel, median
 from lsgd.plots import pyplot, save
 
-NODE = 4  # workers per node
 KNOBS: dict[str, dict[str, Any]] = {
     "allreduce": {},
     "diloco": {"period": 16},
@@ -33,7 +32,7 @@ def _defaults(quick: bool) -> dict[str, Any]:
     if quick:
         return shared | {"sizes": [2, 4, 8], "node": 2, "seeds": 1, "budget": 20.0,
                          "dataset": "digits", "batch_size": 16, "eval_steps": 5}
-    return shared | {"sizes": [4, 16, 64], "node": NODE, "seeds": 2, "budget": 120.0,
+    return shared | {"sizes": [4, 16, 64], "node": 4, "seeds": 2, "budget": 120.0,
                      "dataset": "fashion-mnist", "batch_size": 32, "eval_steps": 10}
 
 

@@ -22,7 +22,7 @@ import torch
 
 import lsgd
 from lsgd.bench.common import Result, median, train_step
-from lsgd.comm import codec
+from lsgd.comm import codec, sparse
 from lsgd.links import netns, parse_link
 from lsgd.models import build_model
 
@@ -36,16 +36,14 @@ PERIODS = (1, 4, 16, 64)
 def _gathered(label: str, model: Any) -> float:
     """The payload of one worker's gathered message (top-k, 2-bit, DeMo's DCT blocks), by
     the format's byte count (docs/algorithms.md, "Gathered messages")."""
-    from lsgd.comm.sparse import SparseFormat, density_to_k
-
     values = sum(p.numel() for p in model.parameters())
     if label == "demo":
         return lsgd.DeMo.payload_fraction(model) * 4 * values
     chunk, rows = 4096, -(-values // 4096)
-    k, kind = {"sparseloco": (density_to_k(0.1, chunk), "2bit"),
-               "local-sgd topk": (density_to_k(0.01, chunk), "float32"),
+    k, kind = {"sparseloco": (sparse.density_to_k(0.1, chunk), "2bit"),
+               "local-sgd topk": (sparse.density_to_k(0.01, chunk), "float32"),
                "local-sgd 2bit": (chunk, "2bit")}[label]
-    return SparseFormat(k, kind).nbytes(rows, chunk)
+    return sparse.SparseFormat(k, kind).nbytes(rows, chunk)
 
 
 def _theory(label: str, period: int, b: float, w: int, model: Any = None) -> float:

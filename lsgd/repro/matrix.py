@@ -277,8 +277,7 @@ def summarize(result: Result, at: Sequence[int] | None = None) -> dict[str, Any]
 
 def table(summary: dict[str, Any]) -> str:
     """Per rank and method: median [min, max] over trials at each reported step."""
-    at = summary["steps"]
-    head = f"{'rank':>4} {'method':<6}" + "".join(f" {f'step {s}':>30}" for s in at)
+    head = f"{'rank':>4} {'method':<6}" + "".join(f" {f'step {s}':>30}" for s in summary["steps"])
     lines = [f"best worker's F/F(0): median [min, max] over {summary['setup']['trials']} trials",
              head, "-" * len(head)]
     for rank, entry in summary["ranks"].items():

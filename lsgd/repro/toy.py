@@ -28,8 +28,7 @@ _SMALL_R = 1e-4  # below this radius use the Taylor series (no 0/0)
 
 def objective(point: torch.Tensor) -> torch.Tensor:
     """``L(x, y) = sin(pi r) / (pi r)`` for ``point = [..., 2]`` (1 at the origin)."""
-    r = torch.linalg.vector_norm(point, dim=-1)
-    return torch.sinc(r)  # torch.sinc(t) = sin(pi t) / (pi t), 1 at 0
+    return torch.sinc(torch.linalg.vector_norm(point, dim=-1))  # sin(pi t) / (pi t), 1 at 0
 
 
 def gradient(point: torch.Tensor) -> torch.Tensor:
