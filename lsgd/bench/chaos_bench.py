@@ -128,7 +128,7 @@ def _newest(run: Path) -> float:
     return newest
 
 
-_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+")
 #: What each fatal kind ends a worker with (kill-node: every worker of the node).
 _SIGNALS = {"kill": -9, "segv": -11, "kill-node": -9, "corrupt-checkpoint": -9}
 
@@ -137,11 +137,10 @@ def silent_exits(run: Path) -> tuple[int, list[str]]:
     """Workers that ended without a reason in the run folder: a signal that no fault sent,
     or an error exit with no error written. From the agents' logs in ``logs/``."""
     text = "\n".join(p.read_text(errors="replace") for p in sorted((run / "logs").glob("*.log")))
-    exits = [int(code) for code, _ in _EXIT.findall(text)]
     sent = Counter(_SIGNALS[event["kind"]] for event in faults.read_log(run)
                    if event.get("event") == "fault" and event["kind"] in _SIGNALS)
     unexplained: list[str] = []
-    for code in exits:
+    for code in map(int, _EXIT.findall(text)):
         if code < 0 and sent[code] > 0:
             sent[code] -= 1
         elif code > 0 and ("Traceback" in text or "Error" in text):

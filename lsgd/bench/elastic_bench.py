@@ -79,7 +79,7 @@ def _elastic(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> d
 def _steps_back(trace: list[tuple[float, int]]) -> int:
     """Steps a worker took again: how far its step count ever went back, summed."""
     steps = [s for _, s in trace]
-    return sum(max(0, a - b + 1) for a, b in zip(steps, steps[1:]) if b <= a)
+    return sum(a - b + 1 for a, b in zip(steps, steps[1:]) if b <= a)
 
 
 def _restart(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> dict[str, Any]:

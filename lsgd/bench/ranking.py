@@ -141,9 +141,8 @@ def headline(result: Result) -> str:
     opts, summary = result.data["options"], result.data["summary"]
     headline = headline_of(opts)
     links = list(opts["links"])
-    methods = list(dict.fromkeys(row[1] for row in result.rows))
     lines = ["| method | " + " | ".join(links) + " |", "|---|" + "---|" * len(links)]
-    for name in methods:
+    for name in dict.fromkeys(row[1] for row in result.rows):  # the methods, in order
         cells = [_reached(summary[f"{link}/{name}"], headline) for link in links]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -164,7 +163,6 @@ def tuning(result: Result) -> str:
     """The tuning runs of a time-to-accuracy result (one seed, the first link), as a
     Markdown table: each method's grid point, its time and steps to the target, its
     best value, steps per second, and which point was chosen."""
-    chosen = result.data["chosen"]
     headline = headline_of(result.data["options"])
     lines = ["| method | knobs | time s | steps | best | steps/s | chosen |",
              "|---|---|---|---|---|---|---|"]
@@ -174,6 +172,6 @@ def tuning(result: Result) -> str:
                  "-" if run["time"] is None else f"{run['time']:.1f}",
                  "-" if run["steps"] is None else str(int(run["steps"])),
                  headline.show(run["best"], 2), f"{pace:.2f}",
-                 "yes" if chosen.get(run["method"]) == run["knobs"] else ""]
+                 "yes" if result.data["chosen"].get(run["method"]) == run["knobs"] else ""]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
