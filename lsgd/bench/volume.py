@@ -6,9 +6,9 @@ per local step, the algorithm's value (``B`` the model's parameter bytes, ``W`` 
 workers, ``p`` the period; docs/algorithms.md) and the ratio to all-reduce; compressed
 rounds counted as they travel, their blocks' scales included.
 
-Timed (on links the kernel shapes; needs root): one broadcast of the state among 4 nodes
-(what LSGD's round moves, besides one score per worker) as gloo's binomial tree and as
-lsgd's pipelined chain, next to the limit ``B / rate`` that no broadcast can beat.
+Timed (on links the kernel shapes; needs root): 4 nodes of one worker; one broadcast of
+the state (what LSGD's round moves, besides one score per worker) as gloo's binomial tree
+and as lsgd's pipelined chain, next to the limit ``B / rate`` no broadcast from one node beats.
 """
 
 from __future__ import annotations
