@@ -1,4 +1,4 @@
-"""What every benchmark shares: its result, the table, the files, a training run.
+"""What every benchmark shares: its result, the table, the files, a training run and step.
 
 A benchmark's ``run(out, quick, options)`` returns a :class:`Result`; :func:`write` puts
 its ``NAME.json`` (everything measured) and ``NAME.txt`` (the table) under ``out``.
