@@ -1,10 +1,8 @@
 """Benchmarks that show what lsgd is for: speed where communication is expensive.
 
-``lsgd bench NAME`` (or ``all``; the names are :data:`NAMES`) runs them on a user's own
-links, model and machine; each prints a table and writes ``NAME.json``, ``NAME.txt`` and
-figures under ``--out``, and ``--quick`` runs a seconds-long version of each
-(docs/benchmarks.md). This package imports no torch, so that ``lsgd bench`` checks its
-arguments first; a benchmark's module is imported when it runs.
+``lsgd bench NAME`` (:data:`NAMES`, or ``all``) runs them on a user's own links, model
+and machine (docs/benchmarks.md). This package imports no torch, so that ``lsgd bench``
+checks its arguments first; a benchmark's module is imported when it runs.
 """
 
 from __future__ import annotations

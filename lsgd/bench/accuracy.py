@@ -3,12 +3,10 @@
 Each method trains the same model on the same data with the same learning rate, batch
 size and time budget, behind links of a given rate between nodes. The center is
 evaluated off the training clock every ``eval`` seconds of training (or every
-``--eval-steps N`` steps, a run then stopping at the target). Per link and method: the
-time and steps until the center first reaches the target (median over the seeds, and
-the spread), the best value, the seconds per step and the time the median steps at the
-median pace predict. Runs go seed by seed, every method of a seed before the next.
-Knobs are tuned per method on a seed of their own (``TUNING_SEED``) on the first link,
-unless ``--knobs`` gives them. Settings: :data:`SETTINGS` (docs/benchmarks.md).
+``--eval-steps N`` steps, a run then stopping at the target); :func:`ranking.table` ranks
+the runs. Runs go seed by seed, every method of a seed before the next. Knobs are tuned
+per method on a seed of their own (``TUNING_SEED``) on the first link, unless
+``--knobs`` gives them. Settings: :data:`SETTINGS` (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -155,8 +153,7 @@ def _defaults(quick: bool, setting: str) -> dict[str, Any]:
             "backend": backend, "batch_size": 128, "tune": True}
 
 
-#: lsgd's DiLoCo on images at the paper's outer lr, as these records were made (lsgd
-#: train's default for CNN7 is 0.35 since lsgd 0.9).
+#: lsgd's DiLoCo on images at the paper's outer lr, as the records were made (train's: 0.35).
 PAPER_OUTER = {"diloco": {"outer_lr": 0.7}}
 
 
@@ -243,7 +240,6 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     for name in tuned:
         chosen[name] = min((t for t in tuning if t["method"] == name), key=_score)["knobs"]
     seeds = _seeds(opts)
-    # Interleaved: every method of a seed, then the next seed (A B C A B C).
     runs = in_parallel(_one, _numbered("run", [(out, name, link, seed, chosen[name], opts, layout)
                                                for seed in seeds for link in opts["links"]
                                                for name in methods]), jobs)

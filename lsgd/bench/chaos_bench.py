@@ -1,15 +1,12 @@
 """Chaos: runs under a seeded schedule of faults at random, against the same run unfailed.
 
-Four nodes behind shaped 100 Mbit/s links train CNN7 on Fashion-MNIST for a fixed
-number of steps (quick: an MLP on the digits, on the loopback). For each mode (elastic
-on torchft, or restartable from checkpoints), method and kind of round, the run is made
-without faults, then once per seed under the faults ``--chaos SEED`` draws
+Four nodes behind shaped 100 Mbit/s links (quick: the loopback) train for a fixed number
+of steps (:func:`_setup`). For each mode (:data:`MODES`), method and kind of round, the
+run is made without faults, then once per seed under the faults ``--chaos SEED`` draws
 (:mod:`lsgd.train.chaos`), each ``lsgd train`` in a process of its own (docs/reliability.md,
-"The chaos benchmark"). Per run: the faults injected and survived, whether it finished,
-**hangs** (the run folder unchanged for ``--timeout`` + join timeout + 10 s: the run is
-stopped), **silent exits** (a worker ended by a signal no fault sent, or with an error
-code and no error written), the steps redone, the wall time lost and the final accuracy
-against the unfailed run.
+"The chaos benchmark"). Per run the table's :data:`COLUMNS`: a **hang** is the run folder
+unchanged for ``--timeout`` + join timeout + 10 s (the run is then stopped), a **silent
+exit** a worker ended by a signal no fault sent, or with an error code and no error written.
 """
 
 from __future__ import annotations
@@ -28,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.bench.common import Result, write
+from lsgd.train import chaos, faults
+from lsgd.train.config import make_config
+from lsgd.train.ranges import flag
 
 NAME = "chaos"
 TITLE = "Chaos: faults at random, nothing lost"
@@ -72,18 +72,13 @@ def _settings(setup: dict[str, Any], method: str, mode: str, rounds: str) -> dic
 def _flags(settings: dict[str, Any]) -> list[str]:
     flags: list[str] = []
     for key, value in settings.items():
-        flag = "--" + key.replace("_", "-")
-        flags += [flag] if value is True else [flag, str(value)]
+        flags += [f"--{flag(key)}"] if value is True else [f"--{flag(key)}", str(value)]
     return flags
 
 
-def schedule(settings: dict[str, Any], seed: int, seconds: float,
-             share: float = HORIZON[False]) -> list[str]:
+def schedule(settings: dict[str, Any], seed: int, seconds: float, share: float) -> list[str]:
     """The ``--fault`` items of ``--chaos seed`` for the run of ``settings`` whose unfailed
     run trained for ``seconds``: :data:`FAULTS` faults over the first ``share`` of them."""
-    from lsgd.train import chaos
-    from lsgd.train.config import make_config
-
     kinds = [k for k in KINDS if settings.get("link") or k not in ("link-down", "slow")]
     if not settings.get("elastic"):
         kinds.append("corrupt-checkpoint")
@@ -94,15 +89,14 @@ def schedule(settings: dict[str, Any], seed: int, seconds: float,
     return chaos.draw(cfg, count=FAULTS)
 
 
-def run_one(run: Path, flags: list[str], faults: list[str]) -> dict[str, Any]:
-    """``lsgd train flags --fault ...`` into ``run`` in a process of its own, watched for a
-    hang; what the table reports of it."""
+def run_one(run: Path, flags: list[str], specs: list[str]) -> dict[str, Any]:
+    """``lsgd train flags --fault SPEC ...`` into ``run`` in a process of its own, watched
+    for a hang; what the table reports of it."""
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     command = [sys.executable, "-m", "lsgd", "train", *flags, "--out", str(run)]
-    for spec in faults:
+    for spec in specs:
         command += ["--fault", spec]
-    bound = TIMEOUT + JOIN + 10.0
     start = time.monotonic()
     hung = False
     with open(run / "bench.log", "w") as log:
@@ -110,7 +104,7 @@ def run_one(run: Path, flags: list[str], faults: list[str]) -> dict[str, Any]:
                                    stdin=subprocess.DEVNULL)
         while process.poll() is None:
             time.sleep(1.0)
-            if time.time() - _newest(run) > bound:
+            if time.time() - _newest(run) > TIMEOUT + JOIN + 10.0:
                 hung = True
                 process.terminate()
                 try:
@@ -134,7 +128,7 @@ def _newest(run: Path) -> float:
     return newest
 
 
-_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+")
 #: What each fatal kind ends a worker with (kill-node: every worker of the node).
 _SIGNALS = {"kill": -9, "segv": -11, "kill-node": -9, "corrupt-checkpoint": -9}
 
@@ -142,14 +136,11 @@ _SIGNALS = {"kill": -9, "segv": -11, "kill-node": -9, "corrupt-checkpoint": -9}
 def silent_exits(run: Path) -> tuple[int, list[str]]:
     """Workers that ended without a reason in the run folder: a signal that no fault sent,
     or an error exit with no error written. From the agents' logs in ``logs/``."""
-    from lsgd.train import faults
-
     text = "\n".join(p.read_text(errors="replace") for p in sorted((run / "logs").glob("*.log")))
-    exits = [int(code) for code, _ in _EXIT.findall(text)]
     sent = Counter(_SIGNALS[event["kind"]] for event in faults.read_log(run)
                    if event.get("event") == "fault" and event["kind"] in _SIGNALS)
     unexplained: list[str] = []
-    for code in exits:
+    for code in map(int, _EXIT.findall(text)):
         if code < 0 and sent[code] > 0:
             sent[code] -= 1
         elif code > 0 and ("Traceback" in text or "Error" in text):
@@ -160,8 +151,6 @@ def silent_exits(run: Path) -> tuple[int, list[str]]:
 
 
 def _outcome(run: Path, code: int | None, wall: float, hung: bool) -> dict[str, Any]:
-    from lsgd.train import faults
-
     try:
         summary = json.loads((run / "summary.json").read_text())
     except (OSError, ValueError):
@@ -239,8 +228,7 @@ def _done(path: Path, setup: dict[str, Any]) -> dict[str, Any]:
 
 def _row(method: str, mode: str, rounds: str, seed: Any, got: dict[str, Any],
          base: dict[str, Any]) -> list[Any]:
-    lost = got["wall"] - base["wall"]
-    gap = round(100 * (got["accuracy"] - base["accuracy"]), 2)
     return [method, mode, rounds, seed, got["faults"], got["survived"],
             "yes" if got["finished"] else "no", int(got["hung"]), got["silent"], got["redone"],
-            lost, got["accuracy"], gap]
+            got["wall"] - base["wall"], got["accuracy"],
+            round(100 * (got["accuracy"] - base["accuracy"]), 2)]

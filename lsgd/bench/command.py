@@ -1,11 +1,10 @@
-"""``lsgd bench``: run the benchmarks, print their tables, write their files.
-
-The benchmarks (and torch) are imported once the arguments are accepted.
-"""
+"""``lsgd bench``: run the benchmarks, print their tables, write their files (the
+benchmarks, and torch, are imported once the flags' values are checked)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -176,10 +175,8 @@ def _value(text: str) -> int | float | str:
     """A knob's value: a whole number, a fraction (``pull=0.25``) or a word
     (``compress=int8``); whether it fits the knob is checked where the method runs."""
     for kind in (int, float):
-        try:
+        with contextlib.suppress(ValueError):
             return kind(text)
-        except ValueError:
-            pass
     return text
 
 

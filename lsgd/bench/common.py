@@ -1,4 +1,4 @@
-"""What every benchmark shares: its result, the table, the files, a training run.
+"""What every benchmark shares: its result, the table, the files, a training run and step.
 
 A benchmark's ``run(out, quick, options)`` returns a :class:`Result`; :func:`write` puts
 its ``NAME.json`` (everything measured) and ``NAME.txt`` (the table) under ``out``.
@@ -9,17 +9,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import multiprocessing
 import os
 import platform
 import shutil
 import time
+import tomllib
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lsgd.method_options import OPTIONS
+from lsgd.names import METHODS
+from lsgd.train import runner
+from lsgd.train.config import REMOVED, defaults_of, from_legacy, make_config
 from lsgd.train.errors import UsageError
+from lsgd.train.outputs import read_csv
+
+if TYPE_CHECKING:
+    from lsgd.strategies.strategy import Strategy
 
 
 @dataclasses.dataclass
@@ -93,10 +104,8 @@ def machine() -> dict[str, Any]:
 def write(result: Result, out: Path) -> Path:
     """``out/NAME.json`` and ``out/NAME.txt``; returns the JSON's path."""
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"name": result.name, "title": result.title, "columns": result.columns,
-               "rows": result.rows, "notes": result.notes, "figures": result.figures,
-               "seconds": result.seconds, "machine": machine(),
-               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "data": result.data}
+    payload = dataclasses.asdict(result) | {"machine": machine(),
+                                            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     path = out / f"{result.name}.json"
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     (out / f"{result.name}.txt").write_text(result.text() + "\n")
@@ -140,11 +149,6 @@ def train(run: Path, reuse: bool | str = False, **settings: Any) -> dict[str, An
     With ``reuse``, a finished run in ``run`` with the same settings (:func:`finished`) is
     read back instead; with ``reuse="only"`` a missing one raises :class:`MissingRecord`.
     """
-    from lsgd.train import runner
-    from lsgd.names import METHODS
-    from lsgd.train.config import make_config
-    from lsgd.train.outputs import read_csv
-
     cfg = make_config({"out": str(run), "quiet": True, **settings}, siblings=METHODS)
     if reuse and (done := finished(run, cfg.to_toml())) is not None:
         return done | {"rows": read_csv(run / "metrics.csv"), "run": str(run), "reused": True}
@@ -167,11 +171,6 @@ def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
     to lsgd since) must be at its default, and so must one lsgd no longer takes
     (:data:`~lsgd.train.config.REMOVED`); ``out``, ``quiet`` and ``device`` do not count.
     """
-    import tomllib
-
-    from lsgd.method_options import OPTIONS
-    from lsgd.train.config import REMOVED, defaults_of, from_legacy
-
     if (record := read_record(run)) is None:
         return None
     stored, done = record
@@ -193,8 +192,6 @@ def finished(run: Path, wanted_toml: str) -> dict[str, Any] | None:
 def read_record(run: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """The settings (``config.toml``) and summary of the finished run in ``run``; ``None``
     where it is not there whole."""
-    import tomllib
-
     try:
         stored = tomllib.loads((run / "config.toml").read_text())
         summary = json.loads((run / "summary.json").read_text())
@@ -210,9 +207,6 @@ def in_parallel(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], jobs: 
     ``fn`` must be a module-level function and the calls' arguments picklable."""
     if jobs <= 1 or len(calls) <= 1:
         return [fn(*call) for call in calls]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     threads = max(1, torch.get_num_threads() // jobs)
     pool = ProcessPoolExecutor(min(jobs, len(calls)),
                                mp_context=multiprocessing.get_context("spawn"),
@@ -222,6 +216,19 @@ def in_parallel(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], jobs: 
         return [future.result() for future in futures]
     finally:  # on an error or Ctrl-C, start no further call
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+               strategy: Strategy | None = None) -> None:
+    """One classification step on the batch ``(x, y)``: the cross-entropy's gradients, then
+    ``strategy.step(loss)`` (without a strategy, the optimizer's own step)."""
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    if strategy is None:
+        opt.step()
+    else:
+        strategy.step(loss)
 
 
 def median(values: Sequence[float]) -> float:

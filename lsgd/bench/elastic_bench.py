@@ -1,13 +1,11 @@
 """Elastic: a worker killed mid-run, survived on torchft against restarted from a checkpoint.
 
 Four nodes behind shaped 100 Mbit/s links (``--links``; the loopback where links cannot
-be shaped) train CNN7 on Fashion-MNIST for 240 steps (quick: three workers on the
-loopback, an MLP on the digits); worker 2 SIGKILLs itself before step 100 and its agent
-starts it again. LSGD and DiLoCo, each **elastic** (:mod:`lsgd.launcher.elastic_jobs`:
-the survivors go on, the killed worker rejoins healed from a live peer) and **restarted
-from a checkpoint** (all restart from the latest one), with and without the fault.
-Reported: the wall time (every attempt), the steps taken twice, the seconds until the
-killed worker rejoined, the bytes and seconds of the heal, and the center's accuracy.
+be shaped) train CNN7 on Fashion-MNIST for 240 steps (quick: :func:`_setup`); worker 2
+SIGKILLs itself before step 100 and its agent starts it again. LSGD and DiLoCo, each
+**elastic** (:mod:`lsgd.launcher.elastic_jobs`: the survivors go on, the killed worker
+rejoins healed from a live peer) and **restarted from a checkpoint** (all restart from
+the latest one), with and without the fault; the table's :data:`COLUMNS` for each.
 """
 
 from __future__ import annotations
@@ -20,6 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.bench.common import Result, write
+from lsgd.comm.elastic_collectives import EXTRA
+from lsgd.links.netns import shaping_problem
+from lsgd.train import runner
+from lsgd.train.config import make_config
+from lsgd.train.elastic_run import train_elastic
 
 NAME = "elastic"
 TITLE = "Elastic: survive a killed worker, or restart from a checkpoint"
@@ -33,37 +36,30 @@ COLUMNS = ["method", "how", "fault", "wall s", "steps redone", "rejoin s", "heal
 
 
 def _setup(quick: bool, link: str | None) -> dict[str, Any]:
-    common = {"seed": 0, "quiet": True, "restarts": 1, "link": link,
-              "groups": None if link is None else 0}
     if quick:  # the restart is waited for (10 s heartbeats): loaded, it beats again past 2 s
-        return common | {"workers": 3, "model": "mlp", "dataset": "digits", "steps": 96,
-                         "kill": 40, "period": 8, "every": 16, "batch_size": 32,
-                         "heartbeat_timeout": 10.0}
-    return common | {"workers": 4, "model": "cnn7", "dataset": "fashion-mnist", "steps": 240,
-                     "kill": 100, "period": 16, "every": 40, "batch_size": 64}
+        return {"workers": 3, "model": "mlp", "dataset": "digits", "steps": 96, "kill": 40,
+                "period": 8, "every": 16, "batch_size": 32, "heartbeat_timeout": 10.0,
+                "link": link}
+    return {"workers": 4, "model": "cnn7", "dataset": "fashion-mnist", "steps": 240,
+            "kill": 100, "period": 16, "every": 40, "batch_size": 64, "heartbeat_timeout": 2.0,
+            "link": link}
 
 
-def _config(method: str, setup: dict[str, Any], fault: bool, run: Path,
-            **extra: Any) -> Any:
-    from lsgd.train.config import make_config
-
+def _config(method: str, setup: dict[str, Any], fault: bool, run: Path, **extra: Any) -> Any:
     settings = {key: setup[key] for key in ("workers", "model", "dataset", "steps", "period",
-                                             "batch_size", "seed", "quiet", "restarts", "link")}
+                                             "batch_size", "link")}
     if setup["link"] is not None:
         settings["groups"] = setup["workers"]
-    return make_config(settings | {"method": method, "out": str(run),
-                                   "eval_every": str(setup["steps"]),
+    return make_config(settings | {"method": method, "out": str(run), "seed": 0, "quiet": True,
+                                   "restarts": RESTARTS, "eval_every": str(setup["steps"]),
                                    "fault": [f"kill:2:{setup['kill']}"] if fault else []}
                        | extra)
 
 
 def _elastic(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> dict[str, Any]:
-    from lsgd.train.elastic_run import train_elastic
-    from lsgd.train.runner import prepare
-
     cfg = _config(method, setup, fault, folder / f"{method}-elastic-{int(fault)}", elastic=True,
-                  heartbeat_timeout=setup.get("heartbeat_timeout", 2.0))
-    prepare(cfg, cfg.out_dir)
+                  heartbeat_timeout=setup["heartbeat_timeout"])
+    runner.prepare(cfg, cfg.out_dir)
     start = time.perf_counter()
     summary, records = train_elastic(cfg)
     wall = time.perf_counter() - start
@@ -83,15 +79,12 @@ def _elastic(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> d
 def _steps_back(trace: list[tuple[float, int]]) -> int:
     """Steps a worker took again: how far its step count ever went back, summed."""
     steps = [s for _, s in trace]
-    return sum(max(0, a - b + 1) for a, b in zip(steps, steps[1:]) if b <= a)
+    return sum(a - b + 1 for a, b in zip(steps, steps[1:]) if b <= a)
 
 
 def _restart(method: str, setup: dict[str, Any], fault: bool, folder: Path) -> dict[str, Any]:
-    from lsgd.train import runner
-
     cfg = _config(method, setup, fault, folder / f"{method}-restart-{int(fault)}-{setup['link']}",
-                  backend="processes", checkpoint_every=setup["every"], restarts=RESTARTS,
-                  timeout=PATIENCE)
+                  backend="processes", checkpoint_every=setup["every"], timeout=PATIENCE)
     start = time.perf_counter()
     no_heal = {"rejoin": float("nan"), "heal_mb": 0.0, "heal_s": 0.0}
     try:
@@ -113,9 +106,6 @@ def _how(kind: str, every: int, link: str | None, asked: str | None) -> str:
 
 
 def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
-    from lsgd.comm.elastic_collectives import EXTRA
-    from lsgd.links.netns import shaping_problem
-
     if importlib.util.find_spec("torchft") is None:
         return Result(NAME, TITLE, COLUMNS, [], [f"left out: it needs torchft ({EXTRA})"])
     links = options.get("links") or ([] if quick or shaping_problem() else ["100mbit"])

@@ -4,13 +4,12 @@ Two gloo worker processes on the loopback (one intra-op thread each, so what sho
 lsgd's own work) train cnn7 (and resnet20 in full mode) on one fixed random batch with
 SGD (lr 0.01, momentum 0.9; DeMo without momentum, MuLoCo with Muon and AdamW): in a
 plain PyTorch loop, and under each strategy of ``lsgd.strategy_names()`` at its default
-knobs and ``period=8`` (one that cannot be built so is skipped). The methods take turns
-step by step in a rotating order, so that a busy machine slows them alike; every step
-after a warm-up is timed (wall and process CPU time) from the forward pass to the end
-of ``strategy.step(loss)``; a step in which ``strategy.rounds`` grew is a *round step*.
-Reported for rank 0: the median local step and its overhead over the plain step, the
-median round step, one round's cost (round step minus local or plain step) in ms and
-in plain steps, and the CPU-time overhead; the raw timings of both ranks are kept.
+knobs and ``period=8`` (one that cannot be built so is skipped), taking turns step by
+step in a rotating order so that a busy machine slows them alike. Every step after a
+warm-up is timed (wall and process CPU time); one in which ``strategy.rounds`` grew is a
+*round step*, and one round costs the median round step minus the median local step
+(the plain step's for all-reduce). Reported for rank 0 (:data:`COLUMNS`); the raw
+timings of both ranks are kept.
 """
 
 from __future__ import annotations
@@ -23,10 +22,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 import lsgd
-from lsgd.bench.common import Result, median
+from lsgd.bench.common import Result, median, train_step
 from lsgd.models import build_model
 from lsgd.registry import accepted_knobs
 
@@ -59,30 +57,23 @@ def _step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor) -> tuple[float, fl
     model, opt, strategy = stepper
     rounds = strategy.rounds if strategy is not None else 0
     start, cpu = time.perf_counter(), time.process_time()
-    loss = F.cross_entropy(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    if strategy is None:
-        opt.step()
-    else:
-        strategy.step(loss)
+    train_step(model, opt, x, y, strategy)
     return (time.perf_counter() - start, time.process_time() - cpu,
             strategy is not None and strategy.rounds != rounds)
 
 
 def measure(info: lsgd.WorkerInfo, name: str, batch: int, steps: int, warmup: int,
             seed: int) -> dict[str, Any]:
-    """One worker process: the plain loop and every strategy, each on a model of its
-    own, taking turns step by step (a busy machine slows them all alike); timings by
-    method and, under ``"skipped"``, why a strategy could not be built."""
+    """One worker process: the plain loop and every strategy, each on a model of its own,
+    taking turns step by step; timings by method and, under ``"skipped"``, why a strategy
+    could not be built."""
     shape = SHAPES[name]
     g = torch.Generator().manual_seed(seed + 1000 * (1 + info.rank))
     x = torch.randn(batch, *shape, generator=g)
     y = torch.randint(0, 10, (batch,), generator=g)
 
     def fresh(method: str = "") -> tuple[nn.Module, torch.optim.Optimizer]:
-        """A model and its optimizer: SGD with momentum, but a momentum-free one for
-        DeMo (its momentum is its own) and Muon with AdamW for MuLoCo."""
+        """A model and its optimizer (DeMo's SGD has no momentum: DeMo's is its own)."""
         torch.manual_seed(seed)
         model = build_model(name, shape, 10)
         if method == "muloco":
@@ -141,8 +132,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     for name, (batch, steps, warmup) in plan.items():
         ranks = lsgd.launch(measure, 2, 1, args=(name, batch, steps, warmup, seed), timeout=300)
         mine = ranks[0]["timings"]
-        plain_ms = median([1e3 * s for s, _, _ in mine[PLAIN]])
-        plain_cpu_ms = median([1e3 * c for _, c, _ in mine[PLAIN]])
+        plain_ms, plain_cpu_ms = (median([1e3 * t[i] for t in mine[PLAIN]]) for i in (0, 1))
         summary = {m: summarize(t, plain_ms, plain_cpu_ms) for m, t in mine.items() if m != PLAIN}
         data["skipped"].update(ranks[0]["skipped"])
         data["models"][name] = {

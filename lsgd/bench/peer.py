@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 import lsgd
+from lsgd.bench.common import MissingRecord, read_record
 from lsgd.links.netns import node_address
 from lsgd.train.evaluate import model_copy
 from lsgd.train.outputs import read_csv
@@ -53,10 +54,7 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
           **others: Any) -> dict[str, Any]:
     """One torchft run into ``run``; its summary with the metrics rows under ``"rows"``
     (as :func:`lsgd.bench.common.train`). ``reuse`` reads back a finished run of exactly
-    these settings.
-    ``others``: settings of ``lsgd train``, of which those in :data:`HONOURED` apply."""
-    from lsgd.bench.common import MissingRecord, read_record
-
+    these settings; of ``others`` (settings of ``lsgd train``) those in :data:`HONOURED` apply."""
     fragments, delay = METHODS[method]
     settings = {"engine": "torchft", "method": method, "workers": workers, "groups": groups,
                 "link": link or "", "model": model, "dataset": dataset,
@@ -73,9 +71,8 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
     if workers != groups:
         raise ValueError(f"{method}: one worker per node (a replica group of one process)")
     run.mkdir(parents=True, exist_ok=True)
-    results = lsgd.launch(_worker, workers, groups, args=(settings, str(run), time.time()),
-                          timeout=300.0, link=link or None)
-    summary = results[0]
+    summary = lsgd.launch(_worker, workers, groups, args=(settings, str(run), time.time()),
+                          timeout=300.0, link=link or None)[0]
     assert summary is not None, "rank 0 returns the run's summary"
     (run / "config.toml").write_text(tomli_w.dumps(settings))
     return summary | {"rows": read_csv(run / "metrics.csv"), "run": str(run)}
@@ -84,18 +81,16 @@ def train(run: Path, *, method: str, workers: int, groups: int, link: str | None
 def _fragments(model: Any, count: int) -> list[Any]:
     """``model``'s layers with parameters, in order, in ``count`` groups of about equal
     size (torchft synchronises whole modules)."""
-    from torch import nn
-
     layers = [m for m in model.modules()
               if not list(m.children()) and any(True for _ in m.parameters())]
     sizes = [sum(p.numel() for p in m.parameters()) for m in layers]
-    groups: list[list[nn.Module]] = [[] for _ in range(count)]
+    groups: list[list[torch.nn.Module]] = [[] for _ in range(count)]
     total, done = sum(sizes), 0
     for layer, size in zip(layers, sizes):
         index = min(count - 1, int(count * done / total))
         groups[index].append(layer)
         done += size
-    return [nn.ModuleList(group) for group in groups if group]
+    return [torch.nn.ModuleList(group) for group in groups if group]
 
 
 class _TorchftDiLoCo:

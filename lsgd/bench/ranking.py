@@ -1,7 +1,5 @@
-"""What a time-to-target result shows: its table, its figures and the README's headline.
-
-How the runs' headline reads is their task's (:mod:`lsgd.tasks.headline`).
-"""
+"""What a time-to-target result shows: its table, its figures and the README's headline,
+read as the runs' task reads it (:mod:`lsgd.tasks.headline`)."""
 
 from __future__ import annotations
 
@@ -9,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lsgd.bench.common import Result, median
+from lsgd.bench.common import Result, median, read_result
 from lsgd.plots import pyplot, save
 from lsgd.tasks.headline import Headline, from_dataset
 from lsgd.train.errors import UsageError
@@ -27,8 +25,6 @@ def simulated_steps(path: str | None) -> dict[str, float]:
     target, over the runs that reached it."""
     if not path:
         return {}
-    from lsgd.bench.common import read_result
-
     try:
         stored = read_result(Path(path))
     except (OSError, ValueError, KeyError) as error:
@@ -42,11 +38,9 @@ def simulated_steps(path: str | None) -> dict[str, float]:
 
 def table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any],
            simulated: dict[str, float] | None = None) -> tuple[list[list[Any]], dict[str, Any]]:
-    """The methods of :mod:`lsgd.bench.accuracy`'s runs ranked link by link: the median
-    time to the target over the seeds and its spread, the median steps and their spread,
-    the best value, LSGD's time over each method's, the MB each worker sent, the steps per
-    second, and the time that steps to the target at that pace predict (:func:`_predicted`);
-    the rows, and a summary by ``link/method``."""
+    """The rows of :mod:`lsgd.bench.accuracy`'s table (its columns: medians over the seeds
+    and their spread, LSGD's time over each method's, :func:`_predicted`), link by link,
+    and a summary by ``link/method``."""
     rows: list[list[Any]] = []
     summary: dict[str, Any] = {}
     # Ratios are LSGD's time over each method's (its plain form, else its hidden family);
@@ -76,20 +70,17 @@ def table(runs: list[dict[str, Any]], methods: list[str], opts: dict[str, Any],
                          _predicted(runs, name, link, rate, (simulated or {}).get(name))])
         ref = times[reference] if reference is not None else None
         for row in rows[-len(methods):]:
-            theirs = times[row[1]]
-            row[6] = ref / theirs if theirs and ref else None
+            row[6] = ref / times[row[1]] if times[row[1]] and ref else None
             summary[f"{link}/{row[1]}"]["ratio"] = row[6]
     return rows, summary
 
 
 def _predicted(runs: list[dict[str, Any]], name: str, link: str, pace: float | None,
                simulated: float | None = None) -> float | str | None:
-    """Steps to the target over steps per second: the time the method's step count and
-    its pace on ``link`` predict. The steps are the simulator's (``simulated``, from
-    ``--steps-from``) where given, else the runs' own. A run's steps to the target do
-    not depend on the link (the same seed takes the same steps), so where every run on
-    ``link`` missed the target within the budget, the steps come from the same method
-    on another link (the value then ends in ``*``)."""
+    """The time the method's steps to the target and its pace on ``link`` predict. The steps
+    are the simulator's (``simulated``, from ``--steps-from``) where given, else the runs'
+    own; where every run on ``link`` missed the target, those of the method on another link
+    (the same seed takes the same steps whatever the link), the value then ending in ``*``."""
     if not pace:
         return None
     if simulated is not None:
@@ -150,28 +141,28 @@ def headline(result: Result) -> str:
     opts, summary = result.data["options"], result.data["summary"]
     headline = headline_of(opts)
     links = list(opts["links"])
-    methods = list(dict.fromkeys(row[1] for row in result.rows))
     lines = ["| method | " + " | ".join(links) + " |", "|---|" + "---|" * len(links)]
-    for name in methods:
-        cells = []
-        for link in links:
-            entry = summary[f"{link}/{name}"]
-            spread = f" [{entry['spread']}]" if entry.get("spread") and entry["runs"] > 2 else ""
-            if entry["time"] is not None:
-                cells.append(f"{entry['time']:.0f} s{spread}")
-            elif entry["reached"]:
-                cells.append(f"{entry['reached']} of {entry['runs']} seeds")
-            else:
-                cells.append(f"never (best {headline.show(entry['best'], 1)})")
+    for name in dict.fromkeys(row[1] for row in result.rows):  # the methods, in order
+        cells = [_reached(summary[f"{link}/{name}"], headline) for link in links]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _reached(entry: dict[str, Any], headline: Headline) -> str:
+    """A method's cell of :func:`headline`: its time (and spread), or how many seeds reached
+    the target, or its best value."""
+    if entry["time"] is not None:
+        spread = f" [{entry['spread']}]" if entry.get("spread") and entry["runs"] > 2 else ""
+        return f"{entry['time']:.0f} s{spread}"
+    if entry["reached"]:
+        return f"{entry['reached']} of {entry['runs']} seeds"
+    return f"never (best {headline.show(entry['best'], 1)})"
 
 
 def tuning(result: Result) -> str:
     """The tuning runs of a time-to-accuracy result (one seed, the first link), as a
     Markdown table: each method's grid point, its time and steps to the target, its
     best value, steps per second, and which point was chosen."""
-    chosen = result.data["chosen"]
     headline = headline_of(result.data["options"])
     lines = ["| method | knobs | time s | steps | best | steps/s | chosen |",
              "|---|---|---|---|---|---|---|"]
@@ -181,6 +172,6 @@ def tuning(result: Result) -> str:
                  "-" if run["time"] is None else f"{run['time']:.1f}",
                  "-" if run["steps"] is None else str(int(run["steps"])),
                  headline.show(run["best"], 2), f"{pace:.2f}",
-                 "yes" if chosen.get(run["method"]) == run["knobs"] else ""]
+                 "yes" if result.data["chosen"].get(run["method"]) == run["knobs"] else ""]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

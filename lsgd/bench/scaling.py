@@ -1,13 +1,11 @@
 """``lsgd bench scaling``: time to a target and bytes per worker from one node to sixteen.
 
 4, 16 and 64 workers in nodes of 4, 20 Mbit/s between nodes and free links inside one,
-on the modeled clock with a fixed step time, the MLP on Fashion-MNIST (batch 32 per
-worker). Per size and method: the time until the center first reaches the target
-(median over the seeds, evaluated every few steps), the steps it took and the MB each
-worker sent until then, and a figure of both. Methods (:data:`KNOBS`): all-reduce,
-DiLoCo and multi-leader LSGD, plain and hidden, at the knobs of the 12-worker setting;
-on one node multi-leader LSGD has its local level only. docs/benchmarks.md ("Many
-nodes") shows the results.
+on the modeled clock with a fixed step time (:func:`_defaults`). Per size and method:
+the time until the center first reaches the target (median over the seeds, evaluated
+every few steps), the steps it took and the MB each worker sent until then. Methods
+(:data:`KNOBS`): all-reduce, DiLoCo and multi-leader LSGD, plain and hidden, at the
+knobs of the 12-worker setting. docs/benchmarks.md ("Many nodes") shows the results.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from lsgd.bench import accuracy
 from lsgd.bench.common import Result, in_parallel, median
 from lsgd.plots import pyplot, save
 
-NODE = 4  # workers per node
 KNOBS: dict[str, dict[str, Any]] = {
     "allreduce": {},
     "diloco": {"period": 16},
@@ -35,16 +32,14 @@ def _defaults(quick: bool) -> dict[str, Any]:
     if quick:
         return shared | {"sizes": [2, 4, 8], "node": 2, "seeds": 1, "budget": 20.0,
                          "dataset": "digits", "batch_size": 16, "eval_steps": 5}
-    return shared | {"sizes": [4, 16, 64], "node": NODE, "seeds": 2, "budget": 120.0,
+    return shared | {"sizes": [4, 16, 64], "node": 4, "seeds": 2, "budget": 120.0,
                      "dataset": "fashion-mnist", "batch_size": 32, "eval_steps": 10}
 
 
 def _knobs(name: str, groups: int) -> dict[str, Any]:
     """The method's knobs; on one node, multi-leader LSGD's local level only."""
-    knobs = dict(KNOBS[name])
-    if groups == 1:
-        knobs.pop("global_period", None)
-    return knobs
+    return {key: value for key, value in KNOBS[name].items()
+            if groups > 1 or key != "global_period"}
 
 
 def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
@@ -112,10 +107,9 @@ def _figure(out: Path, data: list[dict[str, Any]], methods: list[str],
     for i, name in enumerate(methods):
         mine = [d for d in data if d["method"] == name]
         style = {"marker": "o", "label": name, "color": f"C{i}"}
-        shown = [d for d in mine if d["time"] is not None]
-        left.plot([d["workers"] for d in shown], [d["time"] for d in shown], **style)
-        sent = [d for d in mine if d["mb_per_worker"] is not None]
-        right.plot([d["workers"] for d in sent], [d["mb_per_worker"] for d in sent], **style)
+        for ax, key in ((left, "time"), (right, "mb_per_worker")):
+            shown = [d for d in mine if d[key] is not None]
+            ax.plot([d["workers"] for d in shown], [d[key] for d in shown], **style)
     for ax, label in ((left, f"time to {100 * opts['target']:g}% (s, modeled)"),
                       (right, "MB sent per worker until then")):
         ax.set_xscale("log", base=2)

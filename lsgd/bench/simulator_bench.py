@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn import functional as F
 
 import lsgd
-from lsgd.bench.common import Result
+from lsgd.bench.common import Result, train_step
 from lsgd.models import build_model
 
 NAME = "simulator"
@@ -49,10 +48,7 @@ def worker(info: lsgd.WorkerInfo, name: str, data: list[Batches], seed: int) -> 
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     strategy = lsgd.make_strategy("lsgd", model, opt, period=PERIOD)
     for x, y in data[info.rank]:
-        loss = F.cross_entropy(strategy.model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        strategy.step(loss)
+        train_step(strategy.model, opt, x, y, strategy)
     return strategy.rounds
 
 
@@ -63,10 +59,7 @@ def plain(name: str, data: list[Batches], seed: int) -> None:
         model = build_model(name, SHAPE, 10)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         for x, y in mine:
-            loss = F.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            train_step(model, opt, x, y)
 
 
 def measure(plan: dict[str, tuple[int, int]], counts: list[int], seed: int

@@ -1,18 +1,11 @@
 """Start-up: what a run costs before and after its work, against ``import lsgd``.
 
-Each row is a fresh process timed from its start to its end (wall clock), the variants
-taking turns so that a busy machine slows them alike; the median of the repeats, and its
-ratio to the first row's:
-
-* ``import lsgd``: ``from lsgd import LSGD``, the library with its strategies;
-* ``lsgd train --workers 4 --model mlp --steps 1``: the imports, the dataset, 4 worker
-  processes forked by torch's elastic launcher, the process group, one step, the
-  evaluation, checkpoint, summary and figures; the same with the workers spawned
-  (``LSGD_START_METHOD=spawn``), and with ``--backend threads`` (the simulator);
-* where links can be shaped (root, iproute2), 4 nodes behind 20 Mbit/s links, the node
-  agents forked into their namespaces, and spawned.
-
-The quick mode times each variant once, on the 8x8 digits, without shaped nodes.
+Each row (:func:`_variants`) is a fresh process timed from its start to its end (wall
+clock), the variants taking turns so that a busy machine slows them alike; the median
+of the repeats, and its ratio to ``import lsgd``'s. A 1-step ``lsgd train`` pays for the
+imports, the dataset, its 4 workers (forked by torch's elastic launcher, or spawned),
+the process group, the evaluation, checkpoint, summary and figures. The quick mode
+times each variant once, on the 8x8 digits, without shaped nodes.
 """
 
 from __future__ import annotations
@@ -28,13 +21,10 @@ from typing import Any
 from lsgd.bench.common import Result, median
 from lsgd.links.netns import shaping_problem
 
-NAME = "startup"
-COLUMNS = ["what", "median s", "min-max s", "ratio to import"]
-
 
 def _variants(dataset: str, shaped: bool) -> list[tuple[str, list[str], dict[str, str]]]:
     """(label, command after the interpreter, extra environment) of each row; ``shaped``:
-    the shaped nodes' rows too."""
+    also 4 nodes behind shaped links (root, iproute2), their agents forked and spawned."""
     train = ["-m", "lsgd", "train", "--workers", "4", "--model", "mlp", "--steps", "1",
              "--dataset", dataset, "--quiet"]
     rows = [("import lsgd", ["-c", "from lsgd import LSGD"], {}),
@@ -80,5 +70,6 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
              f"({os.cpu_count()} cores)."]
     if unshaped:
         notes.append(f"shaped nodes left out: {unshaped}")
-    return Result(NAME, "Start-up: a 1-step run against import lsgd", COLUMNS, rows, notes,
+    return Result("startup", "Start-up: a 1-step run against import lsgd",
+                  ["what", "median s", "min-max s", "ratio to import"], rows, notes,
                   {"seconds": times, "dataset": dataset, "repeats": repeats})

@@ -5,8 +5,7 @@ synchronously and asynchronously (``--async``: rounds fall due by the total step
 workers, so the fast ones do not wait for the slow one), the last worker slowed by a
 factor of 2 and 3 (it sleeps ``factor - 1`` times its compute after every step).
 Reported: the steps per second of all workers, async over sync, each worker's steps and
-seconds in rounds, and the center's accuracy at the end. Quick: an MLP on the digits,
-3 seconds per run, factor 3.
+seconds in rounds, and the center's accuracy at the end.
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     runs: list[dict[str, Any]] = []
     for factor in opts["factors"]:
         sync_rate = None
-        for asynchronous in (False, True):
-            mode = "async" if asynchronous else "sync"
+        for mode, asynchronous in (("sync", False), ("async", True)):
             summary = train(out / "runs" / f"{mode}-x{factor:g}", method="lsgd",
                             workers=workers, model=opts["model"], dataset=opts["dataset"],
                             backend=opts["backend"], period=opts["period"],

@@ -4,13 +4,11 @@ Counted (in the simulator, which counts what gloo sends): each method trains the
 on 4 workers of one group for a whole number of its periods; the bytes each worker sent
 per local step, the algorithm's value (``B`` the model's parameter bytes, ``W`` the
 workers, ``p`` the period; docs/algorithms.md) and the ratio to all-reduce; compressed
-rounds (``lsgd int8``: bfloat16 or int8 blocks with a float scale each) counted as they
-travel, scales included.
+rounds counted as they travel, their blocks' scales included.
 
 Timed (on links the kernel shapes; needs root): 4 nodes of one worker; one broadcast of
-the state (what LSGD's round moves, besides one score per worker) as gloo's binomial
-tree and as lsgd's pipelined chain, next to the limit ``B / rate`` that no broadcast
-from one node can beat.
+the state (what LSGD's round moves, besides one score per worker) as gloo's binomial tree
+and as lsgd's pipelined chain, next to the limit ``B / rate`` no broadcast from one node beats.
 """
 
 from __future__ import annotations
@@ -21,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn import functional as F
 
 import lsgd
-from lsgd.bench.common import Result, median
-from lsgd.comm import codec
+from lsgd.bench.common import Result, median, train_step
+from lsgd.comm import codec, sparse
 from lsgd.links import netns, parse_link
 from lsgd.models import build_model
 
@@ -39,16 +36,14 @@ PERIODS = (1, 4, 16, 64)
 def _gathered(label: str, model: Any) -> float:
     """The payload of one worker's gathered message (top-k, 2-bit, DeMo's DCT blocks), by
     the format's byte count (docs/algorithms.md, "Gathered messages")."""
-    from lsgd.comm.sparse import SparseFormat, density_to_k
-
     values = sum(p.numel() for p in model.parameters())
     if label == "demo":
         return lsgd.DeMo.payload_fraction(model) * 4 * values
     chunk, rows = 4096, -(-values // 4096)
-    k, kind = {"sparseloco": (density_to_k(0.1, chunk), "2bit"),
-               "local-sgd topk": (density_to_k(0.01, chunk), "float32"),
+    k, kind = {"sparseloco": (sparse.density_to_k(0.1, chunk), "2bit"),
+               "local-sgd topk": (sparse.density_to_k(0.01, chunk), "float32"),
                "local-sgd 2bit": (chunk, "2bit")}[label]
-    return SparseFormat(k, kind).nbytes(rows, chunk)
+    return sparse.SparseFormat(k, kind).nbytes(rows, chunk)
 
 
 def _theory(label: str, period: int, b: float, w: int, model: Any = None) -> float:
@@ -81,12 +76,8 @@ def _count(info: lsgd.WorkerInfo, label: str, period: int, steps: int, model: st
     start = strategy.report().bytes_sent  # the initial broadcast is not a step's traffic
     g = torch.Generator().manual_seed(info.rank)
     for _ in range(steps):
-        x = torch.randn(2, 1, 28, 28, generator=g)
-        y = torch.randint(0, 10, (2,), generator=g)
-        loss = F.cross_entropy(strategy.model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        strategy.step(loss)
+        train_step(strategy.model, opt, torch.randn(2, 1, 28, 28, generator=g),
+                   torch.randint(0, 10, (2,), generator=g), strategy)
     return {"bytes": (strategy.report().bytes_sent - start) / steps}
 
 
@@ -155,11 +146,10 @@ def _timed_rounds(b: float, links: list[str], repeats: int
         spec = parse_link(link)
         results = lsgd.launch(_broadcasts, WORKERS, WORKERS, args=(int(b // 4), repeats),
                               link=link, timeout=300)
-        tree = max(r["tree"] for r in results)
-        chain = max(r["chain"] for r in results)
         # The least any transfer can take: what the token bucket does not let through at once.
         floor = 8 * max(0.0, b - netns.burst_bytes(spec)) / spec.rate
-        timed.append({"link": link, "tree": tree, "chain": chain, "limit": 8 * b / spec.rate,
+        timed.append({"link": link, "tree": max(r["tree"] for r in results),
+                      "chain": max(r["chain"] for r in results), "limit": 8 * b / spec.rate,
                       "floor": floor})
     lines = [f"  {t['link']:>8}: tree {t['tree']:.3f} s ({t['tree'] / t['limit']:.2f} x limit), "
              f"chain {t['chain']:.3f} s ({t['chain'] / t['limit']:.2f} x limit), "

@@ -1,13 +1,10 @@
-"""Reproductions of the LSGD paper's own small experiments.
-
-Two experiments of Teng et al., "Leader Stochastic Gradient Descent for Distributed
-Training of Deep Learning Models" (NeurIPS 2019, arXiv:1905.10395), each a minute or
-so on a laptop (docs/reproductions.md): :mod:`lsgd.repro.toy`, a 2-D landscape with 4
-workers, and :mod:`lsgd.repro.matrix`, low-rank matrix factorization with 8 workers,
-both LGD against EAGD. They run the library's own strategies on the in-process
-simulator with full-batch "losses", so they double as an end-to-end check. This
-package offers what the two share (:mod:`lsgd.repro.fullbatch`, imported on first use:
-``lsgd repro`` checks its arguments against the torch-free :mod:`lsgd.repro.defaults`).
+"""Reproductions of the LSGD paper's own small experiments (Teng et al., NeurIPS 2019,
+arXiv:1905.10395; docs/reproductions.md): :mod:`lsgd.repro.toy`, a 2-D landscape with 4
+workers, and :mod:`lsgd.repro.matrix`, low-rank matrix factorization with 8 workers, both
+LGD against EAGD, with the library's own strategies on the simulator (so they double as
+an end-to-end check). This package offers what the two share (:mod:`lsgd.repro.fullbatch`,
+imported on first use: ``lsgd repro`` checks its arguments against the torch-free
+:mod:`lsgd.repro.defaults`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""``lsgd repro toy`` and ``lsgd repro matrix-completion``: their options, and what each prints.
-
-The experiments themselves are :mod:`lsgd.repro.toy`'s and :mod:`lsgd.repro.matrix`'s;
-each writes its figures and ``summary.json`` under ``--out`` and prints a table
-(or, with ``--json``, the summary).
+"""``lsgd repro toy`` and ``lsgd repro matrix-completion`` (:mod:`lsgd.repro.toy`,
+:mod:`lsgd.repro.matrix`): their options; each writes its figures and ``summary.json``
+under ``--out`` and prints a table (or, with ``--json``, the summary).
 """
 
 from __future__ import annotations

@@ -58,10 +58,8 @@ class Method:
 
 
 def lgd(pull: float) -> Method:
-    """Leader GD: LSGD with a pull toward the leader every step and no scope pull.
-
-    ``leader_window=1`` makes the score the objective at the current point.
-    """
+    """Leader GD: LSGD with a pull toward the leader every step, no scope pull, and the
+    objective at the current point as the score (``leader_window=1``)."""
     return Method("LGD", "lsgd", {"pull": pull, "scope": 0.0, "period": 1, "leader_window": 1})
 
 
@@ -91,22 +89,16 @@ def run_full_batch(method: Method, value_and_grad: ValueAndGrad, starts: torch.T
                    progress: Progress | None = None) -> FullBatchRun:
     """Full-batch gradient descent with ``method`` on the simulator, one worker per start.
 
-    Worker ``i`` starts at ``starts[i]`` and runs plain ``torch.optim.SGD(lr)``
-    under ``method``'s strategy. Each step it evaluates ``F`` and ``grad F`` at
-    its current point, sets the gradient and calls ``strategy.step(F)``, so the
-    leader of LSGD is elected on the objective *before* the step and pulled
-    toward *after* it.
-
-    With ``stop_tol``, every ``check_every`` steps the workers all-gather the
-    largest coordinate any of them moved in one step during those steps
-    (counted as ``"repro"`` traffic, not training traffic) and all stop when it
-    is below ``stop_tol``: they have stopped moving. Otherwise, or if they keep
-    moving, they stop after ``max_steps``.
+    Worker ``i`` starts at ``starts[i]`` and runs plain ``torch.optim.SGD(lr)`` under
+    ``method``'s strategy: each step it sets ``grad F`` at its point and calls
+    ``strategy.step(F)``, so LSGD elects its leader on the objective *before* the step and
+    pulls toward it *after*. With ``stop_tol``, every ``check_every`` steps the workers
+    all-gather the largest coordinate any of them moved in a step (``"repro"`` traffic, not
+    training traffic) and all stop when it is below ``stop_tol``; else after ``max_steps``.
     """
     def worker(info: lsgd.WorkerInfo) -> tuple[torch.Tensor, torch.Tensor | None, list, bool]:
         model = Point(starts[info.rank])
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-        strategy = method.build(model, optimizer)
+        strategy = method.build(model, torch.optim.SGD(model.parameters(), lr=lr))
         comm = lsgd.get_communicator()
         x = model.x
         losses: list[torch.Tensor] = []
@@ -125,9 +117,8 @@ def run_full_batch(method: Method, value_and_grad: ValueAndGrad, starts: torch.T
                 moved = torch.maximum(moved, (x.detach() - before).abs().max().to(torch.float64))
                 if step % check_every == 0:
                     with comm.category("repro"):
-                        largest = comm.all_gather(moved.reshape(1)).max()
+                        stopped = bool(comm.all_gather(moved.reshape(1)).max() < stop_tol)
                     moved.zero_()
-                    stopped = bool(largest < stop_tol)
             if progress is not None and info.rank == 0:
                 progress.update(step)
             if stopped:

@@ -1,18 +1,12 @@
-"""The LSGD paper's low-rank matrix factorization: EAGD slows down near the
-minimizers, LGD does not (the paper's Figure 1).
+"""The LSGD paper's low-rank matrix factorization: EAGD slows down near the minimizers,
+LGD does not (the paper's Figure 1).
 
-``F(X) = 1/4 ||M - X X^T||_F^2`` with ``M = U U^T``, 8 workers from the same
-N(0, 1) starts for both methods, a round every step; reported: the best worker's
-``F / F(0)`` against steps. docs/algorithms.md ("The papers' own small
-experiments") gives the setup and how the paper's simultaneous update maps onto
-the strategies: LGD = ``LSGD(pull = eta lambda, scope = 0, period = 1)``, EAGD =
-``EASGD(moving_rate = W eta lambda, period = 1)``.
-
-Two engines compute the same thing (the tests check them to 1e-9):
-``"strategy"``, each worker a :class:`~lsgd.repro.Point` under the real strategy
-on the simulator (:func:`~lsgd.repro.run_full_batch`), and ``"batched"`` (the
-default), all workers of all trials as one ``[T, W, d, r]`` tensor in the
-strategies' order of operations.
+``F(X) = 1/4 ||M - X X^T||_F^2`` with ``M = U U^T``, 8 workers from the same N(0, 1)
+starts for both methods (:func:`methods`), a round every step; reported: the best
+worker's ``F / F(0)`` against steps. docs/algorithms.md ("The papers' own small
+experiments") gives the setup. Two engines compute the same thing (the tests check them
+to 1e-9): :func:`run_strategy`, the real strategies on the simulator, and
+:func:`run_batched` (the default), all workers of all trials as one tensor.
 
 ``F`` and its gradient cost ``O(d r^2)``, never forming ``d x d``: with ``U = Q R``
 (thin QR) and ``X = Q B + P`` (``B = Q^T X``, ``Q^T P = 0``)::
@@ -20,8 +14,8 @@ strategies' order of operations.
     4 F = ||R R^T - B B^T||^2 + 2 <B^T B, P^T P> + ||P^T P||^2
     grad F = X (B^T B + P^T P) - Q (R R^T B)
 
-a sum of squares and PSD products, accurate to rounding even at
-``F / F(0) ~ 1e-30``, where expanding ``||M - X X^T||^2`` would cancel at 1e-16.
+a sum of squares and PSD products, accurate to rounding even at ``F / F(0) ~ 1e-30``,
+where expanding ``||M - X X^T||^2`` would cancel at 1e-16.
 """
 
 from __future__ import annotations
@@ -37,10 +31,10 @@ import torch
 
 from lsgd.plots import pyplot, save
 from lsgd.repro import Method, Progress, eagd, lgd, run_full_batch
-from lsgd.repro.defaults import ENGINES
-from lsgd.repro.defaults import MATRIX_DIM as DIM, MATRIX_LR as LR, MATRIX_PULL as PULL
-from lsgd.repro.defaults import MATRIX_RANKS as RANKS, MATRIX_STEPS as STEPS
-from lsgd.repro.defaults import MATRIX_TRIALS as TRIALS, MATRIX_WORKERS as WORKERS
+from lsgd.repro.defaults import (ENGINES, MATRIX_DIM as DIM, MATRIX_LR as LR, MATRIX_PULL as PULL,
+                                 MATRIX_RANKS as RANKS, MATRIX_STEPS as STEPS,
+                                 MATRIX_TRIALS as TRIALS, MATRIX_WORKERS as WORKERS)
+
 _BATCH_BYTES = 256 * 2**20  # the [T, W, d, r] state of one chunk of trials
 # F / F(0) below ~eps^2 is rounding-level in X coordinates; the batched engine
 # (which keeps the part of X outside span(U) apart) can go lower at r = 1.
@@ -49,12 +43,9 @@ _PLOT_FLOOR = 1e-34
 
 @dataclasses.dataclass(frozen=True)
 class Factorization:
-    """``F(X) = 1/4 ||M - X X^T||_F^2`` with ``M = Q (R R^T) Q^T`` (``U = Q R``).
-
-    ``q`` is ``[..., d, r]``, ``rrt`` ``[..., r, r]`` and ``f0 = F(0)`` has the
-    leading shape; leading dimensions broadcast against those of ``X`` (the
-    batched engine keeps ``q`` as ``[T, 1, d, r]`` for ``X`` of ``[T, W, d, r]``).
-    """
+    """``F(X) = 1/4 ||M - X X^T||_F^2`` with ``M = Q (R R^T) Q^T`` (``U = Q R``): ``q`` is
+    ``[..., d, r]``, ``rrt`` ``[..., r, r]`` and ``f0 = F(0)`` has the leading shape, which
+    broadcasts against that of ``X`` (:meth:`stack`)."""
 
     q: torch.Tensor
     rrt: torch.Tensor
@@ -84,12 +75,7 @@ class Factorization:
 
     def objective(self, x: torch.Tensor) -> torch.Tensor:
         """``F(X)`` for ``X`` of shape ``[..., d, r]`` (differentiable)."""
-        b, p = self.split(x)
-        return self._value(b, b.mT @ b, p.mT @ p)
-
-    def _value(self, b: torch.Tensor, btb: torch.Tensor, ptp: torch.Tensor) -> torch.Tensor:
-        inner = (btb * ptp).sum(dim=(-2, -1))
-        return 0.25 * (_sq(self.rrt - b @ b.mT) + 2.0 * inner + _sq(ptp))
+        return self.value_and_grad_split(*self.split(x))[0]
 
     def value_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``F(X)`` and ``grad F(X) = Q grad_B + grad_P`` (see :meth:`value_and_grad_split`)."""
@@ -106,7 +92,8 @@ class Factorization:
         """
         btb, ptp = b.mT @ b, p.mT @ p
         s = btb + ptp
-        return self._value(b, btb, ptp), b @ s - self.rrt @ b, p @ s
+        value = 0.25 * (_sq(self.rrt - b @ b.mT) + 2.0 * (btb * ptp).sum(dim=(-2, -1)) + _sq(ptp))
+        return value, b @ s - self.rrt @ b, p @ s
 
 
 def _sq(a: torch.Tensor) -> torch.Tensor:
@@ -116,12 +103,9 @@ def _sq(a: torch.Tensor) -> torch.Tensor:
 def draw_trial(dim: int, rank: int, workers: int, seed: int, trial: int,
                dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu"
                ) -> tuple[Factorization, torch.Tensor]:
-    """One trial's problem and the workers' starts ``[W, d, r]``.
-
-    ``U`` and then the starts are drawn in float64 on the CPU from a generator
-    seeded by ``(seed, rank, trial)``: a trial is the same on every device and
-    dtype, and both methods start from the same points.
-    """
+    """One trial's problem and the workers' starts ``[W, d, r]``, drawn in float64 on the
+    CPU from a generator seeded by ``(seed, rank, trial)``: a trial is the same on every
+    device and dtype, and both methods start from the same points."""
     state = np.random.SeedSequence([seed, rank, trial]).generate_state(2, dtype=np.uint32)
     generator = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
     u = torch.randn(dim, rank, generator=generator, dtype=torch.float64)
@@ -132,7 +116,8 @@ def draw_trial(dim: int, rank: int, workers: int, seed: int, trial: int,
 
 
 def methods(lr: float = LR, pull: float = PULL, workers: int = WORKERS) -> list[Method]:
-    """LGD and EAGD with the paper's ``lambda`` mapped onto the strategies' knobs."""
+    """LGD and EAGD with the paper's simultaneous update mapped onto the strategies:
+    ``LSGD(pull = eta lambda)`` and ``EASGD(moving_rate = W eta lambda)``."""
     return [lgd(lr * pull), eagd(min(1.0, workers * lr * pull))]
 
 
@@ -147,51 +132,45 @@ def run_strategy(problem: Factorization, starts: torch.Tensor, method: Method, l
 
 def run_batched(problem: Factorization, starts: torch.Tensor, method: Method, lr: float,
                 steps: int, progress: Progress | None = None) -> torch.Tensor:
-    """``F / F(0)`` of every worker, ``[steps + 1, T, W]``, for starts ``[T, W, d, r]``.
+    """``F / F(0)`` of every worker, ``[steps + 1, T, W]``, for starts ``[T, W, d, r]`` and
+    ``problem`` the :meth:`Factorization.stack` of the ``T`` trials.
 
-    ``problem`` is :meth:`Factorization.stack` of the ``T`` trials. Only LGD
-    (``LSGD`` with ``scope=0``, ``period=1``, ``leader_window=1``) and EAGD
-    (``EASGD`` with ``period=1``) are supported: each step is ``SGD``'s
-    ``X <- X - lr grad F(X)`` followed by exactly the strategy's pull.
-
-    The state is held as ``X = Q B + P`` (:meth:`Factorization.split`), once
-    for all: every operation of a step (the gradient step, the lerp toward the
-    leader, EASGD's means and center) is linear in ``X``, so it acts on ``B``
-    and ``P`` separately, and ``grad F`` splits the same way. A step then costs
-    two ``d x r x r`` products per worker (``P^T P`` and ``P S``) instead of five.
+    Only LGD and EAGD (:func:`methods`) are supported: each step is ``SGD``'s
+    ``X <- X - lr grad F(X)`` followed by exactly the strategy's pull. The state is held as
+    ``X = Q B + P`` (:meth:`Factorization.split`) once for all: every operation of a step
+    (the gradient step, the lerp toward the leader, EASGD's means and center) is linear in
+    ``X``, so it acts on ``B`` and ``P`` apart, and ``grad F`` splits the same way. A step
+    then costs two ``d x r x r`` products per worker (``P^T P`` and ``P S``) instead of five.
     """
     b, p = problem.split(starts)
-    state = [b, p]
-    update = _batched_update(method, state)
+    update = _batched_update(method, [b, p])
     losses = torch.empty(steps + 1, *starts.shape[:2], dtype=starts.dtype, device=starts.device)
     for step in range(steps):
         loss, grad_b, grad_p = problem.value_and_grad_split(b, p)
         losses[step] = loss
         b.add_(grad_b, alpha=-lr)  # torch.optim.SGD without momentum
         p.add_(grad_p, alpha=-lr)
-        update(state, loss)
+        update(loss)
         if progress is not None:
             progress.update(step + 1)
     losses[steps] = problem.value_and_grad_split(b, p)[0]
     return losses / problem.f0
 
 
-Update = Callable[[list[torch.Tensor], torch.Tensor], None]
-
-
-def _batched_update(method: Method, state: list[torch.Tensor]) -> Update:
-    """The strategy's rule after the gradient step, on tensors ``[T, W, ...]``."""
+def _batched_update(method: Method, state: list[torch.Tensor]
+                    ) -> Callable[[torch.Tensor], None]:
+    """The strategy's rule after the gradient step, on ``state``'s tensors ``[T, W, ...]``."""
     options = dict(method.options)
     if method.kind == "lsgd" and options.get("scope") == 0 and options.get("period") == 1 \
             and options.get("leader_window") == 1:
         pull = float(options["pull"])
 
-        def leader_pull(xs: list[torch.Tensor], loss: torch.Tensor) -> None:
+        def leader_pull(loss: torch.Tensor) -> None:
             # lsgd.functional.elect: lowest finite score, ties to the lowest rank.
             scores = torch.where(torch.isfinite(loss), loss, torch.inf)
             leaders = torch.argmin(scores, dim=1)
             trials = torch.arange(loss.shape[0], device=loss.device)
-            for x in xs:
+            for x in state:
                 target = x[trials, leaders].unsqueeze(1)  # a copy: advanced indexing
                 if pull != 0.0:  # the leader's own row: lerp(x, x) = x exactly
                     x.lerp_(target, pull)
@@ -202,8 +181,8 @@ def _batched_update(method: Method, state: list[torch.Tensor]) -> Update:
         alpha = beta / state[0].shape[1]
         centers = [_rank_order_mean(x) for x in state]
 
-        def elastic(xs: list[torch.Tensor], loss: torch.Tensor) -> None:
-            for x, center in zip(xs, centers):
+        def elastic(loss: torch.Tensor) -> None:
+            for x, center in zip(state, centers):
                 mean = _rank_order_mean(x)  # the simulator's all-reduce, rank by rank
                 if alpha != 0.0:
                     x.lerp_(center.unsqueeze(1), alpha)  # the center before its update
@@ -289,9 +268,8 @@ def summarize(result: Result, at: Sequence[int] | None = None) -> dict[str, Any]
         entry: dict[str, Any] = {"seconds": result.seconds[rank]}
         for label, curve in by_method.items():
             values = curve[at]  # [len(at), T]
-            entry[label] = {"median": values.median(dim=1).values.tolist(),
-                            "min": values.min(dim=1).values.tolist(),
-                            "max": values.max(dim=1).values.tolist()}
+            entry[label] = {stat: getattr(values, stat)(dim=1).values.tolist()
+                            for stat in ("median", "min", "max")}
         ranks[str(rank)] = entry
     return {"setup": result.setup, "steps": at, "ranks": ranks,
             "seconds": sum(result.seconds.values())}
@@ -299,8 +277,7 @@ def summarize(result: Result, at: Sequence[int] | None = None) -> dict[str, Any]
 
 def table(summary: dict[str, Any]) -> str:
     """Per rank and method: median [min, max] over trials at each reported step."""
-    at = summary["steps"]
-    head = f"{'rank':>4} {'method':<6}" + "".join(f" {f'step {s}':>30}" for s in at)
+    head = f"{'rank':>4} {'method':<6}" + "".join(f" {f'step {s}':>30}" for s in summary["steps"])
     lines = [f"best worker's F/F(0): median [min, max] over {summary['setup']['trials']} trials",
              head, "-" * len(head)]
     for rank, entry in summary["ranks"].items():

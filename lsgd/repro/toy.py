@@ -1,14 +1,12 @@
 """The LSGD paper's 2-D toy landscape: LGD reaches a better optimum than EAGD.
 
-``L(x, y) = sin(pi r) / (pi r)``, ``r = sqrt(x^2 + y^2)``: a radial "sinc" whose
-minima are rings, each shallower than the one inside it (the deepest at r ~ 1.430,
-L ~ -0.2172). Four workers take full gradient steps, communicating every step,
-under LGD (LSGD with ``scope = 0``, ``period = 1``) and EAGD (EASGD with
-``moving_rate = beta``, ``period = 1``), and for comparison LSGD with a scope pull
-and period above 1, local SGD and independent gradient descent. A run stops when
-no worker moved a coordinate more than ``tol`` in a step (checked every 10 steps),
-or after ``max_steps``. docs/algorithms.md ("The papers' own small experiments")
-gives the setup.
+``L(x, y) = sin(pi r) / (pi r)``, ``r = sqrt(x^2 + y^2)``: a radial "sinc" whose minima
+are rings, each shallower than the one inside it (the deepest at r ~ 1.430, L ~ -0.2172).
+Four workers take full gradient steps under LGD and EAGD, communicating every step
+(:func:`~lsgd.repro.lgd`, :func:`~lsgd.repro.eagd`), and for comparison LSGD with a scope
+pull and period above 1, local SGD and independent gradient descent, until no worker
+moves more than ``tol`` (:func:`~lsgd.repro.run_full_batch`) or ``max_steps``.
+docs/algorithms.md ("The papers' own small experiments") gives the setup.
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ _SMALL_R = 1e-4  # below this radius use the Taylor series (no 0/0)
 
 def objective(point: torch.Tensor) -> torch.Tensor:
     """``L(x, y) = sin(pi r) / (pi r)`` for ``point = [..., 2]`` (1 at the origin)."""
-    r = torch.linalg.vector_norm(point, dim=-1)
-    return torch.sinc(r)  # torch.sinc(t) = sin(pi t) / (pi t), 1 at 0
+    return torch.sinc(torch.linalg.vector_norm(point, dim=-1))  # sin(pi t) / (pi t), 1 at 0
 
 
 def gradient(point: torch.Tensor) -> torch.Tensor:
@@ -67,12 +64,9 @@ def starts() -> torch.Tensor:
 
 
 def summarize(run: FullBatchRun) -> dict[str, Any]:
-    """Best objective at the end, where, which worker, after how many steps.
-
-    ``steps_to_best``: the first step at which some worker was within 1e-6 of
-    the final best value (and stayed no worse by more than that);
-    ``lowest_visited``: the lowest L any worker passed through on the way.
-    """
+    """Best objective at the end, where, which worker, after how many steps
+    (``steps_to_best``: the first from which the best worker of each step stayed within
+    1e-6 of it); ``lowest_visited``: the lowest L any worker passed through on the way."""
     final = run.losses[-1]
     best = int(torch.argmin(final))
     best_value = float(final[best])
@@ -80,8 +74,7 @@ def summarize(run: FullBatchRun) -> dict[str, Any]:
     steps_to_best = int(above[-1]) + 1 if len(above) else 0
     assert run.positions is not None
     where = run.positions[-1, best].tolist()
-    leaders = run.leaders
-    switches = sum(a != b for a, b in zip(leaders, leaders[1:])) if leaders else None
+    switches = sum(a != b for a, b in zip(run.leaders, run.leaders[1:])) if run.leaders else None
     return {"method": run.method.describe(), "best_objective": best_value, "where": where,
             "radius": math.hypot(*where), "worker": best, "steps_to_best": steps_to_best,
             "steps": run.steps, "stopped": run.stopped,
@@ -148,9 +141,8 @@ def plot(runs: list[FullBatchRun], out: str) -> list[str]:
             a.set(xlim=(-half, half), ylim=(-half, half), aspect="equal")
         inset.set(xticks=[], yticks=[])
         ax.indicate_inset_zoom(inset, edgecolor="white")
-        best = float(r.losses[-1].min())
-        ax.set_title(f"{r.method.label}: best L = {best:.4f} ({r.steps} steps)\n"
-                     f"{r.method.describe()}", fontsize=9)
+        ax.set_title(f"{r.method.label}: best L = {float(r.losses[-1].min()):.4f} "
+                     f"({r.steps} steps)\n{r.method.describe()}", fontsize=9)
     handles, labels = flat[0].get_legend_handles_labels()
     for ax in flat[n:]:
         ax.axis("off")
