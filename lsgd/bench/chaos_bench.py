@@ -173,7 +173,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
 
     links = options.get("links") or ([] if quick or shaping_problem() else ["100mbit"])
     setup = _setup(quick, links[0] if links else None)
-    first = options.get("first_seed") or 1
+    first = 1 if options.get("first_seed") is None else options["first_seed"]
     seeds = range(first, first + (options.get("seeds") or (1 if quick else 3)))
     methods = options.get("methods") or (["diloco"] if quick else ["lsgd", "diloco"])
     sets = options.get("sets") or []
