@@ -169,10 +169,9 @@ def graphs_of(cfg: TrainConfig) -> list[Topology]:
 
 def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
     """Check, in the launching process, what would otherwise fail in every worker: the
-    device, the dataset, the augmentation, the model on the dataset's input, the graphs,
-    the links, and the run folder. With ``read_data=False`` (``--dry-run``) nothing is
-    read or created (an image's shape from :data:`lsgd.data.FACTS`); returns notes on
-    what could not be checked then."""
+    device, the dataset, the augmentation, the model on its input, the graphs, the links, the
+    run folder. With ``read_data=False`` (``--dry-run``) nothing is read or created (an
+    image's shape from :data:`lsgd.data.FACTS`); returns notes on what was not checked then."""
     pick_device(cfg)
     notes: list[str] = []
     task = make_task(cfg, torch.device("cpu"), _read_dataset(cfg)) if read_data else None
@@ -217,9 +216,8 @@ def _check_image_model(cfg: TrainConfig, input_shape: Callable[[], tuple[int, ..
                        classes: int) -> None:
     """The model built (on the meta device) for the input it sees after the test transform."""
     try:
-        shape = input_shape()
         with torch.device("meta"):
-            build_model(cfg.model, shape, classes)
+            build_model(cfg.model, input_shape(), classes)
     except ValueError as error:
         raise UsageError(f"--model {cfg.model} on --dataset {cfg.dataset}: {error}") from error
 
@@ -258,10 +256,8 @@ def _dataset_facts(
     except ValueError as error:
         raise UsageError(f"--augment {cfg.augment}: {error}") from error
 
-    def input_shape() -> tuple[int, ...]:
-        if key == "imagenet":  # decoded at its size
-            return shape
-        return tuple(test_fn(torch.zeros((1, *shape))).shape[1:])  # in memory: transformed
+    def input_shape() -> tuple[int, ...]:  # imagenet decoded at its size, others transformed
+        return shape if key == "imagenet" else tuple(test_fn(torch.zeros((1, *shape))).shape[1:])
 
     return input_shape, classes, n_train, notes
 

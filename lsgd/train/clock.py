@@ -1,12 +1,10 @@
-"""When a run evaluates, checkpoints and stops: decisions every worker takes alike.
-
-No worker may be left alone in a collective, so these decisions are taken from values every
-worker has. Synchronously: the step count, and for time budgets rank 0's clock, broadcast as
-``"control"`` traffic about once a second of training (with it the steps until the next
-broadcast, at most ``CLOCK_SYNC_EVERY``, so that slow steps stop within about a second of the
-budget) and at every evaluation on a step grid (so that its row has the time of its own step).
-Asynchronously (``--async``): the workers' total step count and latest clock, agreed at each
-sync point, the only place where asynchronous workers act together.
+"""When a run evaluates, checkpoints and stops: decisions every worker takes alike (none may
+be left alone in a collective), from values every worker has. Synchronously: the step count,
+and for time budgets rank 0's clock, broadcast as ``"control"`` traffic about once a second of
+training (with the steps until the next broadcast, at most ``CLOCK_SYNC_EVERY``, so that slow
+steps stop within about a second of the budget) and at every evaluation on a step grid (so
+that its row has the time of its own step). Asynchronously (``--async``): the workers' total
+step count and latest clock, agreed at each sync point, the only place where they meet.
 """
 
 from __future__ import annotations
@@ -88,9 +86,8 @@ class Pace:
         stop = self.shared_steps >= self.max_steps or self.shared_seconds >= self.max_seconds
         position = self.shared_steps if self.eval_kind == "steps" else self.shared_seconds
         evaluate = position >= self.next_eval
-        if evaluate:
-            while self.next_eval <= position:
-                self.next_eval += self.eval_every
+        while self.next_eval <= position:
+            self.next_eval += self.eval_every
         save = bool(self.cfg.faults.checkpoint_every) and self.shared_steps >= self.next_checkpoint
         if save:
             while self.next_checkpoint <= self.shared_steps:

@@ -1,9 +1,7 @@
-"""``lsgd train --method A,B,...``: the same run once per method, side by side.
-
-Every method gets the same settings and a run folder of its own, ``--out/METHOD``;
-every setting of every method is checked before the first starts, and they run one
-after another, so none shares the machine. At the end a table compares them
-(``--out/comparison.txt``) and ``--out/comparison.png`` draws their curves.
+"""``lsgd train --method A,B,...``: the same settings run once per method into ``--out/METHOD``,
+every method checked before the first starts, one after another (none shares the machine);
+then a table compares them (``--out/comparison.txt``) and ``--out/comparison.png`` draws their
+curves.
 """
 
 from __future__ import annotations

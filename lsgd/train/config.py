@@ -10,7 +10,7 @@ import re
 import types
 import typing
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +24,11 @@ from lsgd.train import tuned
 from lsgd.train.checks import config_errors, option_errors
 from lsgd.train.ranges import EVAL_EVERY, flag
 from lsgd.train.settings import (EvaluationSettings, FaultSettings, LanguageSettings,
-                                 OptimizerSettings, OutputSettings, QuorumSettings, group)
+                                 OptimizerSettings, OutputSettings, QuorumSettings, _f, group)
 
 ALIASES = {"async": "asynchronous"}  # TOML keys accepted besides the field names
 BACKENDS = ("processes", "threads", "auto")
 DEVICES = ("auto", "cpu", "cuda")
-def _f(default: Any, help: str, **kw: Any) -> Any:
-    return field(default=default, metadata={"help": help, **kw})
 
 
 @dataclass
@@ -230,10 +228,9 @@ GROUP_OF: dict[str, str | None] = {
 
 def _flat_fields(cfg: TrainConfig) -> list[tuple[Any, dataclasses.Field[Any]]]:
     """Every run setting of ``cfg`` as (the object holding it, its field)."""
-    return [(cfg if name is None else getattr(cfg, name), f)
-            for name, holder in [(None, cfg), *((n, getattr(cfg, n)) for n in GROUPS)]
-            for f in dataclasses.fields(holder)
-            if name is not None or (f.name != "options" and not f.metadata.get("group"))]
+    holders = [(None, cfg), *((name, getattr(cfg, name)) for name in GROUPS)]
+    return [(holder, f) for name, holder in holders for f in dataclasses.fields(holder)
+            if GROUP_OF.get(f.name, "") == name]
 
 
 #: Options whose value, in a config.toml written before each method declared its options

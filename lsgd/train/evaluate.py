@@ -1,8 +1,6 @@
-"""Evaluation: the center and the leader on the evaluation set, shared among the workers.
-
-Every worker holds both models and evaluates its own interleaved slice of the task's
-evaluation set; the sums are all-gathered by name (:func:`gather_named`), never by
-position. All of it counts as ``"eval"`` traffic.
+"""Evaluation of the center and the leader, shared among the workers: each evaluates its own
+interleaved slice of the task's evaluation set, and the sums are all-gathered by name
+(:func:`gather_named`), never by position; all of it counts as ``"eval"`` traffic.
 """
 
 from __future__ import annotations

@@ -30,7 +30,6 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "stop": ("rank", "step", "seconds"), "kill-node": ("node", "step"),
     "corrupt-checkpoint": ("step",), "link-down": ("node", "second", "seconds"),
     "slow": ("node", "second", "rate", "seconds")}
-KINDS = tuple(FIELDS)
 #: Kinds that end a process (its node's agent restarts it).
 FATAL = ("kill", "segv", "kill-node", "corrupt-checkpoint")
 #: Kinds the link injector fires (a shaped network, --link with processes).
@@ -38,7 +37,6 @@ LINK_KINDS = ("link-down", "slow")
 #: Kinds the simulator (``--backend threads``) can take.
 THREAD_KINDS = ("nan",)
 LOG = "faults.jsonl"
-TABLE = "faults.csv"
 _EXAMPLES = {"kill": "kill:1:30", "nan": "nan:1:30", "segv": "segv:1:30",
              "stop": "stop:1:60:5", "kill-node": "kill-node:2:40",
              "corrupt-checkpoint": "corrupt-checkpoint:48", "link-down": "link-down:2:20:10",
@@ -70,7 +68,7 @@ def parse(spec: str) -> Fault:
     kind, *texts = spec.strip().split(":")
     if kind not in FIELDS:
         raise ValueError(f"--fault {spec!r}: unknown kind {kind!r}; choose one of "
-                         f"{', '.join(KINDS)} (e.g. {_EXAMPLES['kill']})")
+                         f"{', '.join(FIELDS)} (e.g. {_EXAMPLES['kill']})")
     names = FIELDS[kind]
     usage = f"give {':'.join(map(str.upper, [kind, *names]))}, e.g. {_EXAMPLES[kind]}"
     if len(texts) != len(names):
@@ -295,7 +293,7 @@ def write_table(run: Path, start: float) -> dict[str, int]:
     for row in rows.values():
         row["outcome"] = "; ".join(row["answers"]) or _RIDDEN[row["kind"]]
     if rows or (run / LOG).exists():
-        write_csv(run / TABLE, list(rows.values()), COLUMNS)
+        write_csv(run / "faults.csv", list(rows.values()), COLUMNS)
     return {"faults": len(rows), "fatal_faults": sum(r["kind"] in FATAL for r in rows.values())}
 
 

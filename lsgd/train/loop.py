@@ -1,9 +1,6 @@
-"""The one training loop of a worker: ``lsgd train`` (:mod:`lsgd.train.run_worker`), its
-elastic form (:mod:`lsgd.train.elastic_run`) and the torchft peer (:mod:`lsgd.bench.peer`).
-
-:class:`WorkerLoop` builds the task, model, optimizer, schedule and seeds, takes each
-step (the batch of the step count, forward, backward, ``strategy.step``), evaluates the
-center and writes the rows and the summary; what differs enters through its hooks.
+"""The one training loop of a worker, of ``lsgd train`` (:mod:`lsgd.train.run_worker`), its
+elastic form (:mod:`lsgd.train.elastic_run`) and the torchft peer (:mod:`lsgd.bench.peer`):
+what differs between them enters through the hooks of :class:`WorkerLoop`.
 """
 
 from __future__ import annotations
@@ -19,7 +16,8 @@ from torch import nn
 import lsgd
 from lsgd.tasks import reaches
 from lsgd.train import outputs
-from lsgd.train.build import build_model_of, make_optimizer, make_schedule, make_task
+from lsgd.train.build import (build_model_of, make_optimizer, make_schedule, make_strategy,
+                              make_task)
 from lsgd.train.clock import Pace, time_axis
 from lsgd.train.config import TrainConfig
 from lsgd.train.evaluate import gather_named, recalibrate_bn
@@ -42,8 +40,10 @@ def seed_worker(cfg: TrainConfig, rank: int, attempt: int = 0) -> torch.Generato
 
 
 class WorkerLoop:
-    """One worker: its model, optimizer, strategy and schedule, trained by :meth:`run`;
-    ``started`` is when the run began, so that a restarted worker's wall time covers it."""
+    """One worker: its task, model, optimizer, strategy, schedule and seeds; :meth:`run` takes
+    each step (the batch of the step count, forward, backward, ``strategy.step``), evaluates
+    the center and writes the rows and the summary. ``started`` is when the run began, so
+    that a restarted worker's wall time covers it."""
 
     #: Whether a restarted worker draws new random streams (``attempt`` in the seeds).
     reseeds = False
@@ -84,9 +84,10 @@ class WorkerLoop:
         self.stop = False
 
     def make_strategy(self) -> lsgd.Strategy:
-        """What steps ``self.opt`` and runs the rounds (called once, in ``__init__``): a
-        strategy, or an object with the strategy methods the loop calls."""
-        raise NotImplementedError
+        """What steps ``self.opt`` and runs the rounds (called once, in ``__init__``): the
+        run's strategy (:func:`lsgd.train.build.make_strategy`), or an object with the
+        strategy methods the loop calls."""
+        return make_strategy(self.cfg, self.model, self.opt, self.method_comm)
 
     def before_step(self) -> None:
         """Before each step (faults injected by a test)."""
@@ -179,11 +180,9 @@ class WorkerLoop:
         with self.comm.category("eval"):
             center = self.strategy.center()
             leader = self.leader_model(report.leader_rank)
-        batches = min(cfg.evaluation.bn_recalibrate, self.steps_per_epoch)
-        if batches:  # the same fixed batches on every worker
-            fixed = torch.Generator().manual_seed(cfg.seed)
-            recalibrate_bn(center, [task.train_batch(0, self.world, 0, i, fixed)[0]
-                                    for i in range(batches)])
+        fixed = torch.Generator().manual_seed(cfg.seed)  # the same batches on every worker
+        recalibrate_bn(center, [task.train_batch(0, self.world, 0, i, fixed)[0] for i in
+                                range(min(cfg.evaluation.bn_recalibrate, self.steps_per_epoch))])
         part, parts = members.index(self.rank), len(members)
         own = task.evaluate(center, part, parts)
         led = task.evaluate(leader, part, parts) if leader is not None else None

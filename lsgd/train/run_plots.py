@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lsgd.tasks.headline import Headline, shared
+from lsgd.tasks.headline import shared
 from lsgd.train.outputs import read_csv
 
 
@@ -42,11 +42,6 @@ METRICS: dict[str, tuple[str, Callable[[float], float], bool]] = {
 }
 
 
-def _headline(runs: Sequence[Path]) -> Headline:
-    """The runs' headline, from their summaries (a language model's if any is one)."""
-    return shared(_summary(run).get("metric") for run in runs)
-
-
 def _curve(run: Path, metric: str, x: str = "steps"
            ) -> tuple[list[float], list[float], list[float]]:
     """(times, ``x`` (steps), values) of one run's ``metric``, rows without a value left out."""
@@ -64,7 +59,7 @@ def plot_runs(runs: Sequence[Path], out: Path, metric: str | None = None,
     several runs against time and steps (default: their headline), a loss also against the
     bytes each worker sent; with ``zoom`` in (0, 1), a panel of the last ``zoom`` of the time
     axis with its own y range, where the curves of long runs bunch up."""
-    headline = _headline(runs)
+    headline = shared(_summary(run).get("metric") for run in runs)  # text's if any is text
     metric = metric or headline.figure
     if metric not in METRICS:
         raise ValueError(f"plot_runs: unknown metric {metric!r}; choose one of "
@@ -179,6 +174,6 @@ def plot_run(run: Path) -> list[Path]:
     """A run's own figures, in its folder: test_error.png and test_loss.png (a language
     model: validation_loss.png), leaders.png."""
     made = [plot_runs([run], run / name, metric=figure)
-            for name, figure in _headline([run]).run_figures.items()]
+            for name, figure in shared([_summary(run).get("metric")]).run_figures.items()]
     made.append(plot_leaders(run, run / "leaders.png"))
     return [p for p in made if p is not None]

@@ -21,7 +21,7 @@ from lsgd.plots import draw_graphs
 from lsgd.registry import strategy_class
 from lsgd.strategies import DivergedError
 from lsgd.train import checkpoint, faults, outputs
-from lsgd.train.build import UsageError, graphs_of, make_strategy, pick_device, preflight
+from lsgd.train.build import UsageError, graphs_of, pick_device, preflight
 from lsgd.train.config import TrainConfig
 from lsgd.train.evaluate import gather_named, model_copy
 from lsgd.train.loop import PER_WORKER, WorkerLoop, worker_figures
@@ -62,10 +62,6 @@ class Worker(WorkerLoop):
                         bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} {unit} "
                                    "[{elapsed}<{remaining}{postfix}]")
         self.log_lines = self.rank == 0 and not cfg.output.quiet and self.bar.disable
-
-    def make_strategy(self) -> lsgd.Strategy:
-        """The run's strategy (:func:`lsgd.train.build.make_strategy`)."""
-        return make_strategy(self.cfg, self.model, self.opt, self.method_comm)
 
     def _state(self) -> dict[str, Any]:
         rng = {"torch": torch.get_rng_state(), "generator": self.generator.get_state()}

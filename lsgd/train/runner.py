@@ -309,7 +309,7 @@ def _check_resumable(cfg: TrainConfig) -> None:
 
     if not cfg.resume or under_torchrun():
         return
-    run = Path(cfg.resume or "")
+    run = Path(cfg.resume)
     found = checkpoint.complete(run)
     if not found:
         raise UsageError(f"--resume {run}: no complete checkpoint in {checkpoint.folder(run)} "
@@ -322,10 +322,9 @@ def _check_resumable(cfg: TrainConfig) -> None:
     chosen, problems = checkpoint.usable(run, cfg.workers)
     if chosen is None:
         raise UsageError(f"--resume {run}: no usable checkpoint: " + "; ".join(problems))
-    try:
-        checkpoint.check_identity(run, chosen, {"method": cfg.method, "model": cfg.model,
-                                                "dataset": cfg.dataset, "groups": cfg.groups,
-                                                "replica": cfg.replica})
+    try:  # the workers' count was checked above
+        checkpoint.check_identity(run, chosen, {name: getattr(cfg, name) for name in RUN_IDENTITY
+                                                if name != "workers"})
     except ValueError as error:
         raise UsageError(str(error)) from None
 
