@@ -103,8 +103,7 @@ def make_schedule(cfg: TrainConfig, optimizer: torch.optim.Optimizer,
                   steps_per_epoch: int) -> Schedule:
     """The run's learning-rate schedule; ``cosine`` decays over the budget."""
     budget, optim = cfg.budgets(), cfg.optim
-    horizon = min(budget.get("epochs", math.inf),
-                  budget.get("steps", math.inf) / steps_per_epoch)
+    horizon = min(budget.get("epochs", math.inf), budget.get("steps", math.inf) / steps_per_epoch)
     return Schedule(optimizer, optim.schedule, optim.drops, optim.drop_factor, optim.patience,
                     optim.warmup_epochs, horizon_epochs=horizon,
                     horizon_minutes=budget.get("minutes", math.inf))
@@ -187,13 +186,7 @@ def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
     elif isinstance(task, ImageClassification):
         _check_image_model(cfg, task.input_shape, task.classes)
     else:
-        input_shape, classes, n_train, notes = _dataset_facts(cfg)
-        if n_train is not None:
-            try:
-                image_steps_per_epoch(n_train, cfg.workers, cfg.batch_size)
-            except ValueError as error:
-                raise UsageError(str(error)) from None
-        _check_image_model(cfg, input_shape, classes)
+        notes = _image_notes(cfg)
     if strategy_class(cfg.method).uses_graph:
         graphs_of(cfg)
     if cfg.link is not None and cfg.backend != "threads":
@@ -231,12 +224,10 @@ def _text_notes(cfg: TrainConfig) -> list[str]:
             "no data)"] if missing else []
 
 
-def _dataset_facts(
-    cfg: TrainConfig,
-) -> tuple[Callable[[], tuple[int, ...]], int, int | None, list[str]]:
-    """Without reading the dataset: the input shape the model sees (a function, as
-    :meth:`ImageClassification.input_shape`), the classes, the training examples (None: unknown)
-    and notes on files not found where a run looks."""
+def _image_notes(cfg: TrainConfig) -> list[str]:
+    """An image dataset checked without reading it, from :data:`lsgd.data.FACTS`: its
+    training examples against the batch, the augmentation, the model on the input it sees;
+    returns notes on files not found where a run looks."""
     key = cfg.dataset.lower()
     if key not in datasets.FACTS:
         raise UsageError(f"--dataset {cfg.dataset}: unknown dataset {cfg.dataset!r}: choose "
@@ -249,6 +240,11 @@ def _dataset_facts(
     notes = [f"dry run: {missing.split('. ')[0]} (a real run stops there; a dry run reads "
              "no data)"] if missing else []
     shape, classes, n_train = datasets.FACTS[key]
+    if n_train is not None:
+        try:
+            image_steps_per_epoch(n_train, cfg.workers, cfg.batch_size)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     preset = augment.paper_preset(cfg.dataset, cfg.model) if cfg.augment == "auto" else cfg.augment
     try:
         augment.train_transform(preset)
@@ -259,7 +255,8 @@ def _dataset_facts(
     def input_shape() -> tuple[int, ...]:  # imagenet decoded at its size, others transformed
         return shape if key == "imagenet" else tuple(test_fn(torch.zeros((1, *shape))).shape[1:])
 
-    return input_shape, classes, n_train, notes
+    _check_image_model(cfg, input_shape, classes)
+    return notes
 
 
 def _read_dataset(cfg: TrainConfig) -> Data:

@@ -61,9 +61,8 @@ def _spec(kind: str, cfg: Any, node: int, rank: int, second: str, lasts: str) ->
 
 
 def draw(cfg: Any, count: int | None = None) -> list[str]:
-    """The ``--fault`` items of ``--chaos`` for ``cfg`` (validated by :func:`errors`);
-    with ``count``, exactly that many, at times drawn uniformly over the horizon (the
-    Poisson process given its number of faults)."""
+    """The ``--fault`` items of ``--chaos`` for ``cfg`` (validated by :func:`errors`); with
+    ``count``, exactly that many at uniform times (the Poisson process given its count)."""
     rng = random.Random(cfg.faults.chaos)
     kinds = kinds_of(cfg)
     horizon = 60.0 * (cfg.minutes or DEFAULT_MINUTES)

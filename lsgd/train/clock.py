@@ -54,9 +54,6 @@ class Pace:
         """Whether the budget is in steps (or epochs) rather than minutes."""
         return math.isfinite(self.max_steps)
 
-    def done(self) -> bool:
-        return self.shared_steps >= self.max_steps
-
     def mean_steps(self, steps: int) -> float:
         """Steps per worker: own (sync) or the workers' mean as last seen (async)."""
         return self.strategy.total_steps / self.world if self.asynchronous else steps
@@ -76,8 +73,7 @@ class Pace:
                 # Rank 0's clock, and (its choice) how many steps until the next broadcast.
                 gap = min(CLOCK_SYNC_EVERY, max(1, int(CLOCK_SYNC_SECONDS * steps
                                                        / max(train_seconds, 1e-9))))
-                clock = torch.tensor([train_seconds, gap], dtype=torch.float64,
-                                     device=self.device)
+                clock = torch.tensor([train_seconds, gap], dtype=torch.float64, device=self.device)
                 with self.comm.category("control"):
                     self.comm.broadcast_(clock, src=0)
                 self.shared_seconds = float(clock[0])

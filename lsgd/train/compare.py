@@ -1,7 +1,6 @@
 """``lsgd train --method A,B,...``: the same settings run once per method into ``--out/METHOD``,
-every method checked before the first starts, one after another (none shares the machine);
-then a table compares them (``--out/comparison.txt``) and ``--out/comparison.png`` draws their
-curves.
+every method checked before the first starts, one after another (none shares the machine); then a
+table compares them (``--out/comparison.txt``) and ``--out/comparison.png`` draws their curves.
 """
 
 from __future__ import annotations
@@ -78,15 +77,13 @@ def run_comparison(args: argparse.Namespace) -> int:
     return max(codes)
 
 
-def comparison_text(runs: list[TrainConfig],
-                    summaries: Sequence[dict[str, Any] | None]) -> str:
+def comparison_text(runs: list[TrainConfig], summaries: Sequence[dict[str, Any] | None]) -> str:
     """The table of the methods side by side, and what it was measured on: the center's
     final and best headline, the time until each first reached a common value, the
     training time, the steps, and the bytes and seconds each worker spent communicating."""
     curves = {cfg.method: read_csv(cfg.out_dir / "metrics.csv") if summary else []
               for cfg, summary in zip(runs, summaries)}
-    headline = of_metric(next((s.get("metric", "accuracy") for s in summaries if s),
-                              "accuracy"))
+    headline = of_metric(next((s.get("metric", "accuracy") for s in summaries if s), "accuracy"))
     metric, column, higher = headline.metric, headline.column, headline.higher_is_better
     bests = [best(metric, _values(rows, column)) for rows in curves.values() if rows]
     # The worst of the methods' best values, so that every method reached it.

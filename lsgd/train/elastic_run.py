@@ -225,9 +225,8 @@ def train_elastic(cfg: TrainConfig, extra_faults: Sequence[tuple[Any, ...]] = ()
 
 
 def _gap_to_target(strategy: lsgd.Strategy) -> float:
-    """After joining: the largest difference between the worker's state and what the
-    joining round reset it to (:meth:`~lsgd.Strategy.reset_target`); NaN for local
-    SGD, whose target (the mean) no worker keeps."""
+    """After joining: the largest gap between the worker's state and what the joining round reset
+    it to (:meth:`~lsgd.Strategy.reset_target`); NaN for local SGD, whose target no worker keeps."""
     target = strategy.reset_target()
     if target is None:
         return math.nan

@@ -1,13 +1,11 @@
 """``lsgd train --fault SPEC`` (repeatable): faults injected into a run, and their log.
 
-The kinds and their fields are in :data:`FIELDS` (docs/reliability.md, "Faults at random", says
-what each does). STEP is a worker's step, or ``@S`` for its first step after S seconds of the
-run's training clock; SECOND counts wall seconds from the run's first training step.
-
-Every fault fires once per run: the worker (or the link injector, :mod:`lsgd.train.injector`)
-appends it to the run folder's ``faults.jsonl`` before it strikes, so a restarted worker, which
-reads the log, does not fire it again. The run's answers (restart, fall-back, heal, reset) go
-to the same log, which :func:`write_table` turns into ``faults.csv`` at the end.
+The kinds and their fields are in :data:`FIELDS` (what each does: docs/reliability.md, "Faults
+at random"). STEP is a worker's step, or ``@S`` its first step after S seconds of the training
+clock; SECOND counts wall seconds from the run's first training step. A fault fires once per
+run: it is logged in ``faults.jsonl`` (by its worker or :mod:`lsgd.train.injector`) before it
+strikes, and a restarted worker reads the log. The run's answers (restart, fall-back, heal,
+reset) go to the same log, which :func:`write_table` turns into ``faults.csv``.
 """
 
 from __future__ import annotations
@@ -297,8 +295,7 @@ def write_table(run: Path, start: float) -> dict[str, int]:
     return {"faults": len(rows), "fatal_faults": sum(r["kind"] in FATAL for r in rows.values())}
 
 
-def _answered(waiting: list[dict[str, Any]], what: str,
-              rank: int | None) -> list[dict[str, Any]]:
+def _answered(waiting: list[dict[str, Any]], what: str, rank: int | None) -> list[dict[str, Any]]:
     """The faults not yet recovered from that an answer of worker ``rank`` (None: of the
     whole run) is about: of a kind that can cause it, that worker's own if any; a
     worker's restart or heal is about the latest of them, a fatal one first."""

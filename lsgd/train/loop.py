@@ -85,8 +85,7 @@ class WorkerLoop:
 
     def make_strategy(self) -> lsgd.Strategy:
         """What steps ``self.opt`` and runs the rounds (called once, in ``__init__``): the
-        run's strategy (:func:`lsgd.train.build.make_strategy`), or an object with the
-        strategy methods the loop calls."""
+        run's strategy, or an object with the strategy methods the loop calls."""
         return make_strategy(self.cfg, self.model, self.opt, self.method_comm)
 
     def before_step(self) -> None:
@@ -130,7 +129,7 @@ class WorkerLoop:
     def run(self) -> dict[str, Any] | None:
         """Train until the run stops; returns :meth:`finish`'s result."""
         self.model.train()
-        self.stop = self.pace.done() or self.reached is not None
+        self.stop = self.pace.shared_steps >= self.pace.max_steps or self.reached is not None
         while not self.stop:
             self.after_step(self.take_step())
         return self.finish()
@@ -215,7 +214,6 @@ class WorkerLoop:
             **task.columns("leader", mean("leader_loss"), mean("leader_correct")),
             "train_loss": float(every["train_loss"].mean()),
             "bytes_sent_per_worker": float(every["bytes_sent"].mean()),
-            # What crossed the links between the nodes (groups), per node.
             "link_bytes_sent_per_node": float(every["link_bytes_sent"].sum()) / self.groups,
             "rounds": report.rounds}
         return row, every
@@ -230,9 +228,8 @@ class WorkerLoop:
             outputs.write_csv(self.cfg.out_dir / "metrics.csv", self.rows, fields)
 
     def write_summary(self, steps: float | None = None, **own: Any) -> dict[str, Any]:
-        """Write ``summary.json`` and the run's plots; returns the summary: the last
-        evaluation's figures, the task's headline, ``--target``'s, the run's size and
-        time, then ``own``."""
+        """Write ``summary.json`` and the run's plots; returns the summary: the last evaluation's
+        figures, the task's headline, ``--target``'s, the run's size and time, then ``own``."""
         from lsgd.train.run_plots import plot_run
 
         cfg, last = self.cfg, self.rows[-1]
@@ -264,9 +261,8 @@ class WorkerLoop:
 
 
 def worker_figures(every: dict[str, torch.Tensor], nodes: int) -> dict[str, Any]:
-    """The summary's totals, means and per-worker lists of what every worker measured
-    (``every``: :func:`~lsgd.train.evaluate.gather_named`'s), and what crossed each of the
-    ``nodes``' links."""
+    """The summary's totals, means and per-worker lists of ``every`` worker's figures (as
+    :func:`~lsgd.train.evaluate.gather_named` gives them), and what crossed each node's link."""
     total = sum(int(v) for v in every["steps"])
     return {
         "link_bytes_sent_per_node": float(every["link_bytes_sent"].sum()) / nodes,

@@ -78,9 +78,8 @@ class TensorBoard:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as error:  # tensorboard not installed
-            raise ImportError(
-                "--tensorboard needs the tensorboard package: pip install tensorboard"
-            ) from error
+            raise ImportError("--tensorboard needs the tensorboard package: pip install "
+                              "tensorboard") from error
         self._writer = SummaryWriter(str(folder / "tensorboard"))
 
     def log(self, row: dict[str, Any]) -> None:

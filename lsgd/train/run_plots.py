@@ -49,8 +49,7 @@ def _curve(run: Path, metric: str, x: str = "steps"
     rows = [r for r in read_csv(run / "metrics.csv")
             if isinstance(r.get(column), float) and math.isfinite(r[column])
             and isinstance(r.get(x), float) and math.isfinite(r[x])]
-    return ([r["time"] for r in rows], [r[x] for r in rows],
-            [transform(r[column]) for r in rows])
+    return [r["time"] for r in rows], [r[x] for r in rows], [transform(r[column]) for r in rows]
 
 
 def plot_runs(runs: Sequence[Path], out: Path, metric: str | None = None,
@@ -144,8 +143,7 @@ def plot_leaders(run: Path, out: Path) -> Path | None:
     rows = read_csv(history)
     if not rows:
         return None
-    fig, (ax, bars) = plt.subplots(1, 2, figsize=(11, 3.2),
-                                   gridspec_kw={"width_ratios": (2, 1)})
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(11, 3.2), gridspec_kw={"width_ratios": (2, 1)})
     for level in sorted({str(r["level"]) for r in rows}):
         mine = [r for r in rows if r["level"] == level]
         ax.step([r["step"] for r in mine], [r["leader"] for r in mine], where="post",

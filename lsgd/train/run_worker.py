@@ -41,8 +41,7 @@ class Worker(WorkerLoop):
         self.identity = {"method": cfg.method, "model": cfg.model, "dataset": cfg.dataset,
                          "groups": info.groups, "replica": cfg.replica}
         self.restarts: list[dict[str, Any]] = []  # resumes and restarts of this run so far
-        # A restarted worker runs the same command again, which continues from the latest
-        # good checkpoint.
+        # A restarted worker runs the same command: it continues from the latest good checkpoint.
         if cfg.resume or (self.attempt > 0 and checkpoint.complete(self.run_dir)):
             self._resume(Path(cfg.resume or self.run_dir), required=bool(cfg.resume))
         elif self.attempt > 0 and self.rank == 0:
@@ -52,9 +51,8 @@ class Worker(WorkerLoop):
         self.progress_file = checkpoint.Progress(self.run_dir) if self.rank == 0 else None
         self.tensorboard = (outputs.TensorBoard(self.run_dir) if self.rank == 0
                             and cfg.output.tensorboard else None)
-        # Rank 0 shows the progress (nothing with --quiet): a bar of the steps of a step
-        # budget, else of the seconds of a time budget; without a terminal (a log file, CI)
-        # a line per evaluation.
+        # Rank 0 shows the progress (nothing with --quiet): a bar of the steps or seconds of
+        # the budget; without a terminal (a log file, CI) a line per evaluation.
         by_steps = self.pace.by_steps
         self.bar = tqdm(total=self.pace.max_steps if by_steps else self.pace.max_seconds,
                         unit="step" if by_steps else "s", initial=0, dynamic_ncols=True,

@@ -302,9 +302,8 @@ def _diverged(error: BaseException | str) -> int:
 
 
 def _check_resumable(cfg: TrainConfig) -> None:
-    """``--resume RUN`` (not under torchrun): a checkpoint whose files all verify,
-    written by this method and model for this many workers; else a ``UsageError``
-    naming the files and the fix."""
+    """``--resume RUN`` (not under torchrun): a ``UsageError`` naming the files and the fix
+    unless a checkpoint of this many workers, method and model verifies."""
     from lsgd.train import checkpoint
 
     if not cfg.resume or under_torchrun():
@@ -330,10 +329,9 @@ def _check_resumable(cfg: TrainConfig) -> None:
 
 
 def dry_run(cfg: TrainConfig) -> int:
-    """``lsgd train --dry-run``: every check a real run makes before its workers start
-    that reads no data and creates nothing, notes on what was not checked (stderr), then
-    the config.toml the run would save (stdout, ``dry_run = false``: ``--config`` of it
-    starts the real run)."""
+    """``lsgd train --dry-run``: every check a real run makes before its workers start that reads
+    no data and creates nothing, notes on what was not checked (stderr), then the config.toml the
+    run would save (stdout, ``dry_run = false``: ``--config`` of it starts the real run)."""
     from lsgd.train.build import preflight
 
     notes = preflight(cfg, read_data=False)

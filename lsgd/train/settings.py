@@ -9,7 +9,6 @@ from typing import Any
 
 from lsgd.train.faults import FIELDS
 
-OPTIMIZERS = ("sgd", "adam", "adamw", "lars", "muon")
 SCHEDULES = ("constant", "step", "minutes", "plateau", "cosine")
 
 
@@ -31,9 +30,8 @@ class LanguageSettings:
     layers: int = _f(4, "language models: transformer blocks")
     width: int = _f(128, "language models: width of the residual stream")
     heads: int = _f(4, "language models: attention heads (divides --width)")
-    eval_tokens: int = _f(65536, "language models: validation bytes predicted at each "
-                                 "evaluation, in windows spread over the validation text "
-                                 "(0: all of it)")
+    eval_tokens: int = _f(65536, "language models: validation bytes predicted at each evaluation, "
+                                 "in windows spread over the validation text (0: all of it)")
 
 
 @dataclass
@@ -42,7 +40,7 @@ class OptimizerSettings:
 
     optimizer: str = _f("sgd", "inner optimizer of every worker (text: adamw); muon: Muon on "
                                 "the 2-D weights outside embeddings, AdamW on the rest",
-                        choices=OPTIMIZERS)
+                        choices=("sgd", "adam", "adamw", "lars", "muon"))
     lr: float = _f(0.05, "learning rate (text: 0.001)")
     momentum: float = _f(0.9, "momentum (SGD, LARS)")
     nesterov: bool = _f(True, "Nesterov momentum (SGD, LARS)")
