@@ -65,22 +65,31 @@ if PRELOAD_ENV in os.environ:
 
 
 def load_data(cfg: TrainConfig) -> Data:
-    """The dataset, read once per process (simulated workers share it, read only)."""
+    """The dataset, read once per process (simulated workers share it, read only); its
+    mistakes, and files that cannot be read (truncated, corrupt), a :class:`UsageError`
+    naming ``--dataset`` (and ``--data-dir``)."""
+    where = f"--dataset {cfg.dataset}"
+    if cfg.data_dir is not None:
+        problem = ("" if os.path.isdir(cfg.data_dir) else
+                   " (not a folder)" if os.path.exists(cfg.data_dir) else " (no such folder)")
+        where += f" --data-dir {cfg.data_dir}{problem}"
     try:
         return _load(cfg.dataset, cfg.data_dir)
     except (FileNotFoundError, ImportError, ValueError) as error:
-        raise UsageError(str(error)) from error
+        raise UsageError(f"{where}: {error}") from error
+    except (OSError, EOFError, IndexError, KeyError, pickle.UnpicklingError, zlib.error) as error:
+        raise UsageError(f"{where}: cannot read the dataset's files ({type(error).__name__}: "
+                         f"{error}); check them, or extract the dataset again") from error
 
 
-def make_task(cfg: TrainConfig, device: torch.device, data: Any = None) -> Task:
-    """The run's task on ``device`` (its dataset read by :func:`load_data` unless given); a
+def make_task(cfg: TrainConfig, device: torch.device) -> Task:
+    """The run's task on ``device``, its dataset read by :func:`load_data`; a
     :class:`UsageError` for what does not fit (a batch larger than a worker's shard, a
     text shorter than a window, an unknown augmentation)."""
     try:
-        return build_task(load_data(cfg) if data is None else data, dataset=cfg.dataset,
-                          model=cfg.model, batch_size=cfg.batch_size, workers=cfg.workers,
-                          seed=cfg.seed, augment=cfg.augment, device=device,
-                          **dataclasses.asdict(cfg.language))
+        return build_task(load_data(cfg), dataset=cfg.dataset, model=cfg.model,
+                          batch_size=cfg.batch_size, workers=cfg.workers, seed=cfg.seed,
+                          augment=cfg.augment, device=device, **dataclasses.asdict(cfg.language))
     except ValueError as error:
         if str(error).startswith("--"):  # it names its option
             raise UsageError(str(error)) from error
@@ -173,7 +182,7 @@ def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
     image's shape from :data:`lsgd.data.FACTS`); returns notes on what was not checked then."""
     pick_device(cfg)
     notes: list[str] = []
-    task = make_task(cfg, torch.device("cpu"), _read_dataset(cfg)) if read_data else None
+    task = make_task(cfg, torch.device("cpu")) if read_data else None
     if is_language(cfg.dataset):
         notes = [] if read_data else _text_notes(cfg)
         sizes = cfg.language
@@ -257,23 +266,6 @@ def _image_notes(cfg: TrainConfig) -> list[str]:
 
     _check_image_model(cfg, input_shape, classes)
     return notes
-
-
-def _read_dataset(cfg: TrainConfig) -> Data:
-    """:func:`load_data`, its mistakes naming ``--dataset`` (and ``--data-dir``), and
-    files that cannot be read (truncated, corrupt) a :class:`UsageError` too."""
-    where = f"--dataset {cfg.dataset}"
-    if cfg.data_dir is not None:
-        problem = ("" if os.path.isdir(cfg.data_dir) else
-                   " (not a folder)" if os.path.exists(cfg.data_dir) else " (no such folder)")
-        where += f" --data-dir {cfg.data_dir}{problem}"
-    try:
-        return load_data(cfg)
-    except UsageError as error:
-        raise UsageError(f"{where}: {error}") from error
-    except (OSError, EOFError, IndexError, KeyError, pickle.UnpicklingError, zlib.error) as error:
-        raise UsageError(f"{where}: cannot read the dataset's files ({type(error).__name__}: "
-                         f"{error}); check them, or extract the dataset again") from error
 
 
 def make_run_folder(out: Path, probe: bool = False, create: bool = True) -> None:

@@ -20,8 +20,7 @@ from lsgd.train.settings import QuorumSettings
 
 
 def config_errors(cfg: Any) -> list[str]:
-    """Every bad value of ``cfg`` (a :class:`~lsgd.train.config.TrainConfig`) but the
-    choices, each a line naming the option, the value and what to give instead."""
+    """Every bad value of ``cfg`` (a :class:`~lsgd.train.config.TrainConfig`) but the choices."""
     errors: list[str] = []
     for name, (low, high) in INTEGERS.items():
         value = cfg.setting(name)

@@ -64,19 +64,17 @@ def _add_flag(parser: Any, f: dataclasses.Field[Any], kind: Any, default: Any,
     shown = f" (default: {default})" if default not in (None, (), "None") else ""
     help_text = f.metadata["help"] + shown
     if typing.get_origin(kind) is list:
-        parser.add_argument(*flags, dest=f.name, type=base, nargs="+", action="extend",
-                            help=help_text)
+        how: dict[str, Any] = {"type": base, "nargs": "+", "action": "extend"}
     elif base is bool:
-        parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
-                            help=help_text)
+        how = {"action": argparse.BooleanOptionalAction}
     else:
         # --method also takes several methods (checked by make_config, each of them).
         choices = choices or f.metadata.get("choices")
         if f.name == "method":
             help_text += f"; one of {', '.join(choices)}"
             choices = None
-        parser.add_argument(*flags, dest=f.name, type=base if base in (int, float) else str,
-                            choices=choices, help=help_text)
+        how = {"type": base if base in (int, float) else str, "choices": choices}
+    parser.add_argument(*flags, dest=f.name, help=help_text, **how)
 
 
 def run_train(args: argparse.Namespace) -> int:

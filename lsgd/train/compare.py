@@ -16,8 +16,7 @@ from typing import Any
 from lsgd.tasks.headline import best, of_metric, reaches
 from lsgd.train.errors import UsageError
 from lsgd.train.runner import (check_before_start, check_new_run, dry_run,
-                               launch_from_this_process, resolve, train_and_report,
-                               under_torchrun)
+                               launch_from_this_process, resolve, train_and_report, under_torchrun)
 from lsgd.train.config import TrainConfig
 from lsgd.train.outputs import atomic_write, read_csv
 from lsgd.train.run_plots import plot_runs

@@ -242,20 +242,15 @@ class Faults:
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             os.kill(pid, signal.SIGSTOP)
             return
-        if fault.kind == "corrupt-checkpoint":
-            corrupt_newest(self.checkpoints)
+        if fault.kind == "corrupt-checkpoint":  # the newest complete one's files cut to half
+            found = sorted(p for p in (self.checkpoints.glob("step-*") if self.checkpoints else ())
+                           if (p / "meta.json").exists())
+            for file in found[-1].glob("rank-*.pt") if found else ():
+                os.truncate(file, file.stat().st_size // 2)
         if fault.kind == "segv":
             signal.signal(signal.SIGSEGV, signal.SIG_DFL)
             os.kill(pid, signal.SIGSEGV)
         os.kill(pid, signal.SIGKILL)
-
-
-def corrupt_newest(checkpoints: Path | None) -> None:
-    """Truncate the worker files of the newest complete checkpoint to half."""
-    found = sorted(p for p in (checkpoints.glob("step-*") if checkpoints else ())
-                   if (p / "meta.json").exists())
-    for file in found[-1].glob("rank-*.pt") if found else ():
-        os.truncate(file, file.stat().st_size // 2)
 
 
 COLUMNS = ("second", "kind", "node", "rank", "step", "spec", "outcome")

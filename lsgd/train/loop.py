@@ -243,18 +243,15 @@ class WorkerLoop:
             "leader_test_loss": none_if_nan(last["leader_loss"]),
             "leader_rank": last["leader_rank"], **self.task.summary(self.rows),
             "target": cfg.evaluation.target, "reached_target": self.reached,
-            "steps": steps, "epochs": epochs,
-            "wall_seconds": time.perf_counter() - self.start,
+            "steps": steps, "epochs": epochs, "wall_seconds": time.perf_counter() - self.start,
             "train_seconds": self.train_seconds,
             "seconds_per_epoch": self.train_seconds / epochs if epochs else None,
             "bytes_sent_per_worker": last["bytes_sent_per_worker"],
             "link_bytes_sent_per_node": last.get("link_bytes_sent_per_node"),
-            "replica": cfg.replica, "replicas": self.strategy.world_size,
-            "rounds": last["rounds"],
+            "replica": cfg.replica, "replicas": self.strategy.world_size, "rounds": last["rounds"],
             "link": cfg.link,
             "link_kind": ("modeled" if self.modeled else "shaped") if cfg.link else None,
-            "time_axis": time_axis(cfg, self.modeled),
-            "out": str(cfg.out_dir), **own}
+            "time_axis": time_axis(cfg, self.modeled), "out": str(cfg.out_dir), **own}
         outputs.write_json(cfg.out_dir / "summary.json", summary)
         summary["plots"] = [str(p) for p in plot_run(cfg.out_dir)]
         return summary

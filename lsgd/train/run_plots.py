@@ -38,8 +38,7 @@ def _label(run: Path) -> str:
 #: (:attr:`lsgd.tasks.headline.Headline.axis_labels`).
 METRICS: dict[str, tuple[str, Callable[[float], float], bool]] = {
     "error": ("center_accuracy", lambda acc: 100 * (1 - acc), False),
-    "loss": ("center_loss", lambda loss: loss, True),
-}
+    "loss": ("center_loss", lambda loss: loss, True)}
 
 
 def _curve(run: Path, metric: str, x: str = "steps"

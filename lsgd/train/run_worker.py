@@ -6,6 +6,7 @@ summary. Only rank 0 writes files; every worker writes its own checkpoint file.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from pathlib import Path
@@ -273,11 +274,9 @@ class Worker(WorkerLoop):
             steps_redone=sum(r["steps_redone"] or 0 for r in self.restarts),
             resumes=self.restarts)
         if strategy_class(cfg.method).uses_graph:  # the communication graph(s)
-            try:
-                summary["plots"].append(str(draw_graphs(graphs_of(cfg),
-                                                        self.run_dir / "graphs.png")))
-            except ImportError:
-                pass
+            with contextlib.suppress(ImportError):  # drawn with matplotlib, if installed
+                drawn = draw_graphs(graphs_of(cfg), self.run_dir / "graphs.png")
+                summary["plots"].append(str(drawn))
         return summary
 
 
