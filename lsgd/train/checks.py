@@ -125,9 +125,7 @@ def _elastic_errors(cfg: Any) -> list[str]:
         ("--checkpoint-every", cfg.faults.checkpoint_every), ("--resume", cfg.resume),
         ("--backend threads", cfg.backend == "threads"),
         ("--init independent", o("init", "broadcast") != "broadcast"),
-        ("--straggle", cfg.straggle),
-        ("--target", cfg.evaluation.target is not None))
-        if given]
+        ("--straggle", cfg.straggle), ("--target", cfg.evaluation.target is not None)) if given]
     if unsupported:
         errors.append(f"--elastic runs synchronous rounds from a fresh start, in "
                       f"processes; drop {', '.join(unsupported)}")

@@ -34,11 +34,9 @@ class Pace:
             budget["epochs"] * steps_per_epoch) if "epochs" in budget else math.inf)
         self.max_seconds = budget.get("minutes", math.inf) * 60
         kind, every = cfg.eval_interval()
-        if kind == "auto":
-            if math.isfinite(self.max_steps):
-                kind, every = "steps", max(1, int(self.max_steps) // 10)
-            else:
-                kind, every = "seconds", self.max_seconds / 10
+        if kind == "auto":  # ten evaluations per run
+            kind, every = (("steps", max(1, int(self.max_steps) // 10)) if self.by_steps
+                           else ("seconds", self.max_seconds / 10))
         assert every > 0, "validated: a zero interval would never move past the next evaluation"
         self.eval_kind, self.eval_every = kind, every
         self.uses_clock = (math.isfinite(self.max_seconds) or kind == "seconds"

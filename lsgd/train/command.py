@@ -104,8 +104,7 @@ def _clock_unit(summary: dict[str, Any]) -> str:
 
 
 def _headline_rows(summary: dict[str, Any], pct: Any) -> list[tuple[str, str]]:
-    """The center's (and the leader's) figures: test accuracy for images; validation
-    loss, bits per byte, perplexity and next-byte accuracy for text."""
+    """The rows of the center's and the leader's headline figures, and of ``--target``."""
     reached = summary.get("reached_target")
     target = ([("target", f"{summary['target']:g} reached at {reached['time']:.1f} s, step "
                           f"{reached['steps']:g}" if reached else

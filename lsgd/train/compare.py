@@ -77,15 +77,13 @@ def run_comparison(args: argparse.Namespace) -> int:
 
 
 def comparison_text(runs: list[TrainConfig], summaries: Sequence[dict[str, Any] | None]) -> str:
-    """The table of the methods side by side, and what it was measured on: the center's
-    final and best headline, the time until each first reached a common value, the
-    training time, the steps, and the bytes and seconds each worker spent communicating."""
+    """The table of the methods side by side, and what it was measured on; "time to" is the
+    training time until the center first reached the worst of the methods' best values."""
     curves = {cfg.method: read_csv(cfg.out_dir / "metrics.csv") if summary else []
               for cfg, summary in zip(runs, summaries)}
     headline = of_metric(next((s.get("metric", "accuracy") for s in summaries if s), "accuracy"))
     metric, column, higher = headline.metric, headline.column, headline.higher_is_better
     bests = [best(metric, _values(rows, column)) for rows in curves.values() if rows]
-    # The worst of the methods' best values, so that every method reached it.
     common = math.nan
     if bests and not any(map(math.isnan, bests)):
         common = (math.floor(1000 * min(bests)) / 1000 if higher

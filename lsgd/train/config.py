@@ -176,10 +176,9 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` listing every bad value at once (:mod:`lsgd.train.checks`)."""
-        errors = [f"--{flag(f.name)} {getattr(holder, f.name)!r}: choose one of "
-                  f"{', '.join(f.metadata['choices'])}" for holder, f in _flat_fields(self)
-                  if f.metadata.get("choices") and getattr(holder, f.name) is not None and
-                  getattr(holder, f.name) not in f.metadata["choices"]]
+        errors = [f"--{flag(f.name)} {value!r}: choose one of {', '.join(choices)}"
+                  for holder, f in _flat_fields(self) if (choices := f.metadata.get("choices"))
+                  and (value := getattr(holder, f.name)) is not None and value not in choices]
         errors += option_errors(self.method, self.options) + config_errors(self)
         if errors:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))

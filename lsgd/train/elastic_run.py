@@ -160,7 +160,9 @@ class ElasticRun(WorkerLoop):
             self.join_gap = _gap_to_target(self.strategy)
 
     def finish(self) -> dict[str, Any]:
-        """This worker's record; the writer's has the run's summary (:meth:`summary`)."""
+        """This worker's record; the writer's has the run's summary, with ``restarts`` (the
+        attempts of the last round's members), ``heals``, ``members_at_end`` and
+        ``steps_redone`` 0: a restarted worker joins with the live state at the run's step."""
         report = self.strategy.report()
         last = self.rows[-1] if self.rows else {}
         result = {"slot": self.rank, "attempt": self.attempt, "started": self.started,
@@ -176,19 +178,12 @@ class ElasticRun(WorkerLoop):
                   "join_gap": self.join_gap, "writer": self.writer,
                   "leader_history": list(report.leader_history)}
         if self.writer:
-            result["summary"] = self.summary()
+            result["summary"] = self.write_summary(
+                elastic=True, steps_per_second=self.steps / max(self.train_seconds, 1e-12),
+                members_at_end=last["members"], heals=last["heals"], restarts=self.restarts,
+                steps_redone=0, time_axis="wall-clock seconds of training (the members' largest)")
         self.comm.close()
         return result
-
-    def summary(self) -> dict[str, Any]:
-        """Write the run's summary, with ``restarts`` (the attempts of the last round's
-        members), ``heals``, ``members_at_end`` and ``steps_redone`` 0: a restarted worker
-        joins with the live state at the run's step."""
-        last = self.rows[-1]
-        return self.write_summary(
-            elastic=True, steps_per_second=self.steps / max(self.train_seconds, 1e-12),
-            members_at_end=last["members"], heals=last["heals"], restarts=self.restarts,
-            steps_redone=0, time_axis="wall-clock seconds of training (the members' largest)")
 
 
 def quorum_timeout(cfg: TrainConfig) -> float:

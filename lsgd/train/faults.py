@@ -177,9 +177,8 @@ def answer(run: Path, what: str, **where: Any) -> None:
 
 def started(run: Path, rank: int | None = None) -> float | None:
     """When worker ``rank`` (default: any) first began training in ``run``, from the log."""
-    times = [e["time"] for e in read_log(run)
-             if e.get("event") == "start" and rank in (None, e.get("rank"))]
-    return min(times) if times else None
+    return min((e["time"] for e in read_log(run)
+                if e.get("event") == "start" and rank in (None, e.get("rank"))), default=None)
 
 
 class Faults:

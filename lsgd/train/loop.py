@@ -205,8 +205,7 @@ class WorkerLoop:
         row = {
             "time": clock if clock is not None else (
                 self.pace.shared_seconds if self.pace.uses_clock else self.train_seconds),
-            "wall_time": time.perf_counter() - self.start,
-            "steps": self.pace.shared_steps,
+            "wall_time": time.perf_counter() - self.start, "steps": self.pace.shared_steps,
             "epoch": self.pace.shared_steps / self.steps_per_epoch,
             "lr": self.opt.param_groups[0]["lr"],
             **task.columns("center", mean("center_loss"), mean("center_correct")),

@@ -135,12 +135,9 @@ def plot_leaders(run: Path, out: Path) -> Path | None:
     the local elections of rank 0's group alone."""
     from lsgd.plots import pyplot, save
 
-    plt = pyplot()
-    history = run / "leader_history.csv"
-    if plt is None or not history.exists():
-        return None
-    rows = read_csv(history)
-    if not rows:
+    plt, history = pyplot(), run / "leader_history.csv"
+    rows = read_csv(history) if plt is not None and history.exists() else []
+    if not rows:  # no matplotlib, or no election
         return None
     fig, (ax, bars) = plt.subplots(1, 2, figsize=(11, 3.2), gridspec_kw={"width_ratios": (2, 1)})
     for level in sorted({str(r["level"]) for r in rows}):

@@ -60,7 +60,6 @@ class Worker(WorkerLoop):
                         disable=self.rank != 0 or cfg.output.quiet or not sys.stderr.isatty(),
                         bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} {unit} "
                                    "[{elapsed}<{remaining}{postfix}]")
-        self.log_lines = self.rank == 0 and not cfg.output.quiet and self.bar.disable
 
     def _state(self) -> dict[str, Any]:
         rng = {"torch": torch.get_rng_state(), "generator": self.generator.get_state()}
@@ -193,7 +192,7 @@ class Worker(WorkerLoop):
         super().record(row)
         if self.rank != 0:
             return
-        if self.log_lines:  # where the run is, the center's headline, the bytes sent
+        if self.bar.disable and not self.cfg.output.quiet:  # no terminal: a line instead
             pace = self.pace
             where = (f" of {pace.max_steps:g}" if pace.by_steps
                      else f" ({row['time']:.1f} of {pace.max_seconds:g} s of training)")
@@ -282,6 +281,5 @@ class Worker(WorkerLoop):
 
 def run_worker(info: lsgd.WorkerInfo, cfg: TrainConfig,
                started: float | None = None) -> dict[str, Any] | None:
-    """Train as worker ``info.rank``; rank 0 returns the run's summary. ``started``: when
-    the run began (``time.time()``), so that a restarted attempt's summary covers it all."""
+    """Train as worker ``info.rank`` (a :class:`Worker`); rank 0 returns the run's summary."""
     return Worker(info, cfg, started).run()

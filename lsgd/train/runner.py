@@ -165,9 +165,8 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
                                   args=(cfg, start), timeout=cfg.timeout, link=cfg.link,
                                   max_restarts=cfg.faults.restarts)[0]
     finally:
-        if logs is None:
-            os.environ.pop("LSGD_LOG_DIR", None)
-        else:
+        os.environ.pop("LSGD_LOG_DIR", None)
+        if logs is not None:
             os.environ["LSGD_LOG_DIR"] = logs
         if helper is not None:
             helper.kill()

@@ -25,8 +25,7 @@ def group(cls: type) -> Any:
 class LanguageSettings:
     """The language model's shape and evaluation (``--dataset kjv`` or ``text``)."""
 
-    context: int = _f(128, "language models: tokens (bytes) a window holds and the model "
-                           "attends over")
+    context: int = _f(128, "language models: tokens (bytes) per window the model attends over")
     layers: int = _f(4, "language models: transformer blocks")
     width: int = _f(128, "language models: width of the residual stream")
     heads: int = _f(4, "language models: attention heads (divides --width)")
@@ -108,8 +107,7 @@ class FaultSettings:
     restarts: int = _f(0, "restart the workers up to N times after a failure (a worker "
                           "killed, a node lost), from the latest checkpoint; under torchrun "
                           "use its --max-restarts instead")
-    checkpoint_every: int = _f(0, "steps between checkpoints (0: only at the end); the last "
-                                  "two are kept")
+    checkpoint_every: int = _f(0, "steps between checkpoints (0: at the end); the last two kept")
 
 
 @dataclass
