@@ -235,10 +235,9 @@ CODEC_SETTINGS = {"density": ("topk",), "values": ("topk",), "chunk": ("topk", "
 def _codec_errors(cfg: Any) -> list[str]:
     """A codec setting without the codec that takes it; error feedback without a codec; a
     gathered codec with --elastic."""
-    errors = []
-    o = cfg.option
     if not isinstance(cfg.options, CodecOptions):
-        return errors
+        return []
+    errors, o = [], cfg.option
     for name, codecs in CODEC_SETTINGS.items():
         if o(name) is not None and o("compress") not in codecs:
             errors.append(f"--{flag(name)} {o(name)}: a setting of "

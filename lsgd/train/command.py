@@ -31,9 +31,8 @@ def add_train_parser(subparsers: Any) -> None:
             holder = f.default_factory  # type: ignore[misc]
             title = holder.__doc__.split("\n")[0].rstrip(".").replace("``", "")
             section = parser.add_argument_group(title)
-            hints = typing.get_type_hints(holder)
             for g in dataclasses.fields(holder):
-                _add_flag(section, g, hints[g.name], g.default)
+                _add_flag(section, g, typing.get_type_hints(holder)[g.name], g.default)
         elif f.metadata.get("cli", True):
             _add_flag(parser, f, typing.get_type_hints(TrainConfig)[f.name], f.default)
     # The methods' options, each under the methods that take it (every method, lsgd, diloco,

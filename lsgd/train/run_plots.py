@@ -124,8 +124,7 @@ def leader_counts(history: Iterable[tuple[Any, Any, Any]], workers: int,
         if str(row_level) != level or leader is None or (
                 isinstance(leader, float) and math.isnan(leader)):
             continue
-        rank = int(leader)
-        counts[rank] = counts.get(rank, 0) + 1
+        counts[int(leader)] = counts.get(int(leader), 0) + 1
     return counts
 
 

@@ -257,8 +257,7 @@ def launch_from_this_process(cfg: TrainConfig) -> None:
         from lsgd.launcher.worker import (PRELOAD_ENV, prepare_forkserver, start_method,
                                           vouch_for_fork)
 
-        if cfg.link is None and not cfg.elastic and start_method(1, by_agent=True) == \
-                "forkserver":
+        if cfg.link is None and not cfg.elastic and start_method(1, by_agent=True) == "forkserver":
             os.environ[PRELOAD_ENV] = json.dumps([cfg.dataset, cfg.data_dir])
             try:
                 prepare_forkserver(module="lsgd.train.run_worker")
