@@ -65,22 +65,31 @@ if PRELOAD_ENV in os.environ:
 
 
 def load_data(cfg: TrainConfig) -> Data:
-    """The dataset, read once per process (simulated workers share it, read only)."""
+    """The dataset, read once per process (simulated workers share it, read only); its
+    mistakes, and files that cannot be read (truncated, corrupt), a :class:`UsageError`
+    naming ``--dataset`` (and ``--data-dir``)."""
+    where = f"--dataset {cfg.dataset}"
+    if cfg.data_dir is not None:
+        problem = ("" if os.path.isdir(cfg.data_dir) else
+                   " (not a folder)" if os.path.exists(cfg.data_dir) else " (no such folder)")
+        where += f" --data-dir {cfg.data_dir}{problem}"
     try:
         return _load(cfg.dataset, cfg.data_dir)
     except (FileNotFoundError, ImportError, ValueError) as error:
-        raise UsageError(str(error)) from error
+        raise UsageError(f"{where}: {error}") from error
+    except (OSError, EOFError, IndexError, KeyError, pickle.UnpicklingError, zlib.error) as error:
+        raise UsageError(f"{where}: cannot read the dataset's files ({type(error).__name__}: "
+                         f"{error}); check them, or extract the dataset again") from error
 
 
-def make_task(cfg: TrainConfig, device: torch.device, data: Any = None) -> Task:
-    """The run's task on ``device`` (its dataset read by :func:`load_data` unless given); a
+def make_task(cfg: TrainConfig, device: torch.device) -> Task:
+    """The run's task on ``device``, its dataset read by :func:`load_data`; a
     :class:`UsageError` for what does not fit (a batch larger than a worker's shard, a
     text shorter than a window, an unknown augmentation)."""
     try:
-        return build_task(load_data(cfg) if data is None else data, dataset=cfg.dataset,
-                          model=cfg.model, batch_size=cfg.batch_size, workers=cfg.workers,
-                          seed=cfg.seed, augment=cfg.augment, device=device,
-                          **dataclasses.asdict(cfg.language))
+        return build_task(load_data(cfg), dataset=cfg.dataset, model=cfg.model,
+                          batch_size=cfg.batch_size, workers=cfg.workers, seed=cfg.seed,
+                          augment=cfg.augment, device=device, **dataclasses.asdict(cfg.language))
     except ValueError as error:
         if str(error).startswith("--"):  # it names its option
             raise UsageError(str(error)) from error
@@ -103,8 +112,7 @@ def make_schedule(cfg: TrainConfig, optimizer: torch.optim.Optimizer,
                   steps_per_epoch: int) -> Schedule:
     """The run's learning-rate schedule; ``cosine`` decays over the budget."""
     budget, optim = cfg.budgets(), cfg.optim
-    horizon = min(budget.get("epochs", math.inf),
-                  budget.get("steps", math.inf) / steps_per_epoch)
+    horizon = min(budget.get("epochs", math.inf), budget.get("steps", math.inf) / steps_per_epoch)
     return Schedule(optimizer, optim.schedule, optim.drops, optim.drop_factor, optim.patience,
                     optim.warmup_epochs, horizon_epochs=horizon,
                     horizon_minutes=budget.get("minutes", math.inf))
@@ -169,13 +177,12 @@ def graphs_of(cfg: TrainConfig) -> list[Topology]:
 
 def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
     """Check, in the launching process, what would otherwise fail in every worker: the
-    device, the dataset, the augmentation, the model on the dataset's input, the graphs,
-    the links, and the run folder. With ``read_data=False`` (``--dry-run``) nothing is
-    read or created (an image's shape from :data:`lsgd.data.FACTS`); returns notes on
-    what could not be checked then."""
+    device, the dataset, the augmentation, the model on its input, the graphs, the links, the
+    run folder. With ``read_data=False`` (``--dry-run``) nothing is read or created (an
+    image's shape from :data:`lsgd.data.FACTS`); returns notes on what was not checked then."""
     pick_device(cfg)
     notes: list[str] = []
-    task = make_task(cfg, torch.device("cpu"), _read_dataset(cfg)) if read_data else None
+    task = make_task(cfg, torch.device("cpu")) if read_data else None
     if is_language(cfg.dataset):
         notes = [] if read_data else _text_notes(cfg)
         sizes = cfg.language
@@ -188,13 +195,7 @@ def preflight(cfg: TrainConfig, read_data: bool = True) -> list[str]:
     elif isinstance(task, ImageClassification):
         _check_image_model(cfg, task.input_shape, task.classes)
     else:
-        input_shape, classes, n_train, notes = _dataset_facts(cfg)
-        if n_train is not None:
-            try:
-                image_steps_per_epoch(n_train, cfg.workers, cfg.batch_size)
-            except ValueError as error:
-                raise UsageError(str(error)) from None
-        _check_image_model(cfg, input_shape, classes)
+        notes = _image_notes(cfg)
     if strategy_class(cfg.method).uses_graph:
         graphs_of(cfg)
     if cfg.link is not None and cfg.backend != "threads":
@@ -217,9 +218,8 @@ def _check_image_model(cfg: TrainConfig, input_shape: Callable[[], tuple[int, ..
                        classes: int) -> None:
     """The model built (on the meta device) for the input it sees after the test transform."""
     try:
-        shape = input_shape()
         with torch.device("meta"):
-            build_model(cfg.model, shape, classes)
+            build_model(cfg.model, input_shape(), classes)
     except ValueError as error:
         raise UsageError(f"--model {cfg.model} on --dataset {cfg.dataset}: {error}") from error
 
@@ -233,12 +233,10 @@ def _text_notes(cfg: TrainConfig) -> list[str]:
             "no data)"] if missing else []
 
 
-def _dataset_facts(
-    cfg: TrainConfig,
-) -> tuple[Callable[[], tuple[int, ...]], int, int | None, list[str]]:
-    """Without reading the dataset: the input shape the model sees (a function, as
-    :meth:`ImageClassification.input_shape`), the classes, the training examples (None: unknown)
-    and notes on files not found where a run looks."""
+def _image_notes(cfg: TrainConfig) -> list[str]:
+    """An image dataset checked without reading it, from :data:`lsgd.data.FACTS`: its
+    training examples against the batch, the augmentation, the model on the input it sees;
+    returns notes on files not found where a run looks."""
     key = cfg.dataset.lower()
     if key not in datasets.FACTS:
         raise UsageError(f"--dataset {cfg.dataset}: unknown dataset {cfg.dataset!r}: choose "
@@ -251,6 +249,11 @@ def _dataset_facts(
     notes = [f"dry run: {missing.split('. ')[0]} (a real run stops there; a dry run reads "
              "no data)"] if missing else []
     shape, classes, n_train = datasets.FACTS[key]
+    if n_train is not None:
+        try:
+            image_steps_per_epoch(n_train, cfg.workers, cfg.batch_size)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     preset = augment.paper_preset(cfg.dataset, cfg.model) if cfg.augment == "auto" else cfg.augment
     try:
         augment.train_transform(preset)
@@ -258,29 +261,11 @@ def _dataset_facts(
     except ValueError as error:
         raise UsageError(f"--augment {cfg.augment}: {error}") from error
 
-    def input_shape() -> tuple[int, ...]:
-        if key == "imagenet":  # decoded at its size
-            return shape
-        return tuple(test_fn(torch.zeros((1, *shape))).shape[1:])  # in memory: transformed
+    def input_shape() -> tuple[int, ...]:  # imagenet decoded at its size, others transformed
+        return shape if key == "imagenet" else tuple(test_fn(torch.zeros((1, *shape))).shape[1:])
 
-    return input_shape, classes, n_train, notes
-
-
-def _read_dataset(cfg: TrainConfig) -> Data:
-    """:func:`load_data`, its mistakes naming ``--dataset`` (and ``--data-dir``), and
-    files that cannot be read (truncated, corrupt) a :class:`UsageError` too."""
-    where = f"--dataset {cfg.dataset}"
-    if cfg.data_dir is not None:
-        problem = ("" if os.path.isdir(cfg.data_dir) else
-                   " (not a folder)" if os.path.exists(cfg.data_dir) else " (no such folder)")
-        where += f" --data-dir {cfg.data_dir}{problem}"
-    try:
-        return load_data(cfg)
-    except UsageError as error:
-        raise UsageError(f"{where}: {error}") from error
-    except (OSError, EOFError, IndexError, KeyError, pickle.UnpicklingError, zlib.error) as error:
-        raise UsageError(f"{where}: cannot read the dataset's files ({type(error).__name__}: "
-                         f"{error}); check them, or extract the dataset again") from error
+    _check_image_model(cfg, input_shape, classes)
+    return notes
 
 
 def make_run_folder(out: Path, probe: bool = False, create: bool = True) -> None:

@@ -1,18 +1,15 @@
 """``lsgd train --chaos SEED``: a reproducible schedule of faults at random.
 
-Faults arrive as a Poisson process: the gaps between them are exponential with mean
-``--chaos-mtbf`` seconds, over the run's ``--minutes`` (ten minutes without it; faults due
-after the run ended never fire). A worker's fault is due at a second of the run's training
-clock (``@S``), a link's at a wall second after the first training step. Each picks a kind from
-``--chaos-kinds`` and a node (and a worker of it) uniformly. Fatal faults (kill, segv,
-kill-node, corrupt-checkpoint) are capped at what ``--restarts`` allows: per node where each
-node restarts on its own (elastic runs, shaped nodes), in all where a failure restarts every
-worker; a draw over the cap becomes one of the other kinds drawn, or is dropped. A stopped
-worker or a link down is out for 1 to min(10, ``--timeout``/2) seconds, which the run rides
-out; a slow link runs at a tenth of ``--link`` for 3 to 10 seconds.
-
-The schedule is written as ``--fault`` items (worker faults at ``@SECOND``), so the run's
-``config.toml`` holds it and replays it without ``--chaos``.
+Faults arrive as a Poisson process (exponential gaps of mean ``--chaos-mtbf`` seconds) over
+the run's ``--minutes`` (ten without it; those due after the run ended never fire), a worker's
+at a second of the training clock (``@S``), a link's at a wall second after the first training
+step; each takes a kind from ``--chaos-kinds`` and a node (and a worker of it) uniformly.
+Fatal kinds (kill, segv, kill-node, corrupt-checkpoint) are capped at what ``--restarts``
+allows: per node where each node restarts on its own (elastic runs, shaped nodes), else in
+all; a draw over the cap becomes another kind drawn, or is dropped. A stopped worker or a link
+down is out for 1 to min(10, ``--timeout``/2) seconds, a slow link runs at a tenth of
+``--link`` for 3 to 10 seconds. The schedule is written as ``--fault`` items, so the run's
+``config.toml`` replays it without ``--chaos``.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from lsgd.train.faults import FATAL, FIELDS, KINDS, config_errors, nodes_of
+from lsgd.train.faults import FATAL, FIELDS, config_errors, nodes_of
 
 DEFAULT_MINUTES = 10.0
 
@@ -36,9 +33,9 @@ def errors(cfg: Any) -> list[str]:
         return []
     found = []
     kinds = kinds_of(cfg)
-    if not kinds or any(kind not in KINDS for kind in kinds):
+    if not kinds or any(kind not in FIELDS for kind in kinds):
         found.append(f"--chaos-kinds {cfg.faults.chaos_kinds!r}: choose among "
-                     f"{', '.join(KINDS)}, comma-separated")
+                     f"{', '.join(FIELDS)}, comma-separated")
     if not cfg.faults.chaos_mtbf > 0:
         found.append(f"--chaos-mtbf {cfg.faults.chaos_mtbf}: give the mean seconds between faults, "
                      "above 0 (e.g. 30)")
@@ -64,9 +61,8 @@ def _spec(kind: str, cfg: Any, node: int, rank: int, second: str, lasts: str) ->
 
 
 def draw(cfg: Any, count: int | None = None) -> list[str]:
-    """The ``--fault`` items of ``--chaos`` for ``cfg`` (validated by :func:`errors`);
-    with ``count``, exactly that many, at times drawn uniformly over the horizon (the
-    Poisson process given its number of faults)."""
+    """The ``--fault`` items of ``--chaos`` for ``cfg`` (validated by :func:`errors`); with
+    ``count``, exactly that many at uniform times (the Poisson process given its count)."""
     rng = random.Random(cfg.faults.chaos)
     kinds = kinds_of(cfg)
     horizon = 60.0 * (cfg.minutes or DEFAULT_MINUTES)

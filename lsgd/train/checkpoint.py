@@ -1,12 +1,11 @@
-"""Checkpoints: every worker's full state, as data, the last two kept and verified.
+"""Checkpoints: every worker's full state, as data, the last two kept and verified
+(docs/reliability.md, "Checkpoints are data, kept twice and verified").
 
 A run's ``checkpoints/`` folder holds ``step-00000200/`` (``rank-R.pt`` of each worker R,
 ``meta.json``) per checkpoint, and ``progress``, the last step rank 0 finished. Every worker
-writes its own file atomically; their SHA-256 digests are gathered (the barrier) and
-only then does rank 0 write ``meta.json``, which makes the checkpoint complete. Loading
-takes the newest checkpoint whose files match their digests on every worker, read with
-``torch.load(weights_only=True)`` so that a checkpoint never runs code
-(docs/reliability.md, "Checkpoints are data, kept twice and verified").
+writes its own file atomically; their SHA-256 digests are gathered (the barrier), then rank 0
+writes ``meta.json``, which completes the checkpoint. Loading takes the newest checkpoint
+whose files match their digests on every worker, with ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
@@ -137,11 +136,9 @@ def usable(run: Path, world_size: int) -> tuple[Checkpoint | None, list[str]]:
     checkpoint all of whose files verify, and one line per checkpoint skipped."""
     problems = []
     for candidate in complete(run):
-        if candidate.meta["world_size"] != world_size:
-            problems.append(f"{candidate.path.name}: {candidate.meta['world_size']} workers, "
-                            f"this run has {world_size}")
-            continue
-        bad = [p for p in (candidate.problem(r) for r in range(world_size)) if p]
+        size = candidate.meta["world_size"]
+        bad = ([f"{size} workers, this run has {world_size}"] if size != world_size else
+               [p for p in map(candidate.problem, range(world_size)) if p])
         if not bad:
             return candidate, problems
         problems.append(f"{candidate.path.name}: " + "; ".join(bad))

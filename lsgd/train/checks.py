@@ -20,8 +20,7 @@ from lsgd.train.settings import QuorumSettings
 
 
 def config_errors(cfg: Any) -> list[str]:
-    """Every bad value of ``cfg`` (a :class:`~lsgd.train.config.TrainConfig`) but the
-    choices, each a line naming the option, the value and what to give instead."""
+    """Every bad value of ``cfg`` (a :class:`~lsgd.train.config.TrainConfig`) but the choices."""
     errors: list[str] = []
     for name, (low, high) in INTEGERS.items():
         value = cfg.setting(name)
@@ -119,17 +118,14 @@ def _elastic_errors(cfg: Any) -> list[str]:
                       f"--replica node (a node's workers as one replica), or --groups "
                       f"{cfg.workers} (or drop them)")
     if overlap and period and overlap >= period // max(1, fragments):
-        errors.append(f"--elastic --overlap {overlap}: a round must land before the next "
-                      f"starts; give an overlap below period / fragments = "
-                      f"{period // max(1, fragments)}")
+        errors.append(f"--elastic --overlap {overlap}: a round must land before the next starts; "
+                      f"give an overlap below period / fragments = {period // max(1, fragments)}")
     unsupported = [flag_ for flag_, given in (
         ("--async", o("asynchronous")), ("--election early", o("election") == "early"),
         ("--checkpoint-every", cfg.faults.checkpoint_every), ("--resume", cfg.resume),
         ("--backend threads", cfg.backend == "threads"),
         ("--init independent", o("init", "broadcast") != "broadcast"),
-        ("--straggle", cfg.straggle),
-        ("--target", cfg.evaluation.target is not None))
-        if given]
+        ("--straggle", cfg.straggle), ("--target", cfg.evaluation.target is not None)) if given]
     if unsupported:
         errors.append(f"--elastic runs synchronous rounds from a fresh start, in "
                       f"processes; drop {', '.join(unsupported)}")
@@ -207,9 +203,8 @@ def _pipeline_errors(cfg: Any) -> list[str]:
         errors.append("--election early: needs synchronous rounds (an asynchronous round "
                       "falls due at a step no worker knows before); drop --async")
     if period is not None and period >= 1 and not 0 <= overlap < period:
-        errors.append(f"--overlap {overlap}: give a whole number of steps in "
-                      f"[0, {period}), below --period {period}, so that a "
-                      "round lands before the next one starts")
+        errors.append(f"--overlap {overlap}: give a whole number of steps in [0, {period}), below "
+                      f"--period {period}, so that a round lands before the next one starts")
     if period is not None and fragments >= 1 and period >= 1 and period % fragments:
         errors.append(f"--fragments {fragments} must divide --period {period}")
     if given and (o("asynchronous") or o("hierarchical")):
@@ -221,9 +216,8 @@ def _pipeline_errors(cfg: Any) -> list[str]:
     if o("outer") == "eager" and (overlap or o("merge", "auto") != "auto"):
         given = " ".join(f"--{flag(name)} {o(name)}" for name, default in
                          (("overlap", 0), ("merge", "auto")) if o(name) != default)
-        errors.append(f"--outer eager with {given}: an eager round's all-reduce runs behind "
-                      "the whole next period and its outer step is taken at once; drop "
-                      f"{given}")
+        errors.append(f"--outer eager with {given}: an eager round's all-reduce runs behind the "
+                      f"whole next period and its outer step is taken at once; drop {given}")
     return errors
 
 
@@ -241,10 +235,9 @@ CODEC_SETTINGS = {"density": ("topk",), "values": ("topk",), "chunk": ("topk", "
 def _codec_errors(cfg: Any) -> list[str]:
     """A codec setting without the codec that takes it; error feedback without a codec; a
     gathered codec with --elastic."""
-    errors = []
-    o = cfg.option
     if not isinstance(cfg.options, CodecOptions):
-        return errors
+        return []
+    errors, o = [], cfg.option
     for name, codecs in CODEC_SETTINGS.items():
         if o(name) is not None and o("compress") not in codecs:
             errors.append(f"--{flag(name)} {o(name)}: a setting of "

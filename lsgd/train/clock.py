@@ -1,12 +1,10 @@
-"""When a run evaluates, checkpoints and stops: decisions every worker takes alike.
-
-No worker may be left alone in a collective, so these decisions are taken from values every
-worker has. Synchronously: the step count, and for time budgets rank 0's clock, broadcast as
-``"control"`` traffic about once a second of training (with it the steps until the next
-broadcast, at most ``CLOCK_SYNC_EVERY``, so that slow steps stop within about a second of the
-budget) and at every evaluation on a step grid (so that its row has the time of its own step).
-Asynchronously (``--async``): the workers' total step count and latest clock, agreed at each
-sync point, the only place where asynchronous workers act together.
+"""When a run evaluates, checkpoints and stops: decisions every worker takes alike (none may
+be left alone in a collective), from values every worker has. Synchronously: the step count,
+and for time budgets rank 0's clock, broadcast as ``"control"`` traffic about once a second of
+training (with the steps until the next broadcast, at most ``CLOCK_SYNC_EVERY``, so that slow
+steps stop within about a second of the budget) and at every evaluation on a step grid (so
+that its row has the time of its own step). Asynchronously (``--async``): the workers' total
+step count and latest clock, agreed at each sync point, the only place where they meet.
 """
 
 from __future__ import annotations
@@ -36,11 +34,9 @@ class Pace:
             budget["epochs"] * steps_per_epoch) if "epochs" in budget else math.inf)
         self.max_seconds = budget.get("minutes", math.inf) * 60
         kind, every = cfg.eval_interval()
-        if kind == "auto":
-            if math.isfinite(self.max_steps):
-                kind, every = "steps", max(1, int(self.max_steps) // 10)
-            else:
-                kind, every = "seconds", self.max_seconds / 10
+        if kind == "auto":  # ten evaluations per run
+            kind, every = (("steps", max(1, int(self.max_steps) // 10)) if self.by_steps
+                           else ("seconds", self.max_seconds / 10))
         assert every > 0, "validated: a zero interval would never move past the next evaluation"
         self.eval_kind, self.eval_every = kind, every
         self.uses_clock = (math.isfinite(self.max_seconds) or kind == "seconds"
@@ -55,9 +51,6 @@ class Pace:
     def by_steps(self) -> bool:
         """Whether the budget is in steps (or epochs) rather than minutes."""
         return math.isfinite(self.max_steps)
-
-    def done(self) -> bool:
-        return self.shared_steps >= self.max_steps
 
     def mean_steps(self, steps: int) -> float:
         """Steps per worker: own (sync) or the workers' mean as last seen (async)."""
@@ -78,8 +71,7 @@ class Pace:
                 # Rank 0's clock, and (its choice) how many steps until the next broadcast.
                 gap = min(CLOCK_SYNC_EVERY, max(1, int(CLOCK_SYNC_SECONDS * steps
                                                        / max(train_seconds, 1e-9))))
-                clock = torch.tensor([train_seconds, gap], dtype=torch.float64,
-                                     device=self.device)
+                clock = torch.tensor([train_seconds, gap], dtype=torch.float64, device=self.device)
                 with self.comm.category("control"):
                     self.comm.broadcast_(clock, src=0)
                 self.shared_seconds = float(clock[0])
@@ -88,9 +80,8 @@ class Pace:
         stop = self.shared_steps >= self.max_steps or self.shared_seconds >= self.max_seconds
         position = self.shared_steps if self.eval_kind == "steps" else self.shared_seconds
         evaluate = position >= self.next_eval
-        if evaluate:
-            while self.next_eval <= position:
-                self.next_eval += self.eval_every
+        while self.next_eval <= position:
+            self.next_eval += self.eval_every
         save = bool(self.cfg.faults.checkpoint_every) and self.shared_steps >= self.next_checkpoint
         if save:
             while self.next_checkpoint <= self.shared_steps:

@@ -1,7 +1,5 @@
-"""``lsgd train`` and ``lsgd plot``: their options, and what each prints. Nothing that
-imports torch is imported before the arguments are accepted, so that a mistake is
-refused at once.
-"""
+"""``lsgd train`` and ``lsgd plot``: their options, and what each prints; nothing that imports
+torch is imported before the arguments are accepted, so that a mistake is refused at once."""
 
 from __future__ import annotations
 
@@ -33,22 +31,27 @@ def add_train_parser(subparsers: Any) -> None:
             holder = f.default_factory  # type: ignore[misc]
             title = holder.__doc__.split("\n")[0].rstrip(".").replace("``", "")
             section = parser.add_argument_group(title)
-            hints = typing.get_type_hints(holder)
             for g in dataclasses.fields(holder):
-                _add_flag(section, g, hints[g.name], g.default)
+                _add_flag(section, g, typing.get_type_hints(holder)[g.name], g.default)
         elif f.metadata.get("cli", True):
             _add_flag(parser, f, typing.get_type_hints(TrainConfig)[f.name], f.default)
-    for title, names in _option_groups().items():
-        group = parser.add_argument_group(title)
-        for name in names:
-            found = declarations()[name]
-            method, f = found[0]
-            default = f"{f.default}" + "".join(f"; {m}: {g.default}" for m, g in found
-                                               if g.default != f.default)
-            # Every choice of any declaration, in order (each method checks its own).
-            choices = tuple(dict.fromkeys(c for _, g in found for c in g.metadata["choices"] or ()))
-            _add_flag(group, f, typing.get_type_hints(OPTIONS[method])[name], default,
-                      choices=choices or None)
+    # The methods' options, each under the methods that take it (every method, lsgd, diloco,
+    # muloco, ...), the groups in the methods' order.
+    sections: dict[str, Any] = {}
+    for name, found in declarations().items():
+        methods = [m for m, _ in found]
+        title = ("every method" if len(methods) == len(OPTIONS) else
+                 "every method but " + ", ".join(m for m in OPTIONS if m not in methods)
+                 if len(methods) > len(OPTIONS) / 2 else ", ".join(methods))
+        if title not in sections:
+            sections[title] = parser.add_argument_group(f"options of {title}")
+        method, f = found[0]
+        default = f"{f.default}" + "".join(f"; {m}: {g.default}" for m, g in found
+                                           if g.default != f.default)
+        # Every choice of any declaration, in order (each method checks its own).
+        choices = tuple(dict.fromkeys(c for _, g in found for c in g.metadata["choices"] or ()))
+        _add_flag(sections[title], f, typing.get_type_hints(OPTIONS[method])[name], default,
+                  choices=choices or None)
     parser.set_defaults(handler=run_train)
 
 
@@ -60,32 +63,17 @@ def _add_flag(parser: Any, f: dataclasses.Field[Any], kind: Any, default: Any,
     shown = f" (default: {default})" if default not in (None, (), "None") else ""
     help_text = f.metadata["help"] + shown
     if typing.get_origin(kind) is list:
-        parser.add_argument(*flags, dest=f.name, type=base, nargs="+", action="extend",
-                            help=help_text)
+        how: dict[str, Any] = {"type": base, "nargs": "+", "action": "extend"}
     elif base is bool:
-        parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
-                            help=help_text)
+        how = {"action": argparse.BooleanOptionalAction}
     else:
         # --method also takes several methods (checked by make_config, each of them).
         choices = choices or f.metadata.get("choices")
         if f.name == "method":
             help_text += f"; one of {', '.join(choices)}"
             choices = None
-        parser.add_argument(*flags, dest=f.name, type=base if base in (int, float) else str,
-                            choices=choices, help=help_text)
-
-
-def _option_groups() -> dict[str, list[str]]:
-    """The methods' options as ``--help`` groups them: each option under the methods that
-    take it (``lsgd``, ``diloco, muloco``, ...), the groups in the methods' order."""
-    groups: dict[str, list[str]] = {}
-    for name, found in declarations().items():
-        methods = [m for m, _ in found]
-        title = ("every method" if len(methods) == len(OPTIONS) else
-                 "every method but " + ", ".join(m for m in OPTIONS if m not in methods)
-                 if len(methods) > len(OPTIONS) / 2 else ", ".join(methods))
-        groups.setdefault(f"options of {title}", []).append(name)
-    return groups
+        how = {"type": base if base in (int, float) else str, "choices": choices}
+    parser.add_argument(*flags, dest=f.name, help=help_text, **how)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -115,8 +103,7 @@ def _clock_unit(summary: dict[str, Any]) -> str:
 
 
 def _headline_rows(summary: dict[str, Any], pct: Any) -> list[tuple[str, str]]:
-    """The center's (and the leader's) figures: test accuracy for images; validation
-    loss, bits per byte, perplexity and next-byte accuracy for text."""
+    """The rows of the center's and the leader's headline figures, and of ``--target``."""
     reached = summary.get("reached_target")
     target = ([("target", f"{summary['target']:g} reached at {reached['time']:.1f} s, step "
                           f"{reached['steps']:g}" if reached else

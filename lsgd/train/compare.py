@@ -1,9 +1,6 @@
-"""``lsgd train --method A,B,...``: the same run once per method, side by side.
-
-Every method gets the same settings and a run folder of its own, ``--out/METHOD``;
-every setting of every method is checked before the first starts, and they run one
-after another, so none shares the machine. At the end a table compares them
-(``--out/comparison.txt``) and ``--out/comparison.png`` draws their curves.
+"""``lsgd train --method A,B,...``: the same settings run once per method into ``--out/METHOD``,
+every method checked before the first starts, one after another (none shares the machine); then a
+table compares them (``--out/comparison.txt``) and ``--out/comparison.png`` draws their curves.
 """
 
 from __future__ import annotations
@@ -19,8 +16,7 @@ from typing import Any
 from lsgd.tasks.headline import best, of_metric, reaches
 from lsgd.train.errors import UsageError
 from lsgd.train.runner import (check_before_start, check_new_run, dry_run,
-                               launch_from_this_process, resolve, train_and_report,
-                               under_torchrun)
+                               launch_from_this_process, resolve, train_and_report, under_torchrun)
 from lsgd.train.config import TrainConfig
 from lsgd.train.outputs import atomic_write, read_csv
 from lsgd.train.run_plots import plot_runs
@@ -80,18 +76,14 @@ def run_comparison(args: argparse.Namespace) -> int:
     return max(codes)
 
 
-def comparison_text(runs: list[TrainConfig],
-                    summaries: Sequence[dict[str, Any] | None]) -> str:
-    """The table of the methods side by side, and what it was measured on: the center's
-    final and best headline, the time until each first reached a common value, the
-    training time, the steps, and the bytes and seconds each worker spent communicating."""
+def comparison_text(runs: list[TrainConfig], summaries: Sequence[dict[str, Any] | None]) -> str:
+    """The table of the methods side by side, and what it was measured on; "time to" is the
+    training time until the center first reached the worst of the methods' best values."""
     curves = {cfg.method: read_csv(cfg.out_dir / "metrics.csv") if summary else []
               for cfg, summary in zip(runs, summaries)}
-    headline = of_metric(next((s.get("metric", "accuracy") for s in summaries if s),
-                              "accuracy"))
+    headline = of_metric(next((s.get("metric", "accuracy") for s in summaries if s), "accuracy"))
     metric, column, higher = headline.metric, headline.column, headline.higher_is_better
     bests = [best(metric, _values(rows, column)) for rows in curves.values() if rows]
-    # The worst of the methods' best values, so that every method reached it.
     common = math.nan
     if bests and not any(map(math.isnan, bests)):
         common = (math.floor(1000 * min(bests)) / 1000 if higher

@@ -10,7 +10,7 @@ import re
 import types
 import typing
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +24,9 @@ from lsgd.train import tuned
 from lsgd.train.checks import config_errors, option_errors
 from lsgd.train.ranges import EVAL_EVERY, flag
 from lsgd.train.settings import (EvaluationSettings, FaultSettings, LanguageSettings,
-                                 OptimizerSettings, OutputSettings, QuorumSettings, group)
+                                 OptimizerSettings, OutputSettings, QuorumSettings, _f, group)
 
 ALIASES = {"async": "asynchronous"}  # TOML keys accepted besides the field names
-BACKENDS = ("processes", "threads", "auto")
-DEVICES = ("auto", "cpu", "cuda")
-def _f(default: Any, help: str, **kw: Any) -> Any:
-    return field(default=default, metadata={"help": help, **kw})
 
 
 @dataclass
@@ -41,10 +37,9 @@ class TrainConfig:
     method: str = _f("lsgd", "distributed method; several, comma-separated (lsgd,allreduce), "
                              "train one run each, side by side, into --out/METHOD, then "
                              "print a table and draw comparison.png", choices=METHODS)
-    model: str = _f("cnn7", "model: for images cnn7, resnet20, vgg16, wrn-28-10 (any "
-                            "wrn-D-K), resnet50, mlp; for text gpt (lsgd's transformer) or "
-                            "hf-gpt2 (Hugging Face's GPT-2 from a config: pip install "
-                            "'lsgd[hf]')")
+    model: str = _f("cnn7", "model: for images cnn7, resnet20, vgg16, wrn-28-10 (any wrn-D-K), "
+                            "resnet50, mlp; for text gpt (lsgd's transformer) or hf-gpt2 (Hugging "
+                            "Face's GPT-2 from a config: pip install 'lsgd[hf]')")
     dataset: str = _f("fashion-mnist",
                       "dataset: images fashion-mnist, cifar10, cifar100, imagenet, digits, "
                       "synthetic; text kjv (the King James Bible, Debian's bible-kjv) or "
@@ -58,30 +53,28 @@ class TrainConfig:
     # Workers
     workers: int = _f(4, "number of workers W")
     groups: int = _f(1, "groups (nodes) of workers; several groups make LSGD multi-leader")
-    replica: str = _f("process", "what the method sees as one worker: every process, or "
-                                 "(node) the processes of each group together, stepping as "
-                                 "one replica with their gradients averaged every step (DDP "
-                                 "over the node) while the method's rounds run across nodes",
-                      choices=REPLICAS)
+    replica: str = _f("process", "what the method sees as one worker: every process, or (node) "
+                                 "the processes of each group together, stepping as one replica "
+                                 "with their gradients averaged every step (DDP over the node) "
+                                 "while the method's rounds run across nodes", choices=REPLICAS)
     backend: str = _f("processes", "local workers as gloo/NCCL processes, or as threads of "
                                    "the in-process simulator; auto: processes, except with "
                                    "--link on a machine that cannot shape links (no root or "
                                    "iproute2), where the simulator models the link",
-                      choices=BACKENDS)
-    device: str = _f("auto", "cpu, cuda (one GPU per worker), or auto", choices=DEVICES)
+                      choices=("processes", "threads", "auto"))
+    device: str = _f("auto", "cpu, cuda (one GPU per worker), or auto",
+                     choices=("auto", "cpu", "cuda"))
     timeout: float = _f(300.0, "seconds a collective may wait before the run fails")
-    link: str | None = _f(None, "the link between nodes (groups), RATE[,LATENCY] such as "
-                                "100mbit, 1gbit or 20mbit,5ms; with processes every group "
-                                "is a node in a network namespace of its own behind a "
-                                "link the kernel shapes to RATE (root and iproute2; a "
-                                "latency needs netem); with --backend threads a modeled "
-                                "link on the simulator's clock (measured compute plus "
-                                "modeled transfers)")
+    link: str | None = _f(None, "the link between nodes (groups), RATE[,LATENCY] such as 100mbit, "
+                                "1gbit or 20mbit,5ms; with processes every group is a node in a "
+                                "network namespace of its own behind a link the kernel shapes to "
+                                "RATE (root and iproute2; a latency needs netem); with --backend "
+                                "threads a modeled link on the simulator's clock (measured "
+                                "compute plus modeled transfers)")
     step_seconds: float | None = _f(None, "with --backend threads and --link: the seconds each "
-                                          "local step costs on the simulator's clock, instead "
-                                          "of the compute it measured (a pace independent of "
-                                          "this machine's speed and load; --straggle "
-                                          "multiplies it)")
+                                          "local step costs on the simulator's clock, instead of "
+                                          "the compute it measured (a pace independent of this "
+                                          "machine's speed and load; --straggle multiplies it)")
     straggle: list[str] = _f((), "RANK:FACTOR makes that worker's steps FACTOR times slower "
                                  "(it sleeps in proportion to its compute; with --backend "
                                  "threads, on the simulator's virtual clock); repeatable")
@@ -97,10 +90,9 @@ class TrainConfig:
     evaluation: EvaluationSettings = group(EvaluationSettings)
     faults: FaultSettings = group(FaultSettings)
     elastic: bool = _f(False, "keep training when workers fail (torchft, pip install "
-                              "'lsgd[torchft]'): the others go on without a restart, and a "
-                              "worker started again (--restarts) rejoins from a live one; "
-                              "lsgd, diloco, local-sgd and easgd; nodes: --groups, or one "
-                              "per worker")
+                              "'lsgd[torchft]'): the others go on without a restart, and a worker "
+                              "started again (--restarts) rejoins from a live one; lsgd, diloco, "
+                              "local-sgd and easgd; nodes: --groups, or one per worker")
     quorum: QuorumSettings = group(QuorumSettings)
     out: str | None = _f(None, "run folder (default runs/METHOD-DATASET-Ww)")
     resume: str | None = _f(None, "continue the run in this folder where it stopped")
@@ -184,17 +176,15 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` listing every bad value at once (:mod:`lsgd.train.checks`)."""
-        errors = [f"--{flag(f.name)} {getattr(holder, f.name)!r}: choose one of "
-                  f"{', '.join(f.metadata['choices'])}" for holder, f in _flat_fields(self)
-                  if f.metadata.get("choices") and getattr(holder, f.name) is not None and
-                  getattr(holder, f.name) not in f.metadata["choices"]]
+        errors = [f"--{flag(f.name)} {value!r}: choose one of {', '.join(choices)}"
+                  for holder, f in _flat_fields(self) if (choices := f.metadata.get("choices"))
+                  and (value := getattr(holder, f.name)) is not None and value not in choices]
         errors += option_errors(self.method, self.options) + config_errors(self)
         if errors:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(errors))
 
     def elastic_nodes(self) -> int:
-        """An elastic run's nodes (torchft replica groups): ``groups`` when above 1, else
-        one per worker."""
+        """An elastic run's nodes (torchft replica groups): ``groups`` if above 1, else workers."""
         return self.groups if self.groups > 1 else self.workers
 
     def budgets(self) -> dict[str, float]:
@@ -230,10 +220,9 @@ GROUP_OF: dict[str, str | None] = {
 
 def _flat_fields(cfg: TrainConfig) -> list[tuple[Any, dataclasses.Field[Any]]]:
     """Every run setting of ``cfg`` as (the object holding it, its field)."""
-    return [(cfg if name is None else getattr(cfg, name), f)
-            for name, holder in [(None, cfg), *((n, getattr(cfg, n)) for n in GROUPS)]
-            for f in dataclasses.fields(holder)
-            if name is not None or (f.name != "options" and not f.metadata.get("group"))]
+    holders = [(None, cfg), *((name, getattr(cfg, name)) for name in GROUPS)]
+    return [(holder, f) for name, holder in holders for f in dataclasses.fields(holder)
+            if GROUP_OF.get(f.name, "") == name]
 
 
 #: Options whose value, in a config.toml written before each method declared its options
@@ -361,9 +350,8 @@ def make_config(settings: dict[str, Any], siblings: tuple[str, ...] = (),
 
 def _options_of(method: str, given: dict[str, Any], siblings: tuple[str, ...],
                 lenient: Collection[str]) -> Any:
-    """``method``'s options from the settings ``given`` that are not the run's (see
-    :func:`make_config`); for an unknown method (which validation names) the ones that
-    are some method's, as given, to be checked as far as they can be."""
+    """``method``'s options of ``given`` (see :func:`make_config`); for an unknown method
+    (which validation names) those some method takes, as given, checked as far as they can."""
     if method not in OPTIONS:
         return {name: value for name, value in given.items() if name in SETTING_NAMES}
     cls, known = OPTIONS[method], declarations()

@@ -1,17 +1,13 @@
 """``lsgd train --elastic``: a run that goes on when workers fail (torchft).
 
 Each node (``--groups`` of them, or one per worker) is a torchft replica group started by an
-elastic agent of its own (:func:`lsgd.launcher.elastic_jobs.launch_elastic`), every worker on
-an :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`; the strategy's rounds among all
-workers are the quorum points. What the workers decide together is decided inside a round,
-among its members, right after the method's rule (``Strategy.on_round``): the clock (the
-members' largest training seconds, as ``"control"`` traffic), the evaluations, and who writes
-(the lowest member). A joining worker receives the run's own state with the strategy's; no
-checkpoint is written or read (docs/reliability.md, "Survivors keep training").
-
-Faults: ``--fault``, and for benchmarks, on a worker's first attempt only, ``extra_faults``
-``("kill" | "hang", rank, step[, seconds])``, ``rank`` possibly ``"leader"`` (the leader
-elected last); a hang lasts ``seconds`` (default 10) while the worker's heartbeats go on.
+elastic agent of its own (:func:`lsgd.launcher.elastic_jobs.launch_elastic`), its workers on
+an :class:`~lsgd.comm.elastic_collectives.ElasticCommunicator`; the strategy's rounds are the
+quorum points. Right after the method's rule (``Strategy.on_round``) a round's members agree
+on the clock (their largest training seconds, ``"control"`` traffic), the evaluations and who
+writes (the lowest member). A joining worker receives the run's own state with the
+strategy's; no checkpoint is written or read (docs/reliability.md, "Survivors keep training").
+Faults: ``--fault``, and for benchmarks ``extra_faults`` (:meth:`ElasticRun.before_step`).
 """
 
 from __future__ import annotations
@@ -138,10 +134,11 @@ class ElasticRun(WorkerLoop):
             return True
 
     def before_step(self) -> None:
-        """The faults of ``extra_faults`` due by this step: SIGKILL, or a hang. A fault
-        for a rank fires once, at the first step at or past its own (a worker healed
-        past it at its first round, having started late, still gets it); a fault for
-        the leader, at its step only, on whoever leads then."""
+        """The ``extra_faults`` due by this step, on a worker's first attempt only: each
+        ``("kill" | "hang", rank, step[, seconds])``, a SIGKILL or a hang of ``seconds``
+        (default 10) while the heartbeats go on. One for a rank fires at the first step at or
+        past its own (a worker healed past it, having started late, still gets it); one for
+        ``"leader"``, at its step only, on whoever leads then."""
         if not self.extra_faults:
             return
         leads = self.strategy.report().leader_rank == self.rank
@@ -163,7 +160,9 @@ class ElasticRun(WorkerLoop):
             self.join_gap = _gap_to_target(self.strategy)
 
     def finish(self) -> dict[str, Any]:
-        """This worker's record; the writer's has the run's summary (:meth:`summary`)."""
+        """This worker's record; the writer's has the run's summary, with ``restarts`` (the
+        attempts of the last round's members), ``heals``, ``members_at_end`` and
+        ``steps_redone`` 0: a restarted worker joins with the live state at the run's step."""
         report = self.strategy.report()
         last = self.rows[-1] if self.rows else {}
         result = {"slot": self.rank, "attempt": self.attempt, "started": self.started,
@@ -179,19 +178,12 @@ class ElasticRun(WorkerLoop):
                   "join_gap": self.join_gap, "writer": self.writer,
                   "leader_history": list(report.leader_history)}
         if self.writer:
-            result["summary"] = self.summary()
+            result["summary"] = self.write_summary(
+                elastic=True, steps_per_second=self.steps / max(self.train_seconds, 1e-12),
+                members_at_end=last["members"], heals=last["heals"], restarts=self.restarts,
+                steps_redone=0, time_axis="wall-clock seconds of training (the members' largest)")
         self.comm.close()
         return result
-
-    def summary(self) -> dict[str, Any]:
-        """Write the run's summary, with ``restarts`` (the attempts of the last round's
-        members), ``heals``, ``members_at_end`` and ``steps_redone`` 0: a restarted worker
-        joins with the live state at the run's step."""
-        last = self.rows[-1]
-        return self.write_summary(
-            elastic=True, steps_per_second=self.steps / max(self.train_seconds, 1e-12),
-            members_at_end=last["members"], heals=last["heals"], restarts=self.restarts,
-            steps_redone=0, time_axis="wall-clock seconds of training (the members' largest)")
 
 
 def quorum_timeout(cfg: TrainConfig) -> float:
@@ -228,9 +220,8 @@ def train_elastic(cfg: TrainConfig, extra_faults: Sequence[tuple[Any, ...]] = ()
 
 
 def _gap_to_target(strategy: lsgd.Strategy) -> float:
-    """After joining: the largest difference between the worker's state and what the
-    joining round reset it to (:meth:`~lsgd.Strategy.reset_target`); NaN for local
-    SGD, whose target (the mean) no worker keeps."""
+    """After joining: the largest gap between the worker's state and what the joining round reset
+    it to (:meth:`~lsgd.Strategy.reset_target`); NaN for local SGD, whose target no worker keeps."""
     target = strategy.reset_target()
     if target is None:
         return math.nan

@@ -1,8 +1,6 @@
-"""Evaluation: the center and the leader on the evaluation set, shared among the workers.
-
-Every worker holds both models and evaluates its own interleaved slice of the task's
-evaluation set; the sums are all-gathered by name (:func:`gather_named`), never by
-position. All of it counts as ``"eval"`` traffic.
+"""Evaluation of the center and the leader, shared among the workers: each evaluates its own
+interleaved slice of the task's evaluation set, and the sums are all-gathered by name
+(:func:`gather_named`), never by position; all of it counts as ``"eval"`` traffic.
 """
 
 from __future__ import annotations
@@ -48,8 +46,7 @@ def gather_named(comm: lsgd.Communicator, values: dict[str, float],
                  device: torch.device) -> dict[str, torch.Tensor]:
     """Every worker's ``values`` (the same names everywhere), by name: one tensor of ``W``
     each, from one all-gather of a float64 vector (``"eval"`` traffic)."""
-    names = list(values)
-    mine = torch.tensor([float(values[n]) for n in names], dtype=torch.float64, device=device)
+    mine = torch.tensor([float(v) for v in values.values()], dtype=torch.float64, device=device)
     with comm.category("eval"):
         table = comm.all_gather(mine).cpu()
-    return {name: table[:, i] for i, name in enumerate(names)}
+    return {name: table[:, i] for i, name in enumerate(values)}

@@ -1,13 +1,11 @@
 """``lsgd train --fault SPEC`` (repeatable): faults injected into a run, and their log.
 
-The kinds and their fields are in :data:`FIELDS` (docs/reliability.md, "Faults at random", says
-what each does). STEP is a worker's step, or ``@S`` for its first step after S seconds of the
-run's training clock; SECOND counts wall seconds from the run's first training step.
-
-Every fault fires once per run: the worker (or the link injector, :mod:`lsgd.train.injector`)
-appends it to the run folder's ``faults.jsonl`` before it strikes, so a restarted worker, which
-reads the log, does not fire it again. The run's answers (restart, fall-back, heal, reset) go
-to the same log, which :func:`write_table` turns into ``faults.csv`` at the end.
+The kinds and their fields are in :data:`FIELDS` (what each does: docs/reliability.md, "Faults
+at random"). STEP is a worker's step, or ``@S`` its first step after S seconds of the training
+clock; SECOND counts wall seconds from the run's first training step. A fault fires once per
+run: it is logged in ``faults.jsonl`` (by its worker or :mod:`lsgd.train.injector`) before it
+strikes, and a restarted worker reads the log. The run's answers (restart, fall-back, heal,
+reset) go to the same log, which :func:`write_table` turns into ``faults.csv``.
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "stop": ("rank", "step", "seconds"), "kill-node": ("node", "step"),
     "corrupt-checkpoint": ("step",), "link-down": ("node", "second", "seconds"),
     "slow": ("node", "second", "rate", "seconds")}
-KINDS = tuple(FIELDS)
 #: Kinds that end a process (its node's agent restarts it).
 FATAL = ("kill", "segv", "kill-node", "corrupt-checkpoint")
 #: Kinds the link injector fires (a shaped network, --link with processes).
@@ -38,7 +35,6 @@ LINK_KINDS = ("link-down", "slow")
 #: Kinds the simulator (``--backend threads``) can take.
 THREAD_KINDS = ("nan",)
 LOG = "faults.jsonl"
-TABLE = "faults.csv"
 _EXAMPLES = {"kill": "kill:1:30", "nan": "nan:1:30", "segv": "segv:1:30",
              "stop": "stop:1:60:5", "kill-node": "kill-node:2:40",
              "corrupt-checkpoint": "corrupt-checkpoint:48", "link-down": "link-down:2:20:10",
@@ -70,7 +66,7 @@ def parse(spec: str) -> Fault:
     kind, *texts = spec.strip().split(":")
     if kind not in FIELDS:
         raise ValueError(f"--fault {spec!r}: unknown kind {kind!r}; choose one of "
-                         f"{', '.join(KINDS)} (e.g. {_EXAMPLES['kill']})")
+                         f"{', '.join(FIELDS)} (e.g. {_EXAMPLES['kill']})")
     names = FIELDS[kind]
     usage = f"give {':'.join(map(str.upper, [kind, *names]))}, e.g. {_EXAMPLES[kind]}"
     if len(texts) != len(names):
@@ -181,9 +177,8 @@ def answer(run: Path, what: str, **where: Any) -> None:
 
 def started(run: Path, rank: int | None = None) -> float | None:
     """When worker ``rank`` (default: any) first began training in ``run``, from the log."""
-    times = [e["time"] for e in read_log(run)
-             if e.get("event") == "start" and rank in (None, e.get("rank"))]
-    return min(times) if times else None
+    return min((e["time"] for e in read_log(run)
+                if e.get("event") == "start" and rank in (None, e.get("rank"))), default=None)
 
 
 class Faults:
@@ -246,20 +241,15 @@ class Faults:
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             os.kill(pid, signal.SIGSTOP)
             return
-        if fault.kind == "corrupt-checkpoint":
-            corrupt_newest(self.checkpoints)
+        if fault.kind == "corrupt-checkpoint":  # the newest complete one's files cut to half
+            found = sorted(p for p in (self.checkpoints.glob("step-*") if self.checkpoints else ())
+                           if (p / "meta.json").exists())
+            for file in found[-1].glob("rank-*.pt") if found else ():
+                os.truncate(file, file.stat().st_size // 2)
         if fault.kind == "segv":
             signal.signal(signal.SIGSEGV, signal.SIG_DFL)
             os.kill(pid, signal.SIGSEGV)
         os.kill(pid, signal.SIGKILL)
-
-
-def corrupt_newest(checkpoints: Path | None) -> None:
-    """Truncate the worker files of the newest complete checkpoint to half."""
-    found = sorted(p for p in (checkpoints.glob("step-*") if checkpoints else ())
-                   if (p / "meta.json").exists())
-    for file in found[-1].glob("rank-*.pt") if found else ():
-        os.truncate(file, file.stat().st_size // 2)
 
 
 COLUMNS = ("second", "kind", "node", "rank", "step", "spec", "outcome")
@@ -295,12 +285,11 @@ def write_table(run: Path, start: float) -> dict[str, int]:
     for row in rows.values():
         row["outcome"] = "; ".join(row["answers"]) or _RIDDEN[row["kind"]]
     if rows or (run / LOG).exists():
-        write_csv(run / TABLE, list(rows.values()), COLUMNS)
+        write_csv(run / "faults.csv", list(rows.values()), COLUMNS)
     return {"faults": len(rows), "fatal_faults": sum(r["kind"] in FATAL for r in rows.values())}
 
 
-def _answered(waiting: list[dict[str, Any]], what: str,
-              rank: int | None) -> list[dict[str, Any]]:
+def _answered(waiting: list[dict[str, Any]], what: str, rank: int | None) -> list[dict[str, Any]]:
     """The faults not yet recovered from that an answer of worker ``rank`` (None: of the
     whole run) is about: of a kind that can cause it, that worker's own if any; a
     worker's restart or heal is about the latest of them, a fatal one first."""

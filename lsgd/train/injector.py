@@ -1,10 +1,8 @@
-"""The link injector: ``link-down`` and ``slow`` faults on a run's shaped network.
-
-A helper process (:func:`start`) beside the launch, which builds the network and starts
-no thread of its own (it forks the workers). For each fault the helper waits for the run's
-first training step (the ``start`` event of its fault log) and the node's namespace, takes
-the node's link down SECOND seconds later (or shapes it to RATE), brings it back after
-SECONDS and logs the fault in ``faults.jsonl``; it ends with its faults or the run.
+"""The link injector: ``link-down`` and ``slow`` faults on a run's shaped network, from a helper
+process (:func:`start`) beside the launch, which builds the network and forks the workers (so
+starts no thread). For each fault it waits for the run's first training step (the fault log's
+``start`` event) and the node's namespace, takes the link down SECOND seconds later (or shapes
+it to RATE), brings it back after SECONDS and logs the fault; it ends with its faults or the run.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The one training loop of a worker: ``lsgd train`` (:mod:`lsgd.train.run_worker`), its
-elastic form (:mod:`lsgd.train.elastic_run`) and the torchft peer (:mod:`lsgd.bench.peer`).
-
-:class:`WorkerLoop` builds the task, model, optimizer, schedule and seeds, takes each
-step (the batch of the step count, forward, backward, ``strategy.step``), evaluates the
-center and writes the rows and the summary; what differs enters through its hooks.
+"""The one training loop of a worker, of ``lsgd train`` (:mod:`lsgd.train.run_worker`), its
+elastic form (:mod:`lsgd.train.elastic_run`) and the torchft peer (:mod:`lsgd.bench.peer`):
+what differs between them enters through the hooks of :class:`WorkerLoop`.
 """
 
 from __future__ import annotations
@@ -19,7 +16,8 @@ from torch import nn
 import lsgd
 from lsgd.tasks import reaches
 from lsgd.train import outputs
-from lsgd.train.build import build_model_of, make_optimizer, make_schedule, make_task
+from lsgd.train.build import (build_model_of, make_optimizer, make_schedule, make_strategy,
+                              make_task)
 from lsgd.train.clock import Pace, time_axis
 from lsgd.train.config import TrainConfig
 from lsgd.train.evaluate import gather_named, recalibrate_bn
@@ -42,8 +40,10 @@ def seed_worker(cfg: TrainConfig, rank: int, attempt: int = 0) -> torch.Generato
 
 
 class WorkerLoop:
-    """One worker: its model, optimizer, strategy and schedule, trained by :meth:`run`;
-    ``started`` is when the run began, so that a restarted worker's wall time covers it."""
+    """One worker: its task, model, optimizer, strategy, schedule and seeds; :meth:`run` takes
+    each step (the batch of the step count, forward, backward, ``strategy.step``), evaluates
+    the center and writes the rows and the summary. ``started`` is when the run began, so
+    that a restarted worker's wall time covers it."""
 
     #: Whether a restarted worker draws new random streams (``attempt`` in the seeds).
     reseeds = False
@@ -84,9 +84,9 @@ class WorkerLoop:
         self.stop = False
 
     def make_strategy(self) -> lsgd.Strategy:
-        """What steps ``self.opt`` and runs the rounds (called once, in ``__init__``): a
-        strategy, or an object with the strategy methods the loop calls."""
-        raise NotImplementedError
+        """What steps ``self.opt`` and runs the rounds (called once, in ``__init__``): the
+        run's strategy, or an object with the strategy methods the loop calls."""
+        return make_strategy(self.cfg, self.model, self.opt, self.method_comm)
 
     def before_step(self) -> None:
         """Before each step (faults injected by a test)."""
@@ -129,7 +129,7 @@ class WorkerLoop:
     def run(self) -> dict[str, Any] | None:
         """Train until the run stops; returns :meth:`finish`'s result."""
         self.model.train()
-        self.stop = self.pace.done() or self.reached is not None
+        self.stop = self.pace.shared_steps >= self.pace.max_steps or self.reached is not None
         while not self.stop:
             self.after_step(self.take_step())
         return self.finish()
@@ -179,11 +179,9 @@ class WorkerLoop:
         with self.comm.category("eval"):
             center = self.strategy.center()
             leader = self.leader_model(report.leader_rank)
-        batches = min(cfg.evaluation.bn_recalibrate, self.steps_per_epoch)
-        if batches:  # the same fixed batches on every worker
-            fixed = torch.Generator().manual_seed(cfg.seed)
-            recalibrate_bn(center, [task.train_batch(0, self.world, 0, i, fixed)[0]
-                                    for i in range(batches)])
+        fixed = torch.Generator().manual_seed(cfg.seed)  # the same batches on every worker
+        recalibrate_bn(center, [task.train_batch(0, self.world, 0, i, fixed)[0] for i in
+                                range(min(cfg.evaluation.bn_recalibrate, self.steps_per_epoch))])
         part, parts = members.index(self.rank), len(members)
         own = task.evaluate(center, part, parts)
         led = task.evaluate(leader, part, parts) if leader is not None else None
@@ -207,8 +205,7 @@ class WorkerLoop:
         row = {
             "time": clock if clock is not None else (
                 self.pace.shared_seconds if self.pace.uses_clock else self.train_seconds),
-            "wall_time": time.perf_counter() - self.start,
-            "steps": self.pace.shared_steps,
+            "wall_time": time.perf_counter() - self.start, "steps": self.pace.shared_steps,
             "epoch": self.pace.shared_steps / self.steps_per_epoch,
             "lr": self.opt.param_groups[0]["lr"],
             **task.columns("center", mean("center_loss"), mean("center_correct")),
@@ -216,7 +213,6 @@ class WorkerLoop:
             **task.columns("leader", mean("leader_loss"), mean("leader_correct")),
             "train_loss": float(every["train_loss"].mean()),
             "bytes_sent_per_worker": float(every["bytes_sent"].mean()),
-            # What crossed the links between the nodes (groups), per node.
             "link_bytes_sent_per_node": float(every["link_bytes_sent"].sum()) / self.groups,
             "rounds": report.rounds}
         return row, every
@@ -231,9 +227,8 @@ class WorkerLoop:
             outputs.write_csv(self.cfg.out_dir / "metrics.csv", self.rows, fields)
 
     def write_summary(self, steps: float | None = None, **own: Any) -> dict[str, Any]:
-        """Write ``summary.json`` and the run's plots; returns the summary: the last
-        evaluation's figures, the task's headline, ``--target``'s, the run's size and
-        time, then ``own``."""
+        """Write ``summary.json`` and the run's plots; returns the summary: the last evaluation's
+        figures, the task's headline, ``--target``'s, the run's size and time, then ``own``."""
         from lsgd.train.run_plots import plot_run
 
         cfg, last = self.cfg, self.rows[-1]
@@ -247,27 +242,23 @@ class WorkerLoop:
             "leader_test_loss": none_if_nan(last["leader_loss"]),
             "leader_rank": last["leader_rank"], **self.task.summary(self.rows),
             "target": cfg.evaluation.target, "reached_target": self.reached,
-            "steps": steps, "epochs": epochs,
-            "wall_seconds": time.perf_counter() - self.start,
+            "steps": steps, "epochs": epochs, "wall_seconds": time.perf_counter() - self.start,
             "train_seconds": self.train_seconds,
             "seconds_per_epoch": self.train_seconds / epochs if epochs else None,
             "bytes_sent_per_worker": last["bytes_sent_per_worker"],
             "link_bytes_sent_per_node": last.get("link_bytes_sent_per_node"),
-            "replica": cfg.replica, "replicas": self.strategy.world_size,
-            "rounds": last["rounds"],
+            "replica": cfg.replica, "replicas": self.strategy.world_size, "rounds": last["rounds"],
             "link": cfg.link,
             "link_kind": ("modeled" if self.modeled else "shaped") if cfg.link else None,
-            "time_axis": time_axis(cfg, self.modeled),
-            "out": str(cfg.out_dir), **own}
+            "time_axis": time_axis(cfg, self.modeled), "out": str(cfg.out_dir), **own}
         outputs.write_json(cfg.out_dir / "summary.json", summary)
         summary["plots"] = [str(p) for p in plot_run(cfg.out_dir)]
         return summary
 
 
 def worker_figures(every: dict[str, torch.Tensor], nodes: int) -> dict[str, Any]:
-    """The summary's totals, means and per-worker lists of what every worker measured
-    (``every``: :func:`~lsgd.train.evaluate.gather_named`'s), and what crossed each of the
-    ``nodes``' links."""
+    """The summary's totals, means and per-worker lists of ``every`` worker's figures (as
+    :func:`~lsgd.train.evaluate.gather_named` gives them), and what crossed each node's link."""
     total = sum(int(v) for v in every["steps"])
     return {
         "link_bytes_sent_per_node": float(every["link_bytes_sent"].sum()) / nodes,

@@ -1,15 +1,13 @@
 """Learning-rate schedules on torch's schedulers, as functions of where the run is.
 
-The learning rate is ``base * warmup * drop_factor ** drops``: ``warmup`` rises
-linearly from 0 to 1 over the first ``warmup_epochs``; ``drops`` counts the drops
-passed, at epochs (``step``) or minutes (``minutes``) in ``drops``, or decided by
-``ReduceLROnPlateau`` on the center's test loss (``plateau``). ``cosine`` multiplies
-by ``f + (1 - f) (1 + cos(pi p)) / 2`` instead (``f = COSINE_FLOOR``), ``p`` in [0, 1]
-the larger of the run's fractions of its epoch and minute budgets.
-
-``LambdaLR`` applies the product, since the run's position is a fractional epoch (the
-workers' mean, asynchronously) or minutes, not a count of ``scheduler.step()`` calls.
-Every worker computes it from the same agreed inputs, so their rates never diverge.
+The learning rate is ``base * warmup * drop_factor ** drops``: ``warmup`` rises linearly from
+0 to 1 over the first ``warmup_epochs``; ``drops`` counts the drops passed, at epochs
+(``step``) or minutes (``minutes``) in ``drops``, or decided by ``ReduceLROnPlateau`` on the
+center's test loss (``plateau``). ``cosine`` multiplies by ``f + (1 - f) (1 + cos(pi p)) / 2``
+instead (``f = COSINE_FLOOR``), ``p`` in [0, 1] the larger of the run's fractions of its epoch
+and minute budgets. ``LambdaLR`` applies the product, since the run's position is a fractional
+epoch (the workers' mean, asynchronously) or minutes, not a count of ``scheduler.step()``
+calls; every worker computes it from the same agreed inputs, so their rates never diverge.
 """
 
 from __future__ import annotations

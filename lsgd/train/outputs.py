@@ -1,8 +1,6 @@
-"""What a run leaves in its folder, written by rank 0 only: ``config.toml``,
-``metrics.csv`` (a row per evaluation), ``leader_history.csv`` (every election),
-``summary.json``, the plots and, with ``--tensorboard``, TensorBoard events (docs/train.md
-lists their contents). Files are rewritten whole and atomically (a temporary file, then
-a rename) so a crash never leaves half a file, and a resumed run continues the same rows.
+"""What a run leaves in its folder (docs/train.md lists it), written by rank 0 only: each file
+rewritten whole and atomically (a temporary file, then a rename), so that a crash never leaves
+half a file and a resumed run continues the same rows.
 """
 
 from __future__ import annotations
@@ -78,9 +76,8 @@ class TensorBoard:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as error:  # tensorboard not installed
-            raise ImportError(
-                "--tensorboard needs the tensorboard package: pip install tensorboard"
-            ) from error
+            raise ImportError("--tensorboard needs the tensorboard package: pip install "
+                              "tensorboard") from error
         self._writer = SummaryWriter(str(folder / "tensorboard"))
 
     def log(self, row: dict[str, Any]) -> None:

@@ -8,19 +8,13 @@ import re
 #: The valid range of each number setting: (low, high, low allowed, high allowed).
 #: Values must also be finite; an unset optional one (None) is fine.
 RANGES: dict[str, tuple[float, float, bool, bool]] = {
-    "lr": (0, math.inf, False, False),
-    "momentum": (0, 1, True, False),
-    "weight_decay": (0, math.inf, True, False),
-    "trust_coefficient": (0, math.inf, False, False),
-    "drop_factor": (0, 1, False, False),
-    "warmup_epochs": (0, 1e6, True, True),
-    "timeout": (0, 1e7, False, True),  # seconds: about 116 days
-    "join_timeout": (0, 1e7, False, True),
-    "heartbeat_timeout": (0, 1e7, False, True),
-    "epochs": (0, 1e6, False, True),
-    "minutes": (0, 1e8, False, True),
-    "step_seconds": (0, 1e6, False, True),
-}
+    "lr": (0, math.inf, False, False), "momentum": (0, 1, True, False),
+    "weight_decay": (0, math.inf, True, False), "trust_coefficient": (0, math.inf, False, False),
+    "drop_factor": (0, 1, False, False), "warmup_epochs": (0, 1e6, True, True),
+    # seconds: up to about 116 days
+    **dict.fromkeys(("timeout", "join_timeout", "heartbeat_timeout"), (0, 1e7, False, True)),
+    "epochs": (0, 1e6, False, True), "minutes": (0, 1e8, False, True),
+    "step_seconds": (0, 1e6, False, True)}
 #: The largest count or interval any setting takes: above it a value is a mistake
 #: (a slip of the keyboard), not a plan.
 MAX_COUNT = 10**9

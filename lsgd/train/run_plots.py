@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lsgd.tasks.headline import Headline, shared
+from lsgd.tasks.headline import shared
 from lsgd.train.outputs import read_csv
 
 
@@ -38,13 +38,7 @@ def _label(run: Path) -> str:
 #: (:attr:`lsgd.tasks.headline.Headline.axis_labels`).
 METRICS: dict[str, tuple[str, Callable[[float], float], bool]] = {
     "error": ("center_accuracy", lambda acc: 100 * (1 - acc), False),
-    "loss": ("center_loss", lambda loss: loss, True),
-}
-
-
-def _headline(runs: Sequence[Path]) -> Headline:
-    """The runs' headline, from their summaries (a language model's if any is one)."""
-    return shared(_summary(run).get("metric") for run in runs)
+    "loss": ("center_loss", lambda loss: loss, True)}
 
 
 def _curve(run: Path, metric: str, x: str = "steps"
@@ -54,8 +48,7 @@ def _curve(run: Path, metric: str, x: str = "steps"
     rows = [r for r in read_csv(run / "metrics.csv")
             if isinstance(r.get(column), float) and math.isfinite(r[column])
             and isinstance(r.get(x), float) and math.isfinite(r[x])]
-    return ([r["time"] for r in rows], [r[x] for r in rows],
-            [transform(r[column]) for r in rows])
+    return [r["time"] for r in rows], [r[x] for r in rows], [transform(r[column]) for r in rows]
 
 
 def plot_runs(runs: Sequence[Path], out: Path, metric: str | None = None,
@@ -64,7 +57,7 @@ def plot_runs(runs: Sequence[Path], out: Path, metric: str | None = None,
     several runs against time and steps (default: their headline), a loss also against the
     bytes each worker sent; with ``zoom`` in (0, 1), a panel of the last ``zoom`` of the time
     axis with its own y range, where the curves of long runs bunch up."""
-    headline = _headline(runs)
+    headline = shared(_summary(run).get("metric") for run in runs)  # text's if any is text
     metric = metric or headline.figure
     if metric not in METRICS:
         raise ValueError(f"plot_runs: unknown metric {metric!r}; choose one of "
@@ -131,8 +124,7 @@ def leader_counts(history: Iterable[tuple[Any, Any, Any]], workers: int,
         if str(row_level) != level or leader is None or (
                 isinstance(leader, float) and math.isnan(leader)):
             continue
-        rank = int(leader)
-        counts[rank] = counts.get(rank, 0) + 1
+        counts[int(leader)] = counts.get(int(leader), 0) + 1
     return counts
 
 
@@ -142,15 +134,11 @@ def plot_leaders(run: Path, out: Path) -> Path | None:
     the local elections of rank 0's group alone."""
     from lsgd.plots import pyplot, save
 
-    plt = pyplot()
-    history = run / "leader_history.csv"
-    if plt is None or not history.exists():
+    plt, history = pyplot(), run / "leader_history.csv"
+    rows = read_csv(history) if plt is not None and history.exists() else []
+    if not rows:  # no matplotlib, or no election
         return None
-    rows = read_csv(history)
-    if not rows:
-        return None
-    fig, (ax, bars) = plt.subplots(1, 2, figsize=(11, 3.2),
-                                   gridspec_kw={"width_ratios": (2, 1)})
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(11, 3.2), gridspec_kw={"width_ratios": (2, 1)})
     for level in sorted({str(r["level"]) for r in rows}):
         mine = [r for r in rows if r["level"] == level]
         ax.step([r["step"] for r in mine], [r["leader"] for r in mine], where="post",
@@ -179,6 +167,6 @@ def plot_run(run: Path) -> list[Path]:
     """A run's own figures, in its folder: test_error.png and test_loss.png (a language
     model: validation_loss.png), leaders.png."""
     made = [plot_runs([run], run / name, metric=figure)
-            for name, figure in _headline([run]).run_figures.items()]
+            for name, figure in shared([_summary(run).get("metric")]).run_figures.items()]
     made.append(plot_leaders(run, run / "leaders.png"))
     return [p for p in made if p is not None]

@@ -6,6 +6,7 @@ summary. Only rank 0 writes files; every worker writes its own checkpoint file.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from lsgd.plots import draw_graphs
 from lsgd.registry import strategy_class
 from lsgd.strategies import DivergedError
 from lsgd.train import checkpoint, faults, outputs
-from lsgd.train.build import UsageError, graphs_of, make_strategy, pick_device, preflight
+from lsgd.train.build import UsageError, graphs_of, pick_device, preflight
 from lsgd.train.config import TrainConfig
 from lsgd.train.evaluate import gather_named, model_copy
 from lsgd.train.loop import PER_WORKER, WorkerLoop, worker_figures
@@ -41,8 +42,7 @@ class Worker(WorkerLoop):
         self.identity = {"method": cfg.method, "model": cfg.model, "dataset": cfg.dataset,
                          "groups": info.groups, "replica": cfg.replica}
         self.restarts: list[dict[str, Any]] = []  # resumes and restarts of this run so far
-        # A restarted worker runs the same command again, which continues from the latest
-        # good checkpoint.
+        # A restarted worker runs the same command: it continues from the latest good checkpoint.
         if cfg.resume or (self.attempt > 0 and checkpoint.complete(self.run_dir)):
             self._resume(Path(cfg.resume or self.run_dir), required=bool(cfg.resume))
         elif self.attempt > 0 and self.rank == 0:
@@ -52,20 +52,14 @@ class Worker(WorkerLoop):
         self.progress_file = checkpoint.Progress(self.run_dir) if self.rank == 0 else None
         self.tensorboard = (outputs.TensorBoard(self.run_dir) if self.rank == 0
                             and cfg.output.tensorboard else None)
-        # Rank 0 shows the progress (nothing with --quiet): a bar of the steps of a step
-        # budget, else of the seconds of a time budget; without a terminal (a log file, CI)
-        # a line per evaluation.
+        # Rank 0 shows the progress (nothing with --quiet): a bar of the steps or seconds of
+        # the budget; without a terminal (a log file, CI) a line per evaluation.
         by_steps = self.pace.by_steps
         self.bar = tqdm(total=self.pace.max_steps if by_steps else self.pace.max_seconds,
                         unit="step" if by_steps else "s", initial=0, dynamic_ncols=True,
                         disable=self.rank != 0 or cfg.output.quiet or not sys.stderr.isatty(),
                         bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} {unit} "
                                    "[{elapsed}<{remaining}{postfix}]")
-        self.log_lines = self.rank == 0 and not cfg.output.quiet and self.bar.disable
-
-    def make_strategy(self) -> lsgd.Strategy:
-        """The run's strategy (:func:`lsgd.train.build.make_strategy`)."""
-        return make_strategy(self.cfg, self.model, self.opt, self.method_comm)
 
     def _state(self) -> dict[str, Any]:
         rng = {"torch": torch.get_rng_state(), "generator": self.generator.get_state()}
@@ -198,7 +192,7 @@ class Worker(WorkerLoop):
         super().record(row)
         if self.rank != 0:
             return
-        if self.log_lines:  # where the run is, the center's headline, the bytes sent
+        if self.bar.disable and not self.cfg.output.quiet:  # no terminal: a line instead
             pace = self.pace
             where = (f" of {pace.max_steps:g}" if pace.by_steps
                      else f" ({row['time']:.1f} of {pace.max_seconds:g} s of training)")
@@ -279,16 +273,13 @@ class Worker(WorkerLoop):
             steps_redone=sum(r["steps_redone"] or 0 for r in self.restarts),
             resumes=self.restarts)
         if strategy_class(cfg.method).uses_graph:  # the communication graph(s)
-            try:
-                summary["plots"].append(str(draw_graphs(graphs_of(cfg),
-                                                        self.run_dir / "graphs.png")))
-            except ImportError:
-                pass
+            with contextlib.suppress(ImportError):  # drawn with matplotlib, if installed
+                drawn = draw_graphs(graphs_of(cfg), self.run_dir / "graphs.png")
+                summary["plots"].append(str(drawn))
         return summary
 
 
 def run_worker(info: lsgd.WorkerInfo, cfg: TrainConfig,
                started: float | None = None) -> dict[str, Any] | None:
-    """Train as worker ``info.rank``; rank 0 returns the run's summary. ``started``: when
-    the run began (``time.time()``), so that a restarted attempt's summary covers it all."""
+    """Train as worker ``info.rank`` (a :class:`Worker`); rank 0 returns the run's summary."""
     return Worker(info, cfg, started).run()

@@ -165,9 +165,8 @@ def train(cfg: TrainConfig) -> dict[str, Any] | None:
                                   args=(cfg, start), timeout=cfg.timeout, link=cfg.link,
                                   max_restarts=cfg.faults.restarts)[0]
     finally:
-        if logs is None:
-            os.environ.pop("LSGD_LOG_DIR", None)
-        else:
+        os.environ.pop("LSGD_LOG_DIR", None)
+        if logs is not None:
             os.environ["LSGD_LOG_DIR"] = logs
         if helper is not None:
             helper.kill()
@@ -258,8 +257,7 @@ def launch_from_this_process(cfg: TrainConfig) -> None:
         from lsgd.launcher.worker import (PRELOAD_ENV, prepare_forkserver, start_method,
                                           vouch_for_fork)
 
-        if cfg.link is None and not cfg.elastic and start_method(1, by_agent=True) == \
-                "forkserver":
+        if cfg.link is None and not cfg.elastic and start_method(1, by_agent=True) == "forkserver":
             os.environ[PRELOAD_ENV] = json.dumps([cfg.dataset, cfg.data_dir])
             try:
                 prepare_forkserver(module="lsgd.train.run_worker")
@@ -302,14 +300,13 @@ def _diverged(error: BaseException | str) -> int:
 
 
 def _check_resumable(cfg: TrainConfig) -> None:
-    """``--resume RUN`` (not under torchrun): a checkpoint whose files all verify,
-    written by this method and model for this many workers; else a ``UsageError``
-    naming the files and the fix."""
+    """``--resume RUN`` (not under torchrun): a ``UsageError`` naming the files and the fix
+    unless a checkpoint of this many workers, method and model verifies."""
     from lsgd.train import checkpoint
 
     if not cfg.resume or under_torchrun():
         return
-    run = Path(cfg.resume or "")
+    run = Path(cfg.resume)
     found = checkpoint.complete(run)
     if not found:
         raise UsageError(f"--resume {run}: no complete checkpoint in {checkpoint.folder(run)} "
@@ -322,19 +319,17 @@ def _check_resumable(cfg: TrainConfig) -> None:
     chosen, problems = checkpoint.usable(run, cfg.workers)
     if chosen is None:
         raise UsageError(f"--resume {run}: no usable checkpoint: " + "; ".join(problems))
-    try:
-        checkpoint.check_identity(run, chosen, {"method": cfg.method, "model": cfg.model,
-                                                "dataset": cfg.dataset, "groups": cfg.groups,
-                                                "replica": cfg.replica})
+    try:  # the workers' count was checked above
+        checkpoint.check_identity(run, chosen, {name: getattr(cfg, name) for name in RUN_IDENTITY
+                                                if name != "workers"})
     except ValueError as error:
         raise UsageError(str(error)) from None
 
 
 def dry_run(cfg: TrainConfig) -> int:
-    """``lsgd train --dry-run``: every check a real run makes before its workers start
-    that reads no data and creates nothing, notes on what was not checked (stderr), then
-    the config.toml the run would save (stdout, ``dry_run = false``: ``--config`` of it
-    starts the real run)."""
+    """``lsgd train --dry-run``: every check a real run makes before its workers start that reads
+    no data and creates nothing, notes on what was not checked (stderr), then the config.toml the
+    run would save (stdout, ``dry_run = false``: ``--config`` of it starts the real run)."""
     from lsgd.train.build import preflight
 
     notes = preflight(cfg, read_data=False)

@@ -9,7 +9,6 @@ from typing import Any
 
 from lsgd.train.faults import FIELDS
 
-OPTIMIZERS = ("sgd", "adam", "adamw", "lars", "muon")
 SCHEDULES = ("constant", "step", "minutes", "plateau", "cosine")
 
 
@@ -26,14 +25,12 @@ def group(cls: type) -> Any:
 class LanguageSettings:
     """The language model's shape and evaluation (``--dataset kjv`` or ``text``)."""
 
-    context: int = _f(128, "language models: tokens (bytes) a window holds and the model "
-                           "attends over")
+    context: int = _f(128, "language models: tokens (bytes) per window the model attends over")
     layers: int = _f(4, "language models: transformer blocks")
     width: int = _f(128, "language models: width of the residual stream")
     heads: int = _f(4, "language models: attention heads (divides --width)")
-    eval_tokens: int = _f(65536, "language models: validation bytes predicted at each "
-                                 "evaluation, in windows spread over the validation text "
-                                 "(0: all of it)")
+    eval_tokens: int = _f(65536, "language models: validation bytes predicted at each evaluation, "
+                                 "in windows spread over the validation text (0: all of it)")
 
 
 @dataclass
@@ -42,7 +39,7 @@ class OptimizerSettings:
 
     optimizer: str = _f("sgd", "inner optimizer of every worker (text: adamw); muon: Muon on "
                                 "the 2-D weights outside embeddings, AdamW on the rest",
-                        choices=OPTIMIZERS)
+                        choices=("sgd", "adam", "adamw", "lars", "muon"))
     lr: float = _f(0.05, "learning rate (text: 0.001)")
     momentum: float = _f(0.9, "momentum (SGD, LARS)")
     nesterov: bool = _f(True, "Nesterov momentum (SGD, LARS)")
@@ -110,8 +107,7 @@ class FaultSettings:
     restarts: int = _f(0, "restart the workers up to N times after a failure (a worker "
                           "killed, a node lost), from the latest checkpoint; under torchrun "
                           "use its --max-restarts instead")
-    checkpoint_every: int = _f(0, "steps between checkpoints (0: only at the end); the last "
-                                  "two are kept")
+    checkpoint_every: int = _f(0, "steps between checkpoints (0: at the end); the last two kept")
 
 
 @dataclass

@@ -27,9 +27,8 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"{path} is not valid TOML: {error}") from None
     sections = [key for key, value in raw.items() if isinstance(value, dict)]
     if sections:
-        raise ValueError(f"{path}: section(s) {', '.join(f'[{key}]' for key in sections)} "
-                         "found; settings go at the top level of the file: remove the "
-                         "[section] line(s)")
+        raise ValueError(f"{path}: section(s) {', '.join(f'[{key}]' for key in sections)} found; "
+                         "settings go at the top level of the file: remove the [section] line(s)")
     keys = {key: ALIASES.get(key.replace("-", "_"), key.replace("-", "_")) for key in raw}
     try:  # an older run's config.toml holds sync_buffers = true: read as if it did not
         kept = without_removed({name: raw[key] for key, name in keys.items()})

@@ -1,11 +1,8 @@
 """The defaults of ``lsgd train`` per task and method, where a method's best value of a
-shared setting (``--lr``, ``--period``, ``--outer-lr``) differs from the task's default.
-
-A run of a task in :data:`TUNED` (``text``: ``--dataset kjv`` or ``text``; ``cnn7``:
-``--model cnn7``) takes its method's entries for every setting it does not give, over the
-task's own defaults. The entries and the studies behind them: docs/train.md, "Tuned
-defaults" (a test checks that the studies' pinned points are these).
-"""
+shared setting (``--lr``, ``--period``, ``--outer-lr``) differs from the task's default: a
+run of a task in :data:`TUNED` (``text``: ``--dataset kjv`` or ``text``; ``cnn7``: ``--model
+cnn7``) takes its method's entries for every setting it does not give. The studies behind
+them: docs/train.md, "Tuned defaults"."""
 
 from __future__ import annotations
 
@@ -31,8 +28,6 @@ STUDY_TASK = {"text": "language", "cnn7": "cnn7"}
 def defaults(settings: dict[str, Any], method: str) -> dict[str, Any]:
     """The settings ``method`` needs (:data:`METHOD`), then its tuned ones on the task of
     ``settings`` (empty if none)."""
-    if is_language(str(settings.get("dataset", ""))):
-        task = "text"
-    else:
-        task = "cnn7" if str(settings.get("model", "")).lower() == "cnn7" else None
-    return {**METHOD.get(method, {}), **TUNED.get(task or "", {}).get(method, {})}
+    task = ("text" if is_language(str(settings.get("dataset", ""))) else
+            "cnn7" if str(settings.get("model", "")).lower() == "cnn7" else "")
+    return {**METHOD.get(method, {}), **TUNED.get(task, {}).get(method, {})}

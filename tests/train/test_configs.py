@@ -41,7 +41,7 @@ def nothing_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         raise AssertionError("a worker would start or a dataset be read")
 
     for module, name in ((lsgd, "launch"), (lsgd, "simulate"), (lsgd.data, "load_dataset"),
-                         (build, "load_data"), (build, "_read_dataset")):
+                         (build, "load_data")):
         monkeypatch.setattr(module, name, fail)
     monkeypatch.delenv("LSGD_DATA", raising=False)
     monkeypatch.chdir(tmp_path)
