@@ -58,7 +58,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the names themselves
     from lsgd.launcher import LaunchError, launch
     from lsgd.launcher.elastic_jobs import launch_elastic
     from lsgd.optim import LARS, MuonAdamW, lars_param_groups
-    from lsgd.planner.planning import plan
     from lsgd.registry import make_strategy, strategy_names
     from lsgd.strategies import (ALDSGD, DPSGD, EASGD, LSGD, MATCHA, AllReduce, Decentralized,
                                  DeMo, DiLoCo, DivergedError, Independent, LocalSGD, MuLoCo,
