@@ -2,7 +2,8 @@
 
 ``lsgd bench NAME`` (:data:`NAMES`, or ``all``) runs them on a user's own links, model
 and machine (docs/benchmarks.md). This package imports no torch, so that ``lsgd bench``
-checks its arguments first; a benchmark's module is imported when it runs.
+checks its links and numbers before torch loads (method and set names against the
+benchmarks' own lists, which import it); a benchmark's module is imported when it runs.
 """
 
 from __future__ import annotations

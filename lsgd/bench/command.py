@@ -1,5 +1,5 @@
 """``lsgd bench``: run the benchmarks, print their tables, write their files (the
-benchmarks, and torch, are imported once the flags' values are checked)."""
+benchmarks, and torch, are imported once the links and numbers are checked)."""
 
 from __future__ import annotations
 
