@@ -9,9 +9,8 @@ all-reduce waits there. Its steps per second are then set beside the median meas
 over the run's seeds (steps over training seconds). Where the two differ by more than
 15%, the row names the term that misses: the measured compute per step (training
 seconds less the seconds the worker waited in collectives, over its steps) against the
-one assumed, and the measured waits against the planned ones. Local SGD's round is
-DiLoCo's (the same all-reduce of the state): it is planned as DiLoCo's. It trains
-nothing; it reads the records:
+one assumed, and the measured waits against the planned ones. It trains nothing; it
+reads the records:
 
     python studies/plan_check.py --out records/plan-check
 """
@@ -68,12 +67,12 @@ def _planned(stored: dict[str, Any], compute: float) -> dict[str, Any] | None:
     """The planner's row for the run ``stored`` describes; None for a method it lacks."""
     import lsgd
     from lsgd.method_options import OPTIONS
+    from lsgd.planner.planning import METHODS
     from lsgd.train.config import from_legacy
 
     method = stored["method"]
-    planned = "diloco" if method == "local-sgd" else method
-    if method not in OPTIONS or planned not in ("allreduce", "diloco", "lsgd", "sparseloco",
-                                                "demo", "muloco"):
+    planned = method
+    if planned not in METHODS:
         return None
     settings = from_legacy(stored, method)
     takes = {name for name in OPTIONS[planned].__dataclass_fields__}

@@ -31,7 +31,7 @@ from lsgd.strategies.stages.options import RoundPlan
 from lsgd.strategies.stages.options import plan as round_plan
 from lsgd.train.settings import LanguageSettings
 
-METHODS = ("allreduce", "diloco", "sparseloco", "demo", "muloco", "lsgd")
+METHODS = ("allreduce", "diloco", "local-sgd", "easgd", "sparseloco", "demo", "muloco", "lsgd")
 TARGETS = (90, 95, 99)  # utilization, percent
 SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([kmgb]?)", re.IGNORECASE)
 
@@ -311,8 +311,8 @@ def forms(shapes: list[tuple[int, ...]] | None, numel: int, net: Net,
           knobs: dict[str, Any], methods: Sequence[str]) -> list[Form]:
     """Every form of ``methods`` (``shapes``: the parameters', None when unknown).
     ``allreduce`` all-reduces the gradients every step (``-bf16``: in bfloat16;
-    ``-powersgd``: torch's three all-reduces); ``diloco``, ``sparseloco`` and ``muloco``
-    send the state every ``H`` steps, or one of ``F`` fragments every ``H/F``
+    ``-powersgd``: torch's three all-reduces); ``diloco``, ``local-sgd``, ``easgd``,
+    ``sparseloco`` and ``muloco`` send the state every ``H`` steps, or one of ``F`` fragments every ``H/F``
     (``-streaming``), blocking or behind ``K`` steps (``-hidden``) or the next period
     (``-eager``); ``demo`` gathers its payload every step; ``lsgd``'s global round
     blocks, or hides behind ``K`` steps (``-hidden``)."""
@@ -352,7 +352,7 @@ def forms(shapes: list[tuple[int, ...]] | None, numel: int, net: Net,
                           for part, (low, high) in enumerate(codecs.split(numel, f))]
                 out.append(Form(name, method, _knobs(top, f, k, o.compress), top,
                                 (scores, *states)))
-        else:  # DiLoCo's round: diloco, sparseloco, muloco
+        else:  # DiLoCo's round: diloco, local-sgd, easgd, sparseloco, muloco
             h, f, k = o.period, o.fragments, o.overlap
             codec = "topk" if method == "sparseloco" else o.compress
             given = ({"density": o.density, "values": o.values} if codec == "topk" else {}) | (

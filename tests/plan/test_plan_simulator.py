@@ -60,8 +60,10 @@ def _check(knobs: dict[str, Any], methods: list[str], expected: dict[str, tuple[
 def test_every_form_at_its_defaults_matches_the_simulator() -> None:
     """Every method's declared defaults (period 8): the forms wait for seconds a step."""
     period = {"period": 8}
-    _check(BASE, ["allreduce", "diloco", "sparseloco", "demo", "muloco", "lsgd"], {
+    _check(BASE, ["allreduce", "diloco", "local-sgd", "easgd", "sparseloco", "demo", "muloco",
+                  "lsgd"], {
         "allreduce": ("allreduce", {}), "diloco": ("diloco", period),
+        "local-sgd": ("local-sgd", period), "easgd": ("easgd", period),
         "diloco-streaming": ("diloco", period | {"fragments": 4}),
         "diloco-hidden": ("diloco", period | {"overlap": 7}),
         "diloco-eager": ("diloco", period | {"outer": "eager"}),
@@ -75,8 +77,9 @@ def test_compressed_fragments_in_flight_queue_as_the_simulator_queues_them() -> 
     sets the pace."""
     knobs = BASE | {"compress": "int8", "fragments": 2, "overlap": 3}
     round_knobs = {k: v for k, v in knobs.items() if k != "global_period"}
-    _check(knobs, ["diloco", "lsgd"], {
-        "diloco": ("diloco", round_knobs),
+    _check(knobs, ["diloco", "local-sgd", "easgd", "lsgd"], {
+        "diloco": ("diloco", round_knobs), "local-sgd": ("local-sgd", round_knobs),
+        "easgd": ("easgd", round_knobs),
         "diloco-eager": ("diloco", round_knobs | {"overlap": 0, "outer": "eager"}),
         "lsgd": ("lsgd", knobs)}, link="100kbit,2ms")
 
