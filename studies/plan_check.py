@@ -1,4 +1,4 @@
-"""The study plan-check: ``lsgd plan`` against the shaped lab's measured steps per second.
+"""The studies plan-check and plan-crossing: ``lsgd plan`` against the shaped lab.
 
 For every headline run kept under records/ (the 842k GPT at 16 and 4 windows per step,
 CNN7 on Fashion-MNIST; 4 nodes behind shaped 20 or 100 Mbit/s links), the planner is
@@ -12,7 +12,12 @@ seconds less the seconds the worker waited in collectives, over its steps) again
 one assumed, and the measured waits against the planned ones. It trains nothing; it
 reads the records:
 
-    python studies/plan_check.py --out records/plan-check
+    python studies/plan_check.py plan-check --out records/plan-check
+
+The study plan-crossing trains DiLoCo at five shaped link rates and sets the measured
+compute share of a step beside the planner's: where each crosses 90% (root and iproute2):
+
+    python studies/plan_check.py plan-crossing --out records/plan-crossing
 """
 
 from __future__ import annotations
@@ -125,9 +130,48 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                   notes, {"runs": data, "tolerance": TOLERANCE})
 
 
+RATES = ("25mbit", "50mbit", "100mbit", "200mbit", "400mbit")
+
+
+def crossing(out: Path, quick: bool, options: dict[str, Any]) -> Result:
+    """DiLoCo (period 8, blocking) on the 842k GPT, 4 nodes behind shaped links at each of
+    :data:`RATES`: the measured compute share of a step (1 - seconds waited in collectives
+    over training seconds) against the planner's at that rate, and where each crosses 90%."""
+    import lsgd
+    from lsgd.bench.common import train
+    from lsgd.links.spec import parse_link
+
+    rates, steps = (RATES[2:4], 16) if quick else (RATES, 48)
+    settings = {"dataset": "kjv", "model": "gpt", "method": "diloco", "period": 8,
+                "workers": 4, "groups": 4, "steps": steps, "eval_every": str(10 * steps)}
+    summaries = {rate: train(out / "runs" / rate, options.get("reuse") or False,
+                             link=rate, **settings) for rate in rates}
+    compute = statistics.median(_per_step(s)[1] for s in summaries.values())
+    rows, measured, planned = [], [], []
+    for rate, summary in summaries.items():
+        row = lsgd.plan("gpt", step_time=compute, workers=4, groups=4, link=rate,
+                        methods=["diloco"], knobs={"period": 8}).rows[0]
+        used = 1 - summary["comm_seconds_per_worker"] / summary["train_seconds"]
+        measured.append(used)
+        planned.append(row["utilization"])
+        rows.append([rate, _per_step(summary)[0], 1 / row["step_seconds"], 100 * used,
+                     100 * row["utilization"], row["rate_90"]])
+    bits = [parse_link(rate).rate for rate in rates]
+    lab = next((f"{rates[i - 1]}-{rates[i]}" for i in range(1, len(rates))
+                if measured[i - 1] < 0.9 <= measured[i]), "not bracketed")
+    plan_rate = rows[0][5]
+    notes = [f"compute per step {compute:.3f} s (the runs' median, training seconds less "
+             f"waits over steps); the lab's utilization crosses 90% between {lab}; the "
+             f"planner's 90% rate: {plan_rate / 1e6:.1f} Mbit/s."]
+    return Result("plan-crossing", "Where DiLoCo's utilization crosses 90%: the shaped lab "
+                  "against lsgd plan", ["link", "steps/s", "planned steps/s", "util %",
+                                         "planned util %", "planned 90% rate bit/s"],
+                  rows, notes, {"rates": bits, "lab": lab, "planned_90": plan_rate,
+                                "compute": compute, "steps": steps})
+
+
 #: The studies this script runs, by name.
-STUDIES = {NAME: run}
-TRAINS = False
+STUDIES = {NAME: run, "plan-crossing": crossing}
 
 if __name__ == "__main__":
     sys.exit(script(sys.modules[__name__]).main())

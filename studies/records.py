@@ -50,7 +50,7 @@ from studies.common import script
 #: Benchmarks and studies whose tables come from training runs kept as records.
 TRAINED = {"time-to-accuracy", "twelve-workers", "scaling", "stragglers", "time-to-loss",
            "fidelity", "aldsgd", "equal-steps", "equal-tokens", "diloco-screen", "replicas",
-           "replicas-time", "regime", "plan-check"}
+           "replicas-time", "regime", "plan-check", "plan-crossing"}
 #: The commands a block may name: a benchmark of lsgd bench, or a study's script.
 COMMAND = r"(?:lsgd bench|python studies/\w+\.py) [^\n]+?"
 # A table never spans another block's marker (an empty block is left as it is).

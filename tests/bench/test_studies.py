@@ -23,7 +23,7 @@ SCRIPTS = {"equal_tokens": ["equal-tokens", "diloco-screen"], "equal_steps": ["e
            "replicas": ["replicas", "replicas-time"], "replica_lab": ["replicas-lab"],
            "quality": ["valley", "leader-force", "eager", "tuned"], "tuning": ["tuning"],
            "aldsgd": ["aldsgd"], "fidelity": ["fidelity"], "regime": ["regime"],
-           "regime_gpu": ["regime-gpu"]}
+           "regime_gpu": ["regime-gpu"], "plan_check": ["plan-check", "plan-crossing"]}
 USERS = {"time-to-accuracy", "twelve-workers", "time-to-loss", "scaling", "volume",
          "overhead", "stragglers", "simulator", "startup", "elastic", "chaos"}
 
