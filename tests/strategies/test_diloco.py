@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 import lsgd
+from lsgd.bench.common import train_step
 from lsgd import registry
 from lsgd.cli import main
 from lsgd.train import checkpoint
@@ -37,16 +37,6 @@ def _data(rank: int, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(x.double(), y) for x, y in batches(rank, steps)]
 
 
-def _sgd_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-              strategy: lsgd.Strategy | None = None) -> None:
-    loss = F.cross_entropy(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    if strategy is None:
-        opt.step()
-    else:
-        strategy.step(loss)
-
 
 # -- (1) the rule, against a reference written from the definition ---------------------------
 PERIOD, STEPS, LR, OUTER_LR, MU = 3, 10, 0.1, 0.7, 0.9
@@ -59,7 +49,7 @@ def _diloco_states(info: lsgd.WorkerInfo) -> dict[str, Any]:
     strategy = lsgd.DiLoCo(model, opt, period=PERIOD, outer_lr=OUTER_LR, outer_momentum=MU)
     states = []
     for x, y in _data(info.rank, STEPS):
-        _sgd_step(model, opt, x, y, strategy)
+        train_step(model, opt, x, y, strategy)
         states.append({k: v.clone() for k, v in model.state_dict().items()})
     return {"states": states, "global": [t.clone() for t in strategy.global_state.views]}
 
@@ -77,7 +67,7 @@ def _reference() -> tuple[list[list[dict[str, torch.Tensor]]], list[torch.Tensor
     states: list[list[dict[str, torch.Tensor]]] = [[] for _ in range(WORLD)]
     for step in range(1, STEPS + 1):
         for r in range(WORLD):
-            _sgd_step(models[r], opts[r], *data[r][step - 1])
+            train_step(models[r], opts[r], *data[r][step - 1])
         if step % PERIOD == 0:
             with torch.no_grad():
                 params = [list(m.parameters()) for m in models]
@@ -119,7 +109,7 @@ def _final_state(info: lsgd.WorkerInfo, method: str, kwargs: dict[str, Any]) -> 
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     strategy = lsgd.make_strategy(method, model, opt, **kwargs)
     for x, y in batches(info.rank, 8):
-        _sgd_step(strategy.model, opt, x, y, strategy)
+        train_step(strategy.model, opt, x, y, strategy)
     return {"state": {k: v.clone() for k, v in model.state_dict().items()},
             "report": strategy.report(), "control": strategy.traffic("control").bytes_sent}
 
@@ -161,7 +151,7 @@ def _resume(info: lsgd.WorkerInfo, kwargs: dict[str, Any], stop: int | None) -> 
     for step, (x, y) in enumerate(batches(info.rank, 8)):
         if step == stop:
             model, opt, strategy = through_a_checkpoint(model, opt, strategy, build)
-        _sgd_step(strategy.model, opt, x, y, strategy)
+        train_step(strategy.model, opt, x, y, strategy)
     return {"state": model.state_dict(), "stats": strategy.report().as_dict(),
             "global": [b.clone() for b in strategy.global_state.buffers],
             "outer": copy.deepcopy(strategy.outer_optimizers[0].state_dict()["state"])}

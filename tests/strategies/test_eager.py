@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
-from torch.nn import functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 import lsgd
+from lsgd.bench.common import train_step
 from lsgd.cli import main
 from lsgd.train.build import knobs_from_config
 from lsgd.train.config import make_config
@@ -34,16 +34,6 @@ def _data(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(x.double(), y) for x, y in batches(rank, STEPS)]
 
 
-def _inner_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
-                y: torch.Tensor, strategy: lsgd.Strategy | None = None) -> None:
-    loss = F.cross_entropy(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    if strategy is None:
-        opt.step()
-    else:
-        strategy.step(loss)
-
 
 def eager_run(info: lsgd.WorkerInfo, fragments: int) -> dict[str, Any]:
     """:func:`_net` with plain SGD under eager DiLoCo: x and θ_g^m after every step."""
@@ -53,7 +43,7 @@ def eager_run(info: lsgd.WorkerInfo, fragments: int) -> dict[str, Any]:
                            fragments=fragments, outer="eager")
     xs, thetas = [], []
     for x, y in _data(info.rank):
-        _inner_step(model, opt, x, y, strategy)
+        train_step(model, opt, x, y, strategy)
         xs.append(parameters_to_vector(model.parameters()).detach().clone())
         thetas.append(strategy.global_state.buffers[0].clone())
     strategy.settle()
@@ -84,7 +74,7 @@ def _reference(world: int, fragments: int) -> tuple[list[list[torch.Tensor]],
     thetas: list[list[torch.Tensor]] = [[] for _ in range(world)]
     for step in range(1, STEPS + 1):
         for r in range(world):
-            _inner_step(models[r], opts[r], *data[r][step - 1])
+            train_step(models[r], opts[r], *data[r][step - 1])
         for f, (lo, hi) in enumerate(bounds):
             if step % PERIOD != (f + 1) * PERIOD // fragments % PERIOD:
                 continue
@@ -138,7 +128,7 @@ def test_the_first_round_steps_on_its_own_pseudo_gradient_over_m() -> None:
     for r, model in enumerate(models):
         opt = torch.optim.SGD(model.parameters(), lr=LR)
         for x, y in _data(r)[:PERIOD]:
-            _inner_step(model, opt, x, y)
+            train_step(model, opt, x, y)
         delta = (start - parameters_to_vector(model.parameters()).detach()) / WORLD
         expected = start - OUTER_LR * (delta + MU * delta)
         torch.testing.assert_close(results[r]["theta"][PERIOD - 1], expected, rtol=0,
@@ -159,7 +149,7 @@ def _plain(info: lsgd.WorkerInfo, kwargs: dict[str, Any]) -> dict[str, torch.Ten
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     strategy = lsgd.DiLoCo(model, opt, period=2, **kwargs)
     for x, y in batches(info.rank, 6):
-        _inner_step(strategy.model, opt, x, y, strategy)
+        train_step(strategy.model, opt, x, y, strategy)
     return model.state_dict()
 
 
@@ -184,7 +174,7 @@ def _resume(info: lsgd.WorkerInfo, kwargs: dict[str, Any], stop: int | None) -> 
     for step, (x, y) in enumerate(batches(info.rank, 11)):
         if step == stop:
             model, opt, strategy = through_a_checkpoint(model, opt, strategy, build)
-        _inner_step(strategy.model, opt, x, y, strategy)
+        train_step(strategy.model, opt, x, y, strategy)
     return {"state": model.state_dict(), "eager": strategy.state_dict()["eager"],
             "global": [b.clone() for b in strategy.global_state.buffers],
             "report": strategy.report().as_dict()}
