@@ -1,42 +1,50 @@
-"""Chaos: runs under a seeded schedule of faults at random, against the same run unfailed.
+"""Chaos: goodput and time to recover under faults at random, against the same run unfailed.
 
 Four nodes behind shaped 100 Mbit/s links (quick: the loopback) train for a fixed number
 of steps (:func:`_setup`). For each mode (:data:`MODES`), method and kind of round, the
-run is made without faults, then once per seed under the faults ``--chaos SEED`` draws
-(:mod:`lsgd.train.chaos`), each ``lsgd train`` in a process of its own (docs/reliability.md,
-"The chaos benchmark"). Per run the table's :data:`COLUMNS`: a **hang** is the run folder
-unchanged for ``--timeout`` + join timeout + 10 s (the run is then stopped), a **silent
-exit** a worker ended by a signal no fault sent, or with an error code and no error written.
+run is made without faults, then once per seed and MTBF under the faults ``--chaos SEED``
+draws (:mod:`lsgd.train.chaos`): one every MTBF seconds of training on average, each
+``lsgd train`` in a process of its own (docs/reliability.md, "Goodput under faults").
+**Goodput** is the share of the unfailed run's useful steps per second a run keeps: the
+unfailed run's training seconds over those plus the wall time the faults cost. A fault's
+**time to recover** runs from it to the run's last answer to it (a restart, a heal, a
+reset: ``faults.csv``). A **hang** is the run folder unchanged for ``--timeout`` + join
+timeout + 10 s (the run is then stopped), a **silent exit** a worker ended by a signal no
+fault sent, or with an error code and no error written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import csv
 import importlib.util
 import json
+import statistics
 import re
 import shutil
 import subprocess
 import sys
 import time
 from collections import Counter
-from itertools import product
 from pathlib import Path
 from typing import Any
 
 from lsgd.bench.common import Result, write
 from lsgd.train import chaos, faults
-from lsgd.train.config import make_config
+from lsgd.train.config import OPTIONS, make_config
 from lsgd.train.ranges import flag
 
 NAME = "chaos"
-TITLE = "Chaos: faults at random, nothing lost"
-COLUMNS = ["method", "mode", "rounds", "seed", "faults", "survived", "finished", "hangs",
-           "silent exits", "steps redone", "time lost s", "accuracy", "vs unfailed, points"]
+TITLE = "Chaos: goodput under faults at random"
+COLUMNS = ["method", "mode", "rounds", "mtbf s", "seeds", "faults", "survived", "finished",
+           "hangs", "silent exits", "steps redone", "lost per fault s", "recover s, median",
+           "recover s, max", "goodput", "goodput, lowest", "accuracy", "vs unfailed, points"]
 TIMEOUT = 30.0  #: the runs' --timeout (a collective's patience)
 JOIN = 30.0  #: the elastic runs' --join-timeout
 RESTARTS = 3  #: fatal faults each node may take
-FAULTS = 12  #: faults in each run's schedule
+FAULTS = 12  #: faults in each quick run's schedule
+MTBFS = (10.0, 20.0, 40.0)  #: the mean seconds of training between faults, swept
 #: the share of the unfailed run's training time the faults are drawn over; quick runs
 #: take half, so that all fire though a run may train twice as fast as its unfailed one
 HORIZON = {False: 0.9, True: 0.5}
@@ -50,7 +58,7 @@ def _setup(quick: bool, link: str | None) -> dict[str, Any]:
     if quick:
         return {"model": "mlp", "dataset": "digits", "steps": 240, "period": 8,
                 "batch_size": 32, "every": 40, "link": link}
-    return {"model": "cnn7", "dataset": "fashion-mnist", "steps": 400, "period": 16,
+    return {"model": "cnn7", "dataset": "fashion-mnist", "steps": 200, "period": 16,
             "batch_size": 64, "every": 50, "link": link}
 
 
@@ -58,14 +66,17 @@ def _settings(setup: dict[str, Any], method: str, mode: str, rounds: str) -> dic
     """The ``lsgd train`` settings of one run (keys as TrainConfig's fields)."""
     settings: dict[str, Any] = {
         "method": method, "workers": 4, "eval_every": str(setup["every"]), "seed": 0,
-        **{key: setup[key] for key in ("model", "dataset", "steps", "period", "batch_size")},
-        "timeout": TIMEOUT, "restarts": RESTARTS, "quiet": True, **ROUNDS[rounds]}
+        **{key: setup[key] for key in ("model", "dataset", "steps", "batch_size")},
+        "timeout": TIMEOUT, "restarts": RESTARTS, "quiet": True}
+    if "period" in _takes(method):
+        settings["period"] = setup["period"]
     if setup["link"]:
         settings.update(groups=4, link=setup["link"])
     if mode == "elastic":
         settings.update(elastic=True, join_timeout=JOIN)
     else:
         settings["checkpoint_every"] = setup["every"]
+    settings.update(ROUNDS.get(rounds, {}))
     return settings
 
 
@@ -76,17 +87,20 @@ def _flags(settings: dict[str, Any]) -> list[str]:
     return flags
 
 
-def schedule(settings: dict[str, Any], seed: int, seconds: float, share: float) -> list[str]:
+def schedule(settings: dict[str, Any], seed: int, seconds: float, share: float,
+             mtbf: float | None = None) -> list[str]:
     """The ``--fault`` items of ``--chaos seed`` for the run of ``settings`` whose unfailed
-    run trained for ``seconds``: :data:`FAULTS` faults over the first ``share`` of them."""
+    run trained for ``seconds``: one every ``mtbf`` seconds on average (else
+    :data:`FAULTS`), at uniform times over the first ``share`` of them."""
     kinds = [k for k in KINDS if settings.get("link") or k not in ("link-down", "slow")]
     if not settings.get("elastic"):
         kinds.append("corrupt-checkpoint")
     horizon = share * seconds
+    count = FAULTS if mtbf is None else max(1, round(horizon / mtbf))
     cfg = make_config(settings | {"chaos": seed, "chaos_kinds": ",".join(kinds),
-                                  "chaos_mtbf": max(0.01, horizon / FAULTS),
+                                  "chaos_mtbf": max(0.01, horizon / count),
                                   "minutes": horizon / 60})
-    return chaos.draw(cfg, count=FAULTS)
+    return chaos.draw(cfg, count=count)
 
 
 def run_one(run: Path, flags: list[str], specs: list[str]) -> dict[str, Any]:
@@ -158,11 +172,14 @@ def _outcome(run: Path, code: int | None, wall: float, hung: bool) -> dict[str, 
     finished = code == 0 and bool(summary)
     fired = list({e["spec"]: e for e in faults.read_log(run) if e.get("event") == "fault"}
                  .values())  # kill-node: one event per worker, one fault
+    table = (run / "faults.csv").read_text().splitlines()[1:] if fired and (
+        run / "faults.csv").exists() else []
+    recovered = [[row[1], float(row[7])] for row in csv.reader(table) if row[7:8] != [""]]
     silent, why = silent_exits(run)
     return {"code": code, "finished": finished, "hung": hung, "wall": wall,
             "faults": len(fired), "survived": len(fired) if finished else max(0, len(fired) - 1),
             "kinds": sorted({e["kind"] for e in fired}), "silent": silent, "silent_why": why,
-            "redone": summary.get("steps_redone") or 0,
+            "redone": summary.get("steps_redone") or 0, "recovered": recovered,
             "train_seconds": summary.get("train_seconds", float("nan")),
             "accuracy": summary.get("test_accuracy", float("nan")),
             "tail": "" if finished else (run / "bench.log").read_text(errors="replace")[-1500:]}
@@ -175,7 +192,8 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     setup = _setup(quick, links[0] if links else None)
     first = 1 if options.get("first_seed") is None else options["first_seed"]
     seeds = range(first, first + (options.get("seeds") or (1 if quick else 3)))
-    methods = options.get("methods") or (["diloco"] if quick else ["lsgd", "diloco"])
+    methods = options.get("methods") or (["diloco"] if quick else ["lsgd", "diloco", "allreduce"])
+    mtbfs: list[float | None] = options.get("mtbfs") or ([None] if quick else list(MTBFS))
     sets = options.get("sets") or []
     modes = ["restart"] if quick else _picked(MODES, sets)
     if not quick and importlib.util.find_spec("torchft") is None:
@@ -184,32 +202,75 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     rows: list[list[Any]] = []
     data: dict[str, Any] = {"setup": setup, "runs": {}}
     done = _done(out / f"{NAME}.json", setup) if options.get("reuse") else {}
-    for method, mode, rounds in product(methods, modes, rounds_kinds):
+    for method, mode, rounds in _cells(methods, modes, rounds_kinds):
         settings = _settings(setup, method, mode, rounds)
         flags = _flags(settings)
         key = f"{method}/{mode}/{rounds}"
         folder = out / "chaos-runs" / key.replace(" ", "-")
         base = done.get(f"{key}/unfailed") or run_one(folder / "unfailed", flags, [])
         data["runs"][f"{key}/unfailed"] = base
-        rows.append(_row(method, mode, rounds, "-", base, base))
-        for seed in seeds if base["finished"] else ():
-            specs = schedule(settings, seed, base["train_seconds"], HORIZON[quick])
-            got = done.get(f"{key}/{seed}") or run_one(folder / f"seed-{seed}", flags, specs)
-            got["schedule"] = specs
-            data["runs"][f"{key}/{seed}"] = got
-            rows.append(_row(method, mode, rounds, seed, got, base))
-            write(Result(NAME, TITLE, COLUMNS, rows, ["(in progress)"], data), out)
+        rows.append(_row(method, mode, rounds, None, [base], base))
+        for mtbf in mtbfs if base["finished"] else ():
+            runs = []
+            for seed in seeds:
+                name = f"seed-{seed}" if mtbf is None else f"mtbf-{mtbf:g}-seed-{seed}"
+                specs = schedule(settings, seed, base["train_seconds"], HORIZON[quick], mtbf)
+                got = done.get(f"{key}/{name}") or run_one(folder / name, flags, specs)
+                got.update(schedule=specs, mtbf=mtbf or round(
+                    HORIZON[quick] * base["train_seconds"] / FAULTS, 2))
+                data["runs"][f"{key}/{name}"] = got
+                runs.append(got)
+                row = _row(method, mode, rounds, got["mtbf"], runs, base)
+                write(Result(NAME, TITLE, COLUMNS, [*rows, row], ["(in progress)"], data), out)
+            rows.append(row)
     where = f"4 nodes behind {setup['link']} shaped links" if setup["link"] else "on the loopback"
+    data["recovery"] = recovery(data["runs"])
     notes = [f"4 workers, {where}, {setup['model']} on {setup['dataset']}, {setup['steps']} "
              f"steps, period {setup['period']}, --timeout {TIMEOUT:.0f}, --restarts {RESTARTS}; "
-             f"faults drawn by --chaos SEED, {FAULTS} at uniform times over "
-             f"{HORIZON[quick]:.0%} of the unfailed run's training time. "
-             "Hang: the run folder unchanged for timeout + join timeout + 10 s. Silent exit: a "
-             "worker that ended by a signal no fault sent, or with an error code and no error "
-             "written (the agents' logs in each run's logs/)."]
+             f"faults drawn by --chaos SEED at uniform times over {HORIZON[quick]:.0%} of the "
+             "unfailed run's training time, one per MTBF seconds of it. Goodput: the unfailed "
+             "run's training seconds over those plus the wall time lost. Recover: seconds from "
+             "a fault to the run's last answer to it (faults.csv). Hang: the run folder "
+             "unchanged for timeout + join timeout + 10 s. Silent exit: a worker that ended by "
+             "a signal no fault sent, or with an error code and no error written."]
+    notes += [f"time to recover, {mode}: " + ", ".join(
+        f"{kind} {v['median']:.1f} s (max {v['max']:.1f}, {v['faults']} faults)"
+        for kind, v in kinds.items()) for mode, kinds in data["recovery"].items()]
     notes += [f"did not finish: {k}: {v['tail'][-300:]!r}" for k, v in data["runs"].items()
               if not v["finished"]]
     return Result(NAME, TITLE, COLUMNS, rows, notes, data)
+
+
+def _takes(method: str) -> set[str]:
+    """The options ``lsgd train --method method`` takes."""
+    return {field.name for field in dataclasses.fields(OPTIONS[method])}
+
+
+def _cells(methods: list[str], modes: list[str], rounds_kinds: list[str]
+           ) -> list[tuple[str, str, str]]:
+    """The (method, mode, kind of round) runs: elastic for the methods that take it, the
+    kinds of round for those with rounds (``-`` for the others: all-reduce)."""
+    from lsgd.registry import strategy_class
+
+    cells = []
+    for method in methods:
+        elastic = strategy_class(method).supports_elastic
+        for mode in modes if elastic else [m for m in modes if m != "elastic"]:
+            kinds = rounds_kinds if "overlap" in _takes(method) else ["-"]
+            cells += [(method, mode, rounds) for rounds in kinds]
+    return cells
+
+
+def recovery(runs: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per mode and kind of fault: the median and longest seconds to recover, and how many
+    faults were answered (from every run's ``faults.csv``)."""
+    seconds: dict[str, dict[str, list[float]]] = {}
+    for key, got in runs.items():
+        for kind, took in got.get("recovered", []):
+            seconds.setdefault(key.split("/")[1], {}).setdefault(kind, []).append(took)
+    return {mode: {kind: {"median": statistics.median(took), "max": max(took),
+                          "faults": len(took)} for kind, took in sorted(kinds.items())}
+            for mode, kinds in seconds.items()}
 
 
 def _picked(names: list[str] | tuple[str, ...], sets: list[str]) -> list[str]:
@@ -226,9 +287,19 @@ def _done(path: Path, setup: dict[str, Any]) -> dict[str, Any]:
     return dict(data.get("runs", {})) if data.get("setup") == setup else {}
 
 
-def _row(method: str, mode: str, rounds: str, seed: Any, got: dict[str, Any],
+def _row(method: str, mode: str, rounds: str, mtbf: float | None, runs: list[dict[str, Any]],
          base: dict[str, Any]) -> list[Any]:
-    return [method, mode, rounds, seed, got["faults"], got["survived"],
-            "yes" if got["finished"] else "no", int(got["hung"]), got["silent"], got["redone"],
-            got["wall"] - base["wall"], got["accuracy"],
-            round(100 * (got["accuracy"] - base["accuracy"]), 2)]
+    """One row: the unfailed run (``mtbf`` None), or every seed's run at one MTBF."""
+    lost = [got["wall"] - base["wall"] for got in runs]
+    faults = sum(got["faults"] for got in runs)
+    goodput = [base["train_seconds"] / (base["train_seconds"] + x) for x in lost]
+    took = [t for got in runs for _, t in got.get("recovered", [])]
+    accuracy = statistics.mean(got["accuracy"] for got in runs)
+    return [method, mode, rounds, mtbf, len(runs) if mtbf else "-", faults,
+            sum(got["survived"] for got in runs),
+            f"{sum(got['finished'] for got in runs)}/{len(runs)}",
+            sum(int(got["hung"]) for got in runs), sum(got["silent"] for got in runs),
+            sum(got["redone"] for got in runs), sum(lost) / faults if faults else None,
+            statistics.median(took) if took else None, max(took, default=None),
+            statistics.mean(goodput), min(goodput), accuracy,
+            round(100 * (accuracy - base["accuracy"]), 2)]

@@ -22,7 +22,7 @@ TIMED = ("time-to-accuracy", "twelve-workers", "time-to-loss")
 TAKES: dict[str, tuple[str, ...]] = {
     "links": (*TIMED, "volume", "scaling", "chaos", "elastic"),
     "seeds": (*TIMED, "scaling", "chaos"), "first_seed": (*TIMED, "scaling", "chaos"),
-    "sets": ("chaos",), "repeats": ("startup",),
+    "sets": ("chaos",), "mtbf": ("chaos",), "repeats": ("startup",),
     "budget": (*TIMED, "scaling", "stragglers"), "batch_size": TIMED,
     "target": (*TIMED, "scaling"), "steps_from": TIMED, "eval_steps": (*TIMED, "scaling"),
     "methods": (*TIMED, "scaling", "chaos", "elastic"), "backend": (*TIMED, "stragglers"),
@@ -81,6 +81,9 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                                   "third seed to a run of two", "first_seed"))
     parser.add_argument("--sets", help="chaos: comma-separated modes and kinds of round, from "
                         "elastic, restart, blocking, hidden-int8 (default: all)")
+    parser.add_argument("--mtbf", metavar="S,S,...",
+                        help="chaos: comma-separated mean seconds of training between faults "
+                             "(default 10,20,40; quick: a dozen faults in each run)")
     parser.add_argument("--repeats", type=int,
                         help="startup: times each variant is run (default 5)")
     parser.add_argument("--budget", type=float, help=_for("seconds of training per run", "budget"))
@@ -148,8 +151,15 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
     sets = _names("--sets", args.sets, [*MODES, *(kind.replace(" ", "-") for kind in ROUNDS)])
     methods = _names("--methods", args.methods, METHODS)
+    try:
+        mtbfs = [float(text) for text in _split(args.mtbf)]
+    except ValueError:
+        mtbfs = [math.nan]
+    if not all(0 < mtbf < math.inf for mtbf in mtbfs):
+        raise UsageError(f"--mtbf {args.mtbf}: give positive seconds, comma-separated, "
+                         "e.g. 10,20,40")
     given = {name: getattr(args, name) for name in (*NUMBERS, "steps_from", "backend")}
-    return given | {"links": links, "methods": methods, "sets": sets,
+    return given | {"links": links, "methods": methods, "sets": sets, "mtbfs": mtbfs or None,
                     "knobs": _knobs(args.knobs or []) or None,
                     "tune": False if args.no_tune else None,
                     "reuse": "only" if args.reuse_only else (args.reuse or None)}

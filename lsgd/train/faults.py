@@ -252,13 +252,15 @@ class Faults:
         os.kill(pid, signal.SIGKILL)
 
 
-COLUMNS = ("second", "kind", "node", "rank", "step", "spec", "outcome")
+COLUMNS = ("second", "kind", "node", "rank", "step", "spec", "outcome", "recovered s")
 
 
 def write_table(run: Path, start: float) -> dict[str, int]:
     """Write ``faults.csv`` from ``run``'s log: a row per fault fired, its second from the
     first training step (else ``start``), with the answers logged after it until the run
-    recovered (a restart or heal answers every fault before it); the counts for the summary."""
+    recovered (a restart or heal answers every fault before it) and the seconds from the
+    fault to the answer that put the run back (:func:`_back`: its time to recover); the
+    counts for the summary."""
     from lsgd.train.outputs import write_csv
 
     events = sorted(read_log(run), key=lambda e: e.get("time", 0.0))
@@ -273,7 +275,8 @@ def write_table(run: Path, start: float) -> dict[str, int]:
                 row = rows[event["spec"]] = {
                     "second": round(event["time"] - origin, 1), "kind": event["kind"],
                     "node": event.get("node", ""), "rank": "", "step": event.get("step", ""),
-                    "spec": event["spec"], "answers": [], "recovered": False}
+                    "spec": event["spec"], "answers": [], "recovered": False,
+                    "time": event["time"], "recovered s": ""}
                 waiting.append(row)
             if event.get("rank") is not None:
                 row["rank"] = " ".join(filter(None, [str(row["rank"]), str(event["rank"])]))
@@ -281,6 +284,8 @@ def write_table(run: Path, start: float) -> dict[str, int]:
             for row in _answered(waiting, event["what"], event.get("rank")):
                 if event["what"] not in row["answers"]:
                     row["answers"].append(event["what"])
+                if row["recovered s"] == "" and _back(event["what"]):
+                    row["recovered s"] = round(event["time"] - row["time"], 1)
                 row["recovered"] |= event["what"].startswith(("restart", "heal"))
     for row in rows.values():
         row["outcome"] = "; ".join(row["answers"]) or _RIDDEN[row["kind"]]
@@ -306,6 +311,12 @@ def _answered(waiting: list[dict[str, Any]], what: str, rank: int | None) -> lis
         if rank is not None:
             rows = rows[-1:]
     return rows
+
+
+def _back(what: str) -> bool:
+    """Whether an answer puts the run back: a heal, a reset, a fall-back, or a restart of
+    the whole run (``restart N from step S``; an elastic worker's restart heals next)."""
+    return what.startswith(("heal", "reset", "fell")) or "from step" in what
 
 
 #: The kinds of fault each answer (by its first word) can follow from.

@@ -104,10 +104,10 @@ def test_the_table_pairs_each_fault_with_what_the_run_did(tmp_path: Path) -> Non
     counts = faults.write_table(tmp_path, start)
     lines = (tmp_path / "faults.csv").read_text().splitlines()
     assert lines[0] == ",".join(faults.COLUMNS)
-    assert lines[1].endswith("kill:1:5,restart 1 from step 4")
-    assert lines[2].endswith("link-down:2:9:3,waited")
+    assert lines[1].endswith("kill:1:5,restart 1 from step 4,2")  # 2 s to recover
+    assert lines[2].endswith("link-down:2:9:3,waited,")
     assert lines[3].endswith("restart 2 from step 4; fell back to step-00000004 "
-                             "(step-00000008 unusable)")
+                             "(step-00000008 unusable),1")
     assert counts == {"faults": 3, "fatal_faults": 2}
 
 
@@ -243,10 +243,12 @@ def test_the_quick_chaos_bench_survives_a_dozen_faults_with_no_hang_or_silent_ex
 
     result = runner("chaos")(tmp_path, True, {})
     unfailed, chaotic = result.rows
-    assert unfailed[4] == 0 and unfailed[6] == "yes"
-    assert chaotic[4] >= 10 and chaotic[5] == chaotic[4], chaotic  # injected, survived
-    assert chaotic[6] == "yes" and chaotic[7] == 0 and chaotic[8] == 0, chaotic
-    assert abs(chaotic[12]) < 5, chaotic  # the MLP's accuracy against the unfailed run, points
+    assert unfailed[5] == 0 and unfailed[7] == "1/1" and unfailed[14] == 1.0
+    assert chaotic[5] >= 10 and chaotic[6] == chaotic[5], chaotic  # injected, survived
+    assert chaotic[7] == "1/1" and chaotic[8] == 0 and chaotic[9] == 0, chaotic
+    assert abs(chaotic[17]) < 5, chaotic  # the MLP's accuracy against the unfailed run, points
+    assert 0 < chaotic[14] < 1.2 and 0 < chaotic[12] <= chaotic[13] < 60, chaotic  # goodput, s
+    assert result.data["recovery"]["restart"]["kill"]["faults"] >= 1
     run = tmp_path / "chaos-runs" / "diloco" / "restart" / "blocking" / "seed-1"
     kinds = {line.split(",")[1] for line in (run / "faults.csv").read_text().splitlines()[1:]}
     assert {"kill", "nan", "stop"} <= kinds, kinds
@@ -264,8 +266,10 @@ def test_a_workers_answer_goes_to_its_own_fault_and_a_heal_to_the_latest(
     faults.answer(tmp_path, "heal of worker 2", rank=2, time=start + 7)
     faults.answer(tmp_path, "heal of worker 0", rank=0, time=start + 11)
     faults.write_table(tmp_path, start)
-    outcome = {line.split(",")[5]: line.split(",", 6)[6]
+    outcome = {line.split(",")[5]: line.split(",")[6]
                for line in (tmp_path / "faults.csv").read_text().splitlines()[1:]}
+    recovered = [line.split(",")[7]
+                 for line in (tmp_path / "faults.csv").read_text().splitlines()[1:]]
     assert outcome == {"slow:0:1:1mbit:5": "rode it out", "nan:1:@2": "reset worker 1 at step 9",
                        "kill:2:@3": "restart 1 of worker 2; heal of worker 2",
                        "link-down:3:4:5": "heal of worker 0"}
