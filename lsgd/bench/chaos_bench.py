@@ -7,8 +7,8 @@ draws (:mod:`lsgd.train.chaos`): one every MTBF seconds of training on average, 
 ``lsgd train`` in a process of its own (docs/reliability.md, "Goodput under faults").
 **Goodput** is the share of the unfailed run's useful steps per second a run keeps: the
 unfailed run's training seconds over those plus the wall time the faults cost. A fault's
-**time to recover** runs from it to the run's last answer to it (a restart, a heal, a
-reset: ``faults.csv``). A **hang** is the run folder unchanged for ``--timeout`` + join
+**time to recover** runs from it to the answer that put the run back (a restart, a heal,
+a reset: ``faults.csv``). A **hang** is the run folder unchanged for ``--timeout`` + join
 timeout + 10 s (the run is then stopped), a **silent exit** a worker ended by a signal no
 fault sent, or with an error code and no error written.
 """
@@ -44,7 +44,7 @@ TIMEOUT = 30.0  #: the runs' --timeout (a collective's patience)
 JOIN = 30.0  #: the elastic runs' --join-timeout
 RESTARTS = 3  #: fatal faults each node may take
 FAULTS = 12  #: faults in each quick run's schedule
-MTBFS = (10.0, 20.0, 40.0)  #: the mean seconds of training between faults, swept
+MTBFS = (10.0, 20.0, 30.0)  #: the mean seconds of training between faults, swept
 #: the share of the unfailed run's training time the faults are drawn over; quick runs
 #: take half, so that all fire though a run may train twice as fast as its unfailed one
 HORIZON = {False: 0.9, True: 0.5}
@@ -90,17 +90,16 @@ def _flags(settings: dict[str, Any]) -> list[str]:
 def schedule(settings: dict[str, Any], seed: int, seconds: float, share: float,
              mtbf: float | None = None) -> list[str]:
     """The ``--fault`` items of ``--chaos seed`` for the run of ``settings`` whose unfailed
-    run trained for ``seconds``: one every ``mtbf`` seconds on average (else
-    :data:`FAULTS`), at uniform times over the first ``share`` of them."""
+    run trained for ``seconds``: a Poisson process of mean gap ``mtbf`` over all of them,
+    else :data:`FAULTS` faults at uniform times over the first ``share`` of them."""
     kinds = [k for k in KINDS if settings.get("link") or k not in ("link-down", "slow")]
     if not settings.get("elastic"):
         kinds.append("corrupt-checkpoint")
-    horizon = share * seconds
-    count = FAULTS if mtbf is None else max(1, round(horizon / mtbf))
+    horizon = seconds if mtbf else share * seconds
     cfg = make_config(settings | {"chaos": seed, "chaos_kinds": ",".join(kinds),
-                                  "chaos_mtbf": max(0.01, horizon / count),
+                                  "chaos_mtbf": mtbf or max(0.01, horizon / FAULTS),
                                   "minutes": horizon / 60})
-    return chaos.draw(cfg, count=count)
+    return chaos.draw(cfg, count=None if mtbf else FAULTS)
 
 
 def run_one(run: Path, flags: list[str], specs: list[str]) -> dict[str, Any]:
@@ -217,7 +216,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                 specs = schedule(settings, seed, base["train_seconds"], HORIZON[quick], mtbf)
                 got = done.get(f"{key}/{name}") or run_one(folder / name, flags, specs)
                 got.update(schedule=specs, mtbf=mtbf or round(
-                    HORIZON[quick] * base["train_seconds"] / FAULTS, 2))
+                    HORIZON[quick] * base["train_seconds"] / FAULTS, 2))  # quick: its mean
                 data["runs"][f"{key}/{name}"] = got
                 runs.append(got)
                 row = _row(method, mode, rounds, got["mtbf"], runs, base)
@@ -227,10 +226,13 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     data["recovery"] = recovery(data["runs"])
     notes = [f"4 workers, {where}, {setup['model']} on {setup['dataset']}, {setup['steps']} "
              f"steps, period {setup['period']}, --timeout {TIMEOUT:.0f}, --restarts {RESTARTS}; "
-             f"faults drawn by --chaos SEED at uniform times over {HORIZON[quick]:.0%} of the "
-             "unfailed run's training time, one per MTBF seconds of it. Goodput: the unfailed "
+             + (f"{FAULTS} faults drawn by --chaos SEED at uniform times over "
+                f"{HORIZON[quick]:.0%} of the unfailed run's training time" if quick else
+                "faults drawn by --chaos SEED --chaos-mtbf MTBF over the unfailed run's "
+                "training time (a Poisson process, gaps of mean MTBF)")
+             + ". Goodput: the unfailed "
              "run's training seconds over those plus the wall time lost. Recover: seconds from "
-             "a fault to the run's last answer to it (faults.csv). Hang: the run folder "
+             "a fault to the answer that put the run back (faults.csv). Hang: the run folder "
              "unchanged for timeout + join timeout + 10 s. Silent exit: a worker that ended by "
              "a signal no fault sent, or with an error code and no error written."]
     notes += [f"time to recover, {mode}: " + ", ".join(

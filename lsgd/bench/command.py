@@ -83,7 +83,7 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "elastic, restart, blocking, hidden-int8 (default: all)")
     parser.add_argument("--mtbf", metavar="S,S,...",
                         help="chaos: comma-separated mean seconds of training between faults "
-                             "(default 10,20,40; quick: a dozen faults in each run)")
+                             "(default 10,20,30; quick: a dozen faults in each run)")
     parser.add_argument("--repeats", type=int,
                         help="startup: times each variant is run (default 5)")
     parser.add_argument("--budget", type=float, help=_for("seconds of training per run", "budget"))
@@ -157,7 +157,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         mtbfs = [math.nan]
     if not all(0 < mtbf < math.inf for mtbf in mtbfs):
         raise UsageError(f"--mtbf {args.mtbf}: give positive seconds, comma-separated, "
-                         "e.g. 10,20,40")
+                         "e.g. 10,20,30")
     given = {name: getattr(args, name) for name in (*NUMBERS, "steps_from", "backend")}
     return given | {"links": links, "methods": methods, "sets": sets, "mtbfs": mtbfs or None,
                     "knobs": _knobs(args.knobs or []) or None,
