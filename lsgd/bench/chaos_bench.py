@@ -40,7 +40,7 @@ TITLE = "Chaos: goodput under faults at random"
 COLUMNS = ["method", "mode", "rounds", "mtbf s", "seeds", "faults", "survived", "finished",
            "hangs", "silent exits", "steps redone", "lost per fault s", "recover s, median",
            "recover s, max", "goodput", "goodput, lowest", "accuracy", "vs unfailed, points"]
-TIMEOUT = 30.0  #: the runs' --timeout (a collective's patience)
+TIMEOUT = 15.0  #: the runs' --timeout (a collective's patience)
 JOIN = 30.0  #: the elastic runs' --join-timeout
 RESTARTS = 3  #: fatal faults each node may take
 FAULTS = 12  #: faults in each quick run's schedule
@@ -57,9 +57,9 @@ MODES = ("elastic", "restart")  #: on torchft, or restartable from checkpoints
 def _setup(quick: bool, link: str | None) -> dict[str, Any]:
     if quick:
         return {"model": "mlp", "dataset": "digits", "steps": 240, "period": 8,
-                "batch_size": 32, "every": 40, "link": link}
-    return {"model": "cnn7", "dataset": "fashion-mnist", "steps": 200, "period": 16,
-            "batch_size": 64, "every": 50, "link": link}
+                "batch_size": 32, "every": 40, "checkpoint": 40, "link": link}
+    return {"model": "cnn7", "dataset": "fashion-mnist", "steps": 100, "period": 16,
+            "batch_size": 64, "every": 50, "checkpoint": 25, "link": link}
 
 
 def _settings(setup: dict[str, Any], method: str, mode: str, rounds: str) -> dict[str, Any]:
@@ -75,7 +75,7 @@ def _settings(setup: dict[str, Any], method: str, mode: str, rounds: str) -> dic
     if mode == "elastic":
         settings.update(elastic=True, join_timeout=JOIN)
     else:
-        settings["checkpoint_every"] = setup["every"]
+        settings["checkpoint_every"] = setup["checkpoint"]
     settings.update(ROUNDS.get(rounds, {}))
     return settings
 
@@ -225,7 +225,8 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     where = f"4 nodes behind {setup['link']} shaped links" if setup["link"] else "on the loopback"
     data["recovery"] = recovery(data["runs"])
     notes = [f"4 workers, {where}, {setup['model']} on {setup['dataset']}, {setup['steps']} "
-             f"steps, period {setup['period']}, --timeout {TIMEOUT:.0f}, --restarts {RESTARTS}; "
+             f"steps, period {setup['period']}, a checkpoint every {setup['checkpoint']} steps "
+             f"(restart), --timeout {TIMEOUT:.0f}, --restarts {RESTARTS}; "
              + (f"{FAULTS} faults drawn by --chaos SEED at uniform times over "
                 f"{HORIZON[quick]:.0%} of the unfailed run's training time" if quick else
                 "faults drawn by --chaos SEED --chaos-mtbf MTBF over the unfailed run's "
