@@ -258,7 +258,8 @@ COLUMNS = ("second", "kind", "node", "rank", "step", "spec", "outcome", "recover
 def write_table(run: Path, start: float) -> dict[str, int]:
     """Write ``faults.csv`` from ``run``'s log: a row per fault fired, its second from the
     first training step (else ``start``), with the answers logged after it until the run
-    recovered (a restart or heal answers every fault before it) and the seconds from the
+    recovered (an answer that puts the run back answers every fault before it; an elastic
+    worker's restart is followed by its heal) and the seconds from the
     fault to the answer that put the run back (:func:`_back`: its time to recover); the
     counts for the summary."""
     from lsgd.train.outputs import write_csv
@@ -286,7 +287,7 @@ def write_table(run: Path, start: float) -> dict[str, int]:
                     row["answers"].append(event["what"])
                 if row["recovered s"] == "" and _back(event["what"]):
                     row["recovered s"] = round(event["time"] - row["time"], 1)
-                row["recovered"] |= event["what"].startswith(("restart", "heal"))
+                row["recovered"] |= _back(event["what"])
     for row in rows.values():
         row["outcome"] = "; ".join(row["answers"]) or _RIDDEN[row["kind"]]
     if rows or (run / LOG).exists():

@@ -273,3 +273,17 @@ def test_a_workers_answer_goes_to_its_own_fault_and_a_heal_to_the_latest(
     assert outcome == {"slow:0:1:1mbit:5": "rode it out", "nan:1:@2": "reset worker 1 at step 9",
                        "kill:2:@3": "restart 1 of worker 2; heal of worker 2",
                        "link-down:3:4:5": "heal of worker 0"}
+
+
+def test_an_elastic_workers_heal_answers_its_kill_though_another_fault_came_between(
+        tmp_path: Path) -> None:
+    start = time.time()
+    for second, spec, rank, node in ((1, "kill:3:@1", 3, 3), (3, "slow:0:3:1mbit:2", None, 0)):
+        faults.append(tmp_path, event="fault", spec=spec, kind=spec.split(":")[0], rank=rank,
+                      node=node, time=start + second)
+    faults.answer(tmp_path, "restart 1 of worker 3", rank=3, time=start + 2)
+    faults.answer(tmp_path, "heal of worker 3", rank=3, time=start + 7)
+    faults.write_table(tmp_path, start)
+    rows = [line.split(",") for line in (tmp_path / "faults.csv").read_text().splitlines()[1:]]
+    assert [(row[1], row[6], row[7]) for row in rows] == [
+        ("kill", "restart 1 of worker 3; heal of worker 3", "6"), ("slow", "rode it out", "")]

@@ -202,7 +202,7 @@ def test_a_restartable_run_rides_out_one_fault_of_each_worker_kind(tmp_path: Pat
     assert summary["restarts"] == 3 and summary["faults"] == 5, summary
     assert summary["fatal_faults"] == 3 and summary["steps"] == 160, summary
     assert summary["test_accuracy"] > 0.9, summary
-    rows = {line.split(",")[1]: line.split(",", 6)[6] for line in
+    rows = {line.split(",")[1]: line.split(",", 6)[6].rsplit(",", 1)[0] for line in
             (tmp_path / "run" / "faults.csv").read_text().splitlines()[1:]}
     assert rows["stop"] == "waited" and rows["nan"].startswith("reset worker 3"), rows
     assert rows["segv"] == "restart 1 from step 32", rows
