@@ -17,6 +17,7 @@ ImageNet is augmented while decoding (:class:`lsgd.data.ImageFolder`).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable, Sequence
 
 import torch
@@ -147,39 +148,21 @@ def _identity(x: torch.Tensor, generator: torch.Generator | None = None) -> torc
     return x
 
 
-def _cifar_28_train(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    return random_crop(x, 28, generator=generator, flip=0.5)
-
-
-def _cifar_28_test(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    return center_crop(x, 28)
-
-
-def _cifar_32_pad_train(x: torch.Tensor, generator: torch.Generator | None = None,
-                        black: Sequence[float] = CIFAR_BLACK) -> torch.Tensor:
-    return random_crop(x, 32, padding=4, generator=generator, fill=tuple(black), flip=0.5)
-
-
-def _cifar100_32_pad_train(x: torch.Tensor,
-                           generator: torch.Generator | None = None) -> torch.Tensor:
-    return _cifar_32_pad_train(x, generator, CIFAR100_BLACK)
-
-
 def _fashion_crop_train(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     background = float(x.min()) if x.numel() else 0.0
     return random_crop(x, x.shape[-2:], padding=2, generator=generator, fill=background)
 
 
 _TRAIN: dict[str, Transform] = {
-    "cifar-28": _cifar_28_train,
-    "cifar-32-pad": _cifar_32_pad_train,
-    "cifar100-32-pad": _cifar100_32_pad_train,
+    "cifar-28": partial(random_crop, size=28, flip=0.5),
+    "cifar-32-pad": partial(random_crop, size=32, padding=4, fill=CIFAR_BLACK, flip=0.5),
+    "cifar100-32-pad": partial(random_crop, size=32, padding=4, fill=CIFAR100_BLACK, flip=0.5),
     "fashion": _identity,
     "fashion-crop": _fashion_crop_train,
     "none": _identity,
 }
 _TEST: dict[str, Transform] = {**dict.fromkeys(PRESETS, _identity),
-                               "cifar-28": _cifar_28_test}
+                               "cifar-28": partial(center_crop, size=28)}
 
 
 def _preset(table: dict[str, Transform], name: str) -> Transform:

@@ -215,8 +215,15 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     """The benchmark ``setting`` (:data:`SETTINGS`): tune, run every seed, rank."""
     opts = _defaults(quick, setting) | {k: v for k, v in options.items() if v is not None}
     opts.setdefault("eval", opts["budget"] / 12)  # seconds of training between evaluations
-    _check_parallel(opts)
+    if opts.get("step_seconds") is not None and opts["backend"] != "threads":
+        raise UsageError(f"--step-seconds {opts['step_seconds']:g}: sets the step time of "
+                         "the simulator's modeled clock; add --backend threads")
     jobs = opts.get("jobs") or 1
+    if jobs > 1 and opts.get("step_seconds") is None:  # runs at once need the modeled clock
+        raise UsageError(f"--jobs {jobs}: runs at once share this machine's cores, so a clock "
+                         "of measured time would count each other's load; add --backend "
+                         "threads --step-seconds S (a fixed step time, e.g. 0.12 for CNN7 on "
+                         "a 2-core CPU) or run with --jobs 1")
     workers, groups, _, left_out = SETTINGS[setting]
     if opts["backend"] != "processes":  # (a copy: SETTINGS stay as they are)
         left_out = left_out | dict.fromkeys(peer.METHODS, "torchft runs as processes "
@@ -319,19 +326,6 @@ def _given_knobs(given: dict[str, dict[str, int]], methods: list[str], left_out:
             raise UsageError(f"--knobs {name}: {error}") from None
         ordered[name] = {key: knobs[key] for key in tunable if key in knobs}
     return ordered
-
-
-def _check_parallel(opts: dict[str, Any]) -> None:
-    """``--step-seconds`` is for the modeled clock; runs at once need it."""
-    if opts.get("step_seconds") is not None and opts["backend"] != "threads":
-        raise UsageError(f"--step-seconds {opts['step_seconds']:g}: sets the step time of "
-                         "the simulator's modeled clock; add --backend threads")
-    jobs = opts.get("jobs") or 1
-    if jobs > 1 and opts.get("step_seconds") is None:
-        raise UsageError(f"--jobs {jobs}: runs at once share this machine's cores, so a clock "
-                         "of measured time would count each other's load; add --backend "
-                         "threads --step-seconds S (a fixed step time, e.g. 0.12 for CNN7 on "
-                         "a 2-core CPU) or run with --jobs 1")
 
 
 def _clock(opts: dict[str, Any]) -> str:

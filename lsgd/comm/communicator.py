@@ -56,7 +56,6 @@ class Communicator(Shares, ABC):
         self._category = "train"
         self._counters = 0
 
-    # -- layout ---------------------------------------------------------
     @property
     def rank(self) -> int:
         return self.info.rank
@@ -76,7 +75,6 @@ class Communicator(Shares, ABC):
         """Global ranks taking part in a collective of ``among`` from this worker."""
         return list(range(self.world_size)) if among == "world" else self.info.group_members()
 
-    # -- statistics -----------------------------------------------------
     def stats(self, category: str = "train") -> CommStats:
         """Counters of ``category`` (a copy)."""
         return dataclasses.replace(self._stats.get(category, CommStats()))
@@ -106,7 +104,6 @@ class Communicator(Shares, ABC):
         ``per_hop`` bytes to the next (what DistributedDataParallel's all-reduce moves)."""
         return ring_traffic(per_hop, self.among_members(among), self.rank, self.node_of)
 
-    # -- collectives ----------------------------------------------------
     def all_reduce_(self, tensor: torch.Tensor, op: ReduceOp = "mean", among: Among = "world",
                     codec: str = "none") -> torch.Tensor:
         """Sum or average ``tensor`` across ``among`` in place; returns it. With a
@@ -238,7 +235,6 @@ class Communicator(Shares, ABC):
                                   self.broadcast_algorithm, heads)
         return pattern_traffic(moves, self.rank, self.node_of)
 
-    # -- time and the shared counter ----------------------------------------
     def now(self) -> float:
         """Seconds on this worker's clock (wall clock; the virtual clock in the simulator)."""
         return time.perf_counter()
@@ -260,7 +256,6 @@ class Communicator(Shares, ABC):
         self._counters += 1
         return f"lsgd/{name}/{self._counters}"
 
-    # -- pairwise exchange ------------------------------------------------
     def exchange(self, tensor: torch.Tensor, peer: int) -> torch.Tensor:
         """Send ``tensor`` to global rank ``peer``; return what ``peer`` sent (a new tensor).
 

@@ -124,7 +124,8 @@ class ElasticCommunicator(QuorumCollectives):
         try:
             self.manager = Manager(
                 pg=self._pg, min_replica_size=min_members, use_async_quorum=False,
-                load_state_dict=self._on_heal, state_dict=self._on_send,
+                load_state_dict=self._on_heal, state_dict=lambda: cloned(
+                    {name: save() for name, (save, _) in self._parts.items()}),
                 replica_id=f"lsgd{slot}", store_addr=address, store_port=store_port,
                 rank=local_rank, world_size=per_node, lighthouse_addr=lighthouse, hostname=address,
                 # heals over the process group of the quorum: no HTTP server of the whole state
@@ -137,14 +138,10 @@ class ElasticCommunicator(QuorumCollectives):
                 raise
             raise self._lost(exc) from None
 
-    # -- what a healed worker receives ------------------------------------
     def add_state(self, name: str, save: Callable[[], Any], load: Callable[[Any], None]) -> None:
         """A part of what an up-to-date worker sends to a healing one: ``save()`` there,
         ``load(value)`` here (the parts are taken in the order they were added)."""
         self._parts[name] = (save, load)
-
-    def _on_send(self) -> dict[str, Any]:
-        return cloned({name: save() for name, (save, _) in self._parts.items()})
 
     def _on_heal(self, state: dict[str, Any]) -> None:
         healed = payload_bytes(state)
@@ -160,7 +157,6 @@ class ElasticCommunicator(QuorumCollectives):
             f"or its node is down): {error}. Every round forms there, so elastic training "
             "cannot go on without it: start the run again, lighthouse included")
 
-    # -- rounds -----------------------------------------------------------
     def begin_round(self) -> None:
         """Join this round's quorum (healing this node first if it is behind).
 

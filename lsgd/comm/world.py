@@ -224,7 +224,6 @@ class World:
             self._yield_turn(rank)
             return pending.result[rank], pending.duration
 
-    # -- started (non-blocking) transfers ------------------------------------------
     def start_collective(self, rank: int, key: tuple, op: str, members: list[int],
                          payload: Any, compute: Callable[[dict[int, Any]], dict[int, Any]],
                          transfer: float = 0.0, lane: str = "bulk") -> Pending:

@@ -30,10 +30,9 @@ def _check(group: Mapping[str, Any]) -> None:
         if name in group and not (_validate.is_number(value, finite=True) and valid(value)):
             raise ValueError(f"LARS: {name} must be {what}, got {value!r}")
     if group.get("nesterov") and group["momentum"] <= 0:
-        raise ValueError(
-            f"LARS: nesterov=True requires momentum > 0, got nesterov={group['nesterov']!r}, "
-            f"momentum={group['momentum']!r} (pass nesterov=False for plain LARS)"
-        )
+        raise ValueError(f"LARS: nesterov=True requires momentum > 0, got "
+                         f"nesterov={group['nesterov']!r}, momentum={group['momentum']!r} "
+                         "(pass nesterov=False for plain LARS)")
 
 
 class LARS(Optimizer):

@@ -77,7 +77,6 @@ class RoundSchedule:
         self.last_due = due
         return group
 
-    # -- resume ----------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """What to save at a sync point (no round pending is needed to resume)."""
         return {"joined": dict(self.joined), "last_due": self.last_due, "total": self.total}

@@ -58,7 +58,6 @@ class Election:
             gathered = comm.all_gather(self._score(module, state, device), among=among)
         return gathered.reshape(-1).to("cpu", torch.float64)  # one synchronisation
 
-    # -- checkpointing ---------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """The leaders of the period and the early gather in flight, arrived."""
         early = None

@@ -138,7 +138,6 @@ class Strategy(Seams):
         # The communicator may outlive several strategies: count from here.
         self._baseline = {c: self.comm.stats(c) for c in TRAFFIC}
 
-    # -- the user-facing surface ----------------------------------------
     @property
     def model(self) -> nn.Module:
         """The module to call in the forward pass (a DDP wrapper, or the model itself)."""
@@ -175,7 +174,10 @@ class Strategy(Seams):
             self._after_step(loss)
             self._schedule.after_step(self.steps)
             self.at_sync_point = not self.asynchronous
-            self._apply_due()
+            for item in self._pipeline.due(self.steps):  # due after this step, before its rounds
+                start = self.comm.now()
+                self._rounds.land(item)
+                self.wait_seconds += self.comm.now() - start
             while (group := self._schedule.next()) is not None:
                 start = self.comm.now()
                 world = any(c.among == "world" for c in group)
@@ -227,13 +229,6 @@ class Strategy(Seams):
         else:
             self._pipeline.add(item)
 
-    def _apply_due(self) -> None:
-        """Apply the transfers due after this step, before any round of this step."""
-        for item in self._pipeline.due(self.steps):
-            start = self.comm.now()
-            self._rounds.land(item)
-            self.wait_seconds += self.comm.now() - start
-
     def arrive(self, item: InFlight) -> None:
         item.wait()
         self._apply(item)
@@ -253,7 +248,6 @@ class Strategy(Seams):
         """Run the rounds ``names`` (cadence names), which fell due together."""
         raise NotImplementedError
 
-    # -- diverged workers -------------------------------------------------
     def _diverged_error(self, what: str = "state", step: int | None = None) -> DivergedError:
         """The error every worker raises when no worker is left healthy."""
         step = self.steps if step is None else step
@@ -275,7 +269,6 @@ class Strategy(Seams):
     def _after_reset(self) -> None:
         """What else the method forgets after :meth:`_reset_to` (the leader score's window)."""
 
-    # -- acting together -------------------------------------------------
     @property
     def total_steps(self) -> int:
         """Local steps of all workers together, as this worker last saw them."""

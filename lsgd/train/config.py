@@ -365,7 +365,8 @@ def _options_of(method: str, given: dict[str, Any], siblings: tuple[str, ...],
             except TypeError as expected:
                 errors.append(f"--{flag(name)} {value!r}: expected {expected}")
         elif not (any(m in siblings for m in others)
-                  or name in lenient and _hashable(value) in defaults):
+                  or name in lenient
+                  and (tuple(value) if isinstance(value, list) else value) in defaults):
             spelled = _flag_of(known[name][0][1]) if name in known else f"--{flag(name)}"
             shown = (" ".join(str(v) for v in value) if isinstance(value, list) else
                      "" if value is True else value)
@@ -382,10 +383,6 @@ def _options_of(method: str, given: dict[str, Any], siblings: tuple[str, ...],
 def _flag_of(f: dataclasses.Field[Any]) -> str:
     """A setting's flag as the command line spells it (``--async`` for ``asynchronous``)."""
     return (*f.metadata.get("flags", ()), f"--{flag(f.name)}")[0]
-
-
-def _hashable(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
 
 
 #: The run's own settings (every one but the method's options), by flat name.

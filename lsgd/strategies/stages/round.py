@@ -124,7 +124,6 @@ class Round:
         """A mean that is not finite: the method's ``plain`` rule over the healthy members."""
         return plain(part, among)
 
-    # -- what a checkpoint keeps -------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """The stages' own state: the feedback's accumulator, the leader's scores."""
         state: dict[str, Any] = {"rounds_of": {} if self.feedback is None
