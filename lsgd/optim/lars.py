@@ -63,14 +63,9 @@ class LARS(Optimizer):
                  momentum: float = 0.9, weight_decay: float = 0.0, eta: float = 0.001,
                  exclude_bias_and_norm: bool = False, nesterov: bool = True) -> None:
         defaults: dict[str, Any] = {
-            "lr": lr,
-            "momentum": momentum,
-            "nesterov": bool(nesterov),
-            "weight_decay": weight_decay,
-            "eta": eta,
-            "exclude_bias_and_norm": bool(exclude_bias_and_norm),
-            "adapt": True,
-        }
+            "lr": lr, "momentum": momentum, "nesterov": bool(nesterov),
+            "weight_decay": weight_decay, "eta": eta,
+            "exclude_bias_and_norm": bool(exclude_bias_and_norm), "adapt": True}
         _check(defaults)
         super().__init__(params, defaults)
 

@@ -338,16 +338,10 @@ class Strategy(Seams):
 
     def state_dict(self) -> dict[str, Any]:
         self._pipeline.settle()  # first: a transfer's bytes count once it has arrived
-        return {
-            "name": self.name,
-            "bn_buffers": self.bn_buffers,
-            "wait_seconds": self.wait_seconds,
-            "schedule": self._schedule.state(),
-            "traffic": {c: dataclasses.asdict(self.traffic(c)) for c in TRAFFIC},
-            # After the transfers in flight arrived (they are waited for here):
-            "in_flight": self._pipeline.state(),
-            **{name: getattr(self, name) for name in (*COUNTS, *self.counters)},
-        }
+        return {"name": self.name, "bn_buffers": self.bn_buffers, "wait_seconds": self.wait_seconds,
+                "schedule": self._schedule.state(), "in_flight": self._pipeline.state(),
+                "traffic": {c: dataclasses.asdict(self.traffic(c)) for c in TRAFFIC},
+                **{name: getattr(self, name) for name in (*COUNTS, *self.counters)}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("name") != self.name:
