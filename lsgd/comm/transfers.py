@@ -53,8 +53,7 @@ class Handle:
 
     def __init__(self, finish: Callable[[], tuple[Any, float]],
                  count: Callable[[float], None] | None = None) -> None:
-        self._finish = finish
-        self._count = count
+        self._finish, self._count = finish, count
         self._result: Any = None
         self.done = False
 

@@ -88,9 +88,7 @@ class World:
     def __init__(self, world_size: int, groups: int, seeds: Sequence[int],
                  step_time: Sequence[float] | None, link: Link | None = None,
                  replica: str = "process") -> None:
-        self.world_size = world_size
-        self.groups = groups
-        self.replica = replica
+        self.world_size, self.groups, self.replica = world_size, groups, replica
         self.step_time = None if step_time is None else list(step_time)  # None: measured
         self.link = None if link is None else LinkModel(link.rate, link.latency, self.node_of)
         self.resumed = [time.perf_counter()] * world_size

@@ -59,10 +59,7 @@ class ImageFolder:
                  threads: int = 0, name: str = "imagenet") -> None:
         _pil()
         self.root = base = imagenet_dir(root)
-        self.name = name
-        self.size = int(size)
-        self.resize = int(resize)
-        self.threads = int(threads)
+        self.name, self.size, self.resize, self.threads = name, int(size), int(resize), int(threads)
         self.class_names, self.train_samples = _list_split(base / "train")
         index = {n: i for i, n in enumerate(self.class_names)}
         val_names, val_samples = _list_split(base / "val")

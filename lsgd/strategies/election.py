@@ -28,8 +28,7 @@ class Election:
     """Gathers the scores of a round's election (``rule``: ``"round"`` or ``"early"``)."""
 
     def __init__(self, rule: str, scorer: Scorer) -> None:
-        self.rule = rule
-        self.scorer = scorer
+        self.rule, self.scorer = rule, scorer
         self._early: tuple[Among, Handle] | None = None  # started after step s - 1
         #: each level's leader of the current period and whether this worker had
         #: diverged at its election (None: no leader), for the later fragments
