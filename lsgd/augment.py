@@ -188,15 +188,14 @@ def output_shape(name: str, input_shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(test_transform(name)(torch.zeros(1, *input_shape)).shape[1:])
 
 
+#: Dataset -> the papers' preset for it: for most models, and for VGG.
+_PAPER = {"cifar10": ("cifar-28", "cifar-32-pad"), "cifar100": ("cifar-28", "cifar100-32-pad"),
+          "fashion-mnist": ("fashion", "fashion")}
+
+
 def paper_preset(dataset: str, model: str | None = None) -> str:
     """The preset the papers use for ``dataset`` (a :data:`lsgd.data.DATASETS` name) and
     ``model`` (the module's table); ``"none"`` where they use none or, as for ImageNet,
     the dataset augments itself."""
-    key = dataset.lower()
-    if key in ("cifar10", "cifar100"):
-        if model is not None and model.lower().startswith("vgg"):
-            return "cifar-32-pad" if key == "cifar10" else "cifar100-32-pad"
-        return "cifar-28"
-    if key == "fashion-mnist":
-        return "fashion"
-    return "none"
+    plain, vgg = _PAPER.get(dataset.lower(), ("none", "none"))
+    return vgg if model is not None and model.lower().startswith("vgg") else plain

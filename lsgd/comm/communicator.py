@@ -171,7 +171,6 @@ class Communicator(Shares, ABC):
             return DataParallel(module)
         return collective_data_parallel(self, module, sync_buffers)
 
-    # -- non-blocking collectives (see lsgd.comm.transfers) ----------------
     def start_all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean",
                          among: Among = "world", codec: str = "none") -> Handle:
         """Start summing or averaging ``tensor`` across ``among`` in place; returns at once.

@@ -182,8 +182,13 @@ class ElasticCommunicator(QuorumCollectives):
             raise RoundFailed(f"worker {self.rank}: the quorum failed: {error}")
         ranks = getattr(self._pg, "_global_ranks", None) or []  # node * per_node + k
         nodes = [r // self.per_node for r in ranks]
-        if self.node not in nodes:
-            nodes = self._gather_nodes()
+        if self.node not in nodes:  # the member nodes in participating order: an all-gather
+            n = self.manager.num_participants()
+            out = [torch.zeros(1, dtype=torch.int64) for _ in range(n)]
+            self._nodes = list(range(n))  # a placeholder while the gather runs
+            self._across(lambda: self._pg.allgather([out], [torch.tensor([self.node])],
+                                                    options("gather")))
+            nodes = [int(t) for t in out]
         if nodes.index(self.node) != self.manager.participating_rank():
             raise RoundFailed(f"worker {self.rank}: quorum order {nodes} does not match "
                               f"its participating rank {self.manager.participating_rank()}")
@@ -245,16 +250,6 @@ class ElasticCommunicator(QuorumCollectives):
             self._lane.close()
         self.manager.shutdown(wait=False)
 
-    def _gather_nodes(self) -> list[int]:
-        """The member nodes in participating order (one all-gather of an int64)."""
-        n = self.manager.num_participants()
-        out = [torch.zeros(1, dtype=torch.int64) for _ in range(n)]
-        self._nodes = list(range(n))  # a placeholder while the gather runs
-        self._across(lambda: self._pg.allgather([out], [torch.tensor([self.node])],
-                                                options("gather")))
-        return [int(t) for t in out]
-
-    # -- collectives across the member nodes, on torchft's process group --------
     def _across(self, start: Callable[[], Any] | None, node_group: Any = None) -> None:
         """Run one collective across nodes (torchft's process group; ``None``: this worker
         takes no part in it). Every worker of the node then learns whether any of them saw

@@ -70,9 +70,7 @@ def ring_traffic(per_hop: float, members: Sequence[int], me: int,
                  node_of: Callable[[int], int]) -> Traffic:
     """A ring in collective order where every member sends ``per_hop`` bytes to the
     next (an all-reduce: ``2 (n - 1) / n B``; an all-gather: ``(n - 1) B``)."""
-    if len(members) <= 1:
-        return Traffic()
-    return pattern_traffic(_ring(members, per_hop), me, node_of)
+    return Traffic() if len(members) <= 1 else pattern_traffic(_ring(members, per_hop), me, node_of)
 
 
 def _ring(members: Sequence[int], nbytes: float) -> list[Move]:

@@ -35,7 +35,6 @@ Tensors = Sequence[torch.Tensor]
 GraphSpec = Topology | Sequence[Topology | str] | str | None
 
 
-# -- the math, on lists of tensors --------------------------------------------------
 def mix_(xs: Tensors, neighbours: Sequence[Tensors], weight: float) -> None:
     """Gossip in place: ``x <- (1 - d a) x + a sum_j x_j`` with ``d = len(neighbours)``."""
     if not neighbours or weight == 0.0:

@@ -114,7 +114,6 @@ class Strategy(Seams):
         self.optimizer = optimizer
         guard(optimizer)
         self._module = model
-        # A replica of several processes: their gradients averaged every step (DDP).
         self._replica = self.comm.replica_parallel(model)
         self._buffers_in_state = self.bn_buffers in ("pull", "broadcast") or (
             self.bn_buffers == "average" and self.rounds_average_state)
@@ -131,7 +130,6 @@ class Strategy(Seams):
         self._schedule = RoundSchedule(self.comm, [], self.asynchronous)
         self._pipeline = Pipeline()  # the rounds' transfers in flight (overlap)
         self.on_round: Callable[[], None] | None = None  # elastic: the trainer's hook
-        # How rounds run: at once, or as quorum points (torchft, lsgd.strategies.elastic_rounds).
         self._elastic = bool(getattr(self.comm, "elastic", False))
         self._rounds = (ElasticRounds if self._elastic else Rounds)(self)
         self._rounds.start()
@@ -296,9 +294,7 @@ class Strategy(Seams):
     def should_stop(self, wish: bool) -> bool:
         """Whether all workers stop now: True once any worker wished it, at a sync point
         (asynchronous workers agree at the next one). Call after every ``step``."""
-        if not self.at_sync_point:
-            return False
-        return self.agree(1.0 if wish else 0.0)[0] > 0
+        return self.at_sync_point and self.agree(1.0 if wish else 0.0)[0] > 0
 
     def _device(self) -> torch.device:
         return self._state[0].device if self._state else torch.device("cpu")
