@@ -67,7 +67,6 @@ def _randint(high: int, n: int, generator: torch.Generator | None,
 
 def _coin(n: int, p: float, generator: torch.Generator | None,
           device: torch.device) -> torch.Tensor:
-    """``n`` draws that are true with probability ``p``, as :func:`_randint` draws."""
     where = generator.device if generator is not None else device
     return torch.rand(n, generator=generator, device=where).to(device) < p
 

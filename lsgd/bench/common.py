@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import platform
 import shutil
+import statistics
 import time
 import tomllib
 from collections.abc import Callable, Sequence
@@ -207,8 +208,6 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tens
 
 
 def median(values: Sequence[float]) -> float:
-    ordered = sorted(v for v in values if v is not None and not math.isnan(v))
-    if not ordered:
-        return math.nan
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    """The median of ``values``, None and NaN left out (NaN if none is left)."""
+    known = [v for v in values if v is not None and not math.isnan(v)]
+    return statistics.median(known) if known else math.nan

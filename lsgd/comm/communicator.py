@@ -132,7 +132,6 @@ class Communicator(Shares, ABC):
         return tensor
 
     def _chained(self, among: Among) -> bool:
-        """Whether a broadcast among ``among`` goes as the pipelined chain of nodes."""
         return (self.pipelined_broadcast and among == "world" and self.groups > 1
                 and self.world_size > 2 and self.broadcast_algorithm == "tree")
 

@@ -137,7 +137,6 @@ class World:
         self._wait_turn(rank)
 
     def _computed(self, rank: int) -> None:
-        """With measured clocks: add the wall time ``rank`` just held the turn."""
         if self.step_time is None:
             self.clock[rank] += time.perf_counter() - self.resumed[rank]
 
@@ -174,7 +173,6 @@ class World:
         raise WorkerAborted() from error
 
     def _release(self, members: Iterable[int], finish: float) -> None:
-        """``members`` may run again, their clocks at ``finish`` at least."""
         for member in members:
             self.clock[member] = max(self.clock[member], finish)
             self.ready[member] = True

@@ -219,7 +219,6 @@ GROUP_OF: dict[str, str | None] = {
 
 
 def _flat_fields(cfg: TrainConfig) -> list[tuple[Any, dataclasses.Field[Any]]]:
-    """Every run setting of ``cfg`` as (the object holding it, its field)."""
     holders = [(None, cfg), *((name, getattr(cfg, name)) for name in GROUPS)]
     return [(holder, f) for name, holder in holders for f in dataclasses.fields(holder)
             if GROUP_OF.get(f.name, "") == name]
