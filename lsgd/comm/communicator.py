@@ -53,8 +53,7 @@ class Communicator(Shares, ABC):
         check_layout(info.world_size, info.groups)
         self.info = info
         self._stats: dict[str, CommStats] = {}
-        self._category = "train"
-        self._counters = 0
+        self._category, self._counters = "train", 0
 
     @property
     def rank(self) -> int:

@@ -113,9 +113,7 @@ class ElasticCommunicator(QuorumCollectives):
         self._nodes: list[int] | None = None
         self._lighthouse = lighthouse
         self.healed = False  # whether the last begin_round healed this worker
-        self.heals = 0
-        self.heal_seconds = 0.0
-        self.failed_rounds = 0
+        self.heals, self.heal_seconds, self.failed_rounds = 0, 0.0, 0
         self._quorum_log = quorum_log
         #: seconds this worker waited at the job's start gate (its first attempt's first
         #: round, in a job of :func:`lsgd.launch_elastic`); None: no wait, or it timed out

@@ -141,8 +141,7 @@ class Decentralized(Strategy):
         super().__init__(model, optimizer, **options)
         self._check_agreement(owner)
         self.plans = self._make_plans()
-        self.communications = 0
-        self.exchanges = 0
+        self.communications = self.exchanges = 0
         self.dropped_neighbours = 0  # received states left out: not finite
         self.last_active: list[int] = []
         self.last_peers: list[int] = []

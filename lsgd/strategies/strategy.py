@@ -121,8 +121,7 @@ class Strategy(Seams):
         separate = self.bn_buffers == "average" and not self._buffers_in_state
         found = float_buffers(model) if separate else []
         self._bn_average = bn.BufferAverage(found) if found else None
-        self.steps = 0
-        self.rounds = 0
+        self.steps = self.rounds = 0
         self.resets = 0  # times this worker diverged and was reset (see _reset_to)
         self.asynchronous = bool(asynchronous)
         self.wait_seconds = 0.0  # time inside rounds: waiting for the others, and the transfer

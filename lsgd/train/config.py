@@ -33,7 +33,6 @@ ALIASES = {"async": "asynchronous"}  # TOML keys accepted besides the field name
 class TrainConfig:
     """Everything that defines a run of ``lsgd train``."""
 
-    # What to train
     method: str = _f("lsgd", "distributed method; several, comma-separated (lsgd,allreduce), "
                              "train one run each, side by side, into --out/METHOD, then "
                              "print a table and draw comparison.png", choices=METHODS)
@@ -50,7 +49,6 @@ class TrainConfig:
     augment: str = _f("auto", "augmentation preset (auto: the papers' choice for the dataset "
                               "and model; none to turn off)")
     language: LanguageSettings = group(LanguageSettings)
-    # Workers
     workers: int = _f(4, "number of workers W")
     groups: int = _f(1, "groups (nodes) of workers; several groups make LSGD multi-leader")
     replica: str = _f("process", "what the method sees as one worker: every process, or (node) "
