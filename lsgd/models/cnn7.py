@@ -31,12 +31,10 @@ class CNN7(nn.Module):
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, 64, kernel_size=5), nn.ReLU(inplace=True), nn.MaxPool2d(2),
             nn.Conv2d(64, 128, kernel_size=5), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-            nn.Conv2d(128, 64, kernel_size=3), nn.ReLU(inplace=True),
-        )
+            nn.Conv2d(128, 64, kernel_size=3), nn.ReLU(inplace=True))
         self.classifier = nn.Sequential(
             nn.Flatten(), nn.Linear(self.flatten_features, 256), nn.Dropout(0.5),
-            nn.Linear(256, classes),
-        )
+            nn.Linear(256, classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))

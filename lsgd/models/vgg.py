@@ -44,8 +44,7 @@ class VGG16(nn.Module):
         self.classifier = nn.Sequential(
             nn.Dropout(0.5), nn.Linear(512, 512), nn.ReLU(inplace=True),
             nn.Dropout(0.5), nn.Linear(512, 512), nn.ReLU(inplace=True),
-            nn.Linear(512, classes),
-        )
+            nn.Linear(512, classes))
         _init_conv_bn(self, mode="fan_out")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
