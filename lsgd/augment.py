@@ -152,16 +152,21 @@ def _fashion_crop_train(x: torch.Tensor, generator: torch.Generator | None = Non
     return random_crop(x, x.shape[-2:], padding=2, generator=generator, fill=background)
 
 
+def _cifar_32_pad_train(x: torch.Tensor, generator: torch.Generator | None = None,
+                        black: Sequence[float] = CIFAR_BLACK) -> torch.Tensor:
+    return random_crop(x, 32, padding=4, generator=generator, fill=tuple(black), flip=0.5)
+
+
 _TRAIN: dict[str, Transform] = {
-    "cifar-28": partial(random_crop, size=28, flip=0.5),
-    "cifar-32-pad": partial(random_crop, size=32, padding=4, fill=CIFAR_BLACK, flip=0.5),
-    "cifar100-32-pad": partial(random_crop, size=32, padding=4, fill=CIFAR100_BLACK, flip=0.5),
+    "cifar-28": lambda x, generator=None: random_crop(x, 28, generator=generator, flip=0.5),
+    "cifar-32-pad": _cifar_32_pad_train,
+    "cifar100-32-pad": partial(_cifar_32_pad_train, black=CIFAR100_BLACK),
     "fashion": _identity,
     "fashion-crop": _fashion_crop_train,
     "none": _identity,
 }
 _TEST: dict[str, Transform] = {**dict.fromkeys(PRESETS, _identity),
-                               "cifar-28": partial(center_crop, size=28)}
+                               "cifar-28": lambda x, generator=None: center_crop(x, 28)}
 
 
 def _preset(table: dict[str, Transform], name: str) -> Transform:
