@@ -17,6 +17,7 @@ ImageNet is augmented while decoding (:class:`lsgd.data.ImageFolder`).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable, Sequence
 
 import torch
@@ -66,7 +67,6 @@ def _randint(high: int, n: int, generator: torch.Generator | None,
 
 def _coin(n: int, p: float, generator: torch.Generator | None,
           device: torch.device) -> torch.Tensor:
-    """``n`` draws that are true with probability ``p``, as :func:`_randint` draws."""
     where = generator.device if generator is not None else device
     return torch.rand(n, generator=generator, device=where).to(device) < p
 
@@ -147,12 +147,9 @@ def _identity(x: torch.Tensor, generator: torch.Generator | None = None) -> torc
     return x
 
 
-def _cifar_28_train(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    return random_crop(x, 28, generator=generator, flip=0.5)
-
-
-def _cifar_28_test(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    return center_crop(x, 28)
+def _fashion_crop_train(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    background = float(x.min()) if x.numel() else 0.0
+    return random_crop(x, x.shape[-2:], padding=2, generator=generator, fill=background)
 
 
 def _cifar_32_pad_train(x: torch.Tensor, generator: torch.Generator | None = None,
@@ -160,26 +157,16 @@ def _cifar_32_pad_train(x: torch.Tensor, generator: torch.Generator | None = Non
     return random_crop(x, 32, padding=4, generator=generator, fill=tuple(black), flip=0.5)
 
 
-def _cifar100_32_pad_train(x: torch.Tensor,
-                           generator: torch.Generator | None = None) -> torch.Tensor:
-    return _cifar_32_pad_train(x, generator, CIFAR100_BLACK)
-
-
-def _fashion_crop_train(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    background = float(x.min()) if x.numel() else 0.0
-    return random_crop(x, x.shape[-2:], padding=2, generator=generator, fill=background)
-
-
 _TRAIN: dict[str, Transform] = {
-    "cifar-28": _cifar_28_train,
+    "cifar-28": lambda x, generator=None: random_crop(x, 28, generator=generator, flip=0.5),
     "cifar-32-pad": _cifar_32_pad_train,
-    "cifar100-32-pad": _cifar100_32_pad_train,
+    "cifar100-32-pad": partial(_cifar_32_pad_train, black=CIFAR100_BLACK),
     "fashion": _identity,
     "fashion-crop": _fashion_crop_train,
     "none": _identity,
 }
 _TEST: dict[str, Transform] = {**dict.fromkeys(PRESETS, _identity),
-                               "cifar-28": _cifar_28_test}
+                               "cifar-28": lambda x, generator=None: center_crop(x, 28)}
 
 
 def _preset(table: dict[str, Transform], name: str) -> Transform:
@@ -205,15 +192,14 @@ def output_shape(name: str, input_shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(test_transform(name)(torch.zeros(1, *input_shape)).shape[1:])
 
 
+#: Dataset -> the papers' preset for it: for most models, and for VGG.
+_PAPER = {"cifar10": ("cifar-28", "cifar-32-pad"), "cifar100": ("cifar-28", "cifar100-32-pad"),
+          "fashion-mnist": ("fashion", "fashion")}
+
+
 def paper_preset(dataset: str, model: str | None = None) -> str:
     """The preset the papers use for ``dataset`` (a :data:`lsgd.data.DATASETS` name) and
     ``model`` (the module's table); ``"none"`` where they use none or, as for ImageNet,
     the dataset augments itself."""
-    key = dataset.lower()
-    if key in ("cifar10", "cifar100"):
-        if model is not None and model.lower().startswith("vgg"):
-            return "cifar-32-pad" if key == "cifar10" else "cifar100-32-pad"
-        return "cifar-28"
-    if key == "fashion-mnist":
-        return "fashion"
-    return "none"
+    plain, vgg = _PAPER.get(dataset.lower(), ("none", "none"))
+    return vgg if model is not None and model.lower().startswith("vgg") else plain

@@ -19,10 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     from lsgd.repro.command import add_repro_parser
     from lsgd.train.command import add_plot_parser, add_train_parser
 
-    parser = argparse.ArgumentParser(
-        prog="lsgd",
-        description="Communication-efficient distributed training: Leader SGD and baselines.",
-    )
+    parser = argparse.ArgumentParser(prog="lsgd", description="Communication-efficient "
+                                     "distributed training: Leader SGD and baselines.")
     parser.add_argument("--version", action="version", version=f"lsgd {lsgd.__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (add_train_parser, add_plot_parser, add_repro_parser, add_bench_parser,

@@ -46,9 +46,7 @@ def _largest_divisor(n: int, target: int) -> int:
 
 def _as_2d(shape: torch.Size) -> tuple[int, ...]:
     """``shape`` as the transform sees it: ``(n,)`` (a 0-d tensor: ``(1,)``) or ``(n1, n2)``."""
-    if len(shape) < 2:
-        return (math.prod(shape),)
-    return (shape[0], math.prod(shape[1:]))
+    return (math.prod(shape),) if len(shape) < 2 else (shape[0], math.prod(shape[1:]))
 
 
 def block_shape(shape: torch.Size, target: int = DEFAULT_TARGET) -> tuple[int, ...]:

@@ -53,7 +53,6 @@ def save(fig: Any, path: Path) -> Path:
 
 
 def _write(fig: Any, path: str | Path, dpi: int) -> Path:
-    """Write ``fig`` to ``path`` as a PNG, its folder made."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)

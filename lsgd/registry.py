@@ -15,11 +15,9 @@ from lsgd.strategies import (ALDSGD, DPSGD, EASGD, LSGD, MATCHA, AllReduce, DeMo
 from lsgd.names import METHODS
 from lsgd.strategies.strategy import Strategy
 
-STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls
-    for cls in (LSGD, EASGD, LocalSGD, AllReduce, Independent, DPSGD, MATCHA, ALDSGD, DiLoCo,
-                SparseLoCo, DeMo, MuLoCo)
-}
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (
+    LSGD, EASGD, LocalSGD, AllReduce, Independent, DPSGD, MATCHA, ALDSGD, DiLoCo, SparseLoCo, DeMo,
+    MuLoCo)}
 assert tuple(STRATEGIES) == METHODS, "lsgd.names.METHODS lists the registry's names, in order"
 
 

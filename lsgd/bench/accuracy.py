@@ -24,6 +24,15 @@ from lsgd.tasks.headline import best, of_metric, reaches
 from lsgd.train.errors import UsageError
 
 TUNING_SEED = 1000
+
+
+def _and_int8(name: str, method: str, fixed: dict[str, Any], grid: list[dict[str, Any]]
+              ) -> dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]]:
+    """``name`` and ``name-int8``, its rounds compressed to int8."""
+    int8 = fixed | {"compress": "int8"}
+    return {name: (method, fixed, grid), f"{name}-int8": (method, int8, grid)}
+
+
 # label: (method, fixed settings, grid of knobs to tune)
 METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     "lsgd": ("lsgd", {}, [{"period": 16}, {"period": 4}]),
@@ -43,22 +52,14 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
     "al-dsgd": ("al-dsgd", {}, [{"gossip_period": 1}, {"gossip_period": 4}]),
     # Hidden and shrunk rounds at each method's tuned period, the overlap covering a
     # round's transfer at 20 Mbit/s (the equal-steps study measures their cost per step).
-    "lsgd-overlap": ("lsgd", {"overlap": 3}, [{"period": 4}]),
-    "lsgd-overlap-int8": ("lsgd", {"overlap": 3, "compress": "int8"}, [{"period": 4}]),
+    **_and_int8("lsgd-overlap", "lsgd", {"overlap": 3}, [{"period": 4}]),
     # ... with the early valley: the pull decays from a full copy over the first 32 rounds.
     "lsgd-valley-overlap-int8": ("lsgd", {"overlap": 3, "compress": "int8",
                                           "pull_decay_rounds": 32}, [{"period": 4}]),
-    "lsgd-multi-overlap": ("lsgd", {"overlap": 3}, [{"period": 4, "global_period": 16}]),
-    "lsgd-multi-overlap-int8": ("lsgd", {"overlap": 3, "compress": "int8"},
-                                [{"period": 4, "global_period": 16}]),
-    "diloco-overlap": ("diloco", {"overlap": 4}, [{"period": 16}]),
-    "diloco-overlap-int8": ("diloco", {"overlap": 4, "compress": "int8"}, [{"period": 16}]),
-    "diloco-streaming": ("diloco", {"fragments": 2, "overlap": 2}, [{"period": 16}]),
-    "diloco-streaming-int8": ("diloco", {"fragments": 2, "overlap": 2, "compress": "int8"},
-                              [{"period": 16}]),
-    "local-sgd-overlap": ("local-sgd", {"overlap": 4}, [{"period": 16}]),
-    "local-sgd-overlap-int8": ("local-sgd", {"overlap": 4, "compress": "int8"},
-                               [{"period": 16}]),
+    **_and_int8("lsgd-multi-overlap", "lsgd", {"overlap": 3}, [{"period": 4, "global_period": 16}]),
+    **_and_int8("diloco-overlap", "diloco", {"overlap": 4}, [{"period": 16}]),
+    **_and_int8("diloco-streaming", "diloco", {"fragments": 2, "overlap": 2}, [{"period": 16}]),
+    **_and_int8("local-sgd-overlap", "local-sgd", {"overlap": 4}, [{"period": 16}]),
     # Each periodic method's hidden forms as one family, tuned over a grid recorded at
     # 20 Mbit/s (docs/studies.md, "LSGD in front").
     "lsgd-hidden": ("lsgd", {}, [
@@ -215,8 +216,15 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
     """The benchmark ``setting`` (:data:`SETTINGS`): tune, run every seed, rank."""
     opts = _defaults(quick, setting) | {k: v for k, v in options.items() if v is not None}
     opts.setdefault("eval", opts["budget"] / 12)  # seconds of training between evaluations
-    _check_parallel(opts)
+    if opts.get("step_seconds") is not None and opts["backend"] != "threads":
+        raise UsageError(f"--step-seconds {opts['step_seconds']:g}: sets the step time of "
+                         "the simulator's modeled clock; add --backend threads")
     jobs = opts.get("jobs") or 1
+    if jobs > 1 and opts.get("step_seconds") is None:  # runs at once need the modeled clock
+        raise UsageError(f"--jobs {jobs}: runs at once share this machine's cores, so a clock "
+                         "of measured time would count each other's load; add --backend "
+                         "threads --step-seconds S (a fixed step time, e.g. 0.12 for CNN7 on "
+                         "a 2-core CPU) or run with --jobs 1")
     workers, groups, _, left_out = SETTINGS[setting]
     if opts["backend"] != "processes":  # (a copy: SETTINGS stay as they are)
         left_out = left_out | dict.fromkeys(peer.METHODS, "torchft runs as processes "
@@ -277,12 +285,10 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
 
 
 def _numbered(what: str, calls: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Each call of :func:`_one` with its place among them, for the progress lines."""
     return [(*call, f"{what} {i} of {len(calls)}") for i, call in enumerate(calls, 1)]
 
 
 def _seeds(opts: dict[str, Any]) -> list[int]:
-    """The seeds of the main runs: ``seeds`` of them from ``first_seed`` (default 0)."""
     first = opts.get("first_seed") or 0
     return list(range(first, first + opts["seeds"]))
 
@@ -319,19 +325,6 @@ def _given_knobs(given: dict[str, dict[str, int]], methods: list[str], left_out:
             raise UsageError(f"--knobs {name}: {error}") from None
         ordered[name] = {key: knobs[key] for key in tunable if key in knobs}
     return ordered
-
-
-def _check_parallel(opts: dict[str, Any]) -> None:
-    """``--step-seconds`` is for the modeled clock; runs at once need it."""
-    if opts.get("step_seconds") is not None and opts["backend"] != "threads":
-        raise UsageError(f"--step-seconds {opts['step_seconds']:g}: sets the step time of "
-                         "the simulator's modeled clock; add --backend threads")
-    jobs = opts.get("jobs") or 1
-    if jobs > 1 and opts.get("step_seconds") is None:
-        raise UsageError(f"--jobs {jobs}: runs at once share this machine's cores, so a clock "
-                         "of measured time would count each other's load; add --backend "
-                         "threads --step-seconds S (a fixed step time, e.g. 0.12 for CNN7 on "
-                         "a 2-core CPU) or run with --jobs 1")
 
 
 def _clock(opts: dict[str, Any]) -> str:

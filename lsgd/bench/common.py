@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import platform
 import shutil
+import statistics
 import time
 import tomllib
 from collections.abc import Callable, Sequence
@@ -27,7 +28,7 @@ from lsgd.names import METHODS
 from lsgd.train import runner
 from lsgd.train.config import REMOVED, defaults_of, from_legacy, make_config
 from lsgd.train.errors import UsageError
-from lsgd.train.outputs import read_csv
+from lsgd.train.outputs import cell, read_csv, table
 
 if TYPE_CHECKING:
     from lsgd.strategies.strategy import Strategy
@@ -67,31 +68,6 @@ def read_result(path: Path) -> Result:
     """A benchmark's result as :func:`write` stored it (``NAME.json``)."""
     stored = json.loads(path.read_text())
     return Result(**{field.name: stored[field.name] for field in dataclasses.fields(Result)})
-
-
-def cell(value: Any) -> str:
-    """A table cell: floats to 3 significant digits, None as '-'."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        if value == 0:
-            return "0"
-        magnitude = abs(value)
-        if magnitude >= 100:
-            return f"{value:,.0f}"
-        return f"{value:.3g}" if magnitude >= 0.01 else f"{value:.2e}"
-    return str(value)
-
-
-def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain-text table, columns padded to their widest cell."""
-    cells = [[cell(v) for v in row] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    def line(values: Sequence[str]) -> str:
-        return "  ".join(v.ljust(w) if i == 0 else v.rjust(w)
-                         for i, (v, w) in enumerate(zip(values, widths))).rstrip()
-    return "\n".join([line(list(columns)), line(["-" * w for w in widths])]
-                     + [line(r) for r in cells])
 
 
 def machine() -> dict[str, Any]:
@@ -232,8 +208,6 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tens
 
 
 def median(values: Sequence[float]) -> float:
-    ordered = sorted(v for v in values if v is not None and not math.isnan(v))
-    if not ordered:
-        return math.nan
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    """The median of ``values``, None and NaN left out (NaN if none is left)."""
+    known = [v for v in values if v is not None and not math.isnan(v)]
+    return statistics.median(known) if known else math.nan

@@ -51,17 +51,6 @@ def knobs(method: str) -> dict[str, Any]:
 Stepper = tuple[nn.Module, torch.optim.Optimizer, "lsgd.Strategy | None"]
 
 
-def _step(stepper: Stepper, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, bool]:
-    """Wall and CPU seconds of one step (forward pass to optimizer step), and whether a
-    round was held."""
-    model, opt, strategy = stepper
-    rounds = strategy.rounds if strategy is not None else 0
-    start, cpu = time.perf_counter(), time.process_time()
-    train_step(model, opt, x, y, strategy)
-    return (time.perf_counter() - start, time.process_time() - cpu,
-            strategy is not None and strategy.rounds != rounds)
-
-
 def measure(info: lsgd.WorkerInfo, name: str, batch: int, steps: int, warmup: int,
             seed: int) -> dict[str, Any]:
     """One worker process: the plain loop and every strategy, each on a model of its own,
@@ -97,9 +86,13 @@ def measure(info: lsgd.WorkerInfo, name: str, batch: int, steps: int, warmup: in
     for i in range(warmup + steps):  # one step of each method, in an order that rotates
         lsgd.get_communicator().barrier()  # both workers start each turn together
         for method in methods[i % len(methods):] + methods[: i % len(methods)]:
-            timed = _step(steppers[method], x, y)
-            if i >= warmup:
-                timings[method].append(timed)
+            model, opt, strategy = steppers[method]
+            rounds = strategy.rounds if strategy is not None else 0
+            start, cpu = time.perf_counter(), time.process_time()
+            train_step(model, opt, x, y, strategy)  # forward pass to optimizer step
+            if i >= warmup:  # wall and CPU seconds, and whether a round was held
+                timings[method].append((time.perf_counter() - start, time.process_time() - cpu,
+                                        strategy is not None and strategy.rounds != rounds))
     return {"timings": timings, "skipped": skipped, "threads": torch.get_num_threads()}
 
 

@@ -145,7 +145,6 @@ class _TorchftDiLoCo:
         self.steps += 1
 
     def settle(self) -> None:
-        """Wait for the all-reduces in flight."""
         for fragment in self.diloco._fragments:
             for work in fragment._allreduce_work:
                 work.wait()
@@ -189,7 +188,6 @@ class _Peer(WorkerLoop):
         super().__init__(cfg, comm, torch.device("cpu"), started=started)
 
     def make_strategy(self) -> _TorchftDiLoCo:  # type: ignore[override]
-        """torchft's DiLoCo on the inner optimizer."""
         return _TorchftDiLoCo(self)
 
     def finish(self) -> dict[str, Any] | None:

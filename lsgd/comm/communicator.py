@@ -53,10 +53,8 @@ class Communicator(Shares, ABC):
         check_layout(info.world_size, info.groups)
         self.info = info
         self._stats: dict[str, CommStats] = {}
-        self._category = "train"
-        self._counters = 0
+        self._category, self._counters = "train", 0
 
-    # -- layout ---------------------------------------------------------
     @property
     def rank(self) -> int:
         return self.info.rank
@@ -76,7 +74,6 @@ class Communicator(Shares, ABC):
         """Global ranks taking part in a collective of ``among`` from this worker."""
         return list(range(self.world_size)) if among == "world" else self.info.group_members()
 
-    # -- statistics -----------------------------------------------------
     def stats(self, category: str = "train") -> CommStats:
         """Counters of ``category`` (a copy)."""
         return dataclasses.replace(self._stats.get(category, CommStats()))
@@ -106,7 +103,6 @@ class Communicator(Shares, ABC):
         ``per_hop`` bytes to the next (what DistributedDataParallel's all-reduce moves)."""
         return ring_traffic(per_hop, self.among_members(among), self.rank, self.node_of)
 
-    # -- collectives ----------------------------------------------------
     def all_reduce_(self, tensor: torch.Tensor, op: ReduceOp = "mean", among: Among = "world",
                     codec: str = "none") -> torch.Tensor:
         """Sum or average ``tensor`` across ``among`` in place; returns it. With a
@@ -135,7 +131,6 @@ class Communicator(Shares, ABC):
         return tensor
 
     def _chained(self, among: Among) -> bool:
-        """Whether a broadcast among ``among`` goes as the pipelined chain of nodes."""
         return (self.pipelined_broadcast and among == "world" and self.groups > 1
                 and self.world_size > 2 and self.broadcast_algorithm == "tree")
 
@@ -174,7 +169,6 @@ class Communicator(Shares, ABC):
             return DataParallel(module)
         return collective_data_parallel(self, module, sync_buffers)
 
-    # -- non-blocking collectives (see lsgd.comm.transfers) ----------------
     def start_all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "mean",
                          among: Among = "world", codec: str = "none") -> Handle:
         """Start summing or averaging ``tensor`` across ``among`` in place; returns at once.
@@ -238,7 +232,6 @@ class Communicator(Shares, ABC):
                                   self.broadcast_algorithm, heads)
         return pattern_traffic(moves, self.rank, self.node_of)
 
-    # -- time and the shared counter ----------------------------------------
     def now(self) -> float:
         """Seconds on this worker's clock (wall clock; the virtual clock in the simulator)."""
         return time.perf_counter()
@@ -260,7 +253,6 @@ class Communicator(Shares, ABC):
         self._counters += 1
         return f"lsgd/{name}/{self._counters}"
 
-    # -- pairwise exchange ------------------------------------------------
     def exchange(self, tensor: torch.Tensor, peer: int) -> torch.Tensor:
         """Send ``tensor`` to global rank ``peer``; return what ``peer`` sent (a new tensor).
 

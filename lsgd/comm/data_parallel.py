@@ -61,9 +61,7 @@ class DataParallel(nn.Module):
         self.hook_state = hook_state
         # Kept out of the submodules: parameters and state_dict stay the model's.
         self._inner = [inner if inner is not None else module]
-        self._average = average
-        self._before_forward = before_forward
-        self._forwarded = False
+        self._average, self._before_forward, self._forwarded = average, before_forward, False
 
     @property
     def inner(self) -> nn.Module:

@@ -113,9 +113,7 @@ class ElasticCommunicator(QuorumCollectives):
         self._nodes: list[int] | None = None
         self._lighthouse = lighthouse
         self.healed = False  # whether the last begin_round healed this worker
-        self.heals = 0
-        self.heal_seconds = 0.0
-        self.failed_rounds = 0
+        self.heals, self.heal_seconds, self.failed_rounds = 0, 0.0, 0
         self._quorum_log = quorum_log
         #: seconds this worker waited at the job's start gate (its first attempt's first
         #: round, in a job of :func:`lsgd.launch_elastic`); None: no wait, or it timed out
@@ -124,7 +122,8 @@ class ElasticCommunicator(QuorumCollectives):
         try:
             self.manager = Manager(
                 pg=self._pg, min_replica_size=min_members, use_async_quorum=False,
-                load_state_dict=self._on_heal, state_dict=self._on_send,
+                load_state_dict=self._on_heal, state_dict=lambda: cloned(
+                    {name: save() for name, (save, _) in self._parts.items()}),
                 replica_id=f"lsgd{slot}", store_addr=address, store_port=store_port,
                 rank=local_rank, world_size=per_node, lighthouse_addr=lighthouse, hostname=address,
                 # heals over the process group of the quorum: no HTTP server of the whole state
@@ -137,14 +136,10 @@ class ElasticCommunicator(QuorumCollectives):
                 raise
             raise self._lost(exc) from None
 
-    # -- what a healed worker receives ------------------------------------
     def add_state(self, name: str, save: Callable[[], Any], load: Callable[[Any], None]) -> None:
         """A part of what an up-to-date worker sends to a healing one: ``save()`` there,
         ``load(value)`` here (the parts are taken in the order they were added)."""
         self._parts[name] = (save, load)
-
-    def _on_send(self) -> dict[str, Any]:
-        return cloned({name: save() for name, (save, _) in self._parts.items()})
 
     def _on_heal(self, state: dict[str, Any]) -> None:
         healed = payload_bytes(state)
@@ -160,7 +155,6 @@ class ElasticCommunicator(QuorumCollectives):
             f"or its node is down): {error}. Every round forms there, so elastic training "
             "cannot go on without it: start the run again, lighthouse included")
 
-    # -- rounds -----------------------------------------------------------
     def begin_round(self) -> None:
         """Join this round's quorum (healing this node first if it is behind).
 
@@ -186,8 +180,13 @@ class ElasticCommunicator(QuorumCollectives):
             raise RoundFailed(f"worker {self.rank}: the quorum failed: {error}")
         ranks = getattr(self._pg, "_global_ranks", None) or []  # node * per_node + k
         nodes = [r // self.per_node for r in ranks]
-        if self.node not in nodes:
-            nodes = self._gather_nodes()
+        if self.node not in nodes:  # the member nodes in participating order: an all-gather
+            n = self.manager.num_participants()
+            out = [torch.zeros(1, dtype=torch.int64) for _ in range(n)]
+            self._nodes = list(range(n))  # a placeholder while the gather runs
+            self._across(lambda: self._pg.allgather([out], [torch.tensor([self.node])],
+                                                    options("gather")))
+            nodes = [int(t) for t in out]
         if nodes.index(self.node) != self.manager.participating_rank():
             raise RoundFailed(f"worker {self.rank}: quorum order {nodes} does not match "
                               f"its participating rank {self.manager.participating_rank()}")
@@ -249,16 +248,6 @@ class ElasticCommunicator(QuorumCollectives):
             self._lane.close()
         self.manager.shutdown(wait=False)
 
-    def _gather_nodes(self) -> list[int]:
-        """The member nodes in participating order (one all-gather of an int64)."""
-        n = self.manager.num_participants()
-        out = [torch.zeros(1, dtype=torch.int64) for _ in range(n)]
-        self._nodes = list(range(n))  # a placeholder while the gather runs
-        self._across(lambda: self._pg.allgather([out], [torch.tensor([self.node])],
-                                                options("gather")))
-        return [int(t) for t in out]
-
-    # -- collectives across the member nodes, on torchft's process group --------
     def _across(self, start: Callable[[], Any] | None, node_group: Any = None) -> None:
         """Run one collective across nodes (torchft's process group; ``None``: this worker
         takes no part in it). Every worker of the node then learns whether any of them saw

@@ -18,12 +18,6 @@ def seconds_text(value: datetime.timedelta) -> str:
     return f"{value.total_seconds():g} s"
 
 
-def _last_words(error: BaseException) -> str:
-    """``Type: first line of the message`` (C++ stack traces stay in the chained error)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return f"{type(error).__name__}: {lines[0] if lines else repr(error)}"
-
-
 @contextlib.contextmanager
 def communication_errors(rank: int, operation: str, timeout: datetime.timedelta,
                          absent: Callable[[], list[int] | None] | None = None
@@ -54,8 +48,10 @@ def communication_errors(rank: int, operation: str, timeout: datetime.timedelta,
                            "(hung, stopped, unreachable or far behind).")
         else:
             when = f"after {took}, before {limit} ran out"
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        first = lines[0] if lines else repr(error)  # C++ stack traces stay in the chained error
         raise CommunicationError(
             f"Rank {rank} gave up on the {operation} {when}. {culprit} Check the other workers' "
             "logs for the first error; if the workers are only slow (on a long evaluation, "
             "say), raise the timeout (the timeout argument of lsgd.launch; lsgd train "
-            f"--timeout).\nOriginal error: {_last_words(error)}") from error
+            f"--timeout).\nOriginal error: {type(error).__name__}: {first}") from error

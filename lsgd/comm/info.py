@@ -64,10 +64,9 @@ class WorkerInfo:
 
 def check_layout(world_size: int, groups: int) -> None:
     """Raise ``ValueError`` unless ``groups`` splits ``world_size`` evenly."""
-    if not _validate.is_int(world_size) or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
-    if not _validate.is_int(groups) or groups < 1:
-        raise ValueError(f"groups must be a positive integer, got {groups!r}")
+    for name, value in (("world_size", world_size), ("groups", groups)):
+        if not _validate.is_int(value) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if world_size % groups != 0:
         raise ValueError(f"groups={groups} must divide the number of workers world_size="
                          f"{world_size}; use a divisor such as 1 or {world_size}")

@@ -33,9 +33,7 @@ class BackgroundLane:
 
     def __init__(self, name: str, groups: tuple[Any, Any] = (None, None),
                  device: torch.device = torch.device("cpu")) -> None:
-        self.name = name
-        self.groups = groups
-        self._device = device
+        self.name, self.groups, self._device = name, groups, device
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = (
             queue.SimpleQueue())
         threading.Thread(target=self._serve, name=f"lsgd-{name}", daemon=True).start()

@@ -44,7 +44,6 @@ class QuorumCollectives(Communicator):
         """The node's group its processes agree on an outcome over (None: the default)."""
         return None
 
-    # -- layout seen by the collectives -------------------------------------
     def node_of(self, rank: int) -> int:
         return rank // self.per_node
 
@@ -75,7 +74,6 @@ class QuorumCollectives(Communicator):
             out[node * self.per_node:(node + 1) * self.per_node] = block
         return out
 
-    # -- primitives ---------------------------------------------------------
     def _over_nodes(self, start: Callable[[Any], Any] | None, work: torch.Tensor) -> None:
         """``start(pg)`` across the member nodes on torchft's process group ``pg`` (``None``,
         or an empty ``work``: this worker takes no part); the node's processes agree on the

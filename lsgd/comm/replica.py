@@ -57,7 +57,6 @@ class ReplicaCommunicator(Communicator):
         self.share = (info.group_rank, info.group_size)
         self.broadcast_algorithm = peers.broadcast_algorithm
 
-    # -- who is who -------------------------------------------------------------
     @property
     def processes(self) -> Communicator:
         return self._processes
@@ -99,7 +98,6 @@ class ReplicaCommunicator(Communicator):
         parts = codecs.split(numel, self.share[1], codecs.BLOCK * self.world_size)
         return parts[self.share[0] if r is None else r]
 
-    # -- counting -----------------------------------------------------------------
     def stats(self, category: str = "train") -> CommStats:
         """What this process moved in ``category``: its peers' collectives (across the
         node's link, ``link_*``) and its node's (DDP's gradients, the parts)."""
@@ -111,7 +109,6 @@ class ReplicaCommunicator(Communicator):
         with super().category(name), self.peers.category(name), self.node.category(name):
             yield
 
-    # -- the node's data parallelism -------------------------------------------------
     def replica_parallel(self, module: nn.Module) -> DataParallel | None:
         """``module`` data-parallel over the node's processes, to call in the forward pass."""
         return self.node.data_parallel(module, True)
@@ -122,7 +119,6 @@ class ReplicaCommunicator(Communicator):
         """All-reduce data parallelism is over every process, as without replicas."""
         return self._processes.data_parallel(module, sync_buffers, options, compression)
 
-    # -- collectives among the replicas --------------------------------------------
     def all_reduce_(self, tensor: torch.Tensor, op: ReduceOp = "mean", among: Among = "world",
                     codec: str = "none") -> torch.Tensor:
         self._check(tensor, among)
@@ -209,7 +205,6 @@ class ReplicaCommunicator(Communicator):
         self.node.broadcast_(value, 0)
         return int(value)
 
-    # -- the parts ----------------------------------------------------------------
     def _by_parts(self, tensor: torch.Tensor, start: Callable[[torch.Tensor], Handle]
                   ) -> Handle:
         """``start`` the collective on this process's part of ``tensor``; waiting reassembles it."""

@@ -195,7 +195,6 @@ def _encode_2bit(kept: torch.Tensor) -> list[torch.Tensor]:
 
 def _decode_2bit(value_bytes: torch.Tensor, level_bytes: torch.Tensor, rows: int, k: int
                  ) -> torch.Tensor:
-    """The ``[rows, k]`` float32 values of :func:`_encode_2bit`'s bytes."""
     codes = unpack_bits(value_bytes, rows * k, 2).view(rows, k)
     levels = as_values(level_bytes).view(rows, 2)
     magnitude = levels.gather(1, codes >> 1)

@@ -53,8 +53,7 @@ class Handle:
 
     def __init__(self, finish: Callable[[], tuple[Any, float]],
                  count: Callable[[float], None] | None = None) -> None:
-        self._finish = finish
-        self._count = count
+        self._finish, self._count = finish, count
         self._result: Any = None
         self.done = False
 
@@ -83,8 +82,7 @@ def run(comm: Any, transfer: Transfer) -> tuple[Any, float]:
         if t.codec == "none":
             return None, comm._all_reduce(t.tensor, t.op, t.among)
         return None, _compressed_all_reduce(comm, t)
-    # broadcast
-    start = time.perf_counter()
+    start = time.perf_counter()  # a broadcast
     wire = (t.tensor.reshape(-1) if t.codec == "none" else
             codecs.encode(t.codec, t.tensor) if comm.rank == t.src else
             torch.empty(t.payload_bytes(), dtype=torch.uint8, device=t.tensor.device))

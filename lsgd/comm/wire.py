@@ -70,25 +70,20 @@ def ring_traffic(per_hop: float, members: Sequence[int], me: int,
                  node_of: Callable[[int], int]) -> Traffic:
     """A ring in collective order where every member sends ``per_hop`` bytes to the
     next (an all-reduce: ``2 (n - 1) / n B``; an all-gather: ``(n - 1) B``)."""
-    if len(members) <= 1:
-        return Traffic()
-    return pattern_traffic(_ring(members, per_hop), me, node_of)
+    return Traffic() if len(members) <= 1 else pattern_traffic(_ring(members, per_hop), me, node_of)
 
 
 def _ring(members: Sequence[int], nbytes: float) -> list[Move]:
-    """Every member sends ``nbytes`` to the next, in collective order."""
     n = len(members)
     return [(members[i], members[(i + 1) % n], float(nbytes)) for i in range(n)]
 
 
 def _from(members: Sequence[int], src: int) -> list[int]:
-    """``members`` in collective order, starting at ``src``."""
     start = list(members).index(src)
     return [members[(start + v) % len(members)] for v in range(len(members))]
 
 
 def _all_to_all(sizes: Sequence[int], members: Sequence[int]) -> list[Move]:
-    """Every member sends ``sizes[j]`` bytes to member ``j`` (not to itself)."""
     return [(a, b, float(sizes[j])) for a in members for j, b in enumerate(members) if a != b]
 
 

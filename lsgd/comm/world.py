@@ -88,9 +88,7 @@ class World:
     def __init__(self, world_size: int, groups: int, seeds: Sequence[int],
                  step_time: Sequence[float] | None, link: Link | None = None,
                  replica: str = "process") -> None:
-        self.world_size = world_size
-        self.groups = groups
-        self.replica = replica
+        self.world_size, self.groups, self.replica = world_size, groups, replica
         self.step_time = None if step_time is None else list(step_time)  # None: measured
         self.link = None if link is None else LinkModel(link.rate, link.latency, self.node_of)
         self.resumed = [time.perf_counter()] * world_size
@@ -139,7 +137,6 @@ class World:
         self._wait_turn(rank)
 
     def _computed(self, rank: int) -> None:
-        """With measured clocks: add the wall time ``rank`` just held the turn."""
         if self.step_time is None:
             self.clock[rank] += time.perf_counter() - self.resumed[rank]
 
@@ -176,7 +173,6 @@ class World:
         raise WorkerAborted() from error
 
     def _release(self, members: Iterable[int], finish: float) -> None:
-        """``members`` may run again, their clocks at ``finish`` at least."""
         for member in members:
             self.clock[member] = max(self.clock[member], finish)
             self.ready[member] = True
@@ -224,7 +220,6 @@ class World:
             self._yield_turn(rank)
             return pending.result[rank], pending.duration
 
-    # -- started (non-blocking) transfers ------------------------------------------
     def start_collective(self, rank: int, key: tuple, op: str, members: list[int],
                          payload: Any, compute: Callable[[dict[int, Any]], dict[int, Any]],
                          transfer: float = 0.0, lane: str = "bulk") -> Pending:

@@ -49,18 +49,13 @@ DATASETS = (*FACTS, *TEXT_DATASETS)
 def locate(name: str, data_dir: str | os.PathLike[str] | None = None) -> str | None:
     """Why :func:`load_dataset` would not find ``name``'s files (looked for, never
     read), or None when they are where it looks (or it needs none)."""
-    key = name.lower()
+    looks: dict[str, Callable[[], object]] = {
+        "fashion-mnist": lambda: fashion_mnist_dir(data_dir),
+        "cifar10": lambda: cifar_dir(data_dir, 10), "cifar100": lambda: cifar_dir(data_dir, 100),
+        "imagenet": lambda: imagenet_dir(data_dir), "text": lambda: text_files(data_dir),
+        "kjv": lambda: kjv_cached() or bible_program()}
     try:
-        if key == "fashion-mnist":
-            fashion_mnist_dir(data_dir)
-        elif key in ("cifar10", "cifar100"):
-            cifar_dir(data_dir, int(key[len("cifar"):]))
-        elif key == "imagenet":
-            imagenet_dir(data_dir)
-        elif key == "kjv" and not kjv_cached():
-            bible_program()
-        elif key == "text":
-            text_files(data_dir)
+        looks.get(name.lower(), lambda: None)()
     except (FileNotFoundError, ValueError) as error:
         return str(error)
     return None

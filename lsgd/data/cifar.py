@@ -47,12 +47,11 @@ def cifar_dir(root: str | os.PathLike[str] | None = None, classes: int = 10) -> 
             return folder
     looked = " or ".join(str(c) for c in candidates) if candidates else (
         "nowhere (no --data-dir given and $LSGD_DATA is unset)")
-    raise FileNotFoundError(
-        f"CIFAR-{classes} not found: looked in {looked} for the files "
-        f"{', '.join(files)} (the folder {folder_name}/ of {archive}). "
-        f"CIFAR cannot be downloaded by lsgd: download {archive} from the CIFAR home page, "
-        f"extract it, and pass --data-dir pointing at {folder_name}/ or at the folder holding it."
-    )
+    raise FileNotFoundError(f"CIFAR-{classes} not found: looked in {looked} for the files "
+                            f"{', '.join(files)} (the folder {folder_name}/ of {archive}). "
+                            f"CIFAR cannot be downloaded by lsgd: download {archive} from the "
+                            f"CIFAR home page, extract it, and pass --data-dir pointing at "
+                            f"{folder_name}/ or at the folder holding it.")
 
 
 def _unpickle(path: Path) -> dict[str, Any]:

@@ -24,10 +24,9 @@ def _pil() -> Any:
     try:
         from PIL import Image
     except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "Image-folder datasets (ImageNet) decode images with Pillow, which is not "
-            "installed: pip install 'lsgd[imagenet]' (or pip install pillow)."
-        ) from err
+        raise ImportError("Image-folder datasets (ImageNet) decode images with Pillow, which is "
+                          "not installed: pip install 'lsgd[imagenet]' (or pip install "
+                          "pillow).") from err
     return Image
 
 
@@ -60,10 +59,7 @@ class ImageFolder:
                  threads: int = 0, name: str = "imagenet") -> None:
         _pil()
         self.root = base = imagenet_dir(root)
-        self.name = name
-        self.size = int(size)
-        self.resize = int(resize)
-        self.threads = int(threads)
+        self.name, self.size, self.resize, self.threads = name, int(size), int(resize), int(threads)
         self.class_names, self.train_samples = _list_split(base / "train")
         index = {n: i for i, n in enumerate(self.class_names)}
         val_names, val_samples = _list_split(base / "val")
@@ -171,21 +167,20 @@ def imagenet_dir(root: str | os.PathLike[str] | None = None) -> Path:
     ``root`` (default ``$LSGD_DATA``) or its ``imagenet/``; else ``FileNotFoundError``."""
     given = root if root is not None else os.environ.get("LSGD_DATA")
     if given is None:
-        raise FileNotFoundError(
-            "ImageNet needs a folder holding train/<class>/*.JPEG and val/<class>/*.JPEG: "
-            "lsgd cannot download it; pass --data-dir (or set $LSGD_DATA)."
-        )
+        raise FileNotFoundError("ImageNet needs a folder holding train/<class>/*.JPEG and "
+                                "val/<class>/*.JPEG: lsgd cannot download it; pass --data-dir "
+                                "(or set $LSGD_DATA).")
     base = Path(given)
     if not (base / "train").is_dir() and (base / "imagenet" / "train").is_dir():
         base = base / "imagenet"
     missing = [s for s in ("train", "val") if not (base / s).is_dir()]
     if missing:
-        raise FileNotFoundError(
-            f"Image folder {base} lacks {' and '.join(s + '/' for s in missing)}: expected "
-            f"{base}/train/<class>/*.JPEG and {base}/val/<class>/*.JPEG. lsgd cannot "
-            "download ImageNet: get it from image-net.org, sort val/ into class "
-            "folders, and pass --data-dir pointing at the folder holding train/ and val/."
-        )
+        raise FileNotFoundError(f"Image folder {base} lacks "
+                                f"{' and '.join(s + '/' for s in missing)}: expected "
+                                f"{base}/train/<class>/*.JPEG and {base}/val/<class>/*.JPEG. "
+                                "lsgd cannot download ImageNet: get it from image-net.org, "
+                                "sort val/ into class folders, and pass --data-dir pointing "
+                                "at the folder holding train/ and val/.")
     return base
 
 

@@ -43,11 +43,10 @@ def fashion_mnist_dir(root: str | os.PathLike[str] | None = None) -> Path:
             return folder
     expected = ", ".join(f"{stem}[.gz]" for stem in FASHION_FILES)
     looked = ", ".join(str(c) for c in candidates)
-    raise FileNotFoundError(
-        f"Fashion-MNIST not found in {looked}: expected the files {expected}. "
-        "Install them with 'sudo apt-get install dataset-fashion-mnist' (into "
-        f"{DEBIAN_FASHION_MNIST}), or point --data-dir / $LSGD_DATA at a folder holding them."
-    )
+    raise FileNotFoundError(f"Fashion-MNIST not found in {looked}: expected the files "
+                            f"{expected}. Install them with 'sudo apt-get install "
+                            f"dataset-fashion-mnist' (into {DEBIAN_FASHION_MNIST}), or point "
+                            "--data-dir / $LSGD_DATA at a folder holding them.")
 
 
 def _find(folder: Path, stem: str) -> Path | None:

@@ -16,18 +16,10 @@ T = TypeVar("T")
 __all__ = ["LaunchError", "launch"]
 
 
-def launch(
-    fn: Callable[..., T],
-    world_size: int,
-    groups: int = 1,
-    *,
-    args: Sequence[Any] = (),
-    timeout: float = 300.0,
-    threads_per_worker: int | None = None,
-    link: str | Link | None = None,
-    max_restarts: int = 0,
-    replica: str = "process",
-) -> list[T]:
+def launch(fn: Callable[..., T], world_size: int, groups: int = 1, *, args: Sequence[Any] = (),
+           timeout: float = 300.0, threads_per_worker: int | None = None,
+           link: str | Link | None = None, max_restarts: int = 0,
+           replica: str = "process") -> list[T]:
     """Run ``fn(info, *args)`` in ``world_size`` processes; results by rank. A worker's
     failure raises :class:`LaunchError` naming its rank and error.
 

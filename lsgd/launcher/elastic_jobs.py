@@ -30,19 +30,11 @@ GATE_PORT = LIGHTHOUSE_PORT + 1  # the start gate's store, beside it
 T = TypeVar("T")
 
 
-def launch_elastic(
-    fn: Callable[..., T],
-    slots: int,
-    *,
-    args: Sequence[Any] = (),
-    restarts: int = 0,
-    timeout: float = 600.0,
-    threads_per_worker: int | None = None,
-    join_timeout: float = 30.0,
-    heartbeat_timeout: float = 2.0,
-    link: str | Link | None = None,
-    per_node: int = 1,
-) -> list[T]:
+def launch_elastic(fn: Callable[..., T], slots: int, *, args: Sequence[Any] = (),
+                   restarts: int = 0, timeout: float = 600.0,
+                   threads_per_worker: int | None = None, join_timeout: float = 30.0,
+                   heartbeat_timeout: float = 2.0, link: str | Link | None = None,
+                   per_node: int = 1) -> list[T]:
     """Run ``fn(info, slot, slots, lighthouse, *args)`` in ``per_node`` workers on each of
     ``slots`` nodes (``fn`` builds its elastic communicator from them; the agents are
     spawned, so ``fn`` and ``args`` must be picklable); results by global rank.

@@ -34,18 +34,10 @@ GRACE_SECONDS = 10.0  # after one agent fails, the others get this long to notic
 JOIN_TIMEOUT = 60.0
 
 
-def launch_on_links(
-    fn: Callable[..., T],
-    world_size: int,
-    groups: int,
-    link: str | Link,
-    *,
-    args: Sequence[Any] = (),
-    timeout: float = 300.0,
-    threads_per_worker: int | None = None,
-    max_restarts: int = 0,
-    replica: str = "process",
-) -> list[T]:
+def launch_on_links(fn: Callable[..., T], world_size: int, groups: int, link: str | Link, *,
+                    args: Sequence[Any] = (), timeout: float = 300.0,
+                    threads_per_worker: int | None = None, max_restarts: int = 0,
+                    replica: str = "process") -> list[T]:
     """Run ``fn(info, *args)`` as ``world_size`` workers on ``groups`` nodes behind links
     shaped to ``link``: the contract of :func:`lsgd.launch`. A node whose workers fail
     once more than ``max_restarts`` allows gives up, and the others stop within

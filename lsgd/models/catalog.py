@@ -72,8 +72,6 @@ def build_model(name: str, input_shape: tuple[int, int, int], classes: int) -> n
         factory = partial(_build_wrn, depth=int(wrn[1]), widen=int(wrn[2]))
     shape = tuple(input_shape)
     if len(shape) != 3 or not all(_validate.is_int(v) and v >= 1 for v in shape):
-        raise ValueError(
-            f"input_shape must be three positive ints (C, H, W), got {input_shape!r}"
-        )
+        raise ValueError(f"input_shape must be three positive ints (C, H, W), got {input_shape!r}")
     _check_positive(classes=classes)
     return factory((shape[0], shape[1], shape[2]), classes)

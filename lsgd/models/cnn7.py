@@ -24,21 +24,17 @@ class CNN7(nn.Module):
         # unpadded 5x5 conv, 2x2 max-pool, unpadded 5x5 conv, 2x2 max-pool, unpadded 3x3 conv
         side = ((image_size - 4) // 2 - 4) // 2 - 2
         if side < 1:
-            raise ValueError(
-                f"cnn7 needs inputs of at least {CNN7_MIN_SIZE}x{CNN7_MIN_SIZE} "
-                f"(two unpadded 5x5 convs, two 2x2 max-pools and an unpadded 3x3 "
-                f"conv), got {image_size}x{image_size}"
-            )
+            raise ValueError(f"cnn7 needs inputs of at least {CNN7_MIN_SIZE}x{CNN7_MIN_SIZE} "
+                             f"(two unpadded 5x5 convs, two 2x2 max-pools and an unpadded 3x3 "
+                             f"conv), got {image_size}x{image_size}")
         self.flatten_features = 64 * side * side
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, 64, kernel_size=5), nn.ReLU(inplace=True), nn.MaxPool2d(2),
             nn.Conv2d(64, 128, kernel_size=5), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-            nn.Conv2d(128, 64, kernel_size=3), nn.ReLU(inplace=True),
-        )
+            nn.Conv2d(128, 64, kernel_size=3), nn.ReLU(inplace=True))
         self.classifier = nn.Sequential(
             nn.Flatten(), nn.Linear(self.flatten_features, 256), nn.Dropout(0.5),
-            nn.Linear(256, classes),
-        )
+            nn.Linear(256, classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))

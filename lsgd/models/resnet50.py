@@ -37,8 +37,7 @@ class _Bottleneck(nn.Module):
         if stride != 1 or in_planes != out_planes:
             self.downsample = nn.Sequential(
                 nn.Conv2d(in_planes, out_planes, 1, stride=stride, bias=False),
-                nn.BatchNorm2d(out_planes),
-            )
+                nn.BatchNorm2d(out_planes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.downsample is None else self.downsample(x)

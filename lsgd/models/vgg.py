@@ -7,19 +7,16 @@ from torch import nn
 
 from lsgd.models.shared import _check_positive, _init_conv_bn
 
-VGG16_CONFIG: tuple[int | str, ...] = (
-    64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M",
-)
+VGG16_CONFIG: tuple[int | str, ...] = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M",
+                                       512, 512, 512, "M", 512, 512, 512, "M")
 VGG16_MIN_SIZE = 32
 
 
 def check_vgg16_size(height: int, width: int) -> None:
     """``ValueError`` for inputs smaller than :data:`VGG16_MIN_SIZE` on a side."""
     if min(height, width) < VGG16_MIN_SIZE:
-        raise ValueError(
-            f"vgg16 needs inputs of at least {VGG16_MIN_SIZE}x{VGG16_MIN_SIZE} "
-            f"(five 2x2 max-pools), got {height}x{width}"
-        )
+        raise ValueError(f"vgg16 needs inputs of at least {VGG16_MIN_SIZE}x{VGG16_MIN_SIZE} "
+                         f"(five 2x2 max-pools), got {height}x{width}")
 
 
 class VGG16(nn.Module):
@@ -47,8 +44,7 @@ class VGG16(nn.Module):
         self.classifier = nn.Sequential(
             nn.Dropout(0.5), nn.Linear(512, 512), nn.ReLU(inplace=True),
             nn.Dropout(0.5), nn.Linear(512, 512), nn.ReLU(inplace=True),
-            nn.Linear(512, classes),
-        )
+            nn.Linear(512, classes))
         _init_conv_bn(self, mode="fan_out")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

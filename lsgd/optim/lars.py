@@ -30,10 +30,9 @@ def _check(group: Mapping[str, Any]) -> None:
         if name in group and not (_validate.is_number(value, finite=True) and valid(value)):
             raise ValueError(f"LARS: {name} must be {what}, got {value!r}")
     if group.get("nesterov") and group["momentum"] <= 0:
-        raise ValueError(
-            f"LARS: nesterov=True requires momentum > 0, got nesterov={group['nesterov']!r}, "
-            f"momentum={group['momentum']!r} (pass nesterov=False for plain LARS)"
-        )
+        raise ValueError(f"LARS: nesterov=True requires momentum > 0, got "
+                         f"nesterov={group['nesterov']!r}, momentum={group['momentum']!r} "
+                         "(pass nesterov=False for plain LARS)")
 
 
 class LARS(Optimizer):
@@ -64,14 +63,9 @@ class LARS(Optimizer):
                  momentum: float = 0.9, weight_decay: float = 0.0, eta: float = 0.001,
                  exclude_bias_and_norm: bool = False, nesterov: bool = True) -> None:
         defaults: dict[str, Any] = {
-            "lr": lr,
-            "momentum": momentum,
-            "nesterov": bool(nesterov),
-            "weight_decay": weight_decay,
-            "eta": eta,
-            "exclude_bias_and_norm": bool(exclude_bias_and_norm),
-            "adapt": True,
-        }
+            "lr": lr, "momentum": momentum, "nesterov": bool(nesterov),
+            "weight_decay": weight_decay, "eta": eta,
+            "exclude_bias_and_norm": bool(exclude_bias_and_norm), "adapt": True}
         _check(defaults)
         super().__init__(params, defaults)
 

@@ -15,7 +15,6 @@ from typing import Any
 from lsgd.repro import defaults
 
 
-# -- argument types -------------------------------------------------------
 def _checked(convert: Callable[[str], Any], fits: Callable[[Any], bool],
              expected: str) -> Callable[[str], Any]:
     """An argument type: ``convert(text)`` where ``fits`` it, else "expected ``expected``"."""
@@ -41,7 +40,6 @@ def int_list(text: str) -> list[int]:
     return [positive_int(part) for part in text.split(",") if part.strip()]
 
 
-# -- the parsers ------------------------------------------------------------
 def add_repro_parser(subparsers: Any) -> argparse.ArgumentParser:
     """``lsgd repro EXPERIMENT``: rerun the LSGD paper's small experiments."""
     repro = subparsers.add_parser(
@@ -122,7 +120,6 @@ def add_matrix_completion_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-# -- handlers ---------------------------------------------------------------
 def run_repro(args: argparse.Namespace) -> int:
     """``lsgd repro`` without an experiment: the usage and exit code 2."""
     parser: argparse.ArgumentParser = args.parser

@@ -121,7 +121,6 @@ def methods(lr: float = LR, pull: float = PULL, workers: int = WORKERS) -> list[
     return [lgd(lr * pull), eagd(min(1.0, workers * lr * pull))]
 
 
-# -- the two engines ----------------------------------------------------------
 def run_strategy(problem: Factorization, starts: torch.Tensor, method: Method, lr: float,
                  steps: int, progress: Progress | None = None) -> torch.Tensor:
     """``F / F(0)`` of every worker, ``[steps + 1, W]``, through the real strategy."""
@@ -201,7 +200,6 @@ def _rank_order_mean(x: torch.Tensor) -> torch.Tensor:
     return total.div_(x.shape[1])
 
 
-# -- the experiment -----------------------------------------------------------
 @dataclasses.dataclass
 class Result:
     """The best worker's ``F / F(0)`` per step and trial: ``curves[rank][label]``,

@@ -34,9 +34,7 @@ class RoundSchedule:
     """The rounds due after each local step of one worker."""
 
     def __init__(self, comm: Communicator, cadences: list[Cadence], asynchronous: bool) -> None:
-        self.comm = comm
-        self.cadences = list(cadences)
-        self.asynchronous = bool(asynchronous)
+        self.comm, self.cadences, self.asynchronous = comm, list(cadences), bool(asynchronous)
         self.key = comm.new_counter_key("steps") if self.asynchronous and cadences else ""
         self.total = 0  # the shared counter as last seen (async), plus `base`
         self.base = 0  # counter value at which a resumed run restarts its counter
@@ -77,7 +75,6 @@ class RoundSchedule:
         self.last_due = due
         return group
 
-    # -- resume ----------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """What to save at a sync point (no round pending is needed to resume)."""
         return {"joined": dict(self.joined), "last_due": self.last_due, "total": self.total}

@@ -35,7 +35,6 @@ Tensors = Sequence[torch.Tensor]
 GraphSpec = Topology | Sequence[Topology | str] | str | None
 
 
-# -- the math, on lists of tensors --------------------------------------------------
 def mix_(xs: Tensors, neighbours: Sequence[Tensors], weight: float) -> None:
     """Gossip in place: ``x <- (1 - d a) x + a sum_j x_j`` with ``d = len(neighbours)``."""
     if not neighbours or weight == 0.0:
@@ -142,15 +141,13 @@ class Decentralized(Strategy):
         super().__init__(model, optimizer, **options)
         self._check_agreement(owner)
         self.plans = self._make_plans()
-        self.communications = 0
-        self.exchanges = 0
+        self.communications = self.exchanges = 0
         self.dropped_neighbours = 0  # received states left out: not finite
         self.last_active: list[int] = []
         self.last_peers: list[int] = []
         self._generator = torch.Generator().manual_seed(seed)
         self._send = FlatBuffer(self._state)
 
-    # -- setup -------------------------------------------------------------
     def _agreement_key(self) -> list[float]:
         """Numbers that every worker must share (extended by subclasses)."""
         return [float(len(self.graphs)), *(float(g.fingerprint) for g in self.graphs),
@@ -195,7 +192,6 @@ class Decentralized(Strategy):
         return [GraphPlan(g, g.partners(self.rank), p[:-1].tolist(), float(p[-1]))
                 for g, p in zip(self.graphs, pieces)]
 
-    # -- one communication ---------------------------------------------------
     def _after_step(self, loss: torch.Tensor | float | None) -> None:
         if self.steps % self.period == 0:
             self._communicate()
@@ -258,7 +254,6 @@ class Decentralized(Strategy):
         """The new state, into ``mine`` (finite), from it and the finite states ``received``."""
         mix_(mine, list(received.values()), weight)
 
-    # -- evaluation ------------------------------------------------------------
     def spread(self) -> float | None:
         """Mean over workers of ``||x_i - x_bar||`` (collective: two ``"eval"`` all-reduces)."""
         center = FlatBuffer(self._state).copy_from(self._state)
@@ -272,7 +267,6 @@ class Decentralized(Strategy):
             self.comm.all_reduce_(distance, op="mean")
         return float(distance)
 
-    # -- reporting and checkpoints ---------------------------------------------
     def _report_fields(self) -> dict[str, Any]:
         fields = super()._report_fields()
         fields["details"].update(graphs=[g.name for g in self.graphs], budget=self.budget)

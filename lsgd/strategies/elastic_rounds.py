@@ -14,6 +14,7 @@ among all workers is a quorum point among the live workers (docs/algorithms.md,
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
@@ -108,7 +109,7 @@ def run_round(strategy: Strategy, body: Callable[[], None],
     transfer is under way (:func:`land_round` closes it)."""
     comm = strategy.comm
     before = len(strategy.in_flight())
-    try:
+    with contextlib.suppress(RoundFailed):  # a failed round is not committed
         comm.begin_round()  # type: ignore[attr-defined]
         if comm.healed:  # type: ignore[attr-defined]
             for tensor in strategy.local_state:
@@ -122,8 +123,6 @@ def run_round(strategy: Strategy, body: Callable[[], None],
             return None
         if wanted and strategy.on_round is not None:
             strategy.on_round()
-    except RoundFailed:
-        pass
     return bool(comm.end_round())  # type: ignore[attr-defined]
 
 
@@ -131,10 +130,8 @@ def land_round(strategy: Strategy, item: InFlight, arrive: Callable[[], None]) -
     """Close the hidden round of ``item``: ``arrive`` (wait for the transfer, apply it),
     ``strategy.on_round``, then torchft's commit. A transfer that failed is dropped and
     the round not committed."""
-    try:
+    with contextlib.suppress(RoundFailed):
         arrive()
         if item.info.get("elastic_hook") and strategy.on_round is not None:
             strategy.on_round()
-    except RoundFailed:
-        pass
     return bool(strategy.comm.end_round())  # type: ignore[attr-defined]

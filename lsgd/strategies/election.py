@@ -28,8 +28,7 @@ class Election:
     """Gathers the scores of a round's election (``rule``: ``"round"`` or ``"early"``)."""
 
     def __init__(self, rule: str, scorer: Scorer) -> None:
-        self.rule = rule
-        self.scorer = scorer
+        self.rule, self.scorer = rule, scorer
         self._early: tuple[Among, Handle] | None = None  # started after step s - 1
         #: each level's leader of the current period and whether this worker had
         #: diverged at its election (None: no leader), for the later fragments
@@ -58,7 +57,6 @@ class Election:
             gathered = comm.all_gather(self._score(module, state, device), among=among)
         return gathered.reshape(-1).to("cpu", torch.float64)  # one synchronisation
 
-    # -- checkpointing ---------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """The leaders of the period and the early gather in flight, arrived."""
         early = None

@@ -141,7 +141,6 @@ class LSGD(Strategy):
                 "leader_switches": self.levels[-1].switches,
                 "leader_history": tuple(self.leader_history), "details": details}
 
-    # -- the rule ----------------------------------------------------------
     def _before_optimizer_step(self) -> bool:
         """Algorithm 1's every-step pull, at the pre-step point ``x``, into ``_scope_delta``:
         ``d = sum over levels of (scope / period)(x - leader)``, the leader's own level
@@ -318,7 +317,6 @@ class LSGD(Strategy):
         for velocity in self._velocity.values():
             torch._foreach_zero_(velocity.buffers)
 
-    # -- checkpointing -----------------------------------------------------
     def reset_target(self) -> list[torch.Tensor]:
         return self.levels[-1].snapshot.views
 

@@ -114,7 +114,6 @@ class Strategy(Seams):
         self.optimizer = optimizer
         guard(optimizer)
         self._module = model
-        # A replica of several processes: their gradients averaged every step (DDP).
         self._replica = self.comm.replica_parallel(model)
         self._buffers_in_state = self.bn_buffers in ("pull", "broadcast") or (
             self.bn_buffers == "average" and self.rounds_average_state)
@@ -122,8 +121,7 @@ class Strategy(Seams):
         separate = self.bn_buffers == "average" and not self._buffers_in_state
         found = float_buffers(model) if separate else []
         self._bn_average = bn.BufferAverage(found) if found else None
-        self.steps = 0
-        self.rounds = 0
+        self.steps = self.rounds = 0
         self.resets = 0  # times this worker diverged and was reset (see _reset_to)
         self.asynchronous = bool(asynchronous)
         self.wait_seconds = 0.0  # time inside rounds: waiting for the others, and the transfer
@@ -131,14 +129,12 @@ class Strategy(Seams):
         self._schedule = RoundSchedule(self.comm, [], self.asynchronous)
         self._pipeline = Pipeline()  # the rounds' transfers in flight (overlap)
         self.on_round: Callable[[], None] | None = None  # elastic: the trainer's hook
-        # How rounds run: at once, or as quorum points (torchft, lsgd.strategies.elastic_rounds).
         self._elastic = bool(getattr(self.comm, "elastic", False))
         self._rounds = (ElasticRounds if self._elastic else Rounds)(self)
         self._rounds.start()
         # The communicator may outlive several strategies: count from here.
         self._baseline = {c: self.comm.stats(c) for c in TRAFFIC}
 
-    # -- the user-facing surface ----------------------------------------
     @property
     def model(self) -> nn.Module:
         """The module to call in the forward pass (a DDP wrapper, or the model itself)."""
@@ -175,7 +171,10 @@ class Strategy(Seams):
             self._after_step(loss)
             self._schedule.after_step(self.steps)
             self.at_sync_point = not self.asynchronous
-            self._apply_due()
+            for item in self._pipeline.due(self.steps):  # due after this step, before its rounds
+                start = self.comm.now()
+                self._rounds.land(item)
+                self.wait_seconds += self.comm.now() - start
             while (group := self._schedule.next()) is not None:
                 start = self.comm.now()
                 world = any(c.among == "world" for c in group)
@@ -227,13 +226,6 @@ class Strategy(Seams):
         else:
             self._pipeline.add(item)
 
-    def _apply_due(self) -> None:
-        """Apply the transfers due after this step, before any round of this step."""
-        for item in self._pipeline.due(self.steps):
-            start = self.comm.now()
-            self._rounds.land(item)
-            self.wait_seconds += self.comm.now() - start
-
     def arrive(self, item: InFlight) -> None:
         item.wait()
         self._apply(item)
@@ -253,7 +245,6 @@ class Strategy(Seams):
         """Run the rounds ``names`` (cadence names), which fell due together."""
         raise NotImplementedError
 
-    # -- diverged workers -------------------------------------------------
     def _diverged_error(self, what: str = "state", step: int | None = None) -> DivergedError:
         """The error every worker raises when no worker is left healthy."""
         step = self.steps if step is None else step
@@ -275,7 +266,6 @@ class Strategy(Seams):
     def _after_reset(self) -> None:
         """What else the method forgets after :meth:`_reset_to` (the leader score's window)."""
 
-    # -- acting together -------------------------------------------------
     @property
     def total_steps(self) -> int:
         """Local steps of all workers together, as this worker last saw them."""
@@ -303,9 +293,7 @@ class Strategy(Seams):
     def should_stop(self, wish: bool) -> bool:
         """Whether all workers stop now: True once any worker wished it, at a sync point
         (asynchronous workers agree at the next one). Call after every ``step``."""
-        if not self.at_sync_point:
-            return False
-        return self.agree(1.0 if wish else 0.0)[0] > 0
+        return self.at_sync_point and self.agree(1.0 if wish else 0.0)[0] > 0
 
     def _device(self) -> torch.device:
         return self._state[0].device if self._state else torch.device("cpu")
@@ -345,16 +333,10 @@ class Strategy(Seams):
 
     def state_dict(self) -> dict[str, Any]:
         self._pipeline.settle()  # first: a transfer's bytes count once it has arrived
-        return {
-            "name": self.name,
-            "bn_buffers": self.bn_buffers,
-            "wait_seconds": self.wait_seconds,
-            "schedule": self._schedule.state(),
-            "traffic": {c: dataclasses.asdict(self.traffic(c)) for c in TRAFFIC},
-            # After the transfers in flight arrived (they are waited for here):
-            "in_flight": self._pipeline.state(),
-            **{name: getattr(self, name) for name in (*COUNTS, *self.counters)},
-        }
+        return {"name": self.name, "bn_buffers": self.bn_buffers, "wait_seconds": self.wait_seconds,
+                "schedule": self._schedule.state(), "in_flight": self._pipeline.state(),
+                "traffic": {c: dataclasses.asdict(self.traffic(c)) for c in TRAFFIC},
+                **{name: getattr(self, name) for name in (*COUNTS, *self.counters)}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state.get("name") != self.name:

@@ -65,16 +65,12 @@ def erdos_renyi(size: int, p: float | None = None, *, edges: int | None = None, 
     if p is not None and not (_validate.is_number(p) and 0.0 <= p <= 1.0):
         raise ValueError(f"erdos_renyi: p must be a number in [0, 1], got {p!r}")
     if edges is not None and not (_validate.is_int(edges) and 0 <= edges <= len(pairs)):
-        raise ValueError(
-            f"erdos_renyi: edges must be an integer in [0, {len(pairs)}] for {size} workers, "
-            f"got {edges!r}"
-        )
+        raise ValueError(f"erdos_renyi: edges must be an integer in [0, {len(pairs)}] for "
+                         f"{size} workers, got {edges!r}")
     drawn = f"p={p:g}" if p is not None else f"edges={edges}"
     if connected and size > 1 and (edges is not None and edges < size - 1 or p == 0):
-        raise ValueError(
-            f"erdos_renyi: a connected graph on {size} workers needs at least {size - 1} edges; "
-            f"got {drawn}"
-        )
+        raise ValueError(f"erdos_renyi: a connected graph on {size} workers needs at least "
+                         f"{size - 1} edges; got {drawn}")
     rng = random.Random(seed)
     name = f"erdos_renyi({size}, {drawn}, seed={seed})"
     for _ in range(max_tries):
@@ -83,9 +79,8 @@ def erdos_renyi(size: int, p: float | None = None, *, edges: int | None = None, 
         graph = Topology(size, tuple(chosen), name)
         if not connected or graph.is_connected:
             return graph
-    raise ValueError(
-        f"erdos_renyi: no connected graph in {max_tries} draws with {drawn}; raise p or edges"
-    )
+    raise ValueError(f"erdos_renyi: no connected graph in {max_tries} draws with {drawn}; "
+                     "raise p or edges")
 
 
 def union(graphs: Sequence[Topology], name: str | None = None) -> Topology:

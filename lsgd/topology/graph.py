@@ -85,12 +85,10 @@ class Topology:
             return self
         isolated = [p[0] for p in parts if len(p) == 1]
         shown = "; ".join(_short(p) for p in parts[:6]) + ("; ..." if len(parts) > 6 else "")
-        raise ValueError(
-            f"graph {self.name!r} on {self.size} workers is not connected"
-            + (f": isolated workers {isolated}" if isolated else "")
-            + f"; its {len(parts)} components are {shown}. Decentralized training "
-            "needs a connected graph (or, for dynamic graphs, a connected union)"
-        )
+        raise ValueError(f"graph {self.name!r} on {self.size} workers is not connected"
+                         + (f": isolated workers {isolated}" if isolated else "")
+                         + f"; its {len(parts)} components are {shown}. Decentralized training "
+                         "needs a connected graph (or, for dynamic graphs, a connected union)")
 
     @functools.cached_property
     def matchings(self) -> tuple[tuple[Edge, ...], ...]:
@@ -170,10 +168,8 @@ def _normalize_edges(size: int, edges: Iterable[Sequence[int]]) -> tuple[Edge, .
         else:
             bad.append(edge)
     if bad:
-        raise ValueError(
-            f"Topology: edges must be pairs of distinct worker ranks in [0, {size}); "
-            f"bad edges {bad[:10]}" + (" ..." if len(bad) > 10 else "")
-        )
+        raise ValueError(f"Topology: edges must be pairs of distinct worker ranks in [0, {size}); "
+                         f"bad edges {bad[:10]}" + (" ..." if len(bad) > 10 else ""))
     return tuple(sorted(out))
 
 

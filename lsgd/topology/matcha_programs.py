@@ -18,10 +18,9 @@ def _cvxpy() -> Any:
     try:
         import cvxpy
     except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "MATCHA's activation probabilities and mixing weight are convex programs solved "
-            "with cvxpy, which is not installed: pip install 'lsgd[matcha]' (or cvxpy>=1.3)"
-        ) from error
+        raise ImportError("MATCHA's activation probabilities and mixing weight are convex "
+                          "programs solved with cvxpy, which is not installed: pip install "
+                          "'lsgd[matcha]' (or cvxpy>=1.3)") from error
     return cvxpy
 
 
@@ -51,10 +50,8 @@ def activation_probabilities(laplacians: Laplacians, budget: float) -> list[floa
     cp = _cvxpy()
     p = cp.Variable(m)
     combined = sum(p[j] * mats[j] for j in range(m))
-    problem = cp.Problem(
-        cp.Maximize(cp.lambda_sum_smallest(combined, 2)),
-        [cp.sum(p) <= budget * m, p >= 0, p <= 1],
-    )
+    problem = cp.Problem(cp.Maximize(cp.lambda_sum_smallest(combined, 2)),
+                         [cp.sum(p) <= budget * m, p >= 0, p <= 1])
     problem.solve()
     if p.value is None:  # pragma: no cover - solver failure
         raise RuntimeError(f"MATCHA's probability program failed: status {problem.status}")

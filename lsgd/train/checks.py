@@ -184,7 +184,6 @@ def option_errors(method: str, options: Any) -> list[str]:
 
 
 def _integers(low: int, high: int) -> str:
-    """The integers from ``low`` to ``high`` as words."""
     return f"a positive integer of at most {high}" if low == 1 else f"an integer in [{low}, {high}]"
 
 
@@ -222,7 +221,6 @@ def _pipeline_errors(cfg: Any) -> list[str]:
 
 
 def _defaults(cfg: Any) -> dict[str, Any]:
-    """The declared defaults of the run's method's options."""
     return ({f.name: f.default for f in dataclasses.fields(cfg.options)}
             if dataclasses.is_dataclass(cfg.options) else {})
 

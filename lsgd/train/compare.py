@@ -18,7 +18,7 @@ from lsgd.train.errors import UsageError
 from lsgd.train.runner import (check_before_start, check_new_run, dry_run,
                                launch_from_this_process, resolve, train_and_report, under_torchrun)
 from lsgd.train.config import TrainConfig
-from lsgd.train.outputs import atomic_write, read_csv
+from lsgd.train.outputs import atomic_write, read_csv, table
 from lsgd.train.run_plots import plot_runs
 
 
@@ -110,10 +110,7 @@ def comparison_text(runs: list[TrainConfig], summaries: Sequence[dict[str, Any] 
                      f"{summary['train_seconds']:.1f} s", f"{summary['steps']:g}",
                      f"{summary['bytes_sent_per_worker'] / 1e6:.2f}",
                      f"{sum(comm) / len(comm):.1f}" if comm else "-"])
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w)
-                       for i, (v, w) in enumerate(zip(row, widths))) for row in [header, *rows]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = table(header, rows).split("\n")
     first = runs[0]
     where = (f"link {first.link} between {first.groups} nodes, "
              f"{'modeled on the simulator clock' if first.backend == 'threads' else 'shaped'}"

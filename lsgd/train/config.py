@@ -33,7 +33,6 @@ ALIASES = {"async": "asynchronous"}  # TOML keys accepted besides the field name
 class TrainConfig:
     """Everything that defines a run of ``lsgd train``."""
 
-    # What to train
     method: str = _f("lsgd", "distributed method; several, comma-separated (lsgd,allreduce), "
                              "train one run each, side by side, into --out/METHOD, then "
                              "print a table and draw comparison.png", choices=METHODS)
@@ -50,7 +49,6 @@ class TrainConfig:
     augment: str = _f("auto", "augmentation preset (auto: the papers' choice for the dataset "
                               "and model; none to turn off)")
     language: LanguageSettings = group(LanguageSettings)
-    # Workers
     workers: int = _f(4, "number of workers W")
     groups: int = _f(1, "groups (nodes) of workers; several groups make LSGD multi-leader")
     replica: str = _f("process", "what the method sees as one worker: every process, or (node) "
@@ -219,7 +217,6 @@ GROUP_OF: dict[str, str | None] = {
 
 
 def _flat_fields(cfg: TrainConfig) -> list[tuple[Any, dataclasses.Field[Any]]]:
-    """Every run setting of ``cfg`` as (the object holding it, its field)."""
     holders = [(None, cfg), *((name, getattr(cfg, name)) for name in GROUPS)]
     return [(holder, f) for name, holder in holders for f in dataclasses.fields(holder)
             if GROUP_OF.get(f.name, "") == name]
@@ -365,7 +362,8 @@ def _options_of(method: str, given: dict[str, Any], siblings: tuple[str, ...],
             except TypeError as expected:
                 errors.append(f"--{flag(name)} {value!r}: expected {expected}")
         elif not (any(m in siblings for m in others)
-                  or name in lenient and _hashable(value) in defaults):
+                  or name in lenient
+                  and (tuple(value) if isinstance(value, list) else value) in defaults):
             spelled = _flag_of(known[name][0][1]) if name in known else f"--{flag(name)}"
             shown = (" ".join(str(v) for v in value) if isinstance(value, list) else
                      "" if value is True else value)
@@ -382,10 +380,6 @@ def _options_of(method: str, given: dict[str, Any], siblings: tuple[str, ...],
 def _flag_of(f: dataclasses.Field[Any]) -> str:
     """A setting's flag as the command line spells it (``--async`` for ``asynchronous``)."""
     return (*f.metadata.get("flags", ()), f"--{flag(f.name)}")[0]
-
-
-def _hashable(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
 
 
 #: The run's own settings (every one but the method's options), by flat name.

@@ -107,7 +107,6 @@ class ElasticRun(WorkerLoop):
         return super().run()
 
     def _answer(self, what: str) -> None:
-        """Log what this worker did about a fault, in a run with ``--fault``."""
         if self.cfg.faults.fault:
             faults.answer(self.cfg.out_dir, what, rank=self.rank)
 

@@ -58,6 +58,31 @@ def _number(cell: str) -> float | str:
         return cell
 
 
+def cell(value: Any) -> str:
+    """A table cell: floats to 3 significant digits, None as '-'."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        if value == 0:
+            return "0"
+        magnitude = abs(value)
+        if magnitude >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.3g}" if magnitude >= 0.01 else f"{value:.2e}"
+    return str(value)
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table, columns padded to their widest cell."""
+    cells = [[cell(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.ljust(w) if i == 0 else v.rjust(w)
+                         for i, (v, w) in enumerate(zip(values, widths))).rstrip()
+    return "\n".join([line(list(columns)), line(["-" * w for w in widths])]
+                     + [line(r) for r in cells])
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """``data`` as indented JSON, keys sorted (paths as text)."""
     atomic_write(path, json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")

@@ -17,7 +17,6 @@ from lsgd.train.outputs import read_csv
 
 
 def _summary(run: Path) -> dict[str, Any]:
-    """A run's summary.json, or {} when it is missing or unreadable."""
     try:
         summary = json.loads((run / "summary.json").read_text())
     except (OSError, ValueError):

@@ -220,7 +220,6 @@ class Worker(WorkerLoop):
                         else pace.shared_seconds) - bar.n)
 
     def _shown(self, loss: float) -> dict[str, str]:
-        """What the bar shows besides progress."""
         report = self.strategy.report()
         shown = {"epoch": f"{self.epochs_done():.2f}", "loss": f"{loss:.3f}"}
         if self.rows:

@@ -30,8 +30,7 @@ class ErrorFeedback:
     """This worker's accumulator ``e`` over the state's parts, decayed by ``decay``."""
 
     def __init__(self, parts: StateParts, decay: float = 1.0) -> None:
-        self.parts = parts
-        self.decay = decay
+        self.parts, self.decay = parts, decay
         self.residual = FlatBuffer(parts.tensors)
 
     def send(self, message: list[torch.Tensor], part: int, codec: Codec) -> None:

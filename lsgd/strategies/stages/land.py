@@ -38,9 +38,7 @@ class Landing:
     """Writes a round's target into the state's part, merged with the steps since."""
 
     def __init__(self, parts: StateParts, overlap: int, merge: str) -> None:
-        self.parts = parts
-        self.overlap = overlap
-        self.merge = merge
+        self.parts, self.overlap, self.merge = parts, overlap, merge
 
     def land(self, part: int, target: Sequence[torch.Tensor],
              start: Sequence[torch.Tensor] | None = None, weight: float = 1.0) -> None:

@@ -50,7 +50,6 @@ class LeaderForce:
         self.leader: int | None = None  # elected at the last round
         self._landed: list[torch.Tensor] | None = None  # x_L of the round being applied
 
-    # -- scores and the election -----------------------------------------------
     def elect(self, comm: Communicator, module: nn.Module, state: Sequence[torch.Tensor],
               device: torch.device, among: Among) -> float | None:
         """Elect the round's leader; this worker's weight of the sum (None: a plain mean)."""
@@ -68,7 +67,6 @@ class LeaderForce:
         return [(1.0 + self.weight if m == leader else 1.0) / (count + self.weight)
                 for m in range(count)]
 
-    # -- the leader's state (pull) ----------------------------------------------
     def send(self, comm: Communicator, parts: StateParts, move: Any,
              reference: FlatBuffer | None, item: InFlight, part: int, among: Among) -> None:
         """Note the round's leader on ``item``; with ``"pull"`` broadcast its part of the
@@ -110,7 +108,6 @@ class LeaderForce:
     def done(self) -> None:
         self._landed = None
 
-    # -- checkpointing --------------------------------------------------------
     def state(self) -> dict[str, Any]:
         return {"scorer": self.scorer.state(), "leader": self.leader}
 

@@ -16,8 +16,7 @@ class Message:
     """Builds a part's message: ``x``, or with ``difference`` ``r - x``."""
 
     def __init__(self, parts: StateParts, difference: bool) -> None:
-        self.parts = parts
-        self.difference = difference
+        self.parts, self.difference = parts, difference
 
     def build(self, part: int, reference: FlatBuffer | None
               ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

@@ -31,9 +31,7 @@ class AllReduce:
     gathers = False
 
     def __init__(self, comm: Communicator, codec: str, blocking: bool) -> None:
-        self.comm = comm
-        self.codec = codec
-        self.blocking = blocking and codec == "none"
+        self.comm, self.codec, self.blocking = comm, codec, blocking and codec == "none"
 
     def roundtrip(self, message: Tensors) -> Tensors:
         """What ``message`` becomes on the wire (before any reduction)."""
@@ -93,9 +91,7 @@ class Gather:
     gathers = True
 
     def __init__(self, comm: Communicator, layout: Layout, blocking: bool) -> None:
-        self.comm = comm
-        self.layout = layout
-        self.blocking = blocking
+        self.comm, self.layout, self.blocking = comm, layout, blocking
         self._payload: torch.Tensor | None = None  # encoded by roundtrip, sent by start
 
     def _sizes(self, message: Sequence[torch.Tensor]) -> list[int]:

@@ -50,8 +50,7 @@ class StateParts:
     """The state as a round sees it: ``work``, a flat copy, and ``fragments``."""
 
     def __init__(self, comm: Communicator, state: Sequence[torch.Tensor], fragments: int) -> None:
-        self.comm = comm
-        self.tensors = list(state)
+        self.comm, self.tensors = comm, list(state)
         self.work = FlatBuffer(self.tensors)
         self.fragments = Fragments(self.work, fragments, comm.part)
 

@@ -60,7 +60,6 @@ class Round:
         self.leader = leaders.make(owner, plan.leader, plan.leader_weight, plan.leader_pull)
         self.landing = Landing(self.parts, self.overlap, merge or plan.merge)
 
-    # -- the sending half ----------------------------------------------------------
     def start(self, part: int, steps: int, among: Among = "world") -> InFlight:
         """Build ``part``'s message, transform it and start its move."""
         message, now = self.message.build(part, self.reference)
@@ -88,7 +87,6 @@ class Round:
         """:meth:`start`, and a direction the rule applies at once (here none)."""
         return self.start(part, steps, among), None
 
-    # -- the receiving half ----------------------------------------------------------
     def arrive(self, item: InFlight) -> tuple[bool, Tensors | None]:
         """(whether the landed mean is finite on every share, the mean for the rule)."""
         part = int(item.info["fragment"])
@@ -124,7 +122,6 @@ class Round:
         """A mean that is not finite: the method's ``plain`` rule over the healthy members."""
         return plain(part, among)
 
-    # -- what a checkpoint keeps -------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """The stages' own state: the feedback's accumulator, the leader's scores."""
         state: dict[str, Any] = {"rounds_of": {} if self.feedback is None
