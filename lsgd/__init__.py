@@ -26,8 +26,7 @@ _SOURCES: dict[str, str] = {
                      "DivergedError", "EASGD", "Independent", "LSGD", "LocalSGD", "MATCHA",
                      "MuLoCo", "Report", "SparseLoCo", "Strategy"), "lsgd.strategies"),
     **dict.fromkeys(("make_strategy", "strategy_names"), "lsgd.registry"),
-    "Topology": "lsgd.topology",
-}
+    "Topology": "lsgd.topology"}
 #: Subpackages offered as attributes of ``lsgd`` (``lsgd.topology.ring(8)``).
 _SUBMODULES = ("topology",)
 

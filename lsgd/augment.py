@@ -163,8 +163,7 @@ _TRAIN: dict[str, Transform] = {
     "cifar100-32-pad": partial(_cifar_32_pad_train, black=CIFAR100_BLACK),
     "fashion": _identity,
     "fashion-crop": _fashion_crop_train,
-    "none": _identity,
-}
+    "none": _identity}
 _TEST: dict[str, Transform] = {**dict.fromkeys(PRESETS, _identity),
                                "cifar-28": lambda x, generator=None: center_crop(x, 28)}
 

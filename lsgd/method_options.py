@@ -329,8 +329,7 @@ OPTIONS: dict[str, type[MethodOptions]] = {
     "lsgd": LSGDOptions, "easgd": EASGDOptions, "local-sgd": LocalSGDOptions,
     "allreduce": AllReduceOptions, "sgd": WorkerOptions, "dpsgd": GossipOptions,
     "matcha": MATCHAOptions, "al-dsgd": ALDSGDOptions, "diloco": DiLoCoOptions,
-    "sparseloco": SparseLoCoOptions, "demo": DeMoOptions, "muloco": MuLoCoOptions,
-}
+    "sparseloco": SparseLoCoOptions, "demo": DeMoOptions, "muloco": MuLoCoOptions}
 assert tuple(OPTIONS) == METHODS, "every method declares its options, in METHODS' order"
 
 

@@ -29,8 +29,7 @@ _RUNNERS = {
     "volume": ("volume", "run"), "overhead": ("overhead", "run"),
     "stragglers": ("stragglers", "run"), "simulator": ("simulator_bench", "run"),
     "startup": ("startup", "run"), "elastic": ("elastic_bench", "run"),
-    "chaos": ("chaos_bench", "run"),
-}
+    "chaos": ("chaos_bench", "run")}
 NAMES = tuple(_RUNNERS)  # in the order ``all`` runs them
 
 

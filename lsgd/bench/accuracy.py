@@ -95,8 +95,7 @@ METHODS: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
        for name, fixed in (("demo", {}), ("demo-overlap", {"overlap": 1}))},
     # The peer, torchft 0.2.0 (lsgd.bench.peer): its DiLoCo and Streaming DiLoCo.
     "torchft-diloco": ("torchft-diloco", {}, [{"period": 16}]),
-    "torchft-streaming": ("torchft-streaming", {}, [{"period": 16}]),
-}
+    "torchft-streaming": ("torchft-streaming", {}, [{"period": 16}])}
 #: Left out where every node has one worker (multi-leader LSGD's local level).
 ONE_WORKER_NODES = dict.fromkeys(("lsgd-multi", "lsgd-multi-overlap", "lsgd-multi-overlap-int8",
                                   "lsgd-multi-hidden"), "one worker per node: no local level")
@@ -125,8 +124,7 @@ SETTINGS = {
         "lsgd-hidden": "several workers per node: lsgd-multi-hidden",
         "lsgd-momentum": "an option of LSGD, measured at 4 nodes",
         **dict.fromkeys(peer.METHODS, "torchft runs as processes on shaped links")}),
-    "time-to-loss": (4, 4, "processes", ONE_WORKER_NODES),
-}
+    "time-to-loss": (4, 4, "processes", ONE_WORKER_NODES)}
 
 
 def _defaults(quick: bool, setting: str) -> dict[str, Any]:
@@ -272,8 +270,7 @@ def run(out: Path, quick: bool, options: dict[str, Any], setting: str = "time-to
         "is not in the run).",
         "knobs: " + "; ".join(f"{m} {chosen[m] or 'defaults'}"
                               + (" (given)" if m in given else "") for m in methods)
-        + (f" (tuned on seed {TUNING_SEED}, link {opts['links'][0]})" if tuned else ""),
-    ]
+        + (f" (tuned on seed {TUNING_SEED}, link {opts['links'][0]})" if tuned else "")]
     notes += [f"{m}: left out ({why})" for m, why in left_out.items()
               if m in (opts.get("methods") or METHODS)]
     return Result(setting, headline.time_to.format(target=headline.show(opts["target"])),

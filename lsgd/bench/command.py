@@ -29,8 +29,7 @@ TAKES: dict[str, tuple[str, ...]] = {
     "step_seconds": (*TIMED, "scaling"), "jobs": (*TIMED, "scaling"),
     "no_tune": ("time-to-accuracy", "twelve-workers"), "knobs": TIMED,
     "reuse": (*TIMED, "scaling", "stragglers", "chaos"),
-    "reuse_only": (*TIMED, "scaling", "stragglers", "chaos"),
-}
+    "reuse_only": (*TIMED, "scaling", "stragglers", "chaos")}
 
 
 #: Each number a flag takes: whether a value fits, and what to give instead.
@@ -45,8 +44,7 @@ NUMBERS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "repeats": (lambda repeats: 1 <= repeats <= 1000, "give 1 to 1000"),
     "batch_size": (lambda size: size >= 1, "give a whole number of at least 1"),
     "jobs": (lambda jobs: jobs >= 1, "give at least 1"),
-    "first_seed": (lambda seed: seed >= 0, "give 0 or more"),
-}
+    "first_seed": (lambda seed: seed >= 0, "give 0 or more")}
 
 
 def _listed(*names: str) -> str:

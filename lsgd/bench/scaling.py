@@ -23,8 +23,7 @@ KNOBS: dict[str, dict[str, Any]] = {
     "diloco": {"period": 16},
     "diloco-hidden": {"period": 16, "overlap": 2, "fragments": 2},
     "lsgd-multi": {"period": 4, "global_period": 16},
-    "lsgd-multi-hidden": {"period": 4, "global_period": 16, "overlap": 3, "compress": "int8"},
-}
+    "lsgd-multi-hidden": {"period": 4, "global_period": 16, "overlap": 3, "compress": "int8"}}
 
 
 def _defaults(quick: bool) -> dict[str, Any]:
@@ -79,8 +78,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
         "seed missed it); best acc: the best within the budget (median); MB/worker: sent "
         "by a worker until the target (or the whole run when missed), median.",
         "knobs: " + "; ".join(f"{m} {KNOBS[m] or 'defaults'}" for m in methods)
-        + " (on one node, multi-leader LSGD has its local level only)",
-    ]
+        + " (on one node, multi-leader LSGD has its local level only)"]
     return Result("scaling", f"Time to {100 * opts['target']:g}% test accuracy against the "
                   "number of workers (modeled)",
                   ["workers", "nodes", "method", "time s", "steps", "best acc",

@@ -27,8 +27,7 @@ __all__ = [
     "DATASETS", "DEBIAN_FASHION_MNIST", "FACTS", "IMAGENET_MEAN", "IMAGENET_STD", "TEXT_DATASETS",
     "Dataset", "ImageFolder", "TextData", "cifar", "cifar_dir", "digits", "fashion_mnist",
     "fashion_mnist_dir", "imagenet", "imagenet_dir", "kjv", "load_dataset", "locate",
-    "random_resized_crop_params", "read_idx", "shard", "synthetic", "user_text",
-]
+    "random_resized_crop_params", "read_idx", "shard", "synthetic", "user_text"]
 
 
 #: Each image dataset without reading it: an image's shape before augmentation, the classes
@@ -39,8 +38,7 @@ FACTS: dict[str, tuple[tuple[int, int, int], int, int | None]] = {
     "cifar100": ((3, 32, 32), 100, 50_000),
     "imagenet": ((3, 224, 224), 1000, None),
     "digits": ((1, 8, 8), 10, 1347),
-    "synthetic": ((1, 28, 28), 10, 2048),
-}
+    "synthetic": ((1, 28, 28), 10, 2048)}
 
 #: The dataset names :func:`load_dataset` knows: images, then text.
 DATASETS = (*FACTS, *TEXT_DATASETS)

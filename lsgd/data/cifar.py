@@ -29,8 +29,7 @@ _CIFAR = {
          tuple(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta",
          "labels", "label_names"),
     100: ("cifar-100-python", "cifar-100-python.tar.gz",
-          ("train",), "test", "meta", "fine_labels", "fine_label_names"),
-}
+          ("train",), "test", "meta", "fine_labels", "fine_label_names")}
 
 
 def cifar_dir(root: str | os.PathLike[str] | None = None, classes: int = 10) -> Path:

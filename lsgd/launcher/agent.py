@@ -67,8 +67,7 @@ def explain(error: Exception, node: int, job: dict[str, Any], seconds: float) ->
         "RendezvousConnectionError": (
             f"the rendezvous store at {job['endpoint']} (node 0's agent) did not answer: this "
             f"node's or node 0's link is down, or node 0's agent is gone "
-            f"({error or 'no answer'})"),
-    }
+            f"({error or 'no answer'})")}
     return f"node {node}: {name} after {seconds:.0f} s: {meanings.get(name, error)}"
 
 

@@ -51,8 +51,7 @@ def launch_on_links(fn: Callable[..., T], world_size: int, groups: int, link: st
         # An agent counts its own workers' failures only (the others restart uncounted).
         "max_restarts": max_restarts, "join_timeout": min(JOIN_TIMEOUT, timeout),
         "run_id": f"lsgd-{uuid.uuid4().hex[:8]}",
-        "endpoint": f"{node_address(0)}:{RENDEZVOUS_PORT}",
-    }
+        "endpoint": f"{node_address(0)}:{RENDEZVOUS_PORT}"}
     # A fresh store for every rendezvous round: the agents' shared one would hand
     # restarted workers the addresses of the failed attempt's processes.
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), GLOO_SOCKET_IFNAME="eth0",

@@ -15,5 +15,4 @@ from lsgd.models.wide_resnet import WideResNet, wide_resnet
 
 __all__ = [
     "CNN7", "MLP", "MODELS", "ResNet20", "ResNet50", "VGG16", "WideResNet", "build_model",
-    "cnn7", "mlp", "resnet20", "resnet50", "stem_for", "vgg16", "wide_resnet",
-]
+    "cnn7", "mlp", "resnet20", "resnet50", "stem_for", "vgg16", "wide_resnet"]

@@ -51,8 +51,7 @@ MODELS: dict[str, ModelFactory] = {
     "vgg16": _build_vgg16,
     "wrn-28-10": partial(_build_wrn, depth=28, widen=10),
     "resnet50": lambda shape, classes: ResNet50(shape[0], classes, stem=stem_for(*shape[1:])),
-    "mlp": lambda shape, classes: MLP(shape[0] * shape[1] * shape[2], classes),
-}
+    "mlp": lambda shape, classes: MLP(shape[0] * shape[1] * shape[2], classes)}
 
 
 def build_model(name: str, input_shape: tuple[int, int, int], classes: int) -> nn.Module:

@@ -18,8 +18,7 @@ _VALID: dict[str, tuple[Callable[[float], bool], str]] = {
     "lr": (lambda v: v > 0, "a positive number"),
     "momentum": (lambda v: 0.0 <= v < 1.0, "a number in [0, 1)"),
     "weight_decay": (lambda v: v >= 0, "a number >= 0"),
-    "eta": (lambda v: v > 0, "a positive number"),
-}
+    "eta": (lambda v: v > 0, "a positive number")}
 
 
 def _check(group: Mapping[str, Any]) -> None:
@@ -128,5 +127,4 @@ def lars_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, A
     return [
         {"params": [p for p in trainable if p.ndim > 1], "weight_decay": weight_decay,
          "adapt": True},
-        {"params": [p for p in trainable if p.ndim <= 1], "weight_decay": 0.0, "adapt": False},
-    ]
+        {"params": [p for p in trainable if p.ndim <= 1], "weight_decay": 0.0, "adapt": False}]

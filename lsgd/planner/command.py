@@ -33,6 +33,10 @@ def add_plan_parser(subparsers: Any) -> None:
     for name, kind in KNOBS.items():
         add(f"--{name.replace('_', '-')}", type=kind if callable(kind) else str,
             choices=None if callable(kind) else kind, help="as lsgd train takes it")
+    add("--mtbf", type=float, metavar="SECONDS",
+        help="mean seconds of training between faults: adds each method's expected goodput")
+    add("--checkpoint-every", type=int, default=50, metavar="N",
+        help="with --mtbf: steps between checkpoints of a restartable run (50)")
     add("--out", metavar="DIR", help="write plan.csv, plan.json and plan.png there")
     parser.set_defaults(handler=run_plan)
 
@@ -45,7 +49,8 @@ def run_plan(args: argparse.Namespace) -> int:
     try:
         result = plan(args.model or parse_size(args.params), step_time=args.step_time,
                       workers=args.workers, groups=args.groups, link=args.link,
-                      methods=methods, knobs=knobs, device=args.device)
+                      methods=methods, knobs=knobs, device=args.device, mtbf=args.mtbf,
+                      checkpoint_every=args.checkpoint_every)
     except ValueError as error:
         raise UsageError(str(error)) from None
     print(result.table())

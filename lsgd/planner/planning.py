@@ -26,6 +26,8 @@ from lsgd.links.spec import RATE_UNITS, parse_link
 from lsgd.method_options import OPTIONS
 from lsgd.models.gpt import count_parameters
 from lsgd.names import GATHERED_CODECS, LANGUAGE_MODELS
+from lsgd.planner.goodput import MODES, goodput
+from lsgd.registry import strategy_class
 from lsgd.strategies.pipeline import check_options
 from lsgd.strategies.stages.options import RoundPlan
 from lsgd.strategies.stages.options import plan as round_plan
@@ -194,17 +196,20 @@ class Plan:
     rows: list[dict[str, Any]]
     forms: list[Form]
     notes: list[str]
+    mtbf: float | None = None
 
     def table(self) -> str:
         lines = [f"{self.params:,} parameters, {self.workers} workers in {self.groups} nodes, "
                  f"link {self.link}, {self.step_time:.4g} s of compute per step",
                  f"{'form':19} {'knobs':19} s/step   waits    hides    util  MB/node  "
-                 "rate for 90/95/99% util"]
+                 "rate for 90/95/99% util" + ("   goodput restart/elastic" if self.mtbf else "")]
         for r in self.rows:
             rates = " / ".join(_rate(r[f"rate_{t}"]) for t in TARGETS)
+            kept = " / ".join("-" if r[f"goodput_{m}"] is None else f"{r[f'goodput_{m}']:.1%}"
+                              for m in MODES) if self.mtbf else ""
             lines.append(f"{r['form']:19} {r['knobs']:19} {r['step_seconds']:.4f}  "
                          f"{r['waits']:.4f}  {r['hides']:.4f}  {r['utilization']:6.1%} "
-                         f"{r['bytes_per_node'] / 1e6:8.4f}  {rates}")
+                         f"{r['bytes_per_node'] / 1e6:8.4f}  {rates:26} {kept}".rstrip())
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
     def write(self, out: str | Path) -> list[Path]:
@@ -372,24 +377,30 @@ def forms(shapes: list[tuple[int, ...]] | None, numel: int, net: Net,
 
 def plan(size: int | str | nn.Module, *, step_time: float | None = None, workers: int = 4,
          groups: int | None = None, link: str = "20mbit", methods: Sequence[str] = METHODS,
-         knobs: dict[str, Any] | None = None, device: str = "cpu") -> Plan:
+         knobs: dict[str, Any] | None = None, device: str = "cpu", mtbf: float | None = None,
+         checkpoint_every: int = 50) -> Plan:
     """Which method, how often, and what it costs on ``link`` (``RATE[,LATENCY]``):
     ``size`` a parameter count (``"124M"``), a model's name (counted on the meta device)
     or a module; ``step_time`` compute seconds per step (None: :func:`measure` it on
     ``device``); ``workers`` in ``groups`` nodes (default: a node each); ``knobs`` the
     method options that shape traffic (``lsgd plan --help``), else each method's own.
-    ValueError names a bad value."""
+    With ``mtbf`` (mean seconds of training between faults) each row adds the expected
+    goodput restarting from checkpoints every ``checkpoint_every`` steps, and elastic
+    (:mod:`lsgd.planner.goodput`). ValueError names a bad value."""
     named = isinstance(size, str) and not SIZE.fullmatch(size)
     model = size if isinstance(size, nn.Module) else build(str(size)) if named else None
     numel = parse_size(str(size)) if model is None else count_parameters(model)
     groups = workers if groups is None else groups
-    if bad := [f"{flag} {v}" for flag, v in (("--workers", workers), ("--groups", groups))
+    if bad := [f"{flag} {v}" for flag, v in (("--workers", workers), ("--groups", groups),
+                                             ("--checkpoint-every", checkpoint_every))
                if not isinstance(v, int) or v < 1]:
         raise ValueError(f"{bad[0]}: give a positive whole number")
     if workers % groups:
         raise ValueError(f"--workers {workers}: --groups {groups} must divide it")
     if unknown := [m for m in methods if m not in METHODS]:
         raise ValueError(f"--methods {','.join(unknown)}: choose from {', '.join(METHODS)}")
+    if mtbf is not None and not (isinstance(mtbf, (int, float)) and 0 < mtbf < math.inf):
+        raise ValueError(f"--mtbf {mtbf}: give the mean seconds between faults, above 0")
     if step_time is None and not named:
         raise ValueError("--measure times one of lsgd's models: give --model NAME")
     step_time = measure(str(size), device) if step_time is None else step_time
@@ -408,6 +419,10 @@ def plan(size: int | str | nn.Module, *, step_time: float | None = None, workers
                      "bytes_per_node": sum(s.nbytes for s in form.sends) / form.cycle}
                     | {f"rate_{t}": rate_for(form, step_time, spec.latency, t / 100)
                        for t in TARGETS})
+        if mtbf is not None:
+            elastic = strategy_class(form.method).supports_elastic
+            rows[-1] |= {f"goodput_{mode}": goodput(mode, mtbf, seconds, checkpoint_every)
+                         if mode == "restart" or elastic else None for mode in MODES}
     notes = [note for due, note in (
         ("allreduce" in methods, "allreduce-bf16 and -powersgd are PyTorch's DDP hooks (worker "
          "processes only): not checked against the simulator; their buckets counted as one "
@@ -415,4 +430,4 @@ def plan(size: int | str | nn.Module, *, step_time: float | None = None, workers
         (model is None, "--params: no PowerSGD (give --model); DeMo's state as --chunk blocks"),
         (workers > groups, "every process a replica; --replica node is not planned "
          "(docs/plan.md)")) if due]
-    return Plan(numel, workers, groups, str(spec), float(step_time), rows, planned, notes)
+    return Plan(numel, workers, groups, str(spec), float(step_time), rows, planned, notes, mtbf)

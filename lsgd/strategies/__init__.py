@@ -20,5 +20,4 @@ from lsgd.strategies.sparseloco import SparseLoCo
 __all__ = [
     "ALDSGD", "AllReduce", "DPSGD", "Decentralized", "DeMo", "DiLoCo", "DivergedError",
     "EASGD", "Independent", "LSGD", "LocalSGD", "MATCHA", "MuLoCo", "Report", "SparseLoCo",
-    "Strategy",
-]
+    "Strategy"]

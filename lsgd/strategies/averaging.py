@@ -40,7 +40,6 @@ class Averaging(Strategy):
     """
 
     supports_elastic = True
-    supports_hidden_rounds = True
     options_type = AveragingOptions
     default_merge = "keep"
     #: The optional groups of round options the method takes ("merge", "leader").

@@ -65,7 +65,6 @@ class LSGD(Strategy):
     supports_asynchronous = True
     bn_modes = ("average", "pull", "local")
     supports_elastic = True
-    supports_hidden_rounds = True
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *,
                  pull: float | None = None, scope: float | None = None,

@@ -34,8 +34,6 @@ class Seams:
     supports_asynchronous = False
     #: Elastic rounds (:mod:`lsgd.strategies.elastic_rounds`).
     supports_elastic = False
-    #: Rounds that take ``overlap``, ``fragments`` and ``compress``.
-    supports_hidden_rounds = False
     #: Exchanges along a communication graph (``--topology``), not rounds of all.
     uses_graph = False
 

@@ -17,8 +17,7 @@ _SOURCES: dict[str, str] = {
                     "lsgd.tasks.task"),
     **dict.fromkeys(("ImageClassification", "image_steps_per_epoch"), "lsgd.tasks.images"),
     "LanguageModelling": "lsgd.tasks.language",
-    "make_task": "lsgd.tasks.factory",
-}
+    "make_task": "lsgd.tasks.factory"}
 
 __all__ = sorted(_SOURCES)
 

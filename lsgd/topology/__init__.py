@@ -18,5 +18,4 @@ from lsgd.topology.matcha_programs import (activation_probabilities, expected_co
 __all__ = [
     "Edge", "KINDS", "Topology", "_misra_gries", "activation_probabilities", "complete",
     "edge_colouring", "erdos_renyi", "expected_contraction", "from_edges", "from_spec",
-    "laplacian", "make", "matcha_mixing_weight", "ring", "torus", "union",
-]
+    "laplacian", "make", "matcha_mixing_weight", "ring", "torus", "union"]

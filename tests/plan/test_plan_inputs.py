@@ -36,9 +36,12 @@ GOOD = ["plan", "--params", "1M", "--step-time", "0.1"]
     (GOOD + ["--period", "0"], "--period must be a positive integer"),
     (["plan", "--params", "1M", "--measure"], "--measure times one of lsgd's models"),
     (["plan", "--model", "mlp", "--measure", "--device", "tpu"], "'tpu'"),
+    (GOOD + ["--mtbf", "0"], "--mtbf 0.0"),
+    (GOOD + ["--mtbf", "30", "--checkpoint-every", "0"], "--checkpoint-every 0"),
 ], ids=["size-zero", "size-negative", "size-word", "step-zero", "step-negative",
         "workers-zero", "workers-negative", "groups-zero", "not-divisible", "link", "model",
-        "method", "fragments", "period", "measure-params", "device"])
+        "method", "fragments", "period", "measure-params", "device", "mtbf",
+        "checkpoint-every"])
 def test_a_bad_input_exits_2_naming_the_value(args: list[str], named: str,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args) == 2

@@ -1,0 +1,30 @@
+"""Expected goodput under faults (``lsgd plan --mtbf``): the share of an unfailed run's
+useful steps per second that a run keeps when a fault strikes every ``mtbf`` seconds of
+training on average, ``1 / (1 + lost / mtbf)``, with ``lost`` the seconds one fault costs.
+
+``lost`` is what ``lsgd bench chaos`` measured per fault on 4 nodes behind shaped
+100 Mbit/s links over the mix of kinds it draws (records/chaos-goodput; docs/reliability.md,
+"Goodput under faults"): elastic runs (torchft) redo no step, so a fault costs its
+:data:`LOST` seconds; a restartable run also redoes, after each fatal fault (a share
+:data:`FATAL` of them), half a checkpoint interval of steps on average.
+"""
+
+from __future__ import annotations
+
+#: Seconds a fault costs beyond the steps it makes the run redo, by mode.
+LOST = {"restart": 8.3, "elastic": 2.5}
+#: The share of the drawn faults that end a process (kill, segv, kill-node, a corrupt
+#: checkpoint found at the restart).
+FATAL = 0.5
+MODES = tuple(LOST)
+
+
+def lost_per_fault(mode: str, step_seconds: float, checkpoint_every: int) -> float:
+    """The seconds one fault costs a run of ``mode`` on average."""
+    redo = FATAL * checkpoint_every / 2 * step_seconds if mode == "restart" else 0.0
+    return LOST[mode] + redo
+
+
+def goodput(mode: str, mtbf: float, step_seconds: float, checkpoint_every: int = 50) -> float:
+    """The share of useful steps per second kept with a fault every ``mtbf`` seconds."""
+    return 1.0 / (1.0 + lost_per_fault(mode, step_seconds, checkpoint_every) / mtbf)
