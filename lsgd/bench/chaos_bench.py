@@ -1,16 +1,13 @@
 """Chaos: goodput and time to recover under faults at random, against the same run unfailed.
 
-Four nodes behind shaped 100 Mbit/s links (quick: the loopback) train for a fixed number
-of steps (:func:`_setup`). For each mode (:data:`MODES`), method and kind of round, the
-run is made without faults, then once per seed and MTBF under the faults ``--chaos SEED``
-draws (:mod:`lsgd.train.chaos`): one every MTBF seconds of training on average, each
-``lsgd train`` in a process of its own (docs/reliability.md, "Goodput under faults").
-**Goodput** is the share of the unfailed run's useful steps per second a run keeps: the
-unfailed run's training seconds over those plus the wall time the faults cost. A fault's
-**time to recover** runs from it to the answer that put the run back (a restart, a heal,
-a reset: ``faults.csv``). A **hang** is the run folder unchanged for ``--timeout`` + join
-timeout + 10 s (the run is then stopped), a **silent exit** a worker ended by a signal no
-fault sent, or with an error code and no error written.
+Four nodes behind shaped 100 Mbit/s links (quick: the loopback) train a fixed number of
+steps (:func:`_setup`): per mode (:data:`MODES`), method and kind of round, once unfailed,
+then per seed and MTBF under the faults ``--chaos SEED`` draws (:mod:`lsgd.train.chaos`),
+each ``lsgd train`` in a process of its own (docs/reliability.md). **Goodput**: useful steps
+per second over the unfailed run's. **Time to recover**: from a fault to the answer that put
+the run back (``faults.csv``). A **hang**: the run folder unchanged for ``--timeout`` + join
+timeout + 10 s (then stopped); a **silent exit**: a worker ended by a signal no fault sent,
+or with an error code and no error written.
 """
 
 from __future__ import annotations
@@ -30,16 +27,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from lsgd.bench.common import Result, write
+from lsgd.bench.common import MissingRecord, Result, write
 from lsgd.train import chaos, faults
 from lsgd.train.config import OPTIONS, make_config
 from lsgd.train.ranges import flag
 
 NAME = "chaos"
 TITLE = "Chaos: goodput under faults at random"
-COLUMNS = ["method", "mode", "rounds", "mtbf s", "seeds", "faults", "survived", "finished",
-           "hangs", "silent exits", "steps redone", "lost per fault s", "recover s, median",
-           "recover s, max", "goodput", "goodput, lowest", "accuracy", "vs unfailed, points"]
+COLUMNS = ["method", "mode", "rounds", "mtbf s", "seeds", "faults", "mtbf s, met", "survived",
+           "finished", "hangs", "silent exits", "steps redone", "lost per fault s",
+           "recover s, median", "recover s, max", "goodput", "goodput, lowest", "accuracy",
+           "vs unfailed, points"]
 TIMEOUT = 15.0  #: the runs' --timeout (a collective's patience)
 JOIN = 30.0  #: the elastic runs' --join-timeout
 RESTARTS = 3  #: fatal faults each node may take
@@ -206,7 +204,8 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
         flags = _flags(settings)
         key = f"{method}/{mode}/{rounds}"
         folder = out / "chaos-runs" / key.replace(" ", "-")
-        base = done.get(f"{key}/unfailed") or run_one(folder / "unfailed", flags, [])
+        base = (_reused(done, f"{key}/unfailed", options)
+                or run_one(folder / "unfailed", flags, []))
         data["runs"][f"{key}/unfailed"] = base
         rows.append(_row(method, mode, rounds, None, [base], base))
         for mtbf in mtbfs if base["finished"] else ():
@@ -214,7 +213,8 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
             for seed in seeds:
                 name = f"seed-{seed}" if mtbf is None else f"mtbf-{mtbf:g}-seed-{seed}"
                 specs = schedule(settings, seed, base["train_seconds"], HORIZON[quick], mtbf)
-                got = done.get(f"{key}/{name}") or run_one(folder / name, flags, specs)
+                got = (_reused(done, f"{key}/{name}", options)
+                       or run_one(folder / name, flags, specs))
                 got.update(schedule=specs, mtbf=mtbf or round(
                     HORIZON[quick] * base["train_seconds"] / FAULTS, 2))  # quick: its mean
                 data["runs"][f"{key}/{name}"] = got
@@ -231,9 +231,9 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                 f"{HORIZON[quick]:.0%} of the unfailed run's training time" if quick else
                 "faults drawn by --chaos SEED --chaos-mtbf MTBF over the unfailed run's "
                 "training time (a Poisson process, gaps of mean MTBF)")
-             + ". Goodput: the unfailed "
-             "run's training seconds over those plus the wall time lost. Recover: seconds from "
-             "a fault to the answer that put the run back (faults.csv). Hang: the run folder "
+             + ". Goodput: useful steps per second over the unfailed run's (its wall time over "
+             "the failed run's; start-up, evaluations and checkpoints in both). Recover: seconds "
+             "from a fault to the answer that put the run back (faults.csv). Hang: the run folder "
              "unchanged for timeout + join timeout + 10 s. Silent exit: a worker that ended by "
              "a signal no fault sent, or with an error code and no error written."]
     notes += [f"time to recover, {mode}: " + ", ".join(
@@ -290,15 +290,25 @@ def _done(path: Path, setup: dict[str, Any]) -> dict[str, Any]:
     return dict(data.get("runs", {})) if data.get("setup") == setup else {}
 
 
+def _reused(done: dict[str, Any], key: str, options: dict[str, Any]) -> dict[str, Any] | None:
+    """The run ``key`` recorded under ``--out`` (with ``--reuse``); with ``--reuse-only`` a
+    missing one raises :class:`~lsgd.bench.common.MissingRecord`."""
+    if key not in done and options.get("reuse") == "only":
+        raise MissingRecord(f"chaos run {key}")
+    return done.get(key)
+
+
 def _row(method: str, mode: str, rounds: str, mtbf: float | None, runs: list[dict[str, Any]],
          base: dict[str, Any]) -> list[Any]:
-    """One row: the unfailed run (``mtbf`` None), or every seed's run at one MTBF."""
+    """One row: the unfailed run (``mtbf`` None), or every seed's run at one MTBF (met: the
+    training seconds of the unfailed run per fault that fired)."""
     lost = [got["wall"] - base["wall"] for got in runs]
     faults = sum(got["faults"] for got in runs)
-    goodput = [base["train_seconds"] / (base["train_seconds"] + x) for x in lost]
+    goodput = [base["wall"] / got["wall"] for got in runs]  # useful steps per second, kept
     took = [t for got in runs for _, t in got.get("recovered", [])]
     accuracy = statistics.mean(got["accuracy"] for got in runs)
-    return [method, mode, rounds, mtbf, len(runs) if mtbf else "-", faults,
+    met = len(runs) * base["train_seconds"] / faults if faults else None  # training s a fault
+    return [method, mode, rounds, mtbf, len(runs) if mtbf else "-", faults, met,
             sum(got["survived"] for got in runs),
             f"{sum(got['finished'] for got in runs)}/{len(runs)}",
             sum(int(got["hung"]) for got in runs), sum(got["silent"] for got in runs),

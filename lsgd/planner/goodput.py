@@ -1,12 +1,9 @@
 """Expected goodput under faults (``lsgd plan --mtbf``): the share of an unfailed run's
-useful steps per second that a run keeps when a fault strikes every ``mtbf`` seconds of
-training on average, ``1 / (1 + lost / mtbf)``, with ``lost`` the seconds one fault costs.
-
-``lost`` is what ``lsgd bench chaos`` measured per fault on 4 nodes behind shaped
-100 Mbit/s links over the mix of kinds it draws (records/chaos-goodput; docs/reliability.md,
-"Goodput under faults"): elastic runs (torchft) redo no step, so a fault costs its
-:data:`LOST` seconds; a restartable run also redoes, after each fatal fault (a share
-:data:`FATAL` of them), half a checkpoint interval of steps on average.
+useful steps per second kept with a fault every ``mtbf`` seconds of training on average,
+``1 / (1 + lost / mtbf)``, ``lost`` the seconds a fault costs as ``lsgd bench chaos``
+measured it on 4 shaped 100 Mbit/s nodes (records/chaos-goodput): :data:`LOST`, and in a
+restartable run also, after each fatal fault (:data:`FATAL` of them), half a checkpoint
+interval of steps redone on average (elastic runs redo none).
 """
 
 from __future__ import annotations

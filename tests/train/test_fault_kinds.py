@@ -243,11 +243,11 @@ def test_the_quick_chaos_bench_survives_a_dozen_faults_with_no_hang_or_silent_ex
 
     result = runner("chaos")(tmp_path, True, {})
     unfailed, chaotic = result.rows
-    assert unfailed[5] == 0 and unfailed[7] == "1/1" and unfailed[14] == 1.0
-    assert chaotic[5] >= 10 and chaotic[6] == chaotic[5], chaotic  # injected, survived
-    assert chaotic[7] == "1/1" and chaotic[8] == 0 and chaotic[9] == 0, chaotic
-    assert abs(chaotic[17]) < 5, chaotic  # the MLP's accuracy against the unfailed run, points
-    assert 0 < chaotic[14] < 1.2 and 0 < chaotic[12] <= chaotic[13] < 60, chaotic  # goodput, s
+    assert unfailed[5] == 0 and unfailed[8] == "1/1" and unfailed[15] == 1.0
+    assert chaotic[5] >= 10 and chaotic[7] == chaotic[5], chaotic  # injected, survived
+    assert chaotic[8] == "1/1" and chaotic[9] == 0 and chaotic[10] == 0, chaotic
+    assert abs(chaotic[18]) < 5, chaotic  # the MLP's accuracy against the unfailed run, points
+    assert 0 < chaotic[15] <= 1.2 and 0 < chaotic[13] <= chaotic[14] < 60, chaotic  # goodput, s
     assert result.data["recovery"]["restart"]["kill"]["faults"] >= 1
     run = tmp_path / "chaos-runs" / "diloco" / "restart" / "blocking" / "seed-1"
     kinds = {line.split(",")[1] for line in (run / "faults.csv").read_text().splitlines()[1:]}
