@@ -9,10 +9,10 @@ interval of steps redone on average (elastic runs redo none).
 from __future__ import annotations
 
 #: Seconds a fault costs beyond the steps it makes the run redo, by mode.
-LOST = {"restart": 8.3, "elastic": 2.5}
+LOST = {"restart": 4.5, "elastic": 1.9}
 #: The share of the drawn faults that end a process (kill, segv, kill-node, a corrupt
 #: checkpoint found at the restart).
-FATAL = 0.5
+FATAL = 0.71
 MODES = tuple(LOST)
 
 
