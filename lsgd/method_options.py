@@ -333,6 +333,11 @@ OPTIONS: dict[str, type[MethodOptions]] = {
 assert tuple(OPTIONS) == METHODS, "every method declares its options, in METHODS' order"
 
 
+def option_names(method: str) -> set[str]:
+    """The options ``method`` takes (none for a method without declarations)."""
+    return {f.name for f in dataclasses.fields(OPTIONS[method])} if method in OPTIONS else set()
+
+
 def declarations() -> dict[str, list[tuple[str, dataclasses.Field[Any]]]]:
     """Option name -> (method, its declaration) for every method that takes it."""
     found: dict[str, list[tuple[str, dataclasses.Field[Any]]]] = {}

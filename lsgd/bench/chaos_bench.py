@@ -13,13 +13,12 @@ or with an error code and no error written.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import csv
 import importlib.util
 import json
-import statistics
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -28,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from lsgd.bench.common import MissingRecord, Result, write
+from lsgd.method_options import option_names
 from lsgd.train import chaos, faults
-from lsgd.train.config import OPTIONS, make_config
+from lsgd.train.config import make_config
 from lsgd.train.ranges import flag
 
 NAME = "chaos"
@@ -66,7 +66,7 @@ def _settings(setup: dict[str, Any], method: str, mode: str, rounds: str) -> dic
         "method": method, "workers": 4, "eval_every": str(setup["every"]), "seed": 0,
         **{key: setup[key] for key in ("model", "dataset", "steps", "batch_size")},
         "timeout": TIMEOUT, "restarts": RESTARTS, "quiet": True}
-    if "period" in _takes(method):
+    if "period" in option_names(method):
         settings["period"] = setup["period"]
     if setup["link"]:
         settings.update(groups=4, link=setup["link"])
@@ -244,11 +244,6 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     return Result(NAME, TITLE, COLUMNS, rows, notes, data)
 
 
-def _takes(method: str) -> set[str]:
-    """The options ``lsgd train --method method`` takes."""
-    return {field.name for field in dataclasses.fields(OPTIONS[method])}
-
-
 def _cells(methods: list[str], modes: list[str], rounds_kinds: list[str]
            ) -> list[tuple[str, str, str]]:
     """The (method, mode, kind of round) runs: elastic for the methods that take it, the
@@ -259,7 +254,7 @@ def _cells(methods: list[str], modes: list[str], rounds_kinds: list[str]
     for method in methods:
         elastic = strategy_class(method).supports_elastic
         for mode in modes if elastic else [m for m in modes if m != "elastic"]:
-            kinds = rounds_kinds if "overlap" in _takes(method) else ["-"]
+            kinds = rounds_kinds if "overlap" in option_names(method) else ["-"]
             cells += [(method, mode, rounds) for rounds in kinds]
     return cells
 

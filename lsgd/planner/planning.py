@@ -23,7 +23,7 @@ from lsgd.comm.wire import (LinkModel, broadcast_pattern, compressed_all_reduce_
                             ring_allreduce_bytes, ring_traffic)
 from lsgd.dct import block_shape
 from lsgd.links.spec import RATE_UNITS, parse_link
-from lsgd.method_options import OPTIONS
+from lsgd.method_options import OPTIONS, option_names
 from lsgd.models.gpt import count_parameters
 from lsgd.names import GATHERED_CODECS, LANGUAGE_MODELS
 from lsgd.planner.goodput import MODES, goodput
@@ -300,7 +300,7 @@ def _options(method: str, knobs: dict[str, Any]) -> Any:
     """The method's declared options, with the ``knobs`` it takes, checked."""
     from lsgd.train.checks import option_errors
 
-    names = {f.name for f in dataclasses.fields(OPTIONS[method])}
+    names = option_names(method)
     options = OPTIONS[method](**{k: v for k, v in knobs.items() if k in names})
     if errors := option_errors(method, options):
         raise ValueError(f"{method}: {'; '.join(errors)} (or leave it out: --methods)")

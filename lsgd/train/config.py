@@ -17,7 +17,7 @@ from typing import Any
 import tomli_w
 
 from lsgd._validate import is_int, is_number
-from lsgd.method_options import OPTIONS, declarations
+from lsgd.method_options import OPTIONS, declarations, option_names
 from lsgd.names import METHODS, REPLICAS
 from lsgd.tasks.headline import is_language
 from lsgd.train import tuned
@@ -231,7 +231,7 @@ def from_legacy(settings: dict[str, Any], method: str) -> dict[str, Any]:
     """The settings of a TOML file as they were meant: in an older run's file (it holds
     options ``method`` does not take) a :data:`LEGACY_DEFAULTS` value is left out, so
     the method's own default applies, as it did when the run was trained."""
-    takes = {f.name for f in dataclasses.fields(OPTIONS[method])} if method in OPTIONS else set()
+    takes = option_names(method)
     if all(name in takes or name in GROUP_OF for name in settings):
         return settings
     return {name: value for name, value in settings.items()

@@ -44,16 +44,6 @@ SAME_RUN = 1e-3
 TRAINED_BELOW = 3.0
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _environment_kept() -> Any:
-    """The trainer sets the launcher's variables (RANK, WORLD_SIZE, MASTER_PORT, ...) in this
-    process; the tests that run after this module must not find them."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

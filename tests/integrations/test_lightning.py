@@ -7,7 +7,6 @@ accumulation and an LR scheduler; what the strategy refuses."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -33,15 +32,6 @@ ROUNDING = 1e-3
 needs_bible = pytest.mark.skipif(shutil.which("bible") is None and not kjv_cached(),
                                  reason="the King James Bible needs Debian's bible-kjv package")
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _environment_kept() -> Any:
-    """The trainer sets the launcher's variables (RANK, WORLD_SIZE, MASTER_PORT, ...) in this
-    process; the tests that run after this module must not find them."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 def _example() -> Any:
