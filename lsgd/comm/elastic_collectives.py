@@ -36,8 +36,9 @@ from lsgd import _validate
 from lsgd.comm.communicator import Communicator
 from lsgd.comm.wire import Traffic
 from lsgd.comm.info import WorkerInfo
-from lsgd.comm.quorum import (EXTRA, LighthouseLost, RoundFailed, answers, cloned, options,
-                              payload_bytes, require_torchft, start_gate)
+from lsgd.comm.quorum import (EXTRA, FailureSignal, LighthouseLost, RoundFailed, answers,
+                              cloned, options, payload_bytes, require_torchft, signalling_gloo,
+                              start_gate)
 from lsgd.comm.quorum_collectives import ElasticPeers, QuorumCollectives
 
 __all__ = ["EXTRA", "ElasticCommunicator", "LighthouseLost", "RoundFailed"]
@@ -85,7 +86,6 @@ class ElasticCommunicator(QuorumCollectives):
         warnings.filterwarnings("ignore", message="The given buffer is not writable")
         from torchft.checkpointing.pg_transport import PGTransport
         from torchft.manager import Manager
-        from torchft.process_group import ProcessGroupGloo
 
         self.node, self.per_node, self.local_rank = slot, per_node, local_rank
         if per_node > 1 and not (dist.is_initialized() and dist.get_world_size() == per_node):
@@ -108,7 +108,8 @@ class ElasticCommunicator(QuorumCollectives):
                 shared.set("torchft-store", str(store_port))
             else:
                 store_port = int(shared.get("torchft-store"))
-        self._pg = ProcessGroupGloo(timeout=patience)
+        self._pg = signalling_gloo(patience)
+        self._signal = FailureSignal(self._pg)
         self._parts: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {}
         self._nodes: list[int] | None = None
         self._lighthouse = lighthouse
@@ -191,6 +192,7 @@ class ElasticCommunicator(QuorumCollectives):
             raise RoundFailed(f"worker {self.rank}: quorum order {nodes} does not match "
                               f"its participating rank {self.manager.participating_rank()}")
         self._nodes = nodes
+        self._signal.arm()
         if self.healed:  # the quorum's time, the heal's transfer included
             self.heal_seconds += time.perf_counter() - start
         self._log_quorum("")
@@ -252,16 +254,17 @@ class ElasticCommunicator(QuorumCollectives):
         """Run one collective across nodes (torchft's process group; ``None``: this worker
         takes no part in it). Every worker of the node then learns whether any of them saw
         it fail (a node-local all-reduce of a flag over ``node_group``, by default the
-        node's group), and all raise :class:`RoundFailed` together: they stay in step."""
+        node's group), and all raise :class:`RoundFailed` together: they stay in step.
+        A failure is told to the other members at once (:class:`FailureSignal`)."""
         error: Any = None
         if start is not None:
             try:
-                start().wait()
-                error = self._pg.errored()
+                error = self._signal.wait(start()) or self._pg.errored()
             except Exception as exc:  # a dead or silent node: gloo's error or timeout
                 error = exc
         error = self._node_agrees(error, node_group)
         if error is not None:
+            self._signal.raise_()
             self.manager.report_error(error if isinstance(error, Exception)
                                       else RuntimeError(str(error)))
             raise RoundFailed(f"worker {self.rank}: a collective failed: {error}")

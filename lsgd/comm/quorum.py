@@ -7,6 +7,7 @@ the optional extra (``pip install 'lsgd[torchft]'``).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib.util
 import os
@@ -124,3 +125,71 @@ def payload_bytes(value: Any) -> int:
     if isinstance(value, (list, tuple)):
         return sum(payload_bytes(v) for v in value)
     return 0
+
+
+def signalling_gloo(timeout: datetime.timedelta) -> Any:
+    """torchft's reconfigurable gloo process group that keeps each quorum's c10d store
+    (``.store``, under the quorum's prefix) for :class:`FailureSignal`."""
+    from torchft.process_group import ProcessGroupGloo
+
+    class Gloo(ProcessGroupGloo):
+        store: Any = None
+
+        def _create_pg(self, store: Any, rank: int, world_size: int) -> Any:
+            self.store = store
+            return super()._create_pg(store, rank, world_size)
+
+    return Gloo(timeout=timeout)
+
+
+class FailureSignal:
+    """A round's failure, told to every member at once through the quorum's store.
+
+    A worker that dies inside a collective breaks only its neighbours' connections at once;
+    gloo left the others waiting for their data until the timeout. A member that saw an
+    error adds 1 to a counter in the quorum's store (:meth:`raise_`); the others, waiting on
+    their part (:meth:`wait`), read it every 50 ms and give up once it passed the value of
+    the round's start (:meth:`arm`). Work given up stays alive, with its process group,
+    until gloo ends it: dropping a gloo group with a pending collective blocks."""
+
+    KEY = "lsgd/failed-rounds"
+
+    def __init__(self, pg: Any) -> None:
+        self._pg, self._seen, self._given_up = pg, None, []
+
+    def _count(self, add: int = 0) -> int:
+        return int(self._pg.store.add(self.KEY, add))
+
+    def arm(self) -> None:
+        """At a round's start: the failures told so far in this quorum."""
+        self._given_up = [(w, pg) for w, pg in self._given_up if not w.is_completed()]
+        try:
+            self._seen = self._count()
+        except Exception:  # no store (no quorum yet) or a lost one: wait as gloo does
+            self._seen = None
+
+    def raise_(self) -> None:
+        """Tell the other members that this round failed."""
+        if self._seen is not None:
+            with contextlib.suppress(Exception):
+                self._count(1)
+            self._seen = None
+
+    def wait(self, work: Any) -> Exception | None:
+        """Wait for ``work``; an error once another member told of a failure, or the
+        quorum's store is gone (its member died), before ``work`` finished."""
+        pause = 0.001
+        while not work.is_completed():
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
+            if pause == 0.05 and self._seen is not None:
+                try:
+                    told: Any = self._count() > self._seen
+                except Exception as exc:
+                    told = exc
+                if told:
+                    self._given_up.append((work, self._pg._pg))
+                    return told if isinstance(told, Exception) else RuntimeError(
+                        "another member of the quorum saw this round fail")
+        work.wait()
+        return None
