@@ -186,11 +186,6 @@ def test_transform(name: str) -> Transform:
     return _preset(_TEST, name)
 
 
-def output_shape(name: str, input_shape: Sequence[int]) -> tuple[int, ...]:
-    """The ``[C, H, W]`` a model sees after preset ``name`` (the same in training and test)."""
-    return tuple(test_transform(name)(torch.zeros(1, *input_shape)).shape[1:])
-
-
 #: Dataset -> the papers' preset for it: for most models, and for VGG.
 _PAPER = {"cifar10": ("cifar-28", "cifar-32-pad"), "cifar100": ("cifar-28", "cifar100-32-pad"),
           "fashion-mnist": ("fashion", "fashion")}

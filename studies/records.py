@@ -45,6 +45,7 @@ from typing import Any
 
 from lsgd.bench import Runner, command, ranking, runner
 from lsgd.bench.common import Result, read_result
+from lsgd.train.outputs import cell
 from studies.common import script
 
 #: Benchmarks and studies whose tables come from training runs kept as records.
@@ -125,6 +126,16 @@ def placeholder(command_text: str) -> str:
             "table is derived from.*")
 
 
+def markdown(result: Result) -> str:
+    """A result's table as Markdown (the cells as printed), as docs/benchmarks.md shows it."""
+    lines = ["| " + " | ".join(result.columns) + " |", "|" + "---|" * len(result.columns)]
+    percent = ["acc" in column for column in result.columns]
+    lines += ["| " + " | ".join(
+        f"{100 * v:.2f}%" if share and isinstance(v, float) and not math.isnan(v)
+        else cell(v) for v, share in zip(row, percent)) + " |" for row in result.rows]
+    return "\n".join(lines)
+
+
 def table(kind: str, result: Result) -> str:
     """A block's table: the result's Markdown, its headline (README), its tuning runs,
     or the claims it judges (the aldsgd study)."""
@@ -134,7 +145,7 @@ def table(kind: str, result: Result) -> str:
         return markdown(result.data)
     if kind == "headline":
         return ranking.headline(result)
-    return ranking.tuning(result) if kind == "tuning" else result.markdown()
+    return ranking.tuning(result) if kind == "tuning" else markdown(result)
 
 
 def refresh(page: Path, root: Path, scratch: Path) -> int:
@@ -216,7 +227,7 @@ def _draw(name: str, tables: list[str], root: Path, out: Path, scratch: Path) ->
             raise ValueError(f"figures/{name}: {command_text} draws no such figure")
         results.append(result)
     from lsgd.bench.ranking import headline_of
-    from lsgd.plots import draw_curves
+    from studies.curves import draw_curves
 
     opts = results[0].data["options"]
     headline = headline_of(opts)

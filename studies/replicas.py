@@ -227,7 +227,7 @@ def _time_figure(out: Path, results: list[dict[str, Any]], labels: list[str],
     """The validation loss against the modeled time of each variant's median run."""
     if pyplot() is None:
         return []
-    from lsgd.plots import draw_curves
+    from studies.curves import draw_curves
 
     curves = []
     for label in labels:

@@ -110,7 +110,7 @@ CHAIN_VALUES = 300_000  # 1.2 MB: 19 chunks
 
 
 def check_chain(results: list[dict[str, Any]]) -> None:
-    from lsgd.comm.chain import chain_bytes
+    from tests.comm.byte_counts import chain_bytes
 
     b = 4 * CHAIN_VALUES
     for rank, res in enumerate(results):

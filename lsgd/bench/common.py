@@ -28,7 +28,7 @@ from lsgd.names import METHODS
 from lsgd.train import runner
 from lsgd.train.config import REMOVED, defaults_of, from_legacy, make_config
 from lsgd.train.errors import UsageError
-from lsgd.train.outputs import cell, read_csv, table
+from lsgd.train.outputs import read_csv, table
 
 if TYPE_CHECKING:
     from lsgd.strategies.strategy import Strategy
@@ -52,15 +52,6 @@ class Result:
         lines = [self.title, "", table(self.columns, self.rows)]
         if self.notes:
             lines += [""] + self.notes
-        return "\n".join(lines)
-
-    def markdown(self) -> str:
-        """The table as Markdown (the cells as printed), as docs/benchmarks.md shows it."""
-        lines = ["| " + " | ".join(self.columns) + " |", "|" + "---|" * len(self.columns)]
-        percent = ["acc" in column for column in self.columns]
-        lines += ["| " + " | ".join(
-            f"{100 * v:.2f}%" if share and isinstance(v, float) and not math.isnan(v)
-            else cell(v) for v, share in zip(row, percent)) + " |" for row in self.rows]
         return "\n".join(lines)
 
 

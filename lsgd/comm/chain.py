@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import math
 
-from lsgd.comm.wire import broadcast_pattern, pattern_traffic
-
 CHUNK_BYTES = 1 << 16
 MAX_CHUNKS = 256
 
@@ -30,9 +28,3 @@ def chunk_count(nbytes: int) -> int:
     return max(1, min(MAX_CHUNKS, math.ceil(nbytes / CHUNK_BYTES)))
 
 
-def chain_bytes(nbytes: int, src: int, rank: int, groups: int, group_size: int) -> tuple[int, int]:
-    """(sent, received) by ``rank`` in a chain broadcast of ``nbytes`` from ``src``."""
-    moves = broadcast_pattern(nbytes, list(range(groups * group_size)), src, "tree",
-                              chain_heads(src, groups, group_size))
-    traffic = pattern_traffic(moves, rank, lambda r: r // group_size)
-    return traffic.sent, traffic.received

@@ -120,13 +120,3 @@ def part_sizes(codec: str, numel: int, n: int) -> list[int]:
     return [nbytes(codec, end - start) for start, end in chunks(codec, numel, n)]
 
 
-def all_reduce_bytes(codec: str, numel: int, n: int, position: int) -> tuple[int, int]:
-    """(sent, received) by the member at ``position`` of ``n`` in a compressed all-reduce
-    of ``numel`` values (:func:`~lsgd.comm.wire.compressed_all_reduce_traffic`)."""
-    from lsgd.comm.wire import compressed_all_reduce_traffic
-
-    if n <= 1:
-        return 0, 0
-    traffic = compressed_all_reduce_traffic(part_sizes(codec, numel, n), list(range(n)),
-                                            position, lambda rank: rank)
-    return traffic.sent, traffic.received

@@ -12,6 +12,7 @@ import datetime
 import importlib.util
 import os
 import socket
+import threading
 import time
 from typing import Any
 
@@ -178,11 +179,10 @@ class FailureSignal:
     def wait(self, work: Any) -> Exception | None:
         """Wait for ``work``; an error once another member told of a failure, or the
         quorum's store is gone (its member died), before ``work`` finished."""
-        pause = 0.001
-        while not work.is_completed():
-            time.sleep(pause)
-            pause = min(2 * pause, 0.05)
-            if pause == 0.05 and self._seen is not None:
+        done = threading.Event()
+        work.get_future().add_done_callback(lambda _: done.set())
+        while not done.wait(0.05):
+            if self._seen is not None:
                 try:
                     told: Any = self._count() > self._seen
                 except Exception as exc:

@@ -122,3 +122,18 @@ def test_the_regime_study_gives_each_methods_gap_at_each_budget(tmp_path: Path) 
             and all(len(v) == 2 for v in gaps.values()))
     again = regime.run(tmp_path, True, {"jobs": 1, "reuse": True})
     assert again.rows == result.rows
+
+
+def test_draw_curves_one_panel_and_several(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from studies.curves import draw_curves
+
+    line = [(1.0, 40.0), (2.0, 20.0), (3.0, 12.0)]
+    curves = [(f"method{i}", line, False) for i in range(12)] + [("allreduce, 1gbit", line, True)]
+    one = draw_curves([("title", curves)], tmp_path / "one.png", xlabel="s", ylabel="%",
+                      target=14.0)
+    two = draw_curves([("a", curves[:2]), ("b", curves[2:4])], tmp_path / "sub" / "two.png",
+                      xlabel="s", ylabel="%")
+    assert one.stat().st_size > 1000 and two.stat().st_size > 1000
+    with pytest.raises(ValueError, match="no panel"):
+        draw_curves([], tmp_path / "none.png", xlabel="s", ylabel="%")

@@ -12,6 +12,7 @@ import torch
 
 import lsgd
 from lsgd.comm import codec
+from tests.comm.byte_counts import all_reduce_bytes
 from lsgd.comm.simulator import SimulationError
 
 W = 4
@@ -92,7 +93,7 @@ def test_the_compressed_all_reduce_is_its_reference_on_every_member() -> None:
         assert torch.allclose(res["bf16"], torch.stack(xs).sum(0), rtol=0.02, atol=0.05)
         assert res["gather"].view(-1).tolist() == [0.0, 1.0, 2.0, 3.0]
         # bytes as they travel: the all-to-all of the encoded parts, the all-gather
-        assert res["int8_sent"] == codec.all_reduce_bytes("int8", n, W, r)[0]
+        assert res["int8_sent"] == all_reduce_bytes("int8", n, W, r)[0]
 
 
 @pytest.mark.slow
@@ -110,7 +111,7 @@ def test_gloo_processes_compute_the_same_bits_as_the_simulator() -> None:
 def test_bytes_of_a_compressed_transfer_are_the_codecs_share() -> None:
     plain = 2 * (W - 1) * 4 * CNN7 // W
     for name, low, high in (("bf16", 0.48, 0.52), ("int8", 0.0, 0.27)):
-        ratio = codec.all_reduce_bytes(name, CNN7, W, 0)[0] / plain
+        ratio = all_reduce_bytes(name, CNN7, W, 0)[0] / plain
         assert low <= ratio <= high, (name, ratio)
 
 

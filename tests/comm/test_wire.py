@@ -97,7 +97,8 @@ def test_link_spelling():
 
 
 def test_chain_plan_and_bytes_add_up():
-    from lsgd.comm.chain import chain_bytes, chain_heads, chunk_count
+    from lsgd.comm.chain import chain_heads, chunk_count
+    from tests.comm.byte_counts import chain_bytes
 
     # 3 nodes of 2, source 3 (node 1): heads 3, then node 2's first (4), then node 0's (0).
     assert chain_heads(3, 3, 2) == [3, 4, 0]

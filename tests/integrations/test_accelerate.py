@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,29 +51,38 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(command: list[str], out: Path, tmp_path: Path) -> dict[str, Any]:
+def _start(command: list[str], out: Path, tmp_path: Path) -> Callable[[], dict[str, Any]]:
+    """Start ``command`` writing ``out``; what it returns waits for it and reads ``out``."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), ACCELERATE_USE_CPU="1",
                HF_HOME=str(tmp_path / "hf"))  # no accelerate config of the user's
-    done = subprocess.run(command + ["--out", str(out)], cwd=ROOT, env=env, check=False,
-                          capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    return json.loads(out.read_text())
+    log = open(out.with_suffix(".log"), "w+")
+    proc = subprocess.Popen(command + ["--out", str(out)], cwd=ROOT, env=env, text=True,
+                            stdout=log, stderr=subprocess.STDOUT)
+
+    def result() -> dict[str, Any]:
+        code = proc.wait(timeout=240)
+        log.seek(0)
+        assert code == 0, log.read()[-4000:]
+        return json.loads(out.read_text())
+    return result
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_accelerate_example_trains_as_lsgds_own_loop(tmp_path: Path) -> None:
     """Two CPU processes under accelerate launch: 240 micro-batches in 120 optimizer steps,
-    15 DiLoCo rounds, the same bytes and the same final loss as lsgd's loop."""
+    15 DiLoCo rounds, the same bytes and the same final loss as lsgd's loop (both run at
+    once, one thread per process)."""
     pytest.importorskip("transformers", reason="the example's GPT-2: pip install transformers")
     launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
                 "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "bf16",
                 "--dynamo_backend", "no", "--num_cpu_threads_per_process", "1",
                 "--main_process_port", str(_free_port()),
                 str(EXAMPLE)]
-    ours = _run(launcher + RUN, tmp_path / "accelerate.json", tmp_path)
-    theirs = _run([sys.executable, str(EXAMPLE), "--loop", "lsgd", "--mixed-precision", "bf16",
-                   *RUN], tmp_path / "lsgd.json", tmp_path)
+    started = (_start(launcher + RUN, tmp_path / "accelerate.json", tmp_path),
+               _start([sys.executable, str(EXAMPLE), "--loop", "lsgd", "--mixed-precision",
+                       "bf16", *RUN], tmp_path / "lsgd.json", tmp_path))
+    ours, theirs = (result() for result in started)
     for result in (ours, theirs):
         assert (result["workers"], result["optimizer_steps"], result["rounds"]) == (2, 120, 15)
         assert result["validation_loss"] < TRAINED_BELOW < result["initial_validation_loss"] - 2

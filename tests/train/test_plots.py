@@ -89,17 +89,3 @@ def test_lsgd_plot_rejects_a_zoom_outside_0_1(
 def test_lsgd_plot_rejects_an_unknown_metric(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plot", str(run), "--metric", "accuracy"]) == 2
     assert "invalid choice: 'accuracy'" in capsys.readouterr().err
-
-
-def test_draw_curves_one_panel_and_several(tmp_path: Path) -> None:
-    from lsgd.plots import draw_curves
-
-    line = [(1.0, 40.0), (2.0, 20.0), (3.0, 12.0)]
-    curves = [(f"method{i}", line, False) for i in range(12)] + [("allreduce, 1gbit", line, True)]
-    one = draw_curves([("title", curves)], tmp_path / "one.png", xlabel="s", ylabel="%",
-                      target=14.0)
-    two = draw_curves([("a", curves[:2]), ("b", curves[2:4])], tmp_path / "sub" / "two.png",
-                      xlabel="s", ylabel="%")
-    assert _nonempty(one) and _nonempty(two)
-    with pytest.raises(ValueError, match="no panel"):
-        draw_curves([], tmp_path / "none.png", xlabel="s", ylabel="%")
