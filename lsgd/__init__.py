@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.16.0"
+__version__ = "0.17.0"
 
 #: Each public name, and the module it comes from.
 _SOURCES: dict[str, str] = {

@@ -126,7 +126,7 @@ def placeholder(command_text: str) -> str:
             "table is derived from.*")
 
 
-def markdown(result: Result) -> str:
+def as_markdown(result: Result) -> str:
     """A result's table as Markdown (the cells as printed), as docs/benchmarks.md shows it."""
     lines = ["| " + " | ".join(result.columns) + " |", "|" + "---|" * len(result.columns)]
     percent = ["acc" in column for column in result.columns]
@@ -145,7 +145,7 @@ def table(kind: str, result: Result) -> str:
         return markdown(result.data)
     if kind == "headline":
         return ranking.headline(result)
-    return ranking.tuning(result) if kind == "tuning" else markdown(result)
+    return ranking.tuning(result) if kind == "tuning" else as_markdown(result)
 
 
 def refresh(page: Path, root: Path, scratch: Path) -> int:

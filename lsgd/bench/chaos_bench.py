@@ -1,10 +1,10 @@
 """Chaos: goodput and time to recover under faults at random, against the same run unfailed.
 
 Four nodes behind shaped 100 Mbit/s links (quick: the loopback) train a fixed number of
-steps (:func:`_setup`): per mode (:data:`MODES`), method and kind of round, once unfailed,
+steps (:data:`_SETUPS`): per mode (:data:`MODES`), method and kind of round, once unfailed,
 then per seed and MTBF under the faults ``--chaos SEED`` draws (:mod:`lsgd.train.chaos`),
 each ``lsgd train`` in a process of its own (docs/reliability.md). **Goodput**: useful steps
-per second over the unfailed run's. **Time to recover**: from a fault to the answer that put
+per second over the fault-free runs' (median). **Time to recover**: from a fault to the answer that put
 the run back (``faults.csv``). A **hang**: the run folder unchanged for ``--timeout`` + join
 timeout + 10 s (then stopped); a **silent exit**: a worker ended by a signal no fault sent,
 or with an error code and no error written.
@@ -52,12 +52,11 @@ ROUNDS: dict[str, dict[str, Any]] = {"blocking": {},
 MODES = ("elastic", "restart")  #: on torchft, or restartable from checkpoints
 
 
-def _setup(quick: bool, link: str | None) -> dict[str, Any]:
-    if quick:
-        return {"model": "mlp", "dataset": "digits", "steps": 240, "period": 8,
-                "batch_size": 32, "every": 40, "checkpoint": 40, "link": link}
-    return {"model": "cnn7", "dataset": "fashion-mnist", "steps": 100, "period": 16,
-            "batch_size": 64, "every": 50, "checkpoint": 25, "link": link}
+#: The runs' settings, quick and not.
+_SETUPS = {True: {"model": "mlp", "dataset": "digits", "steps": 240, "period": 8,
+                  "batch_size": 32, "every": 40, "checkpoint": 40},
+           False: {"model": "cnn7", "dataset": "fashion-mnist", "steps": 100, "period": 16,
+                   "batch_size": 64, "every": 50, "checkpoint": 25}}
 
 
 def _settings(setup: dict[str, Any], method: str, mode: str, rounds: str) -> dict[str, Any]:
@@ -79,10 +78,8 @@ def _settings(setup: dict[str, Any], method: str, mode: str, rounds: str) -> dic
 
 
 def _flags(settings: dict[str, Any]) -> list[str]:
-    flags: list[str] = []
-    for key, value in settings.items():
-        flags += [f"--{flag(key)}"] if value is True else [f"--{flag(key)}", str(value)]
-    return flags
+    return [part for key, value in settings.items()
+            for part in [f"--{flag(key)}", *([] if value is True else [str(value)])]]
 
 
 def schedule(settings: dict[str, Any], seed: int, seconds: float, share: float,
@@ -114,8 +111,9 @@ def run_one(run: Path, flags: list[str], specs: list[str]) -> dict[str, Any]:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL)
         while process.poll() is None:
-            time.sleep(1.0)
-            if time.time() - _newest(run) > TIMEOUT + JOIN + 10.0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(1.0)  # the wall time to the end, not to the next second
+            if process.poll() is None and time.time() - _newest(run) > TIMEOUT + JOIN + 10.0:
                 hung = True
                 process.terminate()
                 try:
@@ -186,7 +184,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     from lsgd.links.netns import shaping_problem
 
     links = options.get("links") or ([] if quick or shaping_problem() else ["100mbit"])
-    setup = _setup(quick, links[0] if links else None)
+    setup = {**_SETUPS[quick], "link": links[0] if links else None}
     first = 1 if options.get("first_seed") is None else options["first_seed"]
     seeds = range(first, first + (options.get("seeds") or (1 if quick else 3)))
     methods = options.get("methods") or (["diloco"] if quick else ["lsgd", "diloco", "allreduce"])
@@ -199,6 +197,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     rows: list[list[Any]] = []
     data: dict[str, Any] = {"setup": setup, "runs": {}}
     done = _done(out / f"{NAME}.json", setup) if options.get("reuse") else {}
+    baselines: dict[str, list[float]] = {}
     for method, mode, rounds in _cells(methods, modes, rounds_kinds):
         settings = _settings(setup, method, mode, rounds)
         flags = _flags(settings)
@@ -207,9 +206,9 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
         base = (_reused(done, f"{key}/unfailed", options)
                 or run_one(folder / "unfailed", flags, []))
         data["runs"][f"{key}/unfailed"] = base
-        rows.append(_row(method, mode, rounds, None, [base], base))
+        cell = [[base]]  # the unfailed run, then each MTBF's runs
         for mtbf in mtbfs if base["finished"] else ():
-            runs = []
+            cell.append([])
             for seed in seeds:
                 name = f"seed-{seed}" if mtbf is None else f"mtbf-{mtbf:g}-seed-{seed}"
                 specs = schedule(settings, seed, base["train_seconds"], HORIZON[quick], mtbf)
@@ -218,10 +217,13 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                 got.update(schedule=specs, mtbf=mtbf or round(
                     HORIZON[quick] * base["train_seconds"] / FAULTS, 2))  # quick: its mean
                 data["runs"][f"{key}/{name}"] = got
-                runs.append(got)
-                row = _row(method, mode, rounds, got["mtbf"], runs, base)
-                write(Result(NAME, TITLE, COLUMNS, [*rows, row], ["(in progress)"], data), out)
-            rows.append(row)
+                cell[-1].append(got)
+                now = [_row(method, mode, rounds, runs, base) for runs in cell]
+                write(Result(NAME, TITLE, COLUMNS, [*rows, *now], ["(in progress)"], data), out)
+        free = [got["wall"] for runs in cell for got in runs if not got["faults"]]
+        baselines[f"{method} {mode}"] = free
+        rows += [_row(method, mode, rounds, runs, base, statistics.median(free) if i else None)
+                 for i, runs in enumerate(cell)]
     where = f"4 nodes behind {setup['link']} shaped links" if setup["link"] else "on the loopback"
     data["recovery"] = recovery(data["runs"])
     notes = [f"4 workers, {where}, {setup['model']} on {setup['dataset']}, {setup['steps']} "
@@ -231,11 +233,14 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                 f"{HORIZON[quick]:.0%} of the unfailed run's training time" if quick else
                 "faults drawn by --chaos SEED --chaos-mtbf MTBF over the unfailed run's "
                 "training time (a Poisson process, gaps of mean MTBF)")
-             + ". Goodput: useful steps per second over the unfailed run's (its wall time over "
-             "the failed run's; start-up, evaluations and checkpoints in both). Recover: seconds "
+             + ". Goodput: useful steps per second over the fault-free runs' (their median wall "
+             "time over the failed run's; start-up, evaluations and checkpoints in both; the "
+             "fault-free runs: the unfailed one and every run in which no fault fired). Recover: seconds "
              "from a fault to the answer that put the run back (faults.csv). Hang: the run folder "
              "unchanged for timeout + join timeout + 10 s. Silent exit: a worker that ended by "
              "a signal no fault sent, or with an error code and no error written."]
+    notes += [f"fault-free runs' wall time, {cell}: {min(free):.1f}-{max(free):.1f} s, median "
+              f"{statistics.median(free):.1f} ({len(free)} runs)" for cell, free in baselines.items()]
     notes += [f"time to recover, {mode}: " + ", ".join(
         f"{kind} {v['median']:.1f} s (max {v['max']:.1f}, {v['faults']} faults)"
         for kind, v in kinds.items()) for mode, kinds in data["recovery"].items()]
@@ -279,9 +284,7 @@ def _picked(names: list[str] | tuple[str, ...], sets: list[str]) -> list[str]:
 def _done(path: Path, setup: dict[str, Any]) -> dict[str, Any]:
     """With ``--reuse``: the runs already recorded under ``--out`` with the same setup
     (a benchmark that was stopped goes on where it was)."""
-    if not path.exists():
-        return {}
-    data = json.loads(path.read_text()).get("data") or {}
+    data = (json.loads(path.read_text()).get("data") or {}) if path.exists() else {}
     return dict(data.get("runs", {})) if data.get("setup") == setup else {}
 
 
@@ -293,13 +296,15 @@ def _reused(done: dict[str, Any], key: str, options: dict[str, Any]) -> dict[str
     return done.get(key)
 
 
-def _row(method: str, mode: str, rounds: str, mtbf: float | None, runs: list[dict[str, Any]],
-         base: dict[str, Any]) -> list[Any]:
-    """One row: the unfailed run (``mtbf`` None), or every seed's run at one MTBF (met: the
-    training seconds of the unfailed run per fault that fired)."""
-    lost = [got["wall"] - base["wall"] for got in runs]
+def _row(method: str, mode: str, rounds: str, runs: list[dict[str, Any]], base: dict[str, Any],
+         wall: float | None = None) -> list[Any]:
+    """One row: the unfailed run, or every seed's run at one MTBF (met: the training seconds
+    of the unfailed run per fault that fired), against ``wall``, the fault-free runs'
+    median wall time (default: the unfailed run's)."""
+    mtbf, wall = runs[0].get("mtbf"), wall or base["wall"]
+    lost = [got["wall"] - wall for got in runs]
     faults = sum(got["faults"] for got in runs)
-    goodput = [base["wall"] / got["wall"] for got in runs]  # useful steps per second, kept
+    goodput = [wall / got["wall"] for got in runs]  # useful steps per second, kept
     took = [t for got in runs for _, t in got.get("recovered", [])]
     accuracy = statistics.mean(got["accuracy"] for got in runs)
     met = len(runs) * base["train_seconds"] / faults if faults else None  # training s a fault

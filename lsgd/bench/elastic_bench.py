@@ -1,7 +1,7 @@
 """Elastic: a worker killed mid-run, survived on torchft against restarted from a checkpoint.
 
 Four nodes behind shaped 100 Mbit/s links (``--links``; the loopback where links cannot
-be shaped) train CNN7 on Fashion-MNIST for 240 steps (quick: :func:`_setup`); worker 2
+be shaped) train CNN7 on Fashion-MNIST for 240 steps (quick: :data:`_SETUPS`); worker 2
 SIGKILLs itself before step 100 and its agent starts it again. LSGD and DiLoCo, each
 **elastic** (:mod:`lsgd.launcher.elastic_jobs`: the survivors go on, the killed worker
 rejoins healed from a live peer) and **restarted from a checkpoint** (all restart from
@@ -35,14 +35,13 @@ COLUMNS = ["method", "how", "fault", "wall s", "steps redone", "rejoin s", "heal
            "heal s", "center acc"]
 
 
-def _setup(quick: bool, link: str | None) -> dict[str, Any]:
-    if quick:  # the restart is waited for (10 s heartbeats): loaded, it beats again past 2 s
-        return {"workers": 3, "model": "mlp", "dataset": "digits", "steps": 96, "kill": 40,
-                "period": 8, "every": 16, "batch_size": 32, "heartbeat_timeout": 10.0,
-                "link": link}
-    return {"workers": 4, "model": "cnn7", "dataset": "fashion-mnist", "steps": 240,
-            "kill": 100, "period": 16, "every": 40, "batch_size": 64, "heartbeat_timeout": 2.0,
-            "link": link}
+#: The runs' settings, quick (the restart is waited for, 10 s heartbeats: loaded, it beats
+#: again past 2 s) and not.
+_SETUPS = {True: {"workers": 3, "model": "mlp", "dataset": "digits", "steps": 96, "kill": 40,
+                  "period": 8, "every": 16, "batch_size": 32, "heartbeat_timeout": 10.0},
+           False: {"workers": 4, "model": "cnn7", "dataset": "fashion-mnist", "steps": 240,
+                   "kill": 100, "period": 16, "every": 40, "batch_size": 64,
+                   "heartbeat_timeout": 2.0}}
 
 
 def _config(method: str, setup: dict[str, Any], fault: bool, run: Path, **extra: Any) -> Any:
@@ -109,7 +108,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
     if importlib.util.find_spec("torchft") is None:
         return Result(NAME, TITLE, COLUMNS, [], [f"left out: it needs torchft ({EXTRA})"])
     links = options.get("links") or ([] if quick or shaping_problem() else ["100mbit"])
-    setup = _setup(quick, links[0] if links else None)
+    setup = {**_SETUPS[quick], "link": links[0] if links else None}
     methods = options.get("methods") or ["lsgd", "diloco"]
     rows, data = [], {"setup": setup, "runs": {}}
     failures: list[str] = []

@@ -95,14 +95,12 @@ def answers(url: str) -> bool:
 def options(kind: str, root: int = 0) -> Any:
     """c10d's options object for a collective of ``kind``."""
     c10d = torch._C._distributed_c10d
+    opts = {"sum": c10d.AllreduceOptions, "broadcast": c10d.BroadcastOptions}.get(
+        kind, c10d.AllgatherOptions)()
     if kind == "sum":
-        opts = c10d.AllreduceOptions()
         opts.reduceOp = c10d.ReduceOp.SUM
-    elif kind == "broadcast":
-        opts = c10d.BroadcastOptions()
+    if kind == "broadcast":
         opts.rootRank = root
-    else:
-        opts = c10d.AllgatherOptions()
     return opts
 
 
@@ -121,11 +119,8 @@ def payload_bytes(value: Any) -> int:
     """Bytes of the tensors in ``value`` (what a heal moved, framing aside)."""
     if isinstance(value, torch.Tensor):
         return value.nbytes
-    if isinstance(value, dict):
-        return sum(payload_bytes(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(payload_bytes(v) for v in value)
-    return 0
+    parts = value.values() if isinstance(value, dict) else value
+    return sum(map(payload_bytes, parts)) if isinstance(value, (dict, list, tuple)) else 0
 
 
 def signalling_gloo(timeout: datetime.timedelta) -> Any:

@@ -1,7 +1,8 @@
 """Expected goodput under faults (``lsgd plan --mtbf``): the share of an unfailed run's
 useful steps per second kept with a fault every ``mtbf`` seconds of training on average,
 ``1 / (1 + lost / mtbf)``, ``lost`` the seconds a fault costs as ``lsgd bench chaos``
-measured it on 4 shaped 100 Mbit/s nodes (records/chaos-goodput): :data:`LOST`, and in a
+measured it on 4 shaped 100 Mbit/s nodes (records/chaos-goodput; against the median wall
+time of its fault-free runs): :data:`LOST`, and in a
 restartable run also, after each fatal fault (:data:`FATAL` of them), half a checkpoint
 interval of steps redone on average (elastic runs redo none).
 """
@@ -9,7 +10,7 @@ interval of steps redone on average (elastic runs redo none).
 from __future__ import annotations
 
 #: Seconds a fault costs beyond the steps it makes the run redo, by mode.
-LOST = {"restart": 4.5, "elastic": 1.9}
+LOST = {"restart": 5.0, "elastic": 0.3}
 #: The share of the drawn faults that end a process (kill, segv, kill-node, a corrupt
 #: checkpoint found at the restart).
 FATAL = 0.71
