@@ -1,6 +1,6 @@
 """Drawing with matplotlib (the optional extra ``lsgd[plot]``): the figure helpers the
-benchmarks and reproductions use, communication graphs (:func:`draw_graphs`). A run folder's own figures are
-:mod:`lsgd.train.run_plots`'.
+benchmarks and reproductions use, communication graphs (:func:`draw_graphs`). A run
+folder's own figures are :mod:`lsgd.train.run_plots`'.
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
 Four nodes behind shaped 100 Mbit/s links (quick: the loopback) train a fixed number of
 steps (:data:`_SETUPS`): per mode (:data:`MODES`), method and kind of round, once unfailed,
 then per seed and MTBF under the faults ``--chaos SEED`` draws (:mod:`lsgd.train.chaos`),
-each ``lsgd train`` in a process of its own (docs/reliability.md). **Goodput**: useful steps
-per second over the fault-free runs' (median). **Time to recover**: from a fault to the answer that put
-the run back (``faults.csv``). A **hang**: the run folder unchanged for ``--timeout`` + join
-timeout + 10 s (then stopped); a **silent exit**: a worker ended by a signal no fault sent,
-or with an error code and no error written.
+each ``lsgd train`` in a process of its own (docs/reliability.md). **Goodput**: useful
+steps per second over the fault-free runs' (median). **Time to recover**: from a fault to
+the answer that put the run back (``faults.csv``). A **hang**: the run folder unchanged
+for ``--timeout`` + join timeout + 10 s (then stopped); a **silent exit**: a worker ended
+by a signal no fault sent, or with an error code and no error written.
 """
 
 from __future__ import annotations
@@ -235,12 +235,12 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                 "training time (a Poisson process, gaps of mean MTBF)")
              + ". Goodput: useful steps per second over the fault-free runs' (their median wall "
              "time over the failed run's; start-up, evaluations and checkpoints in both; the "
-             "fault-free runs: the unfailed one and every run in which no fault fired). Recover: seconds "
-             "from a fault to the answer that put the run back (faults.csv). Hang: the run folder "
-             "unchanged for timeout + join timeout + 10 s. Silent exit: a worker that ended by "
-             "a signal no fault sent, or with an error code and no error written."]
-    notes += [f"fault-free runs' wall time, {cell}: {min(free):.1f}-{max(free):.1f} s, median "
-              f"{statistics.median(free):.1f} ({len(free)} runs)" for cell, free in baselines.items()]
+             "fault-free runs: the unfailed one and every run in which no fault fired). "
+             "Recover: seconds from a fault to the answer that put the run back (faults.csv). "
+             "Hang: the run folder unchanged for timeout + join timeout + 10 s. Silent exit: a "
+             "worker ended by a signal no fault sent, or an error code and no error written."]
+    notes += [f"fault-free runs' wall time, {cell}: {min(w):.1f}-{max(w):.1f} s, median "
+              f"{statistics.median(w):.1f} ({len(w)} runs)" for cell, w in baselines.items()]
     notes += [f"time to recover, {mode}: " + ", ".join(
         f"{kind} {v['median']:.1f} s (max {v['max']:.1f}, {v['faults']} faults)"
         for kind, v in kinds.items()) for mode, kinds in data["recovery"].items()]

@@ -317,10 +317,10 @@ def forms(shapes: list[tuple[int, ...]] | None, numel: int, net: Net,
     """Every form of ``methods`` (``shapes``: the parameters', None when unknown).
     ``allreduce`` all-reduces the gradients every step (``-bf16``: in bfloat16;
     ``-powersgd``: torch's three all-reduces); ``diloco``, ``local-sgd``, ``easgd``,
-    ``sparseloco`` and ``muloco`` send the state every ``H`` steps, or one of ``F`` fragments every ``H/F``
-    (``-streaming``), blocking or behind ``K`` steps (``-hidden``) or the next period
-    (``-eager``); ``demo`` gathers its payload every step; ``lsgd``'s global round
-    blocks, or hides behind ``K`` steps (``-hidden``)."""
+    ``sparseloco`` and ``muloco`` send the state every ``H`` steps, or one of ``F``
+    fragments every ``H/F`` (``-streaming``), blocking or behind ``K`` steps (``-hidden``)
+    or the next period (``-eager``); ``demo`` gathers its payload every step; ``lsgd``'s
+    global round blocks, or hides behind ``K`` steps (``-hidden``)."""
     out: list[Form] = []
     for method in methods:
         o = _options(method, knobs)
