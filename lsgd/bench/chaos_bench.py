@@ -221,7 +221,7 @@ def run(out: Path, quick: bool, options: dict[str, Any]) -> Result:
                 now = [_row(method, mode, rounds, runs, base) for runs in cell]
                 write(Result(NAME, TITLE, COLUMNS, [*rows, *now], ["(in progress)"], data), out)
         free = [got["wall"] for runs in cell for got in runs if not got["faults"]]
-        baselines[f"{method} {mode}"] = free
+        baselines[" ".join(p for p in (method, mode, rounds) if p != "-")] = free
         rows += [_row(method, mode, rounds, runs, base, statistics.median(free) if i else None)
                  for i, runs in enumerate(cell)]
     where = f"4 nodes behind {setup['link']} shaped links" if setup["link"] else "on the loopback"
