@@ -46,14 +46,21 @@ def accepted_knobs(name: str) -> list[str]:
     return own
 
 
+def check_knobs(name: str, knobs: Any, unavailable: tuple[str, ...] = (),
+                who: str | None = None) -> None:
+    """``ValueError`` naming the keyword arguments in ``knobs`` that the strategy ``name``
+    does not take (or that ``who``, the caller, leaves ``unavailable``), and those it does."""
+    accepted = [k for k in accepted_knobs(name) if k not in unavailable]
+    unknown = sorted(set(knobs) - set(accepted))
+    if unknown:
+        raise ValueError(f"{who or name}: unknown argument(s) {', '.join(unknown)}; {name} "
+                         f"takes {', '.join(accepted)}")
+
+
 def make_strategy(name: str, model: nn.Module, optimizer: torch.optim.Optimizer,
                   **knobs: Any) -> Strategy:
     """Build the strategy ``name`` around ``model`` and ``optimizer`` with its keyword
     arguments ``knobs``; one it does not take is a ``ValueError`` naming the ones it does."""
     cls = strategy_class(name)
-    accepted = accepted_knobs(name)
-    unknown = sorted(set(knobs) - set(accepted))
-    if unknown:
-        raise ValueError(f"{name}: unknown argument(s) {', '.join(unknown)}; {name} takes "
-                         f"{', '.join(accepted)}")
+    check_knobs(name, knobs)
     return cls(model, optimizer, **knobs)

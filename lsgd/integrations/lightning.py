@@ -18,7 +18,7 @@ from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.trainer.states import TrainerFn
 
 from lsgd.comm import get_communicator
-from lsgd.registry import accepted_knobs, make_strategy, strategy_class
+from lsgd.registry import check_knobs, make_strategy, strategy_class
 from lsgd.strategies.strategy import Strategy
 
 
@@ -39,11 +39,8 @@ class LSGDStrategy(DDPStrategy):
         if strategy_class(method).name == "allreduce":  # an unknown name: ValueError
             raise ValueError("LSGDStrategy('allreduce'): a gradient all-reduce every step is "
                              "Lightning's own Trainer(strategy='ddp'); use that")
-        taken = [k for k in accepted_knobs(method) if k not in ("comm", "asynchronous")]
-        unknown = sorted(set(knobs) - set(taken))
-        if unknown:  # comm: Lightning's process group; asynchronous: all stop at max_steps
-            raise ValueError(f"LSGDStrategy({method!r}): unknown or unavailable argument(s) "
-                             f"{', '.join(unknown)}; {method} takes {', '.join(taken)}")
+        # comm: Lightning's process group; asynchronous: all stop at max_steps
+        check_knobs(method, knobs, ("comm", "asynchronous"), f"LSGDStrategy({method!r})")
         super().__init__(start_method=start_method,  # type: ignore[arg-type]
                          process_group_backend=process_group_backend)
         self.method_name, self.knobs = method, knobs

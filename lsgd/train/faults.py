@@ -257,11 +257,10 @@ COLUMNS = ("second", "kind", "node", "rank", "step", "spec", "outcome", "recover
 
 def write_table(run: Path, start: float) -> dict[str, int]:
     """Write ``faults.csv`` from ``run``'s log: a row per fault fired, its second from the
-    first training step (else ``start``), with the answers logged after it until the run
+    first training step (else ``start``), the answers logged after it until the run
     recovered (an answer that puts the run back answers every fault before it; an elastic
-    worker's restart is followed by its heal) and the seconds from the
-    fault to the answer that put the run back (:func:`_back`: its time to recover); the
-    counts for the summary."""
+    worker's restart is followed by its heal) and its time to recover, from the fault to
+    that answer (:func:`_back`); the counts for the summary."""
     from lsgd.train.outputs import write_csv
 
     events = sorted(read_log(run), key=lambda e: e.get("time", 0.0))
@@ -270,14 +269,14 @@ def write_table(run: Path, start: float) -> dict[str, int]:
     waiting: list[dict[str, Any]] = []  # faults since the last answer
     for event in events:
         if event.get("event") == "fault":
-            waiting = [row for row in waiting if not row["recovered"]]
+            waiting = [row for row in waiting if row["recovered s"] == ""]
             row = rows.get(event["spec"])
             if row is None:  # kill-node: one event per worker of the node, one row
                 row = rows[event["spec"]] = {
                     "second": round(event["time"] - origin, 1), "kind": event["kind"],
                     "node": event.get("node", ""), "rank": "", "step": event.get("step", ""),
-                    "spec": event["spec"], "answers": [], "recovered": False,
-                    "time": event["time"], "recovered s": ""}
+                    "spec": event["spec"], "answers": [], "time": event["time"],
+                    "recovered s": ""}
                 waiting.append(row)
             if event.get("rank") is not None:
                 row["rank"] = " ".join(filter(None, [str(row["rank"]), str(event["rank"])]))
@@ -287,7 +286,6 @@ def write_table(run: Path, start: float) -> dict[str, int]:
                     row["answers"].append(event["what"])
                 if row["recovered s"] == "" and _back(event["what"]):
                     row["recovered s"] = round(event["time"] - row["time"], 1)
-                row["recovered"] |= _back(event["what"])
     for row in rows.values():
         row["outcome"] = "; ".join(row["answers"]) or _RIDDEN[row["kind"]]
     if rows or (run / LOG).exists():
@@ -304,7 +302,7 @@ def _answered(waiting: list[dict[str, Any]], what: str, rank: int | None) -> lis
 
     # One recovered from is open only to its worker's next answers and to a fall-back.
     rows = [r for r in waiting if r["kind"] in _CAUSES[what.split()[0]]
-            and (not r["recovered"] or mine(r) or what.startswith("fell"))]
+            and (r["recovered s"] == "" or mine(r) or what.startswith("fell"))]
     if rank is not None:
         rows = [r for r in rows if mine(r)] or rows
     if what.startswith(("restart", "heal")):
