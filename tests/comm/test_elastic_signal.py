@@ -18,18 +18,23 @@ from tests.train.test_elastic import needs_torchft
 TIMEOUT = 30.0
 
 
-def _round_with_a_death(info: Any, slot: int, slots: int, lighthouse: str) -> Any:
+def _round_with_a_death(info: Any, slot: int, slots: int, lighthouse: str,
+                        signalled: bool = True, timeout: float = TIMEOUT) -> Any:
     """Node 3 dies (SIGKILL) once the second round formed, before its part of the
     round's all-reduce; the others report how long their part took to fail, and then
-    the first round they committed: its member nodes, its sum and when it came."""
+    the first round they committed: its member nodes, its sum and when it came.
+    ``signalled=False``: the members wait on their part as gloo does, without the signal."""
     import os
     import signal
 
     import torch
 
     from lsgd.comm.elastic_collectives import ElasticCommunicator, RoundFailed
+    from lsgd.comm.quorum import FailureSignal
 
-    comm = ElasticCommunicator(slot, slots, lighthouse=lighthouse, timeout=TIMEOUT,
+    if not signalled:
+        FailureSignal.wait = lambda self, work: work.wait() and None  # type: ignore
+    comm = ElasticCommunicator(slot, slots, lighthouse=lighthouse, timeout=timeout,
                                min_members=slots - 1)
     comm.begin_round()  # every node (the job's start gate)
     comm.all_reduce_(torch.ones(4), "sum")
@@ -69,3 +74,16 @@ def test_a_death_inside_a_round_fails_it_for_every_member_at_once() -> None:
         assert failed < 3.0, results
         assert (nodes, total) == ([0, 1, 2], 3.0), results
         assert committed < 8.0, results
+
+
+@needs_torchft
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_without_the_signal_a_member_waits_out_the_timeout() -> None:
+    """The same death with the signal turned off (and a 10 s timeout): the member wired
+    to neither of the dead node's neighbours waits the whole timeout for its data."""
+    from lsgd.launcher.elastic_jobs import launch_elastic
+
+    results = launch_elastic(_round_with_a_death, 4, args=(False, 10.0), join_timeout=30.0)
+    waited = sorted(failed for failed, *_ in results[:3])
+    assert waited[0] < 3.0 and waited[-1] >= 9.0, results  # neighbours at once, one waits
