@@ -80,10 +80,10 @@ def test_a_death_inside_a_round_fails_it_for_every_member_at_once() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_without_the_signal_a_member_waits_out_the_timeout() -> None:
-    """The same death with the signal turned off (and a 10 s timeout): the member wired
+    """The same death with the signal turned off (and a 6 s timeout): the member wired
     to neither of the dead node's neighbours waits the whole timeout for its data."""
     from lsgd.launcher.elastic_jobs import launch_elastic
 
-    results = launch_elastic(_round_with_a_death, 4, args=(False, 10.0), join_timeout=30.0)
+    results = launch_elastic(_round_with_a_death, 4, args=(False, 6.0), join_timeout=30.0)
     waited = sorted(failed for failed, *_ in results[:3])
-    assert waited[0] < 3.0 and waited[-1] >= 9.0, results  # neighbours at once, one waits
+    assert waited[0] < 3.0 and waited[-1] >= 5.4, results  # neighbours at once, one waits
